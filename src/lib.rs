@@ -1,0 +1,16 @@
+//! `sandbox`: run untrusted code in a layered Linux sandbox.
+//!
+//! The library mirrors [`std::process::Command`]: build a [`Command`], pick a
+//! [`Policy`] (a built-in profile such as `strict`, or your own), and call
+//! [`Command::status`] or [`Command::spawn`]. Every layer the policy marks
+//! `required` is applied or the run does not start; what was actually
+//! enforced is returned in a [`Report`].
+#![deny(missing_docs)]
+
+pub mod profile;
+pub mod seccomp;
+pub mod probe;
+pub mod sys;
+pub mod spawn;
+
+pub use profile::policy::Policy;

@@ -1,0 +1,1 @@
+//! Probes of what this kernel and environment support.

@@ -1,0 +1,206 @@
+//! The validated, fully resolved form of a profile.
+//!
+//! A [`Policy`] is what the spawn path consumes. It is produced only by
+//! [`crate::profile::load`] (or by code that builds it field by field), after
+//! every "X requires Y" check has passed, so the spawn code never has to
+//! re-validate anything.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+/// How hard a security layer is insisted on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Enforcement {
+    /// The run does not start if the layer cannot be applied.
+    Required,
+    /// Applied where the kernel allows; a missing layer is named on stderr and in the report.
+    BestEffort,
+    /// Not applied at all.
+    Off,
+}
+
+/// Which network the sandbox sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NetworkMode {
+    /// A new network namespace whose loopback interface stays down.
+    None,
+    /// A new network namespace with its own loopback interface up.
+    Loopback,
+    /// The host's network namespace (no network isolation).
+    Host,
+}
+
+/// The shape of the seccomp filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SyscallMode {
+    /// Only the listed system calls are allowed; anything else fails with ENOSYS.
+    Allowlist,
+    /// Everything is allowed except a list of dangerous calls, which fail with EPERM.
+    Denylist,
+}
+
+/// What the sandbox may do with the project root.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProjectAccess {
+    /// Read, write and execute.
+    ReadWrite,
+    /// Read and execute only.
+    ReadOnly,
+}
+
+/// A broker decision in a profile rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Decision {
+    /// Perform the action.
+    Allow,
+    /// Ask a person (deny when nobody can be asked).
+    Ask,
+    /// Refuse the action.
+    Deny,
+}
+
+/// Filesystem view of the sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FilesystemPolicy {
+    /// Access to the project root (mounted at its own path, and the working directory).
+    pub project: ProjectAccess,
+    /// Absolute host paths made visible read-only (and executable). Each must exist.
+    pub read: Vec<PathBuf>,
+    /// Like `read`, but silently skipped when the path does not exist on this host
+    /// (system directories that differ between distributions, such as `/lib32`).
+    pub read_if_exists: Vec<PathBuf>,
+    /// Absolute host paths made visible read-write. Each must exist.
+    pub write: Vec<PathBuf>,
+    /// Paths masked inside the sandbox: relative paths are taken below the project root,
+    /// absolute ones as they are. A hidden directory appears empty and read-only,
+    /// a hidden file empty and unreadable. Paths that do not exist are ignored.
+    pub hide: Vec<PathBuf>,
+    /// Size limit of the private `/tmp`, in bytes.
+    pub tmp_size: u64,
+}
+
+/// Network view of the sandbox.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetworkPolicy {
+    /// Which network namespace the sandbox gets.
+    pub mode: NetworkMode,
+}
+
+/// Resource limits. `None` means "no limit from this profile".
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Limits {
+    /// Memory limit in bytes.
+    pub memory: Option<u64>,
+    /// Maximum number of tasks (processes and threads).
+    pub pids: Option<u64>,
+    /// CPU share in cores (0.5 = half a core).
+    pub cpu: Option<f64>,
+    /// Wall-clock limit.
+    #[serde(with = "duration_secs")]
+    pub timeout: Option<Duration>,
+    /// Combined stdout and stderr cap in bytes.
+    pub output: Option<u64>,
+    /// RLIMIT_NOFILE.
+    pub nofile: Option<u64>,
+}
+
+/// The seccomp filter.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SyscallPolicy {
+    /// Allowlist or denylist.
+    pub mode: SyscallMode,
+    /// Extra system call names to allow (allowlist mode) on top of the built-in list.
+    pub allow: Vec<String>,
+    /// Extra system call names to refuse with EPERM, in either mode.
+    pub deny: Vec<String>,
+}
+
+/// The environment of the sandboxed process. Nothing is inherited unless named here.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EnvPolicy {
+    /// Variables copied from the supervisor's environment when set there.
+    pub pass: Vec<String>,
+    /// Variables set to fixed values (these win over `pass`).
+    pub set: BTreeMap<String, String>,
+}
+
+/// Broker policy (used by the permission broker).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BrokerPolicy {
+    /// Decision when no rule matches and the action has no risk default.
+    pub default: Decision,
+    /// Per-action decisions, keyed by action name (`fs.read`, `terminal.run`, ...).
+    pub rules: BTreeMap<String, Decision>,
+}
+
+/// How hard each layer is insisted on.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EnforcePolicy {
+    /// User namespace (and with it the mount, pid, ipc, uts and cgroup namespaces).
+    pub userns: Enforcement,
+    /// Landlock filesystem rules.
+    pub landlock: Enforcement,
+    /// Seccomp filter.
+    pub seccomp: Enforcement,
+    /// cgroup limits.
+    pub cgroups: Enforcement,
+}
+
+/// A validated, resolved profile.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Policy {
+    /// The profile's name (`strict`, or the file stem of a user profile).
+    pub name: String,
+    /// Filesystem view.
+    pub filesystem: FilesystemPolicy,
+    /// Network view.
+    pub network: NetworkPolicy,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Seccomp filter.
+    pub syscalls: SyscallPolicy,
+    /// Environment.
+    pub env: EnvPolicy,
+    /// Broker decisions.
+    pub broker: BrokerPolicy,
+    /// Layer enforcement levels.
+    pub enforce: EnforcePolicy,
+}
+
+impl EnvPolicy {
+    /// The environment the sandboxed process starts with, as `NAME=VALUE` pairs.
+    /// `lookup` reads the supervisor's environment (injected so this stays pure).
+    pub fn resolve(&self, lookup: impl Fn(&str) -> Option<OsString>) -> Vec<(OsString, OsString)> {
+        let mut out: BTreeMap<OsString, OsString> = BTreeMap::new();
+        for name in &self.pass {
+            if let Some(value) = lookup(name) {
+                out.insert(OsString::from(name), value);
+            }
+        }
+        for (name, value) in &self.set {
+            out.insert(OsString::from(name), OsString::from(value));
+        }
+        out.into_iter().collect()
+    }
+}
+
+mod duration_secs {
+    use serde::Serializer;
+    use std::time::Duration;
+
+    pub fn serialize<S: Serializer>(value: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match value {
+            Some(d) => s.serialize_some(&d.as_secs_f64()),
+            None => s.serialize_none(),
+        }
+    }
+}

@@ -1,0 +1,1 @@
+//! The spawn path: prepare, clone, set up the child, supervise.

@@ -1,0 +1,2 @@
+//! The only module with `unsafe`: thin, documented wrappers over system calls
+//! that no safe crate covers the way the spawn path needs.
