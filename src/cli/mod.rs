@@ -1,0 +1,44 @@
+//! Command-line interface: one file per subcommand.
+use clap::{Parser, Subcommand};
+
+pub mod doctor;
+pub mod profile;
+pub mod run;
+
+/// Run untrusted code in a layered Linux sandbox.
+#[derive(Debug, Parser)]
+#[command(name = "sandbox", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command inside a sandbox; exits with the command's status.
+    Run(run::RunArgs),
+    /// List, show and check profiles.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
+    /// Show what this kernel and environment support, and what each built-in profile would enforce.
+    Doctor(doctor::DoctorArgs),
+}
+
+/// Parse the command line, run the subcommand, return the process exit status.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::run(args),
+        Command::Profile(cmd) => profile::run(cmd),
+        Command::Doctor(args) => doctor::run(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("sandbox: {err:#}");
+            // 125: the sandbox itself failed (as `env`, `timeout` and container tools use it),
+            // distinct from the command's own statuses and from 126/127.
+            125
+        }
+    }
+}
