@@ -7,10 +7,16 @@
 //! enforced is returned in a [`Report`].
 #![deny(missing_docs)]
 
+pub mod caps;
+pub mod landlock;
+pub mod probe;
 pub mod profile;
 pub mod seccomp;
-pub mod probe;
-pub mod sys;
 pub mod spawn;
+pub mod sys;
 
+pub mod command;
+
+pub use command::{Command, ExitStatus, Finished};
 pub use profile::policy::Policy;
+pub use spawn::{Report, SpawnError, Stdio};

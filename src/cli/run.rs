@@ -1,14 +1,127 @@
 //! `sandbox run`.
-use clap::Args;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use sandbox::profile::policy::NetworkMode;
+
+/// Network choices on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum NetArg {
+    /// No network (a new namespace with loopback down).
+    None,
+    /// Only the sandbox's own loopback.
+    Loopback,
+    /// The host's network (no isolation).
+    Host,
+}
 
 /// Arguments of `sandbox run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// Built-in profile name or path to a profile file.
+    #[arg(long, short = 'p', default_value = "strict", value_name = "NAME|PATH")]
+    pub profile: String,
+    /// The project root, writable inside and the working directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Make a host path visible read-only (repeatable).
+    #[arg(long = "allow-read", value_name = "PATH")]
+    pub allow_read: Vec<PathBuf>,
+    /// Make a host directory visible read-write (repeatable).
+    #[arg(long = "allow-write", value_name = "PATH")]
+    pub allow_write: Vec<PathBuf>,
+    /// Override the profile's network mode.
+    #[arg(long, value_enum)]
+    pub net: Option<NetArg>,
+    /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
+    pub env: Vec<OsString>,
+    /// Write the run's JSON report to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Print the JSON report on stdout after the command finishes.
+    #[arg(long)]
+    pub json: bool,
     /// The command and its arguments.
-    #[arg(trailing_var_arg = true, required = true)]
-    pub command: Vec<std::ffi::OsString>,
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
 }
 
-pub fn run(_args: RunArgs) -> anyhow::Result<i32> {
-    anyhow::bail!("not implemented yet")
+fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
+    std::fs::canonicalize(path).with_context(|| format!("{what} {}", path.display()))
+}
+
+pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let mut policy = sandbox::profile::load(&args.profile)
+        .with_context(|| format!("loading profile {}", args.profile))?;
+    for path in &args.allow_read {
+        policy.filesystem.read.push(absolute(path, "--allow-read")?);
+    }
+    for path in &args.allow_write {
+        policy
+            .filesystem
+            .write
+            .push(absolute(path, "--allow-write")?);
+    }
+    if let Some(net) = args.net {
+        policy.network.mode = match net {
+            NetArg::None => NetworkMode::None,
+            NetArg::Loopback => NetworkMode::Loopback,
+            NetArg::Host => NetworkMode::Host,
+        };
+    }
+    let (program, rest) = args.command.split_first().context("no command given")?;
+    let mut command = sandbox::Command::new(program, policy);
+    command.args(rest);
+    if let Some(project) = &args.project {
+        command.project(project);
+        let cwd = std::env::current_dir()?;
+        if cwd.starts_with(absolute(project, "--project")?) {
+            command.current_dir(cwd);
+        }
+    }
+    for entry in &args.env {
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(entry.as_os_str());
+        match bytes.iter().position(|b| *b == b'=') {
+            Some(eq) => {
+                use std::os::unix::ffi::OsStrExt;
+                command.env(
+                    std::ffi::OsStr::from_bytes(&bytes[..eq]),
+                    std::ffi::OsStr::from_bytes(&bytes[eq + 1..]),
+                );
+            }
+            None => match std::env::var_os(entry) {
+                Some(value) => {
+                    command.env(entry, value);
+                }
+                None => {
+                    command.env_remove(entry);
+                }
+            },
+        }
+    }
+
+    let finished = command.run();
+    if let Some(report) = &finished.report {
+        for warning in &report.warnings {
+            eprintln!("sandbox: warning: {warning}");
+        }
+        if let Some(path) = &args.report {
+            let json = serde_json::to_vec_pretty(report)?;
+            std::fs::write(path, json)
+                .with_context(|| format!("writing the report to {}", path.display()))?;
+        }
+        if args.json {
+            println!("{}", serde_json::to_string(report)?);
+        }
+    }
+    match finished.result {
+        Ok(status) => Ok(status.as_shell_status()),
+        Err(err) => {
+            eprintln!("sandbox: {err}");
+            Ok(err.exit_status())
+        }
+    }
 }

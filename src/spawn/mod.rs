@@ -1,1 +1,254 @@
 //! The spawn path: prepare, clone, set up the child, supervise.
+//!
+//! P0 is the supervisor, P1 the sandbox's init (PID 1 of its pid namespace),
+//! P2 the payload. One file per role: [`prepare`] (everything allocated before
+//! clone), [`parent`] (P0), [`init`] (P1), [`child`] (P2). They talk over the
+//! typed [`channel`]s; an error crosses a process boundary once, as a record.
+
+pub mod channel;
+pub mod child;
+pub mod init;
+pub mod parent;
+pub mod prepare;
+pub mod report;
+
+use std::path::PathBuf;
+
+use nix::errno::Errno;
+
+pub use prepare::{Prepared, SpawnSpec, Stdio};
+pub use report::{Enforced, ExitInfo, Report};
+
+/// A setup step inside the sandbox, named in error records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+#[allow(missing_docs)]
+pub enum Step {
+    NoNewPrivs = 1,
+    ParentDeathSignal,
+    WaitForIdMaps,
+    DropGroups,
+    SetIds,
+    ProcessGroup,
+    UnshareCgroup,
+    MountPrivate,
+    MountBase,
+    PivotToBase,
+    MountNewRoot,
+    CreateMountPoint,
+    BindMount,
+    AttachIdmappedTree,
+    Symlink,
+    HidePath,
+    MountTmp,
+    MountProc,
+    MountDev,
+    RemountRootReadOnly,
+    PivotRoot,
+    DetachOldRoot,
+    Chdir,
+    Loopback,
+    Hostname,
+    SignalForwarding,
+    ForkPayload,
+    Setsid,
+    SignalReset,
+    Rlimit,
+    CloseDescriptors,
+    Securebits,
+    DropCapabilities,
+    Landlock,
+    LandlockNotEnforced,
+    Seccomp,
+    Exec,
+}
+
+impl Step {
+    const ALL: [Step; 37] = [
+        Step::NoNewPrivs,
+        Step::ParentDeathSignal,
+        Step::WaitForIdMaps,
+        Step::DropGroups,
+        Step::SetIds,
+        Step::ProcessGroup,
+        Step::UnshareCgroup,
+        Step::MountPrivate,
+        Step::MountBase,
+        Step::PivotToBase,
+        Step::MountNewRoot,
+        Step::CreateMountPoint,
+        Step::BindMount,
+        Step::AttachIdmappedTree,
+        Step::Symlink,
+        Step::HidePath,
+        Step::MountTmp,
+        Step::MountProc,
+        Step::MountDev,
+        Step::RemountRootReadOnly,
+        Step::PivotRoot,
+        Step::DetachOldRoot,
+        Step::Chdir,
+        Step::Loopback,
+        Step::Hostname,
+        Step::SignalForwarding,
+        Step::ForkPayload,
+        Step::Setsid,
+        Step::SignalReset,
+        Step::Rlimit,
+        Step::CloseDescriptors,
+        Step::Securebits,
+        Step::DropCapabilities,
+        Step::Landlock,
+        Step::LandlockNotEnforced,
+        Step::Seccomp,
+        Step::Exec,
+    ];
+
+    fn from_u8(value: u8) -> Option<Step> {
+        Step::ALL.iter().copied().find(|step| *step as u8 == value)
+    }
+
+    /// A short human description of the step.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Step::NoNewPrivs => "setting no_new_privs",
+            Step::ParentDeathSignal => "setting the parent-death signal",
+            Step::WaitForIdMaps => "waiting for the user id maps",
+            Step::DropGroups => "dropping supplementary groups",
+            Step::SetIds => "switching to the sandbox user",
+            Step::ProcessGroup => "creating a process group",
+            Step::UnshareCgroup => "entering a new cgroup namespace",
+            Step::MountPrivate => "making the mount tree private",
+            Step::MountBase => "mounting the staging tmpfs",
+            Step::PivotToBase => "pivoting into the staging tmpfs",
+            Step::MountNewRoot => "mounting the new root",
+            Step::CreateMountPoint => "creating a mount point",
+            Step::BindMount => "bind-mounting",
+            Step::AttachIdmappedTree => "attaching the idmapped project tree",
+            Step::Symlink => "creating a symlink",
+            Step::HidePath => "hiding a path",
+            Step::MountTmp => "mounting /tmp",
+            Step::MountProc => "mounting /proc",
+            Step::MountDev => "populating /dev",
+            Step::RemountRootReadOnly => "making the new root read-only",
+            Step::PivotRoot => "pivoting into the new root",
+            Step::DetachOldRoot => "detaching the old root",
+            Step::Chdir => "changing to the working directory",
+            Step::Loopback => "bringing up the loopback interface",
+            Step::Hostname => "setting the hostname",
+            Step::SignalForwarding => "installing signal forwarding",
+            Step::ForkPayload => "starting the payload process",
+            Step::Setsid => "starting a new session",
+            Step::SignalReset => "resetting signal handlers",
+            Step::Rlimit => "setting a resource limit",
+            Step::CloseDescriptors => "closing inherited descriptors",
+            Step::Securebits => "locking securebits",
+            Step::DropCapabilities => "dropping capabilities",
+            Step::Landlock => "applying Landlock rules",
+            Step::LandlockNotEnforced => "checking Landlock enforcement",
+            Step::Seccomp => "installing the seccomp filter",
+            Step::Exec => "executing the command",
+        }
+    }
+}
+
+/// Why a sandboxed run could not start or be supervised.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    /// The supervisor has more than one thread, so it cannot clone safely.
+    #[error("the supervisor has {threads} threads; cloning is only safe from a single-threaded process (daemons must go through `sandbox __launch`)")]
+    NotSingleThreaded {
+        /// Threads seen in /proc/self/status.
+        threads: u64,
+    },
+    /// An argument or environment value cannot be passed to execve.
+    #[error("{what} contains a NUL byte: {value:?}")]
+    NulByte {
+        /// What it was (argument, variable).
+        what: &'static str,
+        /// The offending value, lossily printed.
+        value: String,
+    },
+    /// A path the profile requires does not exist or cannot be inspected.
+    #[error("{what} {path}: {source}")]
+    Path {
+        /// What the path is for.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The profile or the command line asked for something inconsistent.
+    #[error("{0}")]
+    Invalid(String),
+    /// The seccomp filter could not be compiled.
+    #[error("compiling the seccomp filter: {0}")]
+    Seccomp(#[from] crate::seccomp::SeccompError),
+    /// A system call in the supervisor failed.
+    #[error("{op}: {source}")]
+    Sys {
+        /// The operation, with its path where there is one.
+        op: String,
+        /// The errno.
+        source: Errno,
+    },
+    /// Creating the namespaces failed.
+    #[error("cannot create the sandbox's namespaces (clone: {source}){hint}")]
+    Clone {
+        /// The errno.
+        source: Errno,
+        /// Cause and fix, when known (starts with ": ").
+        hint: String,
+    },
+    /// Writing a user-namespace id map failed.
+    #[error("writing {path} ({data:?}): {source}")]
+    IdMap {
+        /// The /proc file.
+        path: PathBuf,
+        /// What was written.
+        data: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// A channel to the child failed.
+    #[error("talking to the sandbox's init: {0}")]
+    Channel(#[from] channel::ChannelError),
+    /// A setup step inside the sandbox failed.
+    #[error("sandbox setup failed while {} ({detail}): {}", step.describe(), Errno::from_raw(*errno).desc())]
+    Setup {
+        /// The step.
+        step: Step,
+        /// The errno.
+        errno: i32,
+        /// The path or reason.
+        detail: String,
+    },
+    /// A layer the profile requires is not fully enforced.
+    #[error("{layer} is required by the profile but {reason}")]
+    LayerUnavailable {
+        /// The layer.
+        layer: &'static str,
+        /// What is missing and how to fix it.
+        reason: String,
+    },
+    /// The command could not be executed inside the sandbox.
+    #[error("cannot execute '{program}': {}", Errno::from_raw(*errno).desc())]
+    Exec {
+        /// The program as given.
+        program: String,
+        /// The errno of the last attempt.
+        errno: i32,
+    },
+}
+
+impl SpawnError {
+    /// The exit status `sandbox run` uses for this error: 127 when the command
+    /// could not be executed (as a shell does), 125 for the sandbox's own failures.
+    pub fn exit_status(&self) -> i32 {
+        match self {
+            SpawnError::Exec { .. } => 127,
+            _ => 125,
+        }
+    }
+}

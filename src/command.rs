@@ -1,0 +1,328 @@
+//! The library entry point, shaped like [`std::process::Command`].
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use crate::profile::policy::{Enforcement, Policy};
+use crate::spawn::channel::PayloadExit;
+use crate::spawn::parent::{self, Outcome};
+use crate::spawn::report::{
+    Enforced, ExitInfo, LandlockReport, Namespaces, Report, SeccompReport, UserReport,
+};
+use crate::spawn::{Prepared, SpawnError, SpawnSpec, Stdio, Step};
+
+/// A command to run in a sandbox.
+///
+/// Defaults: the project root and working directory are the current
+/// directory; the environment is exactly the policy's (nothing is inherited
+/// unless the policy passes it); stdin, stdout and stderr are inherited.
+///
+/// ```no_run
+/// let policy = sandbox::profile::load("strict")?;
+/// let status = sandbox::Command::new("make", policy).arg("test").status()?;
+/// assert!(status.success());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Command {
+    program: OsString,
+    args: Vec<OsString>,
+    env: Vec<(OsString, Option<OsString>)>,
+    cwd: Option<PathBuf>,
+    project: Option<PathBuf>,
+    policy: Policy,
+    stdio: [Stdio; 3],
+}
+
+/// How a sandboxed command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExitStatus(PayloadExit);
+
+impl ExitStatus {
+    /// Exit code 0.
+    pub fn success(&self) -> bool {
+        self.0 == PayloadExit::Code(0)
+    }
+    /// The exit code, unless a signal killed the command.
+    pub fn code(&self) -> Option<i32> {
+        match self.0 {
+            PayloadExit::Code(code) => Some(code),
+            PayloadExit::Signal(_) => None,
+        }
+    }
+    /// The signal that killed the command.
+    pub fn signal(&self) -> Option<i32> {
+        match self.0 {
+            PayloadExit::Signal(signal) => Some(signal),
+            PayloadExit::Code(_) => None,
+        }
+    }
+    /// The shell convention: the code, or 128 + the signal number.
+    pub fn as_shell_status(&self) -> i32 {
+        self.0.as_status()
+    }
+}
+
+/// A finished run: the result and the report of what was enforced.
+#[derive(Debug)]
+pub struct Finished {
+    /// How the command ended, or why it could not run.
+    pub result: Result<ExitStatus, SpawnError>,
+    /// The report (also filled in when the run failed after preparation).
+    pub report: Option<Report>,
+}
+
+impl Command {
+    /// A command running `program` under `policy`.
+    pub fn new(program: impl AsRef<OsStr>, policy: Policy) -> Command {
+        Command {
+            program: program.as_ref().to_os_string(),
+            args: Vec::new(),
+            env: Vec::new(),
+            cwd: None,
+            project: None,
+            policy,
+            stdio: [Stdio::Inherit, Stdio::Inherit, Stdio::Inherit],
+        }
+    }
+    /// Add an argument.
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Command {
+        self.args.push(arg.as_ref().to_os_string());
+        self
+    }
+    /// Add arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut Command
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_os_string()));
+        self
+    }
+    /// Set an environment variable (on top of the policy's environment).
+    pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Command {
+        self.env.push((
+            key.as_ref().to_os_string(),
+            Some(value.as_ref().to_os_string()),
+        ));
+        self
+    }
+    /// Remove an environment variable the policy would set.
+    pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Command {
+        self.env.push((key.as_ref().to_os_string(), None));
+        self
+    }
+    /// The working directory inside the sandbox (must be inside the project root).
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Command {
+        self.cwd = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    /// The project root (default: the current directory).
+    pub fn project(&mut self, dir: impl AsRef<Path>) -> &mut Command {
+        self.project = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    /// Where stdin comes from.
+    pub fn stdin(&mut self, stdio: Stdio) -> &mut Command {
+        self.stdio[0] = stdio;
+        self
+    }
+    /// Where stdout goes.
+    pub fn stdout(&mut self, stdio: Stdio) -> &mut Command {
+        self.stdio[1] = stdio;
+        self
+    }
+    /// Where stderr goes.
+    pub fn stderr(&mut self, stdio: Stdio) -> &mut Command {
+        self.stdio[2] = stdio;
+        self
+    }
+    /// The policy this command runs under.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// Run to completion and return the exit status.
+    pub fn status(&mut self) -> Result<ExitStatus, SpawnError> {
+        self.run().result
+    }
+
+    /// Run to completion and return the status with the full report.
+    pub fn run(&mut self) -> Finished {
+        let project = match self
+            .project
+            .clone()
+            .map(Ok)
+            .unwrap_or_else(std::env::current_dir)
+        {
+            Ok(project) => project,
+            Err(source) => {
+                return Finished {
+                    result: Err(SpawnError::Path {
+                        what: "current directory",
+                        path: ".".into(),
+                        source,
+                    }),
+                    report: None,
+                }
+            }
+        };
+        let spec = SpawnSpec {
+            program: self.program.clone(),
+            args: self.args.clone(),
+            project,
+            cwd: self.cwd.clone(),
+            env: self.env.clone(),
+            stdio: std::mem::take(&mut self.stdio),
+        };
+        let mut prepared = match Prepared::new(&self.policy, spec) {
+            Ok(prepared) => prepared,
+            Err(err) => {
+                return Finished {
+                    result: Err(err),
+                    report: None,
+                }
+            }
+        };
+        let outcome = parent::run(&mut prepared);
+        let report = build_report(&self.policy, &prepared, self.command_line(), &outcome);
+        Finished {
+            result: outcome.map(|o| ExitStatus(o.exit)),
+            report: Some(report),
+        }
+    }
+
+    fn command_line(&self) -> Vec<String> {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+}
+
+fn build_report(
+    policy: &Policy,
+    prepared: &Prepared,
+    command: Vec<String>,
+    outcome: &Result<Outcome, SpawnError>,
+) -> Report {
+    let ok = outcome.as_ref().ok();
+    let started = ok.is_some();
+    let mut warnings = prepared.warnings.clone();
+    let landlock = match (policy.enforce.landlock, ok.and_then(|o| o.landlock)) {
+        (Enforcement::Off, _) => LandlockReport {
+            requested: Enforcement::Off,
+            abi: None,
+            status: "off".into(),
+            rules: 0,
+        },
+        (requested, Some((abi, status))) => {
+            if status != 2 {
+                warnings.push(format!(
+                    "Landlock: {}",
+                    crate::landlock::shortfall(abi, status)
+                ));
+            }
+            LandlockReport {
+                requested,
+                abi: Some(abi),
+                status: crate::landlock::status_name(status).into(),
+                rules: prepared.landlock_rules.len(),
+            }
+        }
+        (requested, None) => LandlockReport {
+            requested,
+            abi: None,
+            status: "not-enforced".into(),
+            rules: 0,
+        },
+    };
+    let seccomp_skipped = ok.and_then(|o| {
+        o.skipped
+            .iter()
+            .find(|(step, _)| *step == Step::Seccomp)
+            .copied()
+    });
+    if let Some((_, errno)) = seccomp_skipped {
+        warnings.push(format!(
+            "seccomp: not installed ({}); the profile marks it best-effort",
+            nix::errno::Errno::from_raw(errno).desc()
+        ));
+    }
+    let seccomp = match &prepared.seccomp {
+        None => SeccompReport {
+            requested: policy.enforce.seccomp,
+            mode: None,
+            filter_sha256: None,
+            instructions: 0,
+            status: "off".into(),
+        },
+        Some(filter) => SeccompReport {
+            requested: policy.enforce.seccomp,
+            mode: Some(filter.mode()),
+            filter_sha256: Some(filter.sha256().to_string()),
+            instructions: filter.instruction_count(),
+            status: if !started {
+                "not-started".into()
+            } else if seccomp_skipped.is_some() {
+                "skipped".into()
+            } else {
+                "installed".into()
+            },
+        },
+    };
+    let flags = prepared.clone_flags;
+    use nix::sched::CloneFlags as F;
+    let enforced = Enforced {
+        namespaces: Namespaces {
+            user: flags.contains(F::CLONE_NEWUSER),
+            mount: flags.contains(F::CLONE_NEWNS),
+            pid: flags.contains(F::CLONE_NEWPID),
+            net: flags.contains(F::CLONE_NEWNET),
+            ipc: flags.contains(F::CLONE_NEWIPC),
+            uts: flags.contains(F::CLONE_NEWUTS),
+            cgroup: true,
+        },
+        user: UserReport {
+            inside_uid: prepared.ids.inside_uid,
+            host_uid: prepared.ids.host_uid,
+            inside_gid: prepared.ids.inside_gid,
+            host_gid: prepared.ids.host_gid,
+            idmapped_trees: prepared.idmapped.len(),
+        },
+        network: prepared.network,
+        landlock,
+        seccomp,
+        capabilities: Vec::new(),
+        no_new_privs: true,
+        rlimits: prepared
+            .rlimits
+            .iter()
+            .map(|(r, v)| (format!("{r:?}"), *v))
+            .collect(),
+        tmp_size: policy.filesystem.tmp_size,
+    };
+    let (exit, error) = match outcome {
+        Ok(o) => (
+            Some(ExitInfo {
+                code: ExitStatus(o.exit).code(),
+                signal: ExitStatus(o.exit).signal(),
+                status: o.exit.as_status(),
+            }),
+            None,
+        ),
+        Err(err) => (None, Some(err.to_string())),
+    };
+    Report {
+        version: 1,
+        profile: prepared.profile_name.clone(),
+        command,
+        project: prepared.project.clone(),
+        exit,
+        error,
+        wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
+        enforced,
+        warnings,
+    }
+}

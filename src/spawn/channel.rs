@@ -1,0 +1,398 @@
+//! The two channels between the supervisor (P0) and the sandbox's processes.
+//!
+//! * The sync socket (SOCK_SEQPACKET, so each message arrives whole): P0 tells
+//!   init (P1) that the id maps are written, passing any idmapped mount trees
+//!   as file descriptors; P1 tells P0 how the payload ended. End-of-file on it
+//!   tells P1 that the supervisor died.
+//! * The report pipe: P1 and the payload (P2) write fixed-size records about
+//!   setup (a failed step with its errno, the Landlock status). P2's copy is
+//!   close-on-exec, so end-of-file without an error record means exec succeeded.
+//!
+//! Records are written with one `write(2)` of at most PIPE_BUF bytes, which the
+//! kernel makes atomic, and are built without allocation in the child.
+
+use std::io::IoSlice;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+
+use super::Step;
+
+/// Upper bound on the detail text of a record (a path or program name).
+pub const DETAIL_MAX: usize = 1024;
+const RECORD_HEADER: usize = 1 + 1 + 4 + 2;
+/// Size of an encoded record.
+pub const RECORD_SIZE: usize = RECORD_HEADER + DETAIL_MAX;
+
+const TAG_GO: u8 = 1;
+const TAG_EXITED: u8 = 2;
+/// Most mount trees one Go message may carry.
+pub const MAX_PASSED_FDS: usize = 32;
+
+/// A protocol violation or I/O failure on a channel.
+#[derive(Debug, thiserror::Error)]
+pub enum ChannelError {
+    /// The peer closed its end.
+    #[error("the other side closed the channel")]
+    Closed,
+    /// A system call failed.
+    #[error("{op} failed: {source}")]
+    Io {
+        /// The operation.
+        op: &'static str,
+        /// The errno.
+        source: Errno,
+    },
+    /// A message arrived that the protocol does not allow here.
+    #[error("unexpected message on the sync channel: {0}")]
+    Unexpected(String),
+}
+
+/// How the payload ended, as init saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadExit {
+    /// Exited with this code.
+    Code(i32),
+    /// Killed by this signal.
+    Signal(i32),
+}
+
+impl PayloadExit {
+    /// The shell convention: the code, or 128 + the signal number.
+    pub fn as_status(self) -> i32 {
+        match self {
+            PayloadExit::Code(code) => code,
+            PayloadExit::Signal(signal) => 128 + signal,
+        }
+    }
+
+    fn encode(self) -> [u8; 6] {
+        let (kind, value) = match self {
+            PayloadExit::Code(code) => (0u8, code),
+            PayloadExit::Signal(signal) => (1u8, signal),
+        };
+        let v = value.to_le_bytes();
+        [TAG_EXITED, kind, v[0], v[1], v[2], v[3]]
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self, ChannelError> {
+        match bytes {
+            [TAG_EXITED, kind, a, b, c, d] => {
+                let value = i32::from_le_bytes([*a, *b, *c, *d]);
+                match kind {
+                    0 => Ok(PayloadExit::Code(value)),
+                    1 => Ok(PayloadExit::Signal(value)),
+                    other => Err(ChannelError::Unexpected(format!("exit kind {other}"))),
+                }
+            }
+            other => Err(ChannelError::Unexpected(format!(
+                "{} bytes where an exit record belongs",
+                other.len()
+            ))),
+        }
+    }
+}
+
+/// P0: tell init the id maps are in place, handing over the mount trees.
+pub fn send_go(sock: BorrowedFd<'_>, trees: &[OwnedFd]) -> Result<(), ChannelError> {
+    if trees.len() > MAX_PASSED_FDS {
+        return Err(ChannelError::Unexpected(format!(
+            "{} mount trees (at most {MAX_PASSED_FDS})",
+            trees.len()
+        )));
+    }
+    let raw: Vec<RawFd> = trees.iter().map(|fd| fd.as_raw_fd()).collect();
+    let payload = [TAG_GO];
+    let iov = [IoSlice::new(&payload)];
+    let cmsgs = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &cmsgs };
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map_err(
+        |source| ChannelError::Io {
+            op: "sendmsg(go)",
+            source,
+        },
+    )?;
+    Ok(())
+}
+
+/// P1: wait until the supervisor has written the id maps. Returns the mount
+/// trees it passed, in the order of the mount plan's idmapped entries.
+/// The received descriptors are written into `out`, which is preallocated by
+/// the caller so that this path does not allocate in the child.
+pub fn wait_for_go(
+    sock: BorrowedFd<'_>,
+    out: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+) -> Result<usize, ChannelError> {
+    let mut payload = [0u8; 8];
+    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
+    let mut iov = [std::io::IoSliceMut::new(&mut payload)];
+    let msg = loop {
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(Errno::EINTR) => continue,
+            other => {
+                break other.map_err(|source| ChannelError::Io {
+                    op: "recvmsg(go)",
+                    source,
+                })?
+            }
+        }
+    };
+    let mut count = 0;
+    if let Ok(cmsgs) = msg.cmsgs() {
+        for cmsg in cmsgs {
+            if let ControlMessageOwned::ScmRights(fds) = cmsg {
+                for fd in fds {
+                    let owned = crate::sys::fd::adopt_received(fd);
+                    if count < MAX_PASSED_FDS {
+                        out[count] = Some(owned);
+                        count += 1;
+                    }
+                }
+            }
+        }
+    }
+    let len = msg.bytes;
+    if len == 0 {
+        return Err(ChannelError::Closed);
+    }
+    if len != 1 || payload[0] != TAG_GO {
+        return Err(ChannelError::Unexpected(format!(
+            "tag {} ({} bytes) where go belongs",
+            payload[0], len
+        )));
+    }
+    Ok(count)
+}
+
+/// P1: tell the supervisor how the payload ended.
+pub fn send_exit(sock: BorrowedFd<'_>, exit: PayloadExit) -> Result<(), ChannelError> {
+    nix::sys::socket::send(sock.as_raw_fd(), &exit.encode(), MsgFlags::MSG_NOSIGNAL).map_err(
+        |source| ChannelError::Io {
+            op: "send(exit)",
+            source,
+        },
+    )?;
+    Ok(())
+}
+
+/// P0: read how the payload ended, if init said so before exiting.
+pub fn try_recv_exit(sock: BorrowedFd<'_>) -> Result<Option<PayloadExit>, ChannelError> {
+    let mut buf = [0u8; 16];
+    match nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+        Ok(0) | Err(Errno::EAGAIN) => Ok(None),
+        Ok(n) => PayloadExit::decode(&buf[..n]).map(Some),
+        Err(source) => Err(ChannelError::Io {
+            op: "recv(exit)",
+            source,
+        }),
+    }
+}
+
+/// A record on the report pipe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Record {
+    /// A setup step failed.
+    Failed {
+        /// The step.
+        step: Step,
+        /// The errno (0 when the failure is not a system call's).
+        errno: i32,
+        /// The path, program or reason involved.
+        detail: String,
+    },
+    /// A best-effort layer was not applied.
+    Skipped {
+        /// The step.
+        step: Step,
+        /// The errno.
+        errno: i32,
+    },
+    /// The Landlock ruleset was applied with this status.
+    Landlock {
+        /// The ABI the kernel offered.
+        abi: u32,
+        /// 0 not enforced, 1 partially, 2 fully.
+        status: u8,
+    },
+}
+
+const KIND_FAILED: u8 = 1;
+const KIND_LANDLOCK: u8 = 2;
+const KIND_SKIPPED: u8 = 3;
+
+fn write_record(fd: BorrowedFd<'_>, kind: u8, step: u8, errno: i32, detail: &[u8]) {
+    let mut buf = [0u8; RECORD_SIZE];
+    let len = detail.len().min(DETAIL_MAX);
+    buf[0] = kind;
+    buf[1] = step;
+    buf[2..6].copy_from_slice(&errno.to_le_bytes());
+    buf[6..8].copy_from_slice(&(len as u16).to_le_bytes());
+    buf[RECORD_HEADER..RECORD_HEADER + len].copy_from_slice(&detail[..len]);
+    // A failed write cannot be reported anywhere else; the supervisor then
+    // sees the exit status without a record and says so.
+    let _ = nix::unistd::write(fd, &buf);
+}
+
+/// Child side: report a failed step. Does not allocate.
+pub fn report_failure(fd: BorrowedFd<'_>, step: Step, errno: Errno, detail: &[u8]) {
+    write_record(fd, KIND_FAILED, step as u8, errno as i32, detail);
+}
+
+/// Child side: report the Landlock status.
+pub fn report_landlock(fd: BorrowedFd<'_>, abi: u32, status: u8) {
+    write_record(fd, KIND_LANDLOCK, status, abi as i32, &[]);
+}
+
+/// Child side: a best-effort layer could not be applied.
+pub fn report_skipped(fd: BorrowedFd<'_>, step: Step, errno: Errno) {
+    write_record(fd, KIND_SKIPPED, step as u8, errno as i32, &[]);
+}
+
+/// P0: read every record until end-of-file (all writers closed or exec'd).
+pub fn read_records(fd: &OwnedFd) -> Result<Vec<Record>, ChannelError> {
+    let mut records = Vec::new();
+    let mut buf = [0u8; RECORD_SIZE];
+    loop {
+        let n = match nix::unistd::read(fd.as_fd(), &mut buf) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
+            Err(source) => {
+                return Err(ChannelError::Io {
+                    op: "read(report)",
+                    source,
+                })
+            }
+        };
+        if n == 0 {
+            return Ok(records);
+        }
+        records.push(decode_record(&buf[..n])?);
+    }
+}
+
+/// Decode one record read from the report pipe.
+pub fn decode_record(bytes: &[u8]) -> Result<Record, ChannelError> {
+    if bytes.len() != RECORD_SIZE {
+        return Err(ChannelError::Unexpected(format!(
+            "report record of {} bytes",
+            bytes.len()
+        )));
+    }
+    let errno = i32::from_le_bytes([bytes[2], bytes[3], bytes[4], bytes[5]]);
+    let len = usize::from(u16::from_le_bytes([bytes[6], bytes[7]])).min(DETAIL_MAX);
+    let detail = String::from_utf8_lossy(&bytes[RECORD_HEADER..RECORD_HEADER + len]).into_owned();
+    match bytes[0] {
+        KIND_FAILED => {
+            let step = Step::from_u8(bytes[1])
+                .ok_or_else(|| ChannelError::Unexpected(format!("step {}", bytes[1])))?;
+            Ok(Record::Failed {
+                step,
+                errno,
+                detail,
+            })
+        }
+        KIND_SKIPPED => {
+            let step = Step::from_u8(bytes[1])
+                .ok_or_else(|| ChannelError::Unexpected(format!("step {}", bytes[1])))?;
+            Ok(Record::Skipped { step, errno })
+        }
+        KIND_LANDLOCK => Ok(Record::Landlock {
+            abi: errno as u32,
+            status: bytes[1],
+        }),
+        other => Err(ChannelError::Unexpected(format!("record kind {other}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+    fn seqpacket() -> (OwnedFd, OwnedFd) {
+        socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn go_carries_descriptors_in_order() {
+        let (a, b) = seqpacket();
+        let trees = vec![
+            std::fs::File::open("/").unwrap().into(),
+            std::fs::File::open("/tmp").unwrap().into(),
+        ];
+        send_go(a.as_fd(), &trees).unwrap();
+        let mut out: [Option<OwnedFd>; MAX_PASSED_FDS] = std::array::from_fn(|_| None);
+        assert_eq!(wait_for_go(b.as_fd(), &mut out).unwrap(), 2);
+        assert!(out[0].is_some() && out[1].is_some() && out[2].is_none());
+    }
+
+    #[test]
+    fn wait_for_go_sees_a_dead_supervisor_as_closed() {
+        let (a, b) = seqpacket();
+        drop(a);
+        let mut out: [Option<OwnedFd>; MAX_PASSED_FDS] = std::array::from_fn(|_| None);
+        assert!(matches!(
+            wait_for_go(b.as_fd(), &mut out),
+            Err(ChannelError::Closed)
+        ));
+    }
+
+    #[test]
+    fn wait_for_go_rejects_an_out_of_order_exit_message() {
+        let (a, b) = seqpacket();
+        send_exit(a.as_fd(), PayloadExit::Code(0)).unwrap();
+        let mut out: [Option<OwnedFd>; MAX_PASSED_FDS] = std::array::from_fn(|_| None);
+        assert!(matches!(
+            wait_for_go(b.as_fd(), &mut out),
+            Err(ChannelError::Unexpected(_))
+        ));
+    }
+
+    #[test]
+    fn exit_round_trips_and_rejects_garbage() {
+        let (a, b) = seqpacket();
+        send_exit(a.as_fd(), PayloadExit::Signal(9)).unwrap();
+        assert_eq!(
+            try_recv_exit(b.as_fd()).unwrap(),
+            Some(PayloadExit::Signal(9))
+        );
+        assert_eq!(try_recv_exit(b.as_fd()).unwrap(), None);
+        nix::sys::socket::send(a.as_raw_fd(), &[TAG_GO], MsgFlags::empty()).unwrap();
+        assert!(try_recv_exit(b.as_fd()).is_err());
+        assert_eq!(PayloadExit::Signal(9).as_status(), 137);
+    }
+
+    #[test]
+    fn records_round_trip_and_truncate_long_details() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        report_landlock(w.as_fd(), 7, 2);
+        report_failure(w.as_fd(), Step::Exec, Errno::ENOENT, &[b'x'; 5000]);
+        drop(w);
+        let records = read_records(&r).unwrap();
+        assert_eq!(records[0], Record::Landlock { abi: 7, status: 2 });
+        match &records[1] {
+            Record::Failed {
+                step,
+                errno,
+                detail,
+            } => {
+                assert_eq!(*step, Step::Exec);
+                assert_eq!(*errno, libc::ENOENT);
+                assert_eq!(detail.len(), DETAIL_MAX);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

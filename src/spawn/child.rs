@@ -1,0 +1,169 @@
+//! P2: the payload process, from fork to execve.
+//!
+//! The order is the one bubblewrap and the kernel impose: session and
+//! signals, descriptors, working directory, limits; then capabilities (the
+//! last credential change), the parent-death signal after it (the kernel
+//! clears it on credential changes), Landlock after every mount, and seccomp
+//! last, immediately before execve, so the filter need not allow setup calls.
+//!
+//! Runs between clone and exec: no unwrap, no panic, errors become records.
+
+use std::os::fd::{AsRawFd, BorrowedFd};
+
+use nix::errno::Errno;
+use nix::fcntl::{open, OFlag};
+use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::stat::Mode;
+
+use super::channel;
+use super::init::{Failed, StepExt};
+use super::prepare::{Prepared, Stdio};
+use super::Step;
+use crate::profile::policy::Enforcement;
+
+/// Exit status when the command cannot be executed, as a shell uses it.
+pub const EXEC_FAILED: i32 = 127;
+
+/// The payload's entry point after fork. Never returns on success (execve).
+pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
+    match run(prepared, report) {
+        Ok(never) => match never {},
+        Err(failed) => {
+            channel::report_failure(report, failed.step, failed.errno, failed.detail);
+            if failed.step == Step::Exec {
+                EXEC_FAILED
+            } else {
+                super::init::SETUP_FAILED
+            }
+        }
+    }
+}
+
+enum Never {}
+
+fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Never, Failed<'a>> {
+    // No controlling terminal: TIOCSTI and friends can then not push input
+    // into the supervisor's terminal (CVE-2017-5226 in bubblewrap).
+    nix::unistd::setsid().step(Step::Setsid, b"")?;
+    crate::sys::signal::reset_all_dispositions().step(Step::SignalReset, b"")?;
+    sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
+        .step(Step::SignalReset, b"")?;
+
+    for (target, stdio) in prepared.stdio.iter().enumerate() {
+        let target = target as i32;
+        match stdio {
+            Stdio::Inherit => {}
+            Stdio::Null => {
+                let flags = if target == 0 {
+                    OFlag::O_RDONLY
+                } else {
+                    OFlag::O_WRONLY
+                };
+                let null = open("/dev/null", flags, Mode::empty())
+                    .step(Step::CloseDescriptors, b"/dev/null")?;
+                dup_onto(null.as_raw_fd(), target)?;
+            }
+            Stdio::Fd(fd) => dup_onto(fd.as_raw_fd(), target)?,
+        }
+    }
+    // Anything above stderr that the supervisor's own parent leaked to it
+    // must not reach the command (the report pipe is already close-on-exec).
+    crate::sys::fd::cloexec_from(3).step(Step::CloseDescriptors, b"")?;
+
+    nix::unistd::chdir(prepared.cwd.as_c_str()).step(Step::Chdir, prepared.cwd.to_bytes())?;
+    for (resource, limit) in &prepared.rlimits {
+        nix::sys::resource::setrlimit(*resource, *limit, *limit)
+            .step(Step::Rlimit, resource_name(*resource))?;
+    }
+
+    crate::caps::drop_all().map_err(|err| Failed {
+        step: Step::DropCapabilities,
+        errno: match err {
+            crate::caps::CapsError::Securebits(errno) => errno,
+            crate::caps::CapsError::Clear { .. } => Errno::EPERM,
+        },
+        detail: b"",
+    })?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).step(Step::ParentDeathSignal, b"")?;
+
+    if prepared.landlock != Enforcement::Off {
+        match crate::landlock::apply(&prepared.landlock_rules) {
+            Ok(applied) => {
+                channel::report_landlock(report, applied.abi, applied.status);
+                if prepared.landlock == Enforcement::Required && applied.status != 2 {
+                    return Err(Failed {
+                        step: Step::LandlockNotEnforced,
+                        errno: Errno::EPERM,
+                        detail: b"",
+                    });
+                }
+            }
+            Err(failure) if prepared.landlock == Enforcement::Required => {
+                return Err(Failed {
+                    step: Step::Landlock,
+                    errno: failure.errno,
+                    detail: failure.path,
+                });
+            }
+            Err(_) => channel::report_landlock(report, 0, 0),
+        }
+    }
+
+    if let Some(filter) = &prepared.seccomp {
+        if let Err(errno) = crate::sys::seccomp::install_filters(filter.programs()) {
+            if prepared.seccomp_enforcement == Enforcement::Required {
+                return Err(Failed {
+                    step: Step::Seccomp,
+                    errno,
+                    detail: b"",
+                });
+            }
+            channel::report_skipped(report, Step::Seccomp, errno);
+        }
+    }
+
+    // execvp's rules: keep looking after ENOENT/ENOTDIR, remember EACCES.
+    let mut errno = Errno::ENOENT;
+    for candidate in &prepared.exec_candidates {
+        let Err(err) = nix::unistd::execve(candidate, &prepared.argv, &prepared.envp);
+        match err {
+            Errno::ENOENT | Errno::ENOTDIR => {}
+            Errno::EACCES => errno = Errno::EACCES,
+            other => {
+                errno = other;
+                break;
+            }
+        }
+    }
+    Err(Failed {
+        step: Step::Exec,
+        errno,
+        detail: prepared.program.as_bytes(),
+    })
+}
+
+fn dup_onto<'a>(fd: i32, target: i32) -> Result<(), Failed<'a>> {
+    if fd == target {
+        // dup2 onto itself would keep CLOEXEC set; clear it instead.
+        return nix::fcntl::fcntl(
+            crate::sys::fd::borrow(fd),
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .map(drop)
+        .step(Step::CloseDescriptors, b"stdio");
+    }
+    crate::sys::fd::dup_onto(fd, target).step(Step::CloseDescriptors, b"stdio")
+}
+
+fn resource_name(resource: nix::sys::resource::Resource) -> &'static [u8] {
+    use nix::sys::resource::Resource;
+    match resource {
+        Resource::RLIMIT_CORE => b"RLIMIT_CORE",
+        Resource::RLIMIT_NOFILE => b"RLIMIT_NOFILE",
+        Resource::RLIMIT_NPROC => b"RLIMIT_NPROC",
+        Resource::RLIMIT_AS => b"RLIMIT_AS",
+        Resource::RLIMIT_CPU => b"RLIMIT_CPU",
+        Resource::RLIMIT_FSIZE => b"RLIMIT_FSIZE",
+        _ => b"rlimit",
+    }
+}

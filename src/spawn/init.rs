@@ -1,0 +1,430 @@
+//! P1: the sandbox's init, PID 1 of the new pid namespace.
+//!
+//! It finishes the namespaces (ids, mounts, network, hostname), starts the
+//! payload, forwards signals to it, reaps every orphan, and exits with the
+//! payload's status. When it exits the kernel kills everything else in the
+//! pid namespace, which is what makes a double-forked daemon die with the run.
+//!
+//! Runs between clone and exec: no unwrap, no panic, errors become records.
+
+use std::ffi::CStr;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::stat::Mode;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{Gid, Pid, Uid};
+
+use super::channel::{self, PayloadExit, MAX_PASSED_FDS};
+use super::prepare::{MountOp, NodeKind, Prepared};
+use super::Step;
+use crate::profile::policy::NetworkMode;
+use crate::sys::mount_api::{self, MountAttrs};
+
+/// Descriptors init works with.
+pub struct InitFds<'a> {
+    /// Init's end of the sync socket.
+    pub sync: BorrowedFd<'a>,
+    /// Write end of the report pipe.
+    pub report: BorrowedFd<'a>,
+    /// The supervisor's ends, which init must close so that the supervisor's
+    /// death is seen as end-of-file.
+    pub supervisor_ends: [RawFd; 2],
+}
+
+/// A failed step: what, the errno, and the path or name involved.
+pub struct Failed<'a> {
+    /// The step.
+    pub step: Step,
+    /// The errno.
+    pub errno: Errno,
+    /// The path or name.
+    pub detail: &'a [u8],
+}
+
+pub(crate) trait StepExt<T> {
+    fn step<'a>(self, step: Step, detail: &'a [u8]) -> Result<T, Failed<'a>>;
+}
+
+impl<T> StepExt<T> for nix::Result<T> {
+    fn step<'a>(self, step: Step, detail: &'a [u8]) -> Result<T, Failed<'a>> {
+        self.map_err(|errno| Failed {
+            step,
+            errno,
+            detail,
+        })
+    }
+}
+
+/// Exit status of init when its own setup failed (the record says why).
+pub const SETUP_FAILED: i32 = 125;
+
+/// Init's entry point after clone. Returns its exit status.
+pub fn main(prepared: &Prepared, fds: &InitFds<'_>) -> i32 {
+    for fd in fds.supervisor_ends {
+        let _ = nix::unistd::close(fd);
+    }
+    match run(prepared, fds) {
+        Ok(status) => status,
+        Err(Some(failed)) => {
+            channel::report_failure(fds.report, failed.step, failed.errno, failed.detail);
+            SETUP_FAILED
+        }
+        // The supervisor died before releasing us: nobody to tell.
+        Err(None) => SETUP_FAILED,
+    }
+}
+
+fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Failed<'a>>> {
+    // The kernel clears the parent-death signal on credential changes, so it
+    // is set again after switching ids below.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).step(Step::ParentDeathSignal, b"")?;
+    nix::sys::prctl::set_no_new_privs().step(Step::NoNewPrivs, b"")?;
+
+    let mut trees: [Option<OwnedFd>; MAX_PASSED_FDS] = std::array::from_fn(|_| None);
+    match channel::wait_for_go(fds.sync, &mut trees) {
+        Ok(_) => {}
+        Err(channel::ChannelError::Closed) => return Err(None),
+        Err(_) => {
+            return Err(Some(Failed {
+                step: Step::WaitForIdMaps,
+                errno: Errno::EPROTO,
+                detail: b"",
+            }))
+        }
+    }
+
+    if prepared.ids.root_mode {
+        // A map alone does not change the credentials of a running process:
+        // until these calls, this process still has host uid 0 and host
+        // root's supplementary groups.
+        nix::unistd::setgroups(&[]).step(Step::DropGroups, b"")?;
+        let gid = Gid::from_raw(prepared.ids.inside_gid);
+        let uid = Uid::from_raw(prepared.ids.inside_uid);
+        nix::unistd::setresgid(gid, gid, gid).step(Step::SetIds, b"gid")?;
+        nix::unistd::setresuid(uid, uid, uid).step(Step::SetIds, b"uid")?;
+        nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).step(Step::ParentDeathSignal, b"")?;
+        if supervisor_gone(fds.sync) {
+            return Err(None);
+        }
+    }
+    // Its own process group, so a terminal's ^C reaches only the supervisor,
+    // which forwards it once (the payload would otherwise see it twice).
+    nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).step(Step::ProcessGroup, b"")?;
+    nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;
+
+    build_root(prepared, &mut trees)?;
+
+    if prepared.network == NetworkMode::Loopback {
+        crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
+    }
+    nix::unistd::sethostname("sandbox").step(Step::Hostname, b"sandbox")?;
+
+    // Fork the payload. Signals stay blocked (the supervisor blocked them
+    // before clone) until forwarding is in place, so none is lost.
+    let (payload, _pidfd) = crate::sys::clone::clone_into_namespaces(CloneFlags::empty(), || {
+        super::child::main(prepared, fds.report)
+    })
+    .step(Step::ForkPayload, b"")?;
+    crate::sys::signal::forward_signals_to(payload).step(Step::SignalForwarding, b"")?;
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // Only the payload (until exec) may write records now.
+    let _ = nix::unistd::close(fds.report.as_raw_fd());
+    for stdio in &prepared.stdio {
+        if let super::Stdio::Fd(fd) = stdio {
+            let _ = nix::unistd::close(fd.as_raw_fd());
+        }
+    }
+
+    let exit = reap_until(payload);
+    let _ = channel::send_exit(fds.sync, exit);
+    Ok(exit.as_status())
+}
+
+/// Reap every child (orphans are re-parented to us) until the payload ends.
+fn reap_until(payload: Pid) -> PayloadExit {
+    loop {
+        match waitpid(None, None) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == payload => return PayloadExit::Code(code),
+            Ok(WaitStatus::Signaled(pid, signal, _)) if pid == payload => {
+                return PayloadExit::Signal(signal as i32)
+            }
+            Ok(_) | Err(Errno::EINTR) => continue,
+            // ECHILD: nothing left to wait for, which cannot happen before
+            // the payload was reaped; treat it as a crash of the payload.
+            Err(_) => return PayloadExit::Code(SETUP_FAILED),
+        }
+    }
+}
+
+fn supervisor_gone(sync: BorrowedFd<'_>) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(sync, PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(0) => false,
+        Ok(_) => fds[0]
+            .revents()
+            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLIN)),
+        Err(_) => true,
+    }
+}
+
+fn mkdir_if_missing<'a>(path: &'a CStr) -> Result<(), Failed<'a>> {
+    match nix::unistd::mkdir(path, Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(Errno::EEXIST) => Ok(()),
+        // A read-only bind already covers it: fine if it exists there.
+        Err(errno) => match nix::sys::stat::stat(path) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Failed {
+                step: Step::CreateMountPoint,
+                errno,
+                detail: path.to_bytes(),
+            }),
+        },
+    }
+}
+
+fn file_if_missing<'a>(path: &'a CStr) -> Result<(), Failed<'a>> {
+    use nix::fcntl::{open, OFlag};
+    match open(
+        path,
+        OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o644),
+    ) {
+        Ok(_fd) => Ok(()),
+        Err(errno) => match nix::sys::stat::stat(path) {
+            Ok(_) => Ok(()),
+            Err(_) => Err(Failed {
+                step: Step::CreateMountPoint,
+                errno,
+                detail: path.to_bytes(),
+            }),
+        },
+    }
+}
+
+fn bind_tree<'a>(source: &'a CStr, target: &'a CStr, attrs: MountAttrs) -> Result<(), Failed<'a>> {
+    let tree = mount_api::clone_tree(source).step(Step::BindMount, source.to_bytes())?;
+    mount_api::set_tree_attrs(tree.as_fd(), attrs).step(Step::BindMount, target.to_bytes())?;
+    mount_api::attach_tree(tree.as_fd(), target).step(Step::BindMount, target.to_bytes())
+}
+
+const NONE: Option<&str> = None;
+const DEV_NODES: [(&CStr, &CStr); 5] = [
+    (c"/oldroot/dev/null", c"/newroot/dev/null"),
+    (c"/oldroot/dev/zero", c"/newroot/dev/zero"),
+    (c"/oldroot/dev/full", c"/newroot/dev/full"),
+    (c"/oldroot/dev/random", c"/newroot/dev/random"),
+    (c"/oldroot/dev/urandom", c"/newroot/dev/urandom"),
+];
+const DEV_LINKS: [(&CStr, &CStr); 4] = [
+    (c"/proc/self/fd", c"/newroot/dev/fd"),
+    (c"/proc/self/fd/0", c"/newroot/dev/stdin"),
+    (c"/proc/self/fd/1", c"/newroot/dev/stdout"),
+    (c"/proc/self/fd/2", c"/newroot/dev/stderr"),
+];
+
+/// Build the new root and pivot into it.
+///
+/// Staging layout (as bubblewrap does it): a tmpfs is mounted over /tmp and
+/// becomes the root via a first pivot_root, with the host's tree reachable at
+/// /oldroot. Sources are then always `/oldroot/<path>`, whatever the paths
+/// (the project may itself live under /tmp). The new root is a second tmpfs
+/// at /newroot; a final pivot_root(".", ".") plus a lazy unmount removes the
+/// host tree from this mount namespace entirely.
+fn build_root<'a>(
+    prepared: &'a Prepared,
+    trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+) -> Result<(), Failed<'a>> {
+    let rec_private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
+    mount(NONE, "/", NONE, rec_private, NONE).step(Step::MountPrivate, b"/")?;
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mount(
+        Some("tmpfs"),
+        "/tmp",
+        Some("tmpfs"),
+        nosuid_nodev,
+        Some("mode=0755,size=1m"),
+    )
+    .step(Step::MountBase, b"/tmp")?;
+    nix::unistd::chdir("/tmp").step(Step::MountBase, b"/tmp")?;
+    for dir in [c"newroot", c"oldroot"] {
+        nix::unistd::mkdir(dir, Mode::from_bits_truncate(0o755))
+            .step(Step::MountBase, dir.to_bytes())?;
+    }
+    // The empty, unreadable file that masks hidden files.
+    file_if_missing(c"hidden")?;
+    nix::sys::stat::fchmodat(
+        nix::fcntl::AT_FDCWD,
+        c"hidden",
+        Mode::empty(),
+        nix::sys::stat::FchmodatFlags::FollowSymlink,
+    )
+    .step(Step::HidePath, b"hidden")?;
+    nix::unistd::pivot_root(".", "oldroot").step(Step::PivotToBase, b"/tmp")?;
+    nix::unistd::chdir("/").step(Step::PivotToBase, b"/")?;
+
+    mount(
+        Some("tmpfs"),
+        "/newroot",
+        Some("tmpfs"),
+        nosuid_nodev,
+        Some("mode=0755"),
+    )
+    .step(Step::MountNewRoot, b"/newroot")?;
+    for dir in [c"/newroot/tmp", c"/newroot/proc", c"/newroot/dev"] {
+        mkdir_if_missing(dir)?;
+    }
+    mount(
+        Some("tmpfs"),
+        "/newroot/tmp",
+        Some("tmpfs"),
+        nosuid_nodev,
+        Some(prepared.tmp_options.as_c_str()),
+    )
+    .step(Step::MountTmp, b"/tmp")?;
+    mount(
+        Some("proc"),
+        "/newroot/proc",
+        Some("proc"),
+        nosuid_nodev | MsFlags::MS_NOEXEC,
+        NONE,
+    )
+    .step(Step::MountProc, b"/proc")?;
+    build_dev(prepared)?;
+
+    for dir in &prepared.mount_dirs {
+        mkdir_if_missing(dir)?;
+    }
+    let read_only = MountAttrs {
+        read_only: true,
+        nosuid: true,
+        nodev: true,
+        noexec: false,
+    };
+    let writable = MountAttrs {
+        read_only: false,
+        nosuid: true,
+        nodev: true,
+        noexec: false,
+    };
+    for op in &prepared.mounts {
+        match op {
+            MountOp::Bind {
+                source,
+                target,
+                kind,
+                writable: rw,
+            } => {
+                match kind {
+                    NodeKind::Dir => mkdir_if_missing(target)?,
+                    NodeKind::File => file_if_missing(target)?,
+                }
+                bind_tree(source, target, if *rw { writable } else { read_only })?;
+            }
+            MountOp::Idmapped { index, target } => {
+                mkdir_if_missing(target)?;
+                let tree = trees.get_mut(*index).and_then(Option::take).ok_or(Failed {
+                    step: Step::AttachIdmappedTree,
+                    errno: Errno::EBADF,
+                    detail: target.to_bytes(),
+                })?;
+                mount_api::attach_tree(tree.as_fd(), target)
+                    .step(Step::AttachIdmappedTree, target.to_bytes())?;
+            }
+            MountOp::Symlink { link, target } => match nix::unistd::symlinkat(
+                link.as_c_str(),
+                nix::fcntl::AT_FDCWD,
+                target.as_c_str(),
+            ) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(errno) => {
+                    return Err(Failed {
+                        step: Step::Symlink,
+                        errno,
+                        detail: target.to_bytes(),
+                    })
+                }
+            },
+            MountOp::HideDir { target } => {
+                mount(
+                    Some("tmpfs"),
+                    target.as_c_str(),
+                    Some("tmpfs"),
+                    nosuid_nodev | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
+                    Some("mode=0555,size=4k"),
+                )
+                .step(Step::HidePath, target.to_bytes())?;
+            }
+            MountOp::HideFile { target } => {
+                mount(
+                    Some("/hidden"),
+                    target.as_c_str(),
+                    NONE,
+                    MsFlags::MS_BIND,
+                    NONE,
+                )
+                .step(Step::HidePath, target.to_bytes())?;
+                mount(
+                    NONE,
+                    target.as_c_str(),
+                    NONE,
+                    MsFlags::MS_BIND
+                        | MsFlags::MS_REMOUNT
+                        | MsFlags::MS_RDONLY
+                        | nosuid_nodev
+                        | MsFlags::MS_NOEXEC,
+                    NONE,
+                )
+                .step(Step::HidePath, target.to_bytes())?;
+            }
+        }
+    }
+
+    mount(
+        NONE,
+        "/newroot",
+        NONE,
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | nosuid_nodev,
+        NONE,
+    )
+    .step(Step::RemountRootReadOnly, b"/")?;
+    nix::unistd::chdir("/newroot").step(Step::PivotRoot, b"/newroot")?;
+    nix::unistd::pivot_root(".", ".").step(Step::PivotRoot, b"/newroot")?;
+    umount2(".", MntFlags::MNT_DETACH).step(Step::DetachOldRoot, b"/")?;
+    nix::unistd::chdir("/").step(Step::Chdir, b"/")?;
+    Ok(())
+}
+
+fn build_dev<'a>(_prepared: &'a Prepared) -> Result<(), Failed<'a>> {
+    mount(
+        Some("tmpfs"),
+        "/newroot/dev",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=64k"),
+    )
+    .step(Step::MountDev, b"/dev")?;
+    for (source, target) in DEV_NODES {
+        file_if_missing(target)?;
+        mount(Some(source), target, NONE, MsFlags::MS_BIND, NONE)
+            .step(Step::MountDev, target.to_bytes())?;
+    }
+    for (link, target) in DEV_LINKS {
+        nix::unistd::symlinkat(link, nix::fcntl::AT_FDCWD, target)
+            .step(Step::MountDev, target.to_bytes())?;
+    }
+    mkdir_if_missing(c"/newroot/dev/shm")?;
+    mount(
+        Some("tmpfs"),
+        "/newroot/dev/shm",
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=1777,size=64m"),
+    )
+    .step(Step::MountDev, b"/dev/shm")?;
+    Ok(())
+}

@@ -1,0 +1,342 @@
+//! P0: the supervisor's side of a run. Creates the channels, clones init into
+//! the new namespaces, writes the id maps, releases init, forwards signals,
+//! and collects the records and the exit status.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use super::channel::{self, PayloadExit, Record};
+use super::init::InitFds;
+use super::prepare::Prepared;
+use super::{SpawnError, Step};
+use crate::sys::mount_api::{self, MountAttrs};
+
+/// What the supervisor learned from a run that started.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// How the payload ended.
+    pub exit: PayloadExit,
+    /// Landlock (abi, status) as the payload reported it.
+    pub landlock: Option<(u32, u8)>,
+    /// Best-effort steps that were skipped, with their errno.
+    pub skipped: Vec<(Step, i32)>,
+    /// Time from clone to the end.
+    pub wall: Duration,
+}
+
+fn sys(op: impl Into<String>) -> impl FnOnce(Errno) -> SpawnError {
+    let op = op.into();
+    move |source| SpawnError::Sys { op, source }
+}
+
+/// Cloning with the raw system call is only sound from a single-threaded process.
+pub fn check_single_threaded() -> Result<(), SpawnError> {
+    let status =
+        std::fs::read_to_string("/proc/self/status").map_err(|source| SpawnError::Path {
+            what: "reading",
+            path: "/proc/self/status".into(),
+            source,
+        })?;
+    let threads = status
+        .lines()
+        .find_map(|line| line.strip_prefix("Threads:"))
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    if threads != 1 {
+        return Err(SpawnError::NotSingleThreaded { threads });
+    }
+    Ok(())
+}
+
+/// Run a prepared sandbox to completion.
+pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
+    check_single_threaded()?;
+    let (sync_parent, sync_child) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(sys("socketpair(sync)"))?;
+    let (report_read, report_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(report)"))?;
+
+    // Blocked before clone so that a signal arriving during setup waits
+    // until init can forward it; init and the payload unblock them.
+    let mut forwarded = SigSet::empty();
+    for signal in crate::sys::signal::FORWARDED {
+        forwarded.add(signal);
+    }
+    let mut old_mask = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), Some(&mut old_mask))
+        .map_err(sys("sigprocmask"))?;
+    let result = supervise(
+        prepared,
+        &forwarded,
+        sync_parent,
+        sync_child,
+        report_read,
+        report_write,
+    );
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
+    result
+}
+
+fn supervise(
+    prepared: &mut Prepared,
+    forwarded: &SigSet,
+    sync_parent: OwnedFd,
+    sync_child: OwnedFd,
+    report_read: OwnedFd,
+    report_write: OwnedFd,
+) -> Result<Outcome, SpawnError> {
+    let signals = SignalFd::with_flags(forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(sys("signalfd"))?;
+    let started = Instant::now();
+    let fds = InitFds {
+        sync: sync_child.as_fd(),
+        report: report_write.as_fd(),
+        supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
+    };
+    let cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
+        super::init::main(prepared, &fds)
+    });
+    let (init_pid, pidfd) = match cloned {
+        Ok(pair) => pair,
+        Err(source) => {
+            let hint = if matches!(source, Errno::EPERM | Errno::ENOSPC | Errno::EINVAL) {
+                crate::probe::userns_unavailable_reason()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default()
+            } else {
+                String::new()
+            };
+            return Err(SpawnError::Clone { source, hint });
+        }
+    };
+    drop(sync_child);
+    drop(report_write);
+    for stdio in prepared.stdio.iter_mut() {
+        *stdio = super::Stdio::Inherit;
+    }
+
+    let released = release_init(prepared, init_pid, &sync_parent);
+    if let Err(err) = released {
+        let _ = kill(init_pid, Signal::SIGKILL);
+        let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
+        return Err(err);
+    }
+
+    let mut records = Vec::new();
+    let mut report_open = true;
+    let init_status = loop {
+        let mut poll_fds = vec![
+            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
+        ];
+        if report_open {
+            poll_fds.push(PollFd::new(report_read.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut poll_fds, PollTimeout::NONE) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(source) => {
+                return Err(SpawnError::Sys {
+                    op: "poll".into(),
+                    source,
+                })
+            }
+        }
+        let ready = |i: usize| {
+            poll_fds
+                .get(i)
+                .and_then(|p| p.revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        let (init_done, signal_ready, report_ready) = (ready(0), ready(1), report_open && ready(2));
+        drop(poll_fds);
+        if signal_ready {
+            while let Ok(Some(info)) = signals.read_signal() {
+                if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
+                    let _ = kill(init_pid, signal);
+                }
+            }
+        }
+        if report_ready {
+            report_open = read_one_record(&report_read, &mut records)?;
+        }
+        if init_done {
+            match waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED) {
+                Ok(status) => break status,
+                Err(Errno::EINTR) => continue,
+                Err(source) => {
+                    return Err(SpawnError::Sys {
+                        op: "waitid(init)".into(),
+                        source,
+                    })
+                }
+            }
+        }
+    };
+    // Every process of the run is gone now (init's exit tore down its pid
+    // namespace), so the pipe has no writer left: read what remains.
+    if report_open {
+        records.extend(channel::read_records(&report_read)?);
+    }
+    let wall = started.elapsed();
+    let reported_exit = channel::try_recv_exit(sync_parent.as_fd())?;
+    outcome(prepared, records, reported_exit, init_status, wall)
+}
+
+fn read_one_record(fd: &OwnedFd, records: &mut Vec<Record>) -> Result<bool, SpawnError> {
+    let mut buf = [0u8; channel::RECORD_SIZE];
+    match nix::unistd::read(fd.as_fd(), &mut buf) {
+        Ok(0) => Ok(false),
+        Ok(n) => {
+            records.push(channel::decode_record(&buf[..n])?);
+            Ok(true)
+        }
+        Err(Errno::EINTR | Errno::EAGAIN) => Ok(true),
+        Err(source) => Err(SpawnError::Sys {
+            op: "read(report)".into(),
+            source,
+        }),
+    }
+}
+
+fn outcome(
+    prepared: &Prepared,
+    records: Vec<Record>,
+    reported_exit: Option<PayloadExit>,
+    init_status: WaitStatus,
+    wall: Duration,
+) -> Result<Outcome, SpawnError> {
+    let mut landlock = None;
+    let mut skipped = Vec::new();
+    for record in records {
+        match record {
+            Record::Landlock { abi, status } => landlock = Some((abi, status)),
+            Record::Skipped { step, errno } => skipped.push((step, errno)),
+            Record::Failed {
+                step: Step::Exec,
+                errno,
+                ..
+            } => {
+                return Err(SpawnError::Exec {
+                    program: prepared.program.clone(),
+                    errno,
+                })
+            }
+            Record::Failed {
+                step: Step::LandlockNotEnforced,
+                ..
+            } => {
+                let (abi, status) = landlock.unwrap_or((0, 0));
+                return Err(SpawnError::LayerUnavailable {
+                    layer: "Landlock",
+                    reason: crate::landlock::shortfall(abi, status),
+                });
+            }
+            Record::Failed {
+                step,
+                errno,
+                detail,
+            } => {
+                return Err(SpawnError::Setup {
+                    step,
+                    errno,
+                    detail,
+                })
+            }
+        }
+    }
+    let exit = match (reported_exit, init_status) {
+        (Some(exit), _) => exit,
+        (None, WaitStatus::Exited(_, code)) => PayloadExit::Code(code),
+        (None, WaitStatus::Signaled(_, signal, _)) => PayloadExit::Signal(signal as i32),
+        (None, other) => {
+            return Err(SpawnError::Invalid(format!(
+                "the sandbox's init ended unexpectedly: {other:?}"
+            )))
+        }
+    };
+    Ok(Outcome {
+        exit,
+        landlock,
+        skipped,
+        wall,
+    })
+}
+
+/// Write the id maps, idmap the writable trees (root supervisor), and tell
+/// init to go on.
+fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<(), SpawnError> {
+    let ids = prepared.ids;
+    let proc_dir = std::path::PathBuf::from(format!("/proc/{init_pid}"));
+    let write = |name: &str, data: String| -> Result<(), SpawnError> {
+        let path = proc_dir.join(name);
+        std::fs::write(&path, data.as_bytes()).map_err(|source| SpawnError::IdMap {
+            path,
+            data,
+            source,
+        })
+    };
+    // Unprivileged writers must deny setgroups before writing gid_map
+    // (CVE-2014-8989: dropping groups could bypass negative group ACLs). Root
+    // keeps it allowed so init can shed host root's supplementary groups.
+    write(
+        "setgroups",
+        if ids.root_mode {
+            "allow".into()
+        } else {
+            "deny".into()
+        },
+    )?;
+    write(
+        "uid_map",
+        format!("{} {} 1\n", ids.inside_uid, ids.host_uid),
+    )?;
+    write(
+        "gid_map",
+        format!("{} {} 1\n", ids.inside_gid, ids.host_gid),
+    )?;
+
+    let mut trees = Vec::with_capacity(prepared.idmapped.len());
+    if !prepared.idmapped.is_empty() {
+        let userns_path = proc_dir.join("ns/user");
+        let userns = std::fs::File::open(&userns_path).map_err(|source| SpawnError::Path {
+            what: "opening",
+            path: userns_path,
+            source,
+        })?;
+        for tree in &prepared.idmapped {
+            let path = tree.host_path.to_string_lossy().into_owned();
+            let fd = mount_api::clone_tree(&tree.host_path)
+                .map_err(sys(format!("open_tree({path})")))?;
+            // Files on disk owned by the caller (host uid 0) appear owned by
+            // the sandbox's uid, and what the sandbox creates is owned by the
+            // caller on the host, while the process itself is never host root.
+            mount_api::set_tree_idmap(fd.as_fd(), userns.as_fd())
+                .map_err(sys(format!("idmapping {path} (mount_setattr MOUNT_ATTR_IDMAP; needs Linux 5.12+ and a filesystem that supports idmapped mounts)")))?;
+            let attrs = MountAttrs {
+                read_only: !tree.writable,
+                nosuid: true,
+                nodev: true,
+                noexec: false,
+            };
+            mount_api::set_tree_attrs(fd.as_fd(), attrs)
+                .map_err(sys(format!("mount_setattr({path})")))?;
+            trees.push(fd);
+        }
+    }
+    channel::send_go(sync.as_fd(), &trees)?;
+    Ok(())
+}

@@ -1,0 +1,641 @@
+//! Everything the child needs, built in the supervisor before clone: after
+//! clone the child only executes this plan, so it never parses, resolves or
+//! decides anything (and allocates as little as possible).
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use nix::sched::CloneFlags;
+use nix::sys::resource::Resource;
+
+use super::SpawnError;
+use crate::profile::policy::{Enforcement, NetworkMode, Policy, ProjectAccess};
+use crate::seccomp::CompiledFilter;
+
+/// Where a standard stream of the payload comes from.
+#[derive(Debug, Default)]
+pub enum Stdio {
+    /// The supervisor's own stream.
+    #[default]
+    Inherit,
+    /// /dev/null.
+    Null,
+    /// This descriptor.
+    Fd(std::os::fd::OwnedFd),
+}
+
+/// What to run, and where.
+#[derive(Debug)]
+pub struct SpawnSpec {
+    /// The program (a name looked up in the sandbox's PATH, or a path).
+    pub program: OsString,
+    /// Its arguments, without argv[0].
+    pub args: Vec<OsString>,
+    /// The project root: visible at its own path, writable when the profile says so.
+    pub project: PathBuf,
+    /// The working directory inside the sandbox (default: the project root).
+    pub cwd: Option<PathBuf>,
+    /// Environment entries on top of the profile's: `Some` sets, `None` removes.
+    pub env: Vec<(OsString, Option<OsString>)>,
+    /// stdin, stdout, stderr.
+    pub stdio: [Stdio; 3],
+}
+
+/// The kind of filesystem object a mount target must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A directory.
+    Dir,
+    /// Anything else (a file, a device).
+    File,
+}
+
+/// One step of the mount plan, with paths already prefixed for the staging
+/// layout (`/oldroot/...` sources, `/newroot/...` targets).
+#[derive(Debug)]
+pub enum MountOp {
+    /// Bind a host path (recursively), read-only unless `writable`.
+    Bind {
+        /// `/oldroot` + host path.
+        source: CString,
+        /// `/newroot` + path.
+        target: CString,
+        /// Directory or file.
+        kind: NodeKind,
+        /// Read-write (nosuid, nodev still apply).
+        writable: bool,
+    },
+    /// Attach the next idmapped tree received from the supervisor.
+    Idmapped {
+        /// Position in the list of trees the supervisor sends.
+        index: usize,
+        /// `/newroot` + path.
+        target: CString,
+    },
+    /// Recreate a host symlink (for example `/bin -> usr/bin`).
+    Symlink {
+        /// The link's content.
+        link: CString,
+        /// `/newroot` + path.
+        target: CString,
+    },
+    /// Mask a directory with an empty read-only tmpfs.
+    HideDir {
+        /// `/newroot` + path.
+        target: CString,
+    },
+    /// Mask a file with an empty unreadable one.
+    HideFile {
+        /// `/newroot` + path.
+        target: CString,
+    },
+}
+
+/// The Landlock access granted beneath a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandlockAccess {
+    /// Read files, list directories, execute.
+    ReadExec,
+    /// Everything (project root, /tmp, write paths).
+    ReadWrite,
+    /// Read and write device files (the minimal /dev).
+    Device,
+    /// Read only (/proc).
+    Read,
+    /// List the directory only (the new root itself).
+    List,
+}
+
+/// A host path made writable through an idmapped mount (root supervisor only).
+#[derive(Debug)]
+pub struct IdmappedTree {
+    /// The host path.
+    pub host_path: CString,
+    /// Whether the tree stays writable.
+    pub writable: bool,
+}
+
+/// How uids and gids are mapped between the host and the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMapping {
+    /// The supervisor is host root: the sandbox gets `host_id` (never 0) and
+    /// switches to it inside; writable trees are idmapped.
+    pub root_mode: bool,
+    /// uid (and gid) the sandboxed process has inside.
+    pub inside_uid: u32,
+    /// gid inside.
+    pub inside_gid: u32,
+    /// Host uid that `inside_uid` maps to.
+    pub host_uid: u32,
+    /// Host gid that `inside_gid` maps to.
+    pub host_gid: u32,
+}
+
+/// Default host uid/gid for sandboxes started by root, when /etc/subuid has
+/// no range for root: high enough to own nothing on a normal system, below
+/// 2^31 because some tools still store ids in signed ints.
+pub const DEFAULT_ROOT_HOST_ID: u32 = 2_000_000_000;
+
+/// Everything prepared before clone.
+#[derive(Debug)]
+pub struct Prepared {
+    /// Policy name, for the report.
+    pub profile_name: String,
+    /// argv.
+    pub argv: Vec<CString>,
+    /// envp (`NAME=VALUE`).
+    pub envp: Vec<CString>,
+    /// The program as the user gave it, for messages.
+    pub program: String,
+    /// Paths execve tries, in order (PATH lookup done here).
+    pub exec_candidates: Vec<CString>,
+    /// The working directory inside.
+    pub cwd: CString,
+    /// Canonical project root.
+    pub project: PathBuf,
+    /// Directories to create in the new root before mounting, parents first.
+    pub mount_dirs: Vec<CString>,
+    /// The mount plan.
+    pub mounts: Vec<MountOp>,
+    /// Trees the supervisor idmaps and passes over (root mode).
+    pub idmapped: Vec<IdmappedTree>,
+    /// Landlock rules (paths inside the sandbox).
+    pub landlock_rules: Vec<(CString, LandlockAccess)>,
+    /// How hard Landlock is insisted on.
+    pub landlock: Enforcement,
+    /// The compiled seccomp programs (None when seccomp is off).
+    pub seccomp: Option<CompiledFilter>,
+    /// How hard seccomp is insisted on.
+    pub seccomp_enforcement: Enforcement,
+    /// Resource limits applied with setrlimit in the payload.
+    pub rlimits: Vec<(Resource, u64)>,
+    /// Namespaces to create with clone.
+    pub clone_flags: CloneFlags,
+    /// Network mode.
+    pub network: NetworkMode,
+    /// `size=...,mode=1777` for the private /tmp.
+    pub tmp_options: CString,
+    /// Id mapping.
+    pub ids: IdMapping,
+    /// stdin, stdout, stderr of the payload.
+    pub stdio: [Stdio; 3],
+    /// Things that are weaker than a user might assume, to print and report.
+    pub warnings: Vec<String>,
+}
+
+const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+fn cstring(what: &'static str, bytes: impl Into<Vec<u8>>) -> Result<CString, SpawnError> {
+    CString::new(bytes).map_err(|err| SpawnError::NulByte {
+        what,
+        value: String::from_utf8_lossy(&err.into_vec()).into_owned(),
+    })
+}
+
+fn prefixed(prefix: &str, path: &Path) -> Result<CString, SpawnError> {
+    let mut bytes = prefix.as_bytes().to_vec();
+    bytes.extend_from_slice(path.as_os_str().as_bytes());
+    cstring("path", bytes)
+}
+
+fn path_cstring(path: &Path) -> Result<CString, SpawnError> {
+    cstring("path", path.as_os_str().as_bytes())
+}
+
+/// Lexically normalise an absolute path (no `..` may remain).
+fn is_clean_absolute(path: &Path) -> bool {
+    path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+}
+
+struct Planner {
+    dirs: Vec<PathBuf>,
+    mounts: Vec<(PathBuf, MountOp)>,
+    visible: Vec<PathBuf>,
+}
+
+impl Planner {
+    fn need_parent_dirs(&mut self, path: &Path) {
+        let mut ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
+        ancestors.reverse();
+        for dir in ancestors {
+            if dir != Path::new("/") && !self.dirs.iter().any(|d| d == dir) {
+                self.dirs.push(dir.to_path_buf());
+            }
+        }
+    }
+
+    fn add_host_path(
+        &mut self,
+        path: &Path,
+        writable: bool,
+        must_exist: bool,
+    ) -> Result<bool, SpawnError> {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(err) if !must_exist && err.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(false)
+            }
+            Err(source) => {
+                return Err(SpawnError::Path {
+                    what: if writable {
+                        "writable path"
+                    } else {
+                        "read-only path"
+                    },
+                    path: path.to_path_buf(),
+                    source,
+                })
+            }
+        };
+        self.need_parent_dirs(path);
+        let target = prefixed("/newroot", path)?;
+        let op = if meta.file_type().is_symlink() {
+            let link = std::fs::read_link(path).map_err(|source| SpawnError::Path {
+                what: "symlink",
+                path: path.to_path_buf(),
+                source,
+            })?;
+            MountOp::Symlink {
+                link: path_cstring(&link)?,
+                target,
+            }
+        } else {
+            let kind = if meta.is_dir() {
+                NodeKind::Dir
+            } else {
+                NodeKind::File
+            };
+            MountOp::Bind {
+                source: prefixed("/oldroot", path)?,
+                target,
+                kind,
+                writable,
+            }
+        };
+        self.mounts.push((path.to_path_buf(), op));
+        self.visible.push(path.to_path_buf());
+        Ok(true)
+    }
+}
+
+fn root_host_id() -> u32 {
+    if let Ok(text) = std::fs::read_to_string("/etc/subuid") {
+        for line in text.lines() {
+            let mut fields = line.split(':');
+            if let (Some("root"), Some(start), Some(count)) =
+                (fields.next(), fields.next(), fields.next())
+            {
+                if let (Ok(start), Ok(count)) = (start.parse::<u32>(), count.parse::<u32>()) {
+                    if start > 0 && count > 0 {
+                        return start;
+                    }
+                }
+            }
+        }
+    }
+    DEFAULT_ROOT_HOST_ID
+}
+
+impl Prepared {
+    /// Build the plan for running `spec` under `policy`. Pure apart from
+    /// reading host metadata (the paths the plan mounts).
+    pub fn new(policy: &Policy, spec: SpawnSpec) -> Result<Prepared, SpawnError> {
+        let mut warnings = Vec::new();
+        let project = std::fs::canonicalize(&spec.project).map_err(|source| SpawnError::Path {
+            what: "project root",
+            path: spec.project.clone(),
+            source,
+        })?;
+        if !project.is_dir() {
+            return Err(SpawnError::Invalid(format!(
+                "project root {} is not a directory",
+                project.display()
+            )));
+        }
+        for forbidden in ["/", "/proc", "/sys", "/dev"] {
+            if project == Path::new(forbidden)
+                || (forbidden != "/" && project.starts_with(forbidden))
+            {
+                return Err(SpawnError::Invalid(format!(
+                    "the project root cannot be {} (it would expose the host); pass --project with a project directory",
+                    project.display()
+                )));
+            }
+        }
+        let cwd = match &spec.cwd {
+            Some(cwd) => {
+                let cwd = std::fs::canonicalize(cwd).map_err(|source| SpawnError::Path {
+                    what: "working directory",
+                    path: cwd.clone(),
+                    source,
+                })?;
+                if !cwd.starts_with(&project) {
+                    return Err(SpawnError::Invalid(format!(
+                        "the working directory {} is outside the project root {}",
+                        cwd.display(),
+                        project.display()
+                    )));
+                }
+                cwd
+            }
+            None => project.clone(),
+        };
+
+        // Environment: exactly the profile's, then the caller's additions.
+        let mut env: Vec<(OsString, OsString)> = policy.env.resolve(|name| std::env::var_os(name));
+        for (name, value) in &spec.env {
+            env.retain(|(n, _)| n != name);
+            if let Some(value) = value {
+                env.push((name.clone(), value.clone()));
+            }
+        }
+        let mut envp = Vec::with_capacity(env.len());
+        for (name, value) in &env {
+            if name.is_empty() || name.as_bytes().contains(&b'=') {
+                return Err(SpawnError::Invalid(format!(
+                    "invalid environment variable name {name:?}"
+                )));
+            }
+            let mut entry = name.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            envp.push(cstring("environment variable", entry)?);
+        }
+
+        let program = spec.program.to_string_lossy().into_owned();
+        if spec.program.is_empty() {
+            return Err(SpawnError::Invalid("the command is empty".into()));
+        }
+        let mut argv = vec![cstring("argument", spec.program.as_bytes())?];
+        for arg in &spec.args {
+            argv.push(cstring("argument", arg.as_bytes())?);
+        }
+        let exec_candidates = exec_candidates(&spec.program, &env)?;
+
+        // Mount plan.
+        let mut planner = Planner {
+            dirs: Vec::new(),
+            mounts: Vec::new(),
+            visible: Vec::new(),
+        };
+        let mut landlock_rules = Vec::new();
+        for path in &policy.filesystem.read {
+            planner.add_host_path(path, false, true)?;
+        }
+        for path in &policy.filesystem.read_if_exists {
+            planner.add_host_path(path, false, false)?;
+        }
+        for path in planner.visible.clone() {
+            landlock_rules.push((path_cstring(&path)?, LandlockAccess::ReadExec));
+        }
+        let uid = nix::unistd::geteuid();
+        let root_mode = uid.is_root();
+        let mut idmapped = Vec::new();
+        let mut writable_paths: Vec<PathBuf> = policy.filesystem.write.clone();
+        let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
+        for path in &writable_paths {
+            if !is_clean_absolute(path) {
+                return Err(SpawnError::Invalid(format!(
+                    "writable path {} must be absolute and normalised",
+                    path.display()
+                )));
+            }
+        }
+        writable_paths.retain(|p| p != &project);
+        // The project last among binds so that it lands on top of read-only
+        // system paths it may be nested in (a project under /usr/src).
+        let mut trees: Vec<(PathBuf, bool)> =
+            writable_paths.into_iter().map(|p| (p, true)).collect();
+        trees.push((project.clone(), project_writable));
+        for (path, writable) in trees {
+            let meta = std::fs::metadata(&path).map_err(|source| SpawnError::Path {
+                what: "writable path",
+                path: path.clone(),
+                source,
+            })?;
+            planner.need_parent_dirs(&path);
+            let target = prefixed("/newroot", &path)?;
+            if root_mode && writable {
+                if !meta.is_dir() {
+                    return Err(SpawnError::Invalid(format!(
+                        "writable path {} is not a directory (only directories can be idmapped)",
+                        path.display()
+                    )));
+                }
+                planner.mounts.push((
+                    path.clone(),
+                    MountOp::Idmapped {
+                        index: idmapped.len(),
+                        target,
+                    },
+                ));
+                idmapped.push(IdmappedTree {
+                    host_path: path_cstring(&path)?,
+                    writable,
+                });
+            } else {
+                let kind = if meta.is_dir() {
+                    NodeKind::Dir
+                } else {
+                    NodeKind::File
+                };
+                planner.mounts.push((
+                    path.clone(),
+                    MountOp::Bind {
+                        source: prefixed("/oldroot", &path)?,
+                        target,
+                        kind,
+                        writable,
+                    },
+                ));
+            }
+            planner.visible.push(path.clone());
+            let access = if writable {
+                LandlockAccess::ReadWrite
+            } else {
+                LandlockAccess::ReadExec
+            };
+            landlock_rules.push((path_cstring(&path)?, access));
+        }
+        // Parents before children: a stable sort by depth keeps the project
+        // (pushed last) after system paths of equal depth.
+        planner
+            .mounts
+            .sort_by_key(|(path, _)| path.components().count());
+
+        for hidden in &policy.filesystem.hide {
+            let path = if hidden.is_absolute() {
+                hidden.clone()
+            } else {
+                project.join(hidden)
+            };
+            if !is_clean_absolute(&path) {
+                return Err(SpawnError::Invalid(format!(
+                    "hidden path {} must not contain `..`",
+                    hidden.display()
+                )));
+            }
+            if !planner.visible.iter().any(|v| path.starts_with(v)) {
+                continue; // not visible in the sandbox at all
+            }
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                Err(_) => continue,
+            };
+            if meta.file_type().is_symlink() {
+                // Mounting over a symlink would follow it; the link itself
+                // stays visible, so say so rather than pretend it is hidden.
+                warnings.push(format!("not hiding {}: it is a symlink", path.display()));
+                continue;
+            }
+            let target = prefixed("/newroot", &path)?;
+            let op = if meta.is_dir() {
+                MountOp::HideDir { target }
+            } else {
+                MountOp::HideFile { target }
+            };
+            planner.mounts.push((path, op));
+        }
+
+        let mut mount_dirs = Vec::new();
+        for dir in &planner.dirs {
+            mount_dirs.push(prefixed("/newroot", dir)?);
+        }
+        let mounts = planner.mounts.into_iter().map(|(_, op)| op).collect();
+
+        landlock_rules.push((c"/tmp".into(), LandlockAccess::ReadWrite));
+        landlock_rules.push((c"/dev/shm".into(), LandlockAccess::ReadWrite));
+        landlock_rules.push((c"/dev".into(), LandlockAccess::Device));
+        landlock_rules.push((c"/proc".into(), LandlockAccess::Read));
+        landlock_rules.push((c"/".into(), LandlockAccess::List));
+
+        let seccomp = match policy.enforce.seccomp {
+            Enforcement::Off => None,
+            _ => Some(crate::seccomp::compile(&policy.syscalls)?),
+        };
+
+        let mut rlimits = vec![(Resource::RLIMIT_CORE, 0)];
+        if let Some(nofile) = policy.limits.nofile {
+            rlimits.push((Resource::RLIMIT_NOFILE, nofile));
+        }
+
+        let mut clone_flags = CloneFlags::CLONE_NEWUSER
+            | CloneFlags::CLONE_NEWNS
+            | CloneFlags::CLONE_NEWPID
+            | CloneFlags::CLONE_NEWIPC
+            | CloneFlags::CLONE_NEWUTS;
+        if policy.network.mode != NetworkMode::Host {
+            clone_flags |= CloneFlags::CLONE_NEWNET;
+        }
+
+        let ids = if root_mode {
+            let host = root_host_id();
+            IdMapping {
+                root_mode,
+                inside_uid: 0,
+                inside_gid: 0,
+                host_uid: host,
+                host_gid: host,
+            }
+        } else {
+            let gid = nix::unistd::getegid().as_raw();
+            IdMapping {
+                root_mode,
+                inside_uid: uid.as_raw(),
+                inside_gid: gid,
+                host_uid: uid.as_raw(),
+                host_gid: gid,
+            }
+        };
+
+        let tmp_options = cstring(
+            "tmp size",
+            format!("size={},mode=1777", policy.filesystem.tmp_size),
+        )?;
+        Ok(Prepared {
+            profile_name: policy.name.clone(),
+            argv,
+            envp,
+            program,
+            exec_candidates,
+            cwd: path_cstring(&cwd)?,
+            project,
+            mount_dirs,
+            mounts,
+            idmapped,
+            landlock_rules,
+            landlock: policy.enforce.landlock,
+            seccomp,
+            seccomp_enforcement: policy.enforce.seccomp,
+            rlimits,
+            clone_flags,
+            network: policy.network.mode,
+            tmp_options,
+            ids,
+            stdio: spec.stdio,
+            warnings,
+        })
+    }
+}
+
+/// The paths execve tries: the program itself when it contains a slash,
+/// otherwise each directory of the sandbox's own PATH (not the host's).
+fn exec_candidates(
+    program: &OsStr,
+    env: &[(OsString, OsString)],
+) -> Result<Vec<CString>, SpawnError> {
+    if program.as_bytes().contains(&b'/') {
+        return Ok(vec![cstring("program", program.as_bytes())?]);
+    }
+    let path = env
+        .iter()
+        .find(|(name, _)| name == "PATH")
+        .map(|(_, value)| value.clone())
+        .unwrap_or_else(|| OsString::from(DEFAULT_PATH));
+    let mut candidates = Vec::new();
+    for dir in path.as_bytes().split(|b| *b == b':') {
+        // An empty PATH entry means the working directory, a classic way to
+        // run a planted binary; skip it.
+        if dir.is_empty() || dir[0] != b'/' {
+            continue;
+        }
+        let mut full = dir.to_vec();
+        if !full.ends_with(b"/") {
+            full.push(b'/');
+        }
+        full.extend_from_slice(program.as_bytes());
+        candidates.push(cstring("program", full)?);
+    }
+    Ok(candidates)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_lookup_uses_the_sandbox_path_and_skips_relative_entries() {
+        let env = vec![(OsString::from("PATH"), OsString::from("/a::.:/b/"))];
+        let got = exec_candidates(OsStr::new("tool"), &env).unwrap();
+        assert_eq!(
+            got,
+            vec![
+                CString::new("/a/tool").unwrap(),
+                CString::new("/b/tool").unwrap()
+            ]
+        );
+        let got = exec_candidates(OsStr::new("./x"), &env).unwrap();
+        assert_eq!(got, vec![CString::new("./x").unwrap()]);
+    }
+
+    #[test]
+    fn clean_absolute_paths() {
+        assert!(is_clean_absolute(Path::new("/usr/lib")));
+        assert!(!is_clean_absolute(Path::new("/usr/../etc")));
+        assert!(!is_clean_absolute(Path::new("usr")));
+    }
+}

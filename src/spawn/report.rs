@@ -1,0 +1,127 @@
+//! What a run did and what was actually enforced, for `--report`/`--json`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::profile::policy::{Enforcement, NetworkMode, SyscallMode};
+
+/// How the command ended.
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct ExitInfo {
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal number, when a signal killed it.
+    pub signal: Option<i32>,
+    /// The status `sandbox run` exits with: the code, or 128 + the signal.
+    pub status: i32,
+}
+
+/// Which namespaces the run got.
+#[derive(Debug, Clone, Serialize)]
+pub struct Namespaces {
+    /// user
+    pub user: bool,
+    /// mount
+    pub mount: bool,
+    /// pid
+    pub pid: bool,
+    /// net
+    pub net: bool,
+    /// ipc
+    pub ipc: bool,
+    /// uts
+    pub uts: bool,
+    /// cgroup
+    pub cgroup: bool,
+}
+
+/// Identity of the sandboxed process.
+#[derive(Debug, Clone, Serialize)]
+pub struct UserReport {
+    /// uid inside the sandbox.
+    pub inside_uid: u32,
+    /// The host uid it maps to (never 0).
+    pub host_uid: u32,
+    /// gid inside the sandbox.
+    pub inside_gid: u32,
+    /// The host gid it maps to.
+    pub host_gid: u32,
+    /// Writable trees mounted idmapped (root supervisor), so files keep their host owner.
+    pub idmapped_trees: usize,
+}
+
+/// Landlock as applied.
+#[derive(Debug, Clone, Serialize)]
+pub struct LandlockReport {
+    /// What the profile asked for.
+    pub requested: Enforcement,
+    /// The kernel's Landlock ABI (None: not applied or not reported).
+    pub abi: Option<u32>,
+    /// fully-enforced, partially-enforced, not-enforced, off.
+    pub status: String,
+    /// Number of path rules.
+    pub rules: usize,
+}
+
+/// Seccomp as applied.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeccompReport {
+    /// What the profile asked for.
+    pub requested: Enforcement,
+    /// Allowlist or denylist (None when off).
+    pub mode: Option<SyscallMode>,
+    /// SHA-256 of the installed BPF programs.
+    pub filter_sha256: Option<String>,
+    /// BPF instructions in all programs.
+    pub instructions: usize,
+    /// installed, skipped, off.
+    pub status: String,
+}
+
+/// What was actually enforced.
+#[derive(Debug, Clone, Serialize)]
+pub struct Enforced {
+    /// Namespaces.
+    pub namespaces: Namespaces,
+    /// Identity.
+    pub user: UserReport,
+    /// Network mode.
+    pub network: NetworkMode,
+    /// Landlock.
+    pub landlock: LandlockReport,
+    /// Seccomp.
+    pub seccomp: SeccompReport,
+    /// Capabilities left in every set (always empty).
+    pub capabilities: Vec<String>,
+    /// no_new_privs.
+    pub no_new_privs: bool,
+    /// Resource limits applied with setrlimit.
+    pub rlimits: BTreeMap<String, u64>,
+    /// Size of the private /tmp in bytes.
+    pub tmp_size: u64,
+}
+
+/// The whole report of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Report format version.
+    pub version: u32,
+    /// Profile name.
+    pub profile: String,
+    /// The command line.
+    pub command: Vec<String>,
+    /// Canonical project root.
+    pub project: PathBuf,
+    /// How the command ended (None when it never started).
+    pub exit: Option<ExitInfo>,
+    /// Why the sandbox failed, when it did.
+    pub error: Option<String>,
+    /// Wall-clock time from clone to the end, in milliseconds.
+    pub wall_time_ms: f64,
+    /// What was enforced.
+    pub enforced: Enforced,
+    /// Layers weaker than asked or other caveats, also printed on stderr.
+    pub warnings: Vec<String>,
+}

@@ -1,0 +1,63 @@
+//! Signal plumbing for the sandbox's PID 1, which must forward signals to the
+//! payload: the kernel delivers to a namespace's init only the signals it has
+//! a handler for, so an init without handlers would swallow SIGTERM.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
+/// The pid (in the sandbox's namespace) that forwarded signals go to; 0 = none yet.
+static FORWARD_TO: AtomicI32 = AtomicI32::new(0);
+
+/// Signals PID 1 forwards to the payload's process group.
+pub const FORWARDED: [Signal; 7] = [
+    Signal::SIGHUP,
+    Signal::SIGINT,
+    Signal::SIGQUIT,
+    Signal::SIGTERM,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+    Signal::SIGWINCH,
+];
+
+extern "C" fn forward(signal: libc::c_int) {
+    let target = FORWARD_TO.load(Ordering::Relaxed);
+    if target > 0 {
+        // SAFETY: kill is async-signal-safe and takes plain integers. The
+        // payload leads its own process group (it called setsid), so the
+        // negative pid reaches its whole group.
+        unsafe {
+            libc::kill(-target, signal);
+        }
+    }
+}
+
+/// Forward [`FORWARDED`] signals to the process group of `pid` from now on.
+pub fn forward_signals_to(pid: nix::unistd::Pid) -> nix::Result<()> {
+    FORWARD_TO.store(pid.as_raw(), Ordering::Relaxed);
+    let action = SigAction::new(
+        SigHandler::Handler(forward),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for signal in FORWARDED {
+        // SAFETY: `forward` only reads an atomic and calls kill, both
+        // async-signal-safe.
+        unsafe { sigaction(signal, &action) }?;
+    }
+    Ok(())
+}
+
+/// Restore the default disposition of every catchable signal, so the payload
+/// does not inherit handlers or ignored signals from the supervisor.
+pub fn reset_all_dispositions() -> nix::Result<()> {
+    let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    for signal in Signal::iterator() {
+        if matches!(signal, Signal::SIGKILL | Signal::SIGSTOP) {
+            continue;
+        }
+        // SAFETY: installing SIG_DFL runs no code of ours.
+        unsafe { sigaction(signal, &default) }?;
+    }
+    Ok(())
+}
