@@ -26,6 +26,10 @@ enum Command {
 
 /// Parse the command line, run the subcommand, return the process exit status.
 pub fn main() -> i32 {
+    if let Err(err) = sandbox::sys::fd::ensure_stdio_open() {
+        eprintln!("sandbox: cannot open /dev/null for a closed standard stream: {err}");
+        return 125;
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::run(args),

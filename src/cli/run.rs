@@ -104,6 +104,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
 
     let finished = command.run();
+    if let (None, Err(err), Some(path)) = (&finished.report, &finished.result, &args.report) {
+        // The run failed before a plan existed; CI still gets a report that says why.
+        let json = serde_json::json!({ "version": 1, "profile": args.profile, "exit": null, "error": err.to_string() });
+        std::fs::write(path, serde_json::to_vec_pretty(&json)?)
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
     if let Some(report) = &finished.report {
         for warning in &report.warnings {
             eprintln!("sandbox: warning: {warning}");

@@ -52,3 +52,23 @@ pub fn dup_onto(fd: std::os::fd::RawFd, target: std::os::fd::RawFd) -> nix::Resu
     let ret = unsafe { libc::dup2(fd, target) };
     Errno::result(ret).map(drop)
 }
+
+/// Make sure descriptors 0, 1 and 2 are open (on /dev/null if they were
+/// closed), so that no descriptor the supervisor creates later lands on a
+/// standard stream number and leaks into the payload as its stdin or stdout.
+pub fn ensure_stdio_open() -> nix::Result<()> {
+    for fd in 0..3 {
+        // SAFETY: F_GETFD only queries the descriptor's flags.
+        let open = unsafe { libc::fcntl(fd, libc::F_GETFD) } != -1;
+        if !open {
+            // The lowest free number is `fd`, since 0..fd are open.
+            let null = nix::fcntl::open(
+                c"/dev/null",
+                nix::fcntl::OFlag::O_RDWR,
+                nix::sys::stat::Mode::empty(),
+            )?;
+            std::mem::forget(null);
+        }
+    }
+    Ok(())
+}
