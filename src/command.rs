@@ -148,25 +148,28 @@ impl Command {
         self.run().result
     }
 
-    /// Run to completion and return the status with the full report.
-    pub fn run(&mut self) -> Finished {
-        let project = match self
-            .project
-            .clone()
-            .map(Ok)
-            .unwrap_or_else(std::env::current_dir)
-        {
-            Ok(project) => project,
-            Err(source) => {
-                return Finished {
-                    result: Err(SpawnError::Path {
-                        what: "current directory",
-                        path: ".".into(),
-                        source,
-                    }),
-                    report: None,
-                }
-            }
+    /// Start the command and return a handle to it. Unlike
+    /// `std::process::Child`, dropping the handle without waiting kills the
+    /// run: nothing of a sandboxed run outlives it.
+    pub fn spawn(&mut self) -> Result<Child, SpawnError> {
+        let mut prepared = self.prepare()?;
+        let running = parent::start(&mut prepared)?;
+        Ok(Child {
+            running,
+            prepared,
+            policy: self.policy.clone(),
+            command: self.command_line(),
+        })
+    }
+
+    fn prepare(&mut self) -> Result<Prepared, SpawnError> {
+        let project = match self.project.clone() {
+            Some(project) => project,
+            None => std::env::current_dir().map_err(|source| SpawnError::Path {
+                what: "current directory",
+                path: ".".into(),
+                source,
+            })?,
         };
         let spec = SpawnSpec {
             program: self.program.clone(),
@@ -176,7 +179,12 @@ impl Command {
             env: self.env.clone(),
             stdio: std::mem::take(&mut self.stdio),
         };
-        let mut prepared = match Prepared::new(&self.policy, spec) {
+        Prepared::new(&self.policy, spec)
+    }
+
+    /// Run to completion and return the status with the full report.
+    pub fn run(&mut self) -> Finished {
+        let mut prepared = match self.prepare() {
             Ok(prepared) => prepared,
             Err(err) => {
                 return Finished {
@@ -198,6 +206,44 @@ impl Command {
             .chain(&self.args)
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
+    }
+}
+
+/// A running sandboxed command.
+#[derive(Debug)]
+pub struct Child {
+    running: parent::Running,
+    prepared: Prepared,
+    policy: Policy,
+    command: Vec<String>,
+}
+
+impl Child {
+    /// The host pid of the sandbox's init process (PID 1 inside the sandbox).
+    pub fn id(&self) -> u32 {
+        self.running.init_pid().as_raw() as u32
+    }
+
+    /// Kill every process of the run.
+    pub fn kill(&mut self) -> Result<(), SpawnError> {
+        self.running.kill()
+    }
+
+    /// Wait until the run is over (every process gone) and return the
+    /// status with the report.
+    pub fn wait(self) -> Finished {
+        let Child {
+            running,
+            prepared,
+            policy,
+            command,
+        } = self;
+        let outcome = running.wait(&prepared);
+        let report = build_report(&policy, &prepared, command, &outcome);
+        Finished {
+            result: outcome.map(|o| ExitStatus(o.exit)),
+            report: Some(report),
+        }
     }
 }
 

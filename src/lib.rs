@@ -17,6 +17,6 @@ pub mod sys;
 
 pub mod command;
 
-pub use command::{Command, ExitStatus, Finished};
+pub use command::{Child, Command, ExitStatus, Finished};
 pub use profile::policy::Policy;
 pub use spawn::{Report, SpawnError, Stdio};

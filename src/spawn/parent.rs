@@ -57,8 +57,30 @@ pub fn check_single_threaded() -> Result<(), SpawnError> {
     Ok(())
 }
 
+/// A started run, until [`Running::wait`] collects it.
+#[derive(Debug)]
+pub struct Running {
+    init_pid: Pid,
+    pidfd: OwnedFd,
+    sync: OwnedFd,
+    report: OwnedFd,
+    signals: SignalFd,
+    old_mask: SigSet,
+    started: Instant,
+    collected: bool,
+}
+
 /// Run a prepared sandbox to completion.
 pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
+    start(prepared)?.wait(prepared)
+}
+
+/// Clone the sandbox and release it; the command runs while the caller goes on.
+///
+/// The signals init forwards stay blocked in the calling process until
+/// [`Running::wait`] returns (they are read from a signalfd and forwarded),
+/// so a SIGTERM to the supervisor reaches the sandboxed command.
+pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     check_single_threaded()?;
     let (sync_parent, sync_child) = socketpair(
         AddressFamily::Unix,
@@ -79,28 +101,13 @@ pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
     let mut old_mask = SigSet::empty();
     sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), Some(&mut old_mask))
         .map_err(sys("sigprocmask"))?;
-    let result = supervise(
-        prepared,
-        &forwarded,
-        sync_parent,
-        sync_child,
-        report_read,
-        report_write,
-    );
-    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
-    result
-}
-
-fn supervise(
-    prepared: &mut Prepared,
-    forwarded: &SigSet,
-    sync_parent: OwnedFd,
-    sync_child: OwnedFd,
-    report_read: OwnedFd,
-    report_write: OwnedFd,
-) -> Result<Outcome, SpawnError> {
-    let signals = SignalFd::with_flags(forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(sys("signalfd"))?;
+    let restore = |err: SpawnError| {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
+        err
+    };
+    let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(sys("signalfd"))
+        .map_err(restore)?;
     let started = Instant::now();
     let fds = InitFds {
         sync: sync_child.as_fd(),
@@ -120,7 +127,7 @@ fn supervise(
             } else {
                 String::new()
             };
-            return Err(SpawnError::Clone { source, hint });
+            return Err(restore(SpawnError::Clone { source, hint }));
         }
     };
     drop(sync_child);
@@ -128,72 +135,124 @@ fn supervise(
     for stdio in prepared.stdio.iter_mut() {
         *stdio = super::Stdio::Inherit;
     }
-
-    let released = release_init(prepared, init_pid, &sync_parent);
-    if let Err(err) = released {
+    if let Err(err) = release_init(prepared, init_pid, &sync_parent) {
         let _ = kill(init_pid, Signal::SIGKILL);
         let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
-        return Err(err);
+        return Err(restore(err));
+    }
+    Ok(Running {
+        init_pid,
+        pidfd,
+        sync: sync_parent,
+        report: report_read,
+        signals,
+        old_mask,
+        started,
+        collected: false,
+    })
+}
+
+impl Running {
+    /// The host pid of the sandbox's init (PID 1 inside).
+    pub fn init_pid(&self) -> Pid {
+        self.init_pid
     }
 
-    let mut records = Vec::new();
-    let mut report_open = true;
-    let init_status = loop {
-        let mut poll_fds = vec![
-            PollFd::new(pidfd.as_fd(), PollFlags::POLLIN),
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-        ];
-        if report_open {
-            poll_fds.push(PollFd::new(report_read.as_fd(), PollFlags::POLLIN));
+    /// Kill every process of the run (SIGKILL to init tears down its pid namespace).
+    pub fn kill(&self) -> Result<(), SpawnError> {
+        match kill(self.init_pid, Signal::SIGKILL) {
+            Ok(()) | Err(Errno::ESRCH) => Ok(()),
+            Err(source) => Err(SpawnError::Sys {
+                op: "kill(init)".into(),
+                source,
+            }),
         }
-        match poll(&mut poll_fds, PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(source) => {
-                return Err(SpawnError::Sys {
-                    op: "poll".into(),
-                    source,
-                })
+    }
+
+    /// Forward signals, collect the records, and wait until every process of
+    /// the run is gone.
+    pub fn wait(mut self, prepared: &Prepared) -> Result<Outcome, SpawnError> {
+        let result = self.supervise(prepared);
+        if result.is_ok() {
+            self.collected = true;
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
+        }
+        result
+    }
+
+    fn supervise(&self, prepared: &Prepared) -> Result<Outcome, SpawnError> {
+        let mut records = Vec::new();
+        let mut report_open = true;
+        let init_status = loop {
+            let mut poll_fds = vec![
+                PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
+                PollFd::new(self.signals.as_fd(), PollFlags::POLLIN),
+            ];
+            if report_open {
+                poll_fds.push(PollFd::new(self.report.as_fd(), PollFlags::POLLIN));
             }
-        }
-        let ready = |i: usize| {
-            poll_fds
-                .get(i)
-                .and_then(|p| p.revents())
-                .is_some_and(|r| !r.is_empty())
-        };
-        let (init_done, signal_ready, report_ready) = (ready(0), ready(1), report_open && ready(2));
-        drop(poll_fds);
-        if signal_ready {
-            while let Ok(Some(info)) = signals.read_signal() {
-                if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
-                    let _ = kill(init_pid, signal);
-                }
-            }
-        }
-        if report_ready {
-            report_open = read_one_record(&report_read, &mut records)?;
-        }
-        if init_done {
-            match waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED) {
-                Ok(status) => break status,
-                Err(Errno::EINTR) => continue,
+            match poll(&mut poll_fds, PollTimeout::NONE) {
+                Ok(_) | Err(Errno::EINTR) => {}
                 Err(source) => {
                     return Err(SpawnError::Sys {
-                        op: "waitid(init)".into(),
+                        op: "poll".into(),
                         source,
                     })
                 }
             }
+            let ready = |i: usize| {
+                poll_fds
+                    .get(i)
+                    .and_then(|p| p.revents())
+                    .is_some_and(|r| !r.is_empty())
+            };
+            let (init_done, signal_ready, report_ready) =
+                (ready(0), ready(1), report_open && ready(2));
+            drop(poll_fds);
+            if signal_ready {
+                while let Ok(Some(info)) = self.signals.read_signal() {
+                    if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
+                        let _ = kill(self.init_pid, signal);
+                    }
+                }
+            }
+            if report_ready {
+                report_open = read_one_record(&self.report, &mut records)?;
+            }
+            if init_done {
+                match waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED) {
+                    Ok(status) => break status,
+                    Err(Errno::EINTR) => continue,
+                    Err(source) => {
+                        return Err(SpawnError::Sys {
+                            op: "waitid(init)".into(),
+                            source,
+                        })
+                    }
+                }
+            }
+        };
+        // Every process of the run is gone now (init's exit tore down its pid
+        // namespace), so the pipe has no writer left: read what remains.
+        if report_open {
+            records.extend(channel::read_records(&self.report)?);
         }
-    };
-    // Every process of the run is gone now (init's exit tore down its pid
-    // namespace), so the pipe has no writer left: read what remains.
-    if report_open {
-        records.extend(channel::read_records(&report_read)?);
+        let wall = self.started.elapsed();
+        let reported_exit = channel::try_recv_exit(self.sync.as_fd())?;
+        outcome(prepared, records, reported_exit, init_status, wall)
     }
-    let wall = started.elapsed();
-    let reported_exit = channel::try_recv_exit(sync_parent.as_fd())?;
-    outcome(prepared, records, reported_exit, init_status, wall)
+}
+
+impl Drop for Running {
+    /// A run that is dropped without being waited for is killed and reaped:
+    /// no process of a run outlives its handle.
+    fn drop(&mut self) {
+        if !self.collected {
+            let _ = kill(self.init_pid, Signal::SIGKILL);
+            let _ = waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED);
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
+        }
+    }
 }
 
 fn read_one_record(fd: &OwnedFd, records: &mut Vec<Record>) -> Result<bool, SpawnError> {
