@@ -182,6 +182,10 @@ fn main() {
             "a_working_directory_outside_the_project_is_refused_before_anything_starts",
             a_working_directory_outside_the_project_is_refused_before_anything_starts,
         ),
+        (
+            "a_multi_threaded_caller_is_refused_instead_of_cloning_unsafely",
+            a_multi_threaded_caller_is_refused_instead_of_cloning_unsafely,
+        ),
     ];
     let (mut passed, mut failed) = (0, 0);
     for (name, test) in tests {
