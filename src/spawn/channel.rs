@@ -185,7 +185,9 @@ pub fn send_exit(sock: BorrowedFd<'_>, exit: PayloadExit) -> Result<(), ChannelE
 pub fn try_recv_exit(sock: BorrowedFd<'_>) -> Result<Option<PayloadExit>, ChannelError> {
     let mut buf = [0u8; 16];
     match nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
-        Ok(0) | Err(Errno::EAGAIN) => Ok(None),
+        // ECONNRESET: init was killed (SIGKILL) with nothing sent, which a
+        // SEQPACKET socket reports as a reset rather than end-of-file.
+        Ok(0) | Err(Errno::EAGAIN | Errno::ECONNRESET) => Ok(None),
         Ok(n) => PayloadExit::decode(&buf[..n]).map(Some),
         Err(source) => Err(ChannelError::Io {
             op: "recv(exit)",
