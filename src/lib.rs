@@ -7,10 +7,11 @@
 //! enforced is returned in a [`Report`].
 #![deny(missing_docs)]
 
+pub mod cgroup;
+pub mod probe;
 pub mod profile;
 pub mod seccomp;
-pub mod probe;
-pub mod sys;
 pub mod spawn;
+pub mod sys;
 
 pub use profile::policy::Policy;
