@@ -177,3 +177,33 @@ fn render_text(probes: &Probes, assessments: &[Assessment]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox::probe::{Layer, LayerAssessment};
+
+    #[test]
+    fn refusing_profile_says_why() {
+        let probes = probe::probe();
+        let refused = Assessment {
+            profile: "strict".to_owned(),
+            can_run: false,
+            layers: vec![LayerAssessment {
+                layer: Layer::Landlock,
+                enforcement: Enforcement::Required,
+                outcome: LayerOutcome::Refused {
+                    reason: "Landlock ABI 4 cannot restrict ioctl".to_owned(),
+                },
+            }],
+        };
+        let text = render_text(&probes, &[refused]);
+        assert!(
+            text.contains(
+                "strict: would refuse to run: landlock: Landlock ABI 4 cannot restrict ioctl"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("landlock  required     refused: "), "{text}");
+    }
+}
