@@ -8,6 +8,7 @@
 #![deny(missing_docs)]
 
 pub mod caps;
+pub mod cgroup;
 pub mod landlock;
 pub mod probe;
 pub mod profile;

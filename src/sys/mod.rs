@@ -6,6 +6,7 @@ pub mod clone;
 pub mod fd;
 pub mod mount_api;
 pub mod net;
+pub mod probe;
 pub mod seccomp;
 pub mod signal;
 

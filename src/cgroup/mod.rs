@@ -1,0 +1,62 @@
+//! cgroups: which hierarchy this host uses and where this process's own cgroups are.
+//!
+//! Only detection lives here so far; the limits themselves (v1 and v2 backends)
+//! come later and pick their backend from [`CgroupInfo::mode`].
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+mod detect;
+
+pub use detect::{detect, detect_from, detect_in};
+
+/// The controllers the sandbox uses for its limits, in report order.
+pub const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// How cgroups are mounted on this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CgroupMode {
+    /// Only the unified (cgroup2) hierarchy: most current distributions.
+    V2,
+    /// Only legacy per-controller hierarchies.
+    V1,
+    /// Legacy controller hierarchies plus a cgroup2 mount (usually `/sys/fs/cgroup/unified`).
+    /// Controllers bound to a v1 hierarchy are not available in cgroup2.
+    Hybrid,
+    /// No cgroup filesystem mounted (or it could not be read).
+    None,
+}
+
+/// The cgroup layout seen by this process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CgroupInfo {
+    /// How cgroups are mounted.
+    pub mode: CgroupMode,
+    /// The controllers in [`CONTROLLERS`] that this process can see, in that order.
+    /// A controller that is not listed is not usable here.
+    pub controllers: Vec<ControllerInfo>,
+    /// Where the cgroup2 hierarchy is mounted, if anywhere.
+    pub unified_mount: Option<PathBuf>,
+}
+
+/// One controller and this process's cgroup in it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ControllerInfo {
+    /// `memory`, `pids` or `cpu`.
+    pub name: String,
+    /// 1 for a legacy hierarchy, 2 for the unified one.
+    pub version: u8,
+    /// Absolute directory of this process's cgroup for this controller.
+    pub own_cgroup: PathBuf,
+    /// Whether this user may create a child cgroup there (write access to the
+    /// directory). Nothing is created to find out.
+    pub writable: bool,
+}
+
+impl CgroupInfo {
+    /// The entry for a controller, if this process can see it.
+    pub fn controller(&self, name: &str) -> Option<&ControllerInfo> {
+        self.controllers.iter().find(|c| c.name == name)
+    }
+}
