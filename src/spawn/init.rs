@@ -111,6 +111,13 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
             return Err(None);
         }
     }
+    // Init is a copy of the supervisor: its memory and /proc/1/environ hold
+    // the host's whole environment. Non-dumpable, the payload (same uid) can
+    // read neither, even where Landlock's ptrace restriction is missing. The
+    // payload itself becomes dumpable again at execve. (Only now: the
+    // supervisor had to write this process's /proc id maps, which a
+    // non-dumpable process's /proc files no longer allow.)
+    nix::sys::prctl::set_dumpable(false).step(Step::NoNewPrivs, b"PR_SET_DUMPABLE")?;
     // Its own process group, so a terminal's ^C reaches only the supervisor,
     // which forwards it once (the payload would otherwise see it twice).
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).step(Step::ProcessGroup, b"")?;
