@@ -1,4 +1,4 @@
-//! Installing seccomp filters. (Placeholder until the seccomp module lands.)
+//! Installing seccomp filters compiled by [`crate::seccomp`].
 
 /// Set no_new_privs and install each BPF program, in order.
 pub fn install_filters(programs: &[Vec<libc::sock_filter>]) -> nix::Result<()> {
