@@ -21,6 +21,7 @@
 //! audit architecture and would otherwise slip past number-based rules.
 
 mod tables;
+mod tree;
 
 use std::collections::BTreeMap;
 
@@ -224,16 +225,14 @@ pub fn compile(policy: &SyscallPolicy) -> Result<CompiledFilter, SeccompError> {
 
     match policy.mode {
         SyscallMode::Allowlist => {
-            let allowed = resolve(ALLOWED, &policy.allow, "allow")?;
-            let rules = allowed.into_iter().map(|nr| (nr, Vec::new())).collect();
-            let enosys = SeccompAction::Errno(libc::ENOSYS as u32);
-            programs.push(build(
-                "allowlist",
-                rules,
-                enosys,
-                SeccompAction::Allow,
-                arch,
-            )?);
+            let allowed: Vec<u32> = resolve(ALLOWED, &policy.allow, "allow")?
+                .into_iter()
+                .filter_map(|nr| u32::try_from(nr).ok())
+                .collect();
+            let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+            let mut program = prelude();
+            program.extend(tree::membership(&allowed, libc::SECCOMP_RET_ALLOW, enosys));
+            programs.push(program);
         }
         SyscallMode::Denylist => {
             // `allow` only widens an allowlist; validation of the names still applies.
@@ -376,6 +375,80 @@ mod tests {
         }
         assert!(!ALLOWED.contains(&"clone3"), "clone3 must answer ENOSYS");
         assert_eq!(syscall_number("read"), Some(libc::SYS_read));
+    }
+
+    const X86_64: u32 = 0xC000_003E;
+
+    fn verdict(filter: &CompiledFilter, nr: u32, args: [u64; 6]) -> u32 {
+        // The kernel keeps the most restrictive action, the lowest as a
+        // signed value (KILL_PROCESS is 0x80000000), and between equal
+        // action types the newest filter's.
+        let mut result = libc::SECCOMP_RET_ALLOW;
+        for program in filter.programs() {
+            let r = super::tree::interpreter::run(program, X86_64, nr, args);
+            let action = (r & libc::SECCOMP_RET_ACTION_FULL) as i32;
+            let current = (result & libc::SECCOMP_RET_ACTION_FULL) as i32;
+            if action < current
+                || (action == current
+                    && r & libc::SECCOMP_RET_ACTION_FULL != libc::SECCOMP_RET_ALLOW)
+            {
+                result = r;
+            }
+        }
+        result
+    }
+
+    fn nr(name: &str) -> u32 {
+        syscall_number(name).unwrap() as u32
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn verdicts_of_the_stacked_filters() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        for mode in [SyscallMode::Allowlist, SyscallMode::Denylist] {
+            let f = compile(&policy(mode)).unwrap();
+            for name in DENIED {
+                assert_eq!(verdict(&f, nr(name), [0; 6]), eperm, "{name} in {mode:?}");
+            }
+            assert_eq!(verdict(&f, nr("clone3"), [0; 6]), enosys, "{mode:?}");
+            assert_eq!(verdict(&f, nr("read"), [0; 6]), allow);
+            assert_eq!(
+                verdict(&f, nr("clone"), [libc::SIGCHLD as u64, 0, 0, 0, 0, 0]),
+                allow
+            );
+            let new_user = (libc::CLONE_NEWUSER | libc::SIGCHLD) as u64;
+            assert_eq!(verdict(&f, nr("clone"), [new_user, 0, 0, 0, 0, 0]), eperm);
+            for cmd in [0x5412u64, 0xffff_ffff_0000_5412, 0x541C] {
+                assert_eq!(
+                    verdict(&f, nr("ioctl"), [0, cmd, 0, 0, 0, 0]),
+                    eperm,
+                    "ioctl {cmd:#x}"
+                );
+            }
+            assert_eq!(
+                verdict(&f, nr("ioctl"), [0, 0x5401, 0, 0, 0, 0]),
+                allow,
+                "TCGETS"
+            );
+            assert_eq!(
+                verdict(&f, 0x4000_0000 | nr("getpid"), [0; 6]),
+                libc::SECCOMP_RET_KILL_PROCESS,
+                "x32"
+            );
+            let i386 = super::tree::interpreter::run(&f.programs()[0], 0x4000_0003, 20, [0; 6]);
+            assert_eq!(i386, libc::SECCOMP_RET_KILL_PROCESS, "i386 entry");
+        }
+        let strict = compile(&policy(SyscallMode::Allowlist)).unwrap();
+        assert_eq!(
+            verdict(&strict, nr("sethostname"), [0; 6]),
+            enosys,
+            "not listed"
+        );
+        let standard = compile(&policy(SyscallMode::Denylist)).unwrap();
+        assert_eq!(verdict(&standard, nr("sethostname"), [0; 6]), allow);
     }
 
     #[test]
