@@ -361,7 +361,8 @@ fn locate(
             )),
         };
     }
-    let path = from.dir.join(target);
+    // Dropping `.` keeps "./base.toml" readable in messages; `..` stays, it has meaning.
+    let path = raw::normalize(&from.dir.join(target));
     match read_profile(&path) {
         Ok(text) => Ok(Unit::file(path, text)),
         Err(err) => {
@@ -374,5 +375,347 @@ fn locate(
                 source: err,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn err(text: &str) -> String {
+        match parse(text, "p.toml") {
+            Ok(p) => panic!("accepted: {text:?} -> {p:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    fn ok(text: &str) -> Policy {
+        match parse(text, "dir/p.toml") {
+            Ok(p) => p,
+            Err(e) => panic!("rejected {text:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn every_builtin_parses_and_names_match() {
+        for name in builtin_names() {
+            let policy = load(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(policy.name, *name);
+            assert!(builtin::description(name).is_some());
+            assert!(builtin_source(name).is_some());
+        }
+        assert_eq!(builtin_names(), ["strict", "standard", "permissive"]);
+    }
+
+    #[test]
+    fn strict_requires_every_layer_but_cgroups() {
+        let strict = load("strict").unwrap();
+        assert_eq!(strict.enforce.userns, Enforcement::Required);
+        assert_eq!(strict.enforce.landlock, Enforcement::Required);
+        assert_eq!(strict.enforce.seccomp, Enforcement::Required);
+        assert_eq!(strict.enforce.cgroups, Enforcement::BestEffort);
+        assert_eq!(strict.network.mode, NetworkMode::None);
+        assert_eq!(strict.syscalls.mode, SyscallMode::Allowlist);
+        // The /etc allowlist must not grow into /etc itself.
+        assert!(!strict.filesystem.read.contains(&PathBuf::from("/etc")));
+        assert!(!strict
+            .filesystem
+            .read_if_exists
+            .contains(&PathBuf::from("/etc")));
+    }
+
+    #[test]
+    fn defaults_equal_strict_file() {
+        // A profile without `extends` gets strict's values, whether they come
+        // from the file or from the code.
+        assert_eq!(load("strict").unwrap(), builtin::defaults());
+        let mut minimal = ok("version = 1");
+        minimal.name = "strict".into();
+        assert_eq!(minimal, builtin::defaults());
+    }
+
+    #[test]
+    fn standard_and_permissive() {
+        let standard = load("standard").unwrap();
+        assert_eq!(standard.network.mode, NetworkMode::Loopback);
+        assert_eq!(standard.syscalls.mode, SyscallMode::Denylist);
+        assert_eq!(standard.enforce.landlock, Enforcement::BestEffort);
+        assert_eq!(standard.enforce.seccomp, Enforcement::Required);
+        assert!(standard.filesystem.read.contains(&PathBuf::from("/etc")));
+        assert!(standard
+            .filesystem
+            .hide
+            .contains(&PathBuf::from("/etc/shadow")));
+        assert!(standard.filesystem.hide.contains(&PathBuf::from(".env")));
+        assert_eq!(standard.limits, load("strict").unwrap().limits);
+
+        let permissive = load("permissive").unwrap();
+        assert_eq!(permissive.network.mode, NetworkMode::Host);
+        assert_eq!(permissive.limits.memory, Some(4 << 30));
+        assert_eq!(permissive.limits.pids, Some(1024));
+        assert_eq!(permissive.limits.cpu, None);
+        assert_eq!(permissive.limits.timeout, Some(Duration::from_secs(3600)));
+        assert_eq!(permissive.limits.output, Some(256 << 20));
+        assert_eq!(permissive.limits.nofile, Some(1024));
+        assert_eq!(permissive.enforce.seccomp, Enforcement::BestEffort);
+        assert_eq!(permissive.enforce.userns, Enforcement::Required);
+        assert_eq!(permissive.syscalls.mode, SyscallMode::Denylist);
+    }
+
+    #[test]
+    fn to_toml_round_trips() {
+        for name in builtin_names() {
+            let policy = load(name).unwrap();
+            let text = to_toml(&policy);
+            let back =
+                parse(&text, &format!("{name}.toml")).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(back, policy, "{text}");
+        }
+        let mut odd = ok(r#"version = 1
+            [env]
+            set = { "A\"B" = "line\nbreak\u0001\\" }
+            [limits]
+            memory = 1048577
+            timeout = "1500ms"
+            cpu = 0.25
+            [syscalls]
+            allow = ["a"]"#);
+        odd.name = "odd".into();
+        assert_eq!(parse(&to_toml(&odd), "odd.toml").unwrap(), odd);
+    }
+
+    #[test]
+    fn values_are_parsed() {
+        let p = ok(r#"
+            version = 1
+            [filesystem]
+            project = "ro"
+            read = ["/usr/", "/opt/./x//y/"]
+            write = ["/var/tmp/build"]
+            hide = ["./secrets/", "/etc/shadow"]
+            tmp = "1GiB"
+            [limits]
+            memory = "unlimited"
+            pids = 7
+            cpu = 2
+            timeout = 90
+            output = 4096
+            nofile = "unlimited"
+            [broker]
+            default = "ask"
+            rules = { "net.http" = "deny", "secrets.read" = "allow" }
+        "#);
+        assert_eq!(p.name, "p");
+        assert_eq!(p.filesystem.project, ProjectAccess::ReadOnly);
+        assert_eq!(
+            p.filesystem.read,
+            [PathBuf::from("/usr"), PathBuf::from("/opt/x/y")]
+        );
+        assert_eq!(
+            p.filesystem.hide,
+            [PathBuf::from("secrets"), PathBuf::from("/etc/shadow")]
+        );
+        assert_eq!(p.filesystem.tmp_size, 1 << 30);
+        assert_eq!(p.limits.memory, None);
+        assert_eq!(p.limits.pids, Some(7));
+        assert_eq!(p.limits.cpu, Some(2.0));
+        assert_eq!(p.limits.timeout, Some(Duration::from_secs(90)));
+        assert_eq!(p.limits.output, Some(4096));
+        assert_eq!(p.limits.nofile, None);
+        // Unset keys in a present table keep strict's values.
+        assert_eq!(p.network.mode, NetworkMode::None);
+        assert_eq!(p.broker.default, Decision::Ask);
+        assert_eq!(p.broker.rules["net.http"], Decision::Deny);
+        assert_eq!(p.broker.rules["secrets.read"], Decision::Allow);
+        assert_eq!(p.broker.rules["fs.read"], Decision::Allow);
+    }
+
+    #[test]
+    fn precise_messages() {
+        let cases: &[(&str, &str)] = &[
+            ("", "p.toml:1:1: `version` is missing: add `version = 1` as the first line"),
+            ("version = 2", "p.toml:1:11: unsupported profile version 2: this sandbox reads version 1 only"),
+            ("version = \"1\"", "p.toml:1:11: unsupported profile version \"1\": this sandbox reads version 1 only"),
+            ("version = 1\ncolour = 1", "p.toml:2:1: unknown field `colour`, expected one of `version`, `extends`, `filesystem`, `network`, `limits`, `syscalls`, `env`, `broker`, `enforce`"),
+            ("version = 1\n[network]\nmode = \"wifi\"", "p.toml:3:8: unknown variant `wifi`, expected one of `none`, `loopback`, `host`"),
+            ("version = 1\n[filesystem]\nread = [\"usr\"]", "p.toml:3:9: `filesystem.read` paths must be absolute: \"usr\" does not start with '/'"),
+            ("version = 1\n[filesystem]\nread_if_exists = [\"/a/../etc\"]", "p.toml:3:19: `filesystem.read_if_exists` paths cannot contain `..`: \"/a/../etc\""),
+            ("version = 1\n[filesystem]\nwrite = [\"/proc/self/\"]", "p.toml:3:10: `filesystem.write` cannot contain \"/proc/self\": /proc and everything under it stay read-only"),
+            ("version = 1\n[filesystem]\nwrite = [\"/./\"]", "p.toml:3:10: `filesystem.write` cannot contain \"/\": that would make the whole host writable"),
+            ("version = 1\n[filesystem]\nwrite = [\"/dev\"]", "p.toml:3:10: `filesystem.write` cannot contain \"/dev\": /dev and everything under it stay read-only"),
+            ("version = 1\n[filesystem]\nhide = [\"../x\"]", "p.toml:3:9: `filesystem.hide` paths cannot contain `..`: \"../x\""),
+            ("version = 1\n[filesystem]\ntmp = \"0\"", "p.toml:3:7: `filesystem.tmp` must be more than 0 and at most 64GiB (it is held in memory)"),
+            ("version = 1\n[filesystem]\ntmp = \"65GiB\"", "p.toml:3:7: `filesystem.tmp` must be more than 0 and at most 64GiB (it is held in memory)"),
+            ("version = 1\n[limits]\ncpu = 0", "p.toml:3:7: `limits.cpu` must be more than 0 and at most 1024 cores"),
+            ("version = 1\n[limits]\ncpu = nan", "p.toml:3:7: `limits.cpu` must be more than 0 and at most 1024 cores"),
+            ("version = 1\n[limits]\ncpu = inf", "p.toml:3:7: `limits.cpu` must be more than 0 and at most 1024 cores"),
+            ("version = 1\n[limits]\npids = 0", "p.toml:3:8: `limits.pids` must be at least 1"),
+            ("version = 1\n[limits]\npids = -5", "p.toml:3:8: `limits.pids` must be at least 1"),
+            ("version = 1\n[limits]\nmemory = \"1KiB\"", "p.toml:3:10: `limits.memory` must be at least 1MiB"),
+            ("version = 1\n[limits]\nmemory = -1", "p.toml:3:10: `limits.memory` cannot be negative"),
+            ("version = 1\n[limits]\ntimeout = \"0s\"", "p.toml:3:11: `limits.timeout` must be more than 0; use \"unlimited\" for no limit"),
+            ("version = 1\n[limits]\npids = true", "p.toml:3:8: invalid type: boolean `true`, expected a number or a string such as \"512MiB\", \"10m\" or \"unlimited\""),
+            ("version = 1\n[broker]\nrules = { \"fs.raed\" = \"allow\" }", "p.toml:3:11: unknown variant `fs.raed`, expected one of `fs.read`, `fs.write`, `fs.list`, `fs.stat`, `fs.mkdir`, `fs.delete`, `terminal.run`, `net.http`, `secrets.get`, `secrets.read`, `log`, `permission.query`"),
+            ("version = 1\n[syscalls]\nallow = [\"Open\"]", "p.toml:3:10: invalid system call name \"Open\": expected lowercase letters, digits and '_'"),
+            ("version = 1\n[env]\npass = [\"A=B\"]", "p.toml:3:9: invalid environment variable name \"A=B\": it must be non-empty without '=' or NUL"),
+            ("version = 1\n[enforce]\nlandlock = \"maybe\"", "p.toml:3:12: unknown variant `maybe`, expected one of `required`, `best-effort`, `off`"),
+            ("version = 1\nextends = \"strcit\"", "p.toml:2:11: unknown built-in profile `strcit` in `extends`: valid choices are strict, standard, permissive, or a path to a file (containing '/' or ending in \".toml\")"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(&err(text), want, "for {text:?}");
+        }
+        let userns = err("version = 1\n[enforce]\nuserns = \"best-effort\"");
+        assert!(
+            userns.starts_with("p.toml:3:10: `enforce.userns` must be \"required\""),
+            "{userns}"
+        );
+        assert!(userns.contains("sandbox doctor"), "{userns}");
+    }
+
+    #[test]
+    fn never_panics() {
+        let fixed = [
+            "",
+            "\0\u{1}\u{ff}",
+            "version",
+            "version = ",
+            "version = 1\n[limits]\nmemory = 99999999999999999999999",
+            "version = 99999999999999999999",
+            "version = -1",
+            "version = 1.0",
+            "version = [1]",
+            "[[filesystem]]",
+            "version = 1\n[limits]\ntimeout = \"99999999999999999999d\"",
+            "version = 1\n[limits]\ntimeout = -3",
+            "version = 1\n[limits]\ncpu = -1e308",
+            "version = 1\n[limits]\noutput = 1.5",
+            "version = 1\n[filesystem]\nread = \"/usr\"",
+            "version = 1\n[filesystem]\nread = [\"/a\\u0000b\"]",
+            "version = 1\n[filesystem]\nhide = [\"\"]",
+            "version = 1\n[env]\nset = { A = 1 }",
+            "version = 1\n[broker]\nrules = []",
+            "version = 1\nfilesystem = 3",
+            "version = 1\n[limits]\npids = \"ten\"",
+            "version = 1\n[limits]\nmemory = \"\u{1F600}\"",
+            "\u{1F600}\n\u{1F600} = 1",
+        ];
+        for text in fixed {
+            let _ = parse(text, "p.toml");
+        }
+        // Cheap deterministic garbage: mutate the built-ins byte by byte.
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        for name in builtin_names() {
+            let original = builtin_source(name).unwrap().as_bytes().to_vec();
+            for _ in 0..300 {
+                let mut bytes = original.clone();
+                for _ in 0..4 {
+                    state ^= state << 13;
+                    state ^= state >> 7;
+                    state ^= state << 17;
+                    let at = (state as usize) % bytes.len();
+                    bytes[at] = (state >> 32) as u8;
+                }
+                let text = String::from_utf8_lossy(&bytes);
+                if let Err(e) = parse(&text, "fuzz.toml") {
+                    assert!(e.to_string().starts_with("fuzz.toml"), "{e}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn extends_merges_lists_replace_maps_merge() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = dir.path().join("base.toml");
+        std::fs::write(
+            &base,
+            "version = 1\nextends = \"standard\"\n[env]\npass = [\"A\"]\nset = { X = \"1\", HOME = \"/h\" }\n",
+        )
+        .unwrap();
+        let child = dir.path().join("child.toml");
+        std::fs::write(
+            &child,
+            "version = 1\nextends = \"base.toml\"\n[env]\npass = [\"B\"]\nset = { Y = \"2\" }\n[broker]\nrules = { log = \"deny\" }\n",
+        )
+        .unwrap();
+        let p = load(child.to_str().unwrap()).unwrap();
+        assert_eq!(p.name, "child");
+        assert_eq!(p.env.pass, ["B"]);
+        assert_eq!(p.env.set["X"], "1");
+        assert_eq!(p.env.set["Y"], "2");
+        assert_eq!(p.env.set["HOME"], "/h");
+        assert!(p.env.set.contains_key("PATH"));
+        assert_eq!(p.broker.rules["log"], Decision::Deny);
+        assert_eq!(p.broker.rules["fs.read"], Decision::Allow);
+        assert_eq!(p.network.mode, NetworkMode::Loopback);
+    }
+
+    #[test]
+    fn extends_cycles_depth_and_missing_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = |n: &str| dir.path().join(n);
+        std::fs::write(
+            path("self.toml"),
+            "version = 1\nextends = \"./self.toml\"\n",
+        )
+        .unwrap();
+        let e = load_file(&path("self.toml")).unwrap_err().to_string();
+        let d = dir.path().display();
+        assert_eq!(
+            e,
+            format!("{d}/self.toml:2:11: `extends` cycle: {d}/self.toml -> {d}/self.toml")
+        );
+
+        for i in 0..=MAX_EXTENDS_DEPTH + 1 {
+            let text = if i == MAX_EXTENDS_DEPTH + 1 {
+                "version = 1\n".to_owned()
+            } else {
+                format!("version = 1\nextends = \"p{}.toml\"\n", i + 1)
+            };
+            std::fs::write(path(&format!("p{i}.toml")), text).unwrap();
+        }
+        // p1 has exactly MAX_EXTENDS_DEPTH links below it; p0 one more.
+        assert!(load_file(&path("p1.toml")).is_ok());
+        let e = load_file(&path("p0.toml")).unwrap_err();
+        assert!(
+            matches!(e, ProfileError::ExtendsTooDeep { max: 8, .. }),
+            "{e}"
+        );
+
+        std::fs::write(
+            path("orphan.toml"),
+            "version = 1\nextends = \"gone.toml\"\n",
+        )
+        .unwrap();
+        let e = load_file(&path("orphan.toml")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{d}/orphan.toml:2:11: cannot read `{d}/gone.toml`, named by `extends`")
+        );
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn load_distinguishes_names_and_paths() {
+        assert!(matches!(
+            load("nope"),
+            Err(ProfileError::UnknownProfile { .. })
+        ));
+        assert!(matches!(load("nope.toml"), Err(ProfileError::Read { .. })));
+        assert!(matches!(
+            load("/nonexistent/x"),
+            Err(ProfileError::Read { .. })
+        ));
+        let e = load("nope").unwrap_err().to_string();
+        assert!(e.contains("strict, standard, permissive"), "{e}");
+    }
+
+    #[test]
+    fn non_utf8_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bin.toml");
+        std::fs::write(&p, b"version = 1\n\xff\xfe").unwrap();
+        assert!(matches!(load_file(&p), Err(ProfileError::Read { .. })));
     }
 }

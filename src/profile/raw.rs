@@ -553,7 +553,7 @@ fn check_list<T>(
 }
 
 /// `.` components and trailing slashes dropped; `..` kept (callers reject it).
-fn normalize(path: &Path) -> PathBuf {
+pub(crate) fn normalize(path: &Path) -> PathBuf {
     path.components()
         .filter(|c| !matches!(c, Component::CurDir))
         .collect()
