@@ -31,7 +31,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     // Probe first, while the process is still single-threaded (the user
     // namespace probe forks).
     let probes = probe::probe();
-    let assessments: Vec<Assessment> = builtin_policies()
+    let assessments: Vec<Assessment> = builtin_policies()?
         .iter()
         .map(|(_, policy)| probe::assess(policy, &probes))
         .collect();
@@ -54,11 +54,17 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
 }
 
 /// The built-in profiles, by name, as validated policies.
-// INTEGRATION: return `sandbox::profile::builtin_names()` each loaded with
-// `sandbox::profile::load(name)`; a profile that fails to load is a bug in the
-// binary, so report it (e.g. as an error from `run`) rather than skip it.
-fn builtin_policies() -> Vec<(String, Policy)> {
-    Vec::new()
+/// Every built-in profile, loaded. A built-in that fails to load is a bug in
+/// this binary, so it is an error rather than a skipped line.
+fn builtin_policies() -> anyhow::Result<Vec<(String, Policy)>> {
+    sandbox::profile::builtin_names()
+        .iter()
+        .map(|name| {
+            let policy = sandbox::profile::load(name)
+                .map_err(|err| anyhow::anyhow!("built-in profile {name} does not load: {err:#}"))?;
+            Ok((name.to_string(), policy))
+        })
+        .collect()
 }
 
 fn status_line(out: &mut String, name: &str, availability: &Availability) {

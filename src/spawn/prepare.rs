@@ -184,6 +184,30 @@ pub struct Prepared {
     pub warnings: Vec<String>,
 }
 
+/// Limits of `policy` that this build does not enforce yet (cgroup memory,
+/// pids and cpu limits, the wall-clock timeout and the output cap arrive with
+/// the resource-limits work). Each entry names the limit and its value.
+pub fn unenforced_limits(policy: &Policy) -> Vec<String> {
+    let limits = &policy.limits;
+    let mut out = Vec::new();
+    if let Some(memory) = limits.memory {
+        out.push(format!("memory {} MiB", memory >> 20));
+    }
+    if let Some(pids) = limits.pids {
+        out.push(format!("pids {pids}"));
+    }
+    if let Some(cpu) = limits.cpu {
+        out.push(format!("cpu {cpu}"));
+    }
+    if let Some(timeout) = limits.timeout {
+        out.push(format!("timeout {}s", timeout.as_secs_f64()));
+    }
+    if let Some(output) = limits.output {
+        out.push(format!("output {} MiB", output >> 20));
+    }
+    out
+}
+
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 fn cstring(what: &'static str, bytes: impl Into<Vec<u8>>) -> Result<CString, SpawnError> {
@@ -305,6 +329,25 @@ impl Prepared {
     /// reading host metadata (the paths the plan mounts).
     pub fn new(policy: &Policy, spec: SpawnSpec) -> Result<Prepared, SpawnError> {
         let mut warnings = Vec::new();
+        let unenforced = unenforced_limits(policy);
+        if !unenforced.is_empty() {
+            let what = unenforced.join(", ");
+            match policy.enforce.cgroups {
+                Enforcement::Required => {
+                    return Err(SpawnError::LayerUnavailable {
+                        layer: "resource limits",
+                        reason: format!(
+                            "this version of sandbox cannot enforce them yet ({what}); \
+                             set enforce.cgroups = \"best-effort\" to run without them"
+                        ),
+                    })
+                }
+                Enforcement::BestEffort => warnings.push(format!(
+                    "resource limits not enforced by this version: {what}"
+                )),
+                Enforcement::Off => {}
+            }
+        }
         let project = std::fs::canonicalize(&spec.project).map_err(|source| SpawnError::Path {
             what: "project root",
             path: spec.project.clone(),

@@ -1,0 +1,160 @@
+//! The built-in profiles, embedded in the binary so `--profile strict` works
+//! without any file on the host.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::policy::{
+    BrokerPolicy, Decision, EnforcePolicy, Enforcement, EnvPolicy, FilesystemPolicy, Limits,
+    NetworkMode, NetworkPolicy, Policy, ProjectAccess, SyscallMode, SyscallPolicy,
+};
+
+/// Name, one-line description and TOML text of each built-in, strictest first.
+const BUILTINS: &[(&str, &str, &str)] = &[
+    (
+        "strict",
+        "Default for untrusted code: no network, minimal read-only system view, syscall allowlist, every layer required",
+        include_str!("../../profiles/strict.toml"),
+    ),
+    (
+        "standard",
+        "Builds and tests of code you review: loopback network, /etc readable except its secrets, syscall denylist",
+        include_str!("../../profiles/standard.toml"),
+    ),
+    (
+        "permissive",
+        "Code you mostly trust: host network, large limits, Landlock and seccomp best-effort",
+        include_str!("../../profiles/permissive.toml"),
+    ),
+];
+
+const NAMES: &[&str] = &["strict", "standard", "permissive"];
+
+/// The built-in profile names, strictest first.
+pub fn names() -> &'static [&'static str] {
+    NAMES
+}
+
+/// The TOML text of a built-in profile.
+pub fn source(name: &str) -> Option<&'static str> {
+    BUILTINS.iter().find(|b| b.0 == name).map(|b| b.2)
+}
+
+/// A one-line description of a built-in profile.
+pub fn description(name: &str) -> Option<&'static str> {
+    BUILTINS.iter().find(|b| b.0 == name).map(|b| b.1)
+}
+
+/// "strict, standard, permissive", for error messages.
+pub(crate) fn choices() -> String {
+    NAMES.join(", ")
+}
+
+fn paths(list: &[&str]) -> Vec<PathBuf> {
+    list.iter().map(PathBuf::from).collect()
+}
+
+fn strings(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The values a profile gets for everything it (and its parents) leave unset:
+/// exactly `strict`'s, so that forgetting a table never weakens a profile.
+/// A unit test keeps this equal to `profiles/strict.toml`.
+pub(crate) fn defaults() -> Policy {
+    let set = [
+        (
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        ),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+    ];
+    let rules = [
+        ("fs.read", Decision::Allow),
+        ("fs.list", Decision::Allow),
+        ("fs.stat", Decision::Allow),
+        ("fs.write", Decision::Ask),
+        ("fs.mkdir", Decision::Ask),
+        ("fs.delete", Decision::Ask),
+        ("terminal.run", Decision::Ask),
+        ("net.http", Decision::Ask),
+        ("secrets.get", Decision::Ask),
+        ("log", Decision::Allow),
+        ("permission.query", Decision::Allow),
+    ];
+    Policy {
+        name: "strict".to_owned(),
+        filesystem: FilesystemPolicy {
+            project: ProjectAccess::ReadWrite,
+            read: paths(&["/usr"]),
+            read_if_exists: paths(&[
+                "/bin",
+                "/sbin",
+                "/lib",
+                "/lib32",
+                "/lib64",
+                "/libx32",
+                "/etc/ld.so.cache",
+                "/etc/ld.so.conf",
+                "/etc/ld.so.conf.d",
+                "/etc/alternatives",
+                "/etc/passwd",
+                "/etc/group",
+                "/etc/nsswitch.conf",
+                "/etc/hosts",
+                "/etc/localtime",
+                "/etc/ssl/certs",
+                "/etc/ca-certificates",
+                "/etc/mime.types",
+                "/etc/gitconfig",
+                "/etc/python3",
+                "/etc/python3.11",
+            ]),
+            write: Vec::new(),
+            hide: paths(&[
+                ".git/hooks",
+                ".env",
+                ".env.local",
+                ".netrc",
+                ".npmrc",
+                ".pypirc",
+            ]),
+            tmp_size: 128 << 20,
+        },
+        network: NetworkPolicy {
+            mode: NetworkMode::None,
+        },
+        limits: Limits {
+            memory: Some(512 << 20),
+            pids: Some(128),
+            cpu: Some(1.0),
+            timeout: Some(Duration::from_secs(600)),
+            output: Some(16 << 20),
+            nofile: Some(1024),
+        },
+        syscalls: SyscallPolicy {
+            mode: SyscallMode::Allowlist,
+            allow: Vec::new(),
+            deny: Vec::new(),
+        },
+        env: EnvPolicy {
+            pass: strings(&["LANG", "LC_ALL", "LC_CTYPE", "TERM", "TZ"]),
+            set: set
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+        },
+        broker: BrokerPolicy {
+            default: Decision::Deny,
+            rules: rules.iter().map(|(k, d)| ((*k).to_owned(), *d)).collect(),
+        },
+        enforce: EnforcePolicy {
+            userns: Enforcement::Required,
+            landlock: Enforcement::Required,
+            seccomp: Enforcement::Required,
+            cgroups: Enforcement::BestEffort,
+        },
+    }
+}
