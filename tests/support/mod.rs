@@ -1,0 +1,223 @@
+//! Shared helpers for the tests that run the real `sandbox` binary.
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// The binary under test.
+pub fn sandbox_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_sandbox")
+}
+
+/// A throwaway unprivileged identity for the "same checks unprivileged"
+/// runs. No passwd entry is needed: nothing in the tests looks the name up.
+pub const TEST_UID: u32 = 61_234;
+/// Its group.
+pub const TEST_GID: u32 = 61_234;
+
+/// Who runs the supervisor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Who {
+    /// Host root (the sandbox maps itself to an unprivileged host id).
+    Root,
+    /// An unprivileged user (plain user namespaces).
+    User,
+}
+
+fn require_everything() -> bool {
+    std::env::var_os("SANDBOX_TEST_REQUIRE").is_some_and(|v| v == "1")
+}
+
+/// Skip loudly when a feature is missing, or fail under SANDBOX_TEST_REQUIRE=1.
+pub fn require(test: &str, feature: &str, available: bool) -> bool {
+    if !available {
+        assert!(
+            !require_everything(),
+            "{test}: {feature} unavailable and SANDBOX_TEST_REQUIRE=1"
+        );
+        eprintln!("SKIP: {test}: {feature} unavailable");
+    }
+    available
+}
+
+fn running_as_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// The identities this test run can use: both when the tests run as root,
+/// only the unprivileged one otherwise (reported as a loud skip of Root).
+pub fn identities(test: &str) -> Vec<Who> {
+    let mut out = Vec::new();
+    if require(
+        test,
+        "root (to test the root supervisor)",
+        running_as_root(),
+    ) {
+        out.push(Who::Root);
+    }
+    if sandbox_works(Who::User) {
+        out.push(Who::User);
+    } else {
+        require(test, "user namespaces for an unprivileged user", false);
+    }
+    out
+}
+
+/// Whether a trivial run starts for `who` (probed once per identity).
+pub fn sandbox_works(who: Who) -> bool {
+    static ROOT: OnceLock<bool> = OnceLock::new();
+    static USER: OnceLock<bool> = OnceLock::new();
+    let cell = if who == Who::Root { &ROOT } else { &USER };
+    *cell.get_or_init(|| {
+        let project = Project::new(who);
+        let out = project.run(&["/bin/true"]);
+        if !out.status.success() {
+            eprintln!(
+                "probe run as {who:?} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        out.status.success()
+    })
+}
+
+/// A temporary project root owned by the identity that runs the sandbox.
+pub struct Project {
+    dir: tempfile::TempDir,
+    /// Who runs the supervisor on it.
+    pub who: Who,
+}
+
+impl Project {
+    /// A fresh empty project under /tmp (world-traversable, owned by `who`).
+    pub fn new(who: Who) -> Project {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-test-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let project = Project { dir, who };
+        project.chown_all();
+        project
+    }
+
+    /// The project root.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Write a file into the project (owned by the runner).
+    pub fn write(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(&path, content).expect("write");
+        self.chown_all();
+        path
+    }
+
+    fn chown_all(&self) {
+        if self.who == Who::User && running_as_root() {
+            let status = Command::new("chown")
+                .arg("-R")
+                .arg(format!("{TEST_UID}:{TEST_GID}"))
+                .arg(self.path())
+                .status()
+                .expect("chown");
+            assert!(status.success());
+        }
+    }
+
+    /// A `sandbox` command run by this project's identity, in the project.
+    pub fn command(&self) -> Command {
+        let mut cmd = Command::new(sandbox_bin());
+        cmd.current_dir(self.path());
+        if self.who == Who::User && running_as_root() {
+            // std drops supplementary groups when a root parent sets a uid.
+            cmd.uid(TEST_UID).gid(TEST_GID);
+        }
+        cmd
+    }
+
+    /// `sandbox run [extra] -- argv` with stdin closed; collects the output.
+    pub fn run_with(&self, extra: &[&str], argv: &[&str]) -> Output {
+        let mut cmd = self.command();
+        cmd.arg("run")
+            .args(extra)
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::null());
+        cmd.output().expect("sandbox starts")
+    }
+
+    /// `sandbox run -- argv` under the default profile.
+    pub fn run(&self, argv: &[&str]) -> Output {
+        self.run_with(&[], argv)
+    }
+
+    /// Run a shell script inside; asserts it succeeded and returns stdout.
+    pub fn sh_ok(&self, script: &str) -> String {
+        let out = self.run(&["/bin/sh", "-c", script]);
+        assert_ok(&out, script);
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+/// Panic with both streams when `out` is not a success.
+pub fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Host pids whose command line contains `marker`.
+pub fn host_pids_with(marker: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(marker)
+            {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+/// Wait up to `seconds` until no host process has `marker` in its command line.
+pub fn wait_until_gone(marker: &str, seconds: u64) -> Vec<u32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        let pids = host_pids_with(marker);
+        if pids.is_empty() || std::time::Instant::now() > deadline {
+            return pids;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A marker unique to this test process and call site.
+pub fn marker(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}{}{}",
+        3_000_000 + std::process::id() % 1_000_000,
+        tag.len(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
