@@ -412,3 +412,40 @@ fn the_report_says_what_was_enforced() {
         assert_eq!(report["profile"], "strict");
     }
 }
+
+/// Regression: init is a copy of the supervisor and holds the host's whole
+/// environment. With Landlock off (its ptrace rule hid /proc/1 before),
+/// only init being non-dumpable keeps /proc/1/environ and /proc/1/mem closed.
+#[test]
+fn regression_init_does_not_leak_the_host_environment_without_landlock() {
+    for who in identities("regression_init_does_not_leak_the_host_environment_without_landlock") {
+        let project = Project::new(who);
+        let profile = project.write(
+            "no-landlock.toml",
+            "version = 1\nextends = \"strict\"\n[enforce]\nlandlock = \"off\"\n",
+        );
+        let out = project
+            .command()
+            .env("SANDBOX_TEST_SECRET", "hunter2-do-not-leak")
+            .args(["run", "--profile", profile.to_str().unwrap(), "--"])
+            .args([
+                "/bin/sh",
+                "-c",
+                "cat /proc/1/environ; head -c 64 /proc/1/mem; echo checked",
+            ])
+            .output()
+            .unwrap();
+        assert_ok(&out, "reading /proc/1");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !stdout.contains("hunter2"),
+            "{who:?} read init's environment: {stdout}"
+        );
+        assert!(stdout.contains("checked"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("/proc/1/environ: Permission denied"),
+            "{who:?}: {stderr}"
+        );
+    }
+}

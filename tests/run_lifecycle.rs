@@ -1,0 +1,194 @@
+//! Exit statuses, signals, and the guarantee that nothing of a run outlives it.
+
+mod support;
+
+use std::io::Write;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use support::{identities, wait_until_gone, Project, Who};
+
+fn status_of(project: &Project, script: &str) -> (Option<i32>, String) {
+    let out = project.run(&["/bin/sh", "-c", script]);
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn exit_codes_and_signals_propagate() {
+    for who in identities("exit_codes_and_signals_propagate") {
+        let project = Project::new(who);
+        for code in [0, 1, 42, 255] {
+            assert_eq!(
+                status_of(&project, &format!("exit {code}")).0,
+                Some(code),
+                "{who:?}"
+            );
+        }
+        assert_eq!(status_of(&project, "kill -TERM $$").0, Some(143), "{who:?}");
+        assert_eq!(status_of(&project, "kill -KILL $$").0, Some(137), "{who:?}");
+    }
+}
+
+#[test]
+fn a_command_that_cannot_be_executed_exits_127_with_the_reason() {
+    for who in identities("a_command_that_cannot_be_executed_exits_127_with_the_reason") {
+        let project = Project::new(who);
+        let out = project.run(&["no-such-program"]);
+        assert_eq!(out.status.code(), Some(127));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("sandbox: cannot execute 'no-such-program': No such file or directory"),
+            "{stderr}"
+        );
+        project.write("not-executable.sh", "echo hi\n");
+        let out = project.run(&["./not-executable.sh"]);
+        assert_eq!(out.status.code(), Some(127));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("cannot execute './not-executable.sh': Permission denied"),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_double_forked_daemon_does_not_outlive_the_run() {
+    for who in identities("a_double_forked_daemon_does_not_outlive_the_run") {
+        let project = Project::new(who);
+        let marker = support::marker("daemon");
+        let script =
+            format!("setsid /bin/sh -c 'sleep {marker} & sleep {marker} &' ; sleep 0.2; exit 0");
+        let (code, stderr) = status_of(&project, &script);
+        assert_eq!(code, Some(0), "{stderr}");
+        // The run is over: the kernel already tore the pid namespace down.
+        let left = support::host_pids_with(&format!("sleep {marker}"));
+        assert!(
+            left.is_empty(),
+            "{who:?}: daemons survived the run: {left:?}"
+        );
+    }
+}
+
+fn sleeper_visible(marker: &str) -> bool {
+    support::host_pids_with(marker).iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+    })
+}
+
+fn wait_for_sleeper(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !sleeper_visible(marker) {
+        assert!(
+            Instant::now() < deadline,
+            "the sandboxed sleep never started"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn sigkill_of_the_supervisor_leaves_no_process_behind() {
+    for who in identities("sigkill_of_the_supervisor_leaves_no_process_behind") {
+        let project = Project::new(who);
+        let marker = support::marker("sigkill");
+        let script = format!("setsid sleep {marker} & sleep {marker}");
+        let mut supervisor = project
+            .command()
+            .args(["run", "--", "/bin/sh", "-c", &script])
+            .spawn()
+            .unwrap();
+        wait_for_sleeper(&marker);
+        supervisor.kill().unwrap(); // SIGKILL
+        supervisor.wait().unwrap();
+        let left = wait_until_gone(&format!("sleep {marker}"), 2);
+        assert!(
+            left.is_empty(),
+            "{who:?}: processes survived the supervisor: {left:?}"
+        );
+    }
+}
+
+#[test]
+fn sigterm_to_the_supervisor_reaches_the_command() {
+    for who in identities("sigterm_to_the_supervisor_reaches_the_command") {
+        let project = Project::new(who);
+        let script = "trap 'echo got-term > term.txt; exit 7' TERM; echo ready > ready.txt; \
+                      while :; do sleep 0.05; done";
+        let mut supervisor = project
+            .command()
+            .args(["run", "--", "/bin/sh", "-c", script])
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !project.path().join("ready.txt").exists() {
+            assert!(Instant::now() < deadline, "the command never started");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill(Pid::from_raw(supervisor.id() as i32), Signal::SIGTERM).unwrap();
+        let status = supervisor.wait().unwrap();
+        assert_eq!(status.code(), Some(7), "{who:?}");
+        assert_eq!(
+            std::fs::read_to_string(project.path().join("term.txt")).unwrap(),
+            "got-term\n"
+        );
+    }
+}
+
+#[test]
+fn stdin_stdout_and_stderr_pass_through() {
+    let project = Project::new(Who::Root);
+    if !support::sandbox_works(Who::Root) && !support::require("stdio", "a root sandbox", false) {
+        return;
+    }
+    let mut child = project
+        .command()
+        .args([
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "tr a-z A-Z; echo to-stderr >&2",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello sandbox\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "HELLO SANDBOX\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("to-stderr"));
+}
+
+#[test]
+fn a_broken_profile_stops_the_run_before_anything_starts() {
+    let project = Project::new(Who::Root);
+    let profile = project.write(
+        "bad.toml",
+        "version = 1\nextends = \"strict\"\n[network]\nmode = \"lan\"\n",
+    );
+    let out = project.run_with(
+        &["--profile", profile.to_str().unwrap()],
+        &["/bin/sh", "-c", "touch ran"],
+    );
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "bad.toml:4:8: unknown variant `lan`, expected one of `none`, `loopback`, `host`"
+        ),
+        "{stderr}"
+    );
+    assert!(!project.path().join("ran").exists());
+}
