@@ -413,12 +413,13 @@ fn the_report_says_what_was_enforced() {
     }
 }
 
-/// Regression: init is a copy of the supervisor and holds the host's whole
-/// environment. With Landlock off (its ptrace rule hid /proc/1 before),
-/// only init being non-dumpable keeps /proc/1/environ and /proc/1/mem closed.
+/// Init is a copy of the supervisor and holds the host's whole environment.
+/// Even with Landlock (and its ptrace rule) off, /proc/1/environ and
+/// /proc/1/mem stay closed: init keeps capabilities the payload lacks, and
+/// it is non-dumpable.
 #[test]
-fn regression_init_does_not_leak_the_host_environment_without_landlock() {
-    for who in identities("regression_init_does_not_leak_the_host_environment_without_landlock") {
+fn init_does_not_leak_the_host_environment_even_without_landlock() {
+    for who in identities("init_does_not_leak_the_host_environment_even_without_landlock") {
         let project = Project::new(who);
         let profile = project.write(
             "no-landlock.toml",

@@ -112,11 +112,12 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
         }
     }
     // Init is a copy of the supervisor: its memory and /proc/1/environ hold
-    // the host's whole environment. Non-dumpable, the payload (same uid) can
-    // read neither, even where Landlock's ptrace restriction is missing. The
-    // payload itself becomes dumpable again at execve. (Only now: the
-    // supervisor had to write this process's /proc id maps, which a
-    // non-dumpable process's /proc files no longer allow.)
+    // the host's whole environment. Today the payload cannot read them
+    // because init keeps capabilities the payload lacks (ptrace access needs
+    // a superset of the target's) and, with Landlock, because of its ptrace
+    // rule; non-dumpable keeps them closed should either ever change. Only
+    // now: the supervisor had to write this process's /proc id maps, which a
+    // non-dumpable process's /proc files no longer allow.
     nix::sys::prctl::set_dumpable(false).step(Step::NoNewPrivs, b"PR_SET_DUMPABLE")?;
     // Its own process group, so a terminal's ^C reaches only the supervisor,
     // which forwards it once (the payload would otherwise see it twice).
