@@ -214,6 +214,10 @@ fn file_if_missing<'a>(path: &'a CStr) -> Result<(), Failed<'a>> {
     }
 }
 
+fn tmpfs(target: &CStr, flags: MsFlags, options: &CStr) -> nix::Result<()> {
+    mount(Some("tmpfs"), target, Some("tmpfs"), flags, Some(options))
+}
+
 fn bind_tree<'a>(source: &'a CStr, target: &'a CStr, attrs: MountAttrs) -> Result<(), Failed<'a>> {
     let tree = mount_api::clone_tree(source).step(Step::BindMount, source.to_bytes())?;
     mount_api::set_tree_attrs(tree.as_fd(), attrs).step(Step::BindMount, target.to_bytes())?;
@@ -250,14 +254,7 @@ fn build_root<'a>(
     let rec_private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
     mount(NONE, "/", NONE, rec_private, NONE).step(Step::MountPrivate, b"/")?;
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    mount(
-        Some("tmpfs"),
-        "/tmp",
-        Some("tmpfs"),
-        nosuid_nodev,
-        Some("mode=0755,size=1m"),
-    )
-    .step(Step::MountBase, b"/tmp")?;
+    tmpfs(c"/tmp", nosuid_nodev, c"mode=0755,size=1m").step(Step::MountBase, b"/tmp")?;
     nix::unistd::chdir("/tmp").step(Step::MountBase, b"/tmp")?;
     for dir in [c"newroot", c"oldroot"] {
         nix::unistd::mkdir(dir, Mode::from_bits_truncate(0o755))
@@ -275,25 +272,11 @@ fn build_root<'a>(
     nix::unistd::pivot_root(".", "oldroot").step(Step::PivotToBase, b"/tmp")?;
     nix::unistd::chdir("/").step(Step::PivotToBase, b"/")?;
 
-    mount(
-        Some("tmpfs"),
-        "/newroot",
-        Some("tmpfs"),
-        nosuid_nodev,
-        Some("mode=0755"),
-    )
-    .step(Step::MountNewRoot, b"/newroot")?;
+    tmpfs(c"/newroot", nosuid_nodev, c"mode=0755").step(Step::MountNewRoot, b"/newroot")?;
     for dir in [c"/newroot/tmp", c"/newroot/proc", c"/newroot/dev"] {
         mkdir_if_missing(dir)?;
     }
-    mount(
-        Some("tmpfs"),
-        "/newroot/tmp",
-        Some("tmpfs"),
-        nosuid_nodev,
-        Some(prepared.tmp_options.as_c_str()),
-    )
-    .step(Step::MountTmp, b"/tmp")?;
+    tmpfs(c"/newroot/tmp", nosuid_nodev, &prepared.tmp_options).step(Step::MountTmp, b"/tmp")?;
     mount(
         Some("proc"),
         "/newroot/proc",
@@ -358,14 +341,9 @@ fn build_root<'a>(
                 }
             },
             MountOp::HideDir { target } => {
-                mount(
-                    Some("tmpfs"),
-                    target.as_c_str(),
-                    Some("tmpfs"),
-                    nosuid_nodev | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY,
-                    Some("mode=0555,size=4k"),
-                )
-                .step(Step::HidePath, target.to_bytes())?;
+                let flags = nosuid_nodev | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
+                tmpfs(target, flags, c"mode=0555,size=4k")
+                    .step(Step::HidePath, target.to_bytes())?;
             }
             MountOp::HideFile { target } => {
                 mount(
@@ -407,15 +385,9 @@ fn build_root<'a>(
     Ok(())
 }
 
-fn build_dev<'a>(_prepared: &'a Prepared) -> Result<(), Failed<'a>> {
-    mount(
-        Some("tmpfs"),
-        "/newroot/dev",
-        Some("tmpfs"),
-        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-        Some("mode=0755,size=64k"),
-    )
-    .step(Step::MountDev, b"/dev")?;
+fn build_dev<'a>(prepared: &'a Prepared) -> Result<(), Failed<'a>> {
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+    tmpfs(c"/newroot/dev", flags, c"mode=0755,size=64k").step(Step::MountDev, b"/dev")?;
     for (source, target) in DEV_NODES {
         file_if_missing(target)?;
         mount(Some(source), target, NONE, MsFlags::MS_BIND, NONE)
@@ -426,12 +398,11 @@ fn build_dev<'a>(_prepared: &'a Prepared) -> Result<(), Failed<'a>> {
             .step(Step::MountDev, target.to_bytes())?;
     }
     mkdir_if_missing(c"/newroot/dev/shm")?;
-    mount(
-        Some("tmpfs"),
-        "/newroot/dev/shm",
-        Some("tmpfs"),
+    // Memory-backed like /tmp, so it gets the same size limit.
+    tmpfs(
+        c"/newroot/dev/shm",
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        Some("mode=1777,size=64m"),
+        &prepared.tmp_options,
     )
     .step(Step::MountDev, b"/dev/shm")?;
     Ok(())

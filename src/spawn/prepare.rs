@@ -288,11 +288,7 @@ impl Planner {
                 target,
             }
         } else {
-            let kind = if meta.is_dir() {
-                NodeKind::Dir
-            } else {
-                NodeKind::File
-            };
+            let kind = NodeKind::of(&meta);
             MountOp::Bind {
                 source: prefixed("/oldroot", path)?,
                 target,
@@ -322,6 +318,16 @@ fn root_host_id() -> u32 {
         }
     }
     DEFAULT_ROOT_HOST_ID
+}
+
+impl NodeKind {
+    fn of(meta: &std::fs::Metadata) -> NodeKind {
+        if meta.is_dir() {
+            NodeKind::Dir
+        } else {
+            NodeKind::File
+        }
+    }
 }
 
 impl Prepared {
@@ -481,11 +487,7 @@ impl Prepared {
                     writable,
                 });
             } else {
-                let kind = if meta.is_dir() {
-                    NodeKind::Dir
-                } else {
-                    NodeKind::File
-                };
+                let kind = NodeKind::of(&meta);
                 planner.mounts.push((
                     path.clone(),
                     MountOp::Bind {
