@@ -135,7 +135,11 @@ impl Project {
 
     /// A `sandbox` command run by this project's identity, in the project.
     pub fn command(&self) -> Command {
-        let mut cmd = Command::new(sandbox_bin());
+        let bin = match self.who {
+            Who::User if running_as_root() => binary_for_test_user(),
+            _ => PathBuf::from(sandbox_bin()),
+        };
+        let mut cmd = Command::new(bin);
         cmd.current_dir(self.path());
         if self.who == Who::User && running_as_root() {
             // std drops supplementary groups when a root parent sets a uid.
@@ -166,6 +170,38 @@ impl Project {
         assert_ok(&out, script);
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+/// Whether every directory above `path` lets "other" users through.
+fn reachable_by_others(path: &Path) -> bool {
+    path.ancestors()
+        .skip(1)
+        .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+        && std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o005 == 0o005)
+}
+
+/// The binary, at a path the throwaway user can execute. A checkout may sit
+/// below a private directory (a CI clone under `mktemp -d`, a home
+/// directory); then the binary is copied to a world-readable directory
+/// (atomically, by rename, so a running copy is never overwritten).
+pub fn binary_for_test_user() -> PathBuf {
+    static PATH: OnceLock<PathBuf> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let original = PathBuf::from(sandbox_bin());
+        if reachable_by_others(&original) {
+            return original;
+        }
+        let dir = PathBuf::from(format!("/tmp/sandbox-test-bin-{}", nix::unistd::geteuid()));
+        std::fs::create_dir_all(&dir).expect("binary directory");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let staged = dir.join(format!("sandbox.{}", std::process::id()));
+        std::fs::copy(&original, &staged).expect("copy the binary");
+        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let target = dir.join("sandbox");
+        std::fs::rename(&staged, &target).expect("install the binary");
+        target
+    })
+    .clone()
 }
 
 /// Panic with both streams when `out` is not a success.
