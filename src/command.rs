@@ -368,6 +368,7 @@ fn build_report(
         exit,
         error,
         wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
+        limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
         enforced,
         warnings,
     }

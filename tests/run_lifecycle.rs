@@ -192,3 +192,50 @@ fn a_broken_profile_stops_the_run_before_anything_starts() {
     );
     assert!(!project.path().join("ran").exists());
 }
+
+#[test]
+fn a_timeout_kills_the_command_and_its_grandchildren() {
+    for who in identities("a_timeout_kills_the_command_and_its_grandchildren") {
+        let project = Project::new(who);
+        let marker = support::marker("timeout");
+        let script = format!("setsid sleep {marker} & sleep {marker} & sleep {marker}");
+        let started = Instant::now();
+        let out = project.run_with(
+            &["--timeout", "1s", "--report", "report.json"],
+            &["/bin/sh", "-c", &script],
+        );
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(143), "SIGTERM ended it ({who:?})");
+        assert!(
+            took >= Duration::from_secs(1),
+            "ended before the timeout: {took:?}"
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("sandbox: killed: timeout 1s exceeded"),
+            "{stderr}"
+        );
+        let left = support::host_pids_with(&format!("sleep {marker}"));
+        assert!(left.is_empty(), "{who:?}: survivors {left:?}");
+        let report: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(project.path().join("report.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(report["limits_hit"], serde_json::json!(["timeout"]));
+        assert_eq!(report["exit"]["signal"], 15);
+    }
+}
+
+#[test]
+fn a_command_ignoring_sigterm_is_killed_after_the_grace_period() {
+    let project = Project::new(Who::Root);
+    if !support::sandbox_works(Who::Root) && !support::require("grace", "a root sandbox", false) {
+        return;
+    }
+    let out = project.run_with(
+        &["--timeout", "1s"],
+        &["/bin/sh", "-c", "trap '' TERM; while :; do sleep 0.1; done"],
+    );
+    assert_eq!(out.status.code(), Some(137));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("killed: timeout 1s exceeded"));
+}

@@ -32,6 +32,9 @@ pub struct RunArgs {
     /// Make a host directory visible read-write (repeatable).
     #[arg(long = "allow-write", value_name = "PATH")]
     pub allow_write: Vec<PathBuf>,
+    /// Wall-clock limit (e.g. 30s, 10m): SIGTERM to the whole run, SIGKILL 2 s later.
+    #[arg(long, value_name = "DURATION", value_parser = sandbox::profile::parse_duration)]
+    pub timeout: Option<std::time::Duration>,
     /// Override the profile's network mode.
     #[arg(long, value_enum)]
     pub net: Option<NetArg>,
@@ -65,6 +68,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             .write
             .push(absolute(path, "--allow-write")?);
     }
+    if let Some(timeout) = args.timeout {
+        policy.limits.timeout = Some(timeout);
+    }
     if let Some(net) = args.net {
         policy.network.mode = match net {
             NetArg::None => NetworkMode::None,
@@ -72,6 +78,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             NetArg::Host => NetworkMode::Host,
         };
     }
+    let policy_timeout = policy.limits.timeout;
     let (program, rest) = args.command.split_first().context("no command given")?;
     let mut command = sandbox::Command::new(program, policy);
     command.args(rest);
@@ -123,11 +130,28 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             println!("{}", serde_json::to_string(report)?);
         }
     }
+    if let (Some(report), Some(timeout)) = (&finished.report, policy_timeout) {
+        if report
+            .limits_hit
+            .contains(&sandbox::spawn::parent::LimitHit::Timeout)
+        {
+            eprintln!("sandbox: killed: timeout {} exceeded", humantime(timeout));
+        }
+    }
     match finished.result {
         Ok(status) => Ok(status.as_shell_status()),
         Err(err) => {
             eprintln!("sandbox: {err}");
             Ok(err.exit_status())
         }
+    }
+}
+
+fn humantime(d: std::time::Duration) -> String {
+    let secs = d.as_secs_f64();
+    if secs >= 60.0 && secs.fract() == 0.0 && (secs as u64) % 60 == 0 {
+        format!("{}m", secs as u64 / 60)
+    } else {
+        format!("{secs}s")
     }
 }

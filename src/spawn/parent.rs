@@ -31,7 +31,21 @@ pub struct Outcome {
     pub skipped: Vec<(Step, i32)>,
     /// Time from clone to the end.
     pub wall: Duration,
+    /// Limits that ended or cut the run.
+    pub limits_hit: Vec<LimitHit>,
 }
+
+/// A limit the run ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LimitHit {
+    /// The wall-clock timeout expired: the run got SIGTERM, then SIGKILL.
+    Timeout,
+}
+
+/// How long a timed-out run has between SIGTERM and SIGKILL, to flush
+/// output and remove temporary files.
+pub const TIMEOUT_GRACE: Duration = Duration::from_secs(2);
 
 fn sys(op: impl Into<String>) -> impl FnOnce(Errno) -> SpawnError {
     let op = op.into();
@@ -183,6 +197,9 @@ impl Running {
     fn supervise(&self, prepared: &Prepared) -> Result<Outcome, SpawnError> {
         let mut records = Vec::new();
         let mut report_open = true;
+        let mut limits_hit = Vec::new();
+        // The next deadline: the timeout, then the end of the grace period.
+        let mut deadline = prepared.timeout.map(|t| self.started + t);
         let init_status = loop {
             let mut poll_fds = vec![
                 PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
@@ -191,7 +208,15 @@ impl Running {
             if report_open {
                 poll_fds.push(PollFd::new(self.report.as_fd(), PollFlags::POLLIN));
             }
-            match poll(&mut poll_fds, PollTimeout::NONE) {
+            let wait = match deadline {
+                None => PollTimeout::NONE,
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now()).as_millis();
+                    PollTimeout::try_from(left.min(i32::MAX as u128) as i32)
+                        .unwrap_or(PollTimeout::MAX)
+                }
+            };
+            match poll(&mut poll_fds, wait) {
                 Ok(_) | Err(Errno::EINTR) => {}
                 Err(source) => {
                     return Err(SpawnError::Sys {
@@ -209,6 +234,18 @@ impl Running {
             let (init_done, signal_ready, report_ready) =
                 (ready(0), ready(1), report_open && ready(2));
             drop(poll_fds);
+            if deadline.is_some_and(|at| Instant::now() >= at) {
+                if limits_hit.contains(&LimitHit::Timeout) {
+                    // Grace is over. Killing init tears down its pid namespace.
+                    let _ = kill(self.init_pid, Signal::SIGKILL);
+                    deadline = None;
+                } else {
+                    // Init forwards SIGTERM to the payload's process group.
+                    limits_hit.push(LimitHit::Timeout);
+                    let _ = kill(self.init_pid, Signal::SIGTERM);
+                    deadline = Some(Instant::now() + TIMEOUT_GRACE);
+                }
+            }
             if signal_ready {
                 while let Ok(Some(info)) = self.signals.read_signal() {
                     if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
@@ -239,7 +276,9 @@ impl Running {
         }
         let wall = self.started.elapsed();
         let reported_exit = channel::try_recv_exit(self.sync.as_fd())?;
-        outcome(prepared, records, reported_exit, init_status, wall)
+        let mut outcome = outcome(prepared, records, reported_exit, init_status, wall)?;
+        outcome.limits_hit = limits_hit;
+        Ok(outcome)
     }
 }
 
@@ -332,6 +371,7 @@ fn outcome(
         landlock,
         skipped,
         wall,
+        limits_hit: Vec::new(),
     })
 }
 

@@ -168,6 +168,8 @@ pub struct Prepared {
     pub seccomp: Option<CompiledFilter>,
     /// How hard seccomp is insisted on.
     pub seccomp_enforcement: Enforcement,
+    /// Wall-clock limit, enforced by the supervisor.
+    pub timeout: Option<std::time::Duration>,
     /// Resource limits applied with setrlimit in the payload.
     pub rlimits: Vec<(Resource, u64)>,
     /// Namespaces to create with clone.
@@ -185,8 +187,8 @@ pub struct Prepared {
 }
 
 /// Limits of `policy` that this build does not enforce yet (cgroup memory,
-/// pids and cpu limits, the wall-clock timeout and the output cap arrive with
-/// the resource-limits work). Each entry names the limit and its value.
+/// pids and cpu limits and the output cap arrive with the resource-limits
+/// work). Each entry names the limit and its value.
 pub fn unenforced_limits(policy: &Policy) -> Vec<String> {
     let limits = &policy.limits;
     let mut out = Vec::new();
@@ -198,9 +200,6 @@ pub fn unenforced_limits(policy: &Policy) -> Vec<String> {
     }
     if let Some(cpu) = limits.cpu {
         out.push(format!("cpu {cpu}"));
-    }
-    if let Some(timeout) = limits.timeout {
-        out.push(format!("timeout {}s", timeout.as_secs_f64()));
     }
     if let Some(output) = limits.output {
         out.push(format!("output {} MiB", output >> 20));
@@ -616,6 +615,7 @@ impl Prepared {
             landlock: policy.enforce.landlock,
             seccomp,
             seccomp_enforcement: policy.enforce.seccomp,
+            timeout: policy.limits.timeout,
             rlimits,
             clone_flags,
             network: policy.network.mode,

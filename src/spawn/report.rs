@@ -122,6 +122,8 @@ pub struct Report {
     pub wall_time_ms: f64,
     /// What was enforced.
     pub enforced: Enforced,
+    /// Limits that ended or cut the run (`timeout`).
+    pub limits_hit: Vec<crate::spawn::parent::LimitHit>,
     /// Layers weaker than asked or other caveats, also printed on stderr.
     pub warnings: Vec<String>,
 }
