@@ -7,7 +7,8 @@ use crate::profile::policy::{Enforcement, Policy};
 use crate::spawn::channel::PayloadExit;
 use crate::spawn::parent::{self, Outcome};
 use crate::spawn::report::{
-    Enforced, ExitInfo, LandlockReport, Namespaces, Report, SeccompReport, UserReport,
+    CgroupReport, Enforced, ExitInfo, LandlockReport, Namespaces, Report, Resources, SeccompReport,
+    UserReport,
 };
 use crate::spawn::{Prepared, SpawnError, SpawnSpec, Stdio, Step};
 
@@ -32,6 +33,7 @@ pub struct Command {
     project: Option<PathBuf>,
     policy: Policy,
     stdio: [Stdio; 3],
+    cgroup_parent: Option<PathBuf>,
 }
 
 /// How a sandboxed command ended.
@@ -83,6 +85,7 @@ impl Command {
             project: None,
             policy,
             stdio: [Stdio::Inherit, Stdio::Inherit, Stdio::Inherit],
+            cgroup_parent: None,
         }
     }
     /// Add an argument.
@@ -121,6 +124,12 @@ impl Command {
     /// The project root (default: the current directory).
     pub fn project(&mut self, dir: impl AsRef<Path>) -> &mut Command {
         self.project = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    /// Create the run's cgroup below this delegated cgroup directory
+    /// instead of below the supervisor's own cgroup.
+    pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Command {
+        self.cgroup_parent = Some(dir.as_ref().to_path_buf());
         self
     }
     /// Where stdin comes from.
@@ -179,7 +188,9 @@ impl Command {
             env: self.env.clone(),
             stdio: std::mem::take(&mut self.stdio),
         };
-        Prepared::new(&self.policy, spec)
+        let mut prepared = Prepared::new(&self.policy, spec)?;
+        prepared.cgroup_parent = self.cgroup_parent.clone();
+        Ok(prepared)
     }
 
     /// Run to completion and return the status with the full report.
@@ -348,7 +359,22 @@ fn build_report(
             .map(|(r, v)| (format!("{r:?}"), *v))
             .collect(),
         tmp_size: policy.filesystem.tmp_size,
+        cgroup: ok.and_then(|o| o.cgroup.as_ref()).map(|c| CgroupReport {
+            version: c.version,
+            controllers: c.controllers.clone(),
+            memory: prepared.cgroup_limits.memory,
+            pids: prepared.cgroup_limits.pids,
+            cpu: prepared.cgroup_limits.cpu,
+        }),
+        timeout_s: prepared.timeout.map(|t| t.as_secs_f64()),
     };
+    let resources = ok.map(|o| Resources {
+        cpu_user_ms: o.cpu_user.as_secs_f64() * 1000.0,
+        cpu_system_ms: o.cpu_system.as_secs_f64() * 1000.0,
+        memory_peak: o.cgroup.as_ref().and_then(|c| c.stats.memory_peak),
+        oom_kills: o.cgroup.as_ref().map_or(0, |c| c.stats.oom_kills),
+        pids_limit_hits: o.cgroup.as_ref().map_or(0, |c| c.stats.pids_limit_hits),
+    });
     let (exit, error) = match outcome {
         Ok(o) => (
             Some(ExitInfo {
@@ -368,6 +394,7 @@ fn build_report(
         exit,
         error,
         wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
+        resources,
         limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
         enforced,
         warnings,

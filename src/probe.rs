@@ -474,21 +474,11 @@ impl Assessment {
 
 /// Judge `policy` against `probes`. Pure: the same inputs give the same answer.
 pub fn assess(policy: &Policy, probes: &Probes) -> Assessment {
-    assess_with(
-        policy,
-        probes,
-        &crate::spawn::prepare::unenforced_limits(policy),
-    )
-}
-
-/// [`assess`], given the limits this build cannot enforce (empty once every
-/// limit is implemented; the tests of the cgroup assessment use that).
-fn assess_with(policy: &Policy, probes: &Probes, unenforced: &[String]) -> Assessment {
     let layers = vec![
         assess_userns(policy, probes),
         assess_landlock(policy, probes),
         assess_seccomp(policy, probes),
-        assess_cgroups(policy, probes, unenforced),
+        assess_cgroups(policy, probes),
     ];
     Assessment {
         profile: policy.name.clone(),
@@ -642,25 +632,8 @@ fn format_bytes(bytes: u64) -> String {
     }
 }
 
-fn assess_cgroups(policy: &Policy, probes: &Probes, unenforced: &[String]) -> LayerAssessment {
+fn assess_cgroups(policy: &Policy, probes: &Probes) -> LayerAssessment {
     let enforcement = policy.enforce.cgroups;
-    if enforcement != Enforcement::Off && !unenforced.is_empty() {
-        // What the spawn path applies, not what the kernel could: doctor must
-        // never claim a limit that a run would not enforce.
-        let reason = format!(
-            "not enforced by this version of sandbox: {}",
-            unenforced.join(", ")
-        );
-        let outcome = match enforcement {
-            Enforcement::Required => LayerOutcome::Refused { reason },
-            _ => LayerOutcome::NotApplied { reason },
-        };
-        return LayerAssessment {
-            layer: Layer::Cgroups,
-            enforcement,
-            outcome,
-        };
-    }
     let limits = &policy.limits;
     let wanted: Vec<(&str, String)> = [
         limits.memory.map(|m| ("memory", format_bytes(m))),
@@ -815,26 +788,6 @@ mod tests {
         }
     }
 
-    /// As a build that enforces every limit would assess.
-    fn assess_with_all_limits(policy: &Policy, probes: &Probes) -> Assessment {
-        assess_with(policy, probes, &[])
-    }
-
-    #[test]
-    fn limits_this_build_cannot_enforce_are_named_and_refuse_a_required_layer() {
-        let a = assess(&strict_policy(), &good_probes());
-        let LayerOutcome::NotApplied { reason } = outcome(&a, Layer::Cgroups) else {
-            panic!("{a:?}")
-        };
-        assert!(
-            reason.starts_with("not enforced by this version of sandbox: memory 512 MiB"),
-            "{reason}"
-        );
-        let mut policy = strict_policy();
-        policy.enforce.cgroups = Enforcement::Required;
-        assert!(!assess(&policy, &good_probes()).can_run);
-    }
-
     fn outcome(a: &Assessment, layer: Layer) -> &LayerOutcome {
         &a.layers
             .iter()
@@ -845,7 +798,7 @@ mod tests {
 
     #[test]
     fn capable_host_enforces_everything() {
-        let a = assess_with_all_limits(&strict_policy(), &good_probes());
+        let a = assess(&strict_policy(), &good_probes());
         assert!(a.can_run, "{a:?}");
         assert!(a.refusals().is_empty());
         for l in &a.layers {
@@ -940,7 +893,7 @@ mod tests {
         for c in &mut probes.cgroup.controllers {
             c.writable = false;
         }
-        let a = assess_with_all_limits(&strict_policy(), &probes);
+        let a = assess(&strict_policy(), &probes);
         assert!(a.can_run);
         let LayerOutcome::NotApplied { reason } = outcome(&a, Layer::Cgroups) else {
             panic!("{a:?}")
@@ -949,14 +902,14 @@ mod tests {
 
         let mut policy = strict_policy();
         policy.enforce.cgroups = Enforcement::Required;
-        assert!(!assess_with_all_limits(&policy, &probes).can_run);
+        assert!(!assess(&policy, &probes).can_run);
     }
 
     #[test]
     fn cgroups_with_one_controller_missing_are_partial() {
         let mut probes = good_probes();
         probes.cgroup.controllers.retain(|c| c.name != "cpu");
-        let a = assess_with_all_limits(&strict_policy(), &probes);
+        let a = assess(&strict_policy(), &probes);
         let LayerOutcome::Partial { detail, reason } = outcome(&a, Layer::Cgroups) else {
             panic!("{a:?}")
         };
@@ -980,7 +933,7 @@ mod tests {
             controllers: vec![],
             unified_mount: None,
         };
-        assert!(assess_with_all_limits(&policy, &probes).can_run);
+        assert!(assess(&policy, &probes).can_run);
     }
 
     #[test]

@@ -10,6 +10,9 @@ mod detect;
 
 pub use detect::{detect, detect_from, detect_in};
 
+mod run;
+pub use run::{CgroupError, CgroupLimits, CgroupStats, RunCgroup};
+
 /// The controllers the sandbox uses for its limits, in report order.
 pub const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 

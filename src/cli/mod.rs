@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a command inside a sandbox; exits with the command's status.
-    Run(run::RunArgs),
+    Run(Box<run::RunArgs>),
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
@@ -32,7 +32,7 @@ pub fn main() -> i32 {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(*args),
         Command::Profile(cmd) => profile::run(cmd),
         Command::Doctor(args) => doctor::run(args),
     };

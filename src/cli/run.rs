@@ -35,6 +35,18 @@ pub struct RunArgs {
     /// Wall-clock limit (e.g. 30s, 10m): SIGTERM to the whole run, SIGKILL 2 s later.
     #[arg(long, value_name = "DURATION", value_parser = sandbox::profile::parse_duration)]
     pub timeout: Option<std::time::Duration>,
+    /// Memory limit (e.g. 512MiB); swap is not allowed on top.
+    #[arg(long, value_name = "SIZE", value_parser = sandbox::profile::parse_size)]
+    pub memory: Option<u64>,
+    /// Most processes and threads at once.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u64>,
+    /// CPU share in cores (0.5 = half a core).
+    #[arg(long, value_name = "FRACTION")]
+    pub cpus: Option<f64>,
+    /// Create the run's cgroup below this (delegated) cgroup directory instead of the supervisor's own.
+    #[arg(long = "cgroup-parent", value_name = "PATH")]
+    pub cgroup_parent: Option<PathBuf>,
     /// Override the profile's network mode.
     #[arg(long, value_enum)]
     pub net: Option<NetArg>,
@@ -68,6 +80,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             .write
             .push(absolute(path, "--allow-write")?);
     }
+    if let Some(memory) = args.memory {
+        anyhow::ensure!(memory >= 1 << 20, "--memory must be at least 1MiB");
+        policy.limits.memory = Some(memory);
+    }
+    if let Some(pids) = args.pids {
+        anyhow::ensure!(pids >= 1, "--pids must be at least 1");
+        policy.limits.pids = Some(pids);
+    }
+    if let Some(cpus) = args.cpus {
+        anyhow::ensure!(
+            cpus.is_finite() && cpus > 0.0 && cpus <= 1024.0,
+            "--cpus must be more than 0 and at most 1024"
+        );
+        policy.limits.cpu = Some(cpus);
+    }
     if let Some(timeout) = args.timeout {
         policy.limits.timeout = Some(timeout);
     }
@@ -80,8 +107,13 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
     let policy_timeout = policy.limits.timeout;
     let (program, rest) = args.command.split_first().context("no command given")?;
+    let policy_memory = policy.limits.memory;
+    let policy_pids = policy.limits.pids;
     let mut command = sandbox::Command::new(program, policy);
     command.args(rest);
+    if let Some(parent) = &args.cgroup_parent {
+        command.cgroup_parent(parent);
+    }
     if let Some(project) = &args.project {
         command.project(project);
         let cwd = std::env::current_dir()?;
@@ -130,12 +162,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             println!("{}", serde_json::to_string(report)?);
         }
     }
-    if let (Some(report), Some(timeout)) = (&finished.report, policy_timeout) {
-        if report
-            .limits_hit
-            .contains(&sandbox::spawn::parent::LimitHit::Timeout)
-        {
-            eprintln!("sandbox: killed: timeout {} exceeded", humantime(timeout));
+    if let Some(report) = &finished.report {
+        use sandbox::spawn::parent::LimitHit;
+        for hit in &report.limits_hit {
+            match (hit, policy_timeout, policy_memory, policy_pids) {
+                (LimitHit::Timeout, Some(timeout), _, _) => {
+                    eprintln!("sandbox: killed: timeout {} exceeded", humantime(timeout))
+                }
+                (LimitHit::Memory, _, Some(memory), _) => {
+                    eprintln!("sandbox: killed: memory limit {}MiB exceeded", memory >> 20)
+                }
+                (LimitHit::Pids, _, _, Some(pids)) => {
+                    eprintln!("sandbox: pids limit {pids} reached: a fork or new thread failed")
+                }
+                _ => {}
+            }
         }
     }
     match finished.result {

@@ -162,6 +162,7 @@ fn resource_name(resource: nix::sys::resource::Resource) -> &'static [u8] {
         Resource::RLIMIT_NOFILE => b"RLIMIT_NOFILE",
         Resource::RLIMIT_NPROC => b"RLIMIT_NPROC",
         Resource::RLIMIT_AS => b"RLIMIT_AS",
+        Resource::RLIMIT_DATA => b"RLIMIT_DATA",
         Resource::RLIMIT_CPU => b"RLIMIT_CPU",
         Resource::RLIMIT_FSIZE => b"RLIMIT_FSIZE",
         _ => b"rlimit",

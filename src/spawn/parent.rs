@@ -33,6 +33,12 @@ pub struct Outcome {
     pub wall: Duration,
     /// Limits that ended or cut the run.
     pub limits_hit: Vec<LimitHit>,
+    /// The run's cgroup, when one was used.
+    pub cgroup: Option<CgroupUse>,
+    /// User and system CPU time of every process of the run.
+    pub cpu_user: Duration,
+    /// System CPU time.
+    pub cpu_system: Duration,
 }
 
 /// A limit the run ran into.
@@ -41,6 +47,21 @@ pub struct Outcome {
 pub enum LimitHit {
     /// The wall-clock timeout expired: the run got SIGTERM, then SIGKILL.
     Timeout,
+    /// The OOM killer killed a process at the memory limit.
+    Memory,
+    /// A fork failed at the pids limit.
+    Pids,
+}
+
+/// The run's cgroup as it was used.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CgroupUse {
+    /// 1 or 2.
+    pub version: u8,
+    /// Controllers (v1) or `unified` (v2).
+    pub controllers: Vec<String>,
+    /// What the cgroup counted.
+    pub stats: crate::cgroup::CgroupStats,
 }
 
 /// How long a timed-out run has between SIGTERM and SIGKILL, to flush
@@ -82,6 +103,86 @@ pub struct Running {
     old_mask: SigSet,
     started: Instant,
     collected: bool,
+    cgroup: Option<crate::cgroup::RunCgroup>,
+    rusage_before: (Duration, Duration),
+}
+
+fn children_cpu() -> (Duration, Duration) {
+    use nix::sys::resource::{getrusage, UsageWho};
+    match getrusage(UsageWho::RUSAGE_CHILDREN) {
+        Ok(usage) => {
+            let d = |t: nix::sys::time::TimeVal| {
+                Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000)
+            };
+            (d(usage.user_time()), d(usage.system_time()))
+        }
+        Err(_) => (Duration::ZERO, Duration::ZERO),
+    }
+}
+
+/// Distinct names for the runs of one supervisor process.
+static RUN_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Create the run's cgroup before clone. Without one, a best-effort layer
+/// falls back to rlimits, which must be in the plan before the child is
+/// cloned (the child runs on a copy of it).
+fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgroup>, SpawnError> {
+    use crate::profile::policy::Enforcement;
+    use nix::sys::resource::Resource;
+    let limits = prepared.cgroup_limits;
+    if !limits.any() {
+        return Ok(None);
+    }
+    if prepared.cgroup_enforcement == Enforcement::Off {
+        prepared.warnings.push(
+            "cgroups are off in this profile: memory, pids and cpu limits are not applied".into(),
+        );
+        return Ok(None);
+    }
+    let info = crate::cgroup::detect();
+    let name = format!(
+        "sandbox-{}-{}",
+        std::process::id(),
+        RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    );
+    let fix = "run as root, start sandbox in a delegated cgroup \
+               (`systemd-run --user --scope -p Delegate=yes sandbox run ...` with --cgroup-parent), \
+               or set enforce.cgroups = \"best-effort\"";
+    match crate::cgroup::RunCgroup::create(&info, prepared.cgroup_parent.as_deref(), &name, &limits)
+    {
+        Ok(cgroup) => Ok(Some(cgroup)),
+        Err(err) if prepared.cgroup_enforcement == Enforcement::Required => {
+            Err(SpawnError::LayerUnavailable {
+                layer: "cgroups",
+                reason: format!("cannot be set up ({err}): {fix}"),
+            })
+        }
+        Err(err) => {
+            let mut applied = Vec::new();
+            if let Some(memory) = limits.memory {
+                // RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private
+                // writable mappings, so the large PROT_NONE reservations of V8
+                // or a JVM do not count until committed. RLIMIT_AS at the
+                // memory limit made Node abort at start-up.
+                prepared.rlimits.push((Resource::RLIMIT_DATA, memory));
+                applied.push("memory as RLIMIT_DATA (per process, committed private memory)");
+            }
+            if let Some(pids) = limits.pids {
+                prepared.rlimits.push((Resource::RLIMIT_NPROC, pids));
+                applied.push("pids as RLIMIT_NPROC");
+            }
+            let cpu = if limits.cpu.is_some() {
+                "; the cpu share is not limited"
+            } else {
+                ""
+            };
+            prepared.warnings.push(format!(
+                "no cgroup for this run ({err}); falling back to rlimits: {}{cpu}",
+                applied.join(", ")
+            ));
+            Ok(None)
+        }
+    }
 }
 
 /// Run a prepared sandbox to completion.
@@ -96,6 +197,27 @@ pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
 /// so a SIGTERM to the supervisor reaches the sandboxed command.
 pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     check_single_threaded()?;
+    let cgroup = setup_cgroup(prepared)?;
+    let started = start_cloned(prepared, cgroup.as_ref());
+    match started {
+        Ok(mut running) => {
+            running.cgroup = cgroup;
+            Ok(running)
+        }
+        Err(err) => {
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
+            }
+            Err(err)
+        }
+    }
+}
+
+fn start_cloned(
+    prepared: &mut Prepared,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+) -> Result<Running, SpawnError> {
+    let rusage_before = children_cpu();
     let (sync_parent, sync_child) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -149,7 +271,16 @@ pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     for stdio in prepared.stdio.iter_mut() {
         *stdio = super::Stdio::Inherit;
     }
-    if let Err(err) = release_init(prepared, init_pid, &sync_parent) {
+    let joined = match cgroup {
+        Some(cgroup) => cgroup
+            .add(init_pid.as_raw())
+            .map_err(|err| SpawnError::LayerUnavailable {
+                layer: "cgroups",
+                reason: format!("the run's init could not join its cgroup: {err}"),
+            }),
+        None => Ok(()),
+    };
+    if let Err(err) = joined.and_then(|()| release_init(prepared, init_pid, &sync_parent)) {
         let _ = kill(init_pid, Signal::SIGKILL);
         let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
         return Err(restore(err));
@@ -163,6 +294,8 @@ pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
         old_mask,
         started,
         collected: false,
+        cgroup: None,
+        rusage_before,
     })
 }
 
@@ -189,6 +322,9 @@ impl Running {
         let result = self.supervise(prepared);
         if result.is_ok() {
             self.collected = true;
+            if let Some(cgroup) = self.cgroup.take() {
+                cgroup.remove();
+            }
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
         }
         result
@@ -277,6 +413,23 @@ impl Running {
         let wall = self.started.elapsed();
         let reported_exit = channel::try_recv_exit(self.sync.as_fd())?;
         let mut outcome = outcome(prepared, records, reported_exit, init_status, wall)?;
+        if let Some(cgroup) = &self.cgroup {
+            let stats = cgroup.stats();
+            if stats.oom_kills > 0 {
+                limits_hit.push(LimitHit::Memory);
+            }
+            if stats.pids_limit_hits > 0 {
+                limits_hit.push(LimitHit::Pids);
+            }
+            outcome.cgroup = Some(CgroupUse {
+                version: cgroup.version(),
+                controllers: cgroup.controllers(),
+                stats,
+            });
+        }
+        let (user, system) = children_cpu();
+        outcome.cpu_user = user.saturating_sub(self.rusage_before.0);
+        outcome.cpu_system = system.saturating_sub(self.rusage_before.1);
         outcome.limits_hit = limits_hit;
         Ok(outcome)
     }
@@ -289,6 +442,9 @@ impl Drop for Running {
         if !self.collected {
             let _ = kill(self.init_pid, Signal::SIGKILL);
             let _ = waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED);
+            if let Some(cgroup) = self.cgroup.take() {
+                cgroup.remove();
+            }
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
         }
     }
@@ -372,6 +528,9 @@ fn outcome(
         skipped,
         wall,
         limits_hit: Vec::new(),
+        cgroup: None,
+        cpu_user: Duration::ZERO,
+        cpu_system: Duration::ZERO,
     })
 }
 

@@ -168,6 +168,12 @@ pub struct Prepared {
     pub seccomp: Option<CompiledFilter>,
     /// How hard seccomp is insisted on.
     pub seccomp_enforcement: Enforcement,
+    /// Limits for the run's cgroup.
+    pub cgroup_limits: crate::cgroup::CgroupLimits,
+    /// How hard cgroups are insisted on.
+    pub cgroup_enforcement: Enforcement,
+    /// A delegated cgroup to create the run's cgroup in, instead of the supervisor's own.
+    pub cgroup_parent: Option<PathBuf>,
     /// Wall-clock limit, enforced by the supervisor.
     pub timeout: Option<std::time::Duration>,
     /// Resource limits applied with setrlimit in the payload.
@@ -186,25 +192,15 @@ pub struct Prepared {
     pub warnings: Vec<String>,
 }
 
-/// Limits of `policy` that this build does not enforce yet (cgroup memory,
-/// pids and cpu limits and the output cap arrive with the resource-limits
-/// work). Each entry names the limit and its value.
+/// Limits of `policy` that this build does not enforce yet (the output cap
+/// arrives with the resource-limits work). Each entry names the limit and its value.
 pub fn unenforced_limits(policy: &Policy) -> Vec<String> {
-    let limits = &policy.limits;
-    let mut out = Vec::new();
-    if let Some(memory) = limits.memory {
-        out.push(format!("memory {} MiB", memory >> 20));
-    }
-    if let Some(pids) = limits.pids {
-        out.push(format!("pids {pids}"));
-    }
-    if let Some(cpu) = limits.cpu {
-        out.push(format!("cpu {cpu}"));
-    }
-    if let Some(output) = limits.output {
-        out.push(format!("output {} MiB", output >> 20));
-    }
-    out
+    policy
+        .limits
+        .output
+        .map(|output| format!("output {} MiB", output >> 20))
+        .into_iter()
+        .collect()
 }
 
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -336,22 +332,11 @@ impl Prepared {
         let mut warnings = Vec::new();
         let unenforced = unenforced_limits(policy);
         if !unenforced.is_empty() {
-            let what = unenforced.join(", ");
-            match policy.enforce.cgroups {
-                Enforcement::Required => {
-                    return Err(SpawnError::LayerUnavailable {
-                        layer: "resource limits",
-                        reason: format!(
-                            "this version of sandbox cannot enforce them yet ({what}); \
-                             set enforce.cgroups = \"best-effort\" to run without them"
-                        ),
-                    })
-                }
-                Enforcement::BestEffort => warnings.push(format!(
-                    "resource limits not enforced by this version: {what}"
-                )),
-                Enforcement::Off => {}
-            }
+            // Not a cgroup limit: said whatever enforce.cgroups is.
+            warnings.push(format!(
+                "not enforced by this version: {}",
+                unenforced.join(", ")
+            ));
         }
         let project = std::fs::canonicalize(&spec.project).map_err(|source| SpawnError::Path {
             what: "project root",
@@ -615,6 +600,13 @@ impl Prepared {
             landlock: policy.enforce.landlock,
             seccomp,
             seccomp_enforcement: policy.enforce.seccomp,
+            cgroup_limits: crate::cgroup::CgroupLimits {
+                memory: policy.limits.memory,
+                pids: policy.limits.pids,
+                cpu: policy.limits.cpu,
+            },
+            cgroup_enforcement: policy.enforce.cgroups,
+            cgroup_parent: None,
             timeout: policy.limits.timeout,
             rlimits,
             clone_flags,

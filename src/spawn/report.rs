@@ -80,6 +80,36 @@ pub struct SeccompReport {
     pub status: String,
 }
 
+/// The run's cgroup as enforced.
+#[derive(Debug, Clone, Serialize)]
+pub struct CgroupReport {
+    /// 1 or 2.
+    pub version: u8,
+    /// Controllers (v1) or `unified` (v2).
+    pub controllers: Vec<String>,
+    /// Memory limit in bytes.
+    pub memory: Option<u64>,
+    /// Pids limit.
+    pub pids: Option<u64>,
+    /// CPU share in cores.
+    pub cpu: Option<f64>,
+}
+
+/// What the run used.
+#[derive(Debug, Clone, Serialize)]
+pub struct Resources {
+    /// User CPU time of every process of the run, in milliseconds.
+    pub cpu_user_ms: f64,
+    /// System CPU time, in milliseconds.
+    pub cpu_system_ms: f64,
+    /// Peak memory of the run's cgroup in bytes (None without a cgroup).
+    pub memory_peak: Option<u64>,
+    /// Processes killed by the OOM killer at the memory limit.
+    pub oom_kills: u64,
+    /// Forks refused at the pids limit.
+    pub pids_limit_hits: u64,
+}
+
 /// What was actually enforced.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enforced {
@@ -101,6 +131,10 @@ pub struct Enforced {
     pub rlimits: BTreeMap<String, u64>,
     /// Size of the private /tmp in bytes.
     pub tmp_size: u64,
+    /// The run's cgroup (None: no cgroup; see the warnings).
+    pub cgroup: Option<CgroupReport>,
+    /// Wall-clock limit in seconds.
+    pub timeout_s: Option<f64>,
 }
 
 /// The whole report of a run.
@@ -122,7 +156,9 @@ pub struct Report {
     pub wall_time_ms: f64,
     /// What was enforced.
     pub enforced: Enforced,
-    /// Limits that ended or cut the run (`timeout`).
+    /// What the run used.
+    pub resources: Option<Resources>,
+    /// Limits that ended or cut the run (`timeout`, `memory`, `pids`).
     pub limits_hit: Vec<crate::spawn::parent::LimitHit>,
     /// Layers weaker than asked or other caveats, also printed on stderr.
     pub warnings: Vec<String>,
