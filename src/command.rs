@@ -362,6 +362,7 @@ fn build_report(
         cgroup: ok.and_then(|o| o.cgroup.as_ref()).map(|c| CgroupReport {
             version: c.version,
             controllers: c.controllers.clone(),
+            paths: c.paths.clone(),
             memory: prepared.cgroup_limits.memory,
             pids: prepared.cgroup_limits.pids,
             cpu: prepared.cgroup_limits.cpu,

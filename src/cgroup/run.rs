@@ -254,6 +254,11 @@ impl RunCgroup {
         self.version
     }
 
+    /// The run's cgroup directories.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|(_, d)| d.clone()).collect()
+    }
+
     /// Controllers in use.
     pub fn controllers(&self) -> Vec<String> {
         if self.version == 2 {

@@ -60,6 +60,8 @@ pub struct CgroupUse {
     pub version: u8,
     /// Controllers (v1) or `unified` (v2).
     pub controllers: Vec<String>,
+    /// The run's cgroup directories (removed when the run ends).
+    pub paths: Vec<std::path::PathBuf>,
     /// What the cgroup counted.
     pub stats: crate::cgroup::CgroupStats,
 }
@@ -424,6 +426,7 @@ impl Running {
             outcome.cgroup = Some(CgroupUse {
                 version: cgroup.version(),
                 controllers: cgroup.controllers(),
+                paths: cgroup.paths(),
                 stats,
             });
         }

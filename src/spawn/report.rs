@@ -87,6 +87,8 @@ pub struct CgroupReport {
     pub version: u8,
     /// Controllers (v1) or `unified` (v2).
     pub controllers: Vec<String>,
+    /// The run's cgroup directories (removed when the run ended).
+    pub paths: Vec<std::path::PathBuf>,
     /// Memory limit in bytes.
     pub memory: Option<u64>,
     /// Pids limit.

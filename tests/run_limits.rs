@@ -1,0 +1,196 @@
+//! Resource limits: cgroups where the supervisor may create them (root on
+//! this machine, cgroup v1 hierarchies), rlimits where it may not.
+
+mod support;
+
+use support::{assert_ok, Project, Who};
+
+fn report(project: &Project) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(project.path().join("report.json")).unwrap())
+        .unwrap()
+}
+
+/// Whether this process may create cgroups for memory, pids and cpu.
+fn cgroups_writable(test: &str) -> bool {
+    let info = sandbox::cgroup::detect();
+    let ok = nix::unistd::geteuid().is_root()
+        && ["memory", "pids", "cpu"]
+            .iter()
+            .all(|c| info.controller(c).is_some_and(|c| c.writable));
+    support::require(
+        test,
+        "root with writable memory, pids and cpu cgroups",
+        ok && support::sandbox_works(Who::Root),
+    )
+}
+
+const BALLOON: &str = "b = []\nwhile True:\n    b.append(bytearray(8 << 20))\n";
+
+#[test]
+fn a_memory_balloon_is_oom_killed_and_reported() {
+    if !cgroups_writable("a_memory_balloon_is_oom_killed_and_reported") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let out = project.run_with(
+        &["--memory", "64MiB", "--report", "report.json"],
+        &["python3", "-c", BALLOON],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(137),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("sandbox: killed: memory limit 64MiB exceeded"),
+        "{stderr}"
+    );
+    let report = report(&project);
+    assert_eq!(report["limits_hit"], serde_json::json!(["memory"]));
+    assert_eq!(report["resources"]["oom_kills"], 1);
+    let peak = report["resources"]["memory_peak"].as_u64().unwrap();
+    assert!(peak <= 64 << 20 && peak > 32 << 20, "peak {peak}");
+    assert_eq!(report["enforced"]["cgroup"]["memory"], 64 << 20);
+}
+
+#[test]
+fn a_fork_bomb_is_capped_at_the_pids_limit_and_cleaned_up() {
+    if !cgroups_writable("a_fork_bomb_is_capped_at_the_pids_limit_and_cleaned_up") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let marker = support::marker("bomb");
+    // Each process starts two more and sleeps; without the cap it would fill the machine.
+    let script = format!("bomb() {{ bomb & bomb & sleep {marker}; }}; bomb 2>/dev/null; sleep 1");
+    let out = project.run_with(
+        &["--pids", "24", "--timeout", "5s", "--report", "report.json"],
+        &["/bin/bash", "-c", &script],
+    );
+    let report = report(&project);
+    assert!(
+        report["resources"]["pids_limit_hits"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert!(report["limits_hit"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("pids")));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("pids limit 24 reached"));
+    let left = support::host_pids_with(&format!("sleep {marker}"));
+    assert!(left.is_empty(), "survivors: {left:?}");
+}
+
+#[test]
+fn a_cpu_spinner_gets_about_its_share() {
+    if !cgroups_writable("a_cpu_spinner_gets_about_its_share") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let spin = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass\n";
+    let out = project.run_with(
+        &["--cpus", "0.5", "--report", "report.json"],
+        &["python3", "-c", spin],
+    );
+    assert_ok(&out, "spinner");
+    let report = report(&project);
+    let cpu = report["resources"]["cpu_user_ms"].as_f64().unwrap()
+        + report["resources"]["cpu_system_ms"].as_f64().unwrap();
+    let wall = report["wall_time_ms"].as_f64().unwrap();
+    // CFS quota: 50 ms of CPU per 100 ms period. Unthrottled this is ~1.0;
+    // the lower bound is loose because other tests may be running on the
+    // same two cores.
+    let share = cpu / wall;
+    assert!(
+        (0.1..=0.7).contains(&share),
+        "CPU share {share:.2} under --cpus 0.5 (cpu {cpu} ms, wall {wall} ms)"
+    );
+}
+
+#[test]
+fn the_run_cgroup_is_removed_afterwards() {
+    if !cgroups_writable("the_run_cgroup_is_removed_afterwards") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let out = project.run_with(&["--report", "report.json"], &["/bin/true"]);
+    assert_ok(&out, "true");
+    assert_eq!(report(&project)["enforced"]["cgroup"]["version"], 1);
+    let paths = report(&project)["enforced"]["cgroup"]["paths"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        paths.len(),
+        3,
+        "memory, pids and cpu hierarchies: {paths:?}"
+    );
+    for path in paths {
+        let path = path.as_str().unwrap();
+        assert!(path.contains("/sandbox-"), "{path}");
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "{path} is left behind"
+        );
+    }
+}
+
+#[test]
+fn without_cgroup_access_the_limits_fall_back_to_rlimits_and_say_so() {
+    if !support::require(
+        "rlimit fallback",
+        "user namespaces for an unprivileged user",
+        support::sandbox_works(Who::User),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::User);
+    let out = project.run_with(
+        &["--memory", "64MiB", "--report", "report.json"],
+        &["python3", "-c", BALLOON],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("MemoryError"), "{stderr}");
+    assert!(
+        stderr.contains("falling back to rlimits: memory as RLIMIT_DATA"),
+        "{stderr}"
+    );
+    let report = report(&project);
+    assert!(report["enforced"]["cgroup"].is_null());
+    assert_eq!(report["enforced"]["rlimits"]["RLIMIT_DATA"], 64 << 20);
+    assert!(report["warnings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|w| w.as_str().unwrap().contains("RLIMIT_NPROC")));
+}
+
+#[test]
+fn required_cgroups_without_access_refuse_to_run() {
+    if !support::require(
+        "required cgroups",
+        "user namespaces for an unprivileged user",
+        support::sandbox_works(Who::User),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::User);
+    let profile = project.write(
+        "cg.toml",
+        "version = 1\nextends = \"strict\"\n[enforce]\ncgroups = \"required\"\n",
+    );
+    let out = project.run_with(
+        &["--profile", profile.to_str().unwrap()],
+        &["/bin/sh", "-c", "touch ran"],
+    );
+    assert_eq!(out.status.code(), Some(125));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cgroups is required by the profile but cannot be set up"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Delegate=yes"), "{stderr}");
+    assert!(!project.path().join("ran").exists());
+}
