@@ -8,6 +8,7 @@
 pub mod channel;
 pub mod child;
 pub mod init;
+pub mod output;
 pub mod parent;
 pub mod prepare;
 pub mod report;

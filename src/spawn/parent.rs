@@ -2,7 +2,7 @@
 //! the new namespaces, writes the id maps, releases init, forwards signals,
 //! and collects the records and the exit status.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -51,6 +51,8 @@ pub enum LimitHit {
     Memory,
     /// A fork failed at the pids limit.
     Pids,
+    /// Output past the cap was dropped.
+    Output,
 }
 
 /// The run's cgroup as it was used.
@@ -107,6 +109,7 @@ pub struct Running {
     collected: bool,
     cgroup: Option<crate::cgroup::RunCgroup>,
     rusage_before: (Duration, Duration),
+    output: Option<std::cell::RefCell<super::output::OutputRelay>>,
 }
 
 fn children_cpu() -> (Duration, Duration) {
@@ -220,6 +223,27 @@ fn start_cloned(
     cgroup: Option<&crate::cgroup::RunCgroup>,
 ) -> Result<Running, SpawnError> {
     let rusage_before = children_cpu();
+    // Capped output goes through pipes the supervisor relays; streams the
+    // caller redirected itself are left alone (and said so).
+    let mut relayed = Vec::new();
+    if let Some(cap) = prepared.output_cap {
+        for target in [1usize, 2] {
+            if matches!(prepared.stdio[target], super::Stdio::Inherit) {
+                let (read, write) =
+                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
+                prepared.stdio[target] = super::Stdio::Fd(write);
+                relayed.push((read, target as i32));
+            } else {
+                prepared.warnings.push(format!(
+                    "the output cap of {cap} bytes does not apply to {}, which the caller redirected",
+                    if target == 1 { "stdout" } else { "stderr" }
+                ));
+            }
+        }
+    }
+    let output = prepared
+        .output_cap
+        .map(|cap| std::cell::RefCell::new(super::output::OutputRelay::new(cap, relayed)));
     let (sync_parent, sync_child) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -298,6 +322,7 @@ fn start_cloned(
         collected: false,
         cgroup: None,
         rusage_before,
+        output,
     })
 }
 
@@ -346,6 +371,13 @@ impl Running {
             if report_open {
                 poll_fds.push(PollFd::new(self.report.as_fd(), PollFlags::POLLIN));
             }
+            let relay = self.output.as_ref().map(|o| o.borrow());
+            let outputs: Vec<(usize, BorrowedFd<'_>)> =
+                relay.as_ref().map(|r| r.open()).unwrap_or_default();
+            let first_output = poll_fds.len();
+            for (_, fd) in &outputs {
+                poll_fds.push(PollFd::new(*fd, PollFlags::POLLIN));
+            }
             let wait = match deadline {
                 None => PollTimeout::NONE,
                 Some(at) => {
@@ -371,7 +403,21 @@ impl Running {
             };
             let (init_done, signal_ready, report_ready) =
                 (ready(0), ready(1), report_open && ready(2));
+            let outputs_ready: Vec<usize> = outputs
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| ready(first_output + i))
+                .map(|(_, (stream, _))| *stream)
+                .collect();
             drop(poll_fds);
+            drop(outputs);
+            drop(relay);
+            if let Some(output) = &self.output {
+                let mut output = output.borrow_mut();
+                for stream in outputs_ready {
+                    output.pump(stream);
+                }
+            }
             if deadline.is_some_and(|at| Instant::now() >= at) {
                 if limits_hit.contains(&LimitHit::Timeout) {
                     // Grace is over. Killing init tears down its pid namespace.
@@ -414,6 +460,13 @@ impl Running {
         }
         let wall = self.started.elapsed();
         let reported_exit = channel::try_recv_exit(self.sync.as_fd())?;
+        if let Some(output) = &self.output {
+            let mut output = output.borrow_mut();
+            output.drain();
+            if output.capped() {
+                limits_hit.push(LimitHit::Output);
+            }
+        }
         let mut outcome = outcome(prepared, records, reported_exit, init_status, wall)?;
         if let Some(cgroup) = &self.cgroup {
             let stats = cgroup.stats();

@@ -174,6 +174,8 @@ pub struct Prepared {
     pub cgroup_enforcement: Enforcement,
     /// A delegated cgroup to create the run's cgroup in, instead of the supervisor's own.
     pub cgroup_parent: Option<PathBuf>,
+    /// Combined stdout and stderr cap, relayed by the supervisor.
+    pub output_cap: Option<u64>,
     /// Wall-clock limit, enforced by the supervisor.
     pub timeout: Option<std::time::Duration>,
     /// Resource limits applied with setrlimit in the payload.
@@ -190,17 +192,6 @@ pub struct Prepared {
     pub stdio: [Stdio; 3],
     /// Things that are weaker than a user might assume, to print and report.
     pub warnings: Vec<String>,
-}
-
-/// Limits of `policy` that this build does not enforce yet (the output cap
-/// arrives with the resource-limits work). Each entry names the limit and its value.
-pub fn unenforced_limits(policy: &Policy) -> Vec<String> {
-    policy
-        .limits
-        .output
-        .map(|output| format!("output {} MiB", output >> 20))
-        .into_iter()
-        .collect()
 }
 
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
@@ -330,14 +321,6 @@ impl Prepared {
     /// reading host metadata (the paths the plan mounts).
     pub fn new(policy: &Policy, spec: SpawnSpec) -> Result<Prepared, SpawnError> {
         let mut warnings = Vec::new();
-        let unenforced = unenforced_limits(policy);
-        if !unenforced.is_empty() {
-            // Not a cgroup limit: said whatever enforce.cgroups is.
-            warnings.push(format!(
-                "not enforced by this version: {}",
-                unenforced.join(", ")
-            ));
-        }
         let project = std::fs::canonicalize(&spec.project).map_err(|source| SpawnError::Path {
             what: "project root",
             path: spec.project.clone(),
@@ -607,6 +590,7 @@ impl Prepared {
             },
             cgroup_enforcement: policy.enforce.cgroups,
             cgroup_parent: None,
+            output_cap: policy.limits.output,
             timeout: policy.limits.timeout,
             rlimits,
             clone_flags,
