@@ -375,6 +375,7 @@ fn build_report(
         memory_peak: o.cgroup.as_ref().and_then(|c| c.stats.memory_peak),
         oom_kills: o.cgroup.as_ref().map_or(0, |c| c.stats.oom_kills),
         pids_limit_hits: o.cgroup.as_ref().map_or(0, |c| c.stats.pids_limit_hits),
+        pids_peak: o.cgroup.as_ref().and_then(|c| c.stats.pids_peak),
     });
     let (exit, error) = match outcome {
         Ok(o) => (

@@ -62,6 +62,8 @@ pub struct CgroupStats {
     pub oom_kills: u64,
     /// Times a fork failed at the pids limit.
     pub pids_limit_hits: u64,
+    /// Most tasks at once, where the kernel reports it (cgroup v2 `pids.peak`).
+    pub pids_peak: Option<u64>,
 }
 
 /// The CFS period used for CPU quotas (100 ms, the kernel's default).
@@ -281,14 +283,50 @@ impl RunCgroup {
         }
         if let Some(dir) = self.dir("pids") {
             stats.pids_limit_hits = keyed(&dir.join("pids.events"), "max").unwrap_or(0);
+            stats.pids_peak = read_u64(&dir.join("pids.peak"));
         }
         stats
+    }
+
+    /// Kill every task left in the cgroup. After a run's init is reaped its
+    /// pid namespace is already empty; this covers a supervisor that died
+    /// first. cgroup v2 kills atomically through `cgroup.kill` (Linux 5.14);
+    /// v1 has no such file, so tasks are killed until none is left (a fork
+    /// racing the sweep is caught by the next round).
+    pub fn kill_all(&self) {
+        for (_, dir) in &self.dirs {
+            let kill_file = dir.join("cgroup.kill");
+            if self.version == 2 && kill_file.exists() {
+                let _ = std::fs::write(&kill_file, "1");
+                continue;
+            }
+            for _ in 0..100 {
+                let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+                    break;
+                };
+                let pids: Vec<i32> = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for pid in pids {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
     }
 
     /// Remove the run's directories. The run is over (init's exit emptied
     /// the pid namespace), but the last exits may still be in flight, so an
     /// EBUSY is retried briefly.
     pub fn remove(&self) {
+        self.kill_all();
         for (_, dir) in &self.dirs {
             for _ in 0..100 {
                 match std::fs::remove_dir(dir) {
@@ -364,16 +402,25 @@ mod tests {
         .unwrap();
         std::fs::write(run_dir.join("memory.peak"), "1234\n").unwrap();
         std::fs::write(run_dir.join("pids.events"), "max 7\n").unwrap();
+        std::fs::write(run_dir.join("pids.peak"), "12\n").unwrap();
         let stats = cgroup.stats();
         assert_eq!(
             stats,
             CgroupStats {
                 memory_peak: Some(1234),
                 oom_kills: 1,
-                pids_limit_hits: 7
+                pids_limit_hits: 7,
+                pids_peak: Some(12)
             }
         );
         assert_eq!(cgroup.version(), 2);
+        std::fs::write(run_dir.join("cgroup.kill"), "").unwrap();
+        cgroup.kill_all();
+        assert_eq!(
+            std::fs::read_to_string(run_dir.join("cgroup.kill")).unwrap(),
+            "1",
+            "v2 kills through cgroup.kill"
+        );
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub struct RunArgs {
     /// CPU share in cores (0.5 = half a core).
     #[arg(long, value_name = "FRACTION")]
     pub cpus: Option<f64>,
+    /// Cap on stdout and stderr together (e.g. 1MiB); the rest is dropped with a notice.
+    #[arg(long = "max-output", value_name = "SIZE", value_parser = sandbox::profile::parse_size)]
+    pub max_output: Option<u64>,
+    /// Size of the private /tmp and /dev/shm (e.g. 256MiB).
+    #[arg(long = "tmp-size", value_name = "SIZE", value_parser = sandbox::profile::parse_size)]
+    pub tmp_size: Option<u64>,
     /// Create the run's cgroup below this (delegated) cgroup directory instead of the supervisor's own.
     #[arg(long = "cgroup-parent", value_name = "PATH")]
     pub cgroup_parent: Option<PathBuf>,
@@ -94,6 +100,16 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             "--cpus must be more than 0 and at most 1024"
         );
         policy.limits.cpu = Some(cpus);
+    }
+    if let Some(output) = args.max_output {
+        policy.limits.output = Some(output);
+    }
+    if let Some(tmp) = args.tmp_size {
+        anyhow::ensure!(
+            tmp > 0 && tmp <= 64 << 30,
+            "--tmp-size must be more than 0 and at most 64GiB"
+        );
+        policy.filesystem.tmp_size = tmp;
     }
     if let Some(timeout) = args.timeout {
         policy.limits.timeout = Some(timeout);

@@ -110,6 +110,8 @@ pub struct Resources {
     pub oom_kills: u64,
     /// Forks refused at the pids limit.
     pub pids_limit_hits: u64,
+    /// Most tasks at once (cgroup v2 only).
+    pub pids_peak: Option<u64>,
 }
 
 /// What was actually enforced.
