@@ -91,6 +91,31 @@ fn wait_for_sleeper(marker: &str) {
     }
 }
 
+fn cgroups_writable() -> bool {
+    let info = sandbox::cgroup::detect();
+    ["memory", "pids", "cpu"]
+        .iter()
+        .all(|c| info.controller(c).is_some_and(|c| c.writable))
+}
+
+/// The run cgroups a supervisor with this host pid created (`sandbox-<pid>-<n>`).
+fn run_cgroup_dirs(supervisor: u32) -> Vec<std::path::PathBuf> {
+    let info = sandbox::cgroup::detect();
+    let prefix = format!("sandbox-{supervisor}-");
+    let mut dirs = Vec::new();
+    for controller in &info.controllers {
+        if let Ok(entries) = std::fs::read_dir(&controller.own_cgroup) {
+            dirs.extend(
+                entries
+                    .flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                    .map(|e| e.path()),
+            );
+        }
+    }
+    dirs
+}
+
 #[test]
 fn sigkill_of_the_supervisor_leaves_no_process_behind() {
     for who in identities("sigkill_of_the_supervisor_leaves_no_process_behind") {
@@ -103,12 +128,29 @@ fn sigkill_of_the_supervisor_leaves_no_process_behind() {
             .spawn()
             .unwrap();
         wait_for_sleeper(&marker);
+        let cgroup_dirs = run_cgroup_dirs(supervisor.id());
+        if who == Who::Root && cgroups_writable() {
+            assert_eq!(
+                cgroup_dirs.len(),
+                3,
+                "memory, pids and cpu cgroups: {cgroup_dirs:?}"
+            );
+        }
         supervisor.kill().unwrap(); // SIGKILL
         supervisor.wait().unwrap();
         let left = wait_until_gone(&format!("sleep {marker}"), 2);
         assert!(
             left.is_empty(),
             "{who:?}: processes survived the supervisor: {left:?}"
+        );
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while cgroup_dirs.iter().any(|d| d.exists()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let remaining: Vec<_> = cgroup_dirs.iter().filter(|d| d.exists()).collect();
+        assert!(
+            remaining.is_empty(),
+            "{who:?}: the run's cgroup outlived the supervisor: {remaining:?}"
         );
     }
 }

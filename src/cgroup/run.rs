@@ -322,21 +322,27 @@ impl RunCgroup {
         }
     }
 
-    /// Remove the run's directories. The run is over (init's exit emptied
-    /// the pid namespace), but the last exits may still be in flight, so an
-    /// EBUSY is retried briefly.
-    pub fn remove(&self) {
+    /// Remove the run's directories; true when none is left. The run is
+    /// over (init's exit emptied the pid namespace), but the last exits may
+    /// still be in flight, so an EBUSY is retried briefly.
+    pub fn remove(&self) -> bool {
         self.kill_all();
+        let mut all_gone = true;
         for (_, dir) in &self.dirs {
-            for _ in 0..100 {
+            for attempt in 0..100 {
                 match std::fs::remove_dir(dir) {
-                    Err(err) if err.raw_os_error() == Some(libc::EBUSY) => {
+                    Err(err) if err.raw_os_error() == Some(libc::EBUSY) && attempt < 99 => {
                         std::thread::sleep(std::time::Duration::from_millis(1))
+                    }
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                        all_gone = false;
+                        break;
                     }
                     _ => break,
                 }
             }
         }
+        all_gone
     }
 }
 

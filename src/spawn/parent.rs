@@ -110,6 +110,7 @@ pub struct Running {
     cgroup: Option<crate::cgroup::RunCgroup>,
     rusage_before: (Duration, Duration),
     output: Option<std::cell::RefCell<super::output::OutputRelay>>,
+    janitor: Option<Janitor>,
 }
 
 fn children_cpu() -> (Duration, Duration) {
@@ -122,6 +123,63 @@ fn children_cpu() -> (Duration, Duration) {
             (d(usage.user_time()), d(usage.system_time()))
         }
         Err(_) => (Duration::ZERO, Duration::ZERO),
+    }
+}
+
+/// Removes the run's cgroup if the supervisor dies before it can: a process
+/// forked before clone (so it is not in the run's cgroup), waiting on a pipe
+/// only the supervisor can write. A byte means the supervisor cleaned up;
+/// end-of-file means it died, and the janitor kills what is left of the run
+/// and removes the directories.
+#[derive(Debug)]
+struct Janitor {
+    pid: Pid,
+    done: OwnedFd,
+}
+
+/// How long a janitor keeps trying to remove a dead supervisor's cgroup.
+const JANITOR_PATIENCE: Duration = Duration::from_secs(10);
+
+fn spawn_janitor(cgroup: &crate::cgroup::RunCgroup) -> Result<Janitor, SpawnError> {
+    let (wait_end, done) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(janitor)"))?;
+    let done_raw = done.as_raw_fd();
+    let (pid, _pidfd) =
+        crate::sys::clone::clone_into_namespaces(nix::sched::CloneFlags::empty(), || {
+            let _ = nix::unistd::close(done_raw);
+            // Out of the terminal's process group (a ^C meant for the run must
+            // not kill the janitor first), and off the caller's output pipes.
+            let _ = nix::unistd::setsid();
+            if let Ok(null) =
+                nix::fcntl::open(c"/dev/null", OFlag::O_RDWR, nix::sys::stat::Mode::empty())
+            {
+                for fd in 0..3 {
+                    let _ = crate::sys::fd::dup_onto(null.as_raw_fd(), fd);
+                }
+            }
+            let mut byte = [0u8; 1];
+            loop {
+                match nix::unistd::read(wait_end.as_fd(), &mut byte) {
+                    Ok(1) => return 0,
+                    Err(Errno::EINTR) => continue,
+                    _ => break,
+                }
+            }
+            let deadline = Instant::now() + JANITOR_PATIENCE;
+            while !cgroup.remove() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            0
+        })
+        .map_err(sys("fork(janitor)"))?;
+    drop(wait_end);
+    Ok(Janitor { pid, done })
+}
+
+impl Janitor {
+    /// The supervisor removed the cgroup itself: release and reap the janitor.
+    fn dismiss(self) {
+        let _ = nix::unistd::write(self.done.as_fd(), &[1]);
+        let _ = nix::sys::wait::waitpid(self.pid, None);
     }
 }
 
@@ -203,15 +261,28 @@ pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
 pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     check_single_threaded()?;
     let cgroup = setup_cgroup(prepared)?;
-    let started = start_cloned(prepared, cgroup.as_ref());
-    match started {
+    let janitor = match &cgroup {
+        Some(cgroup) => match spawn_janitor(cgroup) {
+            Ok(janitor) => Some(janitor),
+            Err(err) => {
+                cgroup.remove();
+                return Err(err);
+            }
+        },
+        None => None,
+    };
+    match start_cloned(prepared, cgroup.as_ref()) {
         Ok(mut running) => {
             running.cgroup = cgroup;
+            running.janitor = janitor;
             Ok(running)
         }
         Err(err) => {
             if let Some(cgroup) = cgroup {
                 cgroup.remove();
+            }
+            if let Some(janitor) = janitor {
+                janitor.dismiss();
             }
             Err(err)
         }
@@ -323,6 +394,7 @@ fn start_cloned(
         cgroup: None,
         rusage_before,
         output,
+        janitor: None,
     })
 }
 
@@ -351,6 +423,9 @@ impl Running {
             self.collected = true;
             if let Some(cgroup) = self.cgroup.take() {
                 cgroup.remove();
+            }
+            if let Some(janitor) = self.janitor.take() {
+                janitor.dismiss();
             }
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
         }
@@ -500,6 +575,9 @@ impl Drop for Running {
             let _ = waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED);
             if let Some(cgroup) = self.cgroup.take() {
                 cgroup.remove();
+            }
+            if let Some(janitor) = self.janitor.take() {
+                janitor.dismiss();
             }
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
         }
