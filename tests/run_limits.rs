@@ -53,6 +53,12 @@ fn a_memory_balloon_is_oom_killed_and_reported() {
     let peak = report["resources"]["memory_peak"].as_u64().unwrap();
     assert!(peak <= 64 << 20 && peak > 32 << 20, "peak {peak}");
     assert_eq!(report["enforced"]["cgroup"]["memory"], 64 << 20);
+    for path in report["enforced"]["cgroup"]["paths"].as_array().unwrap() {
+        assert!(
+            !std::path::Path::new(path.as_str().unwrap()).exists(),
+            "{path} left behind after the OOM kill"
+        );
+    }
 }
 
 #[test]
