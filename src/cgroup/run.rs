@@ -129,6 +129,12 @@ impl RunCgroup {
             || wanted
                 .iter()
                 .all(|c| info.controller(c).is_some_and(|c| c.version == 2));
+        if !v2 && parent.is_some() {
+            return Err(CgroupError::Unavailable(
+                "--cgroup-parent needs cgroup v2: on v1 every controller has its own hierarchy"
+                    .into(),
+            ));
+        }
         let cgroup = if v2 {
             Self::create_v2(info, parent, name, &wanted)?
         } else {
@@ -457,6 +463,18 @@ mod tests {
         assert!(
             !memory_own.join("run-2").exists(),
             "the memory directory was removed again"
+        );
+        let memory_only = CgroupLimits {
+            memory: Some(1 << 30),
+            pids: None,
+            cpu: None,
+        };
+        let err = RunCgroup::create(&info, Some(Path::new("/delegated")), "run-3", &memory_only)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("--cgroup-parent needs cgroup v2"),
+            "{err}"
         );
     }
 }
