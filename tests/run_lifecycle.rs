@@ -216,19 +216,16 @@ fn stdin_stdout_and_stderr_pass_through() {
 #[test]
 fn a_broken_profile_stops_the_run_before_anything_starts() {
     let project = Project::new(Who::Root);
-    let profile = project.write(
-        "bad.toml",
+    let out = project.run_with_profile(
         "version = 1\nextends = \"strict\"\n[network]\nmode = \"lan\"\n",
-    );
-    let out = project.run_with(
-        &["--profile", profile.to_str().unwrap()],
+        &[],
         &["/bin/sh", "-c", "touch ran"],
     );
     assert_eq!(out.status.code(), Some(125));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(
-            "bad.toml:4:8: unknown variant `lan`, expected one of `none`, `loopback`, `host`"
+            "profile.toml:4:8: unknown variant `lan`, expected one of `none`, `loopback`, `host`"
         ),
         "{stderr}"
     );

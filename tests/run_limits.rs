@@ -183,12 +183,9 @@ fn required_cgroups_without_access_refuse_to_run() {
         return;
     }
     let project = Project::new(Who::User);
-    let profile = project.write(
-        "cg.toml",
+    let out = project.run_with_profile(
         "version = 1\nextends = \"strict\"\n[enforce]\ncgroups = \"required\"\n",
-    );
-    let out = project.run_with(
-        &["--profile", profile.to_str().unwrap()],
+        &[],
         &["/bin/sh", "-c", "touch ran"],
     );
     assert_eq!(out.status.code(), Some(125));

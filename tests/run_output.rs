@@ -15,17 +15,9 @@ fn a_gigabyte_under_a_one_mebibyte_cap_is_cut_and_the_supervisor_stays_small() {
         return;
     }
     let project = Project::new(Who::Root);
-    let profile = project.write(
-        "cap.toml",
+    let out = project.run_with_profile(
         "version = 1\nextends = \"strict\"\n[limits]\noutput = \"1MiB\"\n",
-    );
-    let out = project.run_with(
-        &[
-            "--profile",
-            profile.to_str().unwrap(),
-            "--report",
-            "report.json",
-        ],
+        &["--report", "report.json"],
         &[
             "/bin/sh",
             "-c",

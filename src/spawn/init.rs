@@ -180,37 +180,32 @@ fn supervisor_gone(sync: BorrowedFd<'_>) -> bool {
     }
 }
 
-fn mkdir_if_missing<'a>(path: &'a CStr) -> Result<(), Failed<'a>> {
-    match nix::unistd::mkdir(path, Mode::from_bits_truncate(0o755)) {
-        Ok(()) | Err(Errno::EEXIST) => Ok(()),
-        // A read-only bind already covers it: fine if it exists there.
-        Err(errno) => match nix::sys::stat::stat(path) {
-            Ok(_) => Ok(()),
-            Err(_) => Err(Failed {
-                step: Step::CreateMountPoint,
-                errno,
-                detail: path.to_bytes(),
-            }),
-        },
+/// A mount point that could not be created is fine if it already exists
+/// (a read-only bind may cover it).
+fn exists_or_fail(path: &CStr, errno: Errno) -> Result<(), Failed<'_>> {
+    match nix::sys::stat::stat(path) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(Failed {
+            step: Step::CreateMountPoint,
+            errno,
+            detail: path.to_bytes(),
+        }),
     }
 }
 
-fn file_if_missing<'a>(path: &'a CStr) -> Result<(), Failed<'a>> {
+fn mkdir_if_missing(path: &CStr) -> Result<(), Failed<'_>> {
+    match nix::unistd::mkdir(path, Mode::from_bits_truncate(0o755)) {
+        Ok(()) | Err(Errno::EEXIST) => Ok(()),
+        Err(errno) => exists_or_fail(path, errno),
+    }
+}
+
+fn file_if_missing(path: &CStr) -> Result<(), Failed<'_>> {
     use nix::fcntl::{open, OFlag};
-    match open(
-        path,
-        OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o644),
-    ) {
+    let flags = OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC;
+    match open(path, flags, Mode::from_bits_truncate(0o644)) {
         Ok(_fd) => Ok(()),
-        Err(errno) => match nix::sys::stat::stat(path) {
-            Ok(_) => Ok(()),
-            Err(_) => Err(Failed {
-                step: Step::CreateMountPoint,
-                errno,
-                detail: path.to_bytes(),
-            }),
-        },
+        Err(errno) => exists_or_fail(path, errno),
     }
 }
 

@@ -159,6 +159,15 @@ impl Project {
         cmd.output().expect("sandbox starts")
     }
 
+    /// `sandbox run --profile <a file holding profile_toml> [extra] -- argv`.
+    pub fn run_with_profile(&self, profile_toml: &str, extra: &[&str], argv: &[&str]) -> Output {
+        let path = self.write("profile.toml", profile_toml);
+        let path = path.to_str().expect("UTF-8 temp path");
+        let mut args = vec!["--profile", path];
+        args.extend_from_slice(extra);
+        self.run_with(&args, argv)
+    }
+
     /// `sandbox run -- argv` under the default profile.
     pub fn run(&self, argv: &[&str]) -> Output {
         self.run_with(&[], argv)
