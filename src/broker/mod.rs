@@ -1,0 +1,4 @@
+//! The permission broker: the sandboxed process asks, over an inherited
+//! socket, for actions it cannot do itself; the supervisor decides, performs
+//! and audits them. This module holds the wire protocol so far.
+pub mod protocol;
