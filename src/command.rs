@@ -34,6 +34,7 @@ pub struct Command {
     policy: Policy,
     stdio: [Stdio; 3],
     cgroup_parent: Option<PathBuf>,
+    audit: Option<PathBuf>,
 }
 
 /// How a sandboxed command ended.
@@ -86,6 +87,7 @@ impl Command {
             policy,
             stdio: [Stdio::Inherit, Stdio::Inherit, Stdio::Inherit],
             cgroup_parent: None,
+            audit: None,
         }
     }
     /// Add an argument.
@@ -130,6 +132,11 @@ impl Command {
     /// instead of below the supervisor's own cgroup.
     pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Command {
         self.cgroup_parent = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    /// Append one JSON line per broker request to this file.
+    pub fn audit(&mut self, file: impl AsRef<Path>) -> &mut Command {
+        self.audit = Some(file.as_ref().to_path_buf());
         self
     }
     /// Where stdin comes from.
@@ -190,6 +197,7 @@ impl Command {
         };
         let mut prepared = Prepared::new(&self.policy, spec)?;
         prepared.cgroup_parent = self.cgroup_parent.clone();
+        prepared.audit = self.audit.clone();
         Ok(prepared)
     }
 
@@ -397,6 +405,7 @@ fn build_report(
         error,
         wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
         resources,
+        broker: ok.and_then(|o| o.broker.clone()),
         limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
         enforced,
         warnings,

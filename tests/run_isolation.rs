@@ -306,12 +306,17 @@ fn only_the_standard_descriptors_reach_the_command() {
         let out = Project::new(who).run(&[
             "python3",
             "-c",
-            "import os; fds = os.listdir('/proc/self/fd'); print(sorted(int(f) for f in fds))",
+            "import os, stat; fds = sorted(int(f) for f in os.listdir('/proc/self/fd')); \
+             print(fds, stat.S_ISSOCK(os.fstat(3).st_mode))",
         ]);
         assert_ok(&out, "fd listing");
-        // The listing itself holds one descriptor open: the highest one.
+        // 3 is the broker channel; the listing itself holds the highest one.
         let text = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(text.trim(), "[0, 1, 2, 3]", "{who:?} (leaked fd was {raw})");
+        assert_eq!(
+            text.trim(),
+            "[0, 1, 2, 3, 4] True",
+            "{who:?} (leaked fd was {raw})"
+        );
     }
     drop(leaked);
 }
@@ -343,10 +348,13 @@ fn the_environment_is_exactly_the_profiles() {
         let expected: BTreeMap<String, String> = [
             ("FOO", "bar"),
             ("HOME", "/tmp"),
+            ("NODE_CHANNEL_FD", "3"),
+            ("NODE_CHANNEL_SERIALIZATION_MODE", "json"),
             (
                 "PATH",
                 "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
             ),
+            ("SANDBOX_IPC_FD", "3"),
             ("TERM", "xterm-test"),
             ("TMPDIR", "/tmp"),
         ]

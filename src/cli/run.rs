@@ -59,6 +59,9 @@ pub struct RunArgs {
     /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
+    /// Append one JSON line per broker request (decision, rule, target) to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
     /// Write the run's JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
@@ -129,6 +132,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     command.args(rest);
     if let Some(parent) = &args.cgroup_parent {
         command.cgroup_parent(parent);
+    }
+    if let Some(audit) = &args.audit {
+        command.audit(audit);
     }
     if let Some(project) = &args.project {
         command.project(project);

@@ -8,7 +8,7 @@
 //!
 //! Runs between clone and exec: no unwrap, no panic, errors become records.
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use nix::errno::Errno;
 use nix::fcntl::{open, OFlag};
@@ -26,6 +26,20 @@ pub const EXEC_FAILED: i32 = 127;
 
 /// The payload's entry point after fork. Never returns on success (execve).
 pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
+    // Fds 0 to 3 are about to be overwritten (stdio, the broker channel at
+    // 3): the report pipe must not be one of them.
+    let moved;
+    let report = if report.as_raw_fd() <= 3 {
+        match nix::fcntl::fcntl(report, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10)) {
+            Ok(fd) => {
+                moved = crate::sys::fd::adopt_received(fd);
+                moved.as_fd()
+            }
+            Err(_) => return super::init::SETUP_FAILED,
+        }
+    } else {
+        report
+    };
     match run(prepared, report) {
         Ok(never) => match never {},
         Err(failed) => {
@@ -66,9 +80,13 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Never, Fail
             Stdio::Fd(fd) => dup_onto(fd.as_raw_fd(), target)?,
         }
     }
-    // Anything above stderr that the supervisor's own parent leaked to it
-    // must not reach the command (the report pipe is already close-on-exec).
-    crate::sys::fd::cloexec_from(3).step(Step::CloseDescriptors, b"")?;
+    if let Some(ipc) = &prepared.ipc {
+        dup_onto(ipc.as_raw_fd(), 3)?;
+    }
+    // Anything else the supervisor's own parent leaked to it must not reach
+    // the command (the report pipe is already close-on-exec).
+    let first_closed = if prepared.ipc.is_some() { 4 } else { 3 };
+    crate::sys::fd::cloexec_from(first_closed).step(Step::CloseDescriptors, b"")?;
 
     nix::unistd::chdir(prepared.cwd.as_c_str()).step(Step::Chdir, prepared.cwd.to_bytes())?;
     for (resource, limit) in &prepared.rlimits {

@@ -146,6 +146,10 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
             let _ = nix::unistd::close(fd.as_raw_fd());
         }
     }
+    // The broker's peer must see end-of-file when the payload's side closes.
+    if let Some(ipc) = &prepared.ipc {
+        let _ = nix::unistd::close(ipc.as_raw_fd());
+    }
 
     let exit = reap_until(payload);
     let _ = channel::send_exit(fds.sync, exit);

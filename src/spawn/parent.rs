@@ -39,6 +39,8 @@ pub struct Outcome {
     pub cpu_user: Duration,
     /// System CPU time.
     pub cpu_system: Duration,
+    /// What the broker decided.
+    pub broker: Option<crate::broker::server::BrokerCounts>,
 }
 
 /// A limit the run ran into.
@@ -111,6 +113,8 @@ pub struct Running {
     rusage_before: (Duration, Duration),
     output: Option<std::cell::RefCell<super::output::OutputRelay>>,
     janitor: Option<Janitor>,
+    broker: Option<(OwnedFd, std::cell::RefCell<crate::broker::server::Broker>)>,
+    broker_closed: std::cell::Cell<bool>,
 }
 
 fn children_cpu() -> (Duration, Duration) {
@@ -315,6 +319,46 @@ fn start_cloned(
     let output = prepared
         .output_cap
         .map(|cap| std::cell::RefCell::new(super::output::OutputRelay::new(cap, relayed)));
+    let (broker_end, payload_end) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(sys("socketpair(broker)"))?;
+    let run_id = format!(
+        "{}-{}",
+        std::process::id(),
+        RUN_COUNTER.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let audit = match &prepared.audit {
+        Some(path) => Some(
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|source| SpawnError::Path {
+                    what: "opening the audit log",
+                    path: path.clone(),
+                    source,
+                })?,
+        ),
+        None => None,
+    };
+    let broker = crate::broker::server::Broker::new(
+        prepared.broker.clone(),
+        &prepared.project,
+        &prepared.hidden,
+        audit,
+        run_id,
+    )
+    .map_err(|source| SpawnError::Path {
+        what: "opening the project root for the broker",
+        path: prepared.project.clone(),
+        source,
+    })?;
+    prepared.ipc = Some(payload_end);
+    let broker = Some((broker_end, std::cell::RefCell::new(broker)));
     let (sync_parent, sync_child) = socketpair(
         AddressFamily::Unix,
         SockType::SeqPacket,
@@ -368,6 +412,7 @@ fn start_cloned(
     for stdio in prepared.stdio.iter_mut() {
         *stdio = super::Stdio::Inherit;
     }
+    prepared.ipc = None;
     let joined = match cgroup {
         Some(cgroup) => cgroup
             .add(init_pid.as_raw())
@@ -395,6 +440,8 @@ fn start_cloned(
         rusage_before,
         output,
         janitor: None,
+        broker,
+        broker_closed: std::cell::Cell::new(false),
     })
 }
 
@@ -453,6 +500,20 @@ impl Running {
             for (_, fd) in &outputs {
                 poll_fds.push(PollFd::new(*fd, PollFlags::POLLIN));
             }
+            let broker_at = poll_fds.len();
+            if let Some((sock, broker)) = &self.broker {
+                let broker = broker.borrow();
+                let mut events = PollFlags::empty();
+                if broker.wants_input() {
+                    events |= PollFlags::POLLIN;
+                }
+                if broker.wants_output() {
+                    events |= PollFlags::POLLOUT;
+                }
+                if !events.is_empty() && !self.broker_closed.get() {
+                    poll_fds.push(PollFd::new(sock.as_fd(), events));
+                }
+            }
             let wait = match deadline {
                 None => PollTimeout::NONE,
                 Some(at) => {
@@ -478,6 +539,10 @@ impl Running {
             };
             let (init_done, signal_ready, report_ready) =
                 (ready(0), ready(1), report_open && ready(2));
+            let broker_events = poll_fds
+                .get(broker_at)
+                .and_then(|p| p.revents())
+                .unwrap_or(PollFlags::empty());
             let outputs_ready: Vec<usize> = outputs
                 .iter()
                 .enumerate()
@@ -491,6 +556,18 @@ impl Running {
                 let mut output = output.borrow_mut();
                 for stream in outputs_ready {
                     output.pump(stream);
+                }
+            }
+            if let Some((sock, broker)) = &self.broker {
+                let mut broker = broker.borrow_mut();
+                if broker_events
+                    .intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
+                    && !broker.on_readable(sock.as_fd())
+                {
+                    self.broker_closed.set(true);
+                }
+                if broker.wants_output() && !broker.on_writable(sock.as_fd()) {
+                    self.broker_closed.set(true);
                 }
             }
             if deadline.is_some_and(|at| Instant::now() >= at) {
@@ -562,6 +639,7 @@ impl Running {
         outcome.cpu_user = user.saturating_sub(self.rusage_before.0);
         outcome.cpu_system = system.saturating_sub(self.rusage_before.1);
         outcome.limits_hit = limits_hit;
+        outcome.broker = self.broker.as_ref().map(|(_, b)| b.borrow().counts.clone());
         Ok(outcome)
     }
 }
@@ -665,6 +743,7 @@ fn outcome(
         cgroup: None,
         cpu_user: Duration::ZERO,
         cpu_system: Duration::ZERO,
+        broker: None,
     })
 }
 

@@ -174,6 +174,15 @@ pub struct Prepared {
     pub cgroup_enforcement: Enforcement,
     /// A delegated cgroup to create the run's cgroup in, instead of the supervisor's own.
     pub cgroup_parent: Option<PathBuf>,
+    /// The child's end of the broker channel, set when the run starts; the
+    /// payload gets it as fd 3.
+    pub ipc: Option<std::os::fd::OwnedFd>,
+    /// The profile's broker decisions.
+    pub broker: crate::profile::policy::BrokerPolicy,
+    /// The profile's hidden paths (the broker refuses them too).
+    pub hidden: Vec<PathBuf>,
+    /// Where the broker writes one JSON line per request.
+    pub audit: Option<PathBuf>,
     /// Combined stdout and stderr cap, relayed by the supervisor.
     pub output_cap: Option<u64>,
     /// Wall-clock limit, enforced by the supervisor.
@@ -368,6 +377,16 @@ impl Prepared {
             if let Some(value) = value {
                 env.push((name.clone(), value.clone()));
             }
+        }
+        // The broker channel is fd 3; Node programs get it as their IPC
+        // channel too (process.send / process.on('message')).
+        for (name, value) in [
+            ("SANDBOX_IPC_FD", "3"),
+            ("NODE_CHANNEL_FD", "3"),
+            ("NODE_CHANNEL_SERIALIZATION_MODE", "json"),
+        ] {
+            env.retain(|(n, _)| n != name);
+            env.push((OsString::from(name), OsString::from(value)));
         }
         let mut envp = Vec::with_capacity(env.len());
         for (name, value) in &env {
@@ -590,6 +609,10 @@ impl Prepared {
             },
             cgroup_enforcement: policy.enforce.cgroups,
             cgroup_parent: None,
+            ipc: None,
+            broker: policy.broker.clone(),
+            hidden: policy.filesystem.hide.clone(),
+            audit: None,
             output_cap: policy.limits.output,
             timeout: policy.limits.timeout,
             rlimits,

@@ -162,6 +162,8 @@ pub struct Report {
     pub enforced: Enforced,
     /// What the run used.
     pub resources: Option<Resources>,
+    /// Broker requests and decisions.
+    pub broker: Option<crate::broker::server::BrokerCounts>,
     /// Limits that ended or cut the run (`timeout`, `memory`, `pids`).
     pub limits_hit: Vec<crate::spawn::parent::LimitHit>,
     /// Layers weaker than asked or other caveats, also printed on stderr.

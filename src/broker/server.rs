@@ -1,0 +1,485 @@
+//! The supervisor's end of the channel: reads requests, decides, performs
+//! the allowed ones on safely resolved objects, answers, and audits every
+//! request. Runs inside the supervisor's poll loop; never blocks on the peer
+//! (answers queue up to a bound, past which no new request is read).
+
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use serde_json::{json, Value};
+
+use super::permission::{self, Verdict};
+use super::protocol::{self, code, Frame, Framer, Id, Limits, Message};
+use crate::profile::policy::{BrokerPolicy, Decision};
+
+/// Most bytes of answers queued for a peer that does not read them.
+const OUTBOX_LIMIT: usize = 8 << 20;
+/// Largest file content `fs.read` returns in one answer.
+const READ_LIMIT: usize = 512 << 10;
+
+/// Counts of decisions, for the report.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct BrokerCounts {
+    /// Requests answered.
+    pub requests: u64,
+    /// Allowed and performed.
+    pub allowed: u64,
+    /// Denied (including ask without anyone to ask).
+    pub denied: u64,
+    /// Malformed or unknown requests.
+    pub errors: u64,
+}
+
+/// One run's broker.
+pub struct Broker {
+    policy: BrokerPolicy,
+    project: OwnedFd,
+    project_path: PathBuf,
+    hidden: Vec<PathBuf>,
+    audit: Option<std::fs::File>,
+    run_id: String,
+    limits: Limits,
+    framer: Framer,
+    outbox: Vec<u8>,
+    /// Decision counts.
+    pub counts: BrokerCounts,
+    /// Per-action counts.
+    pub by_action: BTreeMap<String, u64>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker")
+            .field("project", &self.project_path)
+            .field("counts", &self.counts)
+            .finish()
+    }
+}
+
+struct Failure {
+    code: i64,
+    message: String,
+    rule: Option<String>,
+}
+
+fn fail(code: i64, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+        rule: None,
+    }
+}
+
+impl Broker {
+    /// A broker for a run rooted at `project`. `hidden` are the profile's
+    /// hidden paths; `audit` receives one JSON line per request.
+    pub fn new(
+        policy: BrokerPolicy,
+        project_path: &Path,
+        hidden: &[PathBuf],
+        audit: Option<std::fs::File>,
+        run_id: String,
+    ) -> std::io::Result<Broker> {
+        let project = nix::fcntl::open(
+            project_path,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(std::io::Error::from)?;
+        let hidden = hidden
+            .iter()
+            .map(|h| {
+                if h.is_absolute() {
+                    h.clone()
+                } else {
+                    project_path.join(h)
+                }
+            })
+            .collect();
+        let limits = Limits::default();
+        Ok(Broker {
+            policy,
+            project,
+            project_path: project_path.to_path_buf(),
+            hidden,
+            audit,
+            run_id,
+            limits,
+            framer: Framer::new(limits.max_message),
+            outbox: Vec::new(),
+            counts: BrokerCounts::default(),
+            by_action: BTreeMap::new(),
+        })
+    }
+
+    /// Whether the broker wants to read more (false while answers pile up).
+    pub fn wants_input(&self) -> bool {
+        self.outbox.len() < OUTBOX_LIMIT
+    }
+
+    /// Whether answers wait to be written.
+    pub fn wants_output(&self) -> bool {
+        !self.outbox.is_empty()
+    }
+
+    /// Read what the peer sent and answer it. False when the peer closed.
+    pub fn on_readable(&mut self, sock: BorrowedFd<'_>) -> bool {
+        let mut buf = [0u8; 64 * 1024];
+        let n = match nix::sys::socket::recv(
+            sock.as_raw_fd(),
+            &mut buf,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(0) => return false,
+            Ok(n) => n,
+            Err(Errno::EAGAIN | Errno::EINTR) => return true,
+            Err(_) => return false,
+        };
+        let mut frames = Vec::new();
+        self.framer.push(&buf[..n], &mut frames);
+        for frame in frames {
+            match frame {
+                Frame::Line(line) if line.iter().all(u8::is_ascii_whitespace) => {}
+                Frame::Line(line) => self.handle(&line),
+                Frame::TooLarge { bytes } => {
+                    self.counts.errors += 1;
+                    let message = format!(
+                        "message of {bytes} bytes is over the {} byte limit",
+                        self.limits.max_message
+                    );
+                    self.outbox.extend(protocol::error_response(
+                        &Id::Null,
+                        code::TOO_LARGE,
+                        &message,
+                        None,
+                    ));
+                }
+            }
+        }
+        true
+    }
+
+    /// Write queued answers. False when the peer is gone.
+    pub fn on_writable(&mut self, sock: BorrowedFd<'_>) -> bool {
+        while !self.outbox.is_empty() {
+            match nix::sys::socket::send(
+                sock.as_raw_fd(),
+                &self.outbox,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            ) {
+                Ok(n) => {
+                    self.outbox.drain(..n);
+                }
+                Err(Errno::EAGAIN) => return true,
+                Err(Errno::EINTR) => {}
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
+    fn handle(&mut self, line: &[u8]) {
+        let started = Instant::now();
+        let message = match protocol::parse(line, &self.limits) {
+            Ok(message) => message,
+            Err(err) => {
+                self.counts.errors += 1;
+                self.outbox.extend(protocol::error_response(
+                    &err.id,
+                    err.code,
+                    &err.message,
+                    None,
+                ));
+                return;
+            }
+        };
+        let (id, method, params) = match message {
+            Message::Request { id, method, params } => (Some(id), method, params),
+            Message::Notification { method, params } => (None, method, params),
+            // The supervisor sends no requests yet, so no response is expected.
+            Message::Response { .. } => return,
+        };
+        *self.by_action.entry(method.clone()).or_default() += 1;
+        let target = params
+            .get("path")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let verdict = permission::decide(&self.policy, &method);
+        let result = self.perform(&method, &params, &verdict);
+        self.counts.requests += 1;
+        let decision = match (&result, verdict.decision) {
+            (Err(f), _) if f.code == code::PERMISSION_DENIED || f.code == code::NEEDS_APPROVAL => {
+                self.counts.denied += 1;
+                "deny"
+            }
+            (Err(f), _) if f.code == code::METHOD_NOT_FOUND || f.code == code::INVALID_PARAMS => {
+                self.counts.errors += 1;
+                "error"
+            }
+            (_, _) => {
+                self.counts.allowed += 1;
+                "allow"
+            }
+        };
+        let rule = match &result {
+            Err(Failure {
+                rule: Some(rule), ..
+            }) => rule.clone(),
+            _ => verdict.rule.clone(),
+        };
+        self.audit(&method, target.as_deref(), decision, &rule, started);
+        if let Some(id) = id {
+            let line = match result {
+                Ok(value) => protocol::response(&id, &value),
+                Err(f) => protocol::error_response(
+                    &id,
+                    f.code,
+                    &f.message,
+                    Some(&json!({ "rule": rule })),
+                ),
+            };
+            self.outbox.extend(line);
+        }
+    }
+
+    fn audit(
+        &mut self,
+        method: &str,
+        target: Option<&str>,
+        decision: &str,
+        rule: &str,
+        started: Instant,
+    ) {
+        let Some(file) = &mut self.audit else { return };
+        let time = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        let entry = json!({
+            "time": time,
+            "run": self.run_id,
+            "caller": "command",
+            "method": method,
+            "target": target,
+            "decision": decision,
+            "rule": rule,
+            "duration_us": started.elapsed().as_micros() as u64,
+        });
+        // An audit line that cannot be written is reported once on stderr by
+        // the caller of the run; the broker keeps answering.
+        let _ = writeln!(file, "{entry}");
+    }
+
+    fn perform(&self, method: &str, params: &Value, verdict: &Verdict) -> Result<Value, Failure> {
+        if method == "permission.query" {
+            let action = params
+                .get("action")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    fail(
+                        code::INVALID_PARAMS,
+                        "permission.query needs {\"action\": NAME}",
+                    )
+                })?;
+            let v = permission::decide(&self.policy, action);
+            let effective = if v.decision == Decision::Ask {
+                "deny"
+            } else {
+                decision_name(v.decision)
+            };
+            return Ok(
+                json!({ "action": action, "decision": decision_name(v.decision), "effective": effective, "rule": v.rule }),
+            );
+        }
+        match verdict.decision {
+            Decision::Allow => {}
+            Decision::Deny => {
+                return Err(Failure {
+                    code: code::PERMISSION_DENIED,
+                    message: format!("{method} is denied by {}", verdict.rule),
+                    rule: None,
+                })
+            }
+            Decision::Ask => {
+                return Err(Failure {
+                    code: code::NEEDS_APPROVAL,
+                    message: format!(
+                        "{method} needs approval ({}) and nobody can be asked in this run; \
+                         allow it in the profile: [broker] rules = {{ \"{method}\" = \"allow\" }}",
+                        verdict.rule
+                    ),
+                    rule: None,
+                })
+            }
+        }
+        match method {
+            "log" => Ok(Value::Null),
+            "fs.stat" => self.stat(params),
+            "fs.read" => self.read(params),
+            _ => Err(fail(
+                code::METHOD_NOT_FOUND,
+                format!("{method} is not provided by this version of the broker"),
+            )),
+        }
+    }
+
+    /// Resolve `path` once, beneath the project root, refusing `..` escapes,
+    /// absolute symlinks and magic links; then check the object actually
+    /// opened against the hidden paths.
+    fn open(&self, params: &Value, flags: OFlag) -> Result<(OwnedFd, PathBuf), Failure> {
+        let path = params
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail(code::INVALID_PARAMS, "needs {\"path\": STRING}"))?;
+        if path.contains('\0') {
+            return Err(fail(code::INVALID_PARAMS, "the path contains a NUL byte"));
+        }
+        let requested = Path::new(path);
+        let relative: PathBuf = if requested.is_absolute() {
+            requested
+                .strip_prefix(&self.project_path)
+                .map(Path::to_path_buf)
+                .map_err(|_| denied_outside(path))?
+        } else {
+            requested.to_path_buf()
+        };
+        let relative = if relative.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            relative
+        };
+        // openat2 rejects flags O_PATH does not take (O_NOCTTY among them).
+        let extra = if flags.contains(OFlag::O_PATH) {
+            OFlag::empty()
+        } else {
+            OFlag::O_NOCTTY
+        };
+        let how = OpenHow::new()
+            .flags(flags | OFlag::O_CLOEXEC | extra)
+            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        let fd =
+            nix::fcntl::openat2(self.project.as_fd(), &relative, how).map_err(
+                |errno| match errno {
+                    Errno::EXDEV | Errno::ELOOP => denied_outside(path),
+                    Errno::ENOENT | Errno::ENOTDIR => fail(
+                        code::NOT_FOUND,
+                        format!("{path}: no such file or directory"),
+                    ),
+                    other => fail(code::INTERNAL_ERROR, format!("{path}: {}", other.desc())),
+                },
+            )?;
+        // What was opened, not what was asked for: a symlink to a hidden file
+        // must not reveal it.
+        let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+            .map_err(|e| fail(code::INTERNAL_ERROR, format!("{path}: {e}")))?;
+        if let Some(hidden) = self.hidden.iter().find(|h| real.starts_with(h)) {
+            let shown = hidden.strip_prefix(&self.project_path).unwrap_or(hidden);
+            return Err(Failure {
+                code: code::PERMISSION_DENIED,
+                message: format!("{path} is hidden by the profile ({})", shown.display()),
+                rule: Some("filesystem.hide".into()),
+            });
+        }
+        Ok((fd, real))
+    }
+
+    fn stat(&self, params: &Value) -> Result<Value, Failure> {
+        let (fd, real) = self.open(params, OFlag::O_PATH)?;
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
+        let kind = match st.st_mode & libc::S_IFMT {
+            libc::S_IFREG => "file",
+            libc::S_IFDIR => "directory",
+            libc::S_IFLNK => "symlink",
+            _ => "other",
+        };
+        Ok(json!({
+            "path": relative_display(&real, &self.project_path),
+            "type": kind,
+            "size": st.st_size,
+            "mode": st.st_mode & 0o7777,
+            "modified": st.st_mtime,
+        }))
+    }
+
+    fn read(&self, params: &Value) -> Result<Value, Failure> {
+        use base64::Engine;
+        let (fd, real) = self.open(params, OFlag::O_RDONLY)?;
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(fail(
+                code::INVALID_PARAMS,
+                "fs.read reads regular files only",
+            ));
+        }
+        let offset = params.get("offset").and_then(Value::as_u64).unwrap_or(0);
+        let length = params
+            .get("length")
+            .and_then(Value::as_u64)
+            .map_or(READ_LIMIT, |l| (l as usize).min(READ_LIMIT));
+        let mut content = vec![0u8; length];
+        let mut filled = 0;
+        while filled < length {
+            match nix::sys::uio::pread(&fd, &mut content[filled..], (offset + filled as u64) as i64)
+            {
+                Ok(0) => break,
+                Ok(n) => filled += n,
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(fail(code::INTERNAL_ERROR, e.desc())),
+            }
+        }
+        content.truncate(filled);
+        let truncated = (offset + filled as u64) < st.st_size as u64;
+        let (text, encoding) = match String::from_utf8(content) {
+            Ok(text) => (text, "utf-8"),
+            Err(e) => (
+                base64::engine::general_purpose::STANDARD.encode(e.into_bytes()),
+                "base64",
+            ),
+        };
+        Ok(json!({
+            "path": relative_display(&real, &self.project_path),
+            "content": text,
+            "encoding": encoding,
+            "size": st.st_size,
+            "truncated": truncated,
+        }))
+    }
+}
+
+fn denied_outside(path: &str) -> Failure {
+    Failure {
+        code: code::PERMISSION_DENIED,
+        message: format!("{path} is outside the project root"),
+        rule: Some("project root".into()),
+    }
+}
+
+fn decision_name(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Allow => "allow",
+        Decision::Ask => "ask",
+        Decision::Deny => "deny",
+    }
+}
+
+fn relative_display(real: &Path, project: &Path) -> String {
+    let relative = real.strip_prefix(project).unwrap_or(real);
+    let shown: PathBuf = relative
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect();
+    if shown.as_os_str().is_empty() {
+        ".".into()
+    } else {
+        OsStr::from_bytes(shown.as_os_str().as_bytes())
+            .to_string_lossy()
+            .into_owned()
+    }
+}
