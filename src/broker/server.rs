@@ -278,6 +278,12 @@ impl Broker {
     }
 
     fn perform(&self, method: &str, params: &Value, verdict: &Verdict) -> Result<Value, Failure> {
+        if permission::risk(method).is_none() {
+            return Err(fail(
+                code::METHOD_NOT_FOUND,
+                format!("no method {method:?}"),
+            ));
+        }
         if method == "permission.query" {
             let action = params
                 .get("action")

@@ -1,0 +1,237 @@
+//! The broker channel from inside a strict sandbox: round trips, decisions,
+//! and hostile input, each case named. A Python client speaks to fd 3.
+
+mod support;
+
+use serde_json::Value;
+use support::{assert_ok, Project, Who};
+
+/// Sends each input line and prints each answer line, one per input.
+const CLIENT: &str = r#"
+import os, socket, sys
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+for raw in sys.stdin.buffer.read().split(b"\n--8<--\n"):
+    f.write(raw + b"\n")
+    print(f.readline().decode().strip(), flush=True)
+"#;
+
+fn exchange(project: &Project, requests: &[Vec<u8>]) -> Vec<Value> {
+    use std::io::Write;
+    let mut child = project
+        .command()
+        .args([
+            "run",
+            "--audit",
+            "audit.jsonl",
+            "--",
+            "python3",
+            "-c",
+            CLIENT,
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let input = requests.join(&b"\n--8<--\n"[..]);
+    child.stdin.take().unwrap().write_all(&input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out, "broker client");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON answer per line"))
+        .collect()
+}
+
+fn request(id: u64, method: &str, params: Value) -> Vec<u8> {
+    serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+        .to_string()
+        .into_bytes()
+}
+
+fn error_code(answer: &Value) -> i64 {
+    answer["error"]["code"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("expected an error, got {answer}"))
+}
+
+fn project_with_files(who: Who) -> Project {
+    let project = Project::new(who);
+    project.write("notes.txt", "hello broker\n");
+    project.write(".env", "API_KEY=SECRET\n");
+    project.write("sub/keep", "");
+    std::os::unix::fs::symlink("/etc/passwd", project.path().join("abs-link")).unwrap();
+    std::os::unix::fs::symlink(
+        "../../../../../../etc/passwd",
+        project.path().join("rel-link"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(".env", project.path().join("env-link")).unwrap();
+    project
+}
+
+#[test]
+fn allowed_reads_and_stats_round_trip() {
+    for who in support::identities("allowed_reads_and_stats_round_trip") {
+        let project = project_with_files(who);
+        let answers = exchange(
+            &project,
+            &[
+                request(1, "fs.read", serde_json::json!({"path": "notes.txt"})),
+                request(2, "fs.stat", serde_json::json!({"path": "notes.txt"})),
+                request(
+                    3,
+                    "permission.query",
+                    serde_json::json!({"action": "fs.write"}),
+                ),
+                request(
+                    4,
+                    "fs.read",
+                    serde_json::json!({"path": project.path().join("notes.txt").to_str().unwrap()}),
+                ),
+            ],
+        );
+        assert_eq!(answers[0]["result"]["content"], "hello broker\n", "{who:?}");
+        assert_eq!(answers[1]["result"]["type"], "file");
+        assert_eq!(answers[1]["result"]["size"], 13);
+        assert_eq!(answers[2]["result"]["decision"], "ask");
+        assert_eq!(answers[2]["result"]["effective"], "deny");
+        assert_eq!(
+            answers[3]["result"]["content"], "hello broker\n",
+            "absolute path inside the project"
+        );
+    }
+}
+
+#[test]
+fn escapes_are_refused_every_way() {
+    for who in support::identities("escapes_are_refused_every_way") {
+        let project = project_with_files(who);
+        let cases = [
+            ("dot-dot", "../../../../etc/passwd", -32001),
+            ("absolute outside", "/etc/passwd", -32001),
+            ("proc self root", "/proc/self/root/etc/passwd", -32001),
+            ("absolute symlink inside", "abs-link", -32001),
+            ("relative symlink escaping", "rel-link", -32001),
+            ("hidden file", ".env", -32001),
+            ("symlink to a hidden file", "env-link", -32001),
+            ("dot-dot back into a hidden file", "sub/../.env", -32001),
+            ("missing", "no-such-file", -32005),
+        ];
+        let requests: Vec<Vec<u8>> = cases
+            .iter()
+            .enumerate()
+            .map(|(i, (_, path, _))| {
+                request(i as u64, "fs.read", serde_json::json!({ "path": path }))
+            })
+            .collect();
+        let answers = exchange(&project, &requests);
+        for ((name, _, expected), answer) in cases.iter().zip(&answers) {
+            assert_eq!(error_code(answer), *expected, "{name} ({who:?}): {answer}");
+            assert!(
+                !answer.to_string().contains("root:x:0:0"),
+                "{name} leaked /etc/passwd"
+            );
+            assert!(!answer.to_string().contains("SECRET"), "{name} leaked .env");
+        }
+        let nul = exchange(&project, &[br#"{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"notes.txt\u0000x"}}"#.to_vec()]);
+        assert_eq!(error_code(&nul[0]), -32602, "NUL in a path");
+    }
+}
+
+#[test]
+fn ask_without_a_terminal_is_denied_with_the_fix() {
+    let project = project_with_files(Who::Root);
+    if !support::require(
+        "broker",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let answers = exchange(
+        &project,
+        &[request(
+            1,
+            "fs.write",
+            serde_json::json!({"path": "x", "content": "y"}),
+        )],
+    );
+    assert_eq!(error_code(&answers[0]), -32002);
+    let message = answers[0]["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("[broker] rules = { \"fs.write\" = \"allow\" }"),
+        "{message}"
+    );
+    assert!(!project.path().join("x").exists());
+}
+
+#[test]
+fn hostile_input_gets_errors_and_the_broker_stays_up() {
+    if !support::require(
+        "broker",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let project = project_with_files(Who::Root);
+    let mut deep = br#"{"jsonrpc":"2.0","id":1,"method":"m","params":"#.to_vec();
+    deep.extend(std::iter::repeat_n(b'[', 900_000));
+    let cases: Vec<(&str, Vec<u8>, i64)> = vec![
+        ("invalid JSON", b"{not json".to_vec(), -32700),
+        (
+            "truncated JSON",
+            br#"{"jsonrpc":"2.0","id":1,"method":"fs.re"#.to_vec(),
+            -32700,
+        ),
+        (
+            "invalid UTF-8",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\"}".to_vec(),
+            -32700,
+        ),
+        ("2 MiB line", vec![b'x'; 2 << 20], -32004),
+        ("900,000 nested brackets", deep, -32600),
+        (
+            "duplicate field",
+            br#"{"jsonrpc":"2.0","id":1,"method":"a","method":"b"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "unknown field",
+            br#"{"jsonrpc":"2.0","id":1,"method":"log","x":1}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "wrong type",
+            br#"{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":5}}"#.to_vec(),
+            -32602,
+        ),
+        (
+            "unknown method",
+            request(1, "no.such.method", Value::Null),
+            -32601,
+        ),
+    ];
+    let mut requests: Vec<Vec<u8>> = cases.iter().map(|(_, r, _)| r.clone()).collect();
+    requests.push(request(
+        99,
+        "fs.read",
+        serde_json::json!({"path": "notes.txt"}),
+    ));
+    let answers = exchange(&project, &requests);
+    for ((name, _, expected), answer) in cases.iter().zip(&answers) {
+        assert_eq!(error_code(answer), *expected, "{name}: {answer}");
+    }
+    assert_eq!(
+        answers.last().unwrap()["result"]["content"],
+        "hello broker\n",
+        "still answering after all that"
+    );
+    let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
+    let last: Value = serde_json::from_str(audit.lines().last().unwrap()).unwrap();
+    assert_eq!(last["method"], "fs.read");
+    assert_eq!(last["decision"], "allow");
+    assert_eq!(last["target"], "notes.txt");
+}
