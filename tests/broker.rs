@@ -17,18 +17,16 @@ for raw in sys.stdin.buffer.read().split(b"\n--8<--\n"):
 "#;
 
 fn exchange(project: &Project, requests: &[Vec<u8>]) -> Vec<Value> {
+    exchange_with(project, &[], requests)
+}
+
+fn exchange_with(project: &Project, extra: &[&str], requests: &[Vec<u8>]) -> Vec<Value> {
     use std::io::Write;
     let mut child = project
         .command()
-        .args([
-            "run",
-            "--audit",
-            "audit.jsonl",
-            "--",
-            "python3",
-            "-c",
-            CLIENT,
-        ])
+        .args(["run", "--audit", "audit.jsonl"])
+        .args(extra)
+        .args(["--", "python3", "-c", CLIENT])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -234,4 +232,134 @@ fn hostile_input_gets_errors_and_the_broker_stays_up() {
     assert_eq!(last["method"], "fs.read");
     assert_eq!(last["decision"], "allow");
     assert_eq!(last["target"], "notes.txt");
+}
+
+#[test]
+fn granted_writes_mkdirs_lists_and_deletes_work_inside_the_project() {
+    for who in
+        support::identities("granted_writes_mkdirs_lists_and_deletes_work_inside_the_project")
+    {
+        let project = project_with_files(who);
+        let grants = [
+            "--grant",
+            "fs.write",
+            "--grant",
+            "fs.mkdir",
+            "--grant",
+            "fs.delete",
+        ];
+        let answers = exchange_with(
+            &project,
+            &grants,
+            &[
+                request(1, "fs.mkdir", serde_json::json!({"path": "out"})),
+                request(
+                    2,
+                    "fs.write",
+                    serde_json::json!({"path": "out/a.txt", "content": "from the broker"}),
+                ),
+                request(3, "fs.list", serde_json::json!({"path": "."})),
+                request(4, "fs.delete", serde_json::json!({"path": "notes.txt"})),
+                request(
+                    5,
+                    "fs.write",
+                    serde_json::json!({"path": ".env", "content": "overwritten"}),
+                ),
+                request(
+                    6,
+                    "fs.write",
+                    serde_json::json!({"path": "../escape.txt", "content": "x"}),
+                ),
+            ],
+        );
+        assert!(answers[0]["result"].is_object(), "{who:?} {}", answers[0]);
+        assert_eq!(
+            std::fs::read_to_string(project.path().join("out/a.txt")).unwrap(),
+            "from the broker"
+        );
+        let names: Vec<&str> = answers[2]["result"]["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"out") && names.contains(&"notes.txt"),
+            "{names:?}"
+        );
+        assert!(
+            !names.contains(&".env"),
+            "hidden entries are not listed: {names:?}"
+        );
+        assert!(!project.path().join("notes.txt").exists(), "deleted");
+        assert_eq!(
+            error_code(&answers[4]),
+            -32001,
+            "a hidden file cannot be written"
+        );
+        assert_eq!(
+            std::fs::read_to_string(project.path().join(".env")).unwrap(),
+            "API_KEY=SECRET\n"
+        );
+        assert_eq!(error_code(&answers[5]), -32001, "no write outside");
+        assert!(!project.path().parent().unwrap().join("escape.txt").exists());
+    }
+}
+
+#[test]
+fn writes_through_hard_links_and_symlinks_are_refused() {
+    if !support::require(
+        "broker",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let project = project_with_files(Who::Root);
+    let outside = tempfile::Builder::new()
+        .prefix("outside-")
+        .tempfile_in("/tmp")
+        .unwrap();
+    std::fs::write(outside.path(), "original").unwrap();
+    std::fs::hard_link(outside.path(), project.path().join("hard")).unwrap();
+    let answers = exchange_with(
+        &project,
+        &["--grant", "fs.write"],
+        &[
+            request(
+                1,
+                "fs.write",
+                serde_json::json!({"path": "hard", "content": "clobbered"}),
+            ),
+            request(
+                2,
+                "fs.write",
+                serde_json::json!({"path": "abs-link", "content": "clobbered"}),
+            ),
+        ],
+    );
+    assert_eq!(error_code(&answers[0]), -32001, "{}", answers[0]);
+    assert!(answers[0]["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("more than one hard link"));
+    assert_eq!(
+        std::fs::read_to_string(outside.path()).unwrap(),
+        "original",
+        "the outside file is untouched"
+    );
+    assert_eq!(error_code(&answers[1]), -32001, "{}", answers[1]);
+    assert!(std::fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .starts_with("root:"));
+}
+
+#[test]
+fn a_grant_with_a_pattern_or_an_unknown_action_is_refused_up_front() {
+    let project = Project::new(Who::Root);
+    let out = project.run_with(&["--grant", "fs.write:dist/**"], &["/bin/true"]);
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("path patterns are not supported yet"));
+    let out = project.run_with(&["--grant", "fs.writ"], &["/bin/true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a broker action"));
 }

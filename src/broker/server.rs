@@ -329,6 +329,10 @@ impl Broker {
             "log" => Ok(Value::Null),
             "fs.stat" => self.stat(params),
             "fs.read" => self.read(params),
+            "fs.list" => self.list(params),
+            "fs.write" => self.write(params),
+            "fs.mkdir" => self.mkdir(params),
+            "fs.delete" => self.delete(params),
             _ => Err(fail(
                 code::METHOD_NOT_FOUND,
                 format!("{method} is not provided by this version of the broker"),
@@ -394,6 +398,207 @@ impl Broker {
             });
         }
         Ok((fd, real))
+    }
+
+    /// Resolve the parent directory of `path` beneath the project root and
+    /// return it with the final component, which must be a plain name: the
+    /// action then works relative to that directory fd, so nothing can swap
+    /// a symlink into the path between the check and the use.
+    fn open_parent(
+        &self,
+        params: &Value,
+    ) -> Result<(OwnedFd, std::ffi::OsString, PathBuf), Failure> {
+        let path = params
+            .get("path")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail(code::INVALID_PARAMS, "needs {\"path\": STRING}"))?;
+        if path.contains('\0') {
+            return Err(fail(code::INVALID_PARAMS, "the path contains a NUL byte"));
+        }
+        let requested = Path::new(path);
+        let name = match requested.components().next_back() {
+            Some(Component::Normal(name)) => name.to_os_string(),
+            _ => {
+                return Err(fail(
+                    code::INVALID_PARAMS,
+                    format!("{path}: the last component must be a name"),
+                ))
+            }
+        };
+        let parent = requested
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let parent = if parent.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            parent
+        };
+        let parent_str = parent
+            .to_str()
+            .ok_or_else(|| fail(code::INVALID_PARAMS, "path is not UTF-8"))?;
+        let (dir, real_dir) = self.open(
+            &json!({ "path": parent_str }),
+            OFlag::O_PATH | OFlag::O_DIRECTORY,
+        )?;
+        let real = real_dir.join(&name);
+        if let Some(hidden) = self.hidden.iter().find(|h| real.starts_with(h)) {
+            let shown = hidden.strip_prefix(&self.project_path).unwrap_or(hidden);
+            return Err(Failure {
+                code: code::PERMISSION_DENIED,
+                message: format!("{path} is hidden by the profile ({})", shown.display()),
+                rule: Some("filesystem.hide".into()),
+            });
+        }
+        Ok((dir, name, real))
+    }
+
+    fn write(&self, params: &Value) -> Result<Value, Failure> {
+        use base64::Engine;
+        let content = params
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                fail(
+                    code::INVALID_PARAMS,
+                    "fs.write needs {\"path\", \"content\"}",
+                )
+            })?;
+        let bytes = match params
+            .get("encoding")
+            .and_then(Value::as_str)
+            .unwrap_or("utf-8")
+        {
+            "utf-8" => content.as_bytes().to_vec(),
+            "base64" => base64::engine::general_purpose::STANDARD
+                .decode(content)
+                .map_err(|e| fail(code::INVALID_PARAMS, format!("content is not base64: {e}")))?,
+            other => {
+                return Err(fail(
+                    code::INVALID_PARAMS,
+                    format!("unknown encoding {other:?} (utf-8, base64)"),
+                ))
+            }
+        };
+        let append = params
+            .get("append")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let (dir, name, real) = self.open_parent(params)?;
+        // No O_TRUNC here: the link count is checked on the opened file first.
+        let mut flags = OFlag::O_WRONLY
+            | OFlag::O_CREAT
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_CLOEXEC
+            | OFlag::O_NOCTTY;
+        if append {
+            flags |= OFlag::O_APPEND;
+        }
+        let fd = nix::fcntl::openat(
+            &dir,
+            name.as_os_str(),
+            flags,
+            nix::sys::stat::Mode::from_bits_truncate(0o644),
+        )
+        .map_err(|e| match e {
+            Errno::ELOOP => fail(
+                code::PERMISSION_DENIED,
+                "the target is a symlink; fs.write does not follow links",
+            ),
+            other => fail(code::INTERNAL_ERROR, other.desc()),
+        })?;
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(fail(
+                code::INVALID_PARAMS,
+                "fs.write writes regular files only",
+            ));
+        }
+        if st.st_nlink > 1 {
+            // A hard link may lead to a file outside the project.
+            return Err(Failure {
+                code: code::PERMISSION_DENIED,
+                message: "the target has more than one hard link; writing it could change a file outside the project".into(),
+                rule: Some("hard links".into()),
+            });
+        }
+        if !append {
+            nix::unistd::ftruncate(&fd, 0).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
+        }
+        let mut written = 0;
+        while written < bytes.len() {
+            match nix::unistd::write(&fd, &bytes[written..]) {
+                Ok(n) => written += n,
+                Err(Errno::EINTR) => {}
+                Err(e) => return Err(fail(code::INTERNAL_ERROR, e.desc())),
+            }
+        }
+        Ok(json!({ "path": relative_display(&real, &self.project_path), "written": written }))
+    }
+
+    fn mkdir(&self, params: &Value) -> Result<Value, Failure> {
+        let (dir, name, real) = self.open_parent(params)?;
+        nix::sys::stat::mkdirat(
+            &dir,
+            name.as_os_str(),
+            nix::sys::stat::Mode::from_bits_truncate(0o755),
+        )
+        .map_err(|e| match e {
+            Errno::EEXIST => fail(code::INVALID_PARAMS, "it already exists"),
+            other => fail(code::INTERNAL_ERROR, other.desc()),
+        })?;
+        Ok(json!({ "path": relative_display(&real, &self.project_path) }))
+    }
+
+    fn delete(&self, params: &Value) -> Result<Value, Failure> {
+        let (dir, name, real) = self.open_parent(params)?;
+        let flag = match nix::sys::stat::fstatat(
+            &dir,
+            name.as_os_str(),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                nix::unistd::UnlinkatFlags::RemoveDir
+            }
+            Ok(_) => nix::unistd::UnlinkatFlags::NoRemoveDir,
+            Err(_) => return Err(fail(code::NOT_FOUND, "no such file or directory")),
+        };
+        nix::unistd::unlinkat(&dir, name.as_os_str(), flag).map_err(|e| match e {
+            Errno::ENOTEMPTY => fail(
+                code::INVALID_PARAMS,
+                "the directory is not empty (fs.delete is not recursive)",
+            ),
+            other => fail(code::INTERNAL_ERROR, other.desc()),
+        })?;
+        Ok(json!({ "path": relative_display(&real, &self.project_path) }))
+    }
+
+    fn list(&self, params: &Value) -> Result<Value, Failure> {
+        let (fd, real) = self.open(params, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+        let mut dir =
+            nix::dir::Dir::from_fd(fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
+        let mut entries = Vec::new();
+        for entry in dir.iter().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name == "." || name == ".." {
+                continue;
+            }
+            let full = real.join(&name);
+            if self.hidden.iter().any(|h| full.starts_with(h)) {
+                continue;
+            }
+            let kind = match entry.file_type() {
+                Some(nix::dir::Type::Directory) => "directory",
+                Some(nix::dir::Type::File) => "file",
+                Some(nix::dir::Type::Symlink) => "symlink",
+                _ => "other",
+            };
+            entries.push(json!({ "name": name, "type": kind }));
+            if entries.len() >= 10_000 {
+                break;
+            }
+        }
+        Ok(json!({ "path": relative_display(&real, &self.project_path), "entries": entries }))
     }
 
     fn stat(&self, params: &Value) -> Result<Value, Failure> {

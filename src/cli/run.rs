@@ -59,6 +59,9 @@ pub struct RunArgs {
     /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
+    /// Pre-approve a broker action for this run (repeatable), e.g. --grant fs.write.
+    #[arg(long = "grant", value_name = "ACTION")]
+    pub grants: Vec<String>,
     /// Append one JSON line per broker request (decision, rule, target) to FILE.
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
@@ -103,6 +106,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             "--cpus must be more than 0 and at most 1024"
         );
         policy.limits.cpu = Some(cpus);
+    }
+    for grant in &args.grants {
+        anyhow::ensure!(
+            !grant.contains(':'),
+            "--grant {grant}: path patterns are not supported yet; grant the whole action, e.g. --grant fs.write"
+        );
+        anyhow::ensure!(
+            sandbox::broker::permission::risk(grant).is_some(),
+            "--grant {grant}: not a broker action (fs.read, fs.write, fs.list, fs.stat, fs.mkdir, fs.delete, \
+             terminal.run, net.http, secrets.get, secrets.read, log, permission.query)"
+        );
+        policy
+            .broker
+            .rules
+            .insert(grant.clone(), sandbox::profile::policy::Decision::Allow);
     }
     if let Some(output) = args.max_output {
         policy.limits.output = Some(output);
