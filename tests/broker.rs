@@ -363,3 +363,54 @@ fn a_grant_with_a_pattern_or_an_unknown_action_is_refused_up_front() {
     let out = project.run_with(&["--grant", "fs.writ"], &["/bin/true"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("not a broker action"));
 }
+
+/// Swaps `inside` (a regular file) and `link` (a symlink to /etc/passwd)
+/// with renameat2(RENAME_EXCHANGE) in a loop, while reading `inside` through
+/// the broker; prints how many reads returned outside content.
+const RACE: &str = r#"
+import ctypes, json, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+with open("inside", "w") as f: f.write("inside\n")
+os.symlink("/etc/passwd", "link")
+pid = os.fork()
+if pid == 0:
+    for _ in range(10000):
+        libc.syscall(316, AT_FDCWD, b"inside", AT_FDCWD, b"link", RENAME_EXCHANGE)
+    os._exit(0)
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+leaks = reads = refusals = 0
+while True:
+    done, _ = os.waitpid(pid, os.WNOHANG)
+    f.write(b'{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"inside"}}\n')
+    answer = json.loads(f.readline())
+    if "result" in answer:
+        reads += 1
+        if "root:" in answer["result"]["content"]:
+            leaks += 1
+    else:
+        refusals += 1
+    if done:
+        break
+print(json.dumps({"leaks": leaks, "reads": reads, "refusals": refusals}))
+"#;
+
+#[test]
+fn a_rename_exchange_race_never_redirects_a_read_outside() {
+    for who in support::identities("a_rename_exchange_race_never_redirects_a_read_outside") {
+        let project = Project::new(who);
+        let out = project.run(&["python3", "-c", RACE]);
+        assert_ok(&out, "race");
+        let counts: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
+        assert_eq!(counts["leaks"], 0, "{who:?}: {counts}");
+        assert!(
+            counts["reads"].as_u64().unwrap() > 0,
+            "some reads hit the regular file: {counts}"
+        );
+        assert!(
+            counts["refusals"].as_u64().unwrap() > 0,
+            "some reads hit the symlink and were refused: {counts}"
+        );
+    }
+}
