@@ -1,0 +1,110 @@
+//! Broker round-trip latency and pipelined throughput, in-process: a client
+//! thread on one end of a socketpair, the broker's own read/answer path on
+//! the other, as the supervisor's poll loop drives it. Run through
+//! `scripts/bench-broker`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use sandbox::broker::server::Broker;
+
+fn broker_loop(mut broker: Broker, sock: UnixStream) {
+    loop {
+        let mut events = PollFlags::POLLIN;
+        if broker.wants_output() {
+            events |= PollFlags::POLLOUT;
+        }
+        let mut fds = [PollFd::new(sock.as_fd(), events)];
+        if poll(&mut fds, PollTimeout::NONE).is_err() {
+            return;
+        }
+        let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+        if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP)
+            && !broker.on_readable(sock.as_fd())
+        {
+            return;
+        }
+        if broker.wants_output() && !broker.on_writable(sock.as_fd()) {
+            return;
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)].as_secs_f64() * 1e6
+}
+
+fn main() {
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("4k.bin"), vec![b'a'; 4096]).unwrap();
+    let policy = sandbox::profile::load("strict").unwrap();
+    let broker = Broker::new(
+        policy.broker.clone(),
+        project.path(),
+        &[],
+        None,
+        "bench".into(),
+    )
+    .unwrap();
+    let (client, server) = UnixStream::pair().unwrap();
+    let handle = std::thread::spawn(move || broker_loop(broker, server));
+    let mut reader = BufReader::new(client.try_clone().unwrap());
+    let mut writer = client;
+    let mut line = String::new();
+
+    for (name, request) in [
+        (
+            "permission.query",
+            r#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#,
+        ),
+        (
+            "fs.read 4 KiB",
+            r#"{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"4k.bin"}}"#,
+        ),
+    ] {
+        let request = format!("{request}\n");
+        let mut times = Vec::with_capacity(20_000);
+        for i in 0..21_000 {
+            let started = Instant::now();
+            writer.write_all(request.as_bytes()).unwrap();
+            line.clear();
+            reader.read_line(&mut line).unwrap();
+            if i >= 1_000 {
+                times.push(started.elapsed());
+            }
+        }
+        assert!(line.contains("result"), "{line}");
+        times.sort();
+        println!(
+            "{name:18} one at a time: p50 {:6.1} us   p99 {:6.1} us",
+            percentile(&times, 0.50),
+            percentile(&times, 0.99)
+        );
+
+        let total = 200_000;
+        let reader_thread = {
+            let mut reader = BufReader::new(writer.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut line = String::new();
+                for _ in 0..total {
+                    line.clear();
+                    reader.read_line(&mut line).unwrap();
+                }
+            })
+        };
+        let started = Instant::now();
+        let batch = request.repeat(100);
+        for _ in 0..total / 100 {
+            writer.write_all(batch.as_bytes()).unwrap();
+        }
+        reader_thread.join().unwrap();
+        let rate = total as f64 / started.elapsed().as_secs_f64();
+        println!("{name:18} pipelined:     {rate:9.0} requests/s");
+    }
+    drop(writer);
+    drop(reader);
+    handle.join().unwrap();
+}
