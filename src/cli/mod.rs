@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod doctor;
+pub mod ipc;
 pub mod profile;
 pub mod run;
 
@@ -20,6 +21,8 @@ enum Command {
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+    /// Send one request to the broker from inside a sandbox and print the result.
+    Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
     Doctor(doctor::DoctorArgs),
 }
@@ -35,6 +38,7 @@ pub fn main() -> i32 {
         Command::Run(args) => run::run(*args),
         Command::Profile(cmd) => profile::run(cmd),
         Command::Doctor(args) => doctor::run(args),
+        Command::Ipc(args) => ipc::run(args),
     };
     match result {
         Ok(code) => code,

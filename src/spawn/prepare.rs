@@ -203,6 +203,9 @@ pub struct Prepared {
     pub warnings: Vec<String>,
 }
 
+/// Where the sandbox's own binary appears inside (appended to PATH).
+pub const SANDBOX_BIN_DIR: &str = "/run/sandbox/bin";
+
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 fn cstring(what: &'static str, bytes: impl Into<Vec<u8>>) -> Result<CString, SpawnError> {
@@ -388,6 +391,10 @@ impl Prepared {
             env.retain(|(n, _)| n != name);
             env.push((OsString::from(name), OsString::from(value)));
         }
+        if let Some((_, path)) = env.iter_mut().find(|(n, _)| n == "PATH") {
+            path.push(":");
+            path.push(SANDBOX_BIN_DIR);
+        }
         let mut envp = Vec::with_capacity(env.len());
         for (name, value) in &env {
             if name.is_empty() || name.as_bytes().contains(&b'=') {
@@ -491,6 +498,32 @@ impl Prepared {
                 LandlockAccess::ReadExec
             };
             landlock_rules.push((path_cstring(&path)?, access));
+        }
+        // The supervisor's own binary, read-only, so scripts inside can call
+        // `sandbox ipc`. Best effort: a binary replaced on disk since it
+        // started (a rebuild) cannot be bound, which is said, not fatal.
+        match std::env::current_exe().and_then(std::fs::canonicalize) {
+            Ok(exe) if exe.is_file() => {
+                let target = Path::new(SANDBOX_BIN_DIR).join("sandbox");
+                planner.need_parent_dirs(&target);
+                planner.mounts.push((
+                    target.clone(),
+                    MountOp::Bind {
+                        source: prefixed("/oldroot", &exe)?,
+                        target: prefixed("/newroot", &target)?,
+                        kind: NodeKind::File,
+                        writable: false,
+                    },
+                ));
+                landlock_rules.push((
+                    path_cstring(Path::new(SANDBOX_BIN_DIR))?,
+                    LandlockAccess::ReadExec,
+                ));
+            }
+            _ => warnings.push(
+                "the sandbox binary cannot be made available inside: `sandbox ipc` will be missing"
+                    .into(),
+            ),
         }
         // Parents before children: a stable sort by depth keeps the project
         // (pushed last) after system paths of equal depth.

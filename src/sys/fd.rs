@@ -72,3 +72,16 @@ pub fn ensure_stdio_open() -> nix::Result<()> {
     }
     Ok(())
 }
+
+/// Take ownership of an inherited descriptor named by the environment (the
+/// broker channel inside a sandbox), after checking it is an open socket.
+pub fn adopt_inherited_socket(fd: std::os::fd::RawFd) -> nix::Result<std::os::fd::OwnedFd> {
+    if fd < 0 {
+        return Err(Errno::EBADF);
+    }
+    let st = nix::sys::stat::fstat(borrow(fd))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return Err(Errno::ENOTSOCK);
+    }
+    Ok(adopt_received(fd))
+}

@@ -1,0 +1,103 @@
+"""Client for the sandbox broker channel (JSON-RPC 2.0, one message per line).
+
+No dependencies. Inside `sandbox run`:
+
+    import sandbox_ipc
+    sandbox = sandbox_ipc.connect()
+    text = sandbox.fs.read("README.md")
+    sandbox.fs.write("dist/out.txt", "built")     # needs the action allowed or granted
+"""
+import base64
+import itertools
+import json
+import os
+import socket
+
+__all__ = ["connect", "Client", "SandboxError"]
+
+
+class SandboxError(Exception):
+    """An error answer: code (JSON-RPC), message, and the rule that decided."""
+
+    def __init__(self, code, message, data=None):
+        super().__init__(f"{message} (code {code})")
+        self.code = code
+        self.message = message
+        self.rule = (data or {}).get("rule")
+
+
+class _Fs:
+    def __init__(self, client):
+        self._call = client.call
+
+    def read(self, path, binary=False):
+        result = self._call("fs.read", {"path": path})
+        data = base64.b64decode(result["content"]) if result["encoding"] == "base64" else result["content"]
+        if binary and isinstance(data, str):
+            return data.encode()
+        return data
+
+    def write(self, path, content, append=False):
+        if isinstance(content, (bytes, bytearray)):
+            params = {"path": path, "content": base64.b64encode(content).decode(), "encoding": "base64"}
+        else:
+            params = {"path": path, "content": content}
+        params["append"] = append
+        return self._call("fs.write", params)
+
+    def list(self, path="."):
+        return self._call("fs.list", {"path": path})["entries"]
+
+    def stat(self, path):
+        return self._call("fs.stat", {"path": path})
+
+    def mkdir(self, path):
+        return self._call("fs.mkdir", {"path": path})
+
+    def delete(self, path):
+        return self._call("fs.delete", {"path": path})
+
+
+class Client:
+    """One connection to the broker; requests are answered in order."""
+
+    def __init__(self, fd):
+        self._sock = socket.socket(fileno=fd)
+        self._file = self._sock.makefile("rwb", buffering=0)
+        self._ids = itertools.count(1)
+        self.fs = _Fs(self)
+
+    def call(self, method, params=None):
+        request_id = next(self._ids)
+        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
+        self._file.write(json.dumps(message).encode() + b"\n")
+        while True:
+            line = self._file.readline()
+            if not line:
+                raise SandboxError(-32603, "the broker closed the channel")
+            answer = json.loads(line)
+            if answer.get("id") != request_id:
+                continue  # an answer to something this client did not send
+            if "error" in answer:
+                error = answer["error"]
+                raise SandboxError(error.get("code"), error.get("message"), error.get("data"))
+            return answer.get("result")
+
+    def notify(self, method, params=None):
+        message = {"jsonrpc": "2.0", "method": method, "params": params or {}}
+        self._file.write(json.dumps(message).encode() + b"\n")
+
+    def query(self, action):
+        """What the broker would decide for `action`, without asking anyone."""
+        return self.call("permission.query", {"action": action})
+
+    def log(self, message, level="info"):
+        self.notify("log", {"level": level, "message": message})
+
+
+def connect():
+    """The broker channel announced in SANDBOX_IPC_FD."""
+    fd = os.environ.get("SANDBOX_IPC_FD")
+    if fd is None:
+        raise SandboxError(-32603, "SANDBOX_IPC_FD is not set: not running inside `sandbox run`")
+    return Client(int(fd))
