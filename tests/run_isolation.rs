@@ -140,12 +140,15 @@ fn secrets_outside_the_view_are_unreadable() {
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     for who in identities("secrets_outside_the_view_are_unreadable") {
         let script = format!(
-            "for p in /root {home} /etc/shadow /etc/ssh /run {canary}; do \
+            "for p in /root {home} /etc/shadow /etc/ssh {canary}; do \
                if cat $p 2>/dev/null || ls $p 2>/dev/null | grep -q .; then echo VISIBLE $p; fi; done; echo checked",
             canary = canary.path().display()
         );
         let out = Project::new(who).sh_ok(&script);
         assert!(!out.contains("VISIBLE"), "{who:?}:\n{out}");
+        // The host's /run (its sockets) is not there: only the sandbox's own binary directory.
+        let run = Project::new(who).sh_ok("ls -A /run");
+        assert_eq!(run, "sandbox\n", "{who:?}");
         assert!(!out.contains("CANARY"));
         assert!(out.contains("checked"));
     }
@@ -352,7 +355,7 @@ fn the_environment_is_exactly_the_profiles() {
             ("NODE_CHANNEL_SERIALIZATION_MODE", "json"),
             (
                 "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/run/sandbox/bin",
             ),
             ("SANDBOX_IPC_FD", "3"),
             ("TERM", "xterm-test"),
