@@ -414,3 +414,59 @@ fn a_rename_exchange_race_never_redirects_a_read_outside() {
         );
     }
 }
+
+/// Sends the broker a descriptor with SCM_RIGHTS inside a request, checks
+/// the broker still answers, then waits so the host can look.
+const PASS_FD: &str = r#"
+import json, os, socket, sys, time
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+fd = os.open("marker-passed-to-broker.txt", os.O_RDONLY)
+req = b'{"jsonrpc":"2.0","id":1,"method":"fs.stat","params":{"path":"."}}\n'
+socket.send_fds(s, [req], [fd])
+answer = s.makefile("rb").readline()
+print(json.loads(answer)["result"]["type"], flush=True)
+time.sleep(30)
+"#;
+
+#[test]
+fn descriptors_passed_to_the_broker_are_closed_not_used() {
+    if !support::require(
+        "broker",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    project.write("marker-passed-to-broker.txt", "x");
+    let mut child = project
+        .command()
+        .args(["run", "--", "python3", "-c", PASS_FD])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(
+        line.trim(),
+        "directory",
+        "the broker answered the request that carried the descriptor"
+    );
+    let held: Vec<String> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|p| p.display().to_string())
+        .filter(|p| p.contains("marker-passed-to-broker"))
+        .collect();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        held.is_empty(),
+        "the supervisor kept a passed descriptor: {held:?}"
+    );
+}
