@@ -35,6 +35,7 @@ pub struct Command {
     stdio: [Stdio; 3],
     cgroup_parent: Option<PathBuf>,
     audit: Option<PathBuf>,
+    interactive: bool,
 }
 
 /// How a sandboxed command ended.
@@ -88,6 +89,7 @@ impl Command {
             stdio: [Stdio::Inherit, Stdio::Inherit, Stdio::Inherit],
             cgroup_parent: None,
             audit: None,
+            interactive: false,
         }
     }
     /// Add an argument.
@@ -132,6 +134,13 @@ impl Command {
     /// instead of below the supervisor's own cgroup.
     pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Command {
         self.cgroup_parent = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    /// Let broker decisions that are "ask" prompt on the controlling
+    /// terminal (off by default: a library caller decides when a person is
+    /// there; without a terminal, ask means deny).
+    pub fn interactive(&mut self, interactive: bool) -> &mut Command {
+        self.interactive = interactive;
         self
     }
     /// Append one JSON line per broker request to this file.
@@ -198,6 +207,7 @@ impl Command {
         let mut prepared = Prepared::new(&self.policy, spec)?;
         prepared.cgroup_parent = self.cgroup_parent.clone();
         prepared.audit = self.audit.clone();
+        prepared.interactive = self.interactive;
         Ok(prepared)
     }
 

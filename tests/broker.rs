@@ -375,14 +375,19 @@ with open("inside", "w") as f: f.write("inside\n")
 os.symlink("/etc/passwd", "link")
 pid = os.fork()
 if pid == 0:
-    for _ in range(10000):
+    swaps = 0
+    while swaps < 10000 or not os.path.exists("stop"):
         libc.syscall(316, AT_FDCWD, b"inside", AT_FDCWD, b"link", RENAME_EXCHANGE)
+        swaps += 1
+    with open("swaps", "w") as f: f.write(str(swaps))
     os._exit(0)
 s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
 f = s.makefile("rwb", buffering=0)
 leaks = reads = refusals = 0
 while True:
     done, _ = os.waitpid(pid, os.WNOHANG)
+    if done:
+        break
     f.write(b'{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"inside"}}\n')
     answer = json.loads(f.readline())
     if "result" in answer:
@@ -391,9 +396,10 @@ while True:
             leaks += 1
     else:
         refusals += 1
-    if done:
-        break
-print(json.dumps({"leaks": leaks, "reads": reads, "refusals": refusals}))
+    if reads + refusals == 2000:
+        open("stop", "w").close()
+swaps = int(open("swaps").read())
+print(json.dumps({"leaks": leaks, "reads": reads, "refusals": refusals, "swaps": swaps}))
 "#;
 
 #[test]
@@ -404,6 +410,7 @@ fn a_rename_exchange_race_never_redirects_a_read_outside() {
         assert_ok(&out, "race");
         let counts: Value = serde_json::from_slice(out.stdout.trim_ascii()).unwrap();
         assert_eq!(counts["leaks"], 0, "{who:?}: {counts}");
+        assert!(counts["swaps"].as_u64().unwrap() >= 10_000, "{counts}");
         assert!(
             counts["reads"].as_u64().unwrap() > 0,
             "some reads hit the regular file: {counts}"

@@ -50,6 +50,13 @@ pub struct Broker {
     outbox: Vec<u8>,
     /// Decision counts.
     pub counts: BrokerCounts,
+    caller: String,
+    /// Where the caller's program may be, to hash it when a grant is needed.
+    caller_paths: Vec<PathBuf>,
+    caller_hash: std::cell::OnceCell<String>,
+    grants: Option<super::grants::GrantStore>,
+    run_allowed: std::collections::BTreeSet<String>,
+    prompter: Option<super::prompt::Prompter>,
     /// Per-action counts.
     pub by_action: BTreeMap<String, u64>,
 }
@@ -116,7 +123,131 @@ impl Broker {
             outbox: Vec::new(),
             counts: BrokerCounts::default(),
             by_action: BTreeMap::new(),
+            caller: "command".into(),
+            caller_paths: Vec::new(),
+            caller_hash: std::cell::OnceCell::new(),
+            grants: None,
+            run_allowed: Default::default(),
+            prompter: None,
         })
+    }
+
+    /// Who is asking (`command:<program>`) and where its program may be on
+    /// the host, for grants keyed by its content.
+    pub fn set_caller(&mut self, caller: String, paths: Vec<PathBuf>) {
+        self.caller = caller;
+        self.caller_paths = paths;
+    }
+
+    /// Use stored grants (and store "always" answers) in `store`.
+    pub fn use_grants(&mut self, store: super::grants::GrantStore) {
+        self.grants = Some(store);
+    }
+
+    /// Ask a person on this terminal when a decision is "ask".
+    pub fn use_prompter(&mut self, prompter: super::prompt::Prompter) {
+        self.prompter = Some(prompter);
+    }
+
+    fn caller_hash(&self) -> &str {
+        self.caller_hash.get_or_init(|| {
+            use sha2::{Digest, Sha256};
+            for path in &self.caller_paths {
+                if let Ok(mut file) = std::fs::File::open(path) {
+                    let mut hasher = Sha256::new();
+                    if std::io::copy(&mut file, &mut hasher).is_ok() {
+                        return hasher
+                            .finalize()
+                            .iter()
+                            .map(|b| format!("{b:02x}"))
+                            .collect();
+                    }
+                }
+            }
+            "unknown".into()
+        })
+    }
+
+    /// The decision for `method`, in DESIGN.md's order: a profile deny,
+    /// then what was granted for this run, then stored grants, then the
+    /// profile's rules and the risk default; "ask" goes to a person when
+    /// there is one.
+    fn verdict_for(&mut self, method: &str, target: Option<&str>) -> Verdict {
+        if self.policy.rules.get(method) == Some(&Decision::Deny) {
+            return permission::decide(&self.policy, method);
+        }
+        if self.run_allowed.contains(method) {
+            return Verdict {
+                decision: Decision::Allow,
+                rule: "approved for this run".into(),
+            };
+        }
+        if let Some(store) = self
+            .grants
+            .as_ref()
+            .filter(|g| g.may_apply(&self.project_path, &self.caller, method))
+        {
+            let hash = self.caller_hash().to_string();
+            if let Some((n, grant)) = store.find(&self.project_path, &self.caller, &hash, method) {
+                return Verdict {
+                    decision: grant.decision,
+                    rule: format!("grant #{n}"),
+                };
+            }
+        }
+        let verdict = permission::decide(&self.policy, method);
+        if verdict.decision != Decision::Ask || permission::risk(method).is_none() {
+            return verdict;
+        }
+        let Some(prompter) = &mut self.prompter else {
+            return verdict;
+        };
+        match prompter.ask(&self.caller, method, target) {
+            super::prompt::Answer::Once => Verdict {
+                decision: Decision::Allow,
+                rule: "approved once".into(),
+            },
+            super::prompt::Answer::Run => {
+                self.run_allowed.insert(method.to_string());
+                Verdict {
+                    decision: Decision::Allow,
+                    rule: "approved for this run".into(),
+                }
+            }
+            super::prompt::Answer::Always => {
+                let hash = self.caller_hash().to_string();
+                let grant = super::grants::Grant {
+                    project: self.project_path.clone(),
+                    caller: self.caller.clone(),
+                    hash,
+                    action: method.to_string(),
+                    pattern: "*".into(),
+                    decision: Decision::Allow,
+                    time: SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_secs())
+                        .unwrap_or(0),
+                    by_person: true,
+                };
+                let mut rule = "approved always".to_string();
+                if let Some(store) = &mut self.grants {
+                    store.add(grant);
+                    if let Err(err) = store.save() {
+                        rule =
+                            format!("approved for this run (the grant could not be stored: {err})");
+                        self.run_allowed.insert(method.to_string());
+                    }
+                }
+                Verdict {
+                    decision: Decision::Allow,
+                    rule,
+                }
+            }
+            super::prompt::Answer::Deny => Verdict {
+                decision: Decision::Deny,
+                rule: "a person's answer".into(),
+            },
+        }
     }
 
     /// Whether the broker wants to read more (false while answers pile up).
@@ -211,7 +342,12 @@ impl Broker {
             .get("path")
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let verdict = permission::decide(&self.policy, &method);
+        // A query never asks anyone; everything else may.
+        let verdict = if method == "permission.query" {
+            permission::decide(&self.policy, &method)
+        } else {
+            self.verdict_for(&method, target.as_deref())
+        };
         let result = self.perform(&method, &params, &verdict);
         self.counts.requests += 1;
         let decision = match (&result, verdict.decision) {

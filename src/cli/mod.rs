@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod doctor;
+pub mod grants;
 pub mod ipc;
 pub mod profile;
 pub mod run;
@@ -21,6 +22,9 @@ enum Command {
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+    /// List and revoke stored broker grants.
+    #[command(subcommand)]
+    Grants(grants::GrantsCommand),
     /// Send one request to the broker from inside a sandbox and print the result.
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
@@ -39,6 +43,7 @@ pub fn main() -> i32 {
         Command::Profile(cmd) => profile::run(cmd),
         Command::Doctor(args) => doctor::run(args),
         Command::Ipc(args) => ipc::run(args),
+        Command::Grants(cmd) => grants::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -59,6 +59,9 @@ pub struct RunArgs {
     /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
+    /// Never prompt: broker actions that would ask are denied (as without a terminal).
+    #[arg(long = "non-interactive")]
+    pub non_interactive: bool,
     /// Pre-approve a broker action for this run (repeatable), e.g. --grant fs.write.
     #[arg(long = "grant", value_name = "ACTION")]
     pub grants: Vec<String>,
@@ -154,6 +157,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(audit) = &args.audit {
         command.audit(audit);
     }
+    command.interactive(!args.non_interactive);
     if let Some(project) = &args.project {
         command.project(project);
         let cwd = std::env::current_dir()?;

@@ -57,7 +57,7 @@ pub enum ProjectAccess {
 }
 
 /// A broker decision in a profile rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Decision {
     /// Perform the action.

@@ -3,6 +3,8 @@
 //! and collects the records and the exit status.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -357,6 +359,32 @@ fn start_cloned(
         path: prepared.project.clone(),
         source,
     })?;
+    let mut broker = broker;
+    let caller_paths = prepared
+        .exec_candidates
+        .iter()
+        .map(|c| {
+            let path = PathBuf::from(std::ffi::OsStr::from_bytes(c.to_bytes()));
+            // Relative programs (./tool) run from the working directory.
+            if path.is_absolute() {
+                path
+            } else {
+                PathBuf::from(std::ffi::OsStr::from_bytes(prepared.cwd.to_bytes())).join(path)
+            }
+        })
+        .collect();
+    broker.set_caller(format!("command:{}", prepared.program), caller_paths);
+    match crate::broker::grants::GrantStore::load(&crate::broker::grants::default_path()) {
+        Ok(store) => broker.use_grants(store),
+        Err(err) => prepared
+            .warnings
+            .push(format!("stored grants are not used: {err}")),
+    }
+    if prepared.interactive {
+        if let Some(prompter) = crate::broker::prompt::Prompter::open() {
+            broker.use_prompter(prompter);
+        }
+    }
     prepared.ipc = Some(payload_end);
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
     let (sync_parent, sync_child) = socketpair(

@@ -183,6 +183,8 @@ pub struct Prepared {
     pub hidden: Vec<PathBuf>,
     /// Where the broker writes one JSON line per request.
     pub audit: Option<PathBuf>,
+    /// Whether "ask" may prompt on the supervisor's terminal.
+    pub interactive: bool,
     /// Combined stdout and stderr cap, relayed by the supervisor.
     pub output_cap: Option<u64>,
     /// Wall-clock limit, enforced by the supervisor.
@@ -646,6 +648,7 @@ impl Prepared {
             broker: policy.broker.clone(),
             hidden: policy.filesystem.hide.clone(),
             audit: None,
+            interactive: false,
             output_cap: policy.limits.output,
             timeout: policy.limits.timeout,
             rlimits,

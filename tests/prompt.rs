@@ -1,0 +1,142 @@
+//! Asking a person: the question appears on the supervisor's terminal, an
+//! "always" answer becomes a stored grant that later runs use without a
+//! terminal, revoking it restores the denial, and no answer means deny.
+
+mod support;
+
+use support::{Project, Who};
+
+/// Runs argv[2:] on a new pty; answers the broker's question with argv[1]
+/// once it appears (input typed earlier would be flushed); prints the exit code.
+const DRIVER: &str = r#"
+import os, pty, sys
+answer, argv = sys.argv[1], sys.argv[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+seen, answered = b"", False
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    seen += chunk
+    if not answered and b"[D]eny? " in seen:
+        os.write(fd, answer.encode() + b"\n")
+        answered = True
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(seen.decode(errors="replace"))
+print("\nEXIT", os.waitstatus_to_exitcode(status), "ASKED", answered)
+"#;
+
+const WRITE: &str = r#"sandbox ipc fs.write '{"path": "approved.txt", "content": "yes"}'"#;
+
+fn drive(project: &Project, state: &std::path::Path, answer: &str) -> String {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(DRIVER)
+        .arg(answer)
+        .args([support::sandbox_bin(), "run", "--", "/bin/sh", "-c", WRITE])
+        .current_dir(project.path())
+        .env("SANDBOX_STATE_DIR", state)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn an_always_answer_becomes_a_grant_that_can_be_revoked() {
+    if !support::require(
+        "prompt",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let state = tempfile::tempdir().unwrap();
+    let shown = drive(&project, state.path(), "a");
+    assert!(
+        shown.contains("sandbox: command:/bin/sh wants fs.write approved.txt"),
+        "{shown}"
+    );
+    assert!(shown.contains("EXIT 0 ASKED True"), "{shown}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("approved.txt")).unwrap(),
+        "yes"
+    );
+
+    let grants = |args: &[&str]| {
+        std::process::Command::new(support::sandbox_bin())
+            .arg("grants")
+            .args(args)
+            .env("SANDBOX_STATE_DIR", state.path())
+            .output()
+            .unwrap()
+    };
+    let listed = String::from_utf8_lossy(&grants(&["list"]).stdout).into_owned();
+    assert!(
+        listed.contains("1  Allow fs.write command:/bin/sh"),
+        "{listed}"
+    );
+
+    // Without a terminal, the stored grant decides.
+    std::fs::remove_file(project.path().join("approved.txt")).unwrap();
+    let run = |project: &Project| {
+        project
+            .command()
+            .env("SANDBOX_STATE_DIR", state.path())
+            .args([
+                "run",
+                "--audit",
+                "audit.jsonl",
+                "--",
+                "/bin/sh",
+                "-c",
+                WRITE,
+            ])
+            .output()
+            .unwrap()
+    };
+    let out = run(&project);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
+    assert!(audit.contains("\"rule\":\"grant #1\""), "{audit}");
+
+    assert!(grants(&["revoke", "1"]).status.success());
+    std::fs::remove_file(project.path().join("approved.txt")).unwrap();
+    let out = run(&project);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "denied again after the revocation"
+    );
+    assert!(!project.path().join("approved.txt").exists());
+}
+
+#[test]
+fn no_answer_is_a_deny() {
+    if !support::require(
+        "prompt",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let state = tempfile::tempdir().unwrap();
+    let shown = drive(&project, state.path(), "");
+    assert!(shown.contains("ASKED True"), "{shown}");
+    assert!(
+        shown.contains("fs.write is denied by denied by a person") || shown.contains("denied"),
+        "{shown}"
+    );
+    assert!(!project.path().join("approved.txt").exists());
+    assert!(!state.path().join("grants.json").exists(), "nothing stored");
+}
