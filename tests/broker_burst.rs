@@ -1,0 +1,65 @@
+//! 100,000 requests in one burst: every one is answered, in order, and the
+//! supervisor's memory stays bounded (backpressure: no request is read
+//! while answers wait).
+
+mod support;
+
+use support::{assert_ok, Project, Who};
+
+const BURST: &str = r#"
+import os, socket, threading
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+N = 100_000
+def send():
+    batch = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"permission.query","params":{"action":"fs.read"}}\n' % i for i in range(N))
+    s.sendall(batch)
+threading.Thread(target=send).start()
+f = s.makefile("rb")
+last = -1
+ok = 0
+for _ in range(N):
+    line = f.readline()
+    i = int(line.split(b'"id":')[1].split(b',')[0])
+    assert i == last + 1, (i, last)
+    last = i
+    ok += b'"result"' in line
+print(ok)
+"#;
+
+#[test]
+fn a_burst_of_100k_requests_is_answered_with_bounded_memory() {
+    if !support::require(
+        "broker burst",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let mut child = project
+        .command()
+        .args(["run", "--timeout", "60s", "--", "python3", "-c", BURST])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The supervisor's own peak (VmHWM), sampled until it exits.
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(text) = std::fs::read_to_string(&status) {
+            if let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak_kib = peak_kib.max(kib);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out, "burst");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "100000");
+    assert!(peak_kib > 0, "the supervisor was sampled");
+    assert!(peak_kib < 32 * 1024, "supervisor peak RSS {peak_kib} KiB");
+}
