@@ -36,6 +36,7 @@ pub struct Command {
     cgroup_parent: Option<PathBuf>,
     audit: Option<PathBuf>,
     interactive: bool,
+    secrets: Vec<(String, String)>,
 }
 
 /// How a sandboxed command ended.
@@ -90,6 +91,7 @@ impl Command {
             cgroup_parent: None,
             audit: None,
             interactive: false,
+            secrets: Vec::new(),
         }
     }
     /// Add an argument.
@@ -141,6 +143,11 @@ impl Command {
     /// there; without a terminal, ask means deny).
     pub fn interactive(&mut self, interactive: bool) -> &mut Command {
         self.interactive = interactive;
+        self
+    }
+    /// Make a secret available to the broker's `secrets.get` under `name`.
+    pub fn secret(&mut self, name: impl Into<String>, value: impl Into<String>) -> &mut Command {
+        self.secrets.push((name.into(), value.into()));
         self
     }
     /// Append one JSON line per broker request to this file.
@@ -208,6 +215,7 @@ impl Command {
         prepared.cgroup_parent = self.cgroup_parent.clone();
         prepared.audit = self.audit.clone();
         prepared.interactive = self.interactive;
+        prepared.secrets = self.secrets.clone();
         Ok(prepared)
     }
 

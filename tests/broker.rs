@@ -477,3 +477,55 @@ fn descriptors_passed_to_the_broker_are_closed_not_used() {
         "the supervisor kept a passed descriptor: {held:?}"
     );
 }
+
+#[test]
+fn secrets_come_as_handles_and_as_values_only_where_the_profile_allows() {
+    for who in
+        support::identities("secrets_come_as_handles_and_as_values_only_where_the_profile_allows")
+    {
+        let project = Project::new(who);
+        let get = |id| request(id, "secrets.get", serde_json::json!({"name": "TOKEN"}));
+        let run = |extra: &[&str]| {
+            let mut cmd = project.command();
+            cmd.env("HOST_TOKEN", "s3cr3t-value")
+                .args([
+                    "run",
+                    "--audit",
+                    "audit.jsonl",
+                    "--secret",
+                    "TOKEN=env:HOST_TOKEN",
+                ])
+                .args(extra)
+                .args(["--", "python3", "-c", CLIENT])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped());
+            let mut child = cmd.spawn().unwrap();
+            let input = [
+                get(1),
+                request(2, "secrets.get", serde_json::json!({"name": "OTHER"})),
+            ]
+            .join(&b"\n--8<--\n"[..]);
+            std::io::Write::write_all(&mut child.stdin.take().unwrap(), &input).unwrap();
+            let out = child.wait_with_output().unwrap();
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| serde_json::from_str::<Value>(l).unwrap())
+                .collect::<Vec<_>>()
+        };
+        // strict: secrets.get asks, and nobody can be asked.
+        let answers = run(&[]);
+        assert_eq!(error_code(&answers[0]), -32002, "{who:?}");
+        // Granted: a handle, no value.
+        let answers = run(&["--grant", "secrets.get"]);
+        let handle = answers[0]["result"]["handle"].as_str().unwrap();
+        assert!(handle.starts_with("secret:TOKEN:"), "{handle}");
+        assert!(answers[0]["result"].get("value").is_none());
+        assert_eq!(error_code(&answers[1]), -32005, "unknown secret");
+        // With secrets.read allowed too, the value.
+        let answers = run(&["--grant", "secrets.get", "--grant", "secrets.read"]);
+        assert_eq!(answers[0]["result"]["value"], "s3cr3t-value");
+        let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
+        assert!(audit.contains("\"target\":\"TOKEN\""), "{audit}");
+        assert!(!audit.contains("s3cr3t"), "the audit never holds a value");
+    }
+}

@@ -57,6 +57,7 @@ pub struct Broker {
     grants: Option<super::grants::GrantStore>,
     run_allowed: std::collections::BTreeSet<String>,
     prompter: Option<super::prompt::Prompter>,
+    secrets: BTreeMap<String, (String, String)>,
     /// Per-action counts.
     pub by_action: BTreeMap<String, u64>,
 }
@@ -129,7 +130,33 @@ impl Broker {
             grants: None,
             run_allowed: Default::default(),
             prompter: None,
+            secrets: BTreeMap::new(),
         })
+    }
+
+    /// Secrets this run may hand out, by name: the values come from the
+    /// user (environment or file), never from the sandbox. Each gets an
+    /// opaque handle that identifies it without revealing it.
+    pub fn use_secrets(&mut self, secrets: Vec<(String, String)>) {
+        for (name, value) in secrets {
+            let mut random = [0u8; 16];
+            let filled = std::fs::File::open("/dev/urandom")
+                .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut random))
+                .is_ok();
+            let tag: String = if filled {
+                random.iter().map(|b| format!("{b:02x}")).collect()
+            } else {
+                format!(
+                    "{:x}",
+                    SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or(0)
+                )
+            };
+            let handle = format!("secret:{name}:{tag}");
+            self.secrets.insert(name, (handle, value));
+        }
     }
 
     /// Who is asking (`command:<program>`) and where its program may be on
@@ -340,6 +367,7 @@ impl Broker {
         *self.by_action.entry(method.clone()).or_default() += 1;
         let target = params
             .get("path")
+            .or_else(|| params.get("name"))
             .and_then(Value::as_str)
             .map(str::to_owned);
         // A query never asks anyone; everything else may.
@@ -469,6 +497,7 @@ impl Broker {
             "fs.write" => self.write(params),
             "fs.mkdir" => self.mkdir(params),
             "fs.delete" => self.delete(params),
+            "secrets.get" => self.secret(params),
             _ => Err(fail(
                 code::METHOD_NOT_FOUND,
                 format!("{method} is not provided by this version of the broker"),
@@ -735,6 +764,26 @@ impl Broker {
             }
         }
         Ok(json!({ "path": relative_display(&real, &self.project_path), "entries": entries }))
+    }
+
+    fn secret(&self, params: &Value) -> Result<Value, Failure> {
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| fail(code::INVALID_PARAMS, "secrets.get needs {\"name\": STRING}"))?;
+        let (handle, value) = self.secrets.get(name).ok_or_else(|| {
+            fail(
+                code::NOT_FOUND,
+                format!("no secret {name:?} in this run (pass it with --secret {name}=env:VAR)"),
+            )
+        })?;
+        // The plaintext only where the profile allows reading secrets
+        // outright; otherwise the handle is all the sandbox gets.
+        if permission::decide(&self.policy, "secrets.read").decision == Decision::Allow {
+            Ok(json!({ "name": name, "handle": handle, "value": value }))
+        } else {
+            Ok(json!({ "name": name, "handle": handle }))
+        }
     }
 
     fn stat(&self, params: &Value) -> Result<Value, Failure> {

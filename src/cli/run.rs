@@ -59,6 +59,9 @@ pub struct RunArgs {
     /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
+    /// Offer a secret to the broker's secrets.get: NAME=env:VAR or NAME=file:PATH (repeatable).
+    #[arg(long = "secret", value_name = "NAME=SOURCE")]
+    pub secrets: Vec<String>,
     /// Never prompt: broker actions that would ask are denied (as without a terminal).
     #[arg(long = "non-interactive")]
     pub non_interactive: bool,
@@ -158,6 +161,30 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         command.audit(audit);
     }
     command.interactive(!args.non_interactive);
+    for spec in &args.secrets {
+        let (name, source) = spec
+            .split_once('=')
+            .with_context(|| format!("--secret {spec}: expected NAME=env:VAR or NAME=file:PATH"))?;
+        anyhow::ensure!(
+            !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
+            "--secret {spec}: the name may hold letters, digits, _ and - only"
+        );
+        let value = if let Some(var) = source.strip_prefix("env:") {
+            std::env::var(var)
+                .with_context(|| format!("--secret {name}: the variable {var} is not set"))?
+        } else if let Some(path) = source.strip_prefix("file:") {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--secret {name}: reading {path}"))?
+                .trim_end_matches('\n')
+                .to_string()
+        } else {
+            anyhow::bail!("--secret {spec}: the source must be env:VAR or file:PATH");
+        };
+        command.secret(name, value);
+    }
     if let Some(project) = &args.project {
         command.project(project);
         let cwd = std::env::current_dir()?;

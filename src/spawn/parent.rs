@@ -374,6 +374,7 @@ fn start_cloned(
         })
         .collect();
     broker.set_caller(format!("command:{}", prepared.program), caller_paths);
+    broker.use_secrets(std::mem::take(&mut prepared.secrets));
     match crate::broker::grants::GrantStore::load(&crate::broker::grants::default_path()) {
         Ok(store) => broker.use_grants(store),
         Err(err) => prepared

@@ -185,6 +185,8 @@ pub struct Prepared {
     pub audit: Option<PathBuf>,
     /// Whether "ask" may prompt on the supervisor's terminal.
     pub interactive: bool,
+    /// Secrets the broker may hand out (name, value), read from the user's side.
+    pub secrets: Vec<(String, String)>,
     /// Combined stdout and stderr cap, relayed by the supervisor.
     pub output_cap: Option<u64>,
     /// Wall-clock limit, enforced by the supervisor.
@@ -649,6 +651,7 @@ impl Prepared {
             hidden: policy.filesystem.hide.clone(),
             audit: None,
             interactive: false,
+            secrets: Vec::new(),
             output_cap: policy.limits.output,
             timeout: policy.limits.timeout,
             rlimits,
