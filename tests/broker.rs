@@ -529,3 +529,56 @@ fn secrets_come_as_handles_and_as_values_only_where_the_profile_allows() {
         assert!(!audit.contains("s3cr3t"), "the audit never holds a value");
     }
 }
+
+#[test]
+fn terminal_run_runs_in_a_sandbox_as_strict_as_the_callers() {
+    for who in support::identities("terminal_run_runs_in_a_sandbox_as_strict_as_the_callers") {
+        let project = Project::new(who);
+        let run = |id, params: Value| request(id, "terminal.run", params);
+        let requests = [
+            run(
+                1,
+                serde_json::json!({"argv": ["sh", "-c", "echo out; echo err >&2; cat; exit 3"], "stdin": "fed in"}),
+            ),
+            run(
+                2,
+                serde_json::json!({"argv": ["sh", "-c", "test -e /etc/shadow && echo SHADOW; test -e /root && echo ROOT; grep -c 'NoNewPrivs:.1' /proc/self/status"]}),
+            ),
+            run(
+                3,
+                serde_json::json!({"argv": ["true"], "env": {"LD_PRELOAD": "/tmp/evil.so"}}),
+            ),
+            run(
+                4,
+                serde_json::json!({"argv": ["sleep", "30"], "timeout": 0.5}),
+            ),
+            run(5, serde_json::json!({"argv": ["no-such-program"]})),
+        ];
+        let answers = exchange_with(&project, &["--grant", "terminal.run"], &requests);
+        let first = &answers[0]["result"];
+        assert_eq!(first["exit_code"], 3, "{who:?}: {}", answers[0]);
+        assert_eq!(first["stdout"], "out\nfed in");
+        assert_eq!(first["stderr"], "err\n");
+        let second = &answers[1]["result"];
+        // Neither /etc/shadow nor /root exists in its view, and no_new_privs is set.
+        assert_eq!(
+            second["stdout"], "1\n",
+            "the nested command sees no more than the caller: {second}"
+        );
+        assert_eq!(
+            error_code(&answers[2]),
+            -32001,
+            "LD_PRELOAD refused: {}",
+            answers[2]
+        );
+        assert_eq!(answers[3]["result"]["timed_out"], true, "{}", answers[3]);
+        assert_eq!(error_code(&answers[4]), -32005, "{}", answers[4]);
+        // Without approval nothing runs.
+        let denied = exchange(
+            &project,
+            &[run(1, serde_json::json!({"argv": ["touch", "ran"]}))],
+        );
+        assert_eq!(error_code(&denied[0]), -32002);
+        assert!(!project.path().join("ran").exists());
+    }
+}

@@ -58,6 +58,7 @@ pub struct Broker {
     run_allowed: std::collections::BTreeSet<String>,
     prompter: Option<super::prompt::Prompter>,
     secrets: BTreeMap<String, (String, String)>,
+    nested: Option<crate::profile::policy::Policy>,
     /// Per-action counts.
     pub by_action: BTreeMap<String, u64>,
 }
@@ -131,7 +132,13 @@ impl Broker {
             run_allowed: Default::default(),
             prompter: None,
             secrets: BTreeMap::new(),
+            nested: None,
         })
+    }
+
+    /// Run terminal.run commands in sandboxes of this policy (the caller's).
+    pub fn use_nested_policy(&mut self, policy: crate::profile::policy::Policy) {
+        self.nested = Some(policy);
     }
 
     /// Secrets this run may hand out, by name: the values come from the
@@ -498,6 +505,7 @@ impl Broker {
             "fs.mkdir" => self.mkdir(params),
             "fs.delete" => self.delete(params),
             "secrets.get" => self.secret(params),
+            "terminal.run" => self.terminal(params),
             _ => Err(fail(
                 code::METHOD_NOT_FOUND,
                 format!("{method} is not provided by this version of the broker"),
@@ -764,6 +772,172 @@ impl Broker {
             }
         }
         Ok(json!({ "path": relative_display(&real, &self.project_path), "entries": entries }))
+    }
+
+    /// Run a command in a nested sandbox with the caller's policy, capture
+    /// its output (capped), and return its status.
+    fn terminal(&self, params: &Value) -> Result<Value, Failure> {
+        const OUTPUT_CAP: usize = 256 << 10;
+        let policy = self
+            .nested
+            .clone()
+            .ok_or_else(|| fail(code::INTERNAL_ERROR, "terminal.run is not set up"))?;
+        let argv: Vec<String> = params
+            .get("argv")
+            .and_then(Value::as_array)
+            .and_then(|a| {
+                a.iter()
+                    .map(|v| v.as_str().map(str::to_owned))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| {
+                fail(
+                    code::INVALID_PARAMS,
+                    "terminal.run needs {\"argv\": [PROGRAM, ARGS...]}",
+                )
+            })?;
+        let timeout = params
+            .get("timeout")
+            .and_then(Value::as_f64)
+            .unwrap_or(30.0)
+            .clamp(0.1, 3600.0);
+        let mut command = crate::Command::new(&argv[0], policy);
+        command.args(&argv[1..]).project(&self.project_path);
+        if let Some(cwd) = params.get("cwd").and_then(Value::as_str) {
+            let (_, real) =
+                self.open(&json!({ "path": cwd }), OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+            command.current_dir(real);
+        }
+        if let Some(env) = params.get("env").and_then(Value::as_object) {
+            for (name, value) in env {
+                // Variables that make the dynamic loader or libc load code.
+                let upper = name.to_ascii_uppercase();
+                if upper.starts_with("LD_")
+                    || matches!(
+                        upper.as_str(),
+                        "GCONV_PATH" | "HOSTALIASES" | "LOCALDOMAIN" | "RESOLV_HOST_CONF"
+                    )
+                {
+                    return Err(Failure {
+                        code: code::PERMISSION_DENIED,
+                        message: format!("the environment variable {name} is refused: it can load code into the command"),
+                        rule: Some("terminal.run environment".into()),
+                    });
+                }
+                let value = value
+                    .as_str()
+                    .ok_or_else(|| fail(code::INVALID_PARAMS, "env values must be strings"))?;
+                command.env(name, value);
+            }
+        }
+        let pipe = || {
+            nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))
+        };
+        let (out_r, out_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        let (in_r, in_w) = pipe()?;
+        command
+            .stdin(crate::Stdio::Fd(in_r))
+            .stdout(crate::Stdio::Fd(out_w))
+            .stderr(crate::Stdio::Fd(err_w));
+        let mut child = command
+            .spawn()
+            .map_err(|e| fail(code::INTERNAL_ERROR, format!("starting {}: {e}", argv[0])))?;
+        let stdin = params
+            .get("stdin")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .as_bytes()
+            .to_vec();
+        let mut stdin_fd = Some(in_w);
+        let mut written = 0;
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let (mut out_open, mut err_open) = (true, true);
+        let (mut out_cut, mut err_cut) = (false, false);
+        let deadline = Instant::now() + std::time::Duration::from_secs_f64(timeout);
+        let mut timed_out = false;
+        while out_open || err_open {
+            if stdin_fd.is_some() && written >= stdin.len() {
+                stdin_fd = None; // end-of-file for the command
+            }
+            let mut fds = Vec::new();
+            if out_open {
+                fds.push(nix::poll::PollFd::new(
+                    out_r.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                ));
+            }
+            if err_open {
+                fds.push(nix::poll::PollFd::new(
+                    err_r.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                ));
+            }
+            if let Some(fd) = &stdin_fd {
+                fds.push(nix::poll::PollFd::new(
+                    fd.as_fd(),
+                    nix::poll::PollFlags::POLLOUT,
+                ));
+            }
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .as_millis()
+                .min(i32::MAX as u128) as i32;
+            if left == 0 {
+                timed_out = true;
+                let _ = child.kill();
+                break;
+            }
+            let _ = nix::poll::poll(
+                &mut fds,
+                nix::poll::PollTimeout::try_from(left).unwrap_or(nix::poll::PollTimeout::MAX),
+            );
+            drop(fds);
+            let mut buf = [0u8; 16 * 1024];
+            for (open, fd, sink, cut) in [
+                (&mut out_open, &out_r, &mut out, &mut out_cut),
+                (&mut err_open, &err_r, &mut err, &mut err_cut),
+            ] {
+                if !*open {
+                    continue;
+                }
+                match nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+                    .and_then(|_| nix::unistd::read(fd, &mut buf))
+                {
+                    Ok(0) => *open = false,
+                    Ok(n) => {
+                        let room = OUTPUT_CAP.saturating_sub(sink.len()).min(n);
+                        sink.extend_from_slice(&buf[..room]);
+                        *cut |= room < n;
+                    }
+                    Err(Errno::EAGAIN | Errno::EINTR) => {}
+                    Err(_) => *open = false,
+                }
+            }
+            if let Some(fd) = &stdin_fd {
+                let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK));
+                match nix::unistd::write(fd, &stdin[written..]) {
+                    Ok(n) => written += n,
+                    Err(Errno::EAGAIN | Errno::EINTR) => {}
+                    Err(_) => stdin_fd = None,
+                }
+            }
+        }
+        let finished = child.wait();
+        let status = finished.result.map_err(|e| match &e {
+            crate::SpawnError::Exec { .. } => fail(code::NOT_FOUND, e.to_string()),
+            _ => fail(code::INTERNAL_ERROR, e.to_string()),
+        })?;
+        Ok(json!({
+            "exit_code": status.code(),
+            "signal": status.signal(),
+            "timed_out": timed_out,
+            "stdout": String::from_utf8_lossy(&out),
+            "stderr": String::from_utf8_lossy(&err),
+            "stdout_truncated": out_cut,
+            "stderr_truncated": err_cut,
+        }))
     }
 
     fn secret(&self, params: &Value) -> Result<Value, Failure> {

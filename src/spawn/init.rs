@@ -139,20 +139,23 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     .step(Step::ForkPayload, b"")?;
     crate::sys::signal::forward_signals_to(payload).step(Step::SignalForwarding, b"")?;
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    // Only the payload (until exec) may write records now.
-    let _ = nix::unistd::close(fds.report.as_raw_fd());
-    for stdio in &prepared.stdio {
-        if let super::Stdio::Fd(fd) = stdio {
-            let _ = nix::unistd::close(fd.as_raw_fd());
+    // From here init needs only its sync socket. It is a copy of the
+    // supervisor, so it holds copies of everything the supervisor had open:
+    // the report pipe (only the payload may write records now), the payload's
+    // stdio pipes and broker socket, and, for a run the broker starts, the
+    // outer run's descriptors. Any copy of a write end would keep its reader
+    // from ever seeing end-of-file, so everything else is closed.
+    crate::sys::fd::dup_onto(fds.sync.as_raw_fd(), 3).step(Step::CloseDescriptors, b"sync")?;
+    crate::sys::fd::close_from(4).step(Step::CloseDescriptors, b"")?;
+    if let Ok(null) = nix::fcntl::open(c"/dev/null", nix::fcntl::OFlag::O_RDWR, Mode::empty()) {
+        for fd in 0..3 {
+            let _ = crate::sys::fd::dup_onto(null.as_raw_fd(), fd);
         }
     }
-    // The broker's peer must see end-of-file when the payload's side closes.
-    if let Some(ipc) = &prepared.ipc {
-        let _ = nix::unistd::close(ipc.as_raw_fd());
-    }
+    let sync = crate::sys::fd::borrow(3);
 
     let exit = reap_until(payload);
-    let _ = channel::send_exit(fds.sync, exit);
+    let _ = channel::send_exit(sync, exit);
     Ok(exit.as_status())
 }
 

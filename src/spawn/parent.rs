@@ -153,8 +153,15 @@ fn spawn_janitor(cgroup: &crate::cgroup::RunCgroup) -> Result<Janitor, SpawnErro
         crate::sys::clone::clone_into_namespaces(nix::sched::CloneFlags::empty(), || {
             let _ = nix::unistd::close(done_raw);
             // Out of the terminal's process group (a ^C meant for the run must
-            // not kill the janitor first), and off the caller's output pipes.
+            // not kill the janitor first), and holding nothing of the
+            // supervisor's but its own pipe: a copy of any output pipe's write
+            // end would keep its reader from ever seeing end-of-file.
             let _ = nix::unistd::setsid();
+            if crate::sys::fd::dup_onto(wait_end.as_raw_fd(), 3).is_err()
+                || crate::sys::fd::close_from(4).is_err()
+            {
+                return 1;
+            }
             if let Ok(null) =
                 nix::fcntl::open(c"/dev/null", OFlag::O_RDWR, nix::sys::stat::Mode::empty())
             {
@@ -162,9 +169,10 @@ fn spawn_janitor(cgroup: &crate::cgroup::RunCgroup) -> Result<Janitor, SpawnErro
                     let _ = crate::sys::fd::dup_onto(null.as_raw_fd(), fd);
                 }
             }
+            let wait_end = crate::sys::fd::borrow(3);
             let mut byte = [0u8; 1];
             loop {
-                match nix::unistd::read(wait_end.as_fd(), &mut byte) {
+                match nix::unistd::read(wait_end, &mut byte) {
                     Ok(1) => return 0,
                     Err(Errno::EINTR) => continue,
                     _ => break,
@@ -375,6 +383,7 @@ fn start_cloned(
         .collect();
     broker.set_caller(format!("command:{}", prepared.program), caller_paths);
     broker.use_secrets(std::mem::take(&mut prepared.secrets));
+    broker.use_nested_policy(prepared.policy.clone());
     match crate::broker::grants::GrantStore::load(&crate::broker::grants::default_path()) {
         Ok(store) => broker.use_grants(store),
         Err(err) => prepared

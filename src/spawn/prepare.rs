@@ -185,6 +185,9 @@ pub struct Prepared {
     pub audit: Option<PathBuf>,
     /// Whether "ask" may prompt on the supervisor's terminal.
     pub interactive: bool,
+    /// The run's policy, for commands the broker runs on its behalf
+    /// (terminal.run gets the same sandbox, never a weaker one).
+    pub policy: Policy,
     /// Secrets the broker may hand out (name, value), read from the user's side.
     pub secrets: Vec<(String, String)>,
     /// Combined stdout and stderr cap, relayed by the supervisor.
@@ -652,6 +655,7 @@ impl Prepared {
             audit: None,
             interactive: false,
             secrets: Vec::new(),
+            policy: policy.clone(),
             output_cap: policy.limits.output,
             timeout: policy.limits.timeout,
             rlimits,

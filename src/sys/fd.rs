@@ -85,3 +85,13 @@ pub fn adopt_inherited_socket(fd: std::os::fd::RawFd) -> nix::Result<std::os::fd
     }
     Ok(adopt_received(fd))
 }
+
+/// Close every descriptor from `first` upwards (`close_range`, Linux 5.9).
+/// For a helper process that must hold nothing of its parent's: a copy of a
+/// pipe's write end would keep its reader from ever seeing end-of-file.
+pub fn close_from(first: u32) -> nix::Result<()> {
+    // SAFETY: close_range takes plain integers; the caller owns every
+    // descriptor from `first` up and uses none of them afterwards.
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
+    Errno::result(ret).map(drop)
+}
