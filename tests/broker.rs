@@ -159,6 +159,10 @@ fn ask_without_a_terminal_is_denied_with_the_fix() {
     assert_eq!(error_code(&answers[0]), -32002);
     let message = answers[0]["error"]["message"].as_str().unwrap();
     assert!(
+        message.contains("pre-approve it with `sandbox run --grant fs.write`"),
+        "{message}"
+    );
+    assert!(
         message.contains("[broker] rules = { \"fs.write\" = \"allow\" }"),
         "{message}"
     );

@@ -489,7 +489,8 @@ impl Broker {
                     code: code::NEEDS_APPROVAL,
                     message: format!(
                         "{method} needs approval ({}) and nobody can be asked in this run; \
-                         allow it in the profile: [broker] rules = {{ \"{method}\" = \"allow\" }}",
+                         pre-approve it with `sandbox run --grant {method}`, or allow it in the profile: \
+                         [broker] rules = {{ \"{method}\" = \"allow\" }}",
                         verdict.rule
                     ),
                     rule: None,
