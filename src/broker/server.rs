@@ -518,13 +518,7 @@ impl Broker {
     /// absolute symlinks and magic links; then check the object actually
     /// opened against the hidden paths.
     fn open(&self, params: &Value, flags: OFlag) -> Result<(OwnedFd, PathBuf), Failure> {
-        let path = params
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| fail(code::INVALID_PARAMS, "needs {\"path\": STRING}"))?;
-        if path.contains('\0') {
-            return Err(fail(code::INVALID_PARAMS, "the path contains a NUL byte"));
-        }
+        let path = path_param(params)?;
         let requested = Path::new(path);
         let relative: PathBuf = if requested.is_absolute() {
             requested
@@ -548,29 +542,34 @@ impl Broker {
         let how = OpenHow::new()
             .flags(flags | OFlag::O_CLOEXEC | extra)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        let fd =
-            nix::fcntl::openat2(self.project.as_fd(), &relative, how).map_err(
-                |errno| match errno {
-                    Errno::EXDEV | Errno::ELOOP => denied_outside(path),
-                    Errno::ENOENT | Errno::ENOTDIR => fail(
-                        code::NOT_FOUND,
-                        format!("{path}: no such file or directory"),
-                    ),
-                    other => fail(code::INTERNAL_ERROR, format!("{path}: {}", other.desc())),
-                },
-            )?;
+        // With RESOLVE_BENEATH the kernel answers EAGAIN when a rename
+        // anywhere in the system raced a `..` in the path, because it can no
+        // longer prove the walk stayed beneath; retrying is the documented
+        // answer, bounded so a rename storm cannot stall the broker.
+        let mut attempt = 0;
+        let opened = loop {
+            match nix::fcntl::openat2(self.project.as_fd(), &relative, how) {
+                Err(Errno::EAGAIN) if attempt < 64 => attempt += 1,
+                other => break other,
+            }
+        };
+        let fd = opened.map_err(|errno| match errno {
+            Errno::EXDEV | Errno::ELOOP => denied_outside(path),
+            Errno::ENOENT | Errno::ENOTDIR => fail(
+                code::NOT_FOUND,
+                format!("{path}: no such file or directory"),
+            ),
+            Errno::EAGAIN => fail(
+                code::RATE_LIMITED,
+                format!("{path}: renames keep racing the lookup; try again"),
+            ),
+            other => fail(code::INTERNAL_ERROR, format!("{path}: {}", other.desc())),
+        })?;
         // What was opened, not what was asked for: a symlink to a hidden file
         // must not reveal it.
         let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
             .map_err(|e| fail(code::INTERNAL_ERROR, format!("{path}: {e}")))?;
-        if let Some(hidden) = self.hidden.iter().find(|h| real.starts_with(h)) {
-            let shown = hidden.strip_prefix(&self.project_path).unwrap_or(hidden);
-            return Err(Failure {
-                code: code::PERMISSION_DENIED,
-                message: format!("{path} is hidden by the profile ({})", shown.display()),
-                rule: Some("filesystem.hide".into()),
-            });
-        }
+        self.refuse_hidden(&real, path)?;
         Ok((fd, real))
     }
 
@@ -582,13 +581,7 @@ impl Broker {
         &self,
         params: &Value,
     ) -> Result<(OwnedFd, std::ffi::OsString, PathBuf), Failure> {
-        let path = params
-            .get("path")
-            .and_then(Value::as_str)
-            .ok_or_else(|| fail(code::INVALID_PARAMS, "needs {\"path\": STRING}"))?;
-        if path.contains('\0') {
-            return Err(fail(code::INVALID_PARAMS, "the path contains a NUL byte"));
-        }
+        let path = path_param(params)?;
         let requested = Path::new(path);
         let name = match requested.components().next_back() {
             Some(Component::Normal(name)) => name.to_os_string(),
@@ -616,14 +609,7 @@ impl Broker {
             OFlag::O_PATH | OFlag::O_DIRECTORY,
         )?;
         let real = real_dir.join(&name);
-        if let Some(hidden) = self.hidden.iter().find(|h| real.starts_with(h)) {
-            let shown = hidden.strip_prefix(&self.project_path).unwrap_or(hidden);
-            return Err(Failure {
-                code: code::PERMISSION_DENIED,
-                message: format!("{path} is hidden by the profile ({})", shown.display()),
-                rule: Some("filesystem.hide".into()),
-            });
-        }
+        self.refuse_hidden(&real, path)?;
         Ok((dir, name, real))
     }
 
@@ -961,6 +947,21 @@ impl Broker {
         }
     }
 
+    /// Refuse `real` (a resolved path) when the profile hides it.
+    fn refuse_hidden(&self, real: &Path, path: &str) -> Result<(), Failure> {
+        match self.hidden.iter().find(|h| real.starts_with(h)) {
+            Some(hidden) => {
+                let shown = hidden.strip_prefix(&self.project_path).unwrap_or(hidden);
+                Err(Failure {
+                    code: code::PERMISSION_DENIED,
+                    message: format!("{path} is hidden by the profile ({})", shown.display()),
+                    rule: Some("filesystem.hide".into()),
+                })
+            }
+            None => Ok(()),
+        }
+    }
+
     fn stat(&self, params: &Value) -> Result<Value, Failure> {
         let (fd, real) = self.open(params, OFlag::O_PATH)?;
         let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
@@ -1022,6 +1023,18 @@ impl Broker {
             "truncated": truncated,
         }))
     }
+}
+
+/// The `path` parameter, which may not hold a NUL byte.
+fn path_param(params: &Value) -> Result<&str, Failure> {
+    let path = params
+        .get("path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| fail(code::INVALID_PARAMS, "needs {\"path\": STRING}"))?;
+    if path.contains('\0') {
+        return Err(fail(code::INVALID_PARAMS, "the path contains a NUL byte"));
+    }
+    Ok(path)
 }
 
 fn denied_outside(path: &str) -> Failure {
