@@ -38,7 +38,10 @@ pub fn require(test: &str, feature: &str, available: bool) -> bool {
             !require_everything(),
             "{test}: {feature} unavailable and SANDBOX_TEST_REQUIRE=1"
         );
-        eprintln!("SKIP: {test}: {feature} unavailable");
+        // Straight to the process's stderr: libtest captures eprintln! of
+        // passing tests, which would make the skip silent.
+        use std::io::Write;
+        let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {feature} unavailable");
     }
     available
 }
