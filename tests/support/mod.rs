@@ -41,7 +41,10 @@ pub fn require(test: &str, feature: &str, available: bool) -> bool {
         // Straight to the process's stderr: libtest captures eprintln! of
         // passing tests, which would make the skip silent.
         use std::io::Write;
-        let _ = writeln!(std::io::stderr().lock(), "SKIP: {test}: {feature} unavailable");
+        let _ = writeln!(
+            std::io::stderr().lock(),
+            "SKIP: {test}: {feature} unavailable"
+        );
     }
     available
 }
