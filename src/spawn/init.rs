@@ -318,8 +318,15 @@ fn build_root<'a>(
                 }
                 bind_tree(source, target, if *rw { writable } else { read_only })?;
             }
-            MountOp::Idmapped { index, target } => {
-                mkdir_if_missing(target)?;
+            MountOp::Idmapped {
+                index,
+                target,
+                kind,
+            } => {
+                match kind {
+                    NodeKind::Dir => mkdir_if_missing(target)?,
+                    NodeKind::File => file_if_missing(target)?,
+                }
                 let tree = trees.get_mut(*index).and_then(Option::take).ok_or(Failed {
                     step: Step::AttachIdmappedTree,
                     errno: Errno::EBADF,

@@ -833,12 +833,14 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
             // Files on disk owned by the caller (host uid 0) appear owned by
             // the sandbox's uid, and what the sandbox creates is owned by the
             // caller on the host, while the process itself is never host root.
-            mount_api::set_tree_idmap(fd.as_fd(), userns.as_fd())
+            if tree.idmap {
+                mount_api::set_tree_idmap(fd.as_fd(), userns.as_fd())
                 .map_err(sys(format!(
                     "idmapping {path} for a sandbox started by root (mount_setattr MOUNT_ATTR_IDMAP needs Linux 5.12+ \
                      and a filesystem with idmapped-mount support such as ext4, xfs, btrfs or tmpfs; \
                      or run sandbox as a regular user, which needs no idmapping)"
                 )))?;
+            }
             let attrs = MountAttrs {
                 read_only: !tree.writable,
                 nosuid: true,

@@ -72,6 +72,8 @@ pub enum MountOp {
         index: usize,
         /// `/newroot` + path.
         target: CString,
+        /// Directory or file.
+        kind: NodeKind,
     },
     /// Recreate a host symlink (for example `/bin -> usr/bin`).
     Symlink {
@@ -114,6 +116,9 @@ pub struct IdmappedTree {
     pub host_path: CString,
     /// Whether the tree stays writable.
     pub writable: bool,
+    /// Whether it gets the sandbox's id mapping (false: passed over only
+    /// because init could not reach the path itself).
+    pub idmap: bool,
 }
 
 /// How uids and gids are mapped between the host and the sandbox.
@@ -480,11 +485,13 @@ impl Prepared {
                     MountOp::Idmapped {
                         index: idmapped.len(),
                         target,
+                        kind: NodeKind::Dir,
                     },
                 ));
                 idmapped.push(IdmappedTree {
                     host_path: path_cstring(&path)?,
                     writable,
+                    idmap: true,
                 });
             } else {
                 let kind = NodeKind::of(&meta);
@@ -513,15 +520,32 @@ impl Prepared {
             Ok(exe) if exe.is_file() => {
                 let target = Path::new(SANDBOX_BIN_DIR).join("sandbox");
                 planner.need_parent_dirs(&target);
-                planner.mounts.push((
-                    target.clone(),
+                let newroot_target = prefixed("/newroot", &target)?;
+                let op = if root_mode {
+                    // Init runs as an unprivileged host id by the time it
+                    // mounts and may not be able to reach the binary (below
+                    // /root, or a 0700 CI checkout), so the supervisor
+                    // clones the tree itself and hands it over.
+                    let index = idmapped.len();
+                    idmapped.push(IdmappedTree {
+                        host_path: path_cstring(&exe)?,
+                        writable: false,
+                        idmap: false,
+                    });
+                    MountOp::Idmapped {
+                        index,
+                        target: newroot_target,
+                        kind: NodeKind::File,
+                    }
+                } else {
                     MountOp::Bind {
                         source: prefixed("/oldroot", &exe)?,
-                        target: prefixed("/newroot", &target)?,
+                        target: newroot_target,
                         kind: NodeKind::File,
                         writable: false,
-                    },
-                ));
+                    }
+                };
+                planner.mounts.push((target.clone(), op));
                 landlock_rules.push((
                     path_cstring(Path::new(SANDBOX_BIN_DIR))?,
                     LandlockAccess::ReadExec,
