@@ -359,13 +359,79 @@ fn writes_through_hard_links_and_symlinks_are_refused() {
 }
 
 #[test]
-fn a_grant_with_a_pattern_or_an_unknown_action_is_refused_up_front() {
+fn a_grant_with_an_empty_pattern_or_an_unknown_action_is_refused_up_front() {
     let project = Project::new(Who::Root);
-    let out = project.run_with(&["--grant", "fs.write:dist/**"], &["/bin/true"]);
+    let out = project.run_with(&["--grant", "fs.write:"], &["/bin/true"]);
     assert_eq!(out.status.code(), Some(125));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("path patterns are not supported yet"));
-    let out = project.run_with(&["--grant", "fs.writ"], &["/bin/true"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("not a broker action"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the pattern after ':' is empty"));
+    let out = project.run_with(&["--grant", "fs.writ:dist/**"], &["/bin/true"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("fs.writ is not a broker action"));
+}
+
+#[test]
+fn rules_and_grants_with_patterns_narrow_to_their_targets() {
+    for who in support::identities("rules_and_grants_with_patterns_narrow_to_their_targets") {
+        let project = Project::new(who);
+        project.write("private/key.txt", "secret-ish");
+        project.write("public/readme.txt", "hello");
+        let profile = project.write(
+            "patterns.toml",
+            "version = 1\nextends = \"strict\"\n[broker]\nrules = { \"fs.read:private/**\" = \"deny\" }\n",
+        );
+        let answers = exchange_with(
+            &project,
+            &[
+                "--profile",
+                profile.to_str().unwrap(),
+                "--grant",
+                "fs.write:dist/**",
+                "--grant",
+                "fs.mkdir:dist",
+            ],
+            &[
+                request(1, "fs.mkdir", serde_json::json!({"path": "dist"})),
+                request(
+                    2,
+                    "fs.write",
+                    serde_json::json!({"path": "dist/app.js", "content": "built"}),
+                ),
+                request(
+                    3,
+                    "fs.write",
+                    serde_json::json!({"path": "src.js", "content": "no"}),
+                ),
+                request(4, "fs.read", serde_json::json!({"path": "private/key.txt"})),
+                request(
+                    5,
+                    "fs.read",
+                    serde_json::json!({"path": "public/readme.txt"}),
+                ),
+                request(
+                    6,
+                    "permission.query",
+                    serde_json::json!({"action": "fs.write", "target": "dist/x"}),
+                ),
+            ],
+        );
+        assert!(answers[0]["result"].is_object(), "{who:?}: {}", answers[0]);
+        assert_eq!(
+            std::fs::read_to_string(project.path().join("dist/app.js")).unwrap(),
+            "built"
+        );
+        assert_eq!(
+            error_code(&answers[2]),
+            -32002,
+            "outside the granted pattern it still asks"
+        );
+        assert_eq!(error_code(&answers[3]), -32001);
+        assert_eq!(
+            answers[3]["error"]["data"]["rule"],
+            "broker.rules.\"fs.read:private/**\""
+        );
+        assert_eq!(answers[4]["result"]["content"], "hello");
+        assert_eq!(answers[5]["result"]["decision"], "allow");
+        assert!(!project.path().join("src.js").exists());
+    }
 }
 
 /// Swaps `inside` (a regular file) and `link` (a symlink to /etc/passwd)

@@ -200,3 +200,35 @@ fn show_unknown_builtin() {
         stderr(&out)
     );
 }
+
+#[test]
+fn a_rule_key_with_an_unknown_action_names_the_valid_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("badkey.toml");
+    std::fs::write(&path, "version = 1\nextends = \"strict\"\n[broker]\nrules = { \"fs.writ:dist/**\" = \"allow\" }\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["profile", "check"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "badkey.toml:4:11: unknown variant `fs.writ`, expected one of `fs.read`, `fs.write`"
+        ),
+        "{stderr}"
+    );
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "version = 1\nextends = \"strict\"\n[broker]\nrules = { \"fs.write:dist/**\" = \"allow\" }\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["profile", "check"])
+        .arg(&good)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -39,7 +39,68 @@ pub struct Verdict {
     pub rule: String,
 }
 
-/// Decide `action` under `policy`.
+/// Whether `target` matches a rule pattern: `*` is any run of characters
+/// but `/`, `?` one such character, and a `**` segment any number of
+/// segments (`dist/**` is everything below dist).
+pub fn glob_matches(pattern: &str, target: &str) -> bool {
+    fn segment(p: &[u8], t: &[u8]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(b'*'), _) => segment(&p[1..], t) || (!t.is_empty() && segment(p, &t[1..])),
+            (Some(b'?'), Some(_)) => segment(&p[1..], &t[1..]),
+            (Some(a), Some(b)) if a == b => segment(&p[1..], &t[1..]),
+            _ => false,
+        }
+    }
+    fn segments(p: &[&str], t: &[&str]) -> bool {
+        match (p.first(), t.first()) {
+            (None, None) => true,
+            (Some(&"**"), _) => segments(&p[1..], t) || (!t.is_empty() && segments(p, &t[1..])),
+            (Some(ps), Some(ts)) => {
+                segment(ps.as_bytes(), ts.as_bytes()) && segments(&p[1..], &t[1..])
+            }
+            _ => false,
+        }
+    }
+    let split = |s: &str| -> Vec<String> {
+        s.split('/')
+            .filter(|c| !c.is_empty() && *c != ".")
+            .map(str::to_owned)
+            .collect()
+    };
+    let (p, t) = (split(pattern), split(target));
+    let p: Vec<&str> = p.iter().map(String::as_str).collect();
+    let t: Vec<&str> = t.iter().map(String::as_str).collect();
+    segments(&p, &t)
+}
+
+/// Decide `action` on `target` under `policy`: rules with a pattern that
+/// matches the target come first (any matching deny wins, else the longest
+/// pattern), then the action's own rule, then the risk default.
+pub fn decide_for(policy: &BrokerPolicy, action: &str, target: Option<&str>) -> Verdict {
+    if let Some(target) = target {
+        let prefix = format!("{action}:");
+        let matching: Vec<(&str, Decision)> = policy
+            .rules
+            .iter()
+            .filter_map(|(key, d)| Some((key.strip_prefix(&prefix)?, *d)))
+            .filter(|(pattern, _)| glob_matches(pattern, target))
+            .collect();
+        let chosen = matching
+            .iter()
+            .find(|(_, d)| *d == Decision::Deny)
+            .or_else(|| matching.iter().max_by_key(|(pattern, _)| pattern.len()));
+        if let Some((pattern, decision)) = chosen {
+            return Verdict {
+                decision: *decision,
+                rule: format!("broker.rules.\"{action}:{pattern}\""),
+            };
+        }
+    }
+    decide(policy, action)
+}
+
+/// Decide `action` under `policy` (rules without a pattern only).
 pub fn decide(policy: &BrokerPolicy, action: &str) -> Verdict {
     if let Some(decision) = policy.rules.get(action) {
         return Verdict {
@@ -80,6 +141,47 @@ mod tests {
                 .map(|(a, d)| (a.to_string(), *d))
                 .collect::<BTreeMap<_, _>>(),
         }
+    }
+
+    #[test]
+    fn globs() {
+        assert!(glob_matches("dist/**", "dist/app.js"));
+        assert!(glob_matches("dist/**", "dist/a/b/c.js"));
+        assert!(glob_matches("dist/**", "./dist/x"));
+        assert!(!glob_matches("dist/**", "distribution/x"));
+        assert!(glob_matches("*.md", "README.md"));
+        assert!(!glob_matches("*.md", "docs/README.md"));
+        assert!(glob_matches("**/*.md", "docs/README.md"));
+        assert!(glob_matches("src/?.rs", "src/a.rs"));
+        assert!(!glob_matches("src/?.rs", "src/ab.rs"));
+        assert!(glob_matches("npm", "npm"));
+        assert!(!glob_matches("npm", "npx"));
+    }
+
+    #[test]
+    fn pattern_rules_come_first_and_a_matching_deny_wins() {
+        let p = policy(&[
+            ("fs.write", Decision::Ask),
+            ("fs.write:dist/**", Decision::Allow),
+            ("fs.write:dist/secret/**", Decision::Deny),
+        ]);
+        assert_eq!(
+            decide_for(&p, "fs.write", Some("dist/app.js")).decision,
+            Decision::Allow
+        );
+        let v = decide_for(&p, "fs.write", Some("dist/secret/key"));
+        assert_eq!(
+            v,
+            Verdict {
+                decision: Decision::Deny,
+                rule: "broker.rules.\"fs.write:dist/secret/**\"".into()
+            }
+        );
+        assert_eq!(
+            decide_for(&p, "fs.write", Some("src/main.rs")).decision,
+            Decision::Ask
+        );
+        assert_eq!(decide_for(&p, "fs.write", None).decision, Decision::Ask);
     }
 
     #[test]

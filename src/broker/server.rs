@@ -207,8 +207,10 @@ impl Broker {
     /// profile's rules and the risk default; "ask" goes to a person when
     /// there is one.
     fn verdict_for(&mut self, method: &str, target: Option<&str>) -> Verdict {
-        if self.policy.rules.get(method) == Some(&Decision::Deny) {
-            return permission::decide(&self.policy, method);
+        let from_profile = permission::decide_for(&self.policy, method, target);
+        if from_profile.decision == Decision::Deny && from_profile.rule.starts_with("broker.rules")
+        {
+            return from_profile;
         }
         if self.run_allowed.contains(method) {
             return Verdict {
@@ -229,7 +231,7 @@ impl Broker {
                 };
             }
         }
-        let verdict = permission::decide(&self.policy, method);
+        let verdict = from_profile;
         if verdict.decision != Decision::Ask || permission::risk(method).is_none() {
             return verdict;
         }
@@ -372,11 +374,25 @@ impl Broker {
             Message::Response { .. } => return,
         };
         *self.by_action.entry(method.clone()).or_default() += 1;
-        let target = params
-            .get("path")
-            .or_else(|| params.get("name"))
-            .and_then(Value::as_str)
-            .map(str::to_owned);
+        // What rules and the audit log match against: a path relative to the
+        // project root, a command's program, or a secret's name.
+        let target = match method.as_str() {
+            "terminal.run" => params
+                .get("argv")
+                .and_then(|a| a.get(0))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            "secrets.get" => params
+                .get("name")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            _ => params.get("path").and_then(Value::as_str).map(|p| {
+                Path::new(p)
+                    .strip_prefix(&self.project_path)
+                    .map(|r| r.to_string_lossy().into_owned())
+                    .unwrap_or_else(|_| p.to_owned())
+            }),
+        };
         // A query never asks anyone; everything else may.
         let verdict = if method == "permission.query" {
             permission::decide(&self.policy, &method)
@@ -465,7 +481,8 @@ impl Broker {
                         "permission.query needs {\"action\": NAME}",
                     )
                 })?;
-            let v = permission::decide(&self.policy, action);
+            let target = params.get("target").and_then(Value::as_str);
+            let v = permission::decide_for(&self.policy, action, target);
             let effective = if v.decision == Decision::Ask {
                 "deny"
             } else {

@@ -114,14 +114,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         policy.limits.cpu = Some(cpus);
     }
     for grant in &args.grants {
+        let (action, pattern) = match grant.split_once(':') {
+            Some((action, pattern)) => (action, Some(pattern)),
+            None => (grant.as_str(), None),
+        };
         anyhow::ensure!(
-            !grant.contains(':'),
-            "--grant {grant}: path patterns are not supported yet; grant the whole action, e.g. --grant fs.write"
+            sandbox::broker::permission::risk(action).is_some(),
+            "--grant {grant}: {action} is not a broker action (fs.read, fs.write, fs.list, fs.stat, fs.mkdir, \
+             fs.delete, terminal.run, net.http, secrets.get, secrets.read, log, permission.query)"
         );
         anyhow::ensure!(
-            sandbox::broker::permission::risk(grant).is_some(),
-            "--grant {grant}: not a broker action (fs.read, fs.write, fs.list, fs.stat, fs.mkdir, fs.delete, \
-             terminal.run, net.http, secrets.get, secrets.read, log, permission.query)"
+            pattern.is_none_or(|p| !p.is_empty()),
+            "--grant {grant}: the pattern after ':' is empty"
         );
         policy
             .broker

@@ -166,8 +166,53 @@ pub struct RawEnv {
 pub struct RawBroker {
     /// Decision when no rule matches.
     pub default: Option<RawDecision>,
-    /// Per-action decisions.
-    pub rules: Option<BTreeMap<Action, RawDecision>>,
+    /// Per-action decisions, optionally narrowed to a target pattern.
+    pub rules: Option<BTreeMap<RuleKey, RawDecision>>,
+}
+
+/// A rule's key: `ACTION`, or `ACTION:PATTERN` for targets matching a glob
+/// (paths relative to the project root, a command for terminal.run, a name
+/// for secrets.get).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RuleKey {
+    /// The action.
+    pub action: Action,
+    /// The target pattern, if any.
+    pub pattern: Option<String>,
+}
+
+impl RuleKey {
+    /// The key as the policy stores it.
+    pub fn to_key(&self) -> String {
+        match &self.pattern {
+            Some(pattern) => format!("{}:{pattern}", self.action.as_str()),
+            None => self.action.as_str().to_owned(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for RuleKey {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::{Error, IntoDeserializer};
+        let text = String::deserialize(deserializer)?;
+        let (action, pattern) = match text.split_once(':') {
+            Some((action, pattern)) => (action, Some(pattern)),
+            None => (text.as_str(), None),
+        };
+        // The enum's own error lists the valid actions.
+        let action = Action::deserialize(IntoDeserializer::<D::Error>::into_deserializer(action))?;
+        if let Some(pattern) = pattern {
+            if pattern.is_empty() || pattern.contains('\0') {
+                return Err(D::Error::custom(format!(
+                    "the pattern in rule {text:?} must be non-empty and without NUL"
+                )));
+            }
+        }
+        Ok(RuleKey {
+            action,
+            pattern: pattern.map(str::to_owned),
+        })
+    }
 }
 
 /// A broker decision, as spelled in a file.
@@ -505,7 +550,7 @@ impl RawProfile {
                 .rules
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(action, d)| (action.as_str().to_owned(), decision(d)))
+                .map(|(key, d)| (key.to_key(), decision(d)))
                 .collect();
         }
         if let Some(enforce) = self.enforce {
