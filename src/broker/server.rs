@@ -59,6 +59,7 @@ pub struct Broker {
     prompter: Option<super::prompt::Prompter>,
     secrets: BTreeMap<String, (String, String)>,
     nested: Option<crate::profile::policy::Policy>,
+    rate: Option<RateLimit>,
     /// Per-action counts.
     pub by_action: BTreeMap<String, u64>,
 }
@@ -69,6 +70,30 @@ impl std::fmt::Debug for Broker {
             .field("project", &self.project_path)
             .field("counts", &self.counts)
             .finish()
+    }
+}
+
+/// A token bucket.
+#[derive(Debug)]
+struct RateLimit {
+    per_second: f64,
+    burst: f64,
+    tokens: f64,
+    last: Instant,
+}
+
+impl RateLimit {
+    fn take(&mut self) -> bool {
+        let now = Instant::now();
+        self.tokens = (self.tokens + now.duration_since(self.last).as_secs_f64() * self.per_second)
+            .min(self.burst);
+        self.last = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 }
 
@@ -133,7 +158,19 @@ impl Broker {
             prompter: None,
             secrets: BTreeMap::new(),
             nested: None,
+            rate: None,
         })
+    }
+
+    /// Answer at most `per_second` requests a second on average, with bursts
+    /// of up to `burst`; the rest get -32006 instead of work.
+    pub fn set_rate_limit(&mut self, per_second: f64, burst: f64) {
+        self.rate = Some(RateLimit {
+            per_second,
+            burst,
+            tokens: burst,
+            last: Instant::now(),
+        });
     }
 
     /// Run terminal.run commands in sandboxes of this policy (the caller's).
@@ -354,6 +391,28 @@ impl Broker {
 
     fn handle(&mut self, line: &[u8]) {
         let started = Instant::now();
+        if let Some(rate) = &mut self.rate {
+            if !rate.take() {
+                self.counts.errors += 1;
+                let id = protocol::parse(line, &self.limits)
+                    .ok()
+                    .and_then(|m| match m {
+                        Message::Request { id, .. } => Some(id),
+                        _ => None,
+                    });
+                if let Some(id) = id {
+                    let message =
+                        format!("more than {} requests a second; slow down", rate.per_second);
+                    self.outbox.extend(protocol::error_response(
+                        &id,
+                        code::RATE_LIMITED,
+                        &message,
+                        None,
+                    ));
+                }
+                return;
+            }
+        }
         let message = match protocol::parse(line, &self.limits) {
             Ok(message) => message,
             Err(err) => {
@@ -1082,5 +1141,39 @@ fn relative_display(real: &Path, project: &Path) -> String {
         OsStr::from_bytes(shown.as_os_str().as_bytes())
             .to_string_lossy()
             .into_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_limit_answers_excess_requests_with_an_error() {
+        let project = tempfile::tempdir().unwrap();
+        let policy = crate::profile::load("strict").unwrap();
+        let mut broker = Broker::new(policy.broker, project.path(), &[], None, "t".into()).unwrap();
+        broker.set_rate_limit(1.0, 3.0);
+        for _ in 0..5 {
+            broker.handle(br#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#);
+        }
+        let answers: Vec<Value> = broker
+            .outbox
+            .split(|b| *b == b'\n')
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!(answers.len(), 5);
+        assert!(
+            answers[..3].iter().all(|a| a.get("result").is_some()),
+            "the burst is served"
+        );
+        assert!(
+            answers[3..]
+                .iter()
+                .all(|a| a["error"]["code"] == code::RATE_LIMITED),
+            "{answers:?}"
+        );
+        assert_eq!(broker.counts.errors, 2);
     }
 }

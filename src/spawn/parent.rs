@@ -384,6 +384,9 @@ fn start_cloned(
     broker.set_caller(format!("command:{}", prepared.program), caller_paths);
     broker.use_secrets(std::mem::take(&mut prepared.secrets));
     broker.use_nested_policy(prepared.policy.clone());
+    // Far above any real client, low enough that a flooding sandbox cannot
+    // keep the supervisor's core busy for free.
+    broker.set_rate_limit(100_000.0, 200_000.0);
     match crate::broker::grants::GrantStore::load(&crate::broker::grants::default_path()) {
         Ok(store) => broker.use_grants(store),
         Err(err) => prepared
