@@ -63,3 +63,71 @@ fn a_burst_of_100k_requests_is_answered_with_bounded_memory() {
     assert!(peak_kib > 0, "the supervisor was sampled");
     assert!(peak_kib < 32 * 1024, "supervisor peak RSS {peak_kib} KiB");
 }
+
+/// Streams a single 1 GiB line to the broker, then a valid request.
+const GIGABYTE_LINE: &str = r#"
+import os, socket
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+chunk = b"x" * (1 << 20)
+for _ in range(1024):
+    s.sendall(chunk)
+s.sendall(b'\n{"jsonrpc":"2.0","id":2,"method":"permission.query","params":{"action":"fs.read"}}\n')
+f = s.makefile("rb")
+print(f.readline().decode().strip())
+print(f.readline().decode().strip())
+"#;
+
+#[test]
+fn a_one_gibibyte_line_is_refused_and_the_supervisor_stays_small() {
+    if !support::require(
+        "broker 1 GiB line",
+        "a sandbox as root",
+        support::sandbox_works(Who::Root),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let mut child = project
+        .command()
+        .args([
+            "run",
+            "--timeout",
+            "120s",
+            "--",
+            "python3",
+            "-c",
+            GIGABYTE_LINE,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(text) = std::fs::read_to_string(&status) {
+            if let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak_kib = peak_kib.max(kib);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert_ok(&out, "1 GiB line");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    let first: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(first["error"]["code"], -32004, "{first}");
+    let second: serde_json::Value = serde_json::from_str(lines.next().unwrap()).unwrap();
+    assert_eq!(
+        second["result"]["decision"], "allow",
+        "still answering: {second}"
+    );
+    assert!(
+        peak_kib > 0 && peak_kib < 32 * 1024,
+        "supervisor peak RSS {peak_kib} KiB"
+    );
+}
