@@ -110,6 +110,12 @@ fn escapes_are_refused_every_way() {
             ("dot-dot", "../../../../etc/passwd", -32001),
             ("absolute outside", "/etc/passwd", -32001),
             ("proc self root", "/proc/self/root/etc/passwd", -32001),
+            ("proc self fd", "/proc/self/fd/3", -32001),
+            (
+                "proc self fd, relative",
+                "../../../../../../proc/self/fd/3",
+                -32001,
+            ),
             ("absolute symlink inside", "abs-link", -32001),
             ("relative symlink escaping", "rel-link", -32001),
             ("hidden file", ".env", -32001),
