@@ -6,6 +6,7 @@ pub mod grants;
 pub mod ipc;
 pub mod profile;
 pub mod run;
+pub mod skill;
 
 /// Run untrusted code in a layered Linux sandbox.
 #[derive(Debug, Parser)]
@@ -22,6 +23,9 @@ enum Command {
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+    /// List, show and check skills.
+    #[command(subcommand)]
+    Skill(skill::SkillCommand),
     /// List and revoke stored broker grants.
     #[command(subcommand)]
     Grants(grants::GrantsCommand),
@@ -44,6 +48,7 @@ pub fn main() -> i32 {
         Command::Doctor(args) => doctor::run(args),
         Command::Ipc(args) => ipc::run(args),
         Command::Grants(cmd) => grants::run(cmd),
+        Command::Skill(cmd) => skill::run(cmd),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,461 @@
+//! `SKILL.md`: YAML front matter between `---` lines, then the instructions
+//! in Markdown. The keys of the common Agent Skills format (`name`,
+//! `description`, `license`, `allowed-tools`, `metadata`) are accepted so
+//! existing skills load; ours are checked strictly, and every error names
+//! the file, the line and the field, with the valid values.
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::broker::permission;
+
+/// How a skill's code is run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Runtime {
+    /// `node MAIN`
+    Node,
+    /// `python3 MAIN`
+    Python,
+    /// `sh MAIN`
+    Sh,
+    /// MAIN itself, executable.
+    Exec,
+}
+
+/// Whether the skill runs at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExecutionMode {
+    /// Run it.
+    #[default]
+    Direct,
+    /// Never run: its instructions and scripts are text for a model to adapt.
+    Template,
+}
+
+/// When a skill's process exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Activation {
+    /// One process per invocation.
+    #[default]
+    OnDemand,
+    /// One long-lived process serving many invocations.
+    Persistent,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct RawManifest {
+    name: String,
+    description: String,
+    // The common Agent Skills keys, kept for display only.
+    #[serde(default)]
+    license: Option<String>,
+    #[serde(default)]
+    allowed_tools: Option<serde_norway::Value>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, serde_norway::Value>>,
+    // Ours.
+    #[serde(default)]
+    runtime: Option<Runtime>,
+    #[serde(default)]
+    main: Option<String>,
+    #[serde(default)]
+    permissions: Vec<String>,
+    #[serde(default)]
+    profile: Option<String>,
+    #[serde(default)]
+    timeout: Option<String>,
+    #[serde(default)]
+    memory: Option<String>,
+    #[serde(default)]
+    execution_mode: ExecutionMode,
+    #[serde(default)]
+    activation: Activation,
+    #[serde(default)]
+    input_schema: Option<serde_json::Value>,
+}
+
+/// A validated skill.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Skill {
+    /// Its name (lowercase letters, digits and dashes).
+    pub name: String,
+    /// What it does.
+    pub description: String,
+    /// Its directory.
+    pub dir: PathBuf,
+    /// How it runs (None for templates).
+    pub runtime: Option<Runtime>,
+    /// Its entry file, relative to `dir`.
+    pub main: Option<PathBuf>,
+    /// Declared permissions: `action` or `action:pattern`.
+    pub permissions: Vec<String>,
+    /// The profile it runs under (default strict).
+    pub profile: String,
+    /// Invocation timeout.
+    pub timeout: Option<std::time::Duration>,
+    /// Memory limit override in bytes.
+    pub memory: Option<u64>,
+    /// Direct or template.
+    pub execution_mode: ExecutionMode,
+    /// On-demand or persistent.
+    pub activation: Activation,
+    /// JSON Schema of the parameters.
+    pub input_schema: Option<serde_json::Value>,
+    /// License, from the Agent Skills keys.
+    pub license: Option<String>,
+    /// The Markdown after the front matter.
+    #[serde(skip)]
+    pub instructions: String,
+}
+
+/// Why a manifest is invalid: the file, the line and what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}:{line}: {message}", file.display())]
+pub struct ManifestError {
+    /// The SKILL.md.
+    pub file: PathBuf,
+    /// 1-based line in that file.
+    pub line: usize,
+    /// What is wrong, naming the field and the valid values.
+    pub message: String,
+}
+
+/// Split `---` front matter from the body; returns (yaml, its first line
+/// number in the file, body).
+fn front_matter(text: &str) -> Option<(&str, usize, &str)> {
+    let rest = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))?;
+    let end = rest.find("\n---").map(|i| (i, i + 4))?;
+    let yaml = &rest[..end.0 + 1];
+    let body = rest[end.1..].trim_start_matches(['\r', '\n']);
+    Some((yaml, 2, body))
+}
+
+/// Line of `key:` in the front matter, for errors found after parsing.
+fn line_of(yaml: &str, first_line: usize, key: &str) -> usize {
+    yaml.lines()
+        .position(|l| l.starts_with(&format!("{key}:")))
+        .map_or(first_line, |i| first_line + i)
+}
+
+/// Parse and validate `dir/SKILL.md`.
+pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
+    let file = dir.join("SKILL.md");
+    let err = |line: usize, message: String| ManifestError {
+        file: file.clone(),
+        line,
+        message,
+    };
+    let text =
+        std::fs::read_to_string(&file).map_err(|e| err(0, format!("cannot read it: {e}")))?;
+    let (yaml, first, body) = front_matter(&text).ok_or_else(|| {
+        err(
+            1,
+            "no front matter: the file must start with a `---` line and close it with another"
+                .into(),
+        )
+    })?;
+    let raw: RawManifest = serde_norway::from_str(yaml).map_err(|e| {
+        let line = e.location().map_or(first, |l| first + l.line() - 1);
+        err(
+            line,
+            e.to_string()
+                .split(" at line ")
+                .next()
+                .unwrap_or("invalid YAML")
+                .to_string(),
+        )
+    })?;
+    let at = |key: &str| line_of(yaml, first, key);
+
+    if raw.name.is_empty()
+        || raw.name.len() > 64
+        || !raw
+            .name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+    {
+        return Err(err(
+            at("name"),
+            format!(
+                "name {:?}: use 1 to 64 lowercase letters, digits and dashes",
+                raw.name
+            ),
+        ));
+    }
+    if raw.description.trim().is_empty() {
+        return Err(err(
+            at("description"),
+            "description is empty: say what the skill does".into(),
+        ));
+    }
+    let main = match (&raw.main, raw.execution_mode) {
+        (Some(main), _) => {
+            let path = PathBuf::from(main);
+            if path.is_absolute() || path.components().any(|c| matches!(c, Component::ParentDir)) {
+                return Err(err(
+                    at("main"),
+                    format!("main {main:?} must be a path inside the skill's directory"),
+                ));
+            }
+            if !dir.join(&path).is_file() {
+                return Err(err(
+                    at("main"),
+                    format!("main {main:?}: no such file in {}", dir.display()),
+                ));
+            }
+            Some(path)
+        }
+        (None, ExecutionMode::Direct) => return Err(err(
+            first,
+            "main is missing: a direct skill needs its entry file (or execution-mode: template)"
+                .into(),
+        )),
+        (None, ExecutionMode::Template) => None,
+    };
+    if raw.execution_mode == ExecutionMode::Direct && raw.runtime.is_none() {
+        return Err(err(
+            first,
+            "runtime is missing: one of node, python, sh, exec".into(),
+        ));
+    }
+    for permission in &raw.permissions {
+        let action = permission
+            .split_once(':')
+            .map_or(permission.as_str(), |(a, _)| a);
+        if permission::risk(action).is_none() {
+            return Err(err(
+                at("permissions"),
+                format!(
+                    "permission {permission:?}: unknown action {action:?} (fs.read, fs.write, fs.list, fs.stat, \
+                     fs.mkdir, fs.delete, terminal.run, net.http, secrets.get, secrets.read, log)"
+                ),
+            ));
+        }
+        if permission.ends_with(':') {
+            return Err(err(
+                at("permissions"),
+                format!("permission {permission:?}: the pattern after ':' is empty"),
+            ));
+        }
+    }
+    let timeout = raw
+        .timeout
+        .as_deref()
+        .map(crate::profile::parse_duration)
+        .transpose()
+        .map_err(|e| err(at("timeout"), format!("timeout: {e}")))?;
+    let memory = raw
+        .memory
+        .as_deref()
+        .map(crate::profile::parse_size)
+        .transpose()
+        .map_err(|e| err(at("memory"), format!("memory: {e}")))?;
+    if let Some(schema) = &raw.input_schema {
+        if !schema.is_object() {
+            return Err(err(
+                at("input-schema"),
+                "input-schema must be a JSON Schema object".into(),
+            ));
+        }
+    }
+    let _ = (&raw.allowed_tools, &raw.metadata);
+    Ok(Skill {
+        name: raw.name,
+        description: raw.description.trim().to_string(),
+        dir: dir.to_path_buf(),
+        runtime: raw.runtime,
+        main,
+        permissions: raw.permissions,
+        profile: raw.profile.unwrap_or_else(|| "strict".into()),
+        timeout,
+        memory,
+        execution_mode: raw.execution_mode,
+        activation: raw.activation,
+        input_schema: raw.input_schema,
+        license: raw.license,
+        instructions: body.to_string(),
+    })
+}
+
+/// Skills found under `roots`, in order; a name defined again later is
+/// reported and the first one wins (list the project's root first).
+#[derive(Debug, Default)]
+pub struct Discovered {
+    /// Valid skills by name.
+    pub skills: BTreeMap<String, Skill>,
+    /// Manifests that did not load.
+    pub invalid: Vec<ManifestError>,
+    /// Names defined more than once: (name, the one used, the one ignored).
+    pub duplicates: Vec<(String, PathBuf, PathBuf)>,
+}
+
+/// Every skill directory (one holding SKILL.md) directly below each root.
+pub fn discover(roots: &[PathBuf]) -> Discovered {
+    let mut found = Discovered::default();
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("SKILL.md").is_file())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            match load(&dir) {
+                Ok(skill) => match found.skills.get(&skill.name) {
+                    Some(first) => {
+                        found
+                            .duplicates
+                            .push((skill.name.clone(), first.dir.clone(), dir))
+                    }
+                    None => {
+                        found.skills.insert(skill.name.clone(), skill);
+                    }
+                },
+                Err(e) => found.invalid.push(e),
+            }
+        }
+    }
+    found
+}
+
+/// The skill roots: `--skills-dir` ones, then the project's `.skills/`,
+/// then `$XDG_CONFIG_HOME/sandbox/skills` (or `~/.config/sandbox/skills`).
+pub fn roots(extra: &[PathBuf], project: &Path) -> Vec<PathBuf> {
+    let mut roots = extra.to_vec();
+    roots.push(project.join(".skills"));
+    let config = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
+    if let Some(config) = config {
+        roots.push(config.join("sandbox/skills"));
+    }
+    roots
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skill(dir: &Path, name: &str, manifest: &str) -> PathBuf {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("SKILL.md"), manifest).unwrap();
+        std::fs::write(d.join("index.js"), "").unwrap();
+        d
+    }
+
+    const GOOD: &str = "---\nname: file-tool\ndescription: Reads and writes files\nruntime: node\nmain: index.js\n\
+permissions: [fs.read, \"fs.write:dist/**\"]\nactivation: persistent\ntimeout: 5s\n\
+input-schema: {type: object, properties: {path: {type: string}}, required: [path]}\n---\n# How to use\nCall it.\n";
+
+    #[test]
+    fn a_valid_manifest_loads() {
+        let root = tempfile::tempdir().unwrap();
+        let s = load(&skill(root.path(), "a", GOOD)).unwrap();
+        assert_eq!(s.name, "file-tool");
+        assert_eq!(s.runtime, Some(Runtime::Node));
+        assert_eq!(s.permissions, vec!["fs.read", "fs.write:dist/**"]);
+        assert_eq!(s.activation, Activation::Persistent);
+        assert_eq!(s.timeout, Some(std::time::Duration::from_secs(5)));
+        assert_eq!(s.profile, "strict");
+        assert_eq!(s.instructions, "# How to use\nCall it.\n");
+        assert_eq!(s.input_schema.unwrap()["required"][0], "path");
+    }
+
+    #[test]
+    fn an_agent_skills_manifest_loads_as_a_template() {
+        let root = tempfile::tempdir().unwrap();
+        let text = "---\nname: pdf\ndescription: Fill PDF forms\nlicense: Apache-2.0\nallowed-tools: [Bash]\n\
+metadata: {version: 1}\nexecution-mode: template\n---\nSteps...\n";
+        let s = load(&skill(root.path(), "pdf", text)).unwrap();
+        assert_eq!(s.execution_mode, ExecutionMode::Template);
+        assert_eq!(s.license.as_deref(), Some("Apache-2.0"));
+    }
+
+    #[test]
+    fn errors_name_the_file_the_line_and_the_valid_values() {
+        let root = tempfile::tempdir().unwrap();
+        let cases = [
+            (
+                "runtime: ruby",
+                4,
+                "unknown variant `ruby`, expected one of `node`, `python`, `sh`, `exec`",
+            ),
+            (
+                "activation: always",
+                4,
+                "unknown variant `always`, expected `on-demand` or `persistent`",
+            ),
+            ("colour: blue", 4, "unknown field `colour`"),
+            ("permissions: [fs.writ]", 4, "unknown action \"fs.writ\""),
+            ("timeout: soon", 4, "timeout:"),
+        ];
+        for (i, (line, at, message)) in cases.iter().enumerate() {
+            let text = format!(
+                "---\nname: x\ndescription: y\n{line}\nruntime: node\nmain: index.js\n---\n"
+            );
+            let text = if line.starts_with("runtime") {
+                text.replacen("\nruntime: node", "", 1)
+            } else {
+                text
+            };
+            let dir = skill(root.path(), &format!("s{i}"), &text);
+            let err = load(&dir).unwrap_err();
+            assert_eq!(err.line, *at, "{line}: {err}");
+            assert!(err.message.contains(message), "{line}: {err}");
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("{}:{at}:", dir.join("SKILL.md").display())),
+                "{err}"
+            );
+        }
+        let no_front = skill(root.path(), "nf", "# just markdown\n");
+        assert!(load(&no_front)
+            .unwrap_err()
+            .message
+            .starts_with("no front matter"));
+        let outside = skill(
+            root.path(),
+            "out",
+            "---\nname: o\ndescription: d\nruntime: sh\nmain: ../x.sh\n---\n",
+        );
+        assert_eq!(load(&outside).unwrap_err().line, 5);
+    }
+
+    #[test]
+    fn discovery_skips_invalid_skills_and_reports_duplicates() {
+        let root_a = tempfile::tempdir().unwrap();
+        let root_b = tempfile::tempdir().unwrap();
+        skill(root_a.path(), "one", GOOD);
+        skill(
+            root_a.path(),
+            "broken",
+            "---\nname: Bad Name\ndescription: d\n---\n",
+        );
+        skill(root_b.path(), "again", GOOD);
+        let found = discover(&[root_a.path().to_path_buf(), root_b.path().to_path_buf()]);
+        assert_eq!(found.skills.len(), 1);
+        assert_eq!(found.invalid.len(), 1);
+        assert!(
+            found.invalid[0].message.contains("lowercase letters"),
+            "{:?}",
+            found.invalid
+        );
+        assert_eq!(found.duplicates.len(), 1);
+        assert!(
+            found.duplicates[0].1.starts_with(root_a.path()),
+            "the first root wins"
+        );
+    }
+}

@@ -1,0 +1,97 @@
+//! `sandbox skill list|show|check` against skill directories on disk.
+
+use std::path::Path;
+use std::process::Command;
+
+fn sandbox() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_sandbox"))
+}
+
+fn write_skill(root: &Path, dir: &str, manifest: &str, files: &[(&str, &str)]) {
+    let d = root.join(dir);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::write(d.join("SKILL.md"), manifest).unwrap();
+    for (name, content) in files {
+        std::fs::write(d.join(name), content).unwrap();
+    }
+}
+
+#[test]
+fn list_show_and_check_report_valid_and_invalid_skills() {
+    let project = tempfile::tempdir().unwrap();
+    let skills = project.path().join(".skills");
+    write_skill(
+        &skills,
+        "reader",
+        "---\nname: reader\ndescription: Reads a file\nruntime: node\nmain: index.js\npermissions: [fs.read]\n---\nUse it to read.\n",
+        &[("index.js", "process.on('message', () => {});\n")],
+    );
+    write_skill(
+        &skills,
+        "sketch",
+        "---\nname: sketch\ndescription: A template\nexecution-mode: template\n---\nAdapt this:\n",
+        &[("script.sh", "echo adapt me\n")],
+    );
+    write_skill(
+        &skills,
+        "broken",
+        "---\nname: broken\ndescription: x\nruntime: ruby\nmain: a\n---\n",
+        &[],
+    );
+
+    let list = sandbox()
+        .args(["skill", "list", "--project"])
+        .arg(project.path())
+        .output()
+        .unwrap();
+    assert!(list.status.success());
+    let stdout = String::from_utf8_lossy(&list.stdout);
+    assert!(
+        stdout.contains("reader") && stdout.contains("node") && stdout.contains("Reads a file"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("sketch") && stdout.contains("template"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&list.stderr);
+    assert!(
+        stderr.contains("skipping an invalid skill") && stderr.contains("broken/SKILL.md:4:"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("unknown variant `ruby`, expected one of `node`, `python`, `sh`, `exec`"),
+        "{stderr}"
+    );
+
+    let show = sandbox()
+        .args(["skill", "show", "sketch", "--project"])
+        .arg(project.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        shown.contains("Adapt this:")
+            && shown.contains("--- script.sh ---")
+            && shown.contains("echo adapt me"),
+        "{shown}"
+    );
+
+    let check = sandbox()
+        .args(["skill", "check"])
+        .arg(&skills)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(2), "one skill is invalid");
+    let check_one = sandbox()
+        .args(["skill", "check"])
+        .arg(skills.join("reader"))
+        .output()
+        .unwrap();
+    assert!(
+        check_one.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check_one.stderr)
+    );
+    assert!(String::from_utf8_lossy(&check_one.stdout).contains("ok (reader)"));
+}
