@@ -6,6 +6,25 @@ mod support;
 
 use support::{assert_ok, Project, Who};
 
+/// The supervisor's own peak RSS (VmHWM, KiB), sampled until it exits.
+fn peak_rss_until_exit(child: &mut std::process::Child) -> u64 {
+    let status = format!("/proc/{}/status", child.id());
+    let mut peak_kib = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        if let Ok(text) = std::fs::read_to_string(&status) {
+            if let Some(kib) = text
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                peak_kib = peak_kib.max(kib);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    peak_kib
+}
+
 const BURST: &str = r#"
 import os, socket, threading
 s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
@@ -42,21 +61,7 @@ fn a_burst_of_100k_requests_is_answered_with_bounded_memory() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // The supervisor's own peak (VmHWM), sampled until it exits.
-    let status = format!("/proc/{}/status", child.id());
-    let mut peak_kib = 0u64;
-    while child.try_wait().unwrap().is_none() {
-        if let Ok(text) = std::fs::read_to_string(&status) {
-            if let Some(kib) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
-                peak_kib = peak_kib.max(kib);
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let peak_kib = peak_rss_until_exit(&mut child);
     let out = child.wait_with_output().unwrap();
     assert_ok(&out, "burst");
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "100000");
@@ -101,20 +106,7 @@ fn a_one_gibibyte_line_is_refused_and_the_supervisor_stays_small() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let status = format!("/proc/{}/status", child.id());
-    let mut peak_kib = 0u64;
-    while child.try_wait().unwrap().is_none() {
-        if let Ok(text) = std::fs::read_to_string(&status) {
-            if let Some(kib) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
-                peak_kib = peak_kib.max(kib);
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    let peak_kib = peak_rss_until_exit(&mut child);
     let out = child.wait_with_output().unwrap();
     assert_ok(&out, "1 GiB line");
     let text = String::from_utf8_lossy(&out.stdout);
