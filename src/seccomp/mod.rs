@@ -554,4 +554,39 @@ mod tests {
             Err(SeccompError::UnsupportedArch(_))
         ));
     }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn strict_allows_exactly_its_list_and_answers_enosys_for_every_other_call() {
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let strict = compile(&policy(SyscallMode::Allowlist)).unwrap();
+        let standard = compile(&policy(SyscallMode::Denylist)).unwrap();
+        for (name, number) in tables::SYSCALLS {
+            let name = name.trim_start_matches("SYS_");
+            let number = *number as u32;
+            let (want_strict, want_standard) = if DENIED.contains(&name) {
+                (eperm, eperm)
+            } else if name == "clone3" {
+                (enosys, enosys)
+            } else if ALLOWED.contains(&name) {
+                (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_ALLOW)
+            } else {
+                (enosys, libc::SECCOMP_RET_ALLOW)
+            };
+            assert_eq!(
+                verdict(&strict, number, [0; 6]),
+                want_strict,
+                "{name} in strict"
+            );
+            assert_eq!(
+                verdict(&standard, number, [0; 6]),
+                want_standard,
+                "{name} in standard"
+            );
+        }
+        // Numbers no table knows (newer kernels' calls) take the default.
+        assert_eq!(verdict(&strict, 463, [0; 6]), enosys);
+        assert_eq!(verdict(&standard, 463, [0; 6]), libc::SECCOMP_RET_ALLOW);
+    }
 }
