@@ -48,6 +48,16 @@ pub enum SeccompError {
         /// `allow` or `deny`.
         list: &'static str,
     },
+    /// `allow` names a call the stacked filters refuse whatever the
+    /// allowlist says. Accepting it silently would leave a profile that
+    /// reads as if the call worked.
+    #[error("[syscalls] allow cannot allow {name:?}: {reason}")]
+    CannotAllow {
+        /// The name.
+        name: String,
+        /// Why the call stays refused.
+        reason: &'static str,
+    },
     /// seccompiler rejected a filter.
     #[error("building the {which} filter: {source}")]
     Build {
@@ -110,6 +120,26 @@ const CLONE_NAMESPACE_FLAGS: [u64; 7] = [
     libc::CLONE_NEWIPC as u64,
     libc::CLONE_NEWCGROUP as u64,
 ];
+
+/// Refuse `allow` entries that a later filter would override anyway.
+fn check_allowable(allow: &[String]) -> Result<(), SeccompError> {
+    for name in allow {
+        let reason = if name == "clone3" {
+            // clone3 passes its flags in memory that seccomp cannot read, so
+            // allowing it would bypass the namespace-flag rules on clone.
+            "it answers ENOSYS so that libc falls back to clone, whose flags the filter can check"
+        } else if DENIED.contains(&name.as_str()) {
+            "it is on the built-in deny list and answers EPERM in every mode"
+        } else {
+            continue;
+        };
+        return Err(SeccompError::CannotAllow {
+            name: name.clone(),
+            reason,
+        });
+    }
+    Ok(())
+}
 
 fn resolve(names: &[&str], extra: &[String], list: &'static str) -> Result<Vec<i64>, SeccompError> {
     let mut numbers = Vec::new();
@@ -222,6 +252,10 @@ fn prelude() -> Vec<libc::sock_filter> {
 pub fn compile(policy: &SyscallPolicy) -> Result<CompiledFilter, SeccompError> {
     let arch = tables::target().ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
     let mut programs = Vec::with_capacity(2);
+    // Unknown names first: a typo is the likelier mistake and its message
+    // more useful.
+    resolve(&[], &policy.allow, "allow")?;
+    check_allowable(&policy.allow)?;
 
     match policy.mode {
         SyscallMode::Allowlist => {
@@ -235,8 +269,7 @@ pub fn compile(policy: &SyscallPolicy) -> Result<CompiledFilter, SeccompError> {
             programs.push(program);
         }
         SyscallMode::Denylist => {
-            // `allow` only widens an allowlist; validation of the names still applies.
-            resolve(&[], &policy.allow, "allow")?;
+            // `allow` only widens an allowlist; its names were validated above.
             let clone3 = syscall_number("clone3")
                 .into_iter()
                 .map(|nr| (nr, Vec::new()))
@@ -317,6 +350,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn both_modes_compile_to_two_programs_with_the_prelude() {
         for mode in [SyscallMode::Allowlist, SyscallMode::Denylist] {
@@ -335,6 +369,7 @@ mod tests {
         }
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn hash_is_stable_and_differs_between_modes() {
         let a = compile(&policy(SyscallMode::Allowlist)).unwrap();
@@ -345,6 +380,7 @@ mod tests {
         assert_eq!(a.sha256().len(), 64);
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn unknown_names_are_errors_naming_the_list() {
         let mut p = policy(SyscallMode::Allowlist);
@@ -362,6 +398,7 @@ mod tests {
         ));
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn lists_resolve_and_never_overlap() {
         for name in ALLOWED.iter().chain(DENIED) {
@@ -377,8 +414,10 @@ mod tests {
         assert_eq!(syscall_number("read"), Some(libc::SYS_read));
     }
 
+    #[cfg(target_arch = "x86_64")]
     const X86_64: u32 = 0xC000_003E;
 
+    #[cfg(target_arch = "x86_64")]
     fn verdict(filter: &CompiledFilter, nr: u32, args: [u64; 6]) -> u32 {
         // The kernel keeps the most restrictive action, the lowest as a
         // signed value (KILL_PROCESS is 0x80000000), and between equal
@@ -398,6 +437,7 @@ mod tests {
         result
     }
 
+    #[cfg(target_arch = "x86_64")]
     fn nr(name: &str) -> u32 {
         syscall_number(name).unwrap() as u32
     }
@@ -451,14 +491,102 @@ mod tests {
         assert_eq!(verdict(&standard, nr("sethostname"), [0; 6]), allow);
     }
 
+    #[cfg(target_arch = "x86_64")]
     #[test]
     fn extra_allow_and_deny_change_the_filter() {
         let base = compile(&policy(SyscallMode::Allowlist)).unwrap();
         let mut p = policy(SyscallMode::Allowlist);
-        p.allow = vec!["syslog".into()];
+        p.allow = vec!["sethostname".into()];
         assert_ne!(compile(&p).unwrap().sha256(), base.sha256());
         let mut p = policy(SyscallMode::Allowlist);
         p.deny = vec!["uname".into()];
         assert_ne!(compile(&p).unwrap().sha256(), base.sha256());
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn allow_cannot_lift_clone3_or_the_deny_list() {
+        for (mode, name) in [
+            (SyscallMode::Allowlist, "clone3"),
+            (SyscallMode::Allowlist, "ptrace"),
+            (SyscallMode::Denylist, "mount"),
+        ] {
+            let mut p = policy(mode);
+            p.allow = vec!["read".into(), name.into()];
+            match compile(&p) {
+                Err(SeccompError::CannotAllow { name: got, .. }) => assert_eq!(got, name),
+                other => panic!("{name} in {mode:?}: {other:?}"),
+            }
+        }
+        let mut p = policy(SyscallMode::Allowlist);
+        p.allow = vec!["clone3".into()];
+        let message = compile(&p).unwrap_err().to_string();
+        assert!(
+            message.contains("\"clone3\"") && message.contains("ENOSYS"),
+            "{message}"
+        );
+        // Denying a built-in allowed call is fine: the deny filter runs last.
+        let mut p = policy(SyscallMode::Allowlist);
+        p.deny = vec!["clone3".into(), "uname".into()];
+        assert!(compile(&p).is_ok());
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn nfsservctl_is_denied() {
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        assert!(DENIED.contains(&"nfsservctl"));
+        for mode in [SyscallMode::Allowlist, SyscallMode::Denylist] {
+            let f = compile(&policy(mode)).unwrap();
+            assert_eq!(
+                verdict(&f, 180, [0; 6]),
+                eperm,
+                "nfsservctl is 180 on x86_64"
+            );
+        }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[test]
+    fn other_architectures_are_unsupported_not_unfiltered() {
+        assert!(matches!(
+            compile(&policy(SyscallMode::Denylist)),
+            Err(SeccompError::UnsupportedArch(_))
+        ));
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn strict_allows_exactly_its_list_and_answers_enosys_for_every_other_call() {
+        let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
+        let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+        let strict = compile(&policy(SyscallMode::Allowlist)).unwrap();
+        let standard = compile(&policy(SyscallMode::Denylist)).unwrap();
+        for (name, number) in tables::SYSCALLS {
+            let name = name.trim_start_matches("SYS_");
+            let number = *number as u32;
+            let (want_strict, want_standard) = if DENIED.contains(&name) {
+                (eperm, eperm)
+            } else if name == "clone3" {
+                (enosys, enosys)
+            } else if ALLOWED.contains(&name) {
+                (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_ALLOW)
+            } else {
+                (enosys, libc::SECCOMP_RET_ALLOW)
+            };
+            assert_eq!(
+                verdict(&strict, number, [0; 6]),
+                want_strict,
+                "{name} in strict"
+            );
+            assert_eq!(
+                verdict(&standard, number, [0; 6]),
+                want_standard,
+                "{name} in standard"
+            );
+        }
+        // Numbers no table knows (newer kernels' calls) take the default.
+        assert_eq!(verdict(&strict, 463, [0; 6]), enosys);
+        assert_eq!(verdict(&standard, 463, [0; 6]), libc::SECCOMP_RET_ALLOW);
     }
 }

@@ -20,17 +20,10 @@ mod arch {
     }
 }
 
-#[cfg(target_arch = "aarch64")]
-mod arch {
-    pub const AUDIT_ARCH: u32 = 0xC000_00B7; // AUDIT_ARCH_AARCH64
-    /// aarch64 has no second ABI to refuse; no number has this bit.
-    pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    pub fn target() -> Option<seccompiler::TargetArch> {
-        Some(seccompiler::TargetArch::aarch64)
-    }
-}
-
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+// Other architectures (aarch64 included) have no table yet: an empty
+// table would compile to a filter that denies nothing, so `target()` says
+// "unsupported" and `compile` fails with UnsupportedArch instead.
+#[cfg(not(target_arch = "x86_64"))]
 mod arch {
     pub const AUDIT_ARCH: u32 = 0;
     pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -38,6 +31,9 @@ mod arch {
         None
     }
 }
+
+#[cfg(not(target_arch = "x86_64"))]
+syscall_table![];
 
 pub use arch::{target, AUDIT_ARCH, X32_SYSCALL_BIT};
 
@@ -392,6 +388,8 @@ syscall_table![
     SYS_futex_waitv,
     SYS_set_mempolicy_home_node,
     SYS_fchmodat2,
+    // Removed in Linux 3.1 (always ENOSYS); listed so the deny list can name it.
+    SYS_nfsservctl,
 ];
 
 /// Refused with EPERM in every mode: calls that reach kernel attack
@@ -460,6 +458,7 @@ pub const DENIED: &[&str] = &[
     "modify_ldt",
     "sysfs",
     "ustat",
+    "nfsservctl",
 ];
 
 /// The allowlist of `strict`: what compilers, make, git, Python, Node and the
