@@ -147,11 +147,7 @@ fn escapes_are_refused_every_way() {
 #[test]
 fn ask_without_a_terminal_is_denied_with_the_fix() {
     let project = project_with_files(Who::Root);
-    if !support::require(
-        "broker",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("broker") {
         return;
     }
     let answers = exchange(
@@ -177,11 +173,7 @@ fn ask_without_a_terminal_is_denied_with_the_fix() {
 
 #[test]
 fn hostile_input_gets_errors_and_the_broker_stays_up() {
-    if !support::require(
-        "broker",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("broker") {
         return;
     }
     let project = project_with_files(Who::Root);
@@ -318,11 +310,7 @@ fn granted_writes_mkdirs_lists_and_deletes_work_inside_the_project() {
 
 #[test]
 fn writes_through_hard_links_and_symlinks_are_refused() {
-    if !support::require(
-        "broker",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("broker") {
         return;
     }
     let project = project_with_files(Who::Root);
@@ -513,11 +501,7 @@ time.sleep(30)
 
 #[test]
 fn descriptors_passed_to_the_broker_are_closed_not_used() {
-    if !support::require(
-        "broker",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("broker") {
         return;
     }
     let project = Project::new(Who::Root);

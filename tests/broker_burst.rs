@@ -47,11 +47,7 @@ print(ok)
 
 #[test]
 fn a_burst_of_100k_requests_is_answered_with_bounded_memory() {
-    if !support::require(
-        "broker burst",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("broker burst") {
         return;
     }
     let project = Project::new(Who::Root);
@@ -84,11 +80,7 @@ print(f.readline().decode().strip())
 
 #[test]
 fn a_one_gibibyte_line_is_refused_and_the_supervisor_stays_small() {
-    if !support::require(
-        "broker 1 GiB line",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("broker 1 GiB line") {
         return;
     }
     let project = Project::new(Who::Root);

@@ -48,11 +48,7 @@ fn drive(project: &Project, state: &std::path::Path, answer: &str) -> String {
 
 #[test]
 fn an_always_answer_becomes_a_grant_that_can_be_revoked() {
-    if !support::require(
-        "prompt",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("prompt") {
         return;
     }
     let project = Project::new(Who::Root);
@@ -122,11 +118,7 @@ fn an_always_answer_becomes_a_grant_that_can_be_revoked() {
 
 #[test]
 fn no_answer_is_a_deny() {
-    if !support::require(
-        "prompt",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("prompt") {
         return;
     }
     let project = Project::new(Who::Root);

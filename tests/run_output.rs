@@ -7,11 +7,7 @@ use support::{Project, Who};
 
 #[test]
 fn a_gigabyte_under_a_one_mebibyte_cap_is_cut_and_the_supervisor_stays_small() {
-    if !support::require(
-        "output cap",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("output cap") {
         return;
     }
     let project = Project::new(Who::Root);
@@ -52,11 +48,7 @@ fn a_gigabyte_under_a_one_mebibyte_cap_is_cut_and_the_supervisor_stays_small() {
 
 #[test]
 fn output_under_the_cap_passes_through_unchanged() {
-    if !support::require(
-        "output cap",
-        "a sandbox as root",
-        support::sandbox_works(Who::Root),
-    ) {
+    if !support::require_root_sandbox("output cap") {
         return;
     }
     let project = Project::new(Who::Root);

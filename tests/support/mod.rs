@@ -72,6 +72,12 @@ pub fn identities(test: &str) -> Vec<Who> {
     out
 }
 
+/// For tests that need a sandbox started by root: skip loudly (or fail
+/// under SANDBOX_TEST_REQUIRE=1) when there is none.
+pub fn require_root_sandbox(test: &str) -> bool {
+    require(test, "a sandbox as root", sandbox_works(Who::Root))
+}
+
 /// Whether a trivial run starts for `who` (probed once per identity).
 pub fn sandbox_works(who: Who) -> bool {
     static ROOT: OnceLock<bool> = OnceLock::new();
