@@ -37,6 +37,7 @@ pub struct Command {
     audit: Option<PathBuf>,
     interactive: bool,
     secrets: Vec<(String, String)>,
+    skill: Option<crate::spawn::prepare::SkillCaller>,
 }
 
 /// How a sandboxed command ended.
@@ -92,7 +93,15 @@ impl Command {
             audit: None,
             interactive: false,
             secrets: Vec::new(),
+            skill: None,
         }
+    }
+
+    /// Run a skill: the broker names it in the audit log and grants, and
+    /// refuses whatever its manifest did not declare.
+    pub fn skill(&mut self, skill: crate::spawn::prepare::SkillCaller) -> &mut Command {
+        self.skill = Some(skill);
+        self
     }
     /// Add an argument.
     pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Command {
@@ -216,6 +225,7 @@ impl Command {
         prepared.audit = self.audit.clone();
         prepared.interactive = self.interactive;
         prepared.secrets = self.secrets.clone();
+        prepared.skill = self.skill.clone();
         Ok(prepared)
     }
 
@@ -269,13 +279,23 @@ impl Child {
     /// Wait until the run is over (every process gone) and return the
     /// status with the report.
     pub fn wait(self) -> Finished {
+        self.finish(None)
+    }
+
+    /// [`Child::wait`], with `driver` talking to the program over its
+    /// broker channel meanwhile (a skill host sending invocations).
+    pub fn wait_driven(self, driver: &mut dyn parent::Driver) -> Finished {
+        self.finish(Some(driver))
+    }
+
+    fn finish(self, driver: Option<&mut dyn parent::Driver>) -> Finished {
         let Child {
             running,
             prepared,
             policy,
             command,
         } = self;
-        let outcome = running.wait(&prepared);
+        let outcome = running.wait_driven(&prepared, driver);
         let report = build_report(&policy, &prepared, command, &outcome);
         Finished {
             result: outcome.map(|o| ExitStatus(o.exit)),

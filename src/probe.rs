@@ -549,6 +549,7 @@ fn assess_landlock(policy: &Policy, probes: &Probes) -> LayerAssessment {
     let project = match fs.project {
         ProjectAccess::ReadWrite => "read-write",
         ProjectAccess::ReadOnly => "read-only",
+        ProjectAccess::Empty => "not visible",
     };
     let outcome = match (enforcement, probes.landlock_abi) {
         (Enforcement::Off, _) => LayerOutcome::Off,

@@ -62,6 +62,36 @@ pub struct Broker {
     rate: Option<RateLimit>,
     /// Per-action counts.
     pub by_action: BTreeMap<String, u64>,
+    /// A skill's declared permissions (`action` or `action:pattern`): the
+    /// most it can ever get, whatever the profile, grants or a person say.
+    declared: Option<Vec<String>>,
+    /// The request being performed, so that the object a path actually
+    /// resolved to is checked against its patterns, not only the string asked.
+    performing: Option<String>,
+    /// Requests this side sent (`skill.invoke`), oldest first.
+    invocations: std::collections::VecDeque<String>,
+    next_invocation: u64,
+    answers: Vec<InvocationAnswer>,
+    /// Shut the channel for writing once the outbox is empty.
+    closing: bool,
+    /// Prefix for the peer's `log` notifications on stderr; None: not shown.
+    log_label: Option<String>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Read {
+    Data,
+    WouldBlock,
+    Closed,
+}
+
+/// The answer to a request this side sent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InvocationAnswer {
+    /// The id the request was sent with.
+    pub id: String,
+    /// Its result, or the error object the peer sent.
+    pub outcome: Result<Value, Value>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -159,6 +189,13 @@ impl Broker {
             secrets: BTreeMap::new(),
             nested: None,
             rate: None,
+            declared: None,
+            performing: None,
+            invocations: Default::default(),
+            next_invocation: 0,
+            answers: Vec::new(),
+            closing: false,
+            log_label: None,
         })
     }
 
@@ -210,6 +247,80 @@ impl Broker {
         self.caller_paths = paths;
     }
 
+    /// Never allow more than `permissions` (a skill's manifest): anything
+    /// else is denied without asking, and a pattern is checked against the
+    /// path the request actually resolved to.
+    pub fn restrict_to_declared(&mut self, permissions: Vec<String>) {
+        self.declared = Some(permissions);
+    }
+
+    /// Print the peer's `log` notifications on stderr, prefixed with `label`.
+    pub fn show_logs(&mut self, label: String) {
+        self.log_label = Some(label);
+    }
+
+    /// Send `skill.invoke` with `params`; its answer comes back from
+    /// [`Broker::take_answers`]. A JSON-RPC response with this id answers
+    /// it, and so does a plain (non-JSON-RPC) message while it is the
+    /// oldest one pending: that is what `process.send(result)` in a Node
+    /// skill produces.
+    pub fn invoke(&mut self, params: Value) -> String {
+        self.next_invocation += 1;
+        let id = format!("invoke-{}", self.next_invocation);
+        let request = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke", "params": params});
+        self.outbox.extend(request.to_string().as_bytes());
+        self.outbox.push(b'\n');
+        self.invocations.push_back(id.clone());
+        id
+    }
+
+    /// Stop waiting for the answer to `id` (it timed out).
+    pub fn forget(&mut self, id: &str) {
+        self.invocations.retain(|pending| pending != id);
+    }
+
+    /// Answers that arrived since the last call.
+    pub fn take_answers(&mut self) -> Vec<InvocationAnswer> {
+        std::mem::take(&mut self.answers)
+    }
+
+    /// Close the channel for writing once everything queued is sent: the
+    /// peer reads end-of-file (Node's 'disconnect'), its cue to exit.
+    pub fn close_when_sent(&mut self) {
+        self.closing = true;
+    }
+
+    /// Whether the channel should be shut now (see [`Broker::close_when_sent`]).
+    pub fn ready_to_close(&self) -> bool {
+        self.closing && self.outbox.is_empty()
+    }
+
+    /// Why the declared permissions refuse `method` on `target`, if they do.
+    fn undeclared(&self, method: &str, target: Option<&str>) -> Option<Verdict> {
+        let declared = self.declared.as_ref()?;
+        if matches!(method, "log" | "permission.query") {
+            return None;
+        }
+        let covered = declared.iter().any(|entry| match entry.split_once(':') {
+            None => entry == method,
+            Some((action, pattern)) => {
+                action == method && target.is_some_and(|t| permission::glob_matches(pattern, t))
+            }
+        });
+        if covered {
+            return None;
+        }
+        let listed = if declared.is_empty() {
+            "none".to_string()
+        } else {
+            declared.join(", ")
+        };
+        Some(Verdict {
+            decision: Decision::Deny,
+            rule: format!("the skill's declared permissions ({listed})"),
+        })
+    }
+
     /// Use stored grants (and store "always" answers) in `store`.
     pub fn use_grants(&mut self, store: super::grants::GrantStore) {
         self.grants = Some(store);
@@ -248,6 +359,9 @@ impl Broker {
         if from_profile.decision == Decision::Deny && from_profile.rule.starts_with("broker.rules")
         {
             return from_profile;
+        }
+        if let Some(refusal) = self.undeclared(method, target) {
+            return refusal;
         }
         if self.run_allowed.contains(method) {
             return Verdict {
@@ -335,16 +449,25 @@ impl Broker {
 
     /// Read what the peer sent and answer it. False when the peer closed.
     pub fn on_readable(&mut self, sock: BorrowedFd<'_>) -> bool {
+        self.read_once(sock) != Read::Closed
+    }
+
+    /// Read everything the peer left in the channel (it has exited).
+    pub fn drain(&mut self, sock: BorrowedFd<'_>) {
+        while self.read_once(sock) == Read::Data {}
+    }
+
+    fn read_once(&mut self, sock: BorrowedFd<'_>) -> Read {
         let mut buf = [0u8; 64 * 1024];
         let n = match nix::sys::socket::recv(
             sock.as_raw_fd(),
             &mut buf,
             nix::sys::socket::MsgFlags::MSG_DONTWAIT,
         ) {
-            Ok(0) => return false,
+            Ok(0) => return Read::Closed,
             Ok(n) => n,
-            Err(Errno::EAGAIN | Errno::EINTR) => return true,
-            Err(_) => return false,
+            Err(Errno::EAGAIN | Errno::EINTR) => return Read::WouldBlock,
+            Err(_) => return Read::Closed,
         };
         let mut frames = Vec::new();
         self.framer.push(&buf[..n], &mut frames);
@@ -367,7 +490,7 @@ impl Broker {
                 }
             }
         }
-        true
+        Read::Data
     }
 
     /// Write queued answers. False when the peer is gone.
@@ -415,6 +538,7 @@ impl Broker {
         }
         let message = match protocol::parse(line, &self.limits) {
             Ok(message) => message,
+            Err(_) if self.next_invocation > 0 && self.take_plain_answer(line) => return,
             Err(err) => {
                 self.counts.errors += 1;
                 self.outbox.extend(protocol::error_response(
@@ -429,8 +553,15 @@ impl Broker {
         let (id, method, params) = match message {
             Message::Request { id, method, params } => (Some(id), method, params),
             Message::Notification { method, params } => (None, method, params),
-            // The supervisor sends no requests yet, so no response is expected.
-            Message::Response { .. } => return,
+            Message::Response { id, outcome } => {
+                if let Id::String(id) = id {
+                    if let Some(at) = self.invocations.iter().position(|p| *p == id) {
+                        self.invocations.remove(at);
+                        self.answers.push(InvocationAnswer { id, outcome });
+                    }
+                }
+                return;
+            }
         };
         *self.by_action.entry(method.clone()).or_default() += 1;
         // What rules and the audit log match against: a path relative to the
@@ -458,7 +589,9 @@ impl Broker {
         } else {
             self.verdict_for(&method, target.as_deref())
         };
+        self.performing = Some(method.clone());
         let result = self.perform(&method, &params, &verdict);
+        self.performing = None;
         self.counts.requests += 1;
         let decision = match (&result, verdict.decision) {
             (Err(f), _) if f.code == code::PERMISSION_DENIED || f.code == code::NEEDS_APPROVAL => {
@@ -495,6 +628,38 @@ impl Broker {
         }
     }
 
+    /// A line that is JSON but no JSON-RPC message: the result of the
+    /// oldest pending invocation (Node's `process.send(value)`). Node's own
+    /// internal messages are skipped. False when it is not such a line.
+    fn take_plain_answer(&mut self, line: &[u8]) -> bool {
+        let Ok(value) = serde_json::from_slice::<Value>(line) else {
+            return false;
+        };
+        if value.get("jsonrpc").is_some() {
+            return false;
+        }
+        if value
+            .get("cmd")
+            .and_then(Value::as_str)
+            .is_some_and(|cmd| cmd.starts_with("NODE_"))
+        {
+            return true;
+        }
+        match self.invocations.pop_front() {
+            Some(id) => self.answers.push(InvocationAnswer {
+                id,
+                outcome: Ok(value),
+            }),
+            None => {
+                self.counts.errors += 1;
+                if let Some(label) = &self.log_label {
+                    eprintln!("{label}: ignored a message that answers no pending invocation");
+                }
+            }
+        }
+        true
+    }
+
     fn audit(
         &mut self,
         method: &str,
@@ -511,7 +676,7 @@ impl Broker {
         let entry = json!({
             "time": time,
             "run": self.run_id,
-            "caller": "command",
+            "caller": self.caller,
             "method": method,
             "target": target,
             "decision": decision,
@@ -541,7 +706,9 @@ impl Broker {
                     )
                 })?;
             let target = params.get("target").and_then(Value::as_str);
-            let v = permission::decide_for(&self.policy, action, target);
+            let v = self
+                .undeclared(action, target)
+                .unwrap_or_else(|| permission::decide_for(&self.policy, action, target));
             let effective = if v.decision == Decision::Ask {
                 "deny"
             } else {
@@ -574,7 +741,17 @@ impl Broker {
             }
         }
         match method {
-            "log" => Ok(Value::Null),
+            "log" => {
+                if let Some(label) = &self.log_label {
+                    let text = params
+                        .get("message")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    // Escaped: a skill's log must not drive the terminal.
+                    eprintln!("{label}: {}", text.escape_debug());
+                }
+                Ok(Value::Null)
+            }
             "fs.stat" => self.stat(params),
             "fs.read" => self.read(params),
             "fs.list" => self.list(params),
@@ -594,6 +771,45 @@ impl Broker {
     /// absolute symlinks and magic links; then check the object actually
     /// opened against the hidden paths.
     fn open(&self, params: &Value, flags: OFlag) -> Result<(OwnedFd, PathBuf), Failure> {
+        let (fd, real) = self.open_any(params, flags)?;
+        self.check_resolved(&real, path_param(params)?)?;
+        Ok((fd, real))
+    }
+
+    /// Patterns decide on the path as asked; the object it resolved to
+    /// (through symlinks or `..` inside the project) must pass them too, or
+    /// `dist/../.env` would slip past a `fs.write:dist/**` declaration and a
+    /// symlink past a deny pattern.
+    fn check_resolved(&self, real: &Path, path: &str) -> Result<(), Failure> {
+        let Some(method) = &self.performing else {
+            return Ok(());
+        };
+        let relative = relative_display(real, &self.project_path);
+        let refusal = self.undeclared(method, Some(&relative)).or_else(|| {
+            let verdict = permission::decide_for(&self.policy, method, Some(&relative));
+            let pattern_rule = format!("broker.rules.\"{method}:");
+            (verdict.decision == Decision::Deny && verdict.rule.starts_with(&pattern_rule))
+                .then_some(verdict)
+        });
+        match refusal {
+            Some(verdict) if relative != path.trim_start_matches("./") => Err(Failure {
+                code: code::PERMISSION_DENIED,
+                message: format!(
+                    "{path} resolves to {relative}, where {method} is denied by {}",
+                    verdict.rule
+                ),
+                rule: Some(verdict.rule),
+            }),
+            Some(verdict) => Err(Failure {
+                code: code::PERMISSION_DENIED,
+                message: format!("{method} is denied by {}", verdict.rule),
+                rule: Some(verdict.rule),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn open_any(&self, params: &Value, flags: OFlag) -> Result<(OwnedFd, PathBuf), Failure> {
         let path = path_param(params)?;
         let requested = Path::new(path);
         let relative: PathBuf = if requested.is_absolute() {
@@ -680,12 +896,13 @@ impl Broker {
         let parent_str = parent
             .to_str()
             .ok_or_else(|| fail(code::INVALID_PARAMS, "path is not UTF-8"))?;
-        let (dir, real_dir) = self.open(
+        let (dir, real_dir) = self.open_any(
             &json!({ "path": parent_str }),
             OFlag::O_PATH | OFlag::O_DIRECTORY,
         )?;
         let real = real_dir.join(&name);
         self.refuse_hidden(&real, path)?;
+        self.check_resolved(&real, path)?;
         Ok((dir, name, real))
     }
 

@@ -98,6 +98,7 @@ pub fn to_toml(policy: &Policy) -> String {
     let project = match fs.project {
         ProjectAccess::ReadWrite => "rw",
         ProjectAccess::ReadOnly => "ro",
+        ProjectAccess::Empty => "none",
     };
     line(&mut out, "project", quote(project));
     line(&mut out, "read", path_list(&fs.read));

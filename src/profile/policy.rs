@@ -54,6 +54,9 @@ pub enum ProjectAccess {
     ReadWrite,
     /// Read and execute only.
     ReadOnly,
+    /// Not visible: the working directory is an empty, read-only directory
+    /// at the project's path, and files go through the broker.
+    Empty,
 }
 
 /// A broker decision in a profile rule.

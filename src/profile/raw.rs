@@ -88,6 +88,9 @@ pub enum RawProject {
     /// Read-only.
     #[serde(rename = "ro")]
     Ro,
+    /// Not visible: an empty working directory.
+    #[serde(rename = "none")]
+    None,
 }
 
 /// `[network]`.
@@ -498,6 +501,7 @@ impl RawProfile {
             layer.project = fs.project.map(|p| match p {
                 RawProject::Rw => ProjectAccess::ReadWrite,
                 RawProject::Ro => ProjectAccess::ReadOnly,
+                RawProject::None => ProjectAccess::Empty,
             });
             layer.read = check_list(fs.read, |s| host_path(src, s, "filesystem.read"))?;
             layer.read_if_exists = check_list(fs.read_if_exists, |s| {

@@ -100,6 +100,42 @@ pub fn check_single_threaded() -> Result<(), SpawnError> {
     Ok(())
 }
 
+/// What a [`Driver`] sees on one turn of the supervision loop.
+#[derive(Debug)]
+pub struct Turn<'a> {
+    /// The run's broker: send requests with it, take their answers.
+    pub broker: &'a mut crate::broker::server::Broker,
+    /// The command was executed (on the turn this first becomes true and after).
+    pub executing: bool,
+    /// The driver's input descriptor is readable.
+    pub input_ready: bool,
+    /// The sandboxed program closed its end of the channel.
+    pub channel_closed: bool,
+    /// Every process of the run is gone (the last turn).
+    pub exited: bool,
+}
+
+/// What the supervisor should do after a driver's turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Steer {
+    /// Go on.
+    Continue,
+    /// Kill every process of the run.
+    Kill,
+}
+
+/// Talks to the sandboxed program over the broker channel while the run
+/// goes on: a skill host sends `skill.invoke` and relays the answers.
+/// It runs inside the supervisor's loop, so it must never block.
+pub trait Driver {
+    /// A descriptor to wait on besides the run's own (a control socket).
+    fn input(&self) -> Option<BorrowedFd<'_>>;
+    /// When the driver needs a turn even if nothing happens (a timeout).
+    fn deadline(&self) -> Option<Instant>;
+    /// One turn, after the run's events were handled.
+    fn turn(&mut self, turn: Turn<'_>) -> Steer;
+}
+
 /// A started run, until [`Running::wait`] collects it.
 #[derive(Debug)]
 pub struct Running {
@@ -381,7 +417,14 @@ fn start_cloned(
             }
         })
         .collect();
-    broker.set_caller(format!("command:{}", prepared.program), caller_paths);
+    match &prepared.skill {
+        Some(skill) => {
+            broker.set_caller(format!("skill:{}", skill.name), vec![skill.main.clone()]);
+            broker.restrict_to_declared(skill.permissions.clone());
+            broker.show_logs(format!("skill {}", skill.name));
+        }
+        None => broker.set_caller(format!("command:{}", prepared.program), caller_paths),
+    }
     broker.use_secrets(std::mem::take(&mut prepared.secrets));
     broker.use_nested_policy(prepared.policy.clone());
     // Far above any real client, low enough that a flooding sandbox cannot
@@ -505,8 +548,18 @@ impl Running {
 
     /// Forward signals, collect the records, and wait until every process of
     /// the run is gone.
-    pub fn wait(mut self, prepared: &Prepared) -> Result<Outcome, SpawnError> {
-        let result = self.supervise(prepared);
+    pub fn wait(self, prepared: &Prepared) -> Result<Outcome, SpawnError> {
+        self.wait_driven(prepared, None)
+    }
+
+    /// [`Running::wait`], with `driver` talking to the program meanwhile.
+    /// The run needs its broker channel (an IPC-enabled profile).
+    pub fn wait_driven(
+        mut self,
+        prepared: &Prepared,
+        driver: Option<&mut dyn Driver>,
+    ) -> Result<Outcome, SpawnError> {
+        let result = self.supervise(prepared, driver);
         if result.is_ok() {
             self.collected = true;
             if let Some(cgroup) = self.cgroup.take() {
@@ -520,9 +573,15 @@ impl Running {
         result
     }
 
-    fn supervise(&self, prepared: &Prepared) -> Result<Outcome, SpawnError> {
+    fn supervise(
+        &self,
+        prepared: &Prepared,
+        mut driver: Option<&mut dyn Driver>,
+    ) -> Result<Outcome, SpawnError> {
         let mut records = Vec::new();
         let mut report_open = true;
+        let mut executing = false;
+        let mut channel_shut = false;
         let mut limits_hit = Vec::new();
         // The next deadline: the timeout, then the end of the grace period.
         let mut deadline = prepared.timeout.map(|t| self.started + t);
@@ -555,7 +614,15 @@ impl Running {
                     poll_fds.push(PollFd::new(sock.as_fd(), events));
                 }
             }
-            let wait = match deadline {
+            let input_at = poll_fds.len();
+            if let Some(input) = driver.as_ref().and_then(|d| d.input()) {
+                poll_fds.push(PollFd::new(input, PollFlags::POLLIN));
+            }
+            let next = match (deadline, driver.as_ref().and_then(|d| d.deadline())) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let wait = match next {
                 None => PollTimeout::NONE,
                 Some(at) => {
                     let left = at.saturating_duration_since(Instant::now()).as_millis();
@@ -584,6 +651,11 @@ impl Running {
                 .get(broker_at)
                 .and_then(|p| p.revents())
                 .unwrap_or(PollFlags::empty());
+            let input_ready = driver.as_ref().is_some_and(|d| d.input().is_some())
+                && poll_fds
+                    .get(input_at)
+                    .and_then(|p| p.revents())
+                    .is_some_and(|r| !r.is_empty());
             let outputs_ready: Vec<usize> = outputs
                 .iter()
                 .enumerate()
@@ -632,6 +704,31 @@ impl Running {
             }
             if report_ready {
                 report_open = read_one_record(&self.report, &mut records)?;
+                // End-of-file with no error record: the exec succeeded.
+                executing = !report_open && records.is_empty();
+            }
+            if let (Some(driver), Some((sock, broker))) = (driver.as_deref_mut(), &self.broker) {
+                let mut broker = broker.borrow_mut();
+                let steer = driver.turn(Turn {
+                    broker: &mut broker,
+                    executing,
+                    input_ready,
+                    channel_closed: self.broker_closed.get(),
+                    exited: false,
+                });
+                if steer == Steer::Kill {
+                    let _ = kill(self.init_pid, Signal::SIGKILL);
+                }
+                if broker.wants_output() && !broker.on_writable(sock.as_fd()) {
+                    self.broker_closed.set(true);
+                }
+                if broker.ready_to_close() && !channel_shut {
+                    channel_shut = true;
+                    let _ = nix::sys::socket::shutdown(
+                        sock.as_raw_fd(),
+                        nix::sys::socket::Shutdown::Write,
+                    );
+                }
             }
             if init_done {
                 match waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED) {
@@ -646,6 +743,17 @@ impl Running {
                 }
             }
         };
+        if let (Some(driver), Some((sock, broker))) = (driver, &self.broker) {
+            let mut broker = broker.borrow_mut();
+            broker.drain(sock.as_fd());
+            driver.turn(Turn {
+                broker: &mut broker,
+                executing,
+                input_ready: false,
+                channel_closed: true,
+                exited: true,
+            });
+        }
         // Every process of the run is gone now (init's exit tore down its pid
         // namespace), so the pipe has no writer left: read what remains.
         if report_open {

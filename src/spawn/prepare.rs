@@ -25,6 +25,17 @@ pub enum Stdio {
     Fd(std::os::fd::OwnedFd),
 }
 
+/// The skill a run serves, as the broker needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SkillCaller {
+    /// The skill's name (audit log, grants, log lines).
+    pub name: String,
+    /// Its declared permissions: `action` or `action:pattern`.
+    pub permissions: Vec<String>,
+    /// Its entry file on the host, whose content keys stored grants.
+    pub main: PathBuf,
+}
+
 /// What to run, and where.
 #[derive(Debug)]
 pub struct SpawnSpec {
@@ -195,6 +206,9 @@ pub struct Prepared {
     pub policy: Policy,
     /// Secrets the broker may hand out (name, value), read from the user's side.
     pub secrets: Vec<(String, String)>,
+    /// Set when the run is a skill: the broker serves it by name and never
+    /// allows more than it declared.
+    pub skill: Option<SkillCaller>,
     /// Combined stdout and stderr cap, relayed by the supervisor.
     pub output_cap: Option<u64>,
     /// Wall-clock limit, enforced by the supervisor.
@@ -464,7 +478,12 @@ impl Prepared {
         // system paths it may be nested in (a project under /usr/src).
         let mut trees: Vec<(PathBuf, bool)> =
             writable_paths.into_iter().map(|p| (p, true)).collect();
-        trees.push((project.clone(), project_writable));
+        if policy.filesystem.project == ProjectAccess::Empty {
+            planner.need_parent_dirs(&project);
+            planner.dirs.push(project.clone());
+        } else {
+            trees.push((project.clone(), project_writable));
+        }
         for (path, writable) in trees {
             let meta = std::fs::metadata(&path).map_err(|source| SpawnError::Path {
                 what: "writable path",
@@ -679,6 +698,7 @@ impl Prepared {
             audit: None,
             interactive: false,
             secrets: Vec::new(),
+            skill: None,
             policy: policy.clone(),
             output_cap: policy.limits.output,
             timeout: policy.limits.timeout,
