@@ -31,6 +31,14 @@ pub mod code {
     pub const NOT_FOUND: i64 = -32005;
     /// Too many requests at once or per second.
     pub const RATE_LIMITED: i64 = -32006;
+    /// No skill of that name is loaded.
+    pub const NO_SUCH_SKILL: i64 = -32010;
+    /// The skill's process ended before answering.
+    pub const SKILL_EXITED: i64 = -32011;
+    /// The skill crashed too often and is disabled until enabled or changed.
+    pub const SKILL_DISABLED: i64 = -32012;
+    /// The skill could not be started (its profile, its sandbox, a template).
+    pub const SKILL_UNAVAILABLE: i64 = -32013;
 }
 
 /// Limits of one channel.

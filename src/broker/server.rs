@@ -267,7 +267,8 @@ impl Broker {
     pub fn invoke(&mut self, params: Value) -> String {
         self.next_invocation += 1;
         let id = format!("invoke-{}", self.next_invocation);
-        let request = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke", "params": params});
+        let request =
+            json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke", "params": params});
         self.outbox.extend(request.to_string().as_bytes());
         self.outbox.push(b'\n');
         self.invocations.push_back(id.clone());

@@ -6,6 +6,7 @@ pub mod grants;
 pub mod ipc;
 pub mod profile;
 pub mod run;
+pub mod serve;
 pub mod skill;
 
 /// Run untrusted code in a layered Linux sandbox.
@@ -33,6 +34,11 @@ enum Command {
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
     Doctor(doctor::DoctorArgs),
+    /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
+    Serve(serve::ServeArgs),
+    /// One skill process of `sandbox serve` (internal).
+    #[command(name = "__skill-host", hide = true)]
+    SkillHost(skill::HostArgs),
 }
 
 /// Parse the command line, run the subcommand, return the process exit status.
@@ -49,6 +55,8 @@ pub fn main() -> i32 {
         Command::Ipc(args) => ipc::run(args),
         Command::Grants(cmd) => grants::run(cmd),
         Command::Skill(cmd) => skill::run(cmd),
+        Command::Serve(args) => serve::run(args),
+        Command::SkillHost(args) => skill::host(args),
     };
     match result {
         Ok(code) => code,

@@ -114,19 +114,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         policy.limits.cpu = Some(cpus);
     }
     for grant in &args.grants {
-        let (action, pattern) = match grant.split_once(':') {
-            Some((action, pattern)) => (action, Some(pattern)),
-            None => (grant.as_str(), None),
-        };
-        anyhow::ensure!(
-            sandbox::broker::permission::risk(action).is_some(),
-            "--grant {grant}: {action} is not a broker action (fs.read, fs.write, fs.list, fs.stat, fs.mkdir, \
-             fs.delete, terminal.run, net.http, secrets.get, secrets.read, log, permission.query)"
-        );
-        anyhow::ensure!(
-            pattern.is_none_or(|p| !p.is_empty()),
-            "--grant {grant}: the pattern after ':' is empty"
-        );
+        check_grant(grant)?;
         policy
             .broker
             .rules
@@ -242,7 +230,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         for hit in &report.limits_hit {
             match (hit, policy_timeout, policy_memory, policy_pids) {
                 (LimitHit::Timeout, Some(timeout), _, _) => {
-                    eprintln!("sandbox: killed: timeout {} exceeded", humantime(timeout))
+                    eprintln!(
+                        "sandbox: killed: timeout {} exceeded",
+                        sandbox::profile::format_duration(timeout)
+                    )
                 }
                 (LimitHit::Memory, _, Some(memory), _) => {
                     eprintln!("sandbox: killed: memory limit {}MiB exceeded", memory >> 20)
@@ -263,11 +254,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
 }
 
-fn humantime(d: std::time::Duration) -> String {
-    let secs = d.as_secs_f64();
-    if secs >= 60.0 && secs.fract() == 0.0 && (secs as u64) % 60 == 0 {
-        format!("{}m", secs as u64 / 60)
-    } else {
-        format!("{secs}s")
-    }
+/// A `--grant` value must name a broker action, with a non-empty pattern if any.
+pub fn check_grant(grant: &str) -> anyhow::Result<()> {
+    let (action, pattern) = match grant.split_once(':') {
+        Some((action, pattern)) => (action, Some(pattern)),
+        None => (grant, None),
+    };
+    anyhow::ensure!(
+        sandbox::broker::permission::risk(action).is_some(),
+        "--grant {grant}: {action} is not a broker action (fs.read, fs.write, fs.list, fs.stat, fs.mkdir, \
+         fs.delete, terminal.run, net.http, secrets.get, secrets.read, log, permission.query)"
+    );
+    anyhow::ensure!(
+        pattern.is_none_or(|p| !p.is_empty()),
+        "--grant {grant}: the pattern after ':' is empty"
+    );
+    Ok(())
 }

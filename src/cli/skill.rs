@@ -1,4 +1,4 @@
-//! `sandbox skill`: list, show and check skills. (Running them comes next.)
+//! `sandbox skill`: list, show, check and run skills.
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -34,6 +34,29 @@ pub enum SkillCommand {
         #[command(flatten)]
         roots: Roots,
     },
+    /// Run a skill once in its sandbox and print its result.
+    Run {
+        /// The skill's name.
+        name: String,
+        /// Its parameters: a JSON object, or @FILE to read one from FILE.
+        #[arg(long, value_name = "JSON|@FILE", default_value = "{}")]
+        params: String,
+        /// Print one JSON line: {"result": ...} or {"error": ...}.
+        #[arg(long)]
+        json: bool,
+        /// Pre-approve a broker action for this run (repeatable); still only
+        /// within what the skill declares.
+        #[arg(long = "grant", value_name = "ACTION[:PATTERN]")]
+        grants: Vec<String>,
+        /// Append one JSON line per broker request to FILE.
+        #[arg(long, value_name = "FILE")]
+        audit: Option<PathBuf>,
+        /// Never prompt: actions that would ask are denied.
+        #[arg(long = "non-interactive")]
+        non_interactive: bool,
+        #[command(flatten)]
+        roots: Roots,
+    },
     /// Check the skills in DIR (a skill directory or a directory of skills).
     Check {
         /// Default: every skill root.
@@ -43,15 +66,139 @@ pub enum SkillCommand {
     },
 }
 
-fn discover(roots: &Roots) -> anyhow::Result<manifest::Discovered> {
+pub fn project_of(roots: &Roots) -> anyhow::Result<PathBuf> {
     let project = match &roots.project {
         Some(p) => p.clone(),
         None => std::env::current_dir().context("the current directory")?,
     };
+    std::fs::canonicalize(&project)
+        .with_context(|| format!("the project root {}", project.display()))
+}
+
+fn discover(roots: &Roots) -> anyhow::Result<manifest::Discovered> {
     Ok(manifest::discover(&manifest::roots(
         &roots.skills_dirs,
-        &project,
+        &project_of(roots)?,
     )))
+}
+
+/// `--params`: inline JSON or @FILE.
+fn read_params(text: &str) -> anyhow::Result<serde_json::Value> {
+    let (source, text) = match text.strip_prefix('@') {
+        Some(path) => (
+            format!("--params @{path}"),
+            std::fs::read_to_string(path).with_context(|| format!("reading --params @{path}"))?,
+        ),
+        None => ("--params".to_string(), text.to_string()),
+    };
+    let value: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{source} is not valid JSON"))?;
+    anyhow::ensure!(
+        value.is_object(),
+        "{source} must be a JSON object (the skill's named parameters)"
+    );
+    Ok(value)
+}
+
+/// Exit statuses of `sandbox skill run`.
+const EXIT_SKILL_ERROR: i32 = 1;
+const EXIT_BAD_PARAMS: i32 = 2;
+const EXIT_TIMEOUT: i32 = 124;
+const EXIT_SANDBOX: i32 = 125;
+
+fn run_skill(
+    skill: &manifest::Skill,
+    launch: &sandbox::skill::Launch,
+    params: serde_json::Value,
+    json: bool,
+) -> anyhow::Result<i32> {
+    use sandbox::skill::{SkillError, StartError};
+    let invoked = match sandbox::skill::invoke_once(skill, launch, params) {
+        Ok(invoked) => invoked,
+        Err(StartError::Skill(err @ SkillError::Params { .. })) => {
+            eprintln!("sandbox: {err}");
+            return Ok(EXIT_BAD_PARAMS);
+        }
+        Err(err) => {
+            eprintln!("sandbox: {err}");
+            return Ok(EXIT_SANDBOX);
+        }
+    };
+    if let Some(report) = &invoked.finished.report {
+        for warning in &report.warnings {
+            eprintln!("sandbox: warning: {warning}");
+        }
+    }
+    if let Err(err) = &invoked.finished.result {
+        eprintln!("sandbox: {err}");
+        return Ok(EXIT_SANDBOX);
+    }
+    let Some(answer) = invoked.answer else {
+        eprintln!("sandbox: skill {} gave no answer", skill.name);
+        return Ok(EXIT_SKILL_ERROR);
+    };
+    let line = match &answer {
+        Ok(result) => serde_json::json!({ "result": result }),
+        Err(error) => serde_json::json!({ "error": error }),
+    };
+    match (&answer, json) {
+        (_, true) => println!("{line}"),
+        (Ok(serde_json::Value::String(text)), false) => println!("{text}"),
+        (Ok(result), false) => println!("{}", serde_json::to_string_pretty(result)?),
+        (Err(error), false) => eprintln!(
+            "sandbox: skill {}: {} (code {})",
+            skill.name,
+            error["message"].as_str().unwrap_or("error"),
+            error["code"]
+        ),
+    }
+    Ok(match answer {
+        Ok(_) => 0,
+        Err(_) if invoked.timed_out => EXIT_TIMEOUT,
+        Err(_) => EXIT_SKILL_ERROR,
+    })
+}
+
+/// Arguments of the hidden `sandbox __skill-host`: one skill process
+/// for `sandbox serve`, with its control socket on stdin.
+#[derive(Debug, Args)]
+pub struct HostArgs {
+    /// The skill's directory.
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// The project root.
+    #[arg(long)]
+    pub project: PathBuf,
+    /// Audit log.
+    #[arg(long)]
+    pub audit: Option<PathBuf>,
+    /// Pre-approved actions.
+    #[arg(long = "grant")]
+    pub grants: Vec<String>,
+    /// The process that started this host: if it is gone already, exit.
+    #[arg(long)]
+    pub parent: i32,
+}
+
+pub fn host(args: HostArgs) -> anyhow::Result<i32> {
+    // Die with `sandbox serve`: the run's init dies with this process in
+    // turn, which tears down the skill's whole sandbox.
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .context("setting the parent-death signal")?;
+    if nix::unistd::getppid().as_raw() != args.parent {
+        return Ok(EXIT_SANDBOX);
+    }
+    let control = sandbox::sys::fd::adopt_inherited_socket(0)
+        .context("the control socket (stdin) is not a socket")?;
+    let control = std::os::unix::net::UnixStream::from(control);
+    let skill = manifest::load(&args.dir)?;
+    let launch = sandbox::skill::Launch {
+        project: args.project,
+        grants: args.grants,
+        audit: args.audit,
+        interactive: false,
+    };
+    Ok(sandbox::skill::host_process(&skill, &launch, control))
 }
 
 fn report_problems(found: &manifest::Discovered) {
@@ -131,6 +278,33 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                 }
             }
             Ok(0)
+        }
+        SkillCommand::Run {
+            name,
+            params,
+            json,
+            grants,
+            audit,
+            non_interactive,
+            roots,
+        } => {
+            for grant in &grants {
+                super::run::check_grant(grant)?;
+            }
+            let params = read_params(&params)?;
+            let found = discover(&roots)?;
+            report_problems(&found);
+            let skill = found
+                .skills
+                .get(&name)
+                .with_context(|| format!("no skill named {name} (see `sandbox skill list`)"))?;
+            let launch = sandbox::skill::Launch {
+                project: project_of(&roots)?,
+                grants,
+                audit,
+                interactive: !non_interactive,
+            };
+            run_skill(skill, &launch, params, json)
         }
         SkillCommand::Check { dir, roots } => {
             let found = match dir {

@@ -22,7 +22,7 @@ pub mod raw;
 mod size;
 
 pub use error::ProfileError;
-pub use size::{parse_duration, parse_size};
+pub use size::{format_duration, parse_duration, parse_size};
 
 use policy::{Decision, Enforcement, NetworkMode, Policy, ProjectAccess, SyscallMode};
 use raw::{Layer, Source};

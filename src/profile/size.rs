@@ -115,7 +115,7 @@ pub(crate) fn format_size(bytes: u64) -> String {
 }
 
 /// The shortest exact spelling of `d` (to the millisecond) that [`parse_duration`] reads back.
-pub(crate) fn format_duration(d: Duration) -> String {
+pub fn format_duration(d: Duration) -> String {
     let millis = d.as_millis();
     if millis % 1_000 != 0 {
         return format!("{millis}ms");

@@ -1,3 +1,125 @@
-//! Skills: directories with a `SKILL.md` manifest. This module so far holds
-//! the manifest and discovery; running skills comes next.
+//! Skills: directories with a `SKILL.md` manifest ([`manifest`]), run one
+//! sandboxed process each ([`launch`], [`host`]), and served to agent
+//! hosts with lazy activation, crash recovery and hot reload ([`serve`]).
+pub mod host;
+pub mod launch;
 pub mod manifest;
+pub mod serve;
+
+use std::path::PathBuf;
+
+pub use launch::SkillError;
+
+/// How skills are started, beyond what their manifests say.
+#[derive(Debug, Clone, Default)]
+pub struct Launch {
+    /// The project root: the skill's working directory.
+    pub project: PathBuf,
+    /// Actions pre-approved for this run (`action` or `action:pattern`);
+    /// still capped by what the skill declared.
+    pub grants: Vec<String>,
+    /// Audit log for broker decisions.
+    pub audit: Option<PathBuf>,
+    /// Whether "ask" may prompt on this terminal.
+    pub interactive: bool,
+}
+
+/// Start `skill`'s runtime in its sandbox; its prints go to this
+/// process's stderr.
+pub fn start(skill: &manifest::Skill, launch: &Launch) -> Result<crate::Child, StartError> {
+    let mut policy = launch::policy_for(skill)?;
+    for grant in &launch.grants {
+        policy
+            .broker
+            .rules
+            .insert(grant.clone(), crate::profile::policy::Decision::Allow);
+    }
+    let mut command = launch::command(skill, policy, &launch.project)?;
+    command.interactive(launch.interactive);
+    if let Some(audit) = &launch.audit {
+        command.audit(audit);
+    }
+    Ok(command.spawn()?)
+}
+
+/// Why a skill's process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The skill itself (template, profile, paths).
+    #[error(transparent)]
+    Skill(#[from] SkillError),
+    /// The sandbox.
+    #[error(transparent)]
+    Spawn(#[from] crate::SpawnError),
+}
+
+/// Timeout of each invocation of `skill`.
+pub fn invocation_timeout(skill: &manifest::Skill) -> std::time::Duration {
+    skill.timeout.unwrap_or(host::DEFAULT_TIMEOUT)
+}
+
+/// Invoke `skill` once with `params` in a fresh process: check the params,
+/// start it, send `skill.invoke`, wait for the answer and for the process
+/// to end. The answer is `None` only when the run failed to start.
+pub fn invoke_once(
+    skill: &manifest::Skill,
+    launch: &Launch,
+    params: serde_json::Value,
+) -> Result<Invoked, StartError> {
+    launch::check_params(skill, &params)?;
+    let child = start(skill, launch)?;
+    let mut host = host::Host::new(&skill.name, invocation_timeout(skill), true);
+    host.push(serde_json::Value::Null, params);
+    let finished = child.wait_driven(&mut host);
+    let answer = host.take_replies().into_iter().next().map(|(_, a)| a);
+    Ok(Invoked {
+        answer,
+        timed_out: host.timed_out(),
+        finished,
+    })
+}
+
+/// What one invocation in a fresh process gave.
+#[derive(Debug)]
+pub struct Invoked {
+    /// The skill's answer, or the error that stands for it.
+    pub answer: Option<host::Answer>,
+    /// Whether it timed out.
+    pub timed_out: bool,
+    /// The run's status and report.
+    pub finished: crate::Finished,
+}
+
+/// The body of a skill host process (`sandbox serve` starts one per skill
+/// process): invocations arrive on `control`, answers and events go back.
+/// Returns the process's exit status.
+pub fn host_process(
+    skill: &manifest::Skill,
+    launch: &Launch,
+    control: std::os::unix::net::UnixStream,
+) -> i32 {
+    use serde_json::json;
+    let once = skill.activation == manifest::Activation::OnDemand;
+    let mut host =
+        host::Host::new(&skill.name, invocation_timeout(skill), once).with_control(control);
+    let child = match start(skill, launch) {
+        Ok(child) => child,
+        Err(err) => {
+            host.event(json!({ "event": "failed", "error": err.to_string() }));
+            return 125;
+        }
+    };
+    let finished = child.wait_driven(&mut host);
+    let event = match &finished.result {
+        Ok(status) => json!({
+            "event": "exited",
+            "code": status.code(),
+            "signal": status.signal(),
+            "timed_out": host.timed_out(),
+            "served": host.served(),
+        }),
+        Err(err) => json!({ "event": "failed", "error": err.to_string() }),
+    };
+    host.event(event);
+    0
+}

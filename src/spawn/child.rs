@@ -66,7 +66,8 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Never, Fail
     for (target, stdio) in prepared.stdio.iter().enumerate() {
         let target = target as i32;
         match stdio {
-            Stdio::Inherit => {}
+            // The supervisor turned SupervisorStderr into a descriptor.
+            Stdio::Inherit | Stdio::SupervisorStderr => {}
             Stdio::Null => {
                 let flags = if target == 0 {
                     OFlag::O_RDONLY

@@ -347,13 +347,29 @@ fn start_cloned(
     // Capped output goes through pipes the supervisor relays; streams the
     // caller redirected itself are left alone (and said so).
     let mut relayed = Vec::new();
+    for target in 0..3 {
+        if matches!(prepared.stdio[target], super::Stdio::SupervisorStderr)
+            && (target == 0 || prepared.output_cap.is_none())
+        {
+            let stderr = std::io::stderr()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(|e| sys("dup(stderr)")(Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+            prepared.stdio[target] = super::Stdio::Fd(stderr);
+        }
+    }
     if let Some(cap) = prepared.output_cap {
         for target in [1usize, 2] {
-            if matches!(prepared.stdio[target], super::Stdio::Inherit) {
+            let to = match prepared.stdio[target] {
+                super::Stdio::Inherit => target as i32,
+                super::Stdio::SupervisorStderr => 2,
+                _ => -1,
+            };
+            if to >= 0 {
                 let (read, write) =
                     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
                 prepared.stdio[target] = super::Stdio::Fd(write);
-                relayed.push((read, target as i32));
+                relayed.push((read, to));
             } else {
                 prepared.warnings.push(format!(
                     "the output cap of {cap} bytes does not apply to {}, which the caller redirected",
@@ -704,8 +720,11 @@ impl Running {
             }
             if report_ready {
                 report_open = read_one_record(&self.report, &mut records)?;
-                // End-of-file with no error record: the exec succeeded.
-                executing = !report_open && records.is_empty();
+                // End-of-file with no failure record: the exec succeeded.
+                executing = !report_open
+                    && !records
+                        .iter()
+                        .any(|r| matches!(r, channel::Record::Failed { .. }));
             }
             if let (Some(driver), Some((sock, broker))) = (driver.as_deref_mut(), &self.broker) {
                 let mut broker = broker.borrow_mut();

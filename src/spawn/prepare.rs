@@ -23,6 +23,9 @@ pub enum Stdio {
     Null,
     /// This descriptor.
     Fd(std::os::fd::OwnedFd),
+    /// The supervisor's stderr (under the output cap): a skill's prints go
+    /// to the log, apart from the result on stdout.
+    SupervisorStderr,
 }
 
 /// The skill a run serves, as the broker needs it.

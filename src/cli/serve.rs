@@ -1,0 +1,49 @@
+//! `sandbox serve --stdio`: skills for an agent host over stdin and stdout.
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+use sandbox::skill::{manifest, serve};
+
+/// Arguments of `sandbox serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Speak JSON-RPC 2.0 on stdin and stdout, one message per line (the only transport so far).
+    #[arg(long, required = true)]
+    pub stdio: bool,
+    #[command(flatten)]
+    pub roots: super::skill::Roots,
+    /// Pre-approve a broker action for every skill (repeatable); each skill
+    /// still gets only what it declares.
+    #[arg(long = "grant", value_name = "ACTION[:PATTERN]")]
+    pub grants: Vec<String>,
+    /// Append one JSON line per broker request of any skill to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub audit: Option<PathBuf>,
+}
+
+pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    for grant in &args.grants {
+        super::run::check_grant(grant)?;
+    }
+    let project = super::skill::project_of(&args.roots)?;
+    let roots = manifest::roots(&args.roots.skills_dirs, &project);
+    let audit = match &args.audit {
+        Some(path) => Some(std::path::absolute(path).context("--audit")?),
+        None => None,
+    };
+    let options = serve::ServeOptions {
+        roots,
+        project,
+        grants: args.grants,
+        audit,
+        // The running binary, even if the file was replaced since it started.
+        host_program: PathBuf::from("/proc/self/exe"),
+    };
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
+    let server = serve::Server::new(options, stdout);
+    server.run(stdin).context("serving skills")?;
+    Ok(0)
+}

@@ -1,0 +1,323 @@
+//! Starting a skill: its profile narrowed to what its manifest declares,
+//! its runtime as the sandboxed command, its parameters checked first.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::manifest::{ExecutionMode, Runtime, Skill};
+use crate::profile::policy::{NetworkMode, Policy, ProjectAccess};
+
+/// Why a skill cannot be started or invoked.
+#[derive(Debug, thiserror::Error)]
+pub enum SkillError {
+    /// Templates are text for a model, never run.
+    #[error("skill {name} is a template (execution-mode: template): it is never run; `sandbox skill show {name}` prints it")]
+    Template {
+        /// The skill.
+        name: String,
+    },
+    /// The skill's profile does not load.
+    #[error("skill {name}: profile {profile}: {source}")]
+    Profile {
+        /// The skill.
+        name: String,
+        /// The profile it names.
+        profile: String,
+        /// Why it does not load.
+        source: Box<crate::profile::ProfileError>,
+    },
+    /// A path of the skill cannot be resolved.
+    #[error("skill {name}: {what} {}: {source}", path.display())]
+    Path {
+        /// The skill.
+        name: String,
+        /// What the path is.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The parameters do not match the skill's input schema.
+    #[error("skill {name}: invalid params at {field}: {message}")]
+    Params {
+        /// The skill.
+        name: String,
+        /// JSON pointer of the failing field (`/path`), or `(params)` for the whole object.
+        field: String,
+        /// What the schema wants.
+        message: String,
+    },
+}
+
+/// How a skill's runtime is started: the program, found in the sandbox's
+/// PATH, and its arguments.
+pub fn command_line(skill: &Skill, dir: &Path) -> Result<(PathBuf, Vec<PathBuf>), SkillError> {
+    let (Some(runtime), Some(main)) = (skill.runtime, &skill.main) else {
+        return Err(SkillError::Template {
+            name: skill.name.clone(),
+        });
+    };
+    let main = dir.join(main);
+    Ok(match runtime {
+        Runtime::Node => ("node".into(), vec![main]),
+        // -u: unbuffered, so a skill's prints reach the log as they happen.
+        Runtime::Python => ("python3".into(), vec!["-u".into(), main]),
+        Runtime::Sh => ("sh".into(), vec![main]),
+        Runtime::Exec => (main, Vec::new()),
+    })
+}
+
+/// Whether the manifest declares `action` for every target (no pattern).
+fn declares_all(skill: &Skill, action: &str) -> bool {
+    skill
+        .permissions
+        .iter()
+        .any(|p| p == action || p.strip_prefix(action) == Some(":**"))
+}
+
+/// Whether the manifest mentions `action` at all.
+fn declares_any(skill: &Skill, action: &str) -> bool {
+    skill
+        .permissions
+        .iter()
+        .any(|p| p == action || p.starts_with(&format!("{action}:")))
+}
+
+/// The skill's profile narrowed to its declared permissions. The broker
+/// refuses undeclared actions on its own; this narrows what the process
+/// can do directly, without the broker:
+/// - the project root is writable in place only with `fs.write`,
+///   `fs.mkdir` and `fs.delete` all declared without a pattern, readable in
+///   place only with `fs.read` declared without one, and otherwise an empty
+///   directory (files then go through the broker, which checks patterns);
+/// - the network is none unless `net.http` is declared;
+/// - the skill's own directory is visible read-only (`SKILL_DIR`), so it
+///   cannot change its code for the next run;
+/// - `memory` from the manifest replaces the profile's; the run itself has
+///   no wall-clock limit (a persistent skill lives long), each invocation
+///   has the manifest's `timeout` instead.
+pub fn narrowed_policy(skill: &Skill, mut policy: Policy) -> Policy {
+    let writable = ["fs.write", "fs.mkdir", "fs.delete"]
+        .iter()
+        .all(|a| declares_all(skill, a));
+    let readable = declares_all(skill, "fs.read");
+    let most = if writable {
+        ProjectAccess::ReadWrite
+    } else if readable {
+        ProjectAccess::ReadOnly
+    } else {
+        ProjectAccess::Empty
+    };
+    policy.filesystem.project = match (policy.filesystem.project, most) {
+        (_, ProjectAccess::Empty) | (ProjectAccess::Empty, _) => ProjectAccess::Empty,
+        (ProjectAccess::ReadOnly, _) | (_, ProjectAccess::ReadOnly) => ProjectAccess::ReadOnly,
+        (ProjectAccess::ReadWrite, ProjectAccess::ReadWrite) => ProjectAccess::ReadWrite,
+    };
+    if !declares_any(skill, "net.http") {
+        policy.network.mode = NetworkMode::None;
+    }
+    if !policy.filesystem.read.contains(&skill.dir) {
+        policy.filesystem.read.push(skill.dir.clone());
+    }
+    if let Some(memory) = skill.memory {
+        policy.limits.memory = Some(memory);
+    }
+    policy.limits.timeout = None;
+    policy
+}
+
+/// Load the skill's profile (built-in name or a path relative to the
+/// skill's directory) and narrow it.
+pub fn policy_for(skill: &Skill) -> Result<Policy, SkillError> {
+    if skill.execution_mode == ExecutionMode::Template {
+        return Err(SkillError::Template {
+            name: skill.name.clone(),
+        });
+    }
+    let spec = if skill.profile.contains('/') || skill.profile.ends_with(".toml") {
+        skill
+            .dir
+            .join(&skill.profile)
+            .to_string_lossy()
+            .into_owned()
+    } else {
+        skill.profile.clone()
+    };
+    let policy = crate::profile::load(&spec).map_err(|source| SkillError::Profile {
+        name: skill.name.clone(),
+        profile: skill.profile.clone(),
+        source: Box::new(source),
+    })?;
+    Ok(narrowed_policy(skill, policy))
+}
+
+/// Check `params` against the skill's input schema, naming the first
+/// failing field.
+pub fn check_params(skill: &Skill, params: &Value) -> Result<(), SkillError> {
+    let Some(schema) = &skill.input_schema else {
+        return Ok(());
+    };
+    let fail = |field: String, message: String| SkillError::Params {
+        name: skill.name.clone(),
+        field,
+        message,
+    };
+    // The manifest loader compiled this schema already; a failure here is
+    // reported the same way rather than trusted away.
+    let validator = jsonschema::validator_for(schema).map_err(|e| {
+        fail(
+            "(schema)".into(),
+            format!("the input-schema is invalid: {e}"),
+        )
+    })?;
+    let first = validator
+        .iter_errors(params)
+        .next()
+        .map(|error| (error.instance_path().to_string(), error.to_string()));
+    match first {
+        None => Ok(()),
+        Some((path, message)) => {
+            let field = if path.is_empty() {
+                "(params)".into()
+            } else {
+                path
+            };
+            Err(fail(field, message))
+        }
+    }
+}
+
+/// The sandboxed command for `skill` under `policy`, rooted at `project`.
+/// Its stdout and stderr go to the supervisor's stderr (the log): the
+/// result travels over the channel, never mixed with the skill's prints.
+pub fn command(
+    skill: &Skill,
+    policy: Policy,
+    project: &Path,
+) -> Result<crate::Command, SkillError> {
+    let dir = std::fs::canonicalize(&skill.dir).map_err(|source| SkillError::Path {
+        name: skill.name.clone(),
+        what: "directory",
+        path: skill.dir.clone(),
+        source,
+    })?;
+    let (program, args) = command_line(skill, &dir)?;
+    let main = skill
+        .main
+        .as_ref()
+        .map(|m| dir.join(m))
+        .unwrap_or_else(|| dir.clone());
+    let mut command = crate::Command::new(program, policy);
+    command
+        .args(args)
+        .project(project)
+        .env("SKILL_DIR", &dir)
+        .env("SKILL_NAME", &skill.name)
+        .stdin(crate::Stdio::Null)
+        .stdout(crate::Stdio::SupervisorStderr)
+        .stderr(crate::Stdio::SupervisorStderr)
+        .skill(crate::spawn::prepare::SkillCaller {
+            name: skill.name.clone(),
+            permissions: skill.permissions.clone(),
+            main,
+        });
+    Ok(command)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn skill(permissions: &[&str]) -> Skill {
+        Skill {
+            name: "t".into(),
+            description: "d".into(),
+            dir: "/skills/t".into(),
+            runtime: Some(Runtime::Node),
+            main: Some("index.js".into()),
+            permissions: permissions.iter().map(|p| p.to_string()).collect(),
+            profile: "permissive".into(),
+            timeout: None,
+            memory: Some(64 << 20),
+            execution_mode: ExecutionMode::Direct,
+            activation: Default::default(),
+            input_schema: Some(serde_json::json!({
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
+                "required": ["path"]
+            })),
+            license: None,
+            instructions: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_project_is_only_as_open_as_the_declarations() {
+        let base = crate::profile::load("permissive").unwrap();
+        assert_eq!(base.filesystem.project, ProjectAccess::ReadWrite);
+        let cases: [(&[&str], ProjectAccess); 5] = [
+            (&[], ProjectAccess::Empty),
+            (&["fs.read:docs/**"], ProjectAccess::Empty),
+            (&["fs.read", "fs.write"], ProjectAccess::ReadOnly),
+            (
+                &["fs.read", "fs.write", "fs.mkdir", "fs.delete:tmp/**"],
+                ProjectAccess::ReadOnly,
+            ),
+            (
+                &["fs.write", "fs.mkdir:**", "fs.delete"],
+                ProjectAccess::ReadWrite,
+            ),
+        ];
+        for (permissions, want) in cases {
+            let policy = narrowed_policy(&skill(permissions), base.clone());
+            assert_eq!(policy.filesystem.project, want, "{permissions:?}");
+        }
+        let strict = crate::profile::load("strict").unwrap();
+        let mut ro = strict.clone();
+        ro.filesystem.project = ProjectAccess::ReadOnly;
+        let policy = narrowed_policy(&skill(&["fs.write", "fs.mkdir", "fs.delete"]), ro);
+        assert_eq!(
+            policy.filesystem.project,
+            ProjectAccess::ReadOnly,
+            "a declaration never widens the profile"
+        );
+    }
+
+    #[test]
+    fn network_memory_and_the_skill_directory_follow_the_manifest() {
+        let base = crate::profile::load("permissive").unwrap();
+        let policy = narrowed_policy(&skill(&["fs.read"]), base.clone());
+        assert_eq!(policy.network.mode, NetworkMode::None);
+        assert_eq!(policy.limits.memory, Some(64 << 20));
+        assert_eq!(policy.limits.timeout, None);
+        assert!(policy.filesystem.read.contains(&PathBuf::from("/skills/t")));
+        let policy = narrowed_policy(&skill(&["net.http:api.example.com"]), base.clone());
+        assert_eq!(policy.network.mode, base.network.mode);
+    }
+
+    #[test]
+    fn params_are_checked_against_the_schema_naming_the_field() {
+        let s = skill(&[]);
+        check_params(&s, &serde_json::json!({"path": "a", "count": 2})).unwrap();
+        match check_params(&s, &serde_json::json!({"path": 3})) {
+            Err(SkillError::Params { field, message, .. }) => {
+                assert_eq!(field, "/path");
+                assert!(message.contains("string"), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match check_params(&s, &serde_json::json!({"count": 0, "path": "x"})) {
+            Err(SkillError::Params { field, .. }) => assert_eq!(field, "/count"),
+            other => panic!("{other:?}"),
+        }
+        match check_params(&s, &serde_json::json!({})) {
+            Err(SkillError::Params { field, message, .. }) => {
+                assert_eq!(field, "(params)");
+                assert!(message.contains("\"path\""), "{message}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,998 @@
+//! `sandbox serve --stdio`: skills for an agent host, JSON-RPC 2.0 over
+//! stdin and stdout, one message per line.
+//!
+//! Requests: `skill.list`, `skill.invoke {name, params}`, `skill.enable
+//! {name}`, `skill.reload`. Notifications: `skill.stateChanged {name,
+//! state, error}` with the states inactive, activating, active, failed,
+//! disabled (and removed, when a skill's directory goes away).
+//!
+//! One loop, one thread: it only reads, writes and waits. Each skill
+//! process lives in its own host process (`sandbox __skill-host`), which
+//! supervises the sandbox and runs its broker; so a skill's slow broker
+//! work, crash or hang never holds up another skill, and invocations of
+//! different skills run at the same time. A host dies with this process
+//! (parent-death signal), and its sandbox with the host.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::hash::{Hash, Hasher};
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::SignalFd;
+use serde_json::{json, Value};
+
+use super::host::{error_object, ACTIVATION_TIMEOUT};
+use super::manifest::{self, Activation, ExecutionMode, Skill};
+use crate::broker::protocol::{self, code, Frame, Framer, Id, Limits, Message};
+
+/// Waits before restarting a skill after its 1st, 2nd, ... crash.
+pub const BACKOFF: [Duration; 5] = [
+    Duration::from_millis(100),
+    Duration::from_millis(500),
+    Duration::from_secs(2),
+    Duration::from_secs(10),
+    Duration::from_secs(30),
+];
+/// Crashes within [`CRASH_WINDOW`] that disable a skill.
+pub const CRASH_LIMIT: usize = 5;
+/// The window in which crashes are counted.
+pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
+/// Quiet time after a file change before skills are reloaded, so that an
+/// editor's burst of writes is one reload.
+const RELOAD_SETTLE: Duration = Duration::from_millis(50);
+/// Extra time the serve loop gives a host beyond the skill's own timeouts
+/// before it kills the host itself (a host that stopped answering).
+const WATCHDOG_SLACK: Duration = Duration::from_secs(5);
+
+/// What `serve` needs besides its streams.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Skill roots, highest priority first.
+    pub roots: Vec<PathBuf>,
+    /// The project root.
+    pub project: PathBuf,
+    /// Pre-approved broker actions (still capped by each skill's declarations).
+    pub grants: Vec<String>,
+    /// Audit log shared by every skill.
+    pub audit: Option<PathBuf>,
+    /// The program started as each skill's host (this binary).
+    pub host_program: PathBuf,
+}
+
+/// Why serving stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A system call of the loop failed.
+    #[error("{op}: {source}")]
+    Sys {
+        /// What was attempted.
+        op: &'static str,
+        /// The errno.
+        source: Errno,
+    },
+    /// Writing to the agent failed (it closed its end).
+    #[error("writing to the agent host: {0}")]
+    Output(std::io::Error),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Inactive,
+    Activating,
+    Active,
+    Failed,
+    Disabled,
+}
+
+impl State {
+    fn name(self) -> &'static str {
+        match self {
+            State::Inactive => "inactive",
+            State::Activating => "activating",
+            State::Active => "active",
+            State::Failed => "failed",
+            State::Disabled => "disabled",
+        }
+    }
+}
+
+/// An invocation from the agent, waiting or running.
+#[derive(Debug)]
+struct Call {
+    id: Id,
+    params: Value,
+}
+
+/// A running host process.
+struct HostProc {
+    child: std::process::Child,
+    control: UnixStream,
+    framer: Framer,
+    /// Killed by the loop on purpose (reload, removal): not a crash.
+    stopping: bool,
+    /// It said an invocation timed out: replaced, not counted as a crash.
+    timed_out: bool,
+    /// It answered an invocation with "ended before answering", or failed to start.
+    failed: Option<String>,
+    /// It reported how its skill ended.
+    exited: Option<Value>,
+    /// When the loop gives up on it.
+    watchdog: Option<Instant>,
+}
+
+struct Slot {
+    skill: Skill,
+    fingerprint: u64,
+    state: State,
+    error: Option<String>,
+    host: Option<HostProc>,
+    queue: VecDeque<Call>,
+    inflight: Option<Call>,
+    crashes: VecDeque<Instant>,
+    consecutive: usize,
+    not_before: Option<Instant>,
+    stale: bool,
+}
+
+impl Slot {
+    fn new(skill: Skill) -> Slot {
+        let fingerprint = fingerprint(&skill.dir);
+        Slot {
+            skill,
+            fingerprint,
+            state: State::Inactive,
+            error: None,
+            host: None,
+            queue: VecDeque::new(),
+            inflight: None,
+            crashes: VecDeque::new(),
+            consecutive: 0,
+            not_before: None,
+            stale: false,
+        }
+    }
+}
+
+/// Identity of a skill's files: paths, sizes, times and inodes, so that an
+/// edit, a replacement or a new file changes it. Bounded in depth and count.
+pub fn fingerprint(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut pending = vec![(dir.to_path_buf(), 0usize)];
+    let mut seen = 0usize;
+    while let Some((path, depth)) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        for entry in entries {
+            seen += 1;
+            if seen > 4096 {
+                return hasher.finish();
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            entry.path().hash(&mut hasher);
+            (
+                meta.len(),
+                meta.mtime(),
+                meta.mtime_nsec(),
+                meta.ctime_nsec(),
+                meta.ino(),
+                meta.mode(),
+            )
+                .hash(&mut hasher);
+            if meta.is_dir() && depth < 4 {
+                pending.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    hasher.finish()
+}
+
+/// The server.
+pub struct Server {
+    options: ServeOptions,
+    slots: BTreeMap<String, Slot>,
+    invalid: Vec<manifest::ManifestError>,
+    output: std::fs::File,
+    watcher: Option<inotify::Inotify>,
+    reload_at: Option<Instant>,
+    limits: Limits,
+}
+
+impl Server {
+    /// A server writing to `output`; skills are discovered at once.
+    pub fn new(options: ServeOptions, output: OwnedFd) -> Server {
+        let watcher = match inotify::Inotify::init() {
+            Ok(watcher) => Some(watcher),
+            Err(err) => {
+                eprintln!(
+                    "sandbox serve: warning: no hot reload (inotify: {err}); use skill.reload"
+                );
+                None
+            }
+        };
+        let mut server = Server {
+            options,
+            slots: BTreeMap::new(),
+            invalid: Vec::new(),
+            output: std::fs::File::from(output),
+            watcher,
+            reload_at: None,
+            limits: Limits::default(),
+        };
+        server.rescan();
+        server
+    }
+
+    fn send(&mut self, message: &Value) -> Result<(), ServeError> {
+        let mut line = message.to_string().into_bytes();
+        line.push(b'\n');
+        self.output.write_all(&line).map_err(ServeError::Output)
+    }
+
+    fn respond(&mut self, id: &Id, answer: Result<Value, Value>) -> Result<(), ServeError> {
+        let line = match answer {
+            Ok(result) => protocol::response(id, &result),
+            Err(error) => {
+                let code = error["code"].as_i64().unwrap_or(code::INTERNAL_ERROR);
+                let message = error["message"].as_str().unwrap_or("error").to_string();
+                protocol::error_response(id, code, &message, error.get("data"))
+            }
+        };
+        self.output.write_all(&line).map_err(ServeError::Output)
+    }
+
+    fn announce(&mut self, name: &str) -> Result<(), ServeError> {
+        let Some(slot) = self.slots.get(name) else {
+            return Ok(());
+        };
+        let mut params = json!({ "name": name, "state": slot.state.name() });
+        if let Some(error) = &slot.error {
+            params["error"] = json!(error);
+        }
+        self.send(&json!({"jsonrpc": "2.0", "method": "skill.stateChanged", "params": params}))
+    }
+
+    fn set_state(
+        &mut self,
+        name: &str,
+        state: State,
+        error: Option<String>,
+    ) -> Result<(), ServeError> {
+        if let Some(slot) = self.slots.get_mut(name) {
+            if slot.state == state && slot.error == error {
+                return Ok(());
+            }
+            slot.state = state;
+            slot.error = error;
+        }
+        self.announce(name)
+    }
+
+    /// Discover the skills again and apply the differences; returns the
+    /// names added, removed and changed.
+    fn rescan(&mut self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let found = manifest::discover(&self.options.roots);
+        for err in &found.invalid {
+            if !self.invalid.contains(err) {
+                eprintln!("sandbox serve: skipping an invalid skill: {err}");
+            }
+        }
+        for (name, used, ignored) in &found.duplicates {
+            eprintln!(
+                "sandbox serve: skill {name} is defined twice; using {} and ignoring {}",
+                used.display(),
+                ignored.display()
+            );
+        }
+        self.invalid = found.invalid;
+        let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        for name in names {
+            if !found.skills.contains_key(&name) {
+                removed.push(name);
+            }
+        }
+        for (name, skill) in found.skills {
+            match self.slots.get_mut(&name) {
+                None => {
+                    self.slots.insert(name.clone(), Slot::new(skill));
+                    added.push(name);
+                }
+                Some(slot) => {
+                    let print = fingerprint(&skill.dir);
+                    if print != slot.fingerprint || skill != slot.skill {
+                        slot.skill = skill;
+                        slot.fingerprint = print;
+                        slot.crashes.clear();
+                        slot.consecutive = 0;
+                        slot.not_before = None;
+                        slot.stale = slot.host.is_some();
+                        changed.push(name);
+                    }
+                }
+            }
+        }
+        self.watch_all();
+        (added, removed, changed)
+    }
+
+    fn watch_all(&mut self) {
+        use inotify::WatchMask;
+        let Some(watcher) = &mut self.watcher else {
+            return;
+        };
+        let mask = WatchMask::CREATE
+            | WatchMask::DELETE
+            | WatchMask::MODIFY
+            | WatchMask::CLOSE_WRITE
+            | WatchMask::MOVED_FROM
+            | WatchMask::MOVED_TO
+            | WatchMask::ATTRIB
+            | WatchMask::DELETE_SELF
+            | WatchMask::ONLYDIR;
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for root in &self.options.roots {
+            if root.is_dir() {
+                dirs.push(root.clone());
+                if let Ok(entries) = std::fs::read_dir(root) {
+                    for entry in entries.flatten() {
+                        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                            dirs.push(entry.path());
+                        }
+                    }
+                }
+            } else if let Some(parent) = root.parent().filter(|p| p.is_dir()) {
+                // A root that does not exist yet appears in its parent.
+                dirs.push(parent.to_path_buf());
+            }
+        }
+        for slot in self.slots.values() {
+            let mut pending = vec![(slot.skill.dir.clone(), 0)];
+            while let Some((dir, depth)) = pending.pop() {
+                if let Ok(entries) = std::fs::read_dir(&dir) {
+                    for entry in entries.flatten() {
+                        if depth < 4 && entry.file_type().is_ok_and(|t| t.is_dir()) {
+                            pending.push((entry.path(), depth + 1));
+                        }
+                    }
+                }
+                dirs.push(dir);
+            }
+        }
+        dirs.sort();
+        dirs.dedup();
+        for dir in dirs {
+            // Adding a watch twice returns the same one; failures (a
+            // directory removed meanwhile) are caught by the next rescan.
+            let _ = watcher.watches().add(&dir, mask);
+        }
+    }
+
+    /// Apply a rescan: announce additions, stop removed skills, restart
+    /// changed ones before their next invocation.
+    fn reload(&mut self) -> Result<Value, ServeError> {
+        let (added, removed, changed) = self.rescan();
+        for name in &added {
+            self.announce(name)?;
+        }
+        for name in &removed {
+            if let Some(mut slot) = self.slots.remove(name) {
+                if let Some(host) = &mut slot.host {
+                    kill_host(host);
+                }
+                let message = format!("skill {name} was removed");
+                for call in slot.inflight.into_iter().chain(slot.queue) {
+                    self.respond(
+                        &call.id,
+                        Err(error_object(code::NO_SUCH_SKILL, message.clone())),
+                    )?;
+                }
+                let error = self
+                    .invalid
+                    .iter()
+                    .find(|e| e.file.starts_with(&slot.skill.dir))
+                    .map(|e| e.to_string());
+                let mut params = json!({ "name": name, "state": "removed" });
+                if let Some(error) = error {
+                    params["error"] = json!(error);
+                }
+                self.send(
+                    &json!({"jsonrpc": "2.0", "method": "skill.stateChanged", "params": params}),
+                )?;
+            }
+        }
+        for name in &changed {
+            if let Some(slot) = self.slots.get_mut(name) {
+                if slot.inflight.is_none() {
+                    if let Some(host) = &mut slot.host {
+                        host.stopping = true;
+                        kill_host(host);
+                    }
+                }
+            }
+            self.set_state(name, State::Inactive, None)?;
+        }
+        Ok(json!({ "added": added, "removed": removed, "changed": changed }))
+    }
+
+    fn list(&self) -> Value {
+        let skills: Vec<Value> = self
+            .slots
+            .values()
+            .map(|slot| {
+                let s = &slot.skill;
+                let mut entry = json!({
+                    "name": s.name,
+                    "description": s.description,
+                    "runtime": s.runtime,
+                    "executionMode": s.execution_mode,
+                    "activation": s.activation,
+                    "permissions": s.permissions,
+                    "profile": s.profile,
+                    "timeoutMs": super::invocation_timeout(s).as_millis() as u64,
+                    "inputSchema": s.input_schema.clone().unwrap_or_else(|| json!({"type": "object"})),
+                    "state": slot.state.name(),
+                });
+                if let Some(error) = &slot.error {
+                    entry["error"] = json!(error);
+                }
+                entry
+            })
+            .collect();
+        let invalid: Vec<Value> = self
+            .invalid
+            .iter()
+            .map(|e| json!({ "file": e.file, "line": e.line, "message": e.message }))
+            .collect();
+        json!({ "skills": skills, "invalid": invalid })
+    }
+
+    fn on_request(&mut self, line: &[u8]) -> Result<(), ServeError> {
+        let (id, method, params) = match protocol::parse(line, &self.limits) {
+            Ok(Message::Request { id, method, params }) => (id, method, params),
+            Ok(Message::Notification { .. } | Message::Response { .. }) => return Ok(()),
+            Err(err) => {
+                let line = protocol::error_response(&err.id, err.code, &err.message, None);
+                return self.output.write_all(&line).map_err(ServeError::Output);
+            }
+        };
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let answer = match (method.as_str(), name) {
+            ("skill.list", _) => Ok(self.list()),
+            ("skill.reload", _) => Ok(self.reload()?),
+            ("skill.invoke", Some(name)) => {
+                let call_params = params.get("params").cloned().unwrap_or(json!({}));
+                return self.invoke(id, &name, call_params);
+            }
+            ("skill.enable", Some(name)) => match self.slots.get_mut(&name) {
+                Some(slot) => {
+                    slot.crashes.clear();
+                    slot.consecutive = 0;
+                    slot.not_before = None;
+                    let state = if slot.state == State::Disabled || slot.state == State::Failed {
+                        State::Inactive
+                    } else {
+                        slot.state
+                    };
+                    self.set_state(&name, state, None)?;
+                    Ok(json!({ "name": name, "state": state.name() }))
+                }
+                None => Err(no_such_skill(&name)),
+            },
+            ("skill.invoke" | "skill.enable", None) => Err(error_object(
+                code::INVALID_PARAMS,
+                format!("{method} needs {{\"name\": SKILL}}"),
+            )),
+            _ => Err(error_object(
+                code::METHOD_NOT_FOUND,
+                format!(
+                    "no method {method:?} (skill.list, skill.invoke, skill.enable, skill.reload)"
+                ),
+            )),
+        };
+        self.respond(&id, answer)
+    }
+
+    fn invoke(&mut self, id: Id, name: &str, params: Value) -> Result<(), ServeError> {
+        let Some(slot) = self.slots.get_mut(name) else {
+            return self.respond(&id, Err(no_such_skill(name)));
+        };
+        if slot.skill.execution_mode == ExecutionMode::Template {
+            let message = format!(
+                "skill {name} is a template: it is never run (its instructions are text for a model)"
+            );
+            return self.respond(&id, Err(error_object(code::SKILL_UNAVAILABLE, message)));
+        }
+        if slot.state == State::Disabled {
+            let message = format!(
+                "skill {name} is disabled after {CRASH_LIMIT} crashes within a minute; \
+                 skill.enable it or change its files"
+            );
+            return self.respond(&id, Err(error_object(code::SKILL_DISABLED, message)));
+        }
+        if !params.is_object() {
+            let message = "params must be a JSON object".to_string();
+            return self.respond(&id, Err(error_object(code::INVALID_PARAMS, message)));
+        }
+        if let Err(super::SkillError::Params { field, message, .. }) =
+            super::launch::check_params(&slot.skill, &params)
+        {
+            let mut error = error_object(
+                code::INVALID_PARAMS,
+                format!("invalid params at {field}: {message}"),
+            );
+            error["data"] = json!({ "field": field });
+            return self.respond(&id, Err(error));
+        }
+        slot.queue.push_back(Call { id, params });
+        self.pump(name)
+    }
+
+    /// Move a skill along: start its host when a call waits and the
+    /// back-off allows, hand it the next call, retire a stale host.
+    fn pump(&mut self, name: &str) -> Result<(), ServeError> {
+        let now = Instant::now();
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
+        if slot.inflight.is_some() {
+            return Ok(());
+        }
+        if slot.stale {
+            if let Some(host) = &mut slot.host {
+                host.stopping = true;
+                kill_host(host);
+            }
+            return Ok(());
+        }
+        if slot.queue.is_empty() || slot.host.as_ref().is_some_and(|h| h.stopping) {
+            return Ok(());
+        }
+        if slot.host.is_none() {
+            if slot.not_before.is_some_and(|t| now < t) {
+                return Ok(());
+            }
+            match start_host(&self.options, &slot.skill) {
+                Ok(host) => slot.host = Some(host),
+                Err(err) => {
+                    let message = format!("skill {name}: cannot start its host: {err}");
+                    let calls: Vec<Call> = slot.queue.drain(..).collect();
+                    for call in calls {
+                        let error = error_object(code::SKILL_UNAVAILABLE, message.clone());
+                        self.respond(&call.id, Err(error))?;
+                    }
+                    return self.set_state(name, State::Failed, Some(message));
+                }
+            }
+            self.set_state(name, State::Activating, None)?;
+        }
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
+        let (Some(host), Some(call)) = (&mut slot.host, slot.queue.pop_front()) else {
+            return Ok(());
+        };
+        let line = json!({ "id": 1, "params": call.params });
+        host.watchdog = Some(
+            now + super::invocation_timeout(&slot.skill) + ACTIVATION_TIMEOUT + WATCHDOG_SLACK,
+        );
+        if host
+            .control
+            .write_all(format!("{line}\n").as_bytes())
+            .is_err()
+        {
+            // The host is dying; its end-of-file is handled as a crash,
+            // which answers this call.
+            host.failed = Some("its host stopped".into());
+        }
+        slot.inflight = Some(call);
+        Ok(())
+    }
+
+    /// A line from a host.
+    fn on_host_line(&mut self, name: &str, line: &[u8]) -> Result<(), ServeError> {
+        let Ok(message) = serde_json::from_slice::<Value>(line) else {
+            return Ok(());
+        };
+        match message.get("event").and_then(Value::as_str) {
+            Some("active") => return self.set_state(name, State::Active, None),
+            Some("failed") => {
+                if let Some(host) = self.slots.get_mut(name).and_then(|s| s.host.as_mut()) {
+                    host.failed = Some(message["error"].as_str().unwrap_or("failed").into());
+                }
+                return Ok(());
+            }
+            Some("exited") => {
+                if let Some(host) = self.slots.get_mut(name).and_then(|s| s.host.as_mut()) {
+                    host.timed_out |= message["timed_out"] == true;
+                    host.exited = Some(message);
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
+        let Some(call) = slot.inflight.take() else {
+            return Ok(());
+        };
+        let answer = match (message.get("result"), message.get("error")) {
+            (Some(result), _) => {
+                slot.consecutive = 0;
+                Ok(result.clone())
+            }
+            (None, Some(error)) => {
+                if let Some(host) = &mut slot.host {
+                    host.watchdog = None;
+                    if error["code"] == code::SKILL_EXITED {
+                        host.failed = Some(error["message"].as_str().unwrap_or("").into());
+                    }
+                    if error["code"] == code::TIMEOUT {
+                        host.timed_out = true;
+                    }
+                }
+                Err(error.clone())
+            }
+            (None, None) => Err(error_object(
+                code::INTERNAL_ERROR,
+                "the skill host sent an answer without result or error",
+            )),
+        };
+        if let Some(host) = &mut slot.host {
+            host.watchdog = None;
+        }
+        self.respond(&call.id, answer)?;
+        self.pump(name)
+    }
+
+    /// A host's control socket is readable.
+    fn on_host_readable(&mut self, name: &str) -> Result<(), ServeError> {
+        let Some(host) = self.slots.get_mut(name).and_then(|s| s.host.as_mut()) else {
+            return Ok(());
+        };
+        let mut buf = [0u8; 64 * 1024];
+        let read = nix::sys::socket::recv(
+            host.control.as_raw_fd(),
+            &mut buf,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        );
+        let n = match read {
+            Ok(0) | Err(Errno::ECONNRESET) => return self.on_host_gone(name),
+            Ok(n) => n,
+            Err(Errno::EAGAIN | Errno::EINTR) => return Ok(()),
+            Err(_) => return self.on_host_gone(name),
+        };
+        let mut frames = Vec::new();
+        host.framer.push(&buf[..n], &mut frames);
+        for frame in frames {
+            if let Frame::Line(line) = frame {
+                self.on_host_line(name, &line)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A host ended: reap it, decide whether that was a crash, and go on.
+    fn on_host_gone(&mut self, name: &str) -> Result<(), ServeError> {
+        let now = Instant::now();
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
+        let Some(mut host) = slot.host.take() else {
+            return Ok(());
+        };
+        let status = host.child.wait().ok();
+        let persistent = slot.skill.activation == Activation::Persistent;
+        let exit_error = match &host.exited {
+            Some(exited) if exited["signal"].is_number() => {
+                Some(format!("killed by signal {}", exited["signal"]))
+            }
+            Some(exited) if exited["code"] != 0 => Some(format!("exit status {}", exited["code"])),
+            Some(_) => None,
+            None => Some(match status.and_then(|s| s.code()) {
+                Some(code) => format!("its host exited with status {code}"),
+                None => "its host was killed".into(),
+            }),
+        };
+        let crash = !host.stopping
+            && !host.timed_out
+            && (host.failed.is_some() || host.exited.is_none() || persistent);
+        let reason = host
+            .failed
+            .clone()
+            .or(exit_error)
+            .unwrap_or_else(|| "the skill's process ended".into());
+        if let Some(call) = slot.inflight.take() {
+            let message = format!("skill {name} ended before answering: {reason}");
+            self.respond(&call.id, Err(error_object(code::SKILL_EXITED, message)))?;
+        }
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
+        slot.stale = false;
+        if !crash {
+            self.set_state(name, State::Inactive, None)?;
+            return self.pump(name);
+        }
+        slot.crashes.push_back(now);
+        while slot
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW)
+        {
+            slot.crashes.pop_front();
+        }
+        slot.consecutive += 1;
+        if slot.crashes.len() >= CRASH_LIMIT {
+            let message = format!(
+                "disabled after {CRASH_LIMIT} crashes within a minute (last: {reason}); \
+                 skill.enable it or change its files"
+            );
+            let calls: Vec<Call> = slot.queue.drain(..).collect();
+            for call in calls {
+                let error = error_object(code::SKILL_DISABLED, message.clone());
+                self.respond(&call.id, Err(error))?;
+            }
+            return self.set_state(name, State::Disabled, Some(message));
+        }
+        let wait = BACKOFF[(slot.consecutive - 1).min(BACKOFF.len() - 1)];
+        slot.not_before = Some(now + wait);
+        self.set_state(
+            name,
+            State::Failed,
+            Some(format!(
+                "{reason}; restarting on the next call, not before {} ms",
+                wait.as_millis()
+            )),
+        )?;
+        self.pump(name)
+    }
+
+    fn next_wakeup(&self) -> Option<Instant> {
+        let mut next = self.reload_at;
+        for slot in self.slots.values() {
+            let candidates = [
+                slot.not_before.filter(|_| !slot.queue.is_empty()),
+                slot.host.as_ref().and_then(|h| h.watchdog),
+            ];
+            for at in candidates.into_iter().flatten() {
+                next = Some(next.map_or(at, |n: Instant| n.min(at)));
+            }
+        }
+        next
+    }
+
+    fn on_timers(&mut self) -> Result<(), ServeError> {
+        let now = Instant::now();
+        if self.reload_at.is_some_and(|t| now >= t) {
+            self.reload_at = None;
+            self.reload()?;
+        }
+        let names: Vec<String> = self.slots.keys().cloned().collect();
+        for name in names {
+            if let Some(host) = self.slots.get_mut(&name).and_then(|s| s.host.as_mut()) {
+                if host.watchdog.is_some_and(|t| now >= t) {
+                    host.watchdog = None;
+                    host.failed = Some("its host stopped answering and was killed".into());
+                    kill_host(host);
+                }
+            }
+            self.pump(&name)?;
+        }
+        Ok(())
+    }
+
+    fn on_watch_events(&mut self) {
+        let Some(watcher) = &mut self.watcher else {
+            return;
+        };
+        let mut buf = [0u8; 16 * 1024];
+        let mut any = false;
+        while let Ok(events) = watcher.read_events(&mut buf) {
+            let mut count = 0;
+            for _ in events {
+                count += 1;
+            }
+            if count == 0 {
+                break;
+            }
+            any = true;
+        }
+        if any {
+            self.reload_at = Some(Instant::now() + RELOAD_SETTLE);
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for slot in self.slots.values_mut() {
+            if let Some(host) = &mut slot.host {
+                kill_host(host);
+                let _ = host.child.wait();
+            }
+        }
+    }
+
+    /// Serve requests from `input` until it ends or a signal asks to stop.
+    pub fn run(mut self, input: OwnedFd) -> Result<(), ServeError> {
+        let mut signals = SigSet::empty();
+        for signal in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+            signals.add(signal);
+        }
+        signals.thread_block().map_err(|source| ServeError::Sys {
+            op: "sigprocmask",
+            source,
+        })?;
+        let signalfd = SignalFd::new(&signals).map_err(|source| ServeError::Sys {
+            op: "signalfd",
+            source,
+        })?;
+        let mut framer = Framer::new(self.limits.max_message);
+        let result = self.serve_loop(&input, &signalfd, &mut framer);
+        self.shutdown();
+        result
+    }
+
+    fn serve_loop(
+        &mut self,
+        input: &OwnedFd,
+        signalfd: &SignalFd,
+        framer: &mut Framer,
+    ) -> Result<(), ServeError> {
+        loop {
+            let names: Vec<String> = self
+                .slots
+                .iter()
+                .filter(|(_, s)| s.host.is_some())
+                .map(|(n, _)| n.clone())
+                .collect();
+            let (input_ready, signal_ready, watch_ready, hosts_ready) = {
+                let mut fds = vec![
+                    PollFd::new(input.as_fd(), PollFlags::POLLIN),
+                    PollFd::new(signalfd.as_fd(), PollFlags::POLLIN),
+                ];
+                let watch_fd: Option<BorrowedFd<'_>> = self.watcher.as_ref().map(|w| w.as_fd());
+                if let Some(fd) = watch_fd {
+                    fds.push(PollFd::new(fd, PollFlags::POLLIN));
+                }
+                let first_host = fds.len();
+                for name in &names {
+                    if let Some(host) = self.slots.get(name).and_then(|s| s.host.as_ref()) {
+                        fds.push(PollFd::new(host.control.as_fd(), PollFlags::POLLIN));
+                    }
+                }
+                let timeout = match self.next_wakeup() {
+                    None => PollTimeout::NONE,
+                    Some(at) => {
+                        let left = at.saturating_duration_since(Instant::now());
+                        // Round up: waking a millisecond early spins.
+                        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
+                    }
+                };
+                match poll(&mut fds, timeout) {
+                    Ok(_) | Err(Errno::EINTR) => {}
+                    Err(source) => return Err(ServeError::Sys { op: "poll", source }),
+                }
+                let ready = |i: usize| {
+                    fds.get(i)
+                        .and_then(|p| p.revents())
+                        .is_some_and(|r| !r.is_empty())
+                };
+                let hosts: Vec<String> = names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| ready(first_host + i))
+                    .map(|(_, n)| n.clone())
+                    .collect();
+                (ready(0), ready(1), watch_fd.is_some() && ready(2), hosts)
+            };
+            if signal_ready {
+                return Ok(());
+            }
+            for name in hosts_ready {
+                self.on_host_readable(&name)?;
+            }
+            if watch_ready {
+                self.on_watch_events();
+            }
+            if input_ready {
+                let mut buf = [0u8; 64 * 1024];
+                let n = match nix::unistd::read(input, &mut buf) {
+                    Ok(0) => return Ok(()),
+                    Ok(n) => n,
+                    Err(Errno::EAGAIN | Errno::EINTR) => 0,
+                    Err(source) => {
+                        return Err(ServeError::Sys {
+                            op: "read(stdin)",
+                            source,
+                        })
+                    }
+                };
+                let mut frames = Vec::new();
+                framer.push(&buf[..n], &mut frames);
+                for frame in frames {
+                    match frame {
+                        Frame::Line(line) if line.iter().all(u8::is_ascii_whitespace) => {}
+                        Frame::Line(line) => self.on_request(&line)?,
+                        Frame::TooLarge { bytes } => {
+                            let message = format!(
+                                "message of {bytes} bytes is over the {} byte limit",
+                                self.limits.max_message
+                            );
+                            let line = protocol::error_response(
+                                &Id::Null,
+                                code::TOO_LARGE,
+                                &message,
+                                None,
+                            );
+                            self.output.write_all(&line).map_err(ServeError::Output)?;
+                        }
+                    }
+                }
+            }
+            self.on_timers()?;
+        }
+    }
+}
+
+fn no_such_skill(name: &str) -> Value {
+    error_object(
+        code::NO_SUCH_SKILL,
+        format!("no skill named {name:?} (skill.list shows the loaded ones)"),
+    )
+}
+
+fn kill_host(host: &mut HostProc) {
+    // The host's death takes its sandbox with it (parent-death signal of
+    // the sandbox's init), and its janitor removes the cgroup.
+    let _ = host.child.kill();
+}
+
+fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc> {
+    let (ours, theirs) = UnixStream::pair()?;
+    let mut command = std::process::Command::new(&options.host_program);
+    command
+        .arg0("sandbox")
+        .arg("__skill-host")
+        .arg("--dir")
+        .arg(&skill.dir)
+        .arg("--project")
+        .arg(&options.project)
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .stdin(std::process::Stdio::from(OwnedFd::from(theirs)))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit());
+    for grant in &options.grants {
+        command.arg("--grant").arg(grant);
+    }
+    if let Some(audit) = &options.audit {
+        command.arg("--audit").arg(audit);
+    }
+    let child = command.spawn()?;
+    Ok(HostProc {
+        child,
+        control: ours,
+        framer: Framer::new(64 << 20),
+        stopping: false,
+        timed_out: false,
+        failed: None,
+        exited: None,
+        watchdog: None,
+    })
+}
+
+use std::os::unix::process::CommandExt;
