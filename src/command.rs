@@ -38,6 +38,7 @@ pub struct Command {
     interactive: bool,
     secrets: Vec<(String, String)>,
     skill: Option<crate::spawn::prepare::SkillCaller>,
+    read_only_extra: Vec<(PathBuf, PathBuf)>,
 }
 
 /// How a sandboxed command ended.
@@ -94,7 +95,16 @@ impl Command {
             interactive: false,
             secrets: Vec::new(),
             skill: None,
+            read_only_extra: Vec::new(),
         }
+    }
+
+    /// Make host path `host` visible read-only at `inside` (mounted by the
+    /// supervisor, so it works where the sandbox's user cannot reach it).
+    pub fn read_only(&mut self, host: impl AsRef<Path>, inside: impl AsRef<Path>) -> &mut Command {
+        self.read_only_extra
+            .push((host.as_ref().to_path_buf(), inside.as_ref().to_path_buf()));
+        self
     }
 
     /// Run a skill: the broker names it in the audit log and grants, and
@@ -219,6 +229,7 @@ impl Command {
             cwd: self.cwd.clone(),
             env: self.env.clone(),
             stdio: std::mem::take(&mut self.stdio),
+            read_only_extra: self.read_only_extra.clone(),
         };
         let mut prepared = Prepared::new(&self.policy, spec)?;
         prepared.cgroup_parent = self.cgroup_parent.clone();

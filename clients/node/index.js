@@ -29,10 +29,12 @@ function channel() {
 }
 
 function onMessage(message) {
-  if (!message || message.jsonrpc !== '2.0' || !pending.has(message.id)) return;
+  // Requests from the supervisor (skill.invoke) carry a method and are
+  // handled by onInvoke; their ids may look like ours.
+  if (!message || message.jsonrpc !== '2.0' || 'method' in message || !pending.has(message.id)) return;
   const { resolve, reject } = pending.get(message.id);
   pending.delete(message.id);
-  if (pending.size === 0) channel().unref();
+  if (pending.size === 0 && !serving) channel().unref();
   if (message.error) reject(new SandboxError(message.error));
   else resolve(message.result);
 }
@@ -69,8 +71,30 @@ const fs = {
   delete(path) { return call('fs.delete', { path }); },
 };
 
+// Serve invocations: `handler(params)` (sync or async) returns the result;
+// a throw becomes an error answer. The channel stays referenced, so the
+// process lives until the supervisor closes it (on-demand skills after
+// their answer, persistent ones when they are stopped).
+let serving = false;
+function onInvoke(handler) {
+  serving = true;
+  const ch = channel();
+  ch.ref();
+  process.on('message', async (message) => {
+    if (!message || message.jsonrpc !== '2.0' || message.method !== 'skill.invoke') return;
+    const reply = (body) => process.send({ jsonrpc: '2.0', id: message.id, ...body });
+    try {
+      reply({ result: (await handler(message.params || {})) ?? null });
+    } catch (err) {
+      reply({ error: { code: err instanceof SandboxError ? err.code : -32000, message: String(err && err.message || err) } });
+    }
+  });
+  process.on('disconnect', () => process.exit(0));
+}
+
 module.exports = {
   call,
+  onInvoke,
   fs,
   query: (action) => call('permission.query', { action }),
   SandboxError,

@@ -6,6 +6,10 @@ No dependencies. Inside `sandbox run`:
     sandbox = sandbox_ipc.connect()
     text = sandbox.fs.read("README.md")
     sandbox.fs.write("dist/out.txt", "built")     # needs the action allowed or granted
+
+A skill serves invocations:
+
+    sandbox_ipc.connect().serve(lambda params: {"words": len(params["text"].split())})
 """
 import base64
 import itertools
@@ -65,6 +69,7 @@ class Client:
         self._sock = socket.socket(fileno=fd)
         self._file = self._sock.makefile("rwb", buffering=0)
         self._ids = itertools.count(1)
+        self._requests = []
         self.fs = _Fs(self)
 
     def call(self, method, params=None):
@@ -76,6 +81,9 @@ class Client:
             if not line:
                 raise SandboxError(-32603, "the broker closed the channel")
             answer = json.loads(line)
+            if "method" in answer:
+                self._requests.append(answer)  # an invocation, served later
+                continue
             if answer.get("id") != request_id:
                 continue  # an answer to something this client did not send
             if "error" in answer:
@@ -86,6 +94,28 @@ class Client:
     def notify(self, method, params=None):
         message = {"jsonrpc": "2.0", "method": method, "params": params or {}}
         self._file.write(json.dumps(message).encode() + b"\n")
+
+    def serve(self, handler):
+        """Answer skill.invoke requests with handler(params) until the
+        supervisor closes the channel. An exception becomes an error answer."""
+        while True:
+            if self._requests:
+                request = self._requests.pop(0)
+            else:
+                line = self._file.readline()
+                if not line:
+                    return
+                request = json.loads(line)
+            if request.get("method") != "skill.invoke" or "id" not in request:
+                continue
+            try:
+                answer = {"result": handler(request.get("params") or {})}
+            except SandboxError as err:
+                answer = {"error": {"code": err.code, "message": err.message}}
+            except Exception as err:  # the skill's own failure, reported to the caller
+                answer = {"error": {"code": -32000, "message": f"{type(err).__name__}: {err}"}}
+            message = {"jsonrpc": "2.0", "id": request["id"], **answer}
+            self._file.write(json.dumps(message).encode() + b"\n")
 
     def query(self, action):
         """What the broker would decide for `action`, without asking anyone."""

@@ -9,7 +9,18 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct IpcArgs {
     /// The method, e.g. fs.read, fs.write, permission.query.
-    pub method: String,
+    #[arg(required_unless_present_any = ["invocation", "result"])]
+    pub method: Option<String>,
+    /// In a skill: wait for the next invocation and print its params (JSON);
+    /// exit status 1 when the channel closes (no more invocations).
+    #[arg(long, conflicts_with_all = ["method", "result"])]
+    pub invocation: bool,
+    /// With --invocation: print only this parameter (a string as it is).
+    #[arg(long, value_name = "NAME", requires = "invocation")]
+    pub param: Option<String>,
+    /// In a skill: answer the pending invocation with this JSON value.
+    #[arg(long, value_name = "JSON", conflicts_with = "method")]
+    pub result: Option<String>,
     /// Parameters as a JSON object, e.g. '{"path": "README.md"}'.
     pub params: Option<String>,
     /// Print a result's "content" (decoded) instead of the JSON result.
@@ -25,12 +36,26 @@ pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
         .context("SANDBOX_IPC_FD is not a number")?;
     let socket = sandbox::sys::fd::adopt_inherited_socket(fd)
         .with_context(|| format!("SANDBOX_IPC_FD={fd} is not an open socket"))?;
+    if args.invocation {
+        return next_invocation(&socket, args.param.as_deref());
+    }
+    if let Some(result) = &args.result {
+        let value: serde_json::Value =
+            serde_json::from_str(result).context("--result is not valid JSON")?;
+        // A plain (non-JSON-RPC) message answers the pending invocation.
+        let mut stream = UnixStream::from(socket);
+        stream
+            .write_all(format!("{value}\n").as_bytes())
+            .context("sending the result")?;
+        return Ok(0);
+    }
+    let method = args.method.clone().unwrap_or_default();
     let params: serde_json::Value = match &args.params {
         Some(text) => serde_json::from_str(text).context("the parameters are not valid JSON")?,
         None => serde_json::Value::Null,
     };
     let request =
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": args.method, "params": params});
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let mut stream = UnixStream::from(socket);
     stream
         .write_all(format!("{request}\n").as_bytes())
@@ -62,4 +87,53 @@ pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
         _ => writeln!(out, "{result}")?,
     }
     Ok(0)
+}
+
+/// Read exactly one line from the channel, leaving what follows it for the
+/// next reader (a later `sandbox ipc` in the same skill): peek, then take
+/// up to the newline.
+fn read_line(socket: &std::os::fd::OwnedFd) -> anyhow::Result<Option<Vec<u8>>> {
+    use nix::sys::socket::{recv, MsgFlags};
+    use std::os::fd::AsRawFd;
+    let mut line = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = recv(socket.as_raw_fd(), &mut buf, MsgFlags::MSG_PEEK)
+            .context("reading the channel")?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let take = buf[..n]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map_or(n, |i| i + 1);
+        let got = recv(socket.as_raw_fd(), &mut buf[..take], MsgFlags::empty())
+            .context("reading the channel")?;
+        line.extend_from_slice(&buf[..got]);
+        if line.last() == Some(&b'\n') {
+            return Ok(Some(line));
+        }
+        anyhow::ensure!(
+            line.len() <= 1 << 20,
+            "a message on the channel is over 1 MiB"
+        );
+    }
+}
+
+fn next_invocation(socket: &std::os::fd::OwnedFd, param: Option<&str>) -> anyhow::Result<i32> {
+    while let Some(line) = read_line(socket)? {
+        let Ok(message) = serde_json::from_slice::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if message["method"] == "skill.invoke" {
+            let params = message.get("params").unwrap_or(&serde_json::Value::Null);
+            match param.map(|name| &params[name]) {
+                Some(serde_json::Value::String(text)) => println!("{text}"),
+                Some(value) => println!("{value}"),
+                None => println!("{params}"),
+            }
+            return Ok(0);
+        }
+    }
+    Ok(1)
 }

@@ -93,8 +93,6 @@ fn declares_any(skill: &Skill, action: &str) -> bool {
 ///   place only with `fs.read` declared without one, and otherwise an empty
 ///   directory (files then go through the broker, which checks patterns);
 /// - the network is none unless `net.http` is declared;
-/// - the skill's own directory is visible read-only (`SKILL_DIR`), so it
-///   cannot change its code for the next run;
 /// - `memory` from the manifest replaces the profile's; the run itself has
 ///   no wall-clock limit (a persistent skill lives long), each invocation
 ///   has the manifest's `timeout` instead.
@@ -117,9 +115,6 @@ pub fn narrowed_policy(skill: &Skill, mut policy: Policy) -> Policy {
     };
     if !declares_any(skill, "net.http") {
         policy.network.mode = NetworkMode::None;
-    }
-    if !policy.filesystem.read.contains(&skill.dir) {
-        policy.filesystem.read.push(skill.dir.clone());
     }
     if let Some(memory) = skill.memory {
         policy.limits.memory = Some(memory);
@@ -213,6 +208,7 @@ pub fn command(
     command
         .args(args)
         .project(project)
+        .read_only(&dir, &dir)
         .env("SKILL_DIR", &dir)
         .env("SKILL_NAME", &skill.name)
         .stdin(crate::Stdio::Null)
@@ -223,6 +219,19 @@ pub fn command(
             permissions: skill.permissions.clone(),
             main,
         });
+    match super::clients::on_host() {
+        Ok(lib) => {
+            command.read_only(lib, super::clients::INSIDE);
+            for (name, value) in super::clients::ENV {
+                command.env(name, value);
+            }
+        }
+        // Skills that bring their own client still run.
+        Err(err) => eprintln!(
+            "sandbox: warning: the client libraries cannot be offered at {}: {err}",
+            super::clients::INSIDE
+        ),
+    }
     Ok(command)
 }
 
@@ -292,7 +301,6 @@ mod tests {
         assert_eq!(policy.network.mode, NetworkMode::None);
         assert_eq!(policy.limits.memory, Some(64 << 20));
         assert_eq!(policy.limits.timeout, None);
-        assert!(policy.filesystem.read.contains(&PathBuf::from("/skills/t")));
         let policy = narrowed_policy(&skill(&["net.http:api.example.com"]), base.clone());
         assert_eq!(policy.network.mode, base.network.mode);
     }

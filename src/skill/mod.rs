@@ -1,6 +1,7 @@
 //! Skills: directories with a `SKILL.md` manifest ([`manifest`]), run one
 //! sandboxed process each ([`launch`], [`host`]), and served to agent
 //! hosts with lazy activation, crash recovery and hot reload ([`serve`]).
+pub mod clients;
 pub mod host;
 pub mod launch;
 pub mod manifest;

@@ -54,6 +54,11 @@ pub struct SpawnSpec {
     pub env: Vec<(OsString, Option<OsString>)>,
     /// stdin, stdout, stderr.
     pub stdio: [Stdio; 3],
+    /// Host paths (first) made visible read-only at a path inside (second),
+    /// mounted by the supervisor's hand so that they work even where the
+    /// sandbox's user could not reach them: a skill's directory, the
+    /// client libraries. Each must exist.
+    pub read_only_extra: Vec<(PathBuf, PathBuf)>,
 }
 
 /// The kind of filesystem object a mount target must be.
@@ -538,45 +543,57 @@ impl Prepared {
         // The supervisor's own binary, read-only, so scripts inside can call
         // `sandbox ipc`. Best effort: a binary replaced on disk since it
         // started (a rebuild) cannot be bound, which is said, not fatal.
+        let mut handed_over: Vec<(PathBuf, PathBuf)> = spec.read_only_extra.clone();
         match std::env::current_exe().and_then(std::fs::canonicalize) {
             Ok(exe) if exe.is_file() => {
-                let target = Path::new(SANDBOX_BIN_DIR).join("sandbox");
-                planner.need_parent_dirs(&target);
-                let newroot_target = prefixed("/newroot", &target)?;
-                let op = if root_mode {
-                    // Init runs as an unprivileged host id by the time it
-                    // mounts and may not be able to reach the binary (below
-                    // /root, or a 0700 CI checkout), so the supervisor
-                    // clones the tree itself and hands it over.
-                    let index = idmapped.len();
-                    idmapped.push(IdmappedTree {
-                        host_path: path_cstring(&exe)?,
-                        writable: false,
-                        idmap: false,
-                    });
-                    MountOp::Idmapped {
-                        index,
-                        target: newroot_target,
-                        kind: NodeKind::File,
-                    }
-                } else {
-                    MountOp::Bind {
-                        source: prefixed("/oldroot", &exe)?,
-                        target: newroot_target,
-                        kind: NodeKind::File,
-                        writable: false,
-                    }
-                };
-                planner.mounts.push((target.clone(), op));
-                landlock_rules.push((
-                    path_cstring(Path::new(SANDBOX_BIN_DIR))?,
-                    LandlockAccess::ReadExec,
-                ));
+                handed_over.push((exe, Path::new(SANDBOX_BIN_DIR).join("sandbox")));
             }
             _ => warnings.push(
                 "the sandbox binary cannot be made available inside: `sandbox ipc` will be missing"
                     .into(),
             ),
+        }
+        for (host, target) in handed_over {
+            let meta = std::fs::metadata(&host).map_err(|source| SpawnError::Path {
+                what: "read-only path",
+                path: host.clone(),
+                source,
+            })?;
+            let kind = NodeKind::of(&meta);
+            planner.need_parent_dirs(&target);
+            let newroot_target = prefixed("/newroot", &target)?;
+            let op = if root_mode {
+                // Init runs as an unprivileged host id by the time it
+                // mounts and may not be able to reach these (below /root,
+                // or a 0700 CI checkout), so the supervisor clones the
+                // trees itself and hands them over.
+                let index = idmapped.len();
+                idmapped.push(IdmappedTree {
+                    host_path: path_cstring(&host)?,
+                    writable: false,
+                    idmap: false,
+                });
+                MountOp::Idmapped {
+                    index,
+                    target: newroot_target,
+                    kind,
+                }
+            } else {
+                MountOp::Bind {
+                    source: prefixed("/oldroot", &host)?,
+                    target: newroot_target,
+                    kind,
+                    writable: false,
+                }
+            };
+            planner.mounts.push((target.clone(), op));
+            planner.visible.push(target.clone());
+            let rule_path = if kind == NodeKind::Dir {
+                target.as_path()
+            } else {
+                target.parent().unwrap_or(Path::new("/"))
+            };
+            landlock_rules.push((path_cstring(rule_path)?, LandlockAccess::ReadExec));
         }
         // Parents before children: a stable sort by depth keeps the project
         // (pushed last) after system paths of equal depth.
