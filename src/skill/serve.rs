@@ -557,7 +557,10 @@ impl Server {
             }
             return Ok(());
         }
-        if slot.queue.is_empty() || slot.host.as_ref().is_some_and(|h| h.stopping) {
+        // A host that is stopping, failed or whose skill ended takes no
+        // more calls: they wait for its end-of-file, then a restart.
+        let finished = |h: &HostProc| h.stopping || h.failed.is_some() || h.exited.is_some();
+        if slot.queue.is_empty() || slot.host.as_ref().is_some_and(finished) {
             return Ok(());
         }
         if slot.host.is_none() {
@@ -742,11 +745,12 @@ impl Server {
                  skill.enable it or change its files"
             );
             let calls: Vec<Call> = slot.queue.drain(..).collect();
+            self.set_state(name, State::Disabled, Some(message.clone()))?;
             for call in calls {
                 let error = error_object(code::SKILL_DISABLED, message.clone());
                 self.respond(&call.id, Err(error))?;
             }
-            return self.set_state(name, State::Disabled, Some(message));
+            return Ok(());
         }
         let wait = BACKOFF[(slot.consecutive - 1).min(BACKOFF.len() - 1)];
         slot.not_before = Some(now + wait);

@@ -1,0 +1,455 @@
+//! Skills for real: `sandbox skill run` and `sandbox serve --stdio`, with
+//! the example skills, declared-permission narrowing, timeouts, crash
+//! back-off, hot reload, concurrency and clean-up.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn sandbox_runs(test: &str) -> bool {
+    let out = Command::new(support::sandbox_bin())
+        .args(["run", "--project", "/tmp", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    support::require(test, "a working sandbox", out.status.success())
+}
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-skills-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn write_skill(project: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) -> PathBuf {
+    let dir = project.join(".skills").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let runtime = match Path::new(main.0).extension().and_then(|e| e.to_str()) {
+        Some("js") => "node",
+        Some("py") => "python",
+        _ => "sh",
+    };
+    std::fs::write(
+        dir.join("SKILL.md"),
+        format!(
+            "---\nname: {name}\ndescription: test skill {name}\nruntime: {runtime}\nmain: {}\n{manifest_extra}---\nTest.\n",
+            main.0
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join(main.0), main.1).unwrap();
+    dir
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("skills")
+}
+
+fn skill_run(project: &Path, extra: &[&str], name: &str, params: Value) -> (i32, Value, String) {
+    let out = Command::new(support::sandbox_bin())
+        .args(["skill", "run", "--non-interactive", "--json", "--project"])
+        .arg(project)
+        .args(extra)
+        .arg(name)
+        .arg("--params")
+        .arg(params.to_string())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+    (
+        out.status.code().unwrap_or(-1),
+        value,
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    )
+}
+
+const PLAIN_NODE: &str = "process.on('message', async ({ params }) => {\n  \
+const fs = require('fs/promises');\n  \
+process.send({ content: await fs.readFile(params.path, 'utf8') });\n});\n";
+
+#[test]
+fn the_example_skills_run() {
+    if !sandbox_runs("the_example_skills_run") {
+        return;
+    }
+    let project = project();
+    std::fs::write(project.path().join("notes.txt"), "one two\nthree\n").unwrap();
+    let skills = examples();
+    let dir = ["--skills-dir", skills.to_str().unwrap()];
+    let (code, v, err) = skill_run(
+        project.path(),
+        &dir,
+        "files",
+        json!({"op": "list", "path": "."}),
+    );
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(v["result"]["entries"][0]["name"], "notes.txt", "{v}");
+    let (code, v, err) = skill_run(
+        project.path(),
+        &[&dir[..], &["--grant", "fs.write", "--grant", "fs.mkdir"]].concat(),
+        "files",
+        json!({"op": "write", "path": "out/a.txt", "content": "written"}),
+    );
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("out/a.txt")).unwrap(),
+        "written"
+    );
+    let (code, v, err) = skill_run(
+        project.path(),
+        &dir,
+        "wordcount",
+        json!({"path": "notes.txt"}),
+    );
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(
+        v["result"],
+        json!({"path": "notes.txt", "lines": 2, "words": 3, "chars": 14})
+    );
+    let (code, v, err) = skill_run(project.path(), &dir, "shout", json!({"path": "notes.txt"}));
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(v["result"]["text"], "ONE TWO\nTHREE", "{v}");
+    // Params are checked before anything starts, naming the field.
+    let (code, _, err) = skill_run(project.path(), &dir, "wordcount", json!({"path": 7}));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("invalid params at /path"), "{err}");
+}
+
+#[test]
+fn a_plain_node_skill_runs_unchanged_and_gets_only_what_it_declared() {
+    if !sandbox_runs("a_plain_node_skill_runs_unchanged") {
+        return;
+    }
+    let project = project();
+    std::fs::write(project.path().join("note.txt"), "hello\n").unwrap();
+    write_skill(
+        project.path(),
+        "plain",
+        "permissions: [fs.read]\nprofile: permissive\n",
+        ("index.js", PLAIN_NODE),
+    );
+    let (code, v, err) = skill_run(project.path(), &[], "plain", json!({"path": "note.txt"}));
+    assert_eq!(code, 0, "{v} {err}");
+    assert_eq!(v["result"], json!({"content": "hello\n"}));
+
+    // Without fs.write declared, a write is denied even under the
+    // permissive profile and with the action granted: through the broker
+    // and directly on the (read-only) project.
+    let writer = "const s = require('sandbox-ipc');\n\
+s.onInvoke(async () => {\n  let broker, direct;\n  \
+try { await s.fs.write('x.txt', 'x'); broker = 'written'; } catch (e) { broker = e.message; }\n  \
+try { require('fs').writeFileSync('y.txt', 'y'); direct = 'written'; } catch (e) { direct = e.code; }\n  \
+return { broker, direct };\n});\n";
+    write_skill(
+        project.path(),
+        "writer",
+        "permissions: [fs.read]\nprofile: permissive\n",
+        ("index.js", writer),
+    );
+    let (code, v, err) = skill_run(
+        project.path(),
+        &["--grant", "fs.write"],
+        "writer",
+        json!({}),
+    );
+    assert_eq!(code, 0, "{v} {err}");
+    let broker = v["result"]["broker"].as_str().unwrap();
+    assert!(
+        broker.contains("declared permissions (fs.read)"),
+        "{broker}"
+    );
+    assert_eq!(v["result"]["direct"], "EROFS", "{v}");
+    assert!(!project.path().join("x.txt").exists());
+    assert!(!project.path().join("y.txt").exists());
+}
+
+#[test]
+fn an_invocation_that_takes_too_long_times_out_and_its_process_is_killed() {
+    if !sandbox_runs("an_invocation_that_takes_too_long_times_out") {
+        return;
+    }
+    let project = project();
+    let mark = support::marker("slow");
+    write_skill(
+        project.path(),
+        "slow",
+        "timeout: 1s\n",
+        (
+            "slow.js",
+            &format!("// {mark}\nprocess.on('message', () => {{}});\n"),
+        ),
+    );
+    let started = Instant::now();
+    let (code, v, err) = skill_run(project.path(), &[], "slow", json!({}));
+    assert_eq!(code, 124, "{v} {err}");
+    assert_eq!(v["error"]["code"], -32003, "{v}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(support::wait_until_gone(&mark, 5).is_empty());
+}
+
+/// `sandbox serve --stdio` driven like an agent host.
+struct Serve {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<Value>,
+    notes: Vec<Value>,
+    next: u64,
+}
+
+impl Serve {
+    fn start(project: &Path) -> Serve {
+        let mut child = Command::new(support::sandbox_bin())
+            .args(["serve", "--stdio", "--project"])
+            .arg(project)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        Serve {
+            child,
+            stdin,
+            lines,
+            notes: Vec::new(),
+            next: 1,
+        }
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.stdin
+            .write_all(format!("{line}\n").as_bytes())
+            .unwrap();
+        id
+    }
+
+    fn wait_for(&mut self, id: u64) -> Value {
+        loop {
+            let message = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .expect("an answer from serve");
+            if message["id"] == id {
+                return message;
+            }
+            self.notes.push(message);
+        }
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        self.wait_for(id)
+    }
+
+    fn invoke(&mut self, name: &str, params: Value) -> Value {
+        self.call("skill.invoke", json!({"name": name, "params": params}))
+    }
+
+    fn states(&self, name: &str) -> Vec<String> {
+        self.notes
+            .iter()
+            .filter(|n| n["params"]["name"] == name)
+            .map(|n| n["params"]["state"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn serve_lists_and_invokes_skills_lazily() {
+    if !sandbox_runs("serve_lists_and_invokes_skills_lazily") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "echo",
+        "activation: persistent\ninput-schema: {type: object, properties: {n: {type: integer}}}\n",
+        (
+            "echo.js",
+            "require('sandbox-ipc').onInvoke((p) => ({ n: p.n, pid: process.pid }));\n",
+        ),
+    );
+    let mut serve = Serve::start(project.path());
+    let list = serve.call("skill.list", json!({}));
+    let skill = &list["result"]["skills"][0];
+    assert_eq!(skill["name"], "echo");
+    assert_eq!(skill["state"], "inactive", "nothing starts before a call");
+    assert_eq!(skill["inputSchema"]["properties"]["n"]["type"], "integer");
+    let first = serve.invoke("echo", json!({"n": 1}));
+    assert_eq!(first["result"]["n"], 1, "{first}");
+    let second = serve.invoke("echo", json!({"n": 2}));
+    assert_eq!(
+        second["result"]["pid"], first["result"]["pid"],
+        "a persistent skill serves many calls"
+    );
+    assert_eq!(serve.states("echo"), ["activating", "active"]);
+    let bad = serve.invoke("echo", json!({"n": "two"}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert_eq!(bad["error"]["data"]["field"], "/n", "{bad}");
+    let missing = serve.invoke("nope", json!({}));
+    assert_eq!(missing["error"]["code"], -32010, "{missing}");
+}
+
+#[test]
+fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaffected() {
+    if !sandbox_runs("a_crashing_skill_restarts_with_back_off") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "crash",
+        "activation: persistent\n",
+        (
+            "crash.js",
+            "process.on('message', () => process.exit(3));\n",
+        ),
+    );
+    write_skill(
+        project.path(),
+        "steady",
+        "activation: persistent\n",
+        (
+            "steady.js",
+            "require('sandbox-ipc').onInvoke(async (p) => { await new Promise(r => setTimeout(r, 300)); return { ok: p.k }; });\n",
+        ),
+    );
+    let mut serve = Serve::start(project.path());
+    // Concurrent: a slow call to steady while crash crashes.
+    let steady = serve.send(
+        "skill.invoke",
+        json!({"name": "steady", "params": {"k": 1}}),
+    );
+    let crash = serve.send("skill.invoke", json!({"name": "crash", "params": {}}));
+    let crashed = serve.wait_for(crash);
+    let mut starts = vec![Instant::now()];
+    assert_eq!(crashed["error"]["code"], -32011, "{crashed}");
+    let steady = serve.wait_for(steady);
+    assert_eq!(steady["result"]["ok"], 1, "{steady}");
+
+    for _ in 0..4 {
+        let answer = serve.invoke("crash", json!({}));
+        starts.push(Instant::now());
+        assert_eq!(answer["error"]["code"], -32011, "{answer}");
+    }
+    // The waits before restarts 2..5 are at least 0.1, 0.5, 2 and 10 s.
+    let gaps: Vec<Duration> = starts.windows(2).map(|w| w[1] - w[0]).collect();
+    for (gap, least) in gaps.iter().zip([100u64, 500, 2000, 10_000]) {
+        assert!(
+            *gap >= Duration::from_millis(least),
+            "gaps {gaps:?} should follow the back-off"
+        );
+    }
+    let disabled = serve.invoke("crash", json!({}));
+    assert_eq!(disabled["error"]["code"], -32012, "{disabled}");
+    assert_eq!(serve.states("crash").last().unwrap(), "disabled");
+    let again = serve.invoke("steady", json!({"k": 2}));
+    assert_eq!(again["result"]["ok"], 2, "{again}");
+    let enabled = serve.call("skill.enable", json!({"name": "crash"}));
+    assert_eq!(enabled["result"]["state"], "inactive", "{enabled}");
+}
+
+#[test]
+fn editing_a_skill_while_serving_changes_the_next_result() {
+    if !sandbox_runs("editing_a_skill_while_serving") {
+        return;
+    }
+    let project = project();
+    let dir = write_skill(
+        project.path(),
+        "greet",
+        "activation: persistent\n",
+        (
+            "greet.py",
+            "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: 'hello')\n",
+        ),
+    );
+    let mut serve = Serve::start(project.path());
+    assert_eq!(serve.invoke("greet", json!({}))["result"], "hello");
+    std::fs::write(
+        dir.join("greet.py"),
+        "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: 'bonjour')\n",
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = serve.invoke("greet", json!({}));
+        if answer["result"] == "bonjour" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A new skill appears without a restart, and is announced.
+    write_skill(
+        project.path(),
+        "late",
+        "",
+        (
+            "late.sh",
+            "sandbox ipc --invocation >/dev/null && sandbox ipc --result '\"late\"'\n",
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let answer = serve.invoke("late", json!({}));
+        if answer["result"] == "late" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still {answer}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(serve.states("greet").contains(&"inactive".to_string()));
+}
+
+#[test]
+fn killing_serve_kills_every_skill_process() {
+    if !sandbox_runs("killing_serve_kills_every_skill_process") {
+        return;
+    }
+    let project = project();
+    let mark = support::marker("kill");
+    write_skill(
+        project.path(),
+        &format!("k{mark}"),
+        "activation: persistent\n",
+        ("k.js", "require('sandbox-ipc').onInvoke(() => 'up');\n"),
+    );
+    let mut serve = Serve::start(project.path());
+    let answer = serve.invoke(&format!("k{mark}"), json!({}));
+    assert_eq!(answer["result"], "up", "{answer}");
+    assert!(!support::host_pids_with(&mark).is_empty());
+    serve.child.kill().unwrap();
+    let _ = serve.child.wait();
+    let left = support::wait_until_gone(&mark, 5);
+    assert!(left.is_empty(), "still running: {left:?}");
+}
