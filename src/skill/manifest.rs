@@ -265,6 +265,12 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
                 "input-schema must be a JSON Schema object".into(),
             ));
         }
+        if let Err(e) = jsonschema::validator_for(schema) {
+            return Err(err(
+                at("input-schema"),
+                format!("input-schema is not a valid JSON Schema: {e}"),
+            ));
+        }
     }
     let _ = (&raw.allowed_tools, &raw.metadata);
     Ok(Skill {
@@ -400,6 +406,11 @@ metadata: {version: 1}\nexecution-mode: template\n---\nSteps...\n";
             ("colour: blue", 4, "unknown field `colour`"),
             ("permissions: [fs.writ]", 4, "unknown action \"fs.writ\""),
             ("timeout: soon", 4, "timeout:"),
+            (
+                "input-schema: {type: 12}",
+                4,
+                "input-schema is not a valid JSON Schema",
+            ),
         ];
         for (i, (line, at, message)) in cases.iter().enumerate() {
             let text = format!(
