@@ -151,36 +151,26 @@ pub fn policy_for(skill: &Skill) -> Result<Policy, SkillError> {
 /// Check `params` against the skill's input schema, naming the first
 /// failing field.
 pub fn check_params(skill: &Skill, params: &Value) -> Result<(), SkillError> {
-    let Some(schema) = &skill.input_schema else {
+    // Compiled once, when the manifest loaded (which refuses a bad schema).
+    let Some(validator) = &skill.params_validator else {
         return Ok(());
     };
-    let fail = |field: String, message: String| SkillError::Params {
-        name: skill.name.clone(),
-        field,
-        message,
-    };
-    // The manifest loader compiled this schema already; a failure here is
-    // reported the same way rather than trusted away.
-    let validator = jsonschema::validator_for(schema).map_err(|e| {
-        fail(
-            "(schema)".into(),
-            format!("the input-schema is invalid: {e}"),
-        )
-    })?;
     let first = validator
+        .0
         .iter_errors(params)
         .next()
         .map(|error| (error.instance_path().to_string(), error.to_string()));
     match first {
         None => Ok(()),
-        Some((path, message)) => {
-            let field = if path.is_empty() {
+        Some((path, message)) => Err(SkillError::Params {
+            name: skill.name.clone(),
+            field: if path.is_empty() {
                 "(params)".into()
             } else {
                 path
-            };
-            Err(fail(field, message))
-        }
+            },
+            message,
+        }),
     }
 }
 
@@ -240,6 +230,11 @@ mod tests {
     use super::*;
 
     fn skill(permissions: &[&str]) -> Skill {
+        let schema = serde_json::json!({
+            "type": "object",
+            "properties": {"path": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
+            "required": ["path"]
+        });
         Skill {
             name: "t".into(),
             description: "d".into(),
@@ -252,11 +247,10 @@ mod tests {
             memory: Some(64 << 20),
             execution_mode: ExecutionMode::Direct,
             activation: Default::default(),
-            input_schema: Some(serde_json::json!({
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "count": {"type": "integer", "minimum": 1}},
-                "required": ["path"]
-            })),
+            input_schema: Some(schema.clone()),
+            params_validator: Some(super::super::manifest::ParamsValidator(
+                std::sync::Arc::new(jsonschema::validator_for(&schema).unwrap()),
+            )),
             license: None,
             instructions: String::new(),
         }

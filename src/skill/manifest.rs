@@ -107,11 +107,32 @@ pub struct Skill {
     pub activation: Activation,
     /// JSON Schema of the parameters.
     pub input_schema: Option<serde_json::Value>,
+    /// `input_schema`, compiled once when the manifest loads.
+    #[serde(skip)]
+    pub params_validator: Option<ParamsValidator>,
     /// License, from the Agent Skills keys.
     pub license: Option<String>,
     /// The Markdown after the front matter.
     #[serde(skip)]
     pub instructions: String,
+}
+
+/// A compiled input schema. Equal whenever the schemas are (the `Skill`
+/// comparing its `input_schema` decides), so it never makes two loads of
+/// the same manifest differ.
+#[derive(Clone)]
+pub struct ParamsValidator(pub std::sync::Arc<jsonschema::Validator>);
+
+impl PartialEq for ParamsValidator {
+    fn eq(&self, _: &ParamsValidator) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for ParamsValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ParamsValidator")
+    }
 }
 
 /// Why a manifest is invalid: the file, the line and what to fix.
@@ -258,6 +279,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         .map(crate::profile::parse_size)
         .transpose()
         .map_err(|e| err(at("memory"), format!("memory: {e}")))?;
+    let mut params_validator = None;
     if let Some(schema) = &raw.input_schema {
         if !schema.is_object() {
             return Err(err(
@@ -265,11 +287,16 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
                 "input-schema must be a JSON Schema object".into(),
             ));
         }
-        if let Err(e) = jsonschema::validator_for(schema) {
-            return Err(err(
-                at("input-schema"),
-                format!("input-schema is not a valid JSON Schema: {e}"),
-            ));
+        match jsonschema::validator_for(schema) {
+            Ok(validator) => {
+                params_validator = Some(ParamsValidator(std::sync::Arc::new(validator)));
+            }
+            Err(e) => {
+                return Err(err(
+                    at("input-schema"),
+                    format!("input-schema is not a valid JSON Schema: {e}"),
+                ))
+            }
         }
     }
     let _ = (&raw.allowed_tools, &raw.metadata);
@@ -286,6 +313,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         execution_mode: raw.execution_mode,
         activation: raw.activation,
         input_schema: raw.input_schema,
+        params_validator,
         license: raw.license,
         instructions: body.to_string(),
     })
