@@ -71,6 +71,17 @@ pub enum Frame {
     },
 }
 
+/// What one [`Framer::fill`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fill {
+    /// Bytes were read.
+    Data,
+    /// Nothing to read now.
+    WouldBlock,
+    /// End-of-file, or the descriptor failed.
+    Closed,
+}
+
 /// Splits a byte stream into lines, holding at most `max_message` bytes.
 #[derive(Debug)]
 pub struct Framer {
@@ -87,6 +98,31 @@ impl Framer {
             buffer: Vec::new(),
             max,
             dropping: None,
+        }
+    }
+
+    /// Read what `fd` holds now, without waiting (sockets: MSG_DONTWAIT;
+    /// a pipe only after poll said it is readable), and append the
+    /// complete frames to `out`.
+    pub fn fill(&mut self, fd: std::os::fd::BorrowedFd<'_>, out: &mut Vec<Frame>) -> Fill {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 64 * 1024];
+        let read = match nix::sys::socket::recv(
+            fd.as_raw_fd(),
+            &mut buf,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        ) {
+            Err(nix::errno::Errno::ENOTSOCK) => nix::unistd::read(fd, &mut buf),
+            other => other,
+        };
+        match read {
+            Ok(0) => Fill::Closed,
+            Ok(n) => {
+                self.push(&buf[..n], out);
+                Fill::Data
+            }
+            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Fill::WouldBlock,
+            Err(_) => Fill::Closed,
         }
     }
 

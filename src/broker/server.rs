@@ -16,7 +16,7 @@ use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
 use serde_json::{json, Value};
 
 use super::permission::{self, Verdict};
-use super::protocol::{self, code, Frame, Framer, Id, Limits, Message};
+use super::protocol::{self, code, Fill, Frame, Framer, Id, Limits, Message};
 use crate::profile::policy::{BrokerPolicy, Decision};
 
 /// Most bytes of answers queued for a peer that does not read them.
@@ -76,13 +76,6 @@ pub struct Broker {
     closing: bool,
     /// Prefix for the peer's `log` notifications on stderr; None: not shown.
     log_label: Option<String>,
-}
-
-#[derive(Debug, PartialEq, Eq)]
-enum Read {
-    Data,
-    WouldBlock,
-    Closed,
 }
 
 /// The answer to a request this side sent.
@@ -450,28 +443,17 @@ impl Broker {
 
     /// Read what the peer sent and answer it. False when the peer closed.
     pub fn on_readable(&mut self, sock: BorrowedFd<'_>) -> bool {
-        self.read_once(sock) != Read::Closed
+        self.read_once(sock) != Fill::Closed
     }
 
     /// Read everything the peer left in the channel (it has exited).
     pub fn drain(&mut self, sock: BorrowedFd<'_>) {
-        while self.read_once(sock) == Read::Data {}
+        while self.read_once(sock) == Fill::Data {}
     }
 
-    fn read_once(&mut self, sock: BorrowedFd<'_>) -> Read {
-        let mut buf = [0u8; 64 * 1024];
-        let n = match nix::sys::socket::recv(
-            sock.as_raw_fd(),
-            &mut buf,
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        ) {
-            Ok(0) => return Read::Closed,
-            Ok(n) => n,
-            Err(Errno::EAGAIN | Errno::EINTR) => return Read::WouldBlock,
-            Err(_) => return Read::Closed,
-        };
+    fn read_once(&mut self, sock: BorrowedFd<'_>) -> Fill {
         let mut frames = Vec::new();
-        self.framer.push(&buf[..n], &mut frames);
+        let filled = self.framer.fill(sock, &mut frames);
         for frame in frames {
             match frame {
                 Frame::Line(line) if line.iter().all(u8::is_ascii_whitespace) => {}
@@ -491,7 +473,7 @@ impl Broker {
                 }
             }
         }
-        Read::Data
+        filled
     }
 
     /// Write queued answers. False when the peer is gone.

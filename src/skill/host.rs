@@ -12,14 +12,13 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
 use serde_json::{json, Value};
 
-use crate::broker::protocol::{code, Frame, Framer};
+use crate::broker::protocol::{code, Fill, Frame, Framer};
 use crate::spawn::parent::{Driver, Steer, Turn};
 
 /// How long an invocation may take unless the manifest says otherwise.
@@ -143,19 +142,10 @@ impl Host {
         let Some((stream, framer)) = &mut self.control else {
             return true;
         };
-        let mut buf = [0u8; 64 * 1024];
-        let n = match nix::sys::socket::recv(
-            stream.as_raw_fd(),
-            &mut buf,
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        ) {
-            Ok(0) => return false,
-            Ok(n) => n,
-            Err(Errno::EAGAIN | Errno::EINTR) => return true,
-            Err(_) => return false,
-        };
         let mut frames = Vec::new();
-        framer.push(&buf[..n], &mut frames);
+        if framer.fill(stream.as_fd(), &mut frames) == Fill::Closed {
+            return false;
+        }
         let mut bad = Vec::new();
         for frame in frames {
             let Frame::Line(line) = frame else {

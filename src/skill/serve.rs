@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 
 use super::host::{error_object, ACTIVATION_TIMEOUT};
 use super::manifest::{self, Activation, ExecutionMode, Skill};
-use crate::broker::protocol::{self, code, Frame, Framer, Id, Limits, Message};
+use crate::broker::protocol::{self, code, Fill, Frame, Framer, Id, Limits, Message};
 
 /// Waits before restarting a skill after its 1st, 2nd, ... crash.
 pub const BACKOFF: [Duration; 5] = [
@@ -666,20 +666,10 @@ impl Server {
         let Some(host) = self.slots.get_mut(name).and_then(|s| s.host.as_mut()) else {
             return Ok(());
         };
-        let mut buf = [0u8; 64 * 1024];
-        let read = nix::sys::socket::recv(
-            host.control.as_raw_fd(),
-            &mut buf,
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        );
-        let n = match read {
-            Ok(0) | Err(Errno::ECONNRESET) => return self.on_host_gone(name),
-            Ok(n) => n,
-            Err(Errno::EAGAIN | Errno::EINTR) => return Ok(()),
-            Err(_) => return self.on_host_gone(name),
-        };
         let mut frames = Vec::new();
-        host.framer.push(&buf[..n], &mut frames);
+        if host.framer.fill(host.control.as_fd(), &mut frames) == Fill::Closed {
+            return self.on_host_gone(name);
+        }
         for frame in frames {
             if let Frame::Line(line) = frame {
                 self.on_host_line(name, &line)?;
@@ -913,20 +903,10 @@ impl Server {
                 self.on_watch_events();
             }
             if input_ready {
-                let mut buf = [0u8; 64 * 1024];
-                let n = match nix::unistd::read(input, &mut buf) {
-                    Ok(0) => return Ok(()),
-                    Ok(n) => n,
-                    Err(Errno::EAGAIN | Errno::EINTR) => 0,
-                    Err(source) => {
-                        return Err(ServeError::Sys {
-                            op: "read(stdin)",
-                            source,
-                        })
-                    }
-                };
                 let mut frames = Vec::new();
-                framer.push(&buf[..n], &mut frames);
+                if framer.fill(input.as_fd(), &mut frames) == Fill::Closed {
+                    return Ok(());
+                }
                 for frame in frames {
                     match frame {
                         Frame::Line(line) if line.iter().all(u8::is_ascii_whitespace) => {}
