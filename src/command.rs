@@ -214,6 +214,7 @@ impl Command {
     }
 
     fn prepare(&mut self) -> Result<Prepared, SpawnError> {
+        let project_explicit = self.project.is_some();
         let project = match self.project.clone() {
             Some(project) => project,
             None => std::env::current_dir().map_err(|source| SpawnError::Path {
@@ -226,6 +227,7 @@ impl Command {
             program: self.program.clone(),
             args: self.args.clone(),
             project,
+            project_explicit,
             cwd: self.cwd.clone(),
             env: self.env.clone(),
             stdio: std::mem::take(&mut self.stdio),
@@ -386,6 +388,29 @@ fn build_report(
             },
         },
     };
+    let quarantined = ok.map(|o| o.sweep.quarantined.clone()).unwrap_or_default();
+    for moved in &quarantined {
+        warnings.push(format!(
+            "the run created the protected entry {}, which the host would act on later; moved it to {}",
+            moved.path.display(),
+            moved.moved_to.display()
+        ));
+    }
+    for (path, why) in ok.map(|o| o.sweep.failed.as_slice()).unwrap_or_default() {
+        warnings.push(format!(
+            "could not move the protected entry {} created by the run out of use ({why}): check it before git, your editor or your shell reads it",
+            path.display()
+        ));
+    }
+    if let Some(scan) = &prepared.scan {
+        if !scan.outside_links.is_empty() {
+            warnings.push(format!(
+                "{} file(s) hard-linked outside the project are read-only in this run (e.g. {})",
+                scan.outside_links.len(),
+                scan.outside_links[0].display()
+            ));
+        }
+    }
     let flags = prepared.clone_flags;
     use nix::sched::CloneFlags as F;
     let enforced = Enforced {
@@ -425,6 +450,17 @@ fn build_report(
             cpu: prepared.cgroup_limits.cpu,
         }),
         timeout_s: prepared.timeout.map(|t| t.as_secs_f64()),
+        project_view: prepared
+            .scan
+            .as_ref()
+            .map(|scan| crate::spawn::report::ProjectView {
+                entries: scan.entries,
+                scan_ms: scan.elapsed.as_secs_f64() * 1000.0,
+                secrets_hidden: scan.secrets.iter().map(|f| f.path.clone()).collect(),
+                protected: scan.protected.iter().map(|f| f.path.clone()).collect(),
+                pinned: scan.pins.len(),
+                hardlinks_read_only: scan.outside_links.clone(),
+            }),
     };
     let resources = ok.map(|o| Resources {
         cpu_user_ms: o.cpu_user.as_secs_f64() * 1000.0,
@@ -457,6 +493,7 @@ fn build_report(
         broker: ok.and_then(|o| o.broker.clone()),
         limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
         enforced,
+        quarantined,
         warnings,
     }
 }

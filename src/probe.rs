@@ -716,6 +716,9 @@ mod tests {
                 read_if_exists: vec![PathBuf::from("/lib64")],
                 write: vec![],
                 hide: vec![PathBuf::from(".env")],
+                secrets: vec![".env".into()],
+                protect: vec![".git/**/hooks".into()],
+                hardlinks: crate::project::HardlinkPolicy::ReadOnly,
                 tmp_size: 64 << 20,
             },
             network: NetworkPolicy {

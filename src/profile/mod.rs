@@ -105,6 +105,18 @@ pub fn to_toml(policy: &Policy) -> String {
     line(&mut out, "read_if_exists", path_list(&fs.read_if_exists));
     line(&mut out, "write", path_list(&fs.write));
     line(&mut out, "hide", path_list(&fs.hide));
+    let strings = |list: &[String]| {
+        let items: Vec<String> = list.iter().map(|s| quote(s)).collect();
+        format!("[{}]", items.join(", "))
+    };
+    line(&mut out, "secrets", strings(&fs.secrets));
+    line(&mut out, "protect", strings(&fs.protect));
+    let hardlinks = match fs.hardlinks {
+        crate::project::HardlinkPolicy::ReadOnly => "read-only",
+        crate::project::HardlinkPolicy::Refuse => "refuse",
+        crate::project::HardlinkPolicy::Allow => "allow",
+    };
+    line(&mut out, "hardlinks", quote(hardlinks));
     line(&mut out, "tmp", quote(&size::format_size(fs.tmp_size)));
     out.push_str("\n[network]\n");
     let mode = match policy.network.mode {
@@ -448,7 +460,7 @@ mod tests {
             .filesystem
             .hide
             .contains(&PathBuf::from("/etc/shadow")));
-        assert!(standard.filesystem.hide.contains(&PathBuf::from(".env")));
+        assert!(standard.filesystem.secrets.contains(&".env".to_owned()));
         assert_eq!(standard.limits, load("strict").unwrap().limits);
 
         let permissive = load("permissive").unwrap();

@@ -87,6 +87,15 @@ pub struct FilesystemPolicy {
     /// absolute ones as they are. A hidden directory appears empty and read-only,
     /// a hidden file empty and unreadable. Paths that do not exist are ignored.
     pub hide: Vec<PathBuf>,
+    /// Secrets hidden at any depth of the project: name patterns (`.env`,
+    /// `*.pem`, `.ssh/`, `!.env.example`), as in `crate::project::patterns`.
+    pub secrets: Vec<String>,
+    /// Entries made read-only at any depth of a writable project, because
+    /// the host runs what they say later (git hooks and config, editor and
+    /// agent settings, shell start-up files). Same pattern syntax.
+    pub protect: Vec<String>,
+    /// Files hard-linked to a file outside the project.
+    pub hardlinks: crate::project::HardlinkPolicy,
     /// Size limit of the private `/tmp`, in bytes.
     pub tmp_size: u64,
 }

@@ -75,6 +75,20 @@ pub struct RawFilesystem {
     pub write: Option<Vec<Spanned<String>>>,
     /// Paths masked in the sandbox (relative to the project root, or absolute).
     pub hide: Option<Vec<Spanned<String>>>,
+    /// Name patterns hidden at any depth of the project (replaces the inherited list).
+    pub secrets: Option<Vec<Spanned<String>>>,
+    /// Patterns added to the inherited `secrets`.
+    pub secrets_add: Option<Vec<Spanned<String>>>,
+    /// Patterns removed from the inherited `secrets` (exactly as written there).
+    pub secrets_remove: Option<Vec<Spanned<String>>>,
+    /// Name patterns read-only at any depth of a writable project (replaces the inherited list).
+    pub protect: Option<Vec<Spanned<String>>>,
+    /// Patterns added to the inherited `protect`.
+    pub protect_add: Option<Vec<Spanned<String>>>,
+    /// Patterns removed from the inherited `protect`.
+    pub protect_remove: Option<Vec<Spanned<String>>>,
+    /// Files hard-linked outside the project: `read-only`, `refuse` or `allow`.
+    pub hardlinks: Option<crate::project::HardlinkPolicy>,
     /// Size of the private `/tmp`.
     pub tmp: Option<Spanned<Amount>>,
 }
@@ -406,6 +420,13 @@ pub(crate) struct Layer {
     pub read_if_exists: Option<Vec<PathBuf>>,
     pub write: Option<Vec<PathBuf>>,
     pub hide: Option<Vec<PathBuf>>,
+    pub secrets: Option<Vec<String>>,
+    pub secrets_add: Vec<String>,
+    pub secrets_remove: Vec<String>,
+    pub protect: Option<Vec<String>>,
+    pub protect_add: Vec<String>,
+    pub protect_remove: Vec<String>,
+    pub hardlinks: Option<crate::project::HardlinkPolicy>,
     pub tmp_size: Option<u64>,
     pub network: Option<NetworkMode>,
     pub memory: Option<Option<u64>>,
@@ -466,6 +487,11 @@ impl Layer {
         set(&mut fs.read_if_exists, self.read_if_exists);
         set(&mut fs.write, self.write);
         set(&mut fs.hide, self.hide);
+        set(&mut fs.secrets, self.secrets);
+        edit_list(&mut fs.secrets, self.secrets_add, &self.secrets_remove);
+        set(&mut fs.protect, self.protect);
+        edit_list(&mut fs.protect, self.protect_add, &self.protect_remove);
+        set(&mut fs.hardlinks, self.hardlinks);
         set(&mut fs.tmp_size, self.tmp_size);
         set(&mut policy.network.mode, self.network);
         let limits = &mut policy.limits;
@@ -509,6 +535,18 @@ impl RawProfile {
             })?;
             layer.write = check_list(fs.write, |s| writable_path(src, s))?;
             layer.hide = check_list(fs.hide, |s| hide_path(src, s))?;
+            let patterns = |list, key| check_list(list, |s| name_pattern(src, s, key));
+            layer.secrets = patterns(fs.secrets, "filesystem.secrets")?;
+            layer.secrets_add =
+                patterns(fs.secrets_add, "filesystem.secrets_add")?.unwrap_or_default();
+            layer.secrets_remove =
+                patterns(fs.secrets_remove, "filesystem.secrets_remove")?.unwrap_or_default();
+            layer.protect = patterns(fs.protect, "filesystem.protect")?;
+            layer.protect_add =
+                patterns(fs.protect_add, "filesystem.protect_add")?.unwrap_or_default();
+            layer.protect_remove =
+                patterns(fs.protect_remove, "filesystem.protect_remove")?.unwrap_or_default();
+            layer.hardlinks = fs.hardlinks;
             if let Some(tmp) = fs.tmp {
                 let size = size_value(src, &tmp, "filesystem.tmp", false)?.unwrap_or(0);
                 if size == 0 || size > MAX_TMP {
@@ -682,6 +720,24 @@ fn hide_path(src: &Source, s: &Spanned<String>) -> Result<PathBuf, ProfileError>
         ));
     }
     Ok(path)
+}
+
+/// A `secrets`/`protect` pattern: kept as written, compiled once to check it.
+fn name_pattern(src: &Source, s: &Spanned<String>, key: &str) -> Result<String, ProfileError> {
+    crate::project::Pattern::parse(s.get_ref())
+        .map(|_| s.get_ref().clone())
+        .map_err(|err| src.error(s.span(), format!("`{key}`: {err}")))
+}
+
+/// `add` appended (once each), then `remove` taken out: a child profile
+/// adjusts its parent's list without repeating it.
+fn edit_list(list: &mut Vec<String>, add: Vec<String>, remove: &[String]) {
+    for pattern in add {
+        if !list.contains(&pattern) {
+            list.push(pattern);
+        }
+    }
+    list.retain(|p| !remove.contains(p));
 }
 
 fn syscall_name(src: &Source, s: &Spanned<String>) -> Result<String, ProfileError> {

@@ -354,6 +354,19 @@ fn build_root<'a>(
                 tmpfs(target, flags, c"mode=0555,size=4k")
                     .step(Step::HidePath, target.to_bytes())?;
             }
+            MountOp::Rebind {
+                target,
+                read_only: ro,
+            } => {
+                let tree =
+                    mount_api::clone_tree(target).step(Step::ProtectPath, target.to_bytes())?;
+                if *ro {
+                    mount_api::set_tree_attrs(tree.as_fd(), read_only)
+                        .step(Step::ProtectPath, target.to_bytes())?;
+                }
+                mount_api::attach_tree(tree.as_fd(), target)
+                    .step(Step::ProtectPath, target.to_bytes())?;
+            }
             MountOp::HideFile { target } => {
                 mount(
                     Some("/hidden"),

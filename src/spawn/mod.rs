@@ -41,6 +41,7 @@ pub enum Step {
     AttachIdmappedTree,
     Symlink,
     HidePath,
+    ProtectPath,
     MountTmp,
     MountProc,
     MountDev,
@@ -65,7 +66,7 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 37] = [
+    const ALL: [Step; 38] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -82,6 +83,7 @@ impl Step {
         Step::AttachIdmappedTree,
         Step::Symlink,
         Step::HidePath,
+        Step::ProtectPath,
         Step::MountTmp,
         Step::MountProc,
         Step::MountDev,
@@ -128,6 +130,7 @@ impl Step {
             Step::AttachIdmappedTree => "attaching the idmapped project tree",
             Step::Symlink => "creating a symlink",
             Step::HidePath => "hiding a path",
+            Step::ProtectPath => "making a path read-only or pinning it",
             Step::MountTmp => "mounting /tmp",
             Step::MountProc => "mounting /proc",
             Step::MountDev => "populating /dev",
@@ -212,6 +215,10 @@ pub enum SpawnError {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The walk of the project found something the run cannot start with,
+    /// or could not finish.
+    #[error("{0}")]
+    Scan(#[from] crate::project::scan::ScanError),
     /// A channel to the child failed.
     #[error("talking to the sandbox's init: {0}")]
     Channel(#[from] channel::ChannelError),

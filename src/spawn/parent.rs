@@ -43,6 +43,8 @@ pub struct Outcome {
     pub cpu_system: Duration,
     /// What the broker decided.
     pub broker: Option<crate::broker::server::BrokerCounts>,
+    /// Protected entries the run created, moved aside after it ended.
+    pub sweep: crate::project::quarantine::Sweep,
 }
 
 /// A limit the run ran into.
@@ -153,6 +155,47 @@ pub struct Running {
     janitor: Option<Janitor>,
     broker: Option<(OwnedFd, std::cell::RefCell<crate::broker::server::Broker>)>,
     broker_closed: std::cell::Cell<bool>,
+    sweep: Option<SweepPlan>,
+}
+
+/// What the sweep after a run needs: it runs once every process of the run
+/// is gone, from [`Running::wait`], from dropping a [`Running`], or from the
+/// janitor when the supervisor itself was killed.
+#[derive(Debug, Clone)]
+struct SweepPlan {
+    root: std::path::PathBuf,
+    rules: crate::project::Rules,
+    before: std::collections::HashMap<std::path::PathBuf, crate::project::scan::Identity>,
+    run: String,
+}
+
+impl SweepPlan {
+    fn for_run(prepared: &Prepared) -> Option<SweepPlan> {
+        let scan = prepared.scan.as_ref()?;
+        if prepared.policy.filesystem.project != crate::profile::policy::ProjectAccess::ReadWrite {
+            return None;
+        }
+        let stamp = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_micros())
+            .unwrap_or(0);
+        Some(SweepPlan {
+            root: prepared.project.clone(),
+            rules: prepared.project_rules.clone(),
+            before: scan.protected_before.clone(),
+            run: format!("{:x}-{}", stamp, std::process::id()),
+        })
+    }
+
+    fn run(&self) -> crate::project::quarantine::Sweep {
+        match crate::project::quarantine::sweep(&self.root, &self.rules, &self.before, &self.run) {
+            Ok(sweep) => sweep,
+            Err(err) => crate::project::quarantine::Sweep {
+                quarantined: Vec::new(),
+                failed: vec![(std::path::PathBuf::new(), err.to_string())],
+            },
+        }
+    }
 }
 
 fn children_cpu() -> (Duration, Duration) {
@@ -182,7 +225,10 @@ struct Janitor {
 /// How long a janitor keeps trying to remove a dead supervisor's cgroup.
 const JANITOR_PATIENCE: Duration = Duration::from_secs(10);
 
-fn spawn_janitor(cgroup: &crate::cgroup::RunCgroup) -> Result<Janitor, SpawnError> {
+fn spawn_janitor(
+    cgroup: &crate::cgroup::RunCgroup,
+    sweep: Option<&SweepPlan>,
+) -> Result<Janitor, SpawnError> {
     let (wait_end, done) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(janitor)"))?;
     let done_raw = done.as_raw_fd();
     let (pid, _pidfd) =
@@ -217,6 +263,11 @@ fn spawn_janitor(cgroup: &crate::cgroup::RunCgroup) -> Result<Janitor, SpawnErro
             let deadline = Instant::now() + JANITOR_PATIENCE;
             while !cgroup.remove() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(10));
+            }
+            // The run is gone with its cgroup: what it planted is swept even
+            // though nobody is left to report it.
+            if let Some(sweep) = sweep {
+                sweep.run();
             }
             0
         })
@@ -311,8 +362,9 @@ pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
 pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     check_single_threaded()?;
     let cgroup = setup_cgroup(prepared)?;
+    let sweep = SweepPlan::for_run(prepared);
     let janitor = match &cgroup {
-        Some(cgroup) => match spawn_janitor(cgroup) {
+        Some(cgroup) => match spawn_janitor(cgroup, sweep.as_ref()) {
             Ok(janitor) => Some(janitor),
             Err(err) => {
                 cgroup.remove();
@@ -325,6 +377,7 @@ pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
         Ok(mut running) => {
             running.cgroup = cgroup;
             running.janitor = janitor;
+            running.sweep = sweep;
             Ok(running)
         }
         Err(err) => {
@@ -542,6 +595,7 @@ fn start_cloned(
         janitor: None,
         broker,
         broker_closed: std::cell::Cell::new(false),
+        sweep: None,
     })
 }
 
@@ -575,11 +629,14 @@ impl Running {
         prepared: &Prepared,
         driver: Option<&mut dyn Driver>,
     ) -> Result<Outcome, SpawnError> {
-        let result = self.supervise(prepared, driver);
+        let mut result = self.supervise(prepared, driver);
         if result.is_ok() {
             self.collected = true;
             if let Some(cgroup) = self.cgroup.take() {
                 cgroup.remove();
+            }
+            if let (Ok(outcome), Some(plan)) = (&mut result, self.sweep.take()) {
+                outcome.sweep = plan.run();
             }
             if let Some(janitor) = self.janitor.take() {
                 janitor.dismiss();
@@ -822,6 +879,9 @@ impl Drop for Running {
             if let Some(cgroup) = self.cgroup.take() {
                 cgroup.remove();
             }
+            if let Some(plan) = self.sweep.take() {
+                plan.run();
+            }
             if let Some(janitor) = self.janitor.take() {
                 janitor.dismiss();
             }
@@ -912,6 +972,7 @@ fn outcome(
         cpu_user: Duration::ZERO,
         cpu_system: Duration::ZERO,
         broker: None,
+        sweep: Default::default(),
     })
 }
 

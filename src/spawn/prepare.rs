@@ -48,6 +48,10 @@ pub struct SpawnSpec {
     pub args: Vec<OsString>,
     /// The project root: visible at its own path, writable when the profile says so.
     pub project: PathBuf,
+    /// Whether the caller named the project (`--project`), rather than it
+    /// defaulting to the current directory: only a named project may be a
+    /// home directory or contain one.
+    pub project_explicit: bool,
     /// The working directory inside the sandbox (default: the project root).
     pub cwd: Option<PathBuf>,
     /// Environment entries on top of the profile's: `Some` sets, `None` removes.
@@ -110,6 +114,15 @@ pub enum MountOp {
     HideFile {
         /// `/newroot` + path.
         target: CString,
+    },
+    /// Bind a path of the view onto itself: read-only to protect it, or
+    /// as it is to pin it (a mount point cannot be renamed or removed, so
+    /// a pinned ancestor keeps what is mounted below it in place).
+    Rebind {
+        /// `/newroot` + path.
+        target: CString,
+        /// Read-only, or kept as it is.
+        read_only: bool,
     },
 }
 
@@ -235,6 +248,11 @@ pub struct Prepared {
     pub stdio: [Stdio; 3],
     /// Things that are weaker than a user might assume, to print and report.
     pub warnings: Vec<String>,
+    /// The project's secrets and protected entries, as patterns (the broker
+    /// and the sweep after the run apply them too).
+    pub project_rules: crate::project::Rules,
+    /// What the walk of the project found (None: the project is not visible).
+    pub scan: Option<crate::project::scan::Scan>,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -377,6 +395,17 @@ impl Prepared {
                 "project root {} is not a directory",
                 project.display()
             )));
+        }
+        if !spec.project_explicit && policy.filesystem.project != ProjectAccess::Empty {
+            let homes = crate::project::home::home_directories();
+            if let Some(why) = crate::project::home::too_broad(&project, &homes) {
+                return Err(SpawnError::Invalid(format!(
+                    "refusing to use the current directory {} as the project root: {why}, and the run could {} everything below it. Run from the project's own directory, or pass --project {} if you mean it",
+                    project.display(),
+                    if policy.filesystem.project == ProjectAccess::ReadWrite { "change" } else { "read" },
+                    project.display()
+                )));
+            }
         }
         for forbidden in ["/", "/proc", "/sys", "/dev"] {
             if project == Path::new(forbidden)
@@ -635,6 +664,21 @@ impl Prepared {
             planner.mounts.push((path, op));
         }
 
+        let project_rules = crate::project::Rules::from_policy(&policy.filesystem)
+            .map_err(|err| SpawnError::Invalid(format!("profile `{}`: {err}", policy.name)))?;
+        let scan = if policy.filesystem.project == ProjectAccess::Empty {
+            None
+        } else {
+            let scan = crate::project::scan::scan(
+                &project,
+                &project_rules,
+                project_writable,
+                policy.filesystem.hardlinks,
+            )?;
+            planner.mounts.extend(scan_mounts(&project, &scan)?);
+            Some(scan)
+        };
+
         let mut mount_dirs = Vec::new();
         for dir in &planner.dirs {
             mount_dirs.push(prefixed("/newroot", dir)?);
@@ -729,8 +773,56 @@ impl Prepared {
             ids,
             stdio: spec.stdio,
             warnings,
+            project_rules,
+            scan,
         })
     }
+}
+
+/// The mounts that carry out a scan, parents before children: pins, then
+/// what they keep in place.
+fn scan_mounts(
+    project: &Path,
+    scan: &crate::project::scan::Scan,
+) -> Result<Vec<(PathBuf, MountOp)>, SpawnError> {
+    let mut ops = Vec::with_capacity(scan.mounts());
+    let target = |relative: &Path| prefixed("/newroot", &project.join(relative));
+    for pin in &scan.pins {
+        ops.push((
+            pin.clone(),
+            MountOp::Rebind {
+                target: target(pin)?,
+                read_only: false,
+            },
+        ));
+    }
+    for found in &scan.protected {
+        let op = MountOp::Rebind {
+            target: target(&found.path)?,
+            read_only: true,
+        };
+        ops.push((found.path.clone(), op));
+    }
+    for path in &scan.outside_links {
+        ops.push((
+            path.clone(),
+            MountOp::Rebind {
+                target: target(path)?,
+                read_only: true,
+            },
+        ));
+    }
+    for found in &scan.secrets {
+        let target = target(&found.path)?;
+        let op = if found.is_dir {
+            MountOp::HideDir { target }
+        } else {
+            MountOp::HideFile { target }
+        };
+        ops.push((found.path.clone(), op));
+    }
+    ops.sort_by_key(|(path, _)| path.components().count());
+    Ok(ops)
 }
 
 /// The paths execve tries: the program itself when it contains a slash,

@@ -139,6 +139,26 @@ pub struct Enforced {
     pub cgroup: Option<CgroupReport>,
     /// Wall-clock limit in seconds.
     pub timeout_s: Option<f64>,
+    /// What the walk of the project found and the view made of it (None:
+    /// the project was not visible).
+    pub project_view: Option<ProjectView>,
+}
+
+/// The project as the run saw it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectView {
+    /// Entries the walk visited.
+    pub entries: u64,
+    /// How long the walk took, in milliseconds.
+    pub scan_ms: f64,
+    /// Secrets masked (paths below the project root).
+    pub secrets_hidden: Vec<PathBuf>,
+    /// Entries made read-only because the host runs what they say.
+    pub protected: Vec<PathBuf>,
+    /// Directories pinned so that the protected entries stay in place.
+    pub pinned: usize,
+    /// Files hard-linked outside the project, made read-only.
+    pub hardlinks_read_only: Vec<PathBuf>,
 }
 
 /// The whole report of a run.
@@ -166,6 +186,8 @@ pub struct Report {
     pub broker: Option<crate::broker::server::BrokerCounts>,
     /// Limits that ended or cut the run (`timeout`, `memory`, `pids`).
     pub limits_hit: Vec<crate::spawn::parent::LimitHit>,
+    /// Protected entries the run created, renamed out of use after it.
+    pub quarantined: Vec<crate::project::quarantine::Quarantined>,
     /// Layers weaker than asked or other caveats, also printed on stderr.
     pub warnings: Vec<String>,
 }

@@ -1,0 +1,550 @@
+//! One walk over the project before a run: secrets to mask, protected
+//! entries to make read-only (and the ancestors to pin), and files hard-linked
+//! to something outside the project.
+//!
+//! The walk works on directory descriptors opened with `O_NOFOLLOW`, never
+//! re-resolving a path string, and stats only regular files (for their link
+//! count) and entries whose type the directory does not report.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::dir::{Dir, Type};
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::{FileStat, Mode, SFlag};
+use serde::Serialize;
+
+use super::{HardlinkPolicy, Rules};
+
+/// Most mounts a scan may add to a run's view. Each costs init a few
+/// microseconds and the kernel a little memory; far beyond this a project is
+/// better served by fixing the tree (the error says how) than by a view of
+/// thousands of mounts.
+pub const MAX_SCAN_MOUNTS: usize = 4096;
+
+/// Deepest directory nesting walked: deeper is a loop (a bind mount of an
+/// ancestor) or an attack, and the run is refused rather than half-scanned.
+const MAX_DEPTH: usize = 256;
+
+/// How a scan can fail. Every failure refuses the run: a half-scanned tree
+/// could leave a secret readable or a hook writable.
+#[derive(Debug, thiserror::Error)]
+pub enum ScanError {
+    /// A directory or entry could not be read.
+    #[error("scanning the project: {path}: {source}")]
+    Read {
+        /// The path below the project root.
+        path: PathBuf,
+        /// The errno.
+        source: Errno,
+    },
+    /// Nesting deeper than [`MAX_DEPTH`].
+    #[error("scanning the project: {path} is nested more than {MAX_DEPTH} directories deep (a bind-mount loop?); pass a narrower --project")]
+    TooDeep {
+        /// Where the walk stopped.
+        path: PathBuf,
+    },
+    /// Files hard-linked outside the project, under `hardlinks = "refuse"`
+    /// or beyond what can be made read-only.
+    #[error("{count} file(s) in the project are hard links to files outside it, so a write through them would change the outside file: {examples}{more}. Fix: replace them with copies (for pnpm: `package-import-method=copy`; for git: clone without --local), run with a narrower --project, or set `[filesystem] hardlinks = \"allow\"` in a profile if you accept the risk")]
+    OutsideLinks {
+        /// How many.
+        count: usize,
+        /// The first few, comma-separated.
+        examples: String,
+        /// ", ..." when there are more.
+        more: &'static str,
+    },
+    /// The view would need more than [`MAX_SCAN_MOUNTS`] mounts.
+    #[error("the project needs {needed} read-only or hidden entries (secrets {secrets}, protected {protected} with {pins} pinned directories, outside hard links {links}), more than the {MAX_SCAN_MOUNTS} a view may have; pass a narrower --project or trim `[filesystem] secrets`/`protect` in a profile")]
+    TooManyMounts {
+        /// Mounts needed.
+        needed: usize,
+        /// Of which secrets.
+        secrets: usize,
+        /// Of which protected entries.
+        protected: usize,
+        /// Of which pins.
+        pins: usize,
+        /// Of which hard links.
+        links: usize,
+    },
+}
+
+/// The identity of a filesystem object, to tell a protected entry from one
+/// the run put in its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    dev: u64,
+    ino: u64,
+}
+
+impl Identity {
+    pub(crate) fn of(stat: &FileStat) -> Identity {
+        Identity {
+            dev: stat.st_dev,
+            ino: stat.st_ino,
+        }
+    }
+}
+
+/// One entry a scan found, relative to the project root.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Found {
+    /// The path below the project root.
+    pub path: PathBuf,
+    /// Whether it is a directory.
+    pub is_dir: bool,
+}
+
+/// What a scan found.
+#[derive(Debug, Clone, Default)]
+pub struct Scan {
+    /// Entries visited.
+    pub entries: u64,
+    /// Secrets to mask (and other names of a secret file's inode).
+    pub secrets: Vec<Found>,
+    /// Protected entries to make read-only.
+    pub protected: Vec<Found>,
+    /// Protected entries that are symlinks: a mount would follow them, so
+    /// they are not mounted, only checked after the run.
+    pub protected_links: Vec<PathBuf>,
+    /// Directories to pin (every ancestor of a protected entry).
+    pub pins: Vec<PathBuf>,
+    /// Regular files with a link outside the project.
+    pub outside_links: Vec<PathBuf>,
+    /// Every protected entry and the object it was, for the sweep after the run.
+    pub protected_before: HashMap<PathBuf, Identity>,
+    /// How long the walk took.
+    pub elapsed: Duration,
+}
+
+impl Scan {
+    /// Mounts the view needs for what was found.
+    pub fn mounts(&self) -> usize {
+        self.secrets.len() + self.protected.len() + self.pins.len() + self.outside_links.len()
+    }
+}
+
+struct Walker<'a> {
+    rules: &'a Rules,
+    writable: bool,
+    hardlinks: HardlinkPolicy,
+    scan: Scan,
+    /// Regular files with more than one link: (identity) -> (links, paths here).
+    linked: HashMap<Identity, (u64, Vec<PathBuf>)>,
+    secret_inodes: HashSet<Identity>,
+    visited_dirs: HashSet<Identity>,
+    components: Vec<Vec<u8>>,
+}
+
+fn relative(components: &[Vec<u8>]) -> PathBuf {
+    let mut path = PathBuf::new();
+    for c in components {
+        path.push(OsStr::from_bytes(c));
+    }
+    path
+}
+
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+    .union(OFlag::O_DIRECTORY)
+    .union(OFlag::O_NOFOLLOW)
+    .union(OFlag::O_CLOEXEC);
+
+/// Open `root` for a walk.
+pub(crate) fn open_root(root: &Path) -> Result<OwnedFd, ScanError> {
+    nix::fcntl::open(root, DIR_FLAGS, Mode::empty()).map_err(|source| ScanError::Read {
+        path: root.to_path_buf(),
+        source,
+    })
+}
+
+/// A name in a directory, with the type the directory reports (None: unknown).
+pub(crate) type Listed = (Vec<u8>, Option<Type>);
+
+/// Names in a directory.
+pub(crate) fn list(dir: &OwnedFd, path: &Path) -> Result<Vec<Listed>, ScanError> {
+    let read = |source| ScanError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let fd = dir
+        .try_clone()
+        .map_err(|e| read(Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
+    let mut handle = Dir::from_fd(fd).map_err(read)?;
+    let mut names = Vec::new();
+    for entry in handle.iter() {
+        let entry = entry.map_err(read)?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        names.push((name.to_vec(), entry.file_type()));
+    }
+    Ok(names)
+}
+
+pub(crate) fn stat_at(dir: &OwnedFd, name: &[u8], path: &Path) -> Result<FileStat, ScanError> {
+    nix::sys::stat::fstatat(
+        dir.as_fd(),
+        OsStr::from_bytes(name),
+        AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(|source| ScanError::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+pub(crate) fn kind_of(stat: &FileStat) -> Type {
+    match SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFDIR => Type::Directory,
+        SFlag::S_IFLNK => Type::Symlink,
+        SFlag::S_IFREG => Type::File,
+        SFlag::S_IFIFO => Type::Fifo,
+        SFlag::S_IFSOCK => Type::Socket,
+        SFlag::S_IFCHR => Type::CharacterDevice,
+        _ => Type::BlockDevice,
+    }
+}
+
+impl Walker<'_> {
+    fn walk(&mut self, dir: &OwnedFd, inside_protected: bool) -> Result<(), ScanError> {
+        let here = relative(&self.components);
+        if self.components.len() >= MAX_DEPTH {
+            return Err(ScanError::TooDeep { path: here });
+        }
+        for (name, reported) in list(dir, &here)? {
+            self.scan.entries += 1;
+            self.components.push(name);
+            let result = self.entry(dir, reported, inside_protected);
+            self.components.pop();
+            result?;
+        }
+        Ok(())
+    }
+
+    fn entry(
+        &mut self,
+        dir: &OwnedFd,
+        reported: Option<Type>,
+        inside_protected: bool,
+    ) -> Result<(), ScanError> {
+        let path = relative(&self.components);
+        let name = self.components.last().cloned().unwrap_or_default();
+        let mut stat = None;
+        let kind = match reported {
+            Some(kind) => kind,
+            None => {
+                let s = stat_at(dir, &name, &path)?;
+                let kind = kind_of(&s);
+                stat = Some(s);
+                kind
+            }
+        };
+        let is_dir = kind == Type::Directory;
+        if self
+            .rules
+            .secrets
+            .matching(&self.components, is_dir)
+            .is_some()
+        {
+            if kind == Type::Symlink {
+                // Masking would follow the link; what it points at inside the
+                // project is found under its own name, or is outside the view.
+                return Ok(());
+            }
+            if kind == Type::File {
+                let s = match stat {
+                    Some(s) => s,
+                    None => stat_at(dir, &name, &path)?,
+                };
+                if s.st_nlink > 1 {
+                    self.secret_inodes.insert(Identity::of(&s));
+                    self.note_link(&s, &path);
+                }
+            }
+            self.scan.secrets.push(Found { path, is_dir });
+            return Ok(()); // nothing below a hidden directory is visible
+        }
+        let mut protected_here = inside_protected;
+        if self.writable && !inside_protected && self.rules.is_protected(&self.components, is_dir) {
+            let s = match stat {
+                Some(s) => s,
+                None => stat_at(dir, &name, &path)?,
+            };
+            stat = Some(s);
+            self.scan
+                .protected_before
+                .insert(path.clone(), Identity::of(&s));
+            if kind == Type::Symlink {
+                self.scan.protected_links.push(path.clone());
+            } else {
+                self.scan.protected.push(Found {
+                    path: path.clone(),
+                    is_dir,
+                });
+                protected_here = true;
+            }
+        }
+        match kind {
+            Type::Directory => {
+                let child = nix::fcntl::openat(
+                    dir.as_fd(),
+                    OsStr::from_bytes(&name),
+                    DIR_FLAGS,
+                    Mode::empty(),
+                )
+                .map_err(|source| ScanError::Read {
+                    path: path.clone(),
+                    source,
+                })?;
+                let s = match stat {
+                    Some(s) => s,
+                    None => {
+                        nix::sys::stat::fstat(child.as_fd()).map_err(|source| ScanError::Read {
+                            path: path.clone(),
+                            source,
+                        })?
+                    }
+                };
+                if !self.visited_dirs.insert(Identity::of(&s)) {
+                    return Err(ScanError::TooDeep { path });
+                }
+                self.walk(&child, protected_here)?;
+            }
+            Type::File => {
+                let s = match stat {
+                    Some(s) => s,
+                    None => stat_at(dir, &name, &path)?,
+                };
+                if s.st_nlink > 1 {
+                    self.note_link(&s, &path);
+                }
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn note_link(&mut self, stat: &FileStat, path: &Path) {
+        let entry = self
+            .linked
+            .entry(Identity::of(stat))
+            .or_insert_with(|| (stat.st_nlink, Vec::new()));
+        entry.1.push(path.to_path_buf());
+    }
+
+    fn finish(mut self) -> Result<Scan, ScanError> {
+        let mut outside = Vec::new();
+        let protected: HashSet<&Path> = self
+            .scan
+            .protected
+            .iter()
+            .map(|f| f.path.as_path())
+            .collect();
+        let secrets: HashSet<PathBuf> = self.scan.secrets.iter().map(|f| f.path.clone()).collect();
+        for (identity, (links, paths)) in &self.linked {
+            if self.secret_inodes.contains(identity) {
+                // Another name of a secret file shows the same content.
+                for path in paths {
+                    if !secrets.contains(path) {
+                        self.scan.secrets.push(Found {
+                            path: path.clone(),
+                            is_dir: false,
+                        });
+                    }
+                }
+                continue;
+            }
+            let found = paths.len() as u64;
+            if found < *links && self.writable && self.hardlinks != HardlinkPolicy::Allow {
+                outside.extend(
+                    paths
+                        .iter()
+                        .filter(|p| {
+                            !protected.contains(p.as_path())
+                                && !p.ancestors().any(|a| protected.contains(a))
+                        })
+                        .cloned(),
+                );
+            }
+        }
+        outside.sort();
+        if !outside.is_empty()
+            && (self.hardlinks == HardlinkPolicy::Refuse || outside.len() > MAX_SCAN_MOUNTS)
+        {
+            return Err(outside_links_error(&outside));
+        }
+        self.scan.outside_links = outside;
+
+        let mut pins = BTreeSet::new();
+        for found in &self.scan.protected {
+            for ancestor in found.path.ancestors().skip(1) {
+                if !ancestor.as_os_str().is_empty() {
+                    pins.insert(ancestor.to_path_buf());
+                }
+            }
+        }
+        self.scan.pins = pins.into_iter().collect();
+        self.scan.secrets.sort();
+        self.scan.protected.sort();
+        let needed = self.scan.mounts();
+        if needed > MAX_SCAN_MOUNTS {
+            return Err(ScanError::TooManyMounts {
+                needed,
+                secrets: self.scan.secrets.len(),
+                protected: self.scan.protected.len(),
+                pins: self.scan.pins.len(),
+                links: self.scan.outside_links.len(),
+            });
+        }
+        Ok(self.scan)
+    }
+}
+
+fn outside_links_error(paths: &[PathBuf]) -> ScanError {
+    const SHOWN: usize = 5;
+    let examples = paths
+        .iter()
+        .take(SHOWN)
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    ScanError::OutsideLinks {
+        count: paths.len(),
+        examples,
+        more: if paths.len() > SHOWN { ", ..." } else { "" },
+    }
+}
+
+/// Walk the project at `root`. `writable`: whether the payload may write the
+/// project (protection and hard links only matter then).
+pub fn scan(
+    root: &Path,
+    rules: &Rules,
+    writable: bool,
+    hardlinks: HardlinkPolicy,
+) -> Result<Scan, ScanError> {
+    let started = Instant::now();
+    let dir = open_root(root)?;
+    let mut walker = Walker {
+        rules,
+        writable,
+        hardlinks,
+        scan: Scan::default(),
+        linked: HashMap::new(),
+        secret_inodes: HashSet::new(),
+        visited_dirs: HashSet::new(),
+        components: Vec::new(),
+    };
+    if let Ok(s) = nix::sys::stat::fstat(dir.as_fd()) {
+        walker.visited_dirs.insert(Identity::of(&s));
+    }
+    walker.walk(&dir, false)?;
+    let mut scan = walker.finish()?;
+    scan.elapsed = started.elapsed();
+    Ok(scan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::project::PatternList;
+
+    fn rules() -> Rules {
+        Rules {
+            secrets: PatternList::parse(&[".env", ".env.*", "!.env.example", ".ssh/", "*.pem"])
+                .unwrap(),
+            protect: PatternList::parse(&[".git/**/hooks", ".git/**/config", ".envrc", ".vscode/"])
+                .unwrap(),
+        }
+    }
+
+    fn paths(found: &[Found]) -> Vec<String> {
+        found.iter().map(|f| f.path.display().to_string()).collect()
+    }
+
+    #[test]
+    fn finds_secrets_protected_entries_pins_and_outside_links() {
+        let outside = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let p = project.path();
+        for dir in [
+            ".git/hooks",
+            ".git/modules/lib/hooks",
+            "a/b/.ssh",
+            "sub/.git",
+            "c",
+            ".vscode",
+        ] {
+            std::fs::create_dir_all(p.join(dir)).unwrap();
+        }
+        for file in [
+            ".env",
+            "a/.env.prod",
+            "a/.env.example",
+            "a/b/.ssh/id",
+            "k.pem",
+            ".git/config",
+            "sub/.git/config",
+            "c/plain",
+            ".envrc",
+        ] {
+            std::fs::write(p.join(file), "x").unwrap();
+        }
+        std::fs::write(outside.path().join("victim"), "v").unwrap();
+        std::fs::hard_link(outside.path().join("victim"), p.join("c/linked")).unwrap();
+        // Two names inside the project only: fine.
+        std::fs::hard_link(p.join("c/plain"), p.join("c/plain2")).unwrap();
+        // A second name of a secret is a secret.
+        std::fs::hard_link(p.join(".env"), p.join("c/innocent")).unwrap();
+        std::os::unix::fs::symlink("/etc", p.join("c/.vscode")).unwrap();
+
+        let scan = scan(p, &rules(), true, HardlinkPolicy::ReadOnly).unwrap();
+        assert_eq!(
+            paths(&scan.secrets),
+            [".env", "a/.env.prod", "a/b/.ssh", "c/innocent", "k.pem"]
+        );
+        assert_eq!(
+            paths(&scan.protected),
+            [
+                ".envrc",
+                ".git/config",
+                ".git/hooks",
+                ".git/modules/lib/hooks",
+                ".vscode",
+                "sub/.git/config"
+            ]
+        );
+        let pins: Vec<String> = scan.pins.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            pins,
+            [
+                ".git",
+                ".git/modules",
+                ".git/modules/lib",
+                "sub",
+                "sub/.git"
+            ]
+        );
+        assert_eq!(scan.outside_links, [PathBuf::from("c/linked")]);
+        assert!(
+            scan.protected_links.is_empty(),
+            "a dir-only pattern skips a symlink"
+        );
+
+        let err = super::scan(p, &rules(), true, HardlinkPolicy::Refuse).unwrap_err();
+        assert!(err.to_string().contains("c/linked"), "{err}");
+        let allowed = super::scan(p, &rules(), true, HardlinkPolicy::Allow).unwrap();
+        assert!(allowed.outside_links.is_empty());
+        let read_only = super::scan(p, &rules(), false, HardlinkPolicy::ReadOnly).unwrap();
+        assert!(read_only.protected.is_empty() && read_only.outside_links.is_empty());
+        assert_eq!(read_only.secrets.len(), 5);
+    }
+}
