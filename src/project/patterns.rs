@@ -185,6 +185,12 @@ fn segments_match<C: AsRef<[u8]>>(segments: &[Segment], path: &[C]) -> bool {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PatternList {
     patterns: Vec<Pattern>,
+    /// Every literal last segment: a walk asks about every name in the
+    /// project, and almost none can match, which a set lookup tells at once.
+    literal_names: std::collections::BTreeSet<Vec<u8>>,
+    /// Whether some pattern ends in a glob or `**`, so a name outside
+    /// `literal_names` may still match.
+    has_glob_names: bool,
 }
 
 impl PatternList {
@@ -194,7 +200,21 @@ impl PatternList {
             .iter()
             .map(|t| Pattern::parse(t.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(PatternList { patterns })
+        let mut literal_names = std::collections::BTreeSet::new();
+        let mut has_glob_names = false;
+        for pattern in &patterns {
+            match pattern.segments.last() {
+                Some(Segment::Literal(name)) => {
+                    literal_names.insert(name.clone());
+                }
+                _ => has_glob_names = true,
+            }
+        }
+        Ok(PatternList {
+            patterns,
+            literal_names,
+            has_glob_names,
+        })
     }
 
     /// Whether the list is empty.
@@ -204,6 +224,10 @@ impl PatternList {
 
     /// The pattern that puts the entry at `path` in the list, if one does.
     pub fn matching<C: AsRef<[u8]>>(&self, path: &[C], is_dir: bool) -> Option<&Pattern> {
+        let name = path.last()?.as_ref();
+        if !self.has_glob_names && !self.literal_names.contains(name) {
+            return None;
+        }
         let mut verdict = None;
         for pattern in &self.patterns {
             if pattern.matches_path(path, is_dir) {

@@ -215,11 +215,12 @@ pub(crate) fn kind_of(stat: &FileStat) -> Type {
 
 impl Walker<'_> {
     fn walk(&mut self, dir: &OwnedFd, inside_protected: bool) -> Result<(), ScanError> {
-        let here = relative(&self.components);
         if self.components.len() >= MAX_DEPTH {
-            return Err(ScanError::TooDeep { path: here });
+            return Err(ScanError::TooDeep {
+                path: relative(&self.components),
+            });
         }
-        for (name, reported) in list(dir, &here)? {
+        for (name, reported) in list(dir, &relative(&self.components))? {
             self.scan.entries += 1;
             self.components.push(name);
             let result = self.entry(dir, reported, inside_protected);
@@ -235,13 +236,15 @@ impl Walker<'_> {
         reported: Option<Type>,
         inside_protected: bool,
     ) -> Result<(), ScanError> {
-        let path = relative(&self.components);
+        // Most entries match nothing and have one link: the path is only
+        // built for those that are recorded or fail.
+        let path = |components: &[Vec<u8>]| relative(components);
         let name = self.components.last().cloned().unwrap_or_default();
         let mut stat = None;
         let kind = match reported {
             Some(kind) => kind,
             None => {
-                let s = stat_at(dir, &name, &path)?;
+                let s = stat_at(dir, &name, &path(&self.components))?;
                 let kind = kind_of(&s);
                 stat = Some(s);
                 kind
@@ -259,36 +262,35 @@ impl Walker<'_> {
                 // project is found under its own name, or is outside the view.
                 return Ok(());
             }
+            let here = path(&self.components);
             if kind == Type::File {
                 let s = match stat {
                     Some(s) => s,
-                    None => stat_at(dir, &name, &path)?,
+                    None => stat_at(dir, &name, &here)?,
                 };
                 if s.st_nlink > 1 {
                     self.secret_inodes.insert(Identity::of(&s));
-                    self.note_link(&s, &path);
+                    self.note_link(&s, &here);
                 }
             }
-            self.scan.secrets.push(Found { path, is_dir });
+            self.scan.secrets.push(Found { path: here, is_dir });
             return Ok(()); // nothing below a hidden directory is visible
         }
         let mut protected_here = inside_protected;
         if self.writable && !inside_protected && self.rules.is_protected(&self.components, is_dir) {
+            let here = path(&self.components);
             let s = match stat {
                 Some(s) => s,
-                None => stat_at(dir, &name, &path)?,
+                None => stat_at(dir, &name, &here)?,
             };
             stat = Some(s);
             self.scan
                 .protected_before
-                .insert(path.clone(), Identity::of(&s));
+                .insert(here.clone(), Identity::of(&s));
             if kind == Type::Symlink {
-                self.scan.protected_links.push(path.clone());
+                self.scan.protected_links.push(here);
             } else {
-                self.scan.protected.push(Found {
-                    path: path.clone(),
-                    is_dir,
-                });
+                self.scan.protected.push(Found { path: here, is_dir });
                 protected_here = true;
             }
         }
@@ -301,30 +303,32 @@ impl Walker<'_> {
                     Mode::empty(),
                 )
                 .map_err(|source| ScanError::Read {
-                    path: path.clone(),
+                    path: path(&self.components),
                     source,
                 })?;
                 let s = match stat {
                     Some(s) => s,
                     None => {
                         nix::sys::stat::fstat(child.as_fd()).map_err(|source| ScanError::Read {
-                            path: path.clone(),
+                            path: path(&self.components),
                             source,
                         })?
                     }
                 };
                 if !self.visited_dirs.insert(Identity::of(&s)) {
-                    return Err(ScanError::TooDeep { path });
+                    return Err(ScanError::TooDeep {
+                        path: path(&self.components),
+                    });
                 }
                 self.walk(&child, protected_here)?;
             }
             Type::File => {
                 let s = match stat {
                     Some(s) => s,
-                    None => stat_at(dir, &name, &path)?,
+                    None => stat_at(dir, &name, Path::new(OsStr::from_bytes(&name)))?,
                 };
                 if s.st_nlink > 1 {
-                    self.note_link(&s, &path);
+                    self.note_link(&s, &path(&self.components));
                 }
             }
             _ => {}
