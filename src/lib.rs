@@ -13,6 +13,7 @@ pub mod cgroup;
 pub mod landlock;
 pub mod probe;
 pub mod profile;
+pub mod safe_file;
 pub mod seccomp;
 pub mod skill;
 pub mod spawn;

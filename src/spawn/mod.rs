@@ -186,6 +186,9 @@ pub enum SpawnError {
     /// The seccomp filter could not be compiled.
     #[error("compiling the seccomp filter: {0}")]
     Seccomp(#[from] crate::seccomp::SeccompError),
+    /// A file the supervisor writes (the audit log) is unsafe or unusable.
+    #[error("the audit log: {0}")]
+    OutputFile(#[from] crate::safe_file::SafeFileError),
     /// A system call in the supervisor failed.
     #[error("{op}: {source}")]
     Sys {

@@ -394,17 +394,12 @@ fn start_cloned(
         RUN_COUNTER.load(std::sync::atomic::Ordering::Relaxed)
     );
     let audit = match &prepared.audit {
-        Some(path) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|source| SpawnError::Path {
-                    what: "opening the audit log",
-                    path: path.clone(),
-                    source,
-                })?,
-        ),
+        Some(path) => Some(crate::safe_file::open_audit(
+            path,
+            &prepared.project,
+            &prepared.policy.filesystem.write,
+            &mut prepared.warnings,
+        )?),
         None => None,
     };
     let broker = crate::broker::server::Broker::new(
