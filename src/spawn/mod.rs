@@ -12,6 +12,7 @@ pub mod output;
 pub mod parent;
 pub mod prepare;
 pub mod report;
+pub mod terminal;
 
 use std::path::PathBuf;
 
