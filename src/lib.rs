@@ -14,6 +14,7 @@ pub mod landlock;
 pub mod probe;
 pub mod profile;
 pub mod project;
+pub mod safe_file;
 pub mod seccomp;
 pub mod skill;
 pub mod spawn;

@@ -7,9 +7,10 @@ mod support;
 use support::{Project, Who};
 
 /// Runs argv[2:] on a new pty; answers the broker's question with argv[1]
-/// once it appears (input typed earlier would be flushed); prints the exit code.
+/// and the code the question shows, once it appears (input typed earlier
+/// would be flushed); prints the exit code.
 const DRIVER: &str = r#"
-import os, pty, sys
+import os, pty, re, sys
 answer, argv = sys.argv[1], sys.argv[2:]
 pid, fd = pty.fork()
 if pid == 0:
@@ -23,8 +24,9 @@ while True:
     if not chunk:
         break
     seen += chunk
-    if not answered and b"[D]eny? " in seen:
-        os.write(fd, answer.encode() + b"\n")
+    asked = re.search(rb"the code (\d{4}) \(anything else denies\): ", seen)
+    if not answered and asked:
+        os.write(fd, (answer + " " + asked.group(1).decode() if answer else "").encode() + b"\n")
         answered = True
 _, status = os.waitpid(pid, 0)
 sys.stdout.write(seen.decode(errors="replace"))

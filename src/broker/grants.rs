@@ -22,6 +22,9 @@ pub enum GrantError {
         /// The error.
         source: std::io::Error,
     },
+    /// Writing the file failed (or it was a link, refused).
+    #[error("saving the grants: {0}")]
+    Write(#[source] crate::safe_file::SafeFileError),
     /// The file is not a grant list.
     #[error("{path} is not a grant list ({source}); fix or delete it")]
     Corrupt {
@@ -109,11 +112,7 @@ impl GrantStore {
             std::fs::create_dir_all(dir).map_err(|e| io("creating the directory of", e))?;
         }
         let json = serde_json::to_vec_pretty(&self.grants).map_err(|e| io("encoding", e.into()))?;
-        let tmp = self
-            .path
-            .with_extension(format!("json.{}", std::process::id()));
-        std::fs::write(&tmp, json).map_err(|e| io("writing", e))?;
-        std::fs::rename(&tmp, &self.path).map_err(|e| io("replacing", e))
+        crate::safe_file::replace(&self.path, &json).map_err(GrantError::Write)
     }
 
     /// Every grant, in the order given.

@@ -1,12 +1,31 @@
 //! Asking a person, on the supervisor's controlling terminal (never the
-//! sandboxed command's stdin, which the command controls). Text from the
-//! sandbox is escaped (control and bidi characters could rewrite the
-//! question) and shortened keeping its end; input typed before the question
-//! is flushed (so nothing queued in advance answers it); anything but an
-//! explicit yes is a deny.
+//! sandboxed command's stdin: the payload holds no descriptor of the
+//! terminal, see `spawn::terminal`).
+//!
+//! The payload's output reaches the same screen before the question, so it
+//! could have left the terminal in any state (concealed or invisible text,
+//! an alternate screen, a scroll region, echo off) or drawn a fake question.
+//! Before asking, the terminal modes saved when the run started are put
+//! back, a reset sequence undoes what output can change, and the question
+//! starts on a fresh line; nothing the payload writes is relayed while it is
+//! open (the question runs inside the supervisor's loop). Text from the
+//! sandbox is escaped (control, bidi, zero-width and line-separator
+//! characters could rewrite or hide the question) and only shortened past
+//! [`MAX_SHOWN`], keeping its end.
+//!
+//! The answer must repeat a random code shown in the question. A payload
+//! can draw a look-alike question just before a real one arrives, so that
+//! keys the person types for the fake one land in the real one; input typed
+//! before the question is flushed, and keys typed after it without the code
+//! deny. Anything but an explicit answer with the code is a deny, and so is
+//! no answer before the deadline.
 
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
 
 /// What the person chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,14 +41,43 @@ pub enum Answer {
 }
 
 /// Longest shown target; longer ones keep their end.
-const MAX_SHOWN: usize = 80;
+pub const MAX_SHOWN: usize = 512;
 
-/// Escape characters that could fake or hide text on a terminal.
+/// How long a question waits for an answer before it is denied.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Longest answer line read (a longer one is a deny).
+const MAX_ANSWER: usize = 256;
+
+/// Undo what output can have changed: DECSTR soft reset (insert mode,
+/// origin mode, scroll region, character sets, SGR), then explicitly SGR
+/// reset (concealed, invisible colours), cursor shown, autowrap on, the
+/// main screen, no mouse reporting or bracketed paste (they would type into
+/// the answer), the default palette and colours (a payload can set
+/// foreground = background), G0 = ASCII and shift-in.
+const RESET: &str = "\x1b[!p\x1b[0m\x1b[?25h\x1b[?7h\x1b[?1049l\x1b[r\x1b[4l\x1b[?6l\
+\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\
+\x1b]104\x07\x1b]110\x07\x1b]111\x07\x1b(B\x0f";
+
+fn invisible_or_reordering(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+        | '\u{180B}'..='\u{180F}'
+        // zero-width, bidi marks and embeddings, U+2028/2029 line and
+        // paragraph separators, word joiner, invisible operators, isolates
+        | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}'
+        | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}'
+        // tag characters (invisible ASCII look-alikes) and variation selectors
+        | '\u{E0000}'..='\u{E007F}' | '\u{E0100}'..='\u{E01EF}')
+}
+
+/// Escape characters that could fake or hide text on a terminal: C0 and C1
+/// controls, DEL, bidi controls, zero-width and other invisible characters,
+/// U+2028/2029.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        let bidi = matches!(c, '\u{200E}' | '\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}');
-        if c.is_control() || bidi {
+        if c.is_control() || invisible_or_reordering(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
@@ -49,20 +97,29 @@ pub fn shorten(text: &str, max: usize) -> String {
 }
 
 /// The question, as shown.
-pub fn question(caller: &str, action: &str, target: Option<&str>) -> String {
+pub fn question(caller: &str, action: &str, target: Option<&str>, code: &str) -> String {
     let target = target
         .map(|t| format!(" {}", shorten(&escape(t), MAX_SHOWN)))
         .unwrap_or_default();
     format!(
-        "sandbox: {} wants {}{target}\n  allow [o]nce, for this [r]un, [a]lways for this project, or [D]eny? ",
+        "sandbox: {} wants {}{target}\r\n  allow [o]nce, for this [r]un, [a]lways for this project, or [D]eny?\r\n  \
+         type the letter, a space and the code {code} (anything else denies): ",
         shorten(&escape(caller), MAX_SHOWN),
         escape(action)
     )
 }
 
-/// Read the answer from a line.
-pub fn parse_answer(line: &str) -> Answer {
-    match line.trim().to_ascii_lowercase().as_str() {
+/// Read the answer from a line: a choice, then the code.
+pub fn parse_answer(line: &str, code: &str) -> Answer {
+    let line = line.trim().to_ascii_lowercase();
+    let mut words = line.split_whitespace();
+    let (Some(choice), Some(given), None) = (words.next(), words.next(), words.next()) else {
+        return Answer::Deny;
+    };
+    if given != code {
+        return Answer::Deny;
+    }
+    match choice {
         "o" | "once" => Answer::Once,
         "r" | "run" => Answer::Run,
         "a" | "always" => Answer::Always,
@@ -70,36 +127,134 @@ pub fn parse_answer(line: &str) -> Answer {
     }
 }
 
+/// A fresh code: four digits from std's randomly keyed hasher (seeded from
+/// the kernel's random source, different for every `RandomState`).
+fn fresh_code() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("{:04}", hasher.finish() % 10_000)
+}
+
 /// The controlling terminal, when there is one.
 pub struct Prompter {
     tty: std::fs::File,
+    /// The terminal's modes when the run started.
+    saved: Option<Termios>,
+    deadline: Duration,
+}
+
+impl std::fmt::Debug for Prompter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prompter")
+            .field("deadline", &self.deadline)
+            .finish()
+    }
 }
 
 impl Prompter {
-    /// Open /dev/tty; None without a controlling terminal (CI, daemons).
+    /// Open /dev/tty (before the run starts, so its modes are the person's);
+    /// None without a controlling terminal (CI, daemons).
     pub fn open() -> Option<Prompter> {
+        use std::os::unix::fs::OpenOptionsExt;
         let tty = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NOCTTY)
             .open("/dev/tty")
             .ok()?;
-        Some(Prompter { tty })
+        Some(Prompter::on(tty))
+    }
+
+    fn on(tty: std::fs::File) -> Prompter {
+        let saved = termios::tcgetattr(tty.as_fd()).ok();
+        Prompter {
+            tty,
+            saved,
+            deadline: DEFAULT_DEADLINE,
+        }
+    }
+
+    /// Deny when no answer came within `deadline`.
+    pub fn with_deadline(mut self, deadline: Duration) -> Prompter {
+        self.deadline = deadline;
+        self
     }
 
     /// Ask; a failure to ask or to read is a deny.
     pub fn ask(&mut self, caller: &str, action: &str, target: Option<&str>) -> Answer {
-        let _ = nix::sys::termios::tcflush(self.tty.as_fd(), nix::sys::termios::FlushArg::TCIFLUSH);
-        if self
-            .tty
-            .write_all(question(caller, action, target).as_bytes())
-            .is_err()
-        {
-            return Answer::Deny;
+        // The person's modes, with a visible, line-edited answer whatever
+        // they were; TCSAFLUSH also drops input typed before the question.
+        if let Some(saved) = &self.saved {
+            let mut asking = saved.clone();
+            asking.local_flags |= LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ECHOE;
+            asking.input_flags |= termios::InputFlags::ICRNL;
+            let _ = termios::tcsetattr(self.tty.as_fd(), SetArg::TCSAFLUSH, &asking);
         }
-        let mut line = String::new();
-        match std::io::BufReader::new(&self.tty).read_line(&mut line) {
-            Ok(0) | Err(_) => Answer::Deny,
-            Ok(_) => parse_answer(&line),
+        let _ = termios::tcflush(self.tty.as_fd(), termios::FlushArg::TCIFLUSH);
+        let code = fresh_code();
+        let text = format!("{RESET}\r\n{}", question(caller, action, target, &code));
+        let answer = if self.tty.write_all(text.as_bytes()).is_err() {
+            Answer::Deny
+        } else {
+            match self.read_line() {
+                Some(line) => parse_answer(&line, &code),
+                None => {
+                    let said = format!(
+                        "sandbox: no answer within {}s: {action} denied",
+                        self.deadline.as_secs()
+                    );
+                    let _ = self.tty.write_all(format!("\r\n{said}\r\n").as_bytes());
+                    eprintln!("{said}");
+                    Answer::Deny
+                }
+            }
+        };
+        if let Some(saved) = &self.saved {
+            let _ = termios::tcsetattr(self.tty.as_fd(), SetArg::TCSANOW, saved);
+        }
+        answer
+    }
+
+    /// One line, or None at the deadline; end of input or an error is an
+    /// empty line (a deny).
+    fn read_line(&mut self) -> Option<String> {
+        let until = Instant::now() + self.deadline;
+        let mut line = Vec::new();
+        let mut byte = [0u8; 64];
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+                .unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(self.tty.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, wait) {
+                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+                Ok(_) => {}
+                Err(_) => return Some(String::new()),
+            }
+            match nix::unistd::read(self.tty.as_fd(), &mut byte) {
+                Ok(0) => return Some(String::new()),
+                Ok(n) => {
+                    line.extend_from_slice(&byte[..n]);
+                    if let Some(end) = line.iter().position(|b| *b == b'\n') {
+                        line.truncate(end);
+                        return Some(String::from_utf8_lossy(&line).into_owned());
+                    }
+                    if line.len() > MAX_ANSWER {
+                        return Some(String::new());
+                    }
+                }
+                Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => {}
+                Err(_) => return Some(String::new()),
+            }
         }
     }
 }
@@ -109,29 +264,110 @@ mod tests {
     use super::*;
 
     #[test]
-    fn control_and_bidi_characters_are_escaped() {
+    fn control_bidi_and_invisible_characters_are_escaped() {
         assert_eq!(escape("a\x1b[2Jb"), "a\\u{1b}[2Jb");
         assert_eq!(escape("evil\u{202E}txt.exe"), "evil\\u{202e}txt.exe");
         assert_eq!(escape("line\nbreak"), "line\\u{a}break");
+        assert_eq!(escape("a\u{2028}b\u{2029}c"), "a\\u{2028}b\\u{2029}c");
+        assert_eq!(
+            escape("zero\u{200B}width\u{FEFF}"),
+            "zero\\u{200b}width\\u{feff}"
+        );
+        assert_eq!(
+            escape("iso\u{2066}late\u{2069}"),
+            "iso\\u{2066}late\\u{2069}"
+        );
+        assert_eq!(escape("c1\u{9b}31m"), "c1\\u{9b}31m");
+        assert_eq!(escape("tag\u{E0041}"), "tag\\u{e0041}");
         assert_eq!(escape("plain/path ü"), "plain/path ü");
     }
 
     #[test]
     fn long_targets_keep_their_end() {
-        let long = format!("{}/secret.txt", "a".repeat(200));
+        let long = format!("{}/secret.txt", "a".repeat(2000));
         let short = shorten(&long, 20);
         assert_eq!(short.chars().count(), 20);
         assert!(short.starts_with('…') && short.ends_with("/secret.txt"));
-        assert!(question("command:x", "fs.write", Some(&long)).contains("/secret.txt"));
+        assert!(question("command:x", "fs.write", Some(&long), "1234").contains("/secret.txt"));
+        let path = format!("/{}", "b/".repeat(200));
+        assert!(
+            question("command:x", "fs.write", Some(&path), "1234").contains(&path),
+            "a path of 400 characters is shown whole"
+        );
     }
 
     #[test]
-    fn only_an_explicit_answer_allows() {
-        assert_eq!(parse_answer("o\n"), Answer::Once);
-        assert_eq!(parse_answer(" Always "), Answer::Always);
-        assert_eq!(parse_answer("r"), Answer::Run);
-        for line in ["", "\n", "yes", "y", "d", "x"] {
-            assert_eq!(parse_answer(line), Answer::Deny, "{line:?}");
+    fn only_an_explicit_answer_with_the_code_allows() {
+        assert_eq!(parse_answer("o 4821\n", "4821"), Answer::Once);
+        assert_eq!(parse_answer(" Always  4821 ", "4821"), Answer::Always);
+        assert_eq!(parse_answer("r 4821", "4821"), Answer::Run);
+        for line in [
+            "", "\n", "o", "a", "a 4822", "a4821", "yes 4821", "4821", "o 4821 x",
+        ] {
+            assert_eq!(parse_answer(line, "4821"), Answer::Deny, "{line:?}");
         }
+    }
+
+    #[test]
+    fn codes_differ() {
+        let codes: std::collections::HashSet<String> = (0..20).map(|_| fresh_code()).collect();
+        assert!(codes.len() > 1);
+        assert!(codes.iter().all(|c| c.len() == 4));
+    }
+
+    fn pty() -> (std::fs::File, std::fs::File) {
+        let pair = nix::pty::openpty(None, None).unwrap();
+        (
+            std::fs::File::from(pair.master),
+            std::fs::File::from(pair.slave),
+        )
+    }
+
+    #[test]
+    fn no_answer_before_the_deadline_is_a_deny() {
+        let (_master, slave) = pty();
+        let mut prompter = Prompter::on(slave).with_deadline(Duration::from_millis(50));
+        assert_eq!(
+            prompter.ask("command:x", "fs.write", Some("f")),
+            Answer::Deny
+        );
+    }
+
+    #[test]
+    fn the_answer_with_the_shown_code_allows_and_modes_are_restored() {
+        use std::io::Read;
+        let (mut master, slave) = pty();
+        let mut modes = termios::tcgetattr(slave.as_fd()).unwrap();
+        modes.local_flags.remove(LocalFlags::ECHO);
+        termios::tcsetattr(slave.as_fd(), SetArg::TCSANOW, &modes).unwrap();
+        let mut prompter = Prompter::on(slave.try_clone().unwrap());
+        let person = std::thread::spawn(move || {
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 1024];
+            loop {
+                let n = master.read(&mut buf).unwrap();
+                seen.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&seen).into_owned();
+                if let Some(at) = text.find("the code ") {
+                    if text[at..].contains("denies): ") {
+                        let code = &text[at + 9..at + 13];
+                        master.write_all(format!("o {code}\n").as_bytes()).unwrap();
+                        return (master, text);
+                    }
+                }
+            }
+        });
+        assert_eq!(
+            prompter.ask("command:x", "fs.write", Some("f\u{1b}[8m")),
+            Answer::Once
+        );
+        let (_master, shown) = person.join().unwrap();
+        assert!(shown.starts_with(RESET), "{shown:?}");
+        assert!(shown.contains("wants fs.write f\\u{1b}[8m"), "{shown:?}");
+        let after = termios::tcgetattr(slave.as_fd()).unwrap();
+        assert!(
+            !after.local_flags.contains(LocalFlags::ECHO),
+            "the saved modes are back"
+        );
     }
 }

@@ -140,6 +140,26 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             NetArg::Host => NetworkMode::Host,
         };
     }
+    // Opened now, before the payload runs, so it cannot swap the directory.
+    let report_target = match &args.report {
+        Some(path) => {
+            let mut roots = policy.filesystem.write.clone();
+            roots.push(match &args.project {
+                Some(project) => project.clone(),
+                None => std::env::current_dir()?,
+            });
+            let target = sandbox::safe_file::OutputTarget::prepare(path, &roots)
+                .with_context(|| "the report file (--report)")?;
+            if let Some(root) = target.inside_writable() {
+                eprintln!(
+                    "sandbox: warning: {}",
+                    sandbox::safe_file::inside_warning("report", path, root)
+                );
+            }
+            Some(target)
+        }
+        None => None,
+    };
     let policy_timeout = policy.limits.timeout;
     let (program, rest) = args.command.split_first().context("no command given")?;
     let policy_memory = policy.limits.memory;
@@ -206,20 +226,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
 
     let finished = command.run();
-    if let (None, Err(err), Some(path)) = (&finished.report, &finished.result, &args.report) {
+    if let (None, Err(err), Some(target)) = (&finished.report, &finished.result, &report_target) {
         // The run failed before a plan existed; CI still gets a report that says why.
         let json = serde_json::json!({ "version": 1, "profile": args.profile, "exit": null, "error": err.to_string() });
-        std::fs::write(path, serde_json::to_vec_pretty(&json)?)
-            .with_context(|| format!("writing the report to {}", path.display()))?;
+        target
+            .write_all(&serde_json::to_vec_pretty(&json)?)
+            .context("writing the report")?;
     }
     if let Some(report) = &finished.report {
         for warning in &report.warnings {
             eprintln!("sandbox: warning: {warning}");
         }
-        if let Some(path) = &args.report {
+        if let Some(target) = &report_target {
             let json = serde_json::to_vec_pretty(report)?;
-            std::fs::write(path, json)
-                .with_context(|| format!("writing the report to {}", path.display()))?;
+            target.write_all(&json).context("writing the report")?;
         }
         if args.json {
             println!("{}", serde_json::to_string(report)?);

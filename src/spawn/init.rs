@@ -79,6 +79,7 @@ pub fn main(prepared: &Prepared, fds: &InitFds<'_>) -> i32 {
 }
 
 fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Failed<'a>>> {
+    crate::sys::proctitle::conceal();
     // The kernel clears the parent-death signal on credential changes, so it
     // is set again after switching ids below.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).step(Step::ParentDeathSignal, b"")?;

@@ -12,6 +12,7 @@ pub mod output;
 pub mod parent;
 pub mod prepare;
 pub mod report;
+pub mod terminal;
 
 use std::path::PathBuf;
 
@@ -189,6 +190,9 @@ pub enum SpawnError {
     /// The seccomp filter could not be compiled.
     #[error("compiling the seccomp filter: {0}")]
     Seccomp(#[from] crate::seccomp::SeccompError),
+    /// A file the supervisor writes (the audit log) is unsafe or unusable.
+    #[error("the audit log: {0}")]
+    OutputFile(#[from] crate::safe_file::SafeFileError),
     /// A system call in the supervisor failed.
     #[error("{op}: {source}")]
     Sys {

@@ -1,30 +1,64 @@
-//! The output cap: the payload's stdout and stderr go through pipes that the
-//! supervisor relays to its own, up to the cap; past it the rest is read and
-//! dropped (so the payload never blocks on a full pipe), a one-line notice
-//! is printed once, and the run's report says so. One fixed buffer keeps the
-//! supervisor's memory bounded whatever the payload writes.
+//! The payload's standard streams, relayed by the supervisor.
+//!
+//! Output: stdout and stderr go through pipes that the supervisor relays to
+//! its own, up to the cap; past it the rest is read and dropped (so the
+//! payload never blocks on a full pipe), a one-line notice is printed once,
+//! and the run's report says so. One fixed buffer keeps the supervisor's
+//! memory bounded whatever the payload writes.
+//!
+//! Terminals: a standard stream that is a terminal is always relayed,
+//! capped or not, so the payload never holds a descriptor of it (see
+//! [`super::terminal`]). Input from a terminal is read by the supervisor
+//! only while it is in the terminal's foreground process group (a
+//! background supervisor reading it would be stopped by SIGTTIN, or steal
+//! the shell's input), through its own open file description, so
+//! `O_NONBLOCK` is never set on the description the person's shell shares.
+//! A prompt runs inside the supervisor's loop, so while it is open nothing
+//! is relayed either way.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
+use std::cell::RefCell;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::PollFlags;
+
+use super::prepare::{Prepared, Stdio};
+use super::terminal::{is_tty, SavedTerminal};
+use super::SpawnError;
 
 const BUFFER: usize = 64 * 1024;
+/// Most bytes of terminal input held while the payload's stdin pipe is full.
+const INPUT_BUFFER: usize = 4096;
+/// How often a supervisor in the background checks whether it is back in
+/// the foreground (no event says so without job-control signals).
+const FOREGROUND_RECHECK: Duration = Duration::from_millis(200);
+
+enum Direction {
+    /// The payload writes the pipe; the supervisor copies to `target`.
+    Out {
+        target: OwnedFd,
+        /// False once writing to `target` failed (a closed downstream pipe).
+        relaying: bool,
+    },
+    /// The supervisor reads the terminal `source` and writes the pipe.
+    In { source: OwnedFd, pending: Vec<u8> },
+}
 
 struct Stream {
     pipe: Option<OwnedFd>,
-    /// The supervisor's own descriptor this stream is relayed to (1 or 2).
-    target: RawFd,
-    /// False once writing to `target` failed (a closed downstream pipe).
-    relaying: bool,
+    direction: Direction,
 }
 
-/// Relays capped output.
+/// Relays the payload's standard streams.
 pub struct OutputRelay {
     streams: Vec<Stream>,
     cap: u64,
     written: u64,
     capped: bool,
     buffer: Box<[u8]>,
+    terminal: SavedTerminal,
 }
 
 impl std::fmt::Debug for OutputRelay {
@@ -36,33 +70,163 @@ impl std::fmt::Debug for OutputRelay {
     }
 }
 
+fn sys(op: &'static str) -> impl FnOnce(Errno) -> SpawnError {
+    move |source| SpawnError::Sys {
+        op: op.into(),
+        source,
+    }
+}
+
+fn dup(fd: RawFd) -> Result<OwnedFd, SpawnError> {
+    crate::sys::fd::borrow(fd)
+        .try_clone_to_owned()
+        .map_err(|e| sys("dup(stdio)")(Errno::from_raw(e.raw_os_error().unwrap_or(0))))
+}
+
+/// A descriptor of the terminal behind `fd` with a file description of the
+/// supervisor's own, non-blocking (reopened through /proc); else a copy of
+/// `fd`, read only when poll says it is readable.
+fn own_reader(fd: RawFd) -> Result<OwnedFd, SpawnError> {
+    let reopened = nix::fcntl::open(
+        format!("/proc/self/fd/{fd}").as_str(),
+        OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    );
+    match reopened {
+        Ok(own) if is_tty(own.as_raw_fd()) => Ok(own),
+        _ => dup(fd),
+    }
+}
+
+/// Whether this process may read the terminal without being stopped.
+fn in_foreground(tty: BorrowedFd<'_>) -> bool {
+    match nix::unistd::tcgetpgrp(tty) {
+        Ok(group) => group == nix::unistd::getpgrp(),
+        // Not our controlling terminal: job control does not apply.
+        Err(_) => true,
+    }
+}
+
+/// Replace the payload's standard streams that need relaying by pipes:
+/// every terminal, and stdout and stderr under an output cap. Returns the
+/// relay, or None when nothing is relayed.
+pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay>>, SpawnError> {
+    let cap = prepared.output_cap;
+    for target in 0..3 {
+        if matches!(prepared.stdio[target], Stdio::SupervisorStderr)
+            && (target == 0 || cap.is_none())
+        {
+            prepared.stdio[target] = Stdio::Fd(dup(2)?);
+        }
+    }
+    let mut streams = Vec::new();
+    for target in 0..3usize {
+        let given = match &prepared.stdio[target] {
+            Stdio::Inherit => Some(target as RawFd),
+            Stdio::SupervisorStderr => Some(2),
+            Stdio::Fd(fd) => Some(fd.as_raw_fd()),
+            Stdio::Null => None,
+        };
+        let tty = given.is_some_and(is_tty);
+        let inherited = matches!(
+            prepared.stdio[target],
+            Stdio::Inherit | Stdio::SupervisorStderr
+        );
+        match given {
+            Some(fd) if target == 0 && tty => {
+                let source = own_reader(fd)?;
+                let (read, write) =
+                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(stdin)"))?;
+                // Only the supervisor's end: a payload that does not read
+                // must not stall the loop; its own end blocks, as a terminal would.
+                nix::fcntl::fcntl(
+                    write.as_fd(),
+                    nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK),
+                )
+                .map_err(sys("fcntl(stdin pipe)"))?;
+                prepared.stdio[0] = Stdio::Fd(read);
+                streams.push(Stream {
+                    pipe: Some(write),
+                    direction: Direction::In {
+                        source,
+                        pending: Vec::new(),
+                    },
+                });
+            }
+            Some(fd) if target > 0 && (tty || (cap.is_some() && inherited)) => {
+                let to = dup(fd)?;
+                let (read, write) =
+                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
+                prepared.stdio[target] = Stdio::Fd(write);
+                streams.push(Stream {
+                    pipe: Some(read),
+                    direction: Direction::Out {
+                        target: to,
+                        relaying: true,
+                    },
+                });
+            }
+            _ if target > 0 && cap.is_some() => {
+                prepared.warnings.push(format!(
+                    "the output cap of {} bytes does not apply to {}, which the caller redirected",
+                    cap.unwrap_or(0),
+                    if target == 1 { "stdout" } else { "stderr" }
+                ));
+            }
+            _ => {}
+        }
+    }
+    if streams.is_empty() && cap.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(RefCell::new(OutputRelay::new(
+        cap.unwrap_or(u64::MAX),
+        streams,
+    ))))
+}
+
 impl OutputRelay {
-    /// A relay for `pipes` (read end, the supervisor's descriptor it goes to).
-    pub fn new(cap: u64, pipes: Vec<(OwnedFd, RawFd)>) -> OutputRelay {
-        let streams = pipes
-            .into_iter()
-            .map(|(pipe, target)| Stream {
-                pipe: Some(pipe),
-                target,
-                relaying: true,
-            })
-            .collect();
+    fn new(cap: u64, streams: Vec<Stream>) -> OutputRelay {
         OutputRelay {
             streams,
             cap,
             written: 0,
             capped: false,
             buffer: vec![0; BUFFER].into_boxed_slice(),
+            terminal: SavedTerminal::save(),
         }
     }
 
-    /// Open pipes, by stream index.
-    pub fn open(&self) -> Vec<(usize, BorrowedFd<'_>)> {
-        self.streams
-            .iter()
-            .enumerate()
-            .filter_map(|(i, s)| Some((i, s.pipe.as_ref()?.as_fd())))
-            .collect()
+    /// Descriptors to poll, by stream index, with the events to wait for.
+    pub fn open(&self) -> Vec<(usize, BorrowedFd<'_>, PollFlags)> {
+        let mut out = Vec::new();
+        for (i, stream) in self.streams.iter().enumerate() {
+            let Some(pipe) = &stream.pipe else { continue };
+            match &stream.direction {
+                Direction::Out { .. } => out.push((i, pipe.as_fd(), PollFlags::POLLIN)),
+                Direction::In { pending, .. } if !pending.is_empty() => {
+                    out.push((i, pipe.as_fd(), PollFlags::POLLOUT))
+                }
+                Direction::In { source, .. } => {
+                    if in_foreground(source.as_fd()) {
+                        out.push((i, source.as_fd(), PollFlags::POLLIN));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// When the loop must come back even if nothing happens (a background
+    /// supervisor checking for the foreground).
+    pub fn recheck_at(&self) -> Option<Instant> {
+        let waiting = self.streams.iter().any(|stream| match &stream.direction {
+            Direction::In { source, pending } => {
+                stream.pipe.is_some() && pending.is_empty() && !in_foreground(source.as_fd())
+            }
+            Direction::Out { .. } => false,
+        });
+        waiting.then(|| Instant::now() + FOREGROUND_RECHECK)
     }
 
     /// Whether the cap was reached.
@@ -75,11 +239,15 @@ impl OutputRelay {
         self.written
     }
 
-    /// Read once from stream `index` and relay what fits under the cap.
+    /// Move data once on stream `index`.
     pub fn pump(&mut self, index: usize) {
         let Some(stream) = self.streams.get_mut(index) else {
             return;
         };
+        if matches!(stream.direction, Direction::In { .. }) {
+            pump_input(stream, &mut self.buffer[..INPUT_BUFFER]);
+            return;
+        }
         let Some(pipe) = &stream.pipe else { return };
         let n = match nix::unistd::read(pipe.as_fd(), &mut self.buffer) {
             Ok(0) => {
@@ -94,17 +262,18 @@ impl OutputRelay {
             }
         };
         let room = self.cap.saturating_sub(self.written).min(n as u64) as usize;
-        if room > 0 && stream.relaying {
-            let target = crate::sys::fd::borrow(stream.target);
-            let mut rest = &self.buffer[..room];
-            while !rest.is_empty() {
-                match nix::unistd::write(target, rest) {
-                    Ok(w) => rest = &rest[w..],
-                    Err(Errno::EINTR) => {}
-                    Err(_) => {
-                        // The reader went away (EPIPE): keep draining, stop relaying.
-                        stream.relaying = false;
-                        break;
+        if let Direction::Out { target, relaying } = &mut stream.direction {
+            if room > 0 && *relaying {
+                let mut rest = &self.buffer[..room];
+                while !rest.is_empty() {
+                    match nix::unistd::write(target.as_fd(), rest) {
+                        Ok(w) => rest = &rest[w..],
+                        Err(Errno::EINTR) => {}
+                        Err(_) => {
+                            // The reader went away (EPIPE): keep draining, stop relaying.
+                            *relaying = false;
+                            break;
+                        }
                     }
                 }
             }
@@ -120,13 +289,60 @@ impl OutputRelay {
         }
     }
 
-    /// After the run: relay what is left until every pipe reaches end-of-file
-    /// (no writer is left once init has been reaped).
+    /// After the run: relay what is left of the output until every pipe
+    /// reaches end-of-file (no writer is left once init has been reaped),
+    /// and put the terminal back as it was.
     pub fn drain(&mut self) {
         for index in 0..self.streams.len() {
+            if matches!(self.streams[index].direction, Direction::In { .. }) {
+                self.streams[index].pipe = None;
+                continue;
+            }
             while self.streams[index].pipe.is_some() {
                 self.pump(index);
             }
+        }
+        self.terminal.restore();
+    }
+}
+
+impl Drop for OutputRelay {
+    /// Also when a run is dropped without being waited for.
+    fn drop(&mut self) {
+        self.terminal.restore();
+    }
+}
+
+fn pump_input(stream: &mut Stream, buffer: &mut [u8]) {
+    let (Some(pipe), Direction::In { source, pending }) = (&stream.pipe, &mut stream.direction)
+    else {
+        return;
+    };
+    if pending.is_empty() {
+        match nix::unistd::read(source.as_fd(), buffer) {
+            // End of input (^D): the payload sees end-of-file.
+            Ok(0) => {
+                stream.pipe = None;
+                return;
+            }
+            Ok(n) => pending.extend_from_slice(&buffer[..n]),
+            // EIO: read from the background after all; try again later.
+            Err(Errno::EINTR | Errno::EAGAIN | Errno::EIO) => return,
+            Err(_) => {
+                stream.pipe = None;
+                return;
+            }
+        }
+    }
+    match nix::unistd::write(pipe.as_fd(), pending) {
+        Ok(w) => {
+            pending.drain(..w);
+        }
+        Err(Errno::EINTR | Errno::EAGAIN) => {}
+        // The payload closed its stdin.
+        Err(_) => {
+            pending.clear();
+            stream.pipe = None;
         }
     }
 }

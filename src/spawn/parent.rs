@@ -397,43 +397,7 @@ fn start_cloned(
     cgroup: Option<&crate::cgroup::RunCgroup>,
 ) -> Result<Running, SpawnError> {
     let rusage_before = children_cpu();
-    // Capped output goes through pipes the supervisor relays; streams the
-    // caller redirected itself are left alone (and said so).
-    let mut relayed = Vec::new();
-    for target in 0..3 {
-        if matches!(prepared.stdio[target], super::Stdio::SupervisorStderr)
-            && (target == 0 || prepared.output_cap.is_none())
-        {
-            let stderr = std::io::stderr()
-                .as_fd()
-                .try_clone_to_owned()
-                .map_err(|e| sys("dup(stderr)")(Errno::from_raw(e.raw_os_error().unwrap_or(0))))?;
-            prepared.stdio[target] = super::Stdio::Fd(stderr);
-        }
-    }
-    if let Some(cap) = prepared.output_cap {
-        for target in [1usize, 2] {
-            let to = match prepared.stdio[target] {
-                super::Stdio::Inherit => target as i32,
-                super::Stdio::SupervisorStderr => 2,
-                _ => -1,
-            };
-            if to >= 0 {
-                let (read, write) =
-                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
-                prepared.stdio[target] = super::Stdio::Fd(write);
-                relayed.push((read, to));
-            } else {
-                prepared.warnings.push(format!(
-                    "the output cap of {cap} bytes does not apply to {}, which the caller redirected",
-                    if target == 1 { "stdout" } else { "stderr" }
-                ));
-            }
-        }
-    }
-    let output = prepared
-        .output_cap
-        .map(|cap| std::cell::RefCell::new(super::output::OutputRelay::new(cap, relayed)));
+    let output = super::output::relay_stdio(prepared)?;
     let (broker_end, payload_end) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -447,17 +411,12 @@ fn start_cloned(
         RUN_COUNTER.load(std::sync::atomic::Ordering::Relaxed)
     );
     let audit = match &prepared.audit {
-        Some(path) => Some(
-            std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(path)
-                .map_err(|source| SpawnError::Path {
-                    what: "opening the audit log",
-                    path: path.clone(),
-                    source,
-                })?,
-        ),
+        Some(path) => Some(crate::safe_file::open_audit(
+            path,
+            &prepared.project,
+            &prepared.policy.filesystem.write,
+            &mut prepared.warnings,
+        )?),
         None => None,
     };
     let broker = crate::broker::server::Broker::new(
@@ -544,6 +503,7 @@ fn start_cloned(
         report: report_write.as_fd(),
         supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
     };
+    crate::sys::proctitle::remember();
     let cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
         super::init::main(prepared, &fds)
     });
@@ -667,11 +627,11 @@ impl Running {
                 poll_fds.push(PollFd::new(self.report.as_fd(), PollFlags::POLLIN));
             }
             let relay = self.output.as_ref().map(|o| o.borrow());
-            let outputs: Vec<(usize, BorrowedFd<'_>)> =
+            let outputs: Vec<(usize, BorrowedFd<'_>, PollFlags)> =
                 relay.as_ref().map(|r| r.open()).unwrap_or_default();
             let first_output = poll_fds.len();
-            for (_, fd) in &outputs {
-                poll_fds.push(PollFd::new(*fd, PollFlags::POLLIN));
+            for (_, fd, events) in &outputs {
+                poll_fds.push(PollFd::new(*fd, *events));
             }
             let broker_at = poll_fds.len();
             if let Some((sock, broker)) = &self.broker {
@@ -692,6 +652,10 @@ impl Running {
                 poll_fds.push(PollFd::new(input, PollFlags::POLLIN));
             }
             let next = match (deadline, driver.as_ref().and_then(|d| d.deadline())) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let next = match (next, relay.as_ref().and_then(|r| r.recheck_at())) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -733,7 +697,7 @@ impl Running {
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| ready(first_output + i))
-                .map(|(_, (stream, _))| *stream)
+                .map(|(_, (stream, _, _))| *stream)
                 .collect();
             drop(poll_fds);
             drop(outputs);

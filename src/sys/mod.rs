@@ -7,8 +7,10 @@ pub mod fd;
 pub mod mount_api;
 pub mod net;
 pub mod probe;
+pub mod proctitle;
 pub mod seccomp;
 pub mod signal;
+pub mod tty;
 
 /// End the current process at once, without running atexit handlers or
 /// flushing stdio buffers that were copied from the parent at clone time.

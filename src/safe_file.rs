@@ -1,0 +1,496 @@
+//! Files the supervisor writes (the run's report, the audit log, the grant
+//! store) where the sandboxed code may have been before.
+//!
+//! The supervisor often runs as root, and a report or audit path inside the
+//! project is a name the payload can replace: with a symbolic link to
+//! /etc/shadow (root would overwrite it), a FIFO (the supervisor would hang
+//! in open), a directory, or a second hard link of a file elsewhere. So:
+//!
+//! - the parent directory is opened once, before the run starts, so the
+//!   payload cannot swap it afterwards; inside a directory the sandboxed code
+//!   can write (the project, the profile's write paths) every component is
+//!   resolved with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, since any
+//!   link there may be one the payload planted in an earlier run;
+//! - the file itself is opened beneath that directory with no link followed,
+//!   `O_NONBLOCK` (a FIFO without reader fails at once instead of hanging the
+//!   supervisor), then checked with `fstat` on the opened descriptor: only a
+//!   regular file with a single link is written, and truncated only then;
+//! - a file replaced whole (the grant store) is written to a fresh name
+//!   created with `O_EXCL` and renamed over the old one within the same
+//!   directory descriptor, so a link at either name is replaced, not followed.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, OFlag, OpenHow, ResolveFlag};
+use nix::sys::stat::{Mode, SFlag};
+
+/// Why a file the supervisor writes could not be opened or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SafeFileError {
+    /// The path names a directory, not a file.
+    #[error("{path} names no file (it ends in `/`, `.` or `..`): give a file name")]
+    NoFileName {
+        /// The path as given.
+        path: PathBuf,
+    },
+    /// The parent directory could not be opened.
+    #[error(
+        "opening the directory {dir} of {path}: {source}; create it first or choose another path"
+    )]
+    Parent {
+        /// The directory.
+        dir: PathBuf,
+        /// The file path as given.
+        path: PathBuf,
+        /// The errno.
+        source: Errno,
+    },
+    /// A component below a directory the sandbox can write is a symbolic link.
+    #[error(
+        "{path}: a directory on the way below {root} is a symbolic link or leaves it \
+         (the sandboxed code can write there and may have planted it; links are not followed); \
+         remove the link or choose a path outside {root}"
+    )]
+    LinkInWritableTree {
+        /// The file path as given.
+        path: PathBuf,
+        /// The writable directory it is in.
+        root: PathBuf,
+    },
+    /// The file is a symbolic link (or a magic link).
+    #[error("{path} is a symbolic link, which is never followed for the supervisor's own files; remove it or choose another path")]
+    Symlink {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The file exists but is not a regular file.
+    #[error("{path} is {kind}, not a regular file; remove it or choose another path")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+        /// What it is ("a directory", "a FIFO", ...).
+        kind: &'static str,
+    },
+    /// The file has more than one name.
+    #[error("{path} has {links} hard links: writing it would change every other name of the same file, which may lie outside the project; remove it or choose another path")]
+    HardLinked {
+        /// The file.
+        path: PathBuf,
+        /// Its link count.
+        links: u64,
+    },
+    /// Any other failure of a system call on the file.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was done.
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// A file the supervisor will write, whose directory is already open.
+#[derive(Debug)]
+pub struct OutputTarget {
+    dir: OwnedFd,
+    name: OsString,
+    path: PathBuf,
+    inside: Option<PathBuf>,
+}
+
+fn resolve_beneath() -> ResolveFlag {
+    ResolveFlag::RESOLVE_BENEATH
+        | ResolveFlag::RESOLVE_NO_SYMLINKS
+        | ResolveFlag::RESOLVE_NO_MAGICLINKS
+}
+
+fn open_dir_plain(dir: &Path, path: &Path) -> Result<OwnedFd, SafeFileError> {
+    nix::fcntl::open(
+        dir,
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|source| SafeFileError::Parent {
+        dir: dir.to_path_buf(),
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn kind_of(mode: libc::mode_t) -> &'static str {
+    match SFlag::from_bits_truncate(mode & libc::S_IFMT) {
+        SFlag::S_IFDIR => "a directory",
+        SFlag::S_IFIFO => "a FIFO",
+        SFlag::S_IFSOCK => "a socket",
+        SFlag::S_IFCHR => "a character device",
+        SFlag::S_IFBLK => "a block device",
+        SFlag::S_IFLNK => "a symbolic link",
+        _ => "not a regular file",
+    }
+}
+
+impl OutputTarget {
+    /// Open the directory of `path` now (before the run starts).
+    /// `writable_roots` are the host directories the sandboxed code can
+    /// write; below them no symbolic link is followed.
+    pub fn prepare(path: &Path, writable_roots: &[PathBuf]) -> Result<OutputTarget, SafeFileError> {
+        let io = |op, source| SafeFileError::Io {
+            op,
+            path: path.to_path_buf(),
+            source,
+        };
+        let absolute = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            // getcwd names the real directory, without links.
+            std::env::current_dir()
+                .map_err(|e| io("finding the current directory for", e))?
+                .join(path)
+        };
+        let (Some(parent), Some(name)) = (absolute.parent(), absolute.file_name()) else {
+            return Err(SafeFileError::NoFileName {
+                path: path.to_path_buf(),
+            });
+        };
+        // The outermost writable root holding the path: every component
+        // below it is checked.
+        let root = writable_roots
+            .iter()
+            .filter_map(|root| std::fs::canonicalize(root).ok())
+            .filter(|root| parent.starts_with(root))
+            .min_by_key(|root| root.components().count());
+        let dir = match &root {
+            Some(root) => {
+                let root_fd = open_dir_plain(root, path)?;
+                let below = parent.strip_prefix(root).unwrap_or(Path::new(""));
+                let below = if below.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    below
+                };
+                let how = OpenHow::new()
+                    .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+                    .resolve(resolve_beneath());
+                nix::fcntl::openat2(root_fd.as_fd(), below, how).map_err(|errno| match errno {
+                    Errno::ELOOP | Errno::EXDEV => SafeFileError::LinkInWritableTree {
+                        path: path.to_path_buf(),
+                        root: root.clone(),
+                    },
+                    source => SafeFileError::Parent {
+                        dir: parent.to_path_buf(),
+                        path: path.to_path_buf(),
+                        source,
+                    },
+                })?
+            }
+            None => open_dir_plain(parent, path)?,
+        };
+        // Where the directory really is (a link outside the writable roots
+        // may still lead into one), for the warning.
+        let real = std::fs::read_link(format!(
+            "/proc/self/fd/{}",
+            std::os::fd::AsRawFd::as_raw_fd(&dir)
+        ))
+        .unwrap_or_else(|_| parent.to_path_buf());
+        let inside = writable_roots
+            .iter()
+            .filter_map(|root| std::fs::canonicalize(root).ok())
+            .find(|root| real.starts_with(root));
+        Ok(OutputTarget {
+            dir,
+            name: name.to_os_string(),
+            path: path.to_path_buf(),
+            inside,
+        })
+    }
+
+    /// The writable directory the file lies in, if any: the sandboxed code
+    /// can delete or replace the file there (it is still never followed).
+    pub fn inside_writable(&self) -> Option<&Path> {
+        self.inside.as_deref()
+    }
+
+    /// The path as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn open(&self, append: bool) -> Result<File, SafeFileError> {
+        let path = || self.path.clone();
+        let mut flags = OFlag::O_WRONLY
+            | OFlag::O_CREAT
+            | OFlag::O_NOFOLLOW
+            | OFlag::O_NONBLOCK
+            | OFlag::O_NOCTTY
+            | OFlag::O_CLOEXEC;
+        if append {
+            flags |= OFlag::O_APPEND;
+        }
+        let how = OpenHow::new()
+            .flags(flags)
+            .mode(Mode::from_bits_truncate(0o666))
+            .resolve(resolve_beneath());
+        let fd =
+            nix::fcntl::openat2(self.dir.as_fd(), self.name.as_os_str(), how).map_err(|errno| {
+                match errno {
+                    Errno::ELOOP => SafeFileError::Symlink { path: path() },
+                    Errno::EISDIR => SafeFileError::NotRegular {
+                        path: path(),
+                        kind: "a directory",
+                    },
+                    // O_NONBLOCK | O_WRONLY on a FIFO without a reader, or a socket.
+                    Errno::ENXIO => SafeFileError::NotRegular {
+                        path: path(),
+                        kind: "a FIFO or socket",
+                    },
+                    source => SafeFileError::Io {
+                        op: "opening",
+                        path: path(),
+                        source: source.into(),
+                    },
+                }
+            })?;
+        let stat = nix::sys::stat::fstat(fd.as_fd()).map_err(|source| SafeFileError::Io {
+            op: "inspecting",
+            path: path(),
+            source: source.into(),
+        })?;
+        if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(SafeFileError::NotRegular {
+                path: path(),
+                kind: kind_of(stat.st_mode),
+            });
+        }
+        if stat.st_nlink > 1 {
+            return Err(SafeFileError::HardLinked {
+                path: path(),
+                links: stat.st_nlink as u64,
+            });
+        }
+        let keep = OFlag::from_bits_truncate(
+            nix::fcntl::fcntl(fd.as_fd(), FcntlArg::F_GETFL).unwrap_or(0),
+        ) & !OFlag::O_NONBLOCK;
+        let _ = nix::fcntl::fcntl(fd.as_fd(), FcntlArg::F_SETFL(keep));
+        if !append {
+            nix::unistd::ftruncate(fd.as_fd(), 0).map_err(|source| SafeFileError::Io {
+                op: "truncating",
+                path: path(),
+                source: source.into(),
+            })?;
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Open for appending (the audit log), creating the file if needed.
+    pub fn open_append(&self) -> Result<File, SafeFileError> {
+        self.open(true)
+    }
+
+    /// Replace the file's content with `bytes` (the report).
+    pub fn write_all(&self, bytes: &[u8]) -> Result<(), SafeFileError> {
+        let mut file = self.open(false)?;
+        file.write_all(bytes).map_err(|source| SafeFileError::Io {
+            op: "writing",
+            path: self.path.clone(),
+            source,
+        })
+    }
+}
+
+/// Open the audit log for appending before the run starts, warning when
+/// it lies where the sandboxed code can write.
+pub fn open_audit(
+    path: &Path,
+    project: &Path,
+    write_paths: &[PathBuf],
+    warnings: &mut Vec<String>,
+) -> Result<File, SafeFileError> {
+    let mut roots = vec![project.to_path_buf()];
+    roots.extend(write_paths.iter().cloned());
+    let target = OutputTarget::prepare(path, &roots)?;
+    if let Some(root) = target.inside_writable() {
+        warnings.push(inside_warning("audit log", path, root));
+    }
+    target.open_append()
+}
+
+/// The warning for a supervisor's file the sandboxed code could delete or
+/// replace between runs.
+pub fn inside_warning(what: &str, path: &Path, root: &Path) -> String {
+    format!(
+        "the {what} {} is inside {}, which the sandboxed command can write: it may delete or replace \
+         the file (it is never followed through a link and is refused if it is not a plain file); \
+         prefer a path outside",
+        path.display(),
+        root.display()
+    )
+}
+
+/// Replace the file at `path` whole with `bytes`, readable by the owner
+/// only: written to a fresh name (`O_CREAT | O_EXCL`, so no link is
+/// followed) in the same directory and renamed over the old file, so a
+/// crash never leaves half a file and a link at `path` is replaced, not
+/// written through.
+pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(SafeFileError::NoFileName {
+            path: path.to_path_buf(),
+        });
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let dir = open_dir_plain(parent, path)?;
+    let mut temporary = OsString::from(".");
+    temporary.push(name);
+    temporary.push(format!(".{}.tmp", std::process::id()));
+    let io = |op, source: Errno| SafeFileError::Io {
+        op,
+        path: path.to_path_buf(),
+        source: source.into(),
+    };
+    let how = || {
+        OpenHow::new()
+            .flags(
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+            )
+            .mode(Mode::from_bits_truncate(0o600))
+            .resolve(resolve_beneath())
+    };
+    let fd = match nix::fcntl::openat2(dir.as_fd(), temporary.as_os_str(), how()) {
+        // A leftover of a crashed writer with this pid: it is ours to remove.
+        Err(Errno::EEXIST) => {
+            nix::unistd::unlinkat(
+                dir.as_fd(),
+                temporary.as_os_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            )
+            .map_err(|e| io("removing a stale temporary file next to", e))?;
+            nix::fcntl::openat2(dir.as_fd(), temporary.as_os_str(), how())
+        }
+        other => other,
+    }
+    .map_err(|e| io("creating a temporary file next to", e))?;
+    let mut file = File::from(fd);
+    let written = file.write_all(bytes).and_then(|()| file.sync_all());
+    if let Err(source) = written {
+        let _ = nix::unistd::unlinkat(
+            dir.as_fd(),
+            temporary.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        return Err(SafeFileError::Io {
+            op: "writing",
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    nix::fcntl::renameat(dir.as_fd(), temporary.as_os_str(), dir.as_fd(), name).map_err(|e| {
+        let _ = nix::unistd::unlinkat(
+            dir.as_fd(),
+            temporary.as_os_str(),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        io("replacing", e)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_fifos_and_directories_are_refused_and_their_targets_untouched() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let canary = outside.path().join("canary");
+        std::fs::write(&canary, "canary").unwrap();
+        let roots = [root.path().to_path_buf()];
+
+        let link = root.path().join("link.json");
+        std::os::unix::fs::symlink(&canary, &link).unwrap();
+        let err = OutputTarget::prepare(&link, &roots)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap_err();
+        assert!(matches!(err, SafeFileError::Symlink { .. }), "{err}");
+
+        let fifo = root.path().join("fifo.json");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let err = OutputTarget::prepare(&fifo, &roots)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap_err();
+        assert!(matches!(err, SafeFileError::NotRegular { .. }), "{err}");
+
+        let dir = root.path().join("dir.json");
+        std::fs::create_dir(&dir).unwrap();
+        let err = OutputTarget::prepare(&dir, &roots)
+            .unwrap()
+            .open_append()
+            .unwrap_err();
+        assert!(matches!(err, SafeFileError::NotRegular { .. }), "{err}");
+
+        let hard = root.path().join("hard.json");
+        std::fs::hard_link(&canary, &hard).unwrap();
+        let err = OutputTarget::prepare(&hard, &roots)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap_err();
+        assert!(
+            matches!(err, SafeFileError::HardLinked { links: 2, .. }),
+            "{err}"
+        );
+
+        std::os::unix::fs::symlink(outside.path(), root.path().join("up")).unwrap();
+        let err = OutputTarget::prepare(&root.path().join("up/canary"), &roots).unwrap_err();
+        assert!(
+            matches!(err, SafeFileError::LinkInWritableTree { .. }),
+            "{err}"
+        );
+
+        assert_eq!(std::fs::read_to_string(&canary).unwrap(), "canary");
+
+        let plain = OutputTarget::prepare(&root.path().join("report.json"), &roots).unwrap();
+        assert!(plain.inside_writable().is_some());
+        plain.write_all(b"first, longer").unwrap();
+        plain.write_all(b"second").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("report.json")).unwrap(),
+            "second"
+        );
+    }
+
+    #[test]
+    fn replace_swaps_a_link_instead_of_writing_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let canary = dir.path().join("canary");
+        std::fs::write(&canary, "canary").unwrap();
+        let store = dir.path().join("grants.json");
+        std::os::unix::fs::symlink(&canary, &store).unwrap();
+        let temporary = dir
+            .path()
+            .join(format!(".grants.json.{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&canary, &temporary).unwrap();
+        replace(&store, b"[]").unwrap();
+        assert_eq!(std::fs::read_to_string(&canary).unwrap(), "canary");
+        assert_eq!(std::fs::read_to_string(&store).unwrap(), "[]");
+        assert!(!std::fs::symlink_metadata(&store)
+            .unwrap()
+            .file_type()
+            .is_symlink());
+    }
+}
