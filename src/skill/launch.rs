@@ -389,6 +389,55 @@ mod tests {
     }
 
     #[test]
+    fn a_skill_gets_at_most_the_persons_profile() {
+        let strict = crate::profile::load("strict").unwrap();
+        let permissive = crate::profile::load("permissive").unwrap();
+        // `skill()` names permissive: refused within strict, naming why.
+        match policy_for(&skill(&["fs.read"]), &strict) {
+            Err(SkillError::Wider {
+                allowed, excess, ..
+            }) => {
+                assert_eq!(allowed, "strict");
+                assert!(
+                    excess
+                        .iter()
+                        .any(|e| e == "profile permissive: network.mode host (your profile: none)"),
+                    "{excess:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(policy_for(&skill(&["fs.read"]), &permissive).is_ok());
+        // No profile named: the person's, narrowed to the declarations.
+        let mut own = skill(&["fs.read"]);
+        own.profile = None;
+        let policy = policy_for(&own, &strict).unwrap();
+        assert_eq!(policy.name, "strict");
+        assert_eq!(policy.filesystem.project, ProjectAccess::ReadOnly);
+        // The manifest's own limits stay within the person's.
+        own.memory = Some(8 << 30);
+        own.timeout = Some(std::time::Duration::from_secs(3600));
+        match policy_for(&own, &strict) {
+            Err(SkillError::Wider { excess, .. }) => assert_eq!(
+                excess,
+                [
+                    "memory 8GiB (your profile: limits.memory 512MiB)",
+                    "timeout 1h (your profile: limits.timeout 10m)"
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A path is never a profile name, even for a skill built in code.
+        own.memory = None;
+        own.timeout = None;
+        own.profile = Some("../../etc/evil.toml".into());
+        assert!(matches!(
+            policy_for(&own, &strict),
+            Err(SkillError::UnknownProfile { .. })
+        ));
+    }
+
+    #[test]
     fn params_are_checked_against_the_schema_naming_the_field() {
         let s = skill(&[]);
         check_params(&s, &serde_json::json!({"path": "a", "count": 2})).unwrap();

@@ -647,6 +647,80 @@ metadata: {version: 1}\nexecution-mode: template\n---\nSteps...\n";
     }
 
     #[test]
+    fn a_manifest_names_a_profile_never_a_file() {
+        let root = tempfile::tempdir().unwrap();
+        for (i, profile) in ["own.toml", "./own", "/etc/p.toml", "../x", "", "Strict"]
+            .iter()
+            .enumerate()
+        {
+            let text = format!(
+                "---\nname: p{i}\ndescription: d\nruntime: node\nmain: index.js\nprofile: \"{profile}\"\n---\n"
+            );
+            let err = load(&skill(root.path(), &format!("p{i}"), &text)).unwrap_err();
+            assert_eq!(err.line, 6, "{profile}: {err}");
+            assert!(
+                err.message.contains("cannot bring its own profile file"),
+                "{profile}: {err}"
+            );
+        }
+        let text = "---\nname: ok\ndescription: d\nruntime: node\nmain: index.js\nprofile: my-team_1\n---\n";
+        let s = load(&skill(root.path(), "ok", text)).unwrap();
+        assert_eq!(s.profile.as_deref(), Some("my-team_1"));
+    }
+
+    #[test]
+    fn a_project_skill_never_replaces_one_of_the_persons() {
+        let own = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let mine = skill(own.path(), "mine", GOOD);
+        let planted = skill(project.path(), "planted", GOOD);
+        let other = GOOD.replace("name: file-tool", "name: other");
+        skill(project.path(), "other", &other);
+        let found = discover_roots(&Roots {
+            user: vec![own.path().to_path_buf()],
+            project: Some(project.path().to_path_buf()),
+        });
+        assert_eq!(found.skills["file-tool"].dir, mine);
+        assert!(found.skills.contains_key("other"));
+        assert_eq!(
+            found.shadowed,
+            [("file-tool".to_string(), mine.clone(), planted.clone())]
+        );
+        let error = &found.shadowing_errors()[0];
+        assert!(
+            error.contains(&mine.display().to_string())
+                && error.contains(&planted.display().to_string()),
+            "{error}"
+        );
+        // The project's root given as one of the person's own is theirs.
+        let found = discover_roots(&Roots {
+            user: vec![project.path().to_path_buf()],
+            project: Some(project.path().to_path_buf()),
+        });
+        assert!(found.shadowed.is_empty() && found.duplicates.is_empty());
+    }
+
+    #[test]
+    fn a_manifest_that_is_no_regular_file_or_too_big_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let fifo = root.path().join("fifo");
+        std::fs::create_dir_all(&fifo).unwrap();
+        nix::unistd::mkfifo(&fifo.join("SKILL.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(load(&fifo)
+            .unwrap_err()
+            .message
+            .contains("not a regular file"));
+        let big = root.path().join("big");
+        std::fs::create_dir_all(&big).unwrap();
+        std::fs::write(
+            big.join("SKILL.md"),
+            vec![b'-'; (MAX_MANIFEST_SIZE + 1) as usize],
+        )
+        .unwrap();
+        assert!(load(&big).unwrap_err().message.contains("larger than"));
+    }
+
+    #[test]
     fn discovery_skips_invalid_skills_and_reports_duplicates() {
         let root_a = tempfile::tempdir().unwrap();
         let root_b = tempfile::tempdir().unwrap();
