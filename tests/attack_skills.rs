@@ -273,14 +273,14 @@ fn a_skill_naming_a_wider_installed_profile_is_refused_naming_each_excess() {
             ),
             "enforce.landlock off (your profile: required)",
             "enforce.seccomp off (your profile: required)",
-            "network.mode host (your profile: none)",
+            "syscalls.mode denylist (your profile: allowlist)",
         ] {
             assert!(err.contains(excess), "{who:?}: {excess} not in {err}");
         }
         let (code, v, err) = skill_run(&project, config.path(), &[], "loud");
         assert_eq!(code, 2, "{who:?}: {v} {err}");
         assert!(
-            err.contains("network.mode host (your profile: none)"),
+            err.contains("enforce.seccomp best-effort (your profile: required)"),
             "{err}"
         );
 

@@ -133,7 +133,18 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
         }
     }
     if !limit_within(l.cpu, ol.cpu) {
-        let cores = |c: Option<f64>| c.map_or_else(|| "unlimited".into(), |c| format!("{c} cores"));
+        let cores = |c: Option<f64>| {
+            c.map_or_else(
+                || "unlimited".into(),
+                |c| {
+                    if c == 1.0 {
+                        "1 core".into()
+                    } else {
+                        format!("{c} cores")
+                    }
+                },
+            )
+        };
         over("limits.cpu", cores(l.cpu), cores(ol.cpu));
     }
     if !limit_within(l.timeout, ol.timeout) {

@@ -192,10 +192,15 @@ pub fn policy_for(skill: &Skill, allowed: &Policy) -> Result<Policy, SkillError>
             name: skill.name.clone(),
         });
     }
-    let asked = match &skill.profile {
+    let mut asked = match &skill.profile {
         Some(profile) => named_profile(skill, profile)?,
         None => allowed.clone(),
     };
+    // What the declarations take away is not asked for: a skill naming a
+    // profile with the host network but declaring no net.http gets none.
+    let declared = narrowed_policy(skill, asked.clone());
+    asked.filesystem.project = declared.filesystem.project;
+    asked.network.mode = declared.network.mode;
     let mut excess = Vec::new();
     let policy = match crate::profile::narrow::within(allowed, &asked) {
         Ok(policy) => policy,
@@ -393,7 +398,7 @@ mod tests {
         let strict = crate::profile::load("strict").unwrap();
         let permissive = crate::profile::load("permissive").unwrap();
         // `skill()` names permissive: refused within strict, naming why.
-        match policy_for(&skill(&["fs.read"]), &strict) {
+        match policy_for(&skill(&["fs.read", "net.http"]), &strict) {
             Err(SkillError::Wider {
                 allowed, excess, ..
             }) => {

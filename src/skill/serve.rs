@@ -12,6 +12,12 @@
 //! work, crash or hang never holds up another skill, and invocations of
 //! different skills run at the same time. A host dies with this process
 //! (parent-death signal), and its sandbox with the host.
+//!
+//! Every skill runs within the person's profile ([`ServeOptions::profile`]):
+//! one that asks for more is listed as failed with the reason and every
+//! invocation is refused before a host starts. A project skill named like
+//! one of the person's is never served; `skill.list` names both under
+//! `shadowed`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
