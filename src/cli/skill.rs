@@ -397,7 +397,13 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
             for grant in &grants {
                 super::run::check_grant(grant)?;
             }
-            let params = read_params(&params)?;
+            let params = match read_params(&params) {
+                Ok(params) => params,
+                Err(err) => {
+                    eprintln!("sandbox: {err:#}");
+                    return Ok(EXIT_BAD_PARAMS);
+                }
+            };
             let found = discover(&roots)?;
             report_problems(&found);
             let skill = found
