@@ -138,7 +138,13 @@ fn a_plain_node_skill_runs_unchanged_and_gets_only_what_it_declared() {
         "permissions: [fs.read]\nprofile: permissive\n",
         ("index.js", PLAIN_NODE),
     );
-    let (code, v, err) = skill_run(project.path(), &[], "plain", json!({"path": "note.txt"}));
+    // The skill names permissive: the person allows that much.
+    let (code, v, err) = skill_run(
+        project.path(),
+        &["--profile", "permissive"],
+        "plain",
+        json!({"path": "note.txt"}),
+    );
     assert_eq!(code, 0, "{v} {err}");
     assert_eq!(v["result"], json!({"content": "hello\n"}));
 
@@ -158,7 +164,7 @@ return { broker, direct };\n});\n";
     );
     let (code, v, err) = skill_run(
         project.path(),
-        &["--grant", "fs.write"],
+        &["--profile", "permissive", "--grant", "fs.write"],
         "writer",
         json!({}),
     );

@@ -32,23 +32,33 @@ pub struct RunArgs {
     /// Make a host directory visible read-write (repeatable).
     #[arg(long = "allow-write", value_name = "PATH")]
     pub allow_write: Vec<PathBuf>,
-    /// Wall-clock limit (e.g. 30s, 10m): SIGTERM to the whole run, SIGKILL 2 s later.
-    #[arg(long, value_name = "DURATION", value_parser = sandbox::profile::parse_duration)]
+    // The limits go through the profile's own checks (profile::size), so a
+    // flag and a profile value have one range and one wording, and a bad
+    // value is clap's exit 2 naming the flag. Hyphen values are taken so
+    // that `--pids -1` gets that message instead of "unexpected argument".
+    /// Wall-clock limit (e.g. 30s, 10m; at most 365d): SIGTERM to the whole run, SIGKILL 2 s later.
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true,
+          value_parser = sandbox::profile::size::timeout_flag)]
     pub timeout: Option<std::time::Duration>,
-    /// Memory limit (e.g. 512MiB); swap is not allowed on top.
-    #[arg(long, value_name = "SIZE", value_parser = sandbox::profile::parse_size)]
+    /// Memory limit (e.g. 512MiB; at least 1MiB); swap is not allowed on top.
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true,
+          value_parser = sandbox::profile::size::memory_flag)]
     pub memory: Option<u64>,
-    /// Most processes and threads at once.
-    #[arg(long, value_name = "N")]
+    /// Most processes and threads at once (1 to 4194304).
+    #[arg(long, value_name = "N", allow_hyphen_values = true,
+          value_parser = sandbox::profile::size::pids_flag)]
     pub pids: Option<u64>,
-    /// CPU share in cores (0.5 = half a core).
-    #[arg(long, value_name = "FRACTION")]
+    /// CPU share in cores (0.5 = half a core; at most 1024).
+    #[arg(long, value_name = "FRACTION", allow_hyphen_values = true,
+          value_parser = sandbox::profile::size::cpus_flag)]
     pub cpus: Option<f64>,
     /// Cap on stdout and stderr together (e.g. 1MiB); the rest is dropped with a notice.
-    #[arg(long = "max-output", value_name = "SIZE", value_parser = sandbox::profile::parse_size)]
+    #[arg(long = "max-output", value_name = "SIZE", allow_hyphen_values = true,
+          value_parser = sandbox::profile::size::output_flag)]
     pub max_output: Option<u64>,
-    /// Size of the private /tmp and /dev/shm (e.g. 256MiB).
-    #[arg(long = "tmp-size", value_name = "SIZE", value_parser = sandbox::profile::parse_size)]
+    /// Size of the private /tmp and /dev/shm (e.g. 256MiB; at most 64GiB).
+    #[arg(long = "tmp-size", value_name = "SIZE", allow_hyphen_values = true,
+          value_parser = sandbox::profile::size::tmp_flag)]
     pub tmp_size: Option<u64>,
     /// Create the run's cgroup below this (delegated) cgroup directory instead of the supervisor's own.
     #[arg(long = "cgroup-parent", value_name = "PATH")]
@@ -99,18 +109,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             .push(absolute(path, "--allow-write")?);
     }
     if let Some(memory) = args.memory {
-        anyhow::ensure!(memory >= 1 << 20, "--memory must be at least 1MiB");
         policy.limits.memory = Some(memory);
     }
     if let Some(pids) = args.pids {
-        anyhow::ensure!(pids >= 1, "--pids must be at least 1");
         policy.limits.pids = Some(pids);
     }
     if let Some(cpus) = args.cpus {
-        anyhow::ensure!(
-            cpus.is_finite() && cpus > 0.0 && cpus <= 1024.0,
-            "--cpus must be more than 0 and at most 1024"
-        );
         policy.limits.cpu = Some(cpus);
     }
     for grant in &args.grants {
@@ -124,10 +128,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         policy.limits.output = Some(output);
     }
     if let Some(tmp) = args.tmp_size {
-        anyhow::ensure!(
-            tmp > 0 && tmp <= 64 << 30,
-            "--tmp-size must be more than 0 and at most 64GiB"
-        );
         policy.filesystem.tmp_size = tmp;
     }
     if let Some(timeout) = args.timeout {

@@ -29,12 +29,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     }
     let project = super::skill::project_of(&args.roots)?;
     let roots = manifest::roots(&args.roots.skills_dirs, &project);
+    let (profile, profile_spec) = args.roots.profile()?;
     let audit = match &args.audit {
         Some(path) => Some(std::path::absolute(path).context("--audit")?),
         None => None,
     };
     let options = serve::ServeOptions {
         roots,
+        profile,
+        profile_spec,
         project,
         grants: args.grants,
         audit,

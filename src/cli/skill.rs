@@ -5,15 +5,38 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use sandbox::skill::manifest::{self, ExecutionMode};
 
-/// Where to look for skills.
+/// Where to look for skills, and how much they may get.
 #[derive(Debug, Args)]
 pub struct Roots {
-    /// A directory of skills (repeatable), searched before the project's .skills/.
+    /// A directory of your skills (repeatable); with ~/.config/sandbox/skills
+    /// these win over the project's .skills/, which can never replace one.
     #[arg(long = "skills-dir", value_name = "DIR")]
     pub skills_dirs: Vec<PathBuf>,
     /// The project root (default: the current directory).
     #[arg(long, value_name = "DIR")]
     pub project: Option<PathBuf>,
+    /// The most a skill may get (built-in name or profile file): a skill's
+    /// own `profile` must lie within it, or the skill is refused.
+    #[arg(long, short = 'p', default_value = "strict", value_name = "NAME|PATH")]
+    pub profile: String,
+}
+
+impl Roots {
+    /// The person's profile, loaded, and how a host process loads it
+    /// again (a file as an absolute path: hosts run elsewhere).
+    pub fn profile(&self) -> anyhow::Result<(sandbox::Policy, String)> {
+        let policy = sandbox::profile::load(&self.profile)
+            .with_context(|| format!("loading profile {}", self.profile))?;
+        let spec = if sandbox::profile::builtin_source(&self.profile).is_some() {
+            self.profile.clone()
+        } else {
+            std::path::absolute(&self.profile)
+                .with_context(|| format!("--profile {}", self.profile))?
+                .to_string_lossy()
+                .into_owned()
+        };
+        Ok((policy, spec))
+    }
 }
 
 /// Subcommands of `sandbox skill`.
@@ -76,19 +99,34 @@ pub fn project_of(roots: &Roots) -> anyhow::Result<PathBuf> {
 }
 
 fn discover(roots: &Roots) -> anyhow::Result<manifest::Discovered> {
-    Ok(manifest::discover(&manifest::roots(
+    Ok(manifest::discover_roots(&manifest::roots(
         &roots.skills_dirs,
         &project_of(roots)?,
     )))
 }
 
+/// Largest `--params`: the same as one invocation line a skill host takes.
+const MAX_PARAMS: u64 = 1 << 20;
+
 /// `--params`: inline JSON or @FILE.
 fn read_params(text: &str) -> anyhow::Result<serde_json::Value> {
     let (source, text) = match text.strip_prefix('@') {
-        Some(path) => (
-            format!("--params @{path}"),
-            std::fs::read_to_string(path).with_context(|| format!("reading --params @{path}"))?,
-        ),
+        Some(path) => {
+            use std::io::Read;
+            let mut bytes = Vec::new();
+            std::fs::File::open(path)
+                .and_then(|f| f.take(MAX_PARAMS + 1).read_to_end(&mut bytes))
+                .with_context(|| format!("reading --params @{path}"))?;
+            anyhow::ensure!(
+                bytes.len() as u64 <= MAX_PARAMS,
+                "--params @{path}: larger than {MAX_PARAMS} bytes; pass the data through a file in the project instead"
+            );
+            (
+                format!("--params @{path}"),
+                String::from_utf8(bytes)
+                    .with_context(|| format!("--params @{path} is not UTF-8 text"))?,
+            )
+        }
         None => ("--params".to_string(), text.to_string()),
     };
     let value: serde_json::Value =
@@ -100,9 +138,12 @@ fn read_params(text: &str) -> anyhow::Result<serde_json::Value> {
     Ok(value)
 }
 
-/// Exit statuses of `sandbox skill run`.
+/// Exit statuses of `sandbox skill run` (and `show`, `check`).
 const EXIT_SKILL_ERROR: i32 = 1;
 const EXIT_BAD_PARAMS: i32 = 2;
+/// The skill asks for more than the person's profile allows, or a
+/// project skill tries to replace one of the person's.
+const EXIT_REFUSED: i32 = 2;
 const EXIT_TIMEOUT: i32 = 124;
 const EXIT_SANDBOX: i32 = 125;
 
@@ -118,6 +159,12 @@ fn run_skill(
         Err(StartError::Skill(err @ SkillError::Params { .. })) => {
             eprintln!("sandbox: {err}");
             return Ok(EXIT_BAD_PARAMS);
+        }
+        Err(StartError::Skill(
+            err @ (SkillError::Wider { .. } | SkillError::UnknownProfile { .. }),
+        )) => {
+            eprintln!("sandbox: {err}");
+            return Ok(EXIT_REFUSED);
         }
         Err(err) => {
             eprintln!("sandbox: {err}");
@@ -169,6 +216,9 @@ pub struct HostArgs {
     /// The project root.
     #[arg(long)]
     pub project: PathBuf,
+    /// The person's profile (built-in name or absolute path).
+    #[arg(long)]
+    pub profile: String,
     /// Audit log.
     #[arg(long)]
     pub audit: Option<PathBuf>,
@@ -192,7 +242,10 @@ pub fn host(args: HostArgs) -> anyhow::Result<i32> {
         .context("the control socket (stdin) is not a socket")?;
     let control = std::os::unix::net::UnixStream::from(control);
     let skill = manifest::load(&args.dir)?;
+    let profile = sandbox::profile::load(&args.profile)
+        .with_context(|| format!("loading profile {}", args.profile))?;
     let launch = sandbox::skill::Launch {
+        profile,
         project: args.project,
         grants: args.grants,
         audit: args.audit,
@@ -201,9 +254,27 @@ pub fn host(args: HostArgs) -> anyhow::Result<i32> {
     Ok(sandbox::skill::host_process(&skill, &launch, control))
 }
 
+/// Skills that may not run under `profile`: (name, why). Templates never
+/// run, so they are never refused.
+fn refusals(found: &manifest::Discovered, profile: &sandbox::Policy) -> Vec<(String, String)> {
+    found
+        .skills
+        .values()
+        .filter(|s| s.execution_mode == ExecutionMode::Direct)
+        .filter_map(|s| {
+            sandbox::skill::launch::policy_for(s, profile)
+                .err()
+                .map(|e| (s.name.clone(), e.to_string()))
+        })
+        .collect()
+}
+
 fn report_problems(found: &manifest::Discovered) {
     for err in &found.invalid {
         eprintln!("sandbox: skipping an invalid skill: {err}");
+    }
+    for error in found.shadowing_errors() {
+        eprintln!("sandbox: error: {error}");
     }
     for (name, used, ignored) in &found.duplicates {
         eprintln!(
@@ -219,6 +290,10 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
         SkillCommand::List { roots, json } => {
             let found = discover(&roots)?;
             report_problems(&found);
+            let (profile, _) = roots.profile()?;
+            for (_, refusal) in refusals(&found, &profile) {
+                eprintln!("sandbox: error: {refusal}");
+            }
             if json {
                 let skills: Vec<_> = found.skills.values().collect();
                 println!("{}", serde_json::to_string_pretty(&skills)?);
@@ -240,6 +315,14 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
         }
         SkillCommand::Show { name, roots } => {
             let found = discover(&roots)?;
+            let (profile, _) = roots.profile()?;
+            let shadowing: Vec<String> = found
+                .shadowing_errors()
+                .into_iter()
+                .zip(&found.shadowed)
+                .filter(|(_, (shadowed, _, _))| *shadowed == name)
+                .map(|(error, _)| error)
+                .collect();
             let skill = found
                 .skills
                 .get(&name)
@@ -257,7 +340,20 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                     skill.permissions.join(", ")
                 }
             );
-            println!("profile: {}\n", skill.profile);
+            let refusal = match skill.execution_mode {
+                ExecutionMode::Template => None,
+                ExecutionMode::Direct => sandbox::skill::launch::policy_for(skill, &profile).err(),
+            };
+            println!(
+                "profile: {} (within your profile {}: {})\n",
+                skill.profile.as_deref().unwrap_or("none named, yours"),
+                profile.name,
+                if refusal.is_some() {
+                    "no, refused"
+                } else {
+                    "yes"
+                }
+            );
             print!("{}", skill.instructions);
             if skill.execution_mode == ExecutionMode::Template {
                 // Templates are never run: their files are shown as text.
@@ -277,7 +373,17 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                     print!("{}", String::from_utf8_lossy(&std::fs::read(file)?));
                 }
             }
-            Ok(0)
+            for error in &shadowing {
+                eprintln!("sandbox: error: {error}");
+            }
+            if let Some(refusal) = &refusal {
+                eprintln!("sandbox: error: {refusal}");
+            }
+            Ok(if refusal.is_some() || !shadowing.is_empty() {
+                EXIT_REFUSED
+            } else {
+                0
+            })
         }
         SkillCommand::Run {
             name,
@@ -291,14 +397,22 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
             for grant in &grants {
                 super::run::check_grant(grant)?;
             }
-            let params = read_params(&params)?;
+            let params = match read_params(&params) {
+                Ok(params) => params,
+                Err(err) => {
+                    eprintln!("sandbox: {err:#}");
+                    return Ok(EXIT_BAD_PARAMS);
+                }
+            };
             let found = discover(&roots)?;
             report_problems(&found);
             let skill = found
                 .skills
                 .get(&name)
                 .with_context(|| format!("no skill named {name} (see `sandbox skill list`)"))?;
+            let (profile, _) = roots.profile()?;
             let launch = sandbox::skill::Launch {
+                profile,
                 project: project_of(&roots)?,
                 grants,
                 audit,
@@ -321,15 +435,17 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                 Some(dir) => manifest::discover(&[dir]),
                 None => discover(&roots)?,
             };
+            let (profile, _) = roots.profile()?;
             for err in &found.invalid {
                 eprintln!("{err}");
             }
+            let refused = refusals(&found, &profile);
             for skill in found.skills.values() {
-                println!(
-                    "{}: ok ({})",
-                    skill.dir.join("SKILL.md").display(),
-                    skill.name
-                );
+                let manifest = skill.dir.join("SKILL.md");
+                match refused.iter().find(|(name, _)| *name == skill.name) {
+                    Some((_, refusal)) => eprintln!("{}: error: {refusal}", manifest.display()),
+                    None => println!("{}: ok ({})", manifest.display(), skill.name),
+                }
             }
             for (name, used, ignored) in &found.duplicates {
                 eprintln!(
@@ -338,11 +454,20 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                     ignored.display()
                 );
             }
-            Ok(if found.invalid.is_empty() && found.duplicates.is_empty() {
-                0
-            } else {
-                2
-            })
+            for error in found.shadowing_errors() {
+                eprintln!("error: {error}");
+            }
+            Ok(
+                if found.invalid.is_empty()
+                    && found.duplicates.is_empty()
+                    && found.shadowed.is_empty()
+                    && refused.is_empty()
+                {
+                    0
+                } else {
+                    2
+                },
+            )
         }
     }
 }

@@ -17,9 +17,10 @@ use std::path::{Path, PathBuf};
 
 pub mod builtin;
 mod error;
+pub mod narrow;
 pub mod policy;
 pub mod raw;
-mod size;
+pub mod size;
 
 pub use error::ProfileError;
 pub use size::{format_duration, parse_duration, parse_size};
@@ -565,9 +566,12 @@ mod tests {
             ("version = 1\n[limits]\ncpu = inf", "p.toml:3:7: `limits.cpu` must be more than 0 and at most 1024 cores"),
             ("version = 1\n[limits]\npids = 0", "p.toml:3:8: `limits.pids` must be at least 1"),
             ("version = 1\n[limits]\npids = -5", "p.toml:3:8: `limits.pids` must be at least 1"),
+            ("version = 1\n[limits]\npids = 4194305", "p.toml:3:8: `limits.pids` must be at least 1 and at most 4194304"),
+            ("version = 1\n[limits]\ntimeout = 9223372036854775807", "p.toml:3:11: `limits.timeout` must be more than 0 and at most 365d; use \"unlimited\" for no limit"),
+            ("version = 1\n[limits]\ntimeout = \"366d\"", "p.toml:3:11: `limits.timeout` must be more than 0 and at most 365d; use \"unlimited\" for no limit"),
             ("version = 1\n[limits]\nmemory = \"1KiB\"", "p.toml:3:10: `limits.memory` must be at least 1MiB"),
             ("version = 1\n[limits]\nmemory = -1", "p.toml:3:10: `limits.memory` cannot be negative"),
-            ("version = 1\n[limits]\ntimeout = \"0s\"", "p.toml:3:11: `limits.timeout` must be more than 0; use \"unlimited\" for no limit"),
+            ("version = 1\n[limits]\ntimeout = \"0s\"", "p.toml:3:11: `limits.timeout` must be more than 0 and at most 365d; use \"unlimited\" for no limit"),
             ("version = 1\n[limits]\npids = true", "p.toml:3:8: invalid type: boolean `true`, expected a number or a string such as \"512MiB\", \"10m\" or \"unlimited\""),
             ("version = 1\n[broker]\nrules = { \"fs.raed\" = \"allow\" }", "p.toml:3:11: unknown variant `fs.raed`, expected one of `fs.read`, `fs.write`, `fs.list`, `fs.stat`, `fs.mkdir`, `fs.delete`, `terminal.run`, `net.http`, `secrets.get`, `secrets.read`, `log`, `permission.query`"),
             ("version = 1\n[syscalls]\nallow = [\"Open\"]", "p.toml:3:10: invalid system call name \"Open\": expected lowercase letters, digits and '_'"),

@@ -832,7 +832,11 @@ fn check_limits(src: &Source, limits: RawLimits, layer: &mut Layer) -> Result<()
         layer.output = Some(size_value(src, &v, "limits.output", true)?);
     }
     if let Some(v) = limits.pids {
-        layer.pids = Some(count_value(src, &v, "limits.pids")?);
+        let pids = count_value(src, &v, "limits.pids")?;
+        if let Some(Err(e)) = pids.map(super::size::check_pids) {
+            return Err(src.error(v.span(), format!("`limits.pids` {e}")));
+        }
+        layer.pids = Some(pids);
     }
     if let Some(v) = limits.nofile {
         layer.nofile = Some(count_value(src, &v, "limits.nofile")?);
@@ -878,10 +882,10 @@ fn check_limits(src: &Source, limits: RawLimits, layer: &mut Layer) -> Result<()
                 ))
             }
         };
-        if timeout.is_some_and(|t| t.is_zero()) {
+        if let Some(Err(e)) = timeout.map(super::size::check_timeout) {
             return Err(src.error(
                 v.span(),
-                "`limits.timeout` must be more than 0; use \"unlimited\" for no limit",
+                format!("`limits.timeout` {e}; use \"unlimited\" for no limit"),
             ));
         }
         layer.timeout = Some(timeout);

@@ -2,6 +2,10 @@
 //!
 //! Only whole numbers are accepted: a limit is a security boundary, and
 //! "0.1GiB" invites rounding questions that an exact "100MiB" does not.
+//!
+//! The bounds of each limit live here too, so that a profile value, a
+//! command-line flag and a skill manifest are held to the same range and
+//! say it in the same words (`check_*`, and the `*_flag` parsers clap uses).
 
 use std::time::Duration;
 
@@ -104,6 +108,109 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(total)
 }
 
+/// Longest timeout anywhere (profile, `--timeout`, a skill's `timeout`).
+/// Deadlines are `Instant::now() + timeout`, which panics past the end of
+/// the monotonic clock's range (`--timeout 18446744073709551615` did); a
+/// year is far beyond any run and far inside that range.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(365 * 86_400);
+/// [`MAX_TIMEOUT`] as it is written in messages.
+const MAX_TIMEOUT_TEXT: &str = "365d";
+/// Smallest memory limit: below this even a static binary fails to start,
+/// which would look like a sandbox bug rather than a limit.
+pub const MIN_MEMORY: u64 = MIB;
+/// Largest private `/tmp`: it is RAM (tmpfs), so a bigger one is almost
+/// certainly a typo.
+pub const MAX_TMP: u64 = 64 * GIB;
+/// Largest CPU share, in cores.
+pub const MAX_CPU: f64 = 1024.0;
+/// Most tasks: the kernel's PID_MAX_LIMIT on 64-bit, above which `pids.max`
+/// refuses the value (ERANGE) and the run fails in setup instead of here.
+pub const MAX_PIDS: u64 = 4 << 20;
+
+/// A timeout is more than 0 and at most [`MAX_TIMEOUT`].
+pub fn check_timeout(timeout: Duration) -> Result<Duration, String> {
+    if timeout.is_zero() || timeout > MAX_TIMEOUT {
+        return Err(format!(
+            "must be more than 0 and at most {MAX_TIMEOUT_TEXT}"
+        ));
+    }
+    Ok(timeout)
+}
+
+/// A memory limit is at least [`MIN_MEMORY`].
+pub fn check_memory(bytes: u64) -> Result<u64, String> {
+    if bytes < MIN_MEMORY {
+        return Err("must be at least 1MiB".into());
+    }
+    Ok(bytes)
+}
+
+/// A private `/tmp` is more than 0 and at most [`MAX_TMP`].
+pub fn check_tmp(bytes: u64) -> Result<u64, String> {
+    if bytes == 0 || bytes > MAX_TMP {
+        return Err("must be more than 0 and at most 64GiB (it is held in memory)".into());
+    }
+    Ok(bytes)
+}
+
+/// A CPU share is more than 0 and at most [`MAX_CPU`] cores.
+pub fn check_cpu(cores: f64) -> Result<f64, String> {
+    // Negated so that NaN fails it too.
+    if !(cores > 0.0 && cores <= MAX_CPU) {
+        return Err("must be more than 0 and at most 1024 cores".into());
+    }
+    Ok(cores)
+}
+
+/// A task count is at least 1 and at most [`MAX_PIDS`].
+pub fn check_pids(count: u64) -> Result<u64, String> {
+    if count == 0 || count > MAX_PIDS {
+        return Err(format!("must be at least 1 and at most {MAX_PIDS}"));
+    }
+    Ok(count)
+}
+
+/// `--timeout`: a duration within [`check_timeout`]'s range.
+pub fn timeout_flag(s: &str) -> Result<Duration, String> {
+    parse_duration(s).and_then(check_timeout)
+}
+
+/// `--memory`: a size within [`check_memory`]'s range.
+pub fn memory_flag(s: &str) -> Result<u64, String> {
+    parse_size(s).and_then(check_memory)
+}
+
+/// `--tmp-size`: a size within [`check_tmp`]'s range.
+pub fn tmp_flag(s: &str) -> Result<u64, String> {
+    parse_size(s).and_then(check_tmp)
+}
+
+/// `--max-output`: any size (0 drops all output, as in a profile).
+pub fn output_flag(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+/// `--pids`: a whole number within [`check_pids`]'s range.
+pub fn pids_flag(s: &str) -> Result<u64, String> {
+    let text = s.trim();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "invalid count \"{s}\": expected a whole number from 1 to {MAX_PIDS}"
+        ));
+    }
+    text.parse::<u64>()
+        .map_err(|_| format!("count \"{s}\" is too large"))
+        .and_then(check_pids)
+}
+
+/// `--cpus`: a number of cores within [`check_cpu`]'s range.
+pub fn cpus_flag(s: &str) -> Result<f64, String> {
+    let cores: f64 = s.trim().parse().map_err(|_| {
+        format!("invalid number of cores \"{s}\": expected a number such as 0.5 or 2")
+    })?;
+    check_cpu(cores)
+}
+
 /// The shortest exact spelling of `bytes` that [`parse_size`] reads back.
 pub(crate) fn format_size(bytes: u64) -> String {
     for (unit, size) in [("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
@@ -187,6 +294,32 @@ mod tests {
             "ms5",
         ] {
             assert!(parse_duration(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn bounds_are_the_same_for_every_source() {
+        assert_eq!(parse_duration(MAX_TIMEOUT_TEXT), Ok(MAX_TIMEOUT));
+        assert_eq!(timeout_flag("365d"), Ok(MAX_TIMEOUT));
+        assert_eq!(timeout_flag("1ms"), Ok(Duration::from_millis(1)));
+        for bad in ["0", "0s", "0ms", "366d", "18446744073709551615", "-1", "x"] {
+            assert!(timeout_flag(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert_eq!(
+            timeout_flag("0s"),
+            Err("must be more than 0 and at most 365d".into())
+        );
+        assert_eq!(memory_flag("1MiB"), Ok(MIB));
+        assert!(memory_flag("1023KiB").is_err());
+        assert_eq!(tmp_flag("64GiB"), Ok(64 * GIB));
+        assert!(tmp_flag("0").is_err() && tmp_flag("65GiB").is_err());
+        assert_eq!(pids_flag("4194304"), Ok(4_194_304));
+        for bad in ["0", "4194305", "-1", "", "1.5", "18446744073709551616", "x"] {
+            assert!(pids_flag(bad).is_err(), "{bad:?} was accepted");
+        }
+        assert_eq!(cpus_flag("0.5"), Ok(0.5));
+        for bad in ["0", "-1", "nan", "inf", "1025", "1e308", "x"] {
+            assert!(cpus_flag(bad).is_err(), "{bad:?} was accepted");
         }
     }
 

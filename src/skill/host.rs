@@ -181,7 +181,10 @@ impl Host {
         self.current = Some(Current {
             control_id,
             invoke_id,
-            deadline: self.executing.then(|| Instant::now() + self.timeout),
+            deadline: self
+                .executing
+                .then(|| Instant::now().checked_add(self.timeout))
+                .flatten(),
         });
     }
 
@@ -216,7 +219,9 @@ impl Driver for Host {
         if turn.executing && !self.executing {
             self.executing = true;
             if let Some(current) = &mut self.current {
-                current.deadline = Some(now + self.timeout);
+                // A timeout past the clock's range (a Skill built in code;
+                // manifests are bounded) is no deadline, not a panic.
+                current.deadline = now.checked_add(self.timeout);
             }
             self.event(json!({ "event": "active" }));
         }

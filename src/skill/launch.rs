@@ -27,6 +27,30 @@ pub enum SkillError {
         /// Why it does not load.
         source: Box<crate::profile::ProfileError>,
     },
+    /// The skill names a profile that is neither built in nor installed.
+    #[error("skill {name}: profile {profile}: neither a built-in profile ({builtins}) nor installed as {}; \
+             install it there or change the manifest", installed.display())]
+    UnknownProfile {
+        /// The skill.
+        name: String,
+        /// The profile it names.
+        profile: String,
+        /// The built-in names.
+        builtins: String,
+        /// Where an installed profile of that name would be.
+        installed: PathBuf,
+    },
+    /// The skill asks for more than the person's profile allows.
+    #[error("skill {name} asks for more than your profile {allowed} allows, so it is refused \
+             (run it with a profile that allows this, or change its manifest): {}", excess.join("; "))]
+    Wider {
+        /// The skill.
+        name: String,
+        /// The person's profile.
+        allowed: String,
+        /// Each thing it asks for beyond that profile.
+        excess: Vec<String>,
+    },
     /// A path of the skill cannot be resolved.
     #[error("skill {name}: {what} {}: {source}", path.display())]
     Path {
@@ -123,28 +147,98 @@ pub fn narrowed_policy(skill: &Skill, mut policy: Policy) -> Policy {
     policy
 }
 
-/// Load the skill's profile (built-in name or a path relative to the
-/// skill's directory) and narrow it.
-pub fn policy_for(skill: &Skill) -> Result<Policy, SkillError> {
+/// The profile a manifest names: a built-in one, else
+/// `NAME.toml` in the person's profile directory
+/// ([`super::manifest::installed_profiles`]). Never a path: the manifest
+/// loader refuses those, and this refuses them again for skills built in
+/// code.
+pub fn named_profile(skill: &Skill, profile: &str) -> Result<Policy, SkillError> {
+    let builtins = crate::profile::builtin_names();
+    let installed = super::manifest::installed_profiles()
+        .unwrap_or_default()
+        .join(format!("{profile}.toml"));
+    let unknown = || SkillError::UnknownProfile {
+        name: skill.name.clone(),
+        profile: profile.to_string(),
+        builtins: builtins.join(", "),
+        installed: installed.clone(),
+    };
+    if !super::manifest::is_profile_name(profile) {
+        return Err(unknown());
+    }
+    let loaded = if builtins.contains(&profile) {
+        crate::profile::load(profile)
+    } else if installed.is_absolute() && installed.is_file() {
+        crate::profile::load_file(&installed)
+    } else {
+        return Err(unknown());
+    };
+    loaded.map_err(|source| SkillError::Profile {
+        name: skill.name.clone(),
+        profile: profile.to_string(),
+        source: Box::new(source),
+    })
+}
+
+/// The policy `skill` runs under when the person allows `allowed`: the
+/// profile its manifest names (or `allowed` itself), which must be within
+/// `allowed` ([`crate::profile::narrow::within`]), with the manifest's
+/// `memory` and `timeout` no larger than `allowed`'s limits; then narrowed
+/// to its declared permissions ([`narrowed_policy`]). Anything wider is
+/// refused, naming each excess.
+pub fn policy_for(skill: &Skill, allowed: &Policy) -> Result<Policy, SkillError> {
     if skill.execution_mode == ExecutionMode::Template {
         return Err(SkillError::Template {
             name: skill.name.clone(),
         });
     }
-    let spec = if skill.profile.contains('/') || skill.profile.ends_with(".toml") {
-        skill
-            .dir
-            .join(&skill.profile)
-            .to_string_lossy()
-            .into_owned()
-    } else {
-        skill.profile.clone()
+    let mut asked = match &skill.profile {
+        Some(profile) => named_profile(skill, profile)?,
+        None => allowed.clone(),
     };
-    let policy = crate::profile::load(&spec).map_err(|source| SkillError::Profile {
-        name: skill.name.clone(),
-        profile: skill.profile.clone(),
-        source: Box::new(source),
-    })?;
+    // What the declarations take away is not asked for: a skill naming a
+    // profile with the host network but declaring no net.http gets none.
+    let declared = narrowed_policy(skill, asked.clone());
+    asked.filesystem.project = declared.filesystem.project;
+    asked.network.mode = declared.network.mode;
+    let mut excess = Vec::new();
+    let policy = match crate::profile::narrow::within(allowed, &asked) {
+        Ok(policy) => policy,
+        Err(found) => {
+            excess.extend(
+                found
+                    .into_iter()
+                    .map(|e| format!("profile {}: {e}", asked.name)),
+            );
+            asked
+        }
+    };
+    let size = |b: u64| crate::profile::size::format_size(b);
+    if let (Some(memory), Some(limit)) = (skill.memory, allowed.limits.memory) {
+        if memory > limit {
+            excess.push(format!(
+                "memory {} (your profile: limits.memory {})",
+                size(memory),
+                size(limit)
+            ));
+        }
+    }
+    if let (Some(timeout), Some(limit)) = (skill.timeout, allowed.limits.timeout) {
+        if timeout > limit {
+            excess.push(format!(
+                "timeout {} (your profile: limits.timeout {})",
+                crate::profile::format_duration(timeout),
+                crate::profile::format_duration(limit)
+            ));
+        }
+    }
+    if !excess.is_empty() {
+        return Err(SkillError::Wider {
+            name: skill.name.clone(),
+            allowed: allowed.name.clone(),
+            excess,
+        });
+    }
     Ok(narrowed_policy(skill, policy))
 }
 
@@ -242,7 +336,7 @@ mod tests {
             runtime: Some(Runtime::Node),
             main: Some("index.js".into()),
             permissions: permissions.iter().map(|p| p.to_string()).collect(),
-            profile: "permissive".into(),
+            profile: Some("permissive".into()),
             timeout: None,
             memory: Some(64 << 20),
             execution_mode: ExecutionMode::Direct,
@@ -297,6 +391,55 @@ mod tests {
         assert_eq!(policy.limits.timeout, None);
         let policy = narrowed_policy(&skill(&["net.http:api.example.com"]), base.clone());
         assert_eq!(policy.network.mode, base.network.mode);
+    }
+
+    #[test]
+    fn a_skill_gets_at_most_the_persons_profile() {
+        let strict = crate::profile::load("strict").unwrap();
+        let permissive = crate::profile::load("permissive").unwrap();
+        // `skill()` names permissive: refused within strict, naming why.
+        match policy_for(&skill(&["fs.read", "net.http"]), &strict) {
+            Err(SkillError::Wider {
+                allowed, excess, ..
+            }) => {
+                assert_eq!(allowed, "strict");
+                assert!(
+                    excess
+                        .iter()
+                        .any(|e| e == "profile permissive: network.mode host (your profile: none)"),
+                    "{excess:?}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(policy_for(&skill(&["fs.read"]), &permissive).is_ok());
+        // No profile named: the person's, narrowed to the declarations.
+        let mut own = skill(&["fs.read"]);
+        own.profile = None;
+        let policy = policy_for(&own, &strict).unwrap();
+        assert_eq!(policy.name, "strict");
+        assert_eq!(policy.filesystem.project, ProjectAccess::ReadOnly);
+        // The manifest's own limits stay within the person's.
+        own.memory = Some(8 << 30);
+        own.timeout = Some(std::time::Duration::from_secs(3600));
+        match policy_for(&own, &strict) {
+            Err(SkillError::Wider { excess, .. }) => assert_eq!(
+                excess,
+                [
+                    "memory 8GiB (your profile: limits.memory 512MiB)",
+                    "timeout 1h (your profile: limits.timeout 10m)"
+                ]
+            ),
+            other => panic!("{other:?}"),
+        }
+        // A path is never a profile name, even for a skill built in code.
+        own.memory = None;
+        own.timeout = None;
+        own.profile = Some("../../etc/evil.toml".into());
+        assert!(matches!(
+            policy_for(&own, &strict),
+            Err(SkillError::UnknownProfile { .. })
+        ));
     }
 
     #[test]

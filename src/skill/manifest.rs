@@ -10,6 +10,74 @@ use std::path::{Component, Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::broker::permission;
+use crate::profile::size;
+
+/// Largest SKILL.md read: front matter and instructions are text for a
+/// person or a model, and a planted multi-gigabyte file must not be read
+/// into memory.
+const MAX_MANIFEST_SIZE: u64 = 1 << 20;
+
+/// Read a SKILL.md that a sandboxed run may have planted: a regular file
+/// only (a FIFO would block discovery, a device never ends), opened
+/// without following a final symlink, and at most [`MAX_MANIFEST_SIZE`].
+fn read_manifest(file: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(file)?;
+    if !opened.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut bytes = Vec::new();
+    opened.take(MAX_MANIFEST_SIZE + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_MANIFEST_SIZE {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("larger than {MAX_MANIFEST_SIZE} bytes"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8 text"))
+}
+
+/// A profile a manifest may name: a bare name, which resolves to a
+/// built-in profile or a file in the person's profile directory, never a
+/// path (a path would be resolved in the skill's own directory, or
+/// anywhere the skill's author likes).
+pub fn is_profile_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+        && !name.starts_with(['-', '_'])
+}
+
+/// The person's profile directory: `$XDG_CONFIG_HOME/sandbox/profiles`, or
+/// `~/.config/sandbox/profiles`. Outside every project, so a sandboxed run
+/// that can write its project cannot add a profile a skill then names.
+pub fn installed_profiles() -> Option<PathBuf> {
+    config_dir().map(|c| c.join("sandbox/profiles"))
+}
+
+fn installed_profiles_hint() -> String {
+    installed_profiles().map_or_else(
+        || "~/.config/sandbox/profiles".into(),
+        |p| p.display().to_string(),
+    )
+}
+
+fn config_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+}
 
 /// How a skill's code is run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -95,8 +163,10 @@ pub struct Skill {
     pub main: Option<PathBuf>,
     /// Declared permissions: `action` or `action:pattern`.
     pub permissions: Vec<String>,
-    /// The profile it runs under (default strict).
-    pub profile: String,
+    /// The profile it asks for: a built-in or installed profile's name
+    /// (never a file), run within the person's own profile. None: the
+    /// person's profile as it is.
+    pub profile: Option<String>,
     /// Invocation timeout.
     pub timeout: Option<std::time::Duration>,
     /// Memory limit override in bytes.
@@ -174,8 +244,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         line,
         message,
     };
-    let text =
-        std::fs::read_to_string(&file).map_err(|e| err(0, format!("cannot read it: {e}")))?;
+    let text = read_manifest(&file).map_err(|e| err(0, format!("cannot read it: {e}")))?;
     let (yaml, first, body) = front_matter(&text).ok_or_else(|| {
         err(
             1,
@@ -267,18 +336,33 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
             ));
         }
     }
+    // The same ranges as a profile's and the command line's: a timeout
+    // becomes a deadline (`Instant + timeout`), which must not overflow.
     let timeout = raw
         .timeout
         .as_deref()
-        .map(crate::profile::parse_duration)
+        .map(|t| crate::profile::parse_duration(t).and_then(size::check_timeout))
         .transpose()
         .map_err(|e| err(at("timeout"), format!("timeout: {e}")))?;
     let memory = raw
         .memory
         .as_deref()
-        .map(crate::profile::parse_size)
+        .map(|m| crate::profile::parse_size(m).and_then(size::check_memory))
         .transpose()
         .map_err(|e| err(at("memory"), format!("memory: {e}")))?;
+    if let Some(profile) = &raw.profile {
+        if !is_profile_name(profile) {
+            return Err(err(
+                at("profile"),
+                format!(
+                    "profile {profile:?}: name a built-in profile ({}) or one installed in {}; \
+                     a skill cannot bring its own profile file, it only narrows yours",
+                    crate::profile::builtin_names().join(", "),
+                    installed_profiles_hint()
+                ),
+            ));
+        }
+    }
     let mut params_validator = None;
     if let Some(schema) = &raw.input_schema {
         if !schema.is_object() {
@@ -307,7 +391,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         runtime: raw.runtime,
         main,
         permissions: raw.permissions,
-        profile: raw.profile.unwrap_or_else(|| "strict".into()),
+        profile: raw.profile,
         timeout,
         memory,
         execution_mode: raw.execution_mode,
@@ -319,38 +403,94 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
     })
 }
 
-/// Skills found under `roots`, in order; a name defined again later is
-/// reported and the first one wins (list the project's root first).
+/// Skills found under the roots, and what went wrong finding them.
 #[derive(Debug, Default)]
 pub struct Discovered {
     /// Valid skills by name.
     pub skills: BTreeMap<String, Skill>,
     /// Manifests that did not load.
     pub invalid: Vec<ManifestError>,
-    /// Names defined more than once: (name, the one used, the one ignored).
+    /// Names defined more than once among the person's own roots: (name,
+    /// the one used, the one ignored).
     pub duplicates: Vec<(String, PathBuf, PathBuf)>,
+    /// Skills of the project's `.skills/` named like one of the person's
+    /// own: (name, the person's skill, which is used; the project's, which
+    /// is never run). A sandboxed run can write its project, so this is
+    /// what planting a look-alike skill looks like.
+    pub shadowed: Vec<(String, PathBuf, PathBuf)>,
 }
 
-/// Every skill directory (one holding SKILL.md) directly below each root.
+impl Discovered {
+    /// One line per shadowing attempt, naming both directories.
+    pub fn shadowing_errors(&self) -> Vec<String> {
+        self.shadowed
+            .iter()
+            .map(|(name, user, project)| {
+                format!(
+                    "the project's skill {} is named {name} like your skill {}; yours is used and the project's is \
+                     ignored (rename or remove one of them)",
+                    project.display(),
+                    user.display()
+                )
+            })
+            .collect()
+    }
+}
+
+/// Where skills come from: the person's own roots, then the project's.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Roots {
+    /// `--skills-dir` ones, then `$XDG_CONFIG_HOME/sandbox/skills` (or
+    /// `~/.config/sandbox/skills`), highest priority first.
+    pub user: Vec<PathBuf>,
+    /// The project's `.skills/`: it never replaces a skill of `user`.
+    pub project: Option<PathBuf>,
+}
+
+impl Roots {
+    /// Every root, the person's first.
+    pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        self.user.iter().chain(&self.project)
+    }
+}
+
+/// The skill directories (those holding SKILL.md) directly below `root`.
+fn skill_dirs(root: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("SKILL.md").is_file())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// Every skill directory directly below each of `roots`, all trusted
+/// alike: a name defined again later is reported and the first one wins.
 pub fn discover(roots: &[PathBuf]) -> Discovered {
+    discover_roots(&Roots {
+        user: roots.to_vec(),
+        project: None,
+    })
+}
+
+/// Every skill of `roots`: the person's roots first (a name defined again
+/// later among them is reported, the first wins), then the project's,
+/// whose skills never replace one of the person's (see
+/// [`Discovered::shadowed`]).
+pub fn discover_roots(roots: &Roots) -> Discovered {
     let mut found = Discovered::default();
-    for root in roots {
-        let Ok(entries) = std::fs::read_dir(root) else {
-            continue;
-        };
-        let mut dirs: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.join("SKILL.md").is_file())
-            .collect();
-        dirs.sort();
-        for dir in dirs {
+    for root in &roots.user {
+        for dir in skill_dirs(root) {
             match load(&dir) {
                 Ok(skill) => match found.skills.get(&skill.name) {
                     Some(first) => {
                         found
                             .duplicates
-                            .push((skill.name.clone(), first.dir.clone(), dir))
+                            .push((skill.name.clone(), first.dir.clone(), dir));
                     }
                     None => {
                         found.skills.insert(skill.name.clone(), skill);
@@ -360,21 +500,55 @@ pub fn discover(roots: &[PathBuf]) -> Discovered {
             }
         }
     }
+    // The project's root may be one of the person's too (`--skills-dir
+    // .skills`): then its skills were found as theirs.
+    let project = roots
+        .project
+        .as_ref()
+        .filter(|p| !roots.user.iter().any(|u| same_dir(u, p)));
+    let own: std::collections::BTreeSet<String> = found.skills.keys().cloned().collect();
+    for dir in project.map(|p| skill_dirs(p)).unwrap_or_default() {
+        match load(&dir) {
+            Ok(skill) => match found.skills.get(&skill.name) {
+                Some(first) if own.contains(&skill.name) => {
+                    found
+                        .shadowed
+                        .push((skill.name.clone(), first.dir.clone(), dir));
+                }
+                Some(first) => {
+                    found
+                        .duplicates
+                        .push((skill.name.clone(), first.dir.clone(), dir));
+                }
+                None => {
+                    found.skills.insert(skill.name.clone(), skill);
+                }
+            },
+            Err(e) => found.invalid.push(e),
+        }
+    }
     found
 }
 
-/// The skill roots: `--skills-dir` ones, then the project's `.skills/`,
-/// then `$XDG_CONFIG_HOME/sandbox/skills` (or `~/.config/sandbox/skills`).
-pub fn roots(extra: &[PathBuf], project: &Path) -> Vec<PathBuf> {
-    let mut roots = extra.to_vec();
-    roots.push(project.join(".skills"));
-    let config = std::env::var_os("XDG_CONFIG_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")));
-    if let Some(config) = config {
-        roots.push(config.join("sandbox/skills"));
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
-    roots
+}
+
+/// The skill roots: the person's (`--skills-dir` ones, then
+/// `$XDG_CONFIG_HOME/sandbox/skills` or `~/.config/sandbox/skills`), and
+/// the project's `.skills/`.
+pub fn roots(extra: &[PathBuf], project: &Path) -> Roots {
+    let mut user = extra.to_vec();
+    if let Some(config) = config_dir() {
+        user.push(config.join("sandbox/skills"));
+    }
+    Roots {
+        user,
+        project: Some(project.join(".skills")),
+    }
 }
 
 #[cfg(test)]
@@ -402,7 +576,7 @@ input-schema: {type: object, properties: {path: {type: string}}, required: [path
         assert_eq!(s.permissions, vec!["fs.read", "fs.write:dist/**"]);
         assert_eq!(s.activation, Activation::Persistent);
         assert_eq!(s.timeout, Some(std::time::Duration::from_secs(5)));
-        assert_eq!(s.profile, "strict");
+        assert_eq!(s.profile, None);
         assert_eq!(s.instructions, "# How to use\nCall it.\n");
         assert_eq!(s.input_schema.unwrap()["required"][0], "path");
     }
@@ -470,6 +644,80 @@ metadata: {version: 1}\nexecution-mode: template\n---\nSteps...\n";
             "---\nname: o\ndescription: d\nruntime: sh\nmain: ../x.sh\n---\n",
         );
         assert_eq!(load(&outside).unwrap_err().line, 5);
+    }
+
+    #[test]
+    fn a_manifest_names_a_profile_never_a_file() {
+        let root = tempfile::tempdir().unwrap();
+        for (i, profile) in ["own.toml", "./own", "/etc/p.toml", "../x", "", "Strict"]
+            .iter()
+            .enumerate()
+        {
+            let text = format!(
+                "---\nname: p{i}\ndescription: d\nruntime: node\nmain: index.js\nprofile: \"{profile}\"\n---\n"
+            );
+            let err = load(&skill(root.path(), &format!("p{i}"), &text)).unwrap_err();
+            assert_eq!(err.line, 6, "{profile}: {err}");
+            assert!(
+                err.message.contains("cannot bring its own profile file"),
+                "{profile}: {err}"
+            );
+        }
+        let text = "---\nname: ok\ndescription: d\nruntime: node\nmain: index.js\nprofile: my-team_1\n---\n";
+        let s = load(&skill(root.path(), "ok", text)).unwrap();
+        assert_eq!(s.profile.as_deref(), Some("my-team_1"));
+    }
+
+    #[test]
+    fn a_project_skill_never_replaces_one_of_the_persons() {
+        let own = tempfile::tempdir().unwrap();
+        let project = tempfile::tempdir().unwrap();
+        let mine = skill(own.path(), "mine", GOOD);
+        let planted = skill(project.path(), "planted", GOOD);
+        let other = GOOD.replace("name: file-tool", "name: other");
+        skill(project.path(), "other", &other);
+        let found = discover_roots(&Roots {
+            user: vec![own.path().to_path_buf()],
+            project: Some(project.path().to_path_buf()),
+        });
+        assert_eq!(found.skills["file-tool"].dir, mine);
+        assert!(found.skills.contains_key("other"));
+        assert_eq!(
+            found.shadowed,
+            [("file-tool".to_string(), mine.clone(), planted.clone())]
+        );
+        let error = &found.shadowing_errors()[0];
+        assert!(
+            error.contains(&mine.display().to_string())
+                && error.contains(&planted.display().to_string()),
+            "{error}"
+        );
+        // The project's root given as one of the person's own is theirs.
+        let found = discover_roots(&Roots {
+            user: vec![project.path().to_path_buf()],
+            project: Some(project.path().to_path_buf()),
+        });
+        assert!(found.shadowed.is_empty() && found.duplicates.is_empty());
+    }
+
+    #[test]
+    fn a_manifest_that_is_no_regular_file_or_too_big_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let fifo = root.path().join("fifo");
+        std::fs::create_dir_all(&fifo).unwrap();
+        nix::unistd::mkfifo(&fifo.join("SKILL.md"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+        assert!(load(&fifo)
+            .unwrap_err()
+            .message
+            .contains("not a regular file"));
+        let big = root.path().join("big");
+        std::fs::create_dir_all(&big).unwrap();
+        std::fs::write(
+            big.join("SKILL.md"),
+            vec![b'-'; (MAX_MANIFEST_SIZE + 1) as usize],
+        )
+        .unwrap();
+        assert!(load(&big).unwrap_err().message.contains("larger than"));
     }
 
     #[test]

@@ -12,8 +12,11 @@ use std::path::PathBuf;
 pub use launch::SkillError;
 
 /// How skills are started, beyond what their manifests say.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Launch {
+    /// The person's profile: the most any skill may get (a skill's own
+    /// `profile` only narrows it).
+    pub profile: crate::Policy,
     /// The project root: the skill's working directory.
     pub project: PathBuf,
     /// Actions pre-approved for this run (`action` or `action:pattern`);
@@ -28,7 +31,7 @@ pub struct Launch {
 /// Start `skill`'s runtime in its sandbox; its prints go to this
 /// process's stderr.
 pub fn start(skill: &manifest::Skill, launch: &Launch) -> Result<crate::Child, StartError> {
-    let mut policy = launch::policy_for(skill)?;
+    let mut policy = launch::policy_for(skill, &launch.profile)?;
     for grant in &launch.grants {
         policy
             .broker

@@ -12,6 +12,12 @@
 //! work, crash or hang never holds up another skill, and invocations of
 //! different skills run at the same time. A host dies with this process
 //! (parent-death signal), and its sandbox with the host.
+//!
+//! Every skill runs within the person's profile ([`ServeOptions::profile`]):
+//! one that asks for more is listed as failed with the reason and every
+//! invocation is refused before a host starts. A project skill named like
+//! one of the person's is never served; `skill.list` names both under
+//! `shadowed`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -53,8 +59,14 @@ const WATCHDOG_SLACK: Duration = Duration::from_secs(5);
 /// What `serve` needs besides its streams.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
-    /// Skill roots, highest priority first.
-    pub roots: Vec<PathBuf>,
+    /// Skill roots: the person's, then the project's (which never replaces
+    /// one of the person's skills).
+    pub roots: manifest::Roots,
+    /// The person's profile: the most any skill gets.
+    pub profile: crate::Policy,
+    /// How the host processes load that profile again: a built-in name or
+    /// an absolute path.
+    pub profile_spec: String,
     /// The project root.
     pub project: PathBuf,
     /// Pre-approved broker actions (still capped by each skill's declarations).
@@ -201,6 +213,7 @@ pub struct Server {
     options: ServeOptions,
     slots: BTreeMap<String, Slot>,
     invalid: Vec<manifest::ManifestError>,
+    shadowed: Vec<String>,
     output: std::fs::File,
     watcher: Option<inotify::Inotify>,
     reload_at: Option<Instant>,
@@ -223,6 +236,7 @@ impl Server {
             options,
             slots: BTreeMap::new(),
             invalid: Vec::new(),
+            shadowed: Vec::new(),
             output: std::fs::File::from(output),
             watcher,
             reload_at: None,
@@ -280,7 +294,7 @@ impl Server {
     /// Discover the skills again and apply the differences; returns the
     /// names added, removed and changed.
     fn rescan(&mut self) -> (Vec<String>, Vec<String>, Vec<String>) {
-        let found = manifest::discover(&self.options.roots);
+        let found = manifest::discover_roots(&self.options.roots);
         for err in &found.invalid {
             if !self.invalid.contains(err) {
                 eprintln!("sandbox serve: skipping an invalid skill: {err}");
@@ -293,6 +307,12 @@ impl Server {
                 ignored.display()
             );
         }
+        for error in found.shadowing_errors() {
+            if !self.shadowed.contains(&error) {
+                eprintln!("sandbox serve: error: {error}");
+            }
+        }
+        self.shadowed = found.shadowing_errors();
         self.invalid = found.invalid;
         let (mut added, mut removed, mut changed) = (Vec::new(), Vec::new(), Vec::new());
         let names: Vec<String> = self.slots.keys().cloned().collect();
@@ -340,7 +360,7 @@ impl Server {
             | WatchMask::DELETE_SELF
             | WatchMask::ONLYDIR;
         let mut dirs: Vec<PathBuf> = Vec::new();
-        for root in &self.options.roots {
+        for root in self.options.roots.all() {
             if root.is_dir() {
                 dirs.push(root.clone());
                 if let Ok(entries) = std::fs::read_dir(root) {
@@ -438,12 +458,16 @@ impl Server {
                     "activation": s.activation,
                     "permissions": s.permissions,
                     "profile": s.profile,
-                    "timeoutMs": super::invocation_timeout(s).as_millis() as u64,
+                    "timeoutMs": u64::try_from(super::invocation_timeout(s).as_millis()).unwrap_or(u64::MAX),
                     "inputSchema": s.input_schema.clone().unwrap_or_else(|| json!({"type": "object"})),
                     "state": slot.state.name(),
                 });
                 if let Some(error) = &slot.error {
                     entry["error"] = json!(error);
+                }
+                if let Some(refusal) = self.refusal(s) {
+                    entry["state"] = json!(State::Failed.name());
+                    entry["error"] = json!(refusal);
                 }
                 entry
             })
@@ -453,7 +477,17 @@ impl Server {
             .iter()
             .map(|e| json!({ "file": e.file, "line": e.line, "message": e.message }))
             .collect();
-        json!({ "skills": skills, "invalid": invalid })
+        json!({ "skills": skills, "invalid": invalid, "shadowed": self.shadowed })
+    }
+
+    /// Why `skill` may not run under the person's profile, if it may not.
+    fn refusal(&self, skill: &Skill) -> Option<String> {
+        if skill.execution_mode == ExecutionMode::Template {
+            return None;
+        }
+        super::launch::policy_for(skill, &self.options.profile)
+            .err()
+            .map(|e| e.to_string())
     }
 
     fn on_request(&mut self, line: &[u8]) -> Result<(), ServeError> {
@@ -506,6 +540,15 @@ impl Server {
     }
 
     fn invoke(&mut self, id: Id, name: &str, params: Value) -> Result<(), ServeError> {
+        // Checked at every call, not once: the person's profile directory
+        // can change between calls, and a refused skill never starts.
+        if let Some(refusal) = self.slots.get(name).and_then(|s| self.refusal(&s.skill)) {
+            self.respond(
+                &id,
+                Err(error_object(code::SKILL_UNAVAILABLE, refusal.clone())),
+            )?;
+            return self.set_state(name, State::Failed, Some(refusal));
+        }
         let Some(slot) = self.slots.get_mut(name) else {
             return self.respond(&id, Err(no_such_skill(name)));
         };
@@ -588,9 +631,11 @@ impl Server {
             return Ok(());
         };
         let line = json!({ "id": 1, "params": call.params });
-        host.watchdog = Some(
-            now + super::invocation_timeout(&slot.skill) + ACTIVATION_TIMEOUT + WATCHDOG_SLACK,
-        );
+        // Checked: a timeout past the clock's range means no watchdog
+        // rather than a panic of the whole server.
+        host.watchdog = super::invocation_timeout(&slot.skill)
+            .checked_add(ACTIVATION_TIMEOUT + WATCHDOG_SLACK)
+            .and_then(|wait| now.checked_add(wait));
         if host
             .control
             .write_all(format!("{line}\n").as_bytes())
@@ -955,6 +1000,8 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
         .arg(&skill.dir)
         .arg("--project")
         .arg(&options.project)
+        .arg("--profile")
+        .arg(&options.profile_spec)
         .arg("--parent")
         .arg(std::process::id().to_string())
         .stdin(std::process::Stdio::from(OwnedFd::from(theirs)))

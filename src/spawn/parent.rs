@@ -617,7 +617,10 @@ impl Running {
         let mut channel_shut = false;
         let mut limits_hit = Vec::new();
         // The next deadline: the timeout, then the end of the grace period.
-        let mut deadline = prepared.timeout.map(|t| self.started + t);
+        // Checked: a policy built in code may hold a timeout past the
+        // clock's range (profiles and flags cap it at a year); that is no
+        // deadline, not a panic of the supervisor.
+        let mut deadline = prepared.timeout.and_then(|t| self.started.checked_add(t));
         let init_status = loop {
             let mut poll_fds = vec![
                 PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
