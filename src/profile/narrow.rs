@@ -426,7 +426,6 @@ mod tests {
             "enforce.landlock off (your profile: required)",
             "enforce.seccomp off (your profile: required)",
             "syscalls allow sethostname (your profile: denied)",
-            "filesystem.hide leaves \".env\" visible (your profile: hidden)",
             "env.pass passes SSH_AUTH_SOCK (your profile: not passed)",
             "limits.memory unlimited (your profile: 512MiB)",
             "limits.timeout 24h (your profile: 10m)",
@@ -438,6 +437,20 @@ mod tests {
                 "{expected} not in {found:#?}"
             );
         }
+    }
+
+    #[test]
+    fn the_persons_secrets_protected_paths_and_hard_link_rule_always_stay() {
+        let strict = load("strict").unwrap();
+        let bare = parse(
+            "version = 1\n[filesystem]\nsecrets = []\nprotect = []\nhardlinks = \"allow\"\n",
+            "bare.toml",
+        )
+        .unwrap();
+        let narrowed = within(&strict, &bare).unwrap();
+        assert_eq!(narrowed.filesystem.secrets, strict.filesystem.secrets);
+        assert_eq!(narrowed.filesystem.protect, strict.filesystem.protect);
+        assert_eq!(narrowed.filesystem.hardlinks, strict.filesystem.hardlinks);
     }
 
     #[test]
