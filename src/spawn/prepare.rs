@@ -648,7 +648,7 @@ impl Prepared {
         landlock_rules.push((c"/".into(), LandlockAccess::List));
 
         let seccomp = match policy.enforce.seccomp {
-            Enforcement::Off => None,
+            Enforcement::Off => crate::seccomp::host_guard()?,
             _ => Some(crate::seccomp::compile(&policy.syscalls)?),
         };
 
