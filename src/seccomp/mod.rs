@@ -164,6 +164,9 @@ type ArgRules = (&'static str, Vec<Rule>);
 /// chmod. Files the sandbox creates in the project are the host's files
 /// (host root's through the idmapped mount when root runs the supervisor),
 /// so a set-id bit would hand a later local user the file owner's identity.
+/// The price: a call with argument rules never enters the kernel's action
+/// cache, so every `openat` runs the program; measured here about 0.2 µs per
+/// call (300k opens in Python: 2% more CPU time).
 fn set_id_rules() -> Vec<ArgRules> {
     let mode_at = |index: u8| {
         vec![Rule {
@@ -625,7 +628,7 @@ mod tests {
 
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn verdicts_of_the_stacked_filters() {
+    fn verdicts_of_the_filter() {
         let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
         let enosys = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;
         let allow = libc::SECCOMP_RET_ALLOW;
@@ -805,6 +808,7 @@ mod tests {
     }
 
     /// Values whose low 32 bits the kernel reads, with junk above them.
+    #[cfg(target_arch = "x86_64")]
     const HIGH: [u64; 3] = [0, 1 << 32, 0xffff_ffff_0000_0000];
 
     #[cfg(target_arch = "x86_64")]
