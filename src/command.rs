@@ -376,13 +376,15 @@ fn build_report(
         },
         Some(filter) => SeccompReport {
             requested: policy.enforce.seccomp,
-            mode: Some(filter.mode()),
+            mode: filter.mode(),
             filter_sha256: Some(filter.sha256().to_string()),
             instructions: filter.instruction_count(),
             status: if !started {
                 "not-started".into()
             } else if seccomp_skipped.is_some() {
                 "skipped".into()
+            } else if filter.mode().is_none() {
+                "set-id-guard".into()
             } else {
                 "installed".into()
             },

@@ -18,11 +18,11 @@ use std::process::{Command, ExitStatus};
 
 use nix::errno::Errno;
 use sandbox::profile::policy::{SyscallMode, SyscallPolicy};
-use sandbox::seccomp::{compile, SeccompError};
-use sandbox::sys::seccomp::{install_filters, probe, Probe};
+use sandbox::seccomp::{compile, host_guard, SeccompError};
+use sandbox::sys::seccomp::{install_filters, probe, ModeCall, Probe};
 
-/// Selects the child's mode: `none`, `allowlist`, `denylist`, or `x32-` and
-/// a filtered mode.
+/// Selects the child's mode: `none`, `allowlist`, `denylist`, `guard` (the
+/// set-id guard alone), or `x32-` and a filtered mode.
 const CHILD_ENV: &str = "SANDBOX_SECCOMP_TEST_CHILD";
 /// The child's exit status when installing the filters failed.
 const EXIT_INSTALL_FAILED: i32 = 3;
@@ -77,8 +77,13 @@ fn child(mode: &str) -> i32 {
         "denylist" => Some(SyscallMode::Denylist),
         _ => None,
     };
-    if let Some(syscall_mode) = syscall_mode {
-        let filter = match compile(&policy(syscall_mode)) {
+    let compiled = match (syscall_mode, filter_mode) {
+        (Some(syscall_mode), _) => Some(compile(&policy(syscall_mode))),
+        (None, "guard") => host_guard().transpose(),
+        (None, _) => None,
+    };
+    if let Some(compiled) = compiled {
+        let filter = match compiled {
             Ok(filter) => filter,
             Err(e) => {
                 println!("compile={e}");
@@ -126,6 +131,7 @@ fn child(mode: &str) -> i32 {
     ] {
         report(name, probe(Probe::IoctlBadFd { cmd }));
     }
+    kernel_surface_probes();
     report(
         "mount",
         nix::mount::mount::<str, str, str, str>(
@@ -164,6 +170,94 @@ fn child(mode: &str) -> i32 {
         }
     );
     0
+}
+
+/// Values the kernel truncates to their low 32 bits, with junk above them.
+const HIGH_BITS: [(&str, u64); 2] = [("", 0), ("_high", 0xffff_ffff_0000_0000)];
+const S_ISUID: u64 = libc::S_ISUID as u64;
+const S_ISGID: u64 = libc::S_ISGID as u64;
+const READ_IMPLIES_EXEC: u64 = 0x040_0000;
+const ADDR_NO_RANDOMIZE: u64 = 0x004_0000;
+const NETLINK_AUDIT: u64 = 9;
+
+/// The set-id guard, socket families, personas and openat2.
+fn kernel_surface_probes() {
+    let creating = (libc::O_CREAT | libc::O_WRONLY) as u64;
+    let tmpfile = (libc::O_TMPFILE | libc::O_RDWR) as u64;
+    for call in ModeCall::ALL {
+        for (suffix, high) in HIGH_BITS {
+            let flags = high | creating;
+            for (bits, mode) in [
+                ("suid", S_ISUID | 0o755),
+                ("sgid", S_ISGID | 0o755),
+                ("plain", 0o755),
+            ] {
+                let name = format!("mode_{call:?}_{bits}{suffix}");
+                report(
+                    &name,
+                    probe(Probe::Mode {
+                        call,
+                        flags,
+                        mode: high | mode,
+                    }),
+                );
+            }
+        }
+    }
+    for (label, flags) in [("tmpfile", tmpfile), ("rdonly", libc::O_RDONLY as u64)] {
+        let mode = S_ISUID | 0o755;
+        let name = format!("mode_Openat_{label}_suid");
+        report(
+            &name,
+            probe(Probe::Mode {
+                call: ModeCall::Openat,
+                flags,
+                mode,
+            }),
+        );
+    }
+    report("openat2", probe(Probe::Openat2));
+    for (suffix, high) in HIGH_BITS {
+        for (name, family, protocol) in [
+            ("unix", libc::AF_UNIX, 0),
+            ("inet6", libc::AF_INET6, 0),
+            ("vsock", libc::AF_VSOCK, 0),
+            ("packet", libc::AF_PACKET, 0),
+            ("netlink_route", libc::AF_NETLINK, 0),
+            ("netlink_audit", libc::AF_NETLINK, NETLINK_AUDIT),
+        ] {
+            let family = high | family as u64;
+            let protocol = high | protocol;
+            report(
+                &format!("socket_{name}{suffix}"),
+                probe(Probe::Socket { family, protocol }),
+            );
+        }
+        for (name, family) in [
+            ("unix", libc::AF_UNIX),
+            ("vsock", libc::AF_VSOCK),
+            ("inet", libc::AF_INET),
+        ] {
+            let family = high | family as u64;
+            report(
+                &format!("socketpair_{name}{suffix}"),
+                probe(Probe::Socketpair { family }),
+            );
+        }
+        for (name, persona) in [
+            ("query", 0xffff_ffff),
+            ("linux", 0),
+            ("linux32", 8),
+            ("read_implies_exec", READ_IMPLIES_EXEC),
+            ("addr_no_randomize", ADDR_NO_RANDOMIZE),
+        ] {
+            let persona = high | persona;
+            report(
+                &format!("personality_{name}{suffix}"),
+                probe(Probe::Personality { persona }),
+            );
+        }
+    }
 }
 
 fn report(name: &str, result: Result<i64, Errno>) {
@@ -316,6 +410,7 @@ fn expect_common(run: &ChildRun) {
         "EBADF",
         "other ioctls reach the kernel",
     );
+    expect_set_id_guard(run);
     expect(run, "getpid", "ok", "getpid is always allowed");
     expect(
         run,
@@ -329,6 +424,75 @@ fn expect_common(run: &ChildRun) {
         "ok",
         "pthread_create falls back from clone3 to clone",
     );
+}
+
+/// What the kernel answers a mode probe without a filter.
+fn unfiltered_mode_errno(name: &str) -> &'static str {
+    if name.starts_with("mode_Fchmod_") {
+        "EBADF"
+    } else {
+        "EFAULT"
+    }
+}
+
+fn mode_probe_names() -> Vec<(String, bool)> {
+    let mut out = Vec::new();
+    for call in ModeCall::ALL {
+        for (suffix, _) in HIGH_BITS {
+            for (bits, set_id) in [("suid", true), ("sgid", true), ("plain", false)] {
+                out.push((format!("mode_{call:?}_{bits}{suffix}"), set_id));
+            }
+        }
+    }
+    out.push(("mode_Openat_tmpfile_suid".into(), true));
+    out.push(("mode_Openat_rdonly_suid".into(), false));
+    out
+}
+
+/// The set-id guard, in every filtered mode (the guard alone included).
+fn expect_set_id_guard(run: &ChildRun) {
+    for (name, set_id) in mode_probe_names() {
+        if set_id {
+            expect(
+                run,
+                &name,
+                "EPERM",
+                "a set-id mode is refused, whatever the high bits",
+            );
+        } else {
+            expect(
+                run,
+                &name,
+                unfiltered_mode_errno(&name),
+                "a plain mode (or a mode the kernel ignores without O_CREAT) reaches the kernel",
+            );
+        }
+    }
+    expect(
+        run,
+        "openat2",
+        "ENOSYS",
+        "openat2's mode is out of the filter's sight: programs must fall back to openat",
+    );
+}
+
+/// Socket and persona probes as the kernel answers them unfiltered.
+fn expect_sockets_and_personas_unfiltered(run: &ChildRun, except: &[&str]) {
+    for (name, want) in run.probes.clone() {
+        if except.contains(&name.as_str()) {
+            continue;
+        }
+        let expected = if name.starts_with("socket_") {
+            "EINVAL"
+        } else if name.starts_with("socketpair_") {
+            "EFAULT"
+        } else if name.starts_with("personality_") {
+            "ok"
+        } else {
+            continue;
+        };
+        assert_eq!(want, expected, "{name} reaches the kernel\n{}", run.stdout);
+    }
 }
 
 #[test]
@@ -365,6 +529,16 @@ fn without_a_filter_the_probes_fail_in_the_kernel_with_other_errnos() {
         matches!(keyctl, Some("EOPNOTSUPP") | Some("ENOSYS")),
         "keyctl with an unknown operation: {keyctl:?}"
     );
+    for (name, _) in mode_probe_names() {
+        expect(
+            &run,
+            &name,
+            unfiltered_mode_errno(&name),
+            "the mode is never looked at",
+        );
+    }
+    expect(&run, "openat2", "EINVAL", "a size below OPEN_HOW_SIZE_VER0");
+    expect_sockets_and_personas_unfiltered(&run, &[]);
     expect(&run, "getpid", "ok", "getpid");
     expect(&run, "spawn", "ok", "spawning a process");
     expect(&run, "thread", "ok", "starting a thread");
@@ -383,6 +557,54 @@ fn strict_allowlist_refuses_dangerous_calls_and_answers_enosys_for_unlisted_ones
         "ENOSYS",
         "not on the allowlist: ENOSYS so programs take their fallback",
     );
+    for (suffix, _) in HIGH_BITS {
+        for name in ["unix", "inet6", "netlink_route"] {
+            expect(
+                &run,
+                &format!("socket_{name}{suffix}"),
+                "EINVAL",
+                "an allowed family",
+            );
+        }
+        for name in ["vsock", "packet"] {
+            let why = "not AF_UNIX, AF_INET, AF_INET6 or AF_NETLINK";
+            expect(&run, &format!("socket_{name}{suffix}"), "EAFNOSUPPORT", why);
+        }
+        let why = "netlink other than NETLINK_ROUTE";
+        expect(
+            &run,
+            &format!("socket_netlink_audit{suffix}"),
+            "EPROTONOSUPPORT",
+            why,
+        );
+        expect(
+            &run,
+            &format!("socketpair_unix{suffix}"),
+            "EFAULT",
+            "AF_UNIX pairs",
+        );
+        for name in ["vsock", "inet"] {
+            let why = "socketpair is AF_UNIX only";
+            expect(
+                &run,
+                &format!("socketpair_{name}{suffix}"),
+                "EAFNOSUPPORT",
+                why,
+            );
+        }
+        for name in ["query", "linux", "linux32"] {
+            expect(
+                &run,
+                &format!("personality_{name}{suffix}"),
+                "ok",
+                "a plain persona",
+            );
+        }
+        for name in ["read_implies_exec", "addr_no_randomize"] {
+            let why = "personas that weaken the process are refused";
+            expect(&run, &format!("personality_{name}{suffix}"), "EPERM", why);
+        }
+    }
 }
 
 #[test]
@@ -398,6 +620,51 @@ fn standard_denylist_refuses_dangerous_calls_and_lets_the_rest_through() {
         "EBADF",
         "not on the deny list: reaches the kernel",
     );
+    let vsock = [
+        "socket_vsock",
+        "socket_vsock_high",
+        "socketpair_vsock",
+        "socketpair_vsock_high",
+    ];
+    for name in vsock {
+        expect(
+            &run,
+            name,
+            "EAFNOSUPPORT",
+            "vsock bypasses the network namespace",
+        );
+    }
+    expect_sockets_and_personas_unfiltered(&run, &vsock);
+}
+
+#[test]
+fn the_set_id_guard_alone_refuses_set_id_modes_and_nothing_else() {
+    let test = "the_set_id_guard_alone_refuses_set_id_modes_and_nothing_else";
+    let Some(run) = filtered_child(test, "guard") else {
+        return;
+    };
+    assert_eq!(run.status.code(), Some(0), "{}{}", run.stdout, run.stderr);
+    expect_set_id_guard(&run);
+    expect_sockets_and_personas_unfiltered(&run, &[]);
+    expect(
+        &run,
+        "ptrace",
+        "ESRCH",
+        "no syscall policy: reaches the kernel",
+    );
+    expect(
+        &run,
+        "clone_newuser",
+        "EINVAL",
+        "no syscall policy: reaches the kernel",
+    );
+    expect(
+        &run,
+        "clone3",
+        "EINVAL",
+        "no syscall policy: reaches the kernel",
+    );
+    expect(&run, "spawn", "ok", "spawning a process");
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -201,7 +201,8 @@ pub struct Prepared {
     pub landlock_rules: Vec<(CString, LandlockAccess)>,
     /// How hard Landlock is insisted on.
     pub landlock: Enforcement,
-    /// The compiled seccomp programs (None when seccomp is off).
+    /// The compiled seccomp programs (with seccomp off, the set-id guard alone;
+    /// None only where no filter can be built for the architecture).
     pub seccomp: Option<CompiledFilter>,
     /// How hard seccomp is insisted on.
     pub seccomp_enforcement: Enforcement,
@@ -692,7 +693,7 @@ impl Prepared {
         landlock_rules.push((c"/".into(), LandlockAccess::List));
 
         let seccomp = match policy.enforce.seccomp {
-            Enforcement::Off => None,
+            Enforcement::Off => crate::seccomp::host_guard()?,
             _ => Some(crate::seccomp::compile(&policy.syscalls)?),
         };
 

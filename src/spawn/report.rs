@@ -76,7 +76,7 @@ pub struct SeccompReport {
     pub filter_sha256: Option<String>,
     /// BPF instructions in all programs.
     pub instructions: usize,
-    /// installed, skipped, off.
+    /// installed, skipped, off, or set-id-guard (policy off, set-id guard installed).
     pub status: String,
 }
 

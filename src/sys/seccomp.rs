@@ -64,12 +64,115 @@ pub enum Probe {
     /// `process_mrelease(-1, 0)`: EBADF. Neither allowed nor denied by the
     /// built-in lists, so a strict filter answers ENOSYS.
     ProcessMrelease,
+    /// A call that takes a file mode, made so that it fails before the
+    /// kernel looks at the mode: a NULL path (EFAULT) or fd -1 (EBADF, for
+    /// fchmod). Nothing is created or changed.
+    Mode {
+        /// Which call.
+        call: ModeCall,
+        /// The full 64-bit open flags register (open and openat only).
+        flags: u64,
+        /// The full 64-bit mode register, upper bits included.
+        mode: u64,
+    },
+    /// `openat2(-1, NULL, NULL, 0)`: EINVAL (a size below OPEN_HOW_SIZE_VER0).
+    Openat2,
+    /// `socket(family, 15, protocol)`: EINVAL for every family the kernel
+    /// numbers (type 15 is beyond SOCK_MAX, checked after the family's
+    /// range and before any socket exists).
+    Socket {
+        /// The full 64-bit family register.
+        family: u64,
+        /// The full 64-bit protocol register.
+        protocol: u64,
+    },
+    /// `socketpair(family, SOCK_STREAM, 0, NULL)`: EFAULT, storing the
+    /// first descriptor number fails before a socket is created.
+    Socketpair {
+        /// The full 64-bit family register.
+        family: u64,
+    },
+    /// `personality(persona)`, then the old persona is put back at once:
+    /// the previous persona when allowed. Only for processes that run no
+    /// other thread meanwhile.
+    Personality {
+        /// The full 64-bit persona register.
+        persona: u64,
+    },
     /// `getpid()`.
     Getpid,
     /// `getpid` through the x32 ABI (number | 0x40000000): ENOSYS, or the
     /// pid on kernels built with x32. The filters kill the process instead.
     #[cfg(target_arch = "x86_64")]
     X32Getpid,
+}
+
+/// The calls [`Probe::Mode`] can make.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModeCall {
+    /// `chmod(NULL, mode)`.
+    Chmod,
+    /// `fchmod(-1, mode)`.
+    Fchmod,
+    /// `fchmodat(AT_FDCWD, NULL, mode)`.
+    Fchmodat,
+    /// `fchmodat2(AT_FDCWD, NULL, mode, 0)`.
+    Fchmodat2,
+    /// `creat(NULL, mode)`.
+    Creat,
+    /// `open(NULL, flags, mode)`.
+    Open,
+    /// `openat(AT_FDCWD, NULL, flags, mode)`.
+    Openat,
+    /// `mknod(NULL, mode, 0)`.
+    Mknod,
+    /// `mknodat(AT_FDCWD, NULL, mode, 0)`.
+    Mknodat,
+    /// `mkdir(NULL, mode)`.
+    Mkdir,
+    /// `mkdirat(AT_FDCWD, NULL, mode)`.
+    Mkdirat,
+}
+
+impl ModeCall {
+    /// Every call.
+    pub const ALL: [ModeCall; 11] = [
+        ModeCall::Chmod,
+        ModeCall::Fchmod,
+        ModeCall::Fchmodat,
+        ModeCall::Fchmodat2,
+        ModeCall::Creat,
+        ModeCall::Open,
+        ModeCall::Openat,
+        ModeCall::Mknod,
+        ModeCall::Mknodat,
+        ModeCall::Mkdir,
+        ModeCall::Mkdirat,
+    ];
+}
+
+fn mode_call(call: ModeCall, flags: u64, mode: u64) -> libc::c_long {
+    const NULL: usize = 0;
+    let cwd = libc::AT_FDCWD as libc::c_long;
+    let bad_fd = -1 as libc::c_long;
+    // SAFETY: in every arm the path is NULL, which the kernel rejects with
+    // EFAULT when it copies the name in, before the mode is used; fchmod
+    // gets fd -1, rejected with EBADF. No pointer is dereferenced here.
+    unsafe {
+        match call {
+            ModeCall::Chmod => libc::syscall(libc::SYS_chmod, NULL, mode),
+            ModeCall::Fchmod => libc::syscall(libc::SYS_fchmod, bad_fd, mode),
+            ModeCall::Fchmodat => libc::syscall(libc::SYS_fchmodat, cwd, NULL, mode),
+            ModeCall::Fchmodat2 => libc::syscall(libc::SYS_fchmodat2, cwd, NULL, mode, 0usize),
+            ModeCall::Creat => libc::syscall(libc::SYS_creat, NULL, mode),
+            ModeCall::Open => libc::syscall(libc::SYS_open, NULL, flags, mode),
+            ModeCall::Openat => libc::syscall(libc::SYS_openat, cwd, NULL, flags, mode),
+            ModeCall::Mknod => libc::syscall(libc::SYS_mknod, NULL, mode, 0usize),
+            ModeCall::Mknodat => libc::syscall(libc::SYS_mknodat, cwd, NULL, mode, 0usize),
+            ModeCall::Mkdir => libc::syscall(libc::SYS_mkdir, NULL, mode),
+            ModeCall::Mkdirat => libc::syscall(libc::SYS_mkdirat, cwd, NULL, mode),
+        }
+    }
 }
 
 /// Make the probe call; the return value or the errno.
@@ -111,6 +214,38 @@ pub fn probe(which: Probe) -> Result<i64, Errno> {
         Probe::ProcessMrelease => {
             // SAFETY: an invalid pidfd and no flags; nothing is read or written.
             unsafe { libc::syscall(libc::SYS_process_mrelease, -1 as libc::c_long, 0usize) }
+        }
+        Probe::Mode { call, flags, mode } => mode_call(call, flags, mode),
+        // SAFETY: NULL pointers with size 0; the size is refused first.
+        Probe::Openat2 => unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                -1 as libc::c_long,
+                0usize,
+                0usize,
+                0usize,
+            )
+        },
+        Probe::Socket { family, protocol } => {
+            const BEYOND_SOCK_MAX: libc::c_long = 15;
+            // SAFETY: integer arguments only; the type is refused before a
+            // socket exists.
+            unsafe { libc::syscall(libc::SYS_socket, family, BEYOND_SOCK_MAX, protocol) }
+        }
+        Probe::Socketpair { family } => {
+            let stream = libc::SOCK_STREAM as libc::c_long;
+            // SAFETY: the NULL result array makes the kernel fail with EFAULT
+            // before it creates a socket; nothing is written here.
+            unsafe { libc::syscall(libc::SYS_socketpair, family, stream, 0usize, 0usize) }
+        }
+        Probe::Personality { persona } => {
+            // SAFETY: personality takes an integer and returns one.
+            let old = unsafe { libc::syscall(libc::SYS_personality, persona) };
+            if old >= 0 {
+                // SAFETY: as above; puts the previous persona back.
+                unsafe { libc::syscall(libc::SYS_personality, old) };
+            }
+            old
         }
         // SAFETY: getpid takes no arguments and cannot fail.
         Probe::Getpid => unsafe { libc::syscall(libc::SYS_getpid) },
