@@ -27,8 +27,9 @@ const NOBODY: u32 = 65534;
 /// rights the policy does not grant.
 pub const LANDLOCK_FULL_ABI: u32 = crate::landlock::TARGET_ABI_NUMBER;
 
-/// Architectures seccompiler (our filter compiler) can build filters for.
-const SECCOMP_ARCHES: [&str; 3] = ["x86_64", "aarch64", "riscv64"];
+/// Architectures the filter builder has system call tables for: doctor must
+/// not promise seccomp where the spawn path would answer `UnsupportedArch`.
+const SECCOMP_ARCHES: [&str; 1] = ["x86_64"];
 
 /// Whether a feature can be used here.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
