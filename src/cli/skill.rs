@@ -94,8 +94,19 @@ pub fn project_of(roots: &Roots) -> anyhow::Result<PathBuf> {
         Some(p) => p.clone(),
         None => std::env::current_dir().context("the current directory")?,
     };
-    std::fs::canonicalize(&project)
-        .with_context(|| format!("the project root {}", project.display()))
+    let project = std::fs::canonicalize(&project)
+        .with_context(|| format!("the project root {}", project.display()))?;
+    if roots.project.is_none() {
+        let homes = sandbox::project::home::home_directories();
+        if let Some(why) = sandbox::project::home::too_broad(&project, &homes) {
+            anyhow::bail!(
+                "refusing to use the current directory {} as the project root: {why}, and skills would work on everything below it. Run from the project's own directory, or pass --project {} if you mean it",
+                project.display(),
+                project.display()
+            );
+        }
+    }
+    Ok(project)
 }
 
 fn discover(roots: &Roots) -> anyhow::Result<manifest::Discovered> {
