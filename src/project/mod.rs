@@ -67,32 +67,31 @@ impl Rules {
     /// its ancestors is a secret. For the broker, which acts on paths the
     /// payload names.
     pub fn secret_in(&self, relative: &str) -> bool {
-        let parts: Vec<&[u8]> = relative
-            .split('/')
-            .filter(|c| !c.is_empty() && *c != ".")
-            .map(str::as_bytes)
-            .collect();
-        (1..=parts.len()).any(|n| {
-            let is_dir = n < parts.len();
-            self.secrets.matching(&parts[..n], is_dir).is_some()
-                || (!is_dir && self.secrets.matching(&parts[..n], true).is_some())
+        any_prefix(relative, |parts, is_dir| {
+            self.secrets.matching(parts, is_dir).is_some()
         })
     }
 
     /// Whether `relative` or any of its ancestors is protected. For the
     /// broker, which must not write where the payload itself cannot.
     pub fn protected_in(&self, relative: &str) -> bool {
-        let parts: Vec<&[u8]> = relative
-            .split('/')
-            .filter(|c| !c.is_empty() && *c != ".")
-            .map(str::as_bytes)
-            .collect();
-        (1..=parts.len()).any(|n| {
-            let is_dir = n < parts.len();
-            self.is_protected(&parts[..n], is_dir)
-                || (!is_dir && self.is_protected(&parts[..n], true))
-        })
+        any_prefix(relative, |parts, is_dir| self.is_protected(parts, is_dir))
     }
+}
+
+/// Whether `test` holds for `relative` or one of its ancestors. Ancestors are
+/// directories; the path itself is tried as both kinds, since a request may
+/// name something that does not exist yet.
+fn any_prefix(relative: &str, test: impl Fn(&[&[u8]], bool) -> bool) -> bool {
+    let parts: Vec<&[u8]> = relative
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::as_bytes)
+        .collect();
+    (1..=parts.len()).any(|n| {
+        let is_dir = n < parts.len();
+        test(&parts[..n], is_dir) || (!is_dir && test(&parts[..n], true))
+    })
 }
 
 #[cfg(test)]
