@@ -251,43 +251,43 @@ fn a_home_directory_is_never_an_implicit_project() {
 }
 
 /// When the supervisor is SIGKILLed mid-run, its janitor still moves what
-/// the run planted out of use once the run is gone.
+/// the run planted out of use once the run is gone: with a cgroup (root
+/// here) and without one (the unprivileged user here has none).
 #[test]
 fn the_janitor_sweeps_when_the_supervisor_is_killed() {
-    if !support::require_root_sandbox("the_janitor_sweeps_when_the_supervisor_is_killed") {
-        return;
+    for who in identities("the_janitor_sweeps_when_the_supervisor_is_killed") {
+        let project = Project::new(who);
+        project.write("README", "hi\n");
+        let mut child = project
+            .command()
+            .args([
+                "run",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo evil > .envrc; touch ready; sleep 60",
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let ready = project.path().join("ready");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !ready.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the payload never started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let envrc = project.path().join(".envrc");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while envrc.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(!envrc.exists(), "{who:?}: the janitor left .envrc in place");
     }
-    let project = Project::new(Who::Root);
-    project.write("README", "hi\n");
-    let mut child = project
-        .command()
-        .args([
-            "run",
-            "--",
-            "/bin/sh",
-            "-c",
-            "echo evil > .envrc; touch ready; sleep 60",
-        ])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let ready = project.path().join("ready");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !ready.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the payload never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let envrc = project.path().join(".envrc");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while envrc.exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    assert!(!envrc.exists(), "the janitor left .envrc in place");
 }

@@ -225,10 +225,18 @@ struct Janitor {
 /// How long a janitor keeps trying to remove a dead supervisor's cgroup.
 const JANITOR_PATIENCE: Duration = Duration::from_secs(10);
 
-fn spawn_janitor(
-    cgroup: &crate::cgroup::RunCgroup,
-    sweep: Option<&SweepPlan>,
-) -> Result<Janitor, SpawnError> {
+/// How a janitor tells that a dead supervisor's run is gone.
+#[derive(Clone, Copy)]
+enum RunEnd<'a> {
+    /// Its cgroup can be removed (the janitor removes it).
+    Cgroup(&'a crate::cgroup::RunCgroup),
+    /// Its init has exited: a pid namespace's init exits only after every
+    /// other process in it. For runs without a cgroup, whose janitor is
+    /// forked after the clone to hold this descriptor.
+    Init(std::os::fd::RawFd),
+}
+
+fn spawn_janitor(run_end: RunEnd<'_>, sweep: Option<&SweepPlan>) -> Result<Janitor, SpawnError> {
     let (wait_end, done) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(janitor)"))?;
     let done_raw = done.as_raw_fd();
     let (pid, _pidfd) =
@@ -239,8 +247,13 @@ fn spawn_janitor(
             // supervisor's but its own pipe: a copy of any output pipe's write
             // end would keep its reader from ever seeing end-of-file.
             let _ = nix::unistd::setsid();
+            let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+            let kept = match run_end {
+                RunEnd::Init(pidfd) => crate::sys::fd::dup_onto(pidfd, 4).map(|()| 5),
+                RunEnd::Cgroup(_) => Ok(4),
+            };
             if crate::sys::fd::dup_onto(wait_end.as_raw_fd(), 3).is_err()
-                || crate::sys::fd::close_from(4).is_err()
+                || kept.and_then(crate::sys::fd::close_from).is_err()
             {
                 return 1;
             }
@@ -260,12 +273,24 @@ fn spawn_janitor(
                     _ => break,
                 }
             }
-            let deadline = Instant::now() + JANITOR_PATIENCE;
-            while !cgroup.remove() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
+            match run_end {
+                RunEnd::Cgroup(cgroup) => {
+                    let deadline = Instant::now() + JANITOR_PATIENCE;
+                    while !cgroup.remove() && Instant::now() < deadline {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+                RunEnd::Init(_) => {
+                    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+                    let init = crate::sys::fd::borrow(4);
+                    let mut fds = [PollFd::new(init, PollFlags::POLLIN)];
+                    let patience =
+                        PollTimeout::try_from(JANITOR_PATIENCE).unwrap_or(PollTimeout::MAX);
+                    let _ = poll(&mut fds, patience);
+                }
             }
-            // The run is gone with its cgroup: what it planted is swept even
-            // though nobody is left to report it.
+            // The run is gone: what it planted is swept even though nobody is
+            // left to report it.
             if let Some(sweep) = sweep {
                 sweep.run();
             }
@@ -364,7 +389,7 @@ pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     let cgroup = setup_cgroup(prepared)?;
     let sweep = SweepPlan::for_run(prepared);
     let janitor = match &cgroup {
-        Some(cgroup) => match spawn_janitor(cgroup, sweep.as_ref()) {
+        Some(cgroup) => match spawn_janitor(RunEnd::Cgroup(cgroup), sweep.as_ref()) {
             Ok(janitor) => Some(janitor),
             Err(err) => {
                 cgroup.remove();
@@ -378,6 +403,11 @@ pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
             running.cgroup = cgroup;
             running.janitor = janitor;
             running.sweep = sweep;
+            if running.janitor.is_none() && running.sweep.is_some() {
+                let init = RunEnd::Init(running.pidfd.as_raw_fd());
+                // On failure, dropping `running` kills and sweeps the run.
+                running.janitor = Some(spawn_janitor(init, running.sweep.as_ref())?);
+            }
             Ok(running)
         }
         Err(err) => {
