@@ -2,9 +2,9 @@
 //! project root (openat2 `RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`), into a
 //! descriptor; the decision is then made on the path that descriptor
 //! actually names, and the action works on the descriptor. Nothing here may
-//! block the supervisor: objects are opened `O_PATH` (no driver `open`, no
-//! FIFO wait), checked to be what the action handles, and only then
-//! reopened through the descriptor itself.
+//! block the supervisor: objects are opened `O_NONBLOCK` (a FIFO without a
+//! writer opens at once) or `O_PATH`, and their type is checked on the
+//! descriptor before any I/O.
 
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -142,15 +142,10 @@ impl Resolver {
             .unwrap_or_else(|_| path.to_owned())
     }
 
-    /// Open `path` `O_PATH` beneath the root, refusing `..` escapes,
+    /// Open `path` beneath the root with `flags`, refusing `..` escapes,
     /// absolute symlinks, magic links and hidden objects (by what was
     /// opened, not what was asked).
-    pub fn object(&self, path: &str, directory: bool) -> Result<Resolved, Failure> {
-        let flags = if directory {
-            OFlag::O_PATH | OFlag::O_DIRECTORY
-        } else {
-            OFlag::O_PATH
-        };
+    pub fn object(&self, path: &str, flags: OFlag) -> Result<Resolved, Failure> {
         let (fd, real) = self.open_beneath(path, flags)?;
         Ok(Resolved {
             fd,
@@ -205,8 +200,14 @@ impl Resolver {
         } else {
             relative
         };
+        // openat2 rejects flags O_PATH does not take (O_NOCTTY among them).
+        let extra = if flags.contains(OFlag::O_PATH) {
+            OFlag::O_CLOEXEC
+        } else {
+            OFlag::O_CLOEXEC | OFlag::O_NOCTTY
+        };
         let how = OpenHow::new()
-            .flags(flags | OFlag::O_CLOEXEC)
+            .flags(flags | extra)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
         // With RESOLVE_BENEATH the kernel answers EAGAIN when a rename
         // anywhere in the system raced a `..` in the path, because it can no
@@ -264,23 +265,6 @@ impl Resolver {
     }
 }
 
-/// Reopen an `O_PATH` descriptor for I/O. Going through the descriptor's
-/// own magic link opens the very inode that was resolved and checked; the
-/// caller checked its type first, so no FIFO wait or device `open` runs.
-fn reopen(fd: &OwnedFd, flags: OFlag) -> Result<OwnedFd, Failure> {
-    nix::fcntl::open(
-        format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
-        flags | OFlag::O_CLOEXEC | OFlag::O_NOCTTY | OFlag::O_NONBLOCK,
-        nix::sys::stat::Mode::empty(),
-    )
-    .map_err(|e| fail(code::INTERNAL_ERROR, format!("reopening: {}", e.desc())))
-}
-
-fn file_type(fd: &OwnedFd) -> Result<libc::mode_t, Failure> {
-    let st = nix::sys::stat::fstat(fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
-    Ok(st.st_mode & libc::S_IFMT)
-}
-
 /// `fs.stat`.
 pub fn stat(object: &Resolved) -> Result<Value, Failure> {
     let st = nix::sys::stat::fstat(&object.fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
@@ -299,20 +283,18 @@ pub fn stat(object: &Resolved) -> Result<Value, Failure> {
     }))
 }
 
-/// `fs.read`: regular files only, at most [`READ_LIMIT`] bytes.
+/// How `fs.read` opens: never waiting (a FIFO without a writer would hold
+/// the open, then the read), the type checked on the descriptor after.
+pub const READ_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_NONBLOCK);
+/// How `fs.list` opens (O_DIRECTORY fails on anything else before any open).
+pub const LIST_FLAGS: OFlag = OFlag::O_RDONLY.union(OFlag::O_DIRECTORY);
+
+/// `fs.read` on an object opened with [`READ_FLAGS`]: regular files only,
+/// at most [`READ_LIMIT`] bytes.
 pub fn read(object: &Resolved, params: &ReadParams) -> Result<Value, Failure> {
     use base64::Engine;
-    // A FIFO would block the open or the read until a writer came, a
-    // device could do anything: only a regular file is read, decided on
-    // the descriptor before any open with read access.
-    if file_type(&object.fd)? != libc::S_IFREG {
-        return Err(fail(
-            code::INVALID_PARAMS,
-            "fs.read reads regular files only",
-        ));
-    }
-    let fd = reopen(&object.fd, OFlag::O_RDONLY)?;
-    let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
+    let fd = &object.fd;
+    let st = nix::sys::stat::fstat(fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(fail(
             code::INVALID_PARAMS,
@@ -328,7 +310,7 @@ pub fn read(object: &Resolved, params: &ReadParams) -> Result<Value, Failure> {
     let mut content = vec![0u8; length.min(available as usize)];
     let mut filled = 0;
     while filled < content.len() {
-        match nix::sys::uio::pread(&fd, &mut content[filled..], offset + filled as i64) {
+        match nix::sys::uio::pread(fd, &mut content[filled..], offset + filled as i64) {
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(Errno::EINTR) => {}
@@ -372,14 +354,12 @@ fn escaped_len(text: &str) -> usize {
         .sum()
 }
 
-/// `fs.list`: at most [`LIST_LIMIT`] entries, hidden ones left out.
-pub fn list(resolver: &Resolver, object: &Resolved) -> Result<Value, Failure> {
-    if file_type(&object.fd)? != libc::S_IFDIR {
-        return Err(fail(code::INVALID_PARAMS, "fs.list lists directories only"));
-    }
-    let fd = reopen(&object.fd, OFlag::O_RDONLY | OFlag::O_DIRECTORY)?;
+/// `fs.list` on an object opened with [`LIST_FLAGS`]: at most
+/// [`LIST_LIMIT`] entries, hidden ones left out.
+pub fn list(resolver: &Resolver, object: Resolved) -> Result<Value, Failure> {
     let real = resolver.project_path().join(&object.relative);
-    let mut dir = nix::dir::Dir::from_fd(fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
+    let mut dir =
+        nix::dir::Dir::from_fd(object.fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
     let mut entries = Vec::new();
     for entry in dir.iter().flatten() {
         let name = entry.file_name().to_string_lossy().into_owned();

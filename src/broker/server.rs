@@ -18,6 +18,7 @@ use std::os::fd::BorrowedFd;
 use std::path::{Component, Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use nix::fcntl::OFlag;
 use nix::poll::PollFlags;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
@@ -723,12 +724,17 @@ impl Broker {
                 };
                 record.target = Some(self.resolver.literal(&path));
                 self.refuse_early(action, &path, record)?;
-                let object = self.resolver.object(&path, action == Action::FsList)?;
+                let flags = match action {
+                    Action::FsRead => fs_actions::READ_FLAGS,
+                    Action::FsList => fs_actions::LIST_FLAGS,
+                    _ => OFlag::O_PATH,
+                };
+                let object = self.resolver.object(&path, flags)?;
                 Self::resolved(record, &path, &object.relative);
                 self.gate(action, Some(&object.relative), record)?;
                 let value = match (action, &read) {
                     (Action::FsRead, Some(read)) => fs_actions::read(&object, read)?,
-                    (Action::FsList, _) => fs_actions::list(&self.resolver, &object)?,
+                    (Action::FsList, _) => fs_actions::list(&self.resolver, object)?,
                     _ => fs_actions::stat(&object)?,
                 };
                 Ok(Served::Done(value))
@@ -773,7 +779,9 @@ impl Broker {
                     .ok_or_else(|| fail(code::INTERNAL_ERROR, "terminal.run is not set up"))?;
                 let cwd = match &run.cwd {
                     Some(cwd) => {
-                        let dir = self.resolver.object(cwd, true)?;
+                        let dir = self
+                            .resolver
+                            .object(cwd, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
                         Some(self.resolver.project_path().join(&dir.relative))
                     }
                     None => None,
