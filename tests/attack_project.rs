@@ -291,3 +291,49 @@ fn the_janitor_sweeps_when_the_supervisor_is_killed() {
         assert!(!envrc.exists(), "{who:?}: the janitor left .envrc in place");
     }
 }
+
+/// The broker acts for the payload, so it must not read a secret at any
+/// depth or write a protected entry the payload's own view refuses, even
+/// with every write granted.
+#[test]
+fn the_broker_neither_reads_secrets_nor_writes_protected_entries() {
+    for who in identities("the_broker_neither_reads_secrets_nor_writes_protected_entries") {
+        let project = Project::new(who);
+        project.write("svc/.env", "TOPSECRET\n");
+        project.write(".git/hooks/pre-commit.sample", "#!/bin/sh\n");
+        let out = project.run_with(
+            &["--grant", "fs.write", "--grant", "fs.mkdir"],
+            &[
+                "/bin/sh",
+                "-c",
+                r#"sandbox ipc fs.read '{"path": "svc/.env"}';
+                   sandbox ipc fs.list '{"path": "svc"}';
+                   sandbox ipc fs.write '{"path": ".git/hooks/pre-commit", "content": "evil"}';
+                   sandbox ipc fs.write '{"path": ".envrc", "content": "evil"}';
+                   sandbox ipc fs.mkdir '{"path": ".vscode"}';
+                   sandbox ipc fs.write '{"path": "fine.txt", "content": "fine"}'"#,
+            ],
+        );
+        let (out_text, err_text) = (stdout(&out), stderr(&out));
+        assert!(
+            !out_text.contains("TOPSECRET") && !out_text.contains(".env"),
+            "{who:?}: {out_text}"
+        );
+        assert!(
+            err_text.contains("svc/.env is a secret"),
+            "{who:?}: {err_text}"
+        );
+        assert_eq!(
+            err_text.matches("is protected").count(),
+            3,
+            "{who:?}: {err_text}"
+        );
+        let root = project.path();
+        assert!(!root.join(".git/hooks/pre-commit").exists());
+        assert!(!root.join(".envrc").exists() && !root.join(".vscode").exists());
+        assert_eq!(
+            std::fs::read_to_string(root.join("fine.txt")).unwrap(),
+            "fine"
+        );
+    }
+}

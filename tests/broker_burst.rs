@@ -2,28 +2,12 @@
 //! supervisor's memory stays bounded (backpressure: no request is read
 //! while answers wait).
 
+mod rss;
 mod support;
 
-use support::{assert_ok, Project, Who};
+use rss::peak_rss_until_exit;
 
-/// The supervisor's own peak RSS (VmHWM, KiB), sampled until it exits.
-fn peak_rss_until_exit(child: &mut std::process::Child) -> u64 {
-    let status = format!("/proc/{}/status", child.id());
-    let mut peak_kib = 0u64;
-    while child.try_wait().unwrap().is_none() {
-        if let Ok(text) = std::fs::read_to_string(&status) {
-            if let Some(kib) = text
-                .lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
-                peak_kib = peak_kib.max(kib);
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    peak_kib
-}
+use support::{assert_ok, Project, Who};
 
 const BURST: &str = r#"
 import os, socket, threading

@@ -47,7 +47,8 @@ pub struct Grant {
     pub hash: String,
     /// The action.
     pub action: String,
-    /// Target pattern (`*`: any).
+    /// The targets it covers (a pattern as in profile rules): the target
+    /// that was shown to the person, escaped; `*` for an action without one.
     pub pattern: String,
     /// allow or deny.
     pub decision: Decision,
@@ -120,13 +121,15 @@ impl GrantStore {
         &self.grants
     }
 
-    /// Add a grant (replacing one for the same project, caller, hash and action).
+    /// Add a grant (replacing one for the same project, caller, hash,
+    /// action and pattern).
     pub fn add(&mut self, grant: Grant) {
         self.grants.retain(|g| {
             !(g.project == grant.project
                 && g.caller == grant.caller
                 && g.hash == grant.hash
-                && g.action == grant.action)
+                && g.action == grant.action
+                && g.pattern == grant.pattern)
         });
         self.grants.push(grant);
     }
@@ -136,27 +139,37 @@ impl GrantStore {
         (index >= 1 && index <= self.grants.len()).then(|| self.grants.remove(index - 1))
     }
 
-    /// Whether any grant names this project, caller and action (whatever
-    /// the hash): only then is the caller's program worth hashing.
-    pub fn may_apply(&self, project: &Path, caller: &str, action: &str) -> bool {
+    /// Whether any grant names this project and caller (whatever the hash
+    /// and action): only then is what the caller runs worth hashing.
+    pub fn may_apply(&self, project: &Path, caller: &str) -> bool {
         self.grants
             .iter()
-            .any(|g| g.project == project && g.caller == caller && g.action == action)
+            .any(|g| g.project == project && g.caller == caller)
     }
 
-    /// The grant that applies, with its number.
+    /// The grant that applies to `action` on `target`, with its number: the
+    /// same project, caller and content, and a pattern covering the target
+    /// (a target-less request only by `*`).
     pub fn find(
         &self,
         project: &Path,
         caller: &str,
         hash: &str,
         action: &str,
+        target: Option<&str>,
     ) -> Option<(usize, &Grant)> {
         self.grants
             .iter()
             .enumerate()
             .find(|(_, g)| {
-                g.project == project && g.caller == caller && g.hash == hash && g.action == action
+                g.project == project
+                    && g.caller == caller
+                    && g.hash == hash
+                    && g.action == action
+                    && match target {
+                        Some(target) => super::permission::glob_matches(&g.pattern, target),
+                        None => g.pattern == "*",
+                    }
             })
             .map(|(i, g)| (i + 1, g))
     }
@@ -172,7 +185,7 @@ mod tests {
             caller: "command:make".into(),
             hash: hash.into(),
             action: action.into(),
-            pattern: "*".into(),
+            pattern: "dist/app.js".into(),
             decision: Decision::Allow,
             time: 1,
             by_person: true,
@@ -193,19 +206,49 @@ mod tests {
         assert_eq!(loaded.list().len(), 2, "the same grant twice is kept once");
         assert_eq!(
             loaded
-                .find(Path::new("/src/app"), "command:make", "aaa", "fs.write")
+                .find(
+                    Path::new("/src/app"),
+                    "command:make",
+                    "aaa",
+                    "fs.write",
+                    Some("dist/app.js")
+                )
                 .map(|(i, _)| i),
             Some(1)
         );
         assert!(
             loaded
-                .find(Path::new("/src/app"), "command:make", "bbb", "fs.write")
+                .find(
+                    Path::new("/src/app"),
+                    "command:make",
+                    "aaa",
+                    "fs.write",
+                    Some("src/main.rs")
+                )
+                .is_none(),
+            "a target other than the one shown"
+        );
+        assert!(
+            loaded
+                .find(
+                    Path::new("/src/app"),
+                    "command:make",
+                    "bbb",
+                    "fs.write",
+                    Some("dist/app.js")
+                )
                 .is_none(),
             "changed program"
         );
         assert!(
             loaded
-                .find(Path::new("/src/other"), "command:make", "aaa", "fs.write")
+                .find(
+                    Path::new("/src/other"),
+                    "command:make",
+                    "aaa",
+                    "fs.write",
+                    Some("dist/app.js")
+                )
                 .is_none(),
             "other project"
         );

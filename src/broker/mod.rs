@@ -1,8 +1,17 @@
 //! The permission broker: the sandboxed process asks, over an inherited
-//! socket, for actions it cannot do itself; the supervisor decides, performs
-//! and audits them. This module holds the wire protocol so far.
+//! socket, for actions it cannot do itself; the supervisor decides,
+//! performs and audits them. [`server`] ties the parts together.
+pub mod action;
+pub mod audit;
+pub mod decision;
+pub mod fs;
 pub mod grants;
+pub mod identity;
+pub mod invoke;
 pub mod permission;
 pub mod prompt;
 pub mod protocol;
+pub mod secrets;
 pub mod server;
+pub mod terminal;
+pub mod transport;

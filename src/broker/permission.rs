@@ -22,12 +22,10 @@ pub enum Risk {
 
 /// The risk of a known action, None for an unknown one.
 pub fn risk(action: &str) -> Option<Risk> {
-    Some(match action {
-        "fs.read" | "fs.list" | "fs.stat" | "log" | "permission.query" => Risk::Low,
-        "fs.write" | "fs.mkdir" => Risk::Medium,
-        "fs.delete" | "terminal.run" | "net.http" | "secrets.get" | "secrets.read" => Risk::High,
-        _ => return None,
-    })
+    action
+        .parse::<super::action::Action>()
+        .ok()
+        .map(|a| a.risk())
 }
 
 /// A decision with the rule behind it.
@@ -39,13 +37,29 @@ pub struct Verdict {
     pub rule: String,
 }
 
+/// A pattern that matches exactly `text`: a stored grant covers the path
+/// that was shown to the person, even one holding `*` or `?`.
+pub fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Whether `target` matches a rule pattern: `*` is any run of characters
-/// but `/`, `?` one such character, and a `**` segment any number of
-/// segments (`dist/**` is everything below dist).
+/// but `/`, `?` one such character, `\` makes the next one literal, and a
+/// `**` segment any number of segments (`dist/**` is everything below dist).
 pub fn glob_matches(pattern: &str, target: &str) -> bool {
     fn segment(p: &[u8], t: &[u8]) -> bool {
         match (p.first(), t.first()) {
             (None, None) => true,
+            (Some(b'\\'), _) if p.len() > 1 => {
+                t.first() == Some(&p[1]) && segment(&p[2..], &t[1..])
+            }
             (Some(b'*'), _) => segment(&p[1..], t) || (!t.is_empty() && segment(p, &t[1..])),
             (Some(b'?'), Some(_)) => segment(&p[1..], &t[1..]),
             (Some(a), Some(b)) if a == b => segment(&p[1..], &t[1..]),
@@ -156,6 +170,9 @@ mod tests {
         assert!(!glob_matches("src/?.rs", "src/ab.rs"));
         assert!(glob_matches("npm", "npm"));
         assert!(!glob_matches("npm", "npx"));
+        assert!(glob_matches(&glob_escape("a*b?.txt"), "a*b?.txt"));
+        assert!(!glob_matches(&glob_escape("a*b?.txt"), "aXXbY.txt"));
+        assert!(!glob_matches(&glob_escape("dir/**"), "dir/x"));
     }
 
     #[test]

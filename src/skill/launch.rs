@@ -302,6 +302,7 @@ pub fn command(
             name: skill.name.clone(),
             permissions: skill.permissions.clone(),
             main,
+            dir: dir.clone(),
         });
     match super::clients::on_host() {
         Ok(lib) => {

@@ -453,6 +453,7 @@ fn start_cloned(
         prepared.broker.clone(),
         &prepared.project,
         &prepared.hidden,
+        prepared.project_rules.clone(),
         audit,
         run_id,
     )
@@ -462,26 +463,34 @@ fn start_cloned(
         source,
     })?;
     let mut broker = broker;
-    let caller_paths = prepared
-        .exec_candidates
-        .iter()
-        .map(|c| {
-            let path = PathBuf::from(std::ffi::OsStr::from_bytes(c.to_bytes()));
-            // Relative programs (./tool) run from the working directory.
-            if path.is_absolute() {
-                path
-            } else {
-                PathBuf::from(std::ffi::OsStr::from_bytes(prepared.cwd.to_bytes())).join(path)
-            }
-        })
-        .collect();
     match &prepared.skill {
         Some(skill) => {
-            broker.set_caller(format!("skill:{}", skill.name), vec![skill.main.clone()]);
+            let program = crate::broker::identity::Program::Skill {
+                dir: skill.dir.clone(),
+            };
+            broker.set_caller(format!("skill:{}", skill.name), program);
             broker.restrict_to_declared(skill.permissions.clone());
             broker.show_logs(format!("skill {}", skill.name));
         }
-        None => broker.set_caller(format!("command:{}", prepared.program), caller_paths),
+        None => {
+            let cwd = PathBuf::from(std::ffi::OsStr::from_bytes(prepared.cwd.to_bytes()));
+            let program = crate::broker::identity::Program::Command {
+                // Relative programs (./tool) run from the working directory.
+                candidates: prepared
+                    .exec_candidates
+                    .iter()
+                    .map(|c| cwd.join(std::ffi::OsStr::from_bytes(c.to_bytes())))
+                    .collect(),
+                args: prepared
+                    .argv
+                    .iter()
+                    .skip(1)
+                    .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
+                    .collect(),
+                cwd,
+            };
+            broker.set_caller(format!("command:{}", prepared.program), program);
+        }
     }
     broker.use_secrets(std::mem::take(&mut prepared.secrets));
     broker.use_nested_policy(prepared.policy.clone());
@@ -499,6 +508,9 @@ fn start_cloned(
             broker.use_prompter(prompter);
         }
     }
+    // Before the clone: what the payload runs is hashed before it exists.
+    broker.bind_caller();
+    broker.set_deadline(prepared.timeout.map(|t| Instant::now() + t));
     prepared.ipc = Some(payload_end);
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
     let (sync_parent, sync_child) = socketpair(
@@ -680,18 +692,28 @@ impl Running {
                     poll_fds.push(PollFd::new(sock.as_fd(), events));
                 }
             }
+            // A terminal.run job's pipes: it runs inside this loop.
+            let broker = self.broker.as_ref().map(|(_, b)| b.borrow());
+            let job_at = poll_fds.len();
+            if let Some(broker) = &broker {
+                for (fd, events) in broker.poll_fds() {
+                    poll_fds.push(PollFd::new(fd, events));
+                }
+            }
+            let job_deadline = broker.as_ref().and_then(|b| b.deadline());
             let input_at = poll_fds.len();
             if let Some(input) = driver.as_ref().and_then(|d| d.input()) {
                 poll_fds.push(PollFd::new(input, PollFlags::POLLIN));
             }
-            let next = match (deadline, driver.as_ref().and_then(|d| d.deadline())) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let next = match (next, relay.as_ref().and_then(|r| r.recheck_at())) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let next = [
+                deadline,
+                driver.as_ref().and_then(|d| d.deadline()),
+                job_deadline,
+                relay.as_ref().and_then(|r| r.recheck_at()),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let wait = match next {
                 None => PollTimeout::NONE,
                 Some(at) => {
@@ -732,7 +754,9 @@ impl Running {
                 .filter(|(i, _)| ready(first_output + i))
                 .map(|(_, (stream, _, _))| *stream)
                 .collect();
+            poll_fds.truncate(job_at);
             drop(poll_fds);
+            drop(broker);
             drop(outputs);
             drop(relay);
             if let Some(output) = &self.output {
@@ -770,6 +794,14 @@ impl Running {
                     if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
                         let _ = kill(self.init_pid, signal);
                     }
+                }
+            }
+            // After the signals were read: finishing a job waits for its
+            // run, whose loop reads the same signals.
+            if let Some((sock, broker)) = &self.broker {
+                let mut broker = broker.borrow_mut();
+                if broker.step() && !broker.on_writable(sock.as_fd()) {
+                    self.broker_closed.set(true);
                 }
             }
             if report_ready {

@@ -35,8 +35,11 @@ pub struct SkillCaller {
     pub name: String,
     /// Its declared permissions: `action` or `action:pattern`.
     pub permissions: Vec<String>,
-    /// Its entry file on the host, whose content keys stored grants.
+    /// Its entry file on the host.
     pub main: PathBuf,
+    /// Its directory on the host: all of it is hashed, before the skill
+    /// starts, to key stored grants.
+    pub dir: PathBuf,
 }
 
 /// What to run, and where.

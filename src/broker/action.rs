@@ -1,0 +1,231 @@
+//! The actions the broker knows, spelt one way everywhere: on the channel
+//! (`method`), in profile rules, in a skill's declared permissions, in
+//! stored grants and in CLI flags (`--grant ACTION[:PATTERN]`).
+
+use std::fmt;
+use std::str::FromStr;
+
+use super::permission::Risk;
+
+/// One broker action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    /// `fs.read`
+    FsRead,
+    /// `fs.write`
+    FsWrite,
+    /// `fs.list`
+    FsList,
+    /// `fs.stat`
+    FsStat,
+    /// `fs.mkdir`
+    FsMkdir,
+    /// `fs.delete`
+    FsDelete,
+    /// `terminal.run`
+    TerminalRun,
+    /// `net.http`
+    NetHttp,
+    /// `secrets.get`
+    SecretsGet,
+    /// `secrets.read`
+    SecretsRead,
+    /// `log`
+    Log,
+    /// `permission.query`
+    PermissionQuery,
+}
+
+impl Action {
+    /// Every action, in the order error messages list them.
+    pub const ALL: [Action; 12] = [
+        Action::FsRead,
+        Action::FsWrite,
+        Action::FsList,
+        Action::FsStat,
+        Action::FsMkdir,
+        Action::FsDelete,
+        Action::TerminalRun,
+        Action::NetHttp,
+        Action::SecretsGet,
+        Action::SecretsRead,
+        Action::Log,
+        Action::PermissionQuery,
+    ];
+
+    /// The action's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::FsRead => "fs.read",
+            Action::FsWrite => "fs.write",
+            Action::FsList => "fs.list",
+            Action::FsStat => "fs.stat",
+            Action::FsMkdir => "fs.mkdir",
+            Action::FsDelete => "fs.delete",
+            Action::TerminalRun => "terminal.run",
+            Action::NetHttp => "net.http",
+            Action::SecretsGet => "secrets.get",
+            Action::SecretsRead => "secrets.read",
+            Action::Log => "log",
+            Action::PermissionQuery => "permission.query",
+        }
+    }
+
+    /// How much harm it can do.
+    pub fn risk(self) -> Risk {
+        match self {
+            Action::FsRead
+            | Action::FsList
+            | Action::FsStat
+            | Action::Log
+            | Action::PermissionQuery => Risk::Low,
+            Action::FsWrite | Action::FsMkdir => Risk::Medium,
+            Action::FsDelete
+            | Action::TerminalRun
+            | Action::NetHttp
+            | Action::SecretsGet
+            | Action::SecretsRead => Risk::High,
+        }
+    }
+
+    /// Whether its target is a path beneath the project root.
+    pub fn takes_path(self) -> bool {
+        matches!(
+            self,
+            Action::FsRead
+                | Action::FsWrite
+                | Action::FsList
+                | Action::FsStat
+                | Action::FsMkdir
+                | Action::FsDelete
+        )
+    }
+
+    /// The valid names, for error messages.
+    pub fn names() -> String {
+        Action::ALL.map(Action::as_str).join(", ")
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is no broker action.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ActionError {
+    /// Not an action.
+    #[error("{name:?} is not a broker action ({})", Action::names())]
+    Unknown {
+        /// What was given.
+        name: String,
+    },
+    /// `ACTION:` with nothing after the colon.
+    #[error("{given:?}: the pattern after ':' is empty")]
+    EmptyPattern {
+        /// What was given.
+        given: String,
+    },
+}
+
+impl FromStr for Action {
+    type Err = ActionError;
+    fn from_str(name: &str) -> Result<Action, ActionError> {
+        Action::ALL
+            .into_iter()
+            .find(|a| a.as_str() == name)
+            .ok_or_else(|| ActionError::Unknown {
+                name: name.to_string(),
+            })
+    }
+}
+
+impl serde::Serialize for Action {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Action {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Action, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// An action, optionally narrowed to targets matching a pattern:
+/// `fs.write` or `fs.write:dist/**` (a rule key, a declared permission, a
+/// `--grant` value).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Permission {
+    /// The action.
+    pub action: Action,
+    /// Targets it covers; None: every target.
+    pub pattern: Option<String>,
+}
+
+impl Permission {
+    /// Whether it covers `action` on `target` (a target-less request is
+    /// covered only by a permission without a pattern).
+    pub fn covers(&self, action: Action, target: Option<&str>) -> bool {
+        self.action == action
+            && match (&self.pattern, target) {
+                (None, _) => true,
+                (Some(pattern), Some(target)) => super::permission::glob_matches(pattern, target),
+                (Some(_), None) => false,
+            }
+    }
+}
+
+impl FromStr for Permission {
+    type Err = ActionError;
+    fn from_str(given: &str) -> Result<Permission, ActionError> {
+        let (action, pattern) = match given.split_once(':') {
+            Some((_, "")) => {
+                return Err(ActionError::EmptyPattern {
+                    given: given.to_string(),
+                })
+            }
+            Some((action, pattern)) => (action, Some(pattern.to_string())),
+            None => (given, None),
+        };
+        Ok(Permission {
+            action: action.parse()?,
+            pattern,
+        })
+    }
+}
+
+impl fmt::Display for Permission {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.pattern {
+            Some(pattern) => write!(f, "{}:{pattern}", self.action),
+            None => write!(f, "{}", self.action),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_ones_list_the_valid_ones() {
+        for action in Action::ALL {
+            assert_eq!(action.as_str().parse::<Action>(), Ok(action));
+        }
+        let err = "fs.raed".parse::<Action>().unwrap_err().to_string();
+        assert!(err.contains("fs.read, fs.write"), "{err}");
+        let p: Permission = "fs.write:dist/**".parse().unwrap();
+        assert_eq!(p.to_string(), "fs.write:dist/**");
+        assert!(p.covers(Action::FsWrite, Some("dist/a.js")));
+        assert!(!p.covers(Action::FsWrite, Some("src/a.js")));
+        assert!(!p.covers(Action::FsWrite, None));
+        assert!(matches!(
+            "fs.write:".parse::<Permission>(),
+            Err(ActionError::EmptyPattern { .. })
+        ));
+    }
+}

@@ -1,0 +1,129 @@
+//! The audit log: one JSON object per request, one line each. The file may
+//! end up on a terminal (`tail -f`), in a pager or in a shell's hands, and
+//! its strings come from the sandbox, so every character that could end a
+//! line or drive a terminal is written as a `\uXXXX` escape, not only the
+//! C0 controls JSON itself requires.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+/// Whether `c` must not appear raw in an audit line: C0 and C1 controls
+/// (U+009B is CSI on terminals that read 8-bit controls), DEL, line and
+/// paragraph separators (line ends to JavaScript and some editors), bidi
+/// controls (reorder what is shown) and invisible characters.
+pub fn must_escape(c: char) -> bool {
+    matches!(c,
+        '\u{0}'..='\u{1f}'
+        | '\u{7f}'..='\u{9f}'
+        | '\u{ad}'
+        | '\u{61c}'
+        | '\u{180e}'
+        | '\u{200b}'..='\u{200f}'
+        | '\u{2028}'..='\u{202e}'
+        | '\u{2060}'..='\u{2069}'
+        | '\u{feff}'
+        | '\u{fff9}'..='\u{fffb}')
+}
+
+/// serde_json's compact output, with [`must_escape`] characters escaped.
+struct SafeFormatter;
+
+impl serde_json::ser::Formatter for SafeFormatter {
+    fn write_string_fragment<W: ?Sized + Write>(
+        &mut self,
+        writer: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut start = 0;
+        for (at, c) in fragment.char_indices() {
+            if must_escape(c) {
+                writer.write_all(&fragment.as_bytes()[start..at])?;
+                // Every listed character is in the Basic Multilingual Plane.
+                write!(writer, "\\u{:04x}", c as u32)?;
+                start = at + c.len_utf8();
+            }
+        }
+        writer.write_all(&fragment.as_bytes()[start..])
+    }
+}
+
+/// `value` as one line of plain JSON (no newline), safe to show anywhere.
+pub fn to_line<T: Serialize>(value: &T) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, SafeFormatter);
+    // Serializing plain data into memory cannot fail.
+    if value.serialize(&mut serializer).is_err() {
+        out.clear();
+        out.extend_from_slice(b"{}");
+    }
+    out
+}
+
+/// One audit entry.
+#[derive(Debug, Serialize)]
+pub struct Entry<'a> {
+    /// Seconds since the epoch.
+    pub time: f64,
+    /// The run.
+    pub run: &'a str,
+    /// Who asked.
+    pub caller: &'a str,
+    /// SHA-256 of what the caller runs, taken before it started (absent
+    /// when no grant could apply, so nothing was hashed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller_hash: Option<&'a str>,
+    /// The method.
+    pub method: &'a str,
+    /// What it acted on: the path it resolved to, a program, a secret's name.
+    pub target: Option<&'a str>,
+    /// The path as asked, when it differs from the one it resolved to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested: Option<&'a str>,
+    /// allow, deny or error.
+    pub decision: &'a str,
+    /// What decided.
+    pub rule: &'a str,
+    /// How long the request took.
+    pub duration_us: u64,
+}
+
+/// Where audit lines go.
+#[derive(Debug)]
+pub struct Audit {
+    file: std::fs::File,
+}
+
+impl Audit {
+    /// Audit into `file` (opened for appending).
+    pub fn new(file: std::fs::File) -> Audit {
+        Audit { file }
+    }
+
+    /// Append one line. A line that cannot be written is dropped: the
+    /// broker keeps answering.
+    pub fn write(&mut self, entry: &Entry<'_>) {
+        let mut line = to_line(entry);
+        line.push(b'\n');
+        let _ = self.file.write_all(&line);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_ends_terminal_controls_and_invisible_characters_are_escaped() {
+        let hostile =
+            "a\nb\u{1b}[2J\u{9b}31m\u{2028}\u{2029}\u{202e}\u{2066}\u{200b}\u{feff}\u{7f}ü";
+        let line = String::from_utf8(to_line(&serde_json::json!({ "target": hostile }))).unwrap();
+        assert_eq!(
+            line,
+            r#"{"target":"a\nb\u001b[2J\u009b31m\u2028\u2029\u202e\u2066\u200b\ufeff\u007fü"}"#
+        );
+        assert!(line.chars().all(|c| !must_escape(c)));
+        let back: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(back["target"], hostile, "still the same data");
+    }
+}

@@ -1,0 +1,368 @@
+//! Attacks on the broker from inside `sandbox run`: a payload speaking to
+//! fd 3 tries to stall the supervisor, grow it, widen a grant, reuse a
+//! grant with other code, and smuggle text into the audit log.
+
+mod rss;
+mod support;
+
+use std::io::Read;
+use std::process::{Child, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Project, Who};
+
+/// Prelude of every payload: `call(method, params)` sends one request and
+/// returns its answer; `send(method, params)` only sends.
+const PRELUDE: &str = r#"
+import json, os, socket, sys, time
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+def send(method, params, id=1):
+    f.write(json.dumps({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).encode() + b"\n")
+def call(method, params, id=1):
+    send(method, params, id)
+    return json.loads(f.readline())
+"#;
+
+fn payload(body: &str) -> String {
+    format!("{PRELUDE}\n{body}")
+}
+
+/// Wait for `child` at most `limit`; a supervisor still running then is
+/// stuck (the attack worked): it is killed and None returned. This bounds
+/// a hang, it measures nothing.
+fn wait_at_most(mut child: Child, limit: Duration) -> Option<Output> {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if child.try_wait().unwrap().is_some() {
+            return Some(child.wait_with_output().unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+fn spawn(project: &Project, extra: &[&str], script: &str) -> Child {
+    project
+        .command()
+        .arg("run")
+        .args(extra)
+        .args(["--", "python3", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn answers(out: &Output) -> Vec<Value> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+const FIFO_READ: &str = r#"
+os.mkfifo("fifo")
+answer = call("fs.read", {"path": "fifo"})
+print(json.dumps(answer), flush=True)
+open("sent", "w").close()
+time.sleep(1000)
+"#;
+
+const HANGING_COMMAND: &str = r#"
+send("terminal.run", {"argv": ["sleep", "1000"], "timeout": 3600})
+open("sent", "w").close()
+print(f.readline().decode().strip(), flush=True)
+time.sleep(1000)
+"#;
+
+#[test]
+fn a_fifo_read_is_refused_and_the_timeout_holds() {
+    if !support::require_root_sandbox("fifo read") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let child = spawn(&project, &["--timeout", "3s"], &payload(FIFO_READ));
+    let out = wait_at_most(child, Duration::from_secs(90))
+        .expect("the supervisor hung on a FIFO: its timeout did not hold");
+    let answers = answers(&out);
+    assert_eq!(answers[0]["error"]["code"], -32602, "{answers:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed: timeout"), "{stderr}");
+}
+
+#[test]
+fn a_hanging_terminal_run_does_not_hold_the_timeout() {
+    if !support::require_root_sandbox("hanging terminal.run") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let child = spawn(
+        &project,
+        &["--timeout", "3s", "--grant", "terminal.run"],
+        &payload(HANGING_COMMAND),
+    );
+    let out = wait_at_most(child, Duration::from_secs(90))
+        .expect("the supervisor waited for terminal.run past its own timeout");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("killed: timeout"), "{stderr}");
+    assert!(
+        support::host_pids_with("sleep 1000").is_empty()
+            || support::wait_until_gone("sleep 1000", 10).is_empty(),
+        "the nested command outlived the run"
+    );
+}
+
+/// SIGTERM to the supervisor once the payload's request is in flight.
+fn sigterm_while(script: &str, extra: &[&str]) -> Output {
+    let project = Project::new(Who::Root);
+    let child = spawn(&project, extra, &payload(script));
+    let sent = project.path().join("sent");
+    let until = Instant::now() + Duration::from_secs(60);
+    while !sent.exists() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(sent.exists(), "the payload sent its request");
+    // Let the supervisor pick the request up before the signal comes.
+    std::thread::sleep(Duration::from_millis(300));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    wait_at_most(child, Duration::from_secs(60))
+        .expect("SIGTERM to the supervisor did not end the run")
+}
+
+#[test]
+fn sigterm_ends_the_run_during_a_fifo_read_and_a_hanging_terminal_run() {
+    if !support::require_root_sandbox("sigterm during broker work") {
+        return;
+    }
+    let out = sigterm_while(FIFO_READ, &[]);
+    assert_eq!(out.status.code(), Some(143), "fifo: {out:?}");
+    let out = sigterm_while(HANGING_COMMAND, &["--grant", "terminal.run"]);
+    assert_eq!(out.status.code(), Some(143), "terminal.run: {out:?}");
+}
+
+/// A 512 KiB file of control characters (six bytes each in JSON), then a
+/// thousand reads of it in one write, answers read only afterwards.
+const MANY_READS: &str = r#"
+import threading
+with open("big.txt", "w") as out:
+    out.write("\x01" * (512 << 10))
+batch = b"".join(b'{"jsonrpc":"2.0","id":%d,"method":"fs.read","params":{"path":"big.txt"}}\n' % i for i in range(1000))
+threading.Thread(target=lambda: s.sendall(batch)).start()
+time.sleep(2)
+reader = s.makefile("rb")
+ok = 0
+for _ in range(1000):
+    answer = json.loads(reader.readline())
+    ok += "result" in answer and len(answer["result"]["content"]) > 0
+print(ok)
+"#;
+
+#[test]
+fn a_thousand_reads_of_a_half_mebibyte_file_keep_the_supervisor_small() {
+    if !support::require_root_sandbox("broker memory") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let mut child = spawn(&project, &["--timeout", "300s"], &payload(MANY_READS));
+    let peak_kib = rss::peak_rss_until_exit(&mut child);
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert_eq!(stdout.trim(), "1000", "every read was answered");
+    assert!(peak_kib > 0, "the supervisor was sampled");
+    assert!(
+        peak_kib < 64 * 1024,
+        "supervisor peak RSS {peak_kib} KiB under 1000 reads of 512 KiB"
+    );
+}
+
+#[test]
+fn a_path_pattern_grant_covers_only_what_the_path_resolves_to() {
+    if !support::require_root_sandbox("resolved grants") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    project.write("dist/keep", "");
+    std::os::unix::fs::symlink("..", project.path().join("dist/up")).unwrap();
+    let script = payload(
+        r#"
+for i, path in enumerate(["dist/../victim.txt", "dist/up/victim.txt", "./dist/../dist/../victim2.txt", "dist/ok.txt"]):
+    print(json.dumps(call("fs.write", {"path": path, "content": "planted"}, i)), flush=True)
+"#,
+    );
+    let out = wait_at_most(
+        spawn(&project, &["--grant", "fs.write:dist/**"], &script),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    support::assert_ok(&out, "resolved grants");
+    let answers = answers(&out);
+    for answer in &answers[..3] {
+        assert!(
+            answer["error"]["code"] == -32002 || answer["error"]["code"] == -32001,
+            "{answer}"
+        );
+    }
+    assert!(answers[3]["result"].is_object(), "{}", answers[3]);
+    assert!(!project.path().join("victim.txt").exists());
+    assert!(!project.path().join("victim2.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("dist/ok.txt")).unwrap(),
+        "planted"
+    );
+}
+
+const BENIGN: &str = r#"import json, os, socket
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+for i, path in enumerate(["granted.txt", "other.txt"]):
+    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": "fs.write", "params": {"path": path, "content": "benign"}}).encode() + b"\n")
+    print(f.readline().decode().strip(), flush=True)
+"#;
+
+/// Rewrites itself into the benign script before its first request, then
+/// asks for what the benign script was granted.
+const IMPOSTOR: &str = r#"import json, os, socket, sys
+open(sys.argv[0], "w").write(BENIGN)
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+f.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "fs.write", "params": {"path": "granted.txt", "content": "impostor"}}).encode() + b"\n")
+print(f.readline().decode().strip(), flush=True)
+"#;
+
+fn write_grant(state: &std::path::Path, project: &Project, hash: &str) {
+    let grant = serde_json::json!([{
+        "project": project.path(),
+        "caller": "command:python3",
+        "hash": hash,
+        "action": "fs.write",
+        "pattern": "granted.txt",
+        "decision": "allow",
+        "time": 1,
+        "by_person": true,
+    }]);
+    std::fs::write(state.join("grants.json"), grant.to_string()).unwrap();
+}
+
+fn run_script(project: &Project, state: &std::path::Path) -> Output {
+    project
+        .command()
+        .env("SANDBOX_STATE_DIR", state)
+        .args([
+            "run",
+            "--audit",
+            "audit.jsonl",
+            "--",
+            "python3",
+            "script.py",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_stored_grant_binds_to_the_script_as_it_was_when_it_started() {
+    if !support::require_root_sandbox("grants bound at exec") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let state = tempfile::tempdir().unwrap();
+    // A grant for this project and caller, for other content: the run
+    // hashes what it executes and the audit line shows that hash.
+    write_grant(state.path(), &project, &"0".repeat(64));
+    project.write("script.py", BENIGN);
+    let out = run_script(&project, state.path());
+    support::assert_ok(&out, "benign, not granted yet");
+    let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+    let hash = first["caller_hash"]
+        .as_str()
+        .expect("caller_hash")
+        .to_string();
+    assert_eq!(answers(&out)[0]["error"]["code"], -32002, "{first}");
+
+    write_grant(state.path(), &project, &hash);
+    let out = run_script(&project, state.path());
+    support::assert_ok(&out, "benign, granted");
+    let answers_benign = answers(&out);
+    assert!(
+        answers_benign[0]["result"].is_object(),
+        "{answers_benign:?}"
+    );
+    assert_eq!(
+        answers_benign[1]["error"]["code"], -32002,
+        "the grant covers the target shown, not every target: {answers_benign:?}"
+    );
+    std::fs::remove_file(project.path().join("granted.txt")).unwrap();
+
+    project.write(
+        "script.py",
+        &IMPOSTOR.replace("BENIGN", &format!("{BENIGN:?}")),
+    );
+    let out = run_script(&project, state.path());
+    support::assert_ok(&out, "impostor");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("script.py")).unwrap(),
+        BENIGN,
+        "the impostor did rewrite itself"
+    );
+    assert_eq!(answers(&out)[0]["error"]["code"], -32002, "{out:?}");
+    assert!(!project.path().join("granted.txt").exists());
+}
+
+#[test]
+fn audit_lines_carry_no_terminal_controls_or_line_separators() {
+    if !support::require_root_sandbox("audit escapes") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let script = payload(
+        r#"
+hostile = "a\u009b31mb\u2028c\u2029d\u202ee\u2066f\u200bg\u0085h\u001b[2Ji"
+print(json.dumps(call("fs.read", {"path": hostile})), flush=True)
+print(json.dumps(call("secrets.get", {"name": hostile}, 2)), flush=True)
+"#,
+    );
+    let out = wait_at_most(
+        spawn(&project, &["--audit", "audit.jsonl"], &script),
+        Duration::from_secs(60),
+    )
+    .unwrap();
+    support::assert_ok(&out, "audit escapes");
+    let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
+    let lines: Vec<&str> = audit.split('\n').filter(|l| !l.is_empty()).collect();
+    assert_eq!(lines.len(), 2, "one line per request: {audit:?}");
+    for c in audit.chars() {
+        assert!(
+            c == '\n'
+                || !(c.is_control()
+                    || matches!(c, '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200b}'..='\u{200f}')),
+            "raw U+{:04X} in the audit log: {audit:?}",
+            c as u32
+        );
+    }
+    for escaped in [
+        "\\u009b", "\\u2028", "\\u2029", "\\u202e", "\\u2066", "\\u200b", "\\u0085", "\\u001b",
+    ] {
+        assert!(audit.contains(escaped), "{escaped} in {audit}");
+    }
+    let first: Value = serde_json::from_str(lines[0]).unwrap();
+    assert!(
+        first["target"].as_str().unwrap().contains('\u{9b}'),
+        "still the same data"
+    );
+}
