@@ -45,6 +45,8 @@ fn main() {
         policy.broker.clone(),
         project.path(),
         &[],
+        // The production rules: every fs.read pays the secrets check.
+        sandbox::project::Rules::from_policy(&policy.filesystem).unwrap(),
         None,
         "bench".into(),
     )
