@@ -359,7 +359,7 @@ fn a_grant_with_an_empty_pattern_or_an_unknown_action_is_refused_up_front() {
     assert_eq!(out.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&out.stderr).contains("the pattern after ':' is empty"));
     let out = project.run_with(&["--grant", "fs.writ:dist/**"], &["/bin/true"]);
-    assert!(String::from_utf8_lossy(&out.stderr).contains("fs.writ is not a broker action"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"fs.writ\" is not a broker action"));
 }
 
 #[test]

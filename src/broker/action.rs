@@ -128,6 +128,12 @@ pub enum ActionError {
         /// What was given.
         given: String,
     },
+    /// A pattern can never match a name with a NUL byte.
+    #[error("{given:?}: the pattern contains a NUL byte")]
+    NulInPattern {
+        /// What was given.
+        given: String,
+    },
 }
 
 impl FromStr for Action {
@@ -188,6 +194,11 @@ impl FromStr for Permission {
                     given: given.to_string(),
                 })
             }
+            Some((_, pattern)) if pattern.contains('\0') => {
+                return Err(ActionError::NulInPattern {
+                    given: given.to_string(),
+                })
+            }
             Some((action, pattern)) => (action, Some(pattern.to_string())),
             None => (given, None),
         };
@@ -195,6 +206,13 @@ impl FromStr for Permission {
             action: action.parse()?,
             pattern,
         })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for Permission {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Permission, D::Error> {
+        let given = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        given.parse().map_err(serde::de::Error::custom)
     }
 }
 

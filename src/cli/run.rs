@@ -276,18 +276,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 
 /// A `--grant` value must name a broker action, with a non-empty pattern if any.
 pub fn check_grant(grant: &str) -> anyhow::Result<()> {
-    let (action, pattern) = match grant.split_once(':') {
-        Some((action, pattern)) => (action, Some(pattern)),
-        None => (grant, None),
-    };
-    anyhow::ensure!(
-        sandbox::broker::permission::risk(action).is_some(),
-        "--grant {grant}: {action} is not a broker action (fs.read, fs.write, fs.list, fs.stat, fs.mkdir, \
-         fs.delete, terminal.run, net.http, secrets.get, secrets.read, log, permission.query)"
-    );
-    anyhow::ensure!(
-        pattern.is_none_or(|p| !p.is_empty()),
-        "--grant {grant}: the pattern after ':' is empty"
-    );
-    Ok(())
+    grant
+        .parse::<sandbox::broker::action::Permission>()
+        .map(|_| ())
+        .map_err(|err| anyhow::anyhow!("--grant {err}"))
 }

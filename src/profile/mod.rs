@@ -573,7 +573,7 @@ mod tests {
             ("version = 1\n[limits]\nmemory = -1", "p.toml:3:10: `limits.memory` cannot be negative"),
             ("version = 1\n[limits]\ntimeout = \"0s\"", "p.toml:3:11: `limits.timeout` must be more than 0 and at most 365d; use \"unlimited\" for no limit"),
             ("version = 1\n[limits]\npids = true", "p.toml:3:8: invalid type: boolean `true`, expected a number or a string such as \"512MiB\", \"10m\" or \"unlimited\""),
-            ("version = 1\n[broker]\nrules = { \"fs.raed\" = \"allow\" }", "p.toml:3:11: unknown variant `fs.raed`, expected one of `fs.read`, `fs.write`, `fs.list`, `fs.stat`, `fs.mkdir`, `fs.delete`, `terminal.run`, `net.http`, `secrets.get`, `secrets.read`, `log`, `permission.query`"),
+            ("version = 1\n[broker]\nrules = { \"fs.raed\" = \"allow\" }", "p.toml:3:11: \"fs.raed\" is not a broker action (fs.read, fs.write, fs.list, fs.stat, fs.mkdir, fs.delete, terminal.run, net.http, secrets.get, secrets.read, log, permission.query)"),
             ("version = 1\n[syscalls]\nallow = [\"Open\"]", "p.toml:3:10: invalid system call name \"Open\": expected lowercase letters, digits and '_'"),
             ("version = 1\n[env]\npass = [\"A=B\"]", "p.toml:3:9: invalid environment variable name \"A=B\": it must be non-empty without '=' or NUL"),
             ("version = 1\n[enforce]\nlandlock = \"maybe\"", "p.toml:3:12: unknown variant `maybe`, expected one of `required`, `best-effort`, `off`"),

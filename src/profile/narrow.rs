@@ -12,23 +12,6 @@ use std::path::{Path, PathBuf};
 use super::policy::{Decision, Enforcement, NetworkMode, Policy, ProjectAccess, SyscallMode};
 use super::size::{format_duration, format_size};
 
-/// The broker actions compared one by one (the rules of either profile are
-/// compared too).
-const ACTIONS: &[&str] = &[
-    "fs.read",
-    "fs.list",
-    "fs.stat",
-    "fs.write",
-    "fs.mkdir",
-    "fs.delete",
-    "terminal.run",
-    "net.http",
-    "secrets.get",
-    "secrets.read",
-    "log",
-    "permission.query",
-];
-
 /// `inner` narrowed to `outer`: `inner`'s values, provided none of them
 /// allows more than `outer`'s; otherwise every way it does, one line each
 /// (`field: inner's value (your profile: outer's value)`).
@@ -190,9 +173,9 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
             decision_name(outer.broker.default).into(),
         );
     }
-    let mut keys: Vec<&str> = ACTIONS
+    let mut keys: Vec<&str> = crate::broker::action::Action::ALL
         .iter()
-        .copied()
+        .map(|a| a.as_str())
         .chain(inner.broker.rules.keys().map(String::as_str))
         .chain(outer.broker.rules.keys().map(String::as_str))
         .collect();

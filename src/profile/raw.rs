@@ -184,52 +184,11 @@ pub struct RawBroker {
     /// Decision when no rule matches.
     pub default: Option<RawDecision>,
     /// Per-action decisions, optionally narrowed to a target pattern.
-    pub rules: Option<BTreeMap<RuleKey, RawDecision>>,
-}
-
-/// A rule's key: `ACTION`, or `ACTION:PATTERN` for targets matching a glob
-/// (paths relative to the project root, a command for terminal.run, a name
-/// for secrets.get).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RuleKey {
-    /// The action.
-    pub action: Action,
-    /// The target pattern, if any.
-    pub pattern: Option<String>,
-}
-
-impl RuleKey {
-    /// The key as the policy stores it.
-    pub fn to_key(&self) -> String {
-        match &self.pattern {
-            Some(pattern) => format!("{}:{pattern}", self.action.as_str()),
-            None => self.action.as_str().to_owned(),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for RuleKey {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        use serde::de::{Error, IntoDeserializer};
-        let text = String::deserialize(deserializer)?;
-        let (action, pattern) = match text.split_once(':') {
-            Some((action, pattern)) => (action, Some(pattern)),
-            None => (text.as_str(), None),
-        };
-        // The enum's own error lists the valid actions.
-        let action = Action::deserialize(IntoDeserializer::<D::Error>::into_deserializer(action))?;
-        if let Some(pattern) = pattern {
-            if pattern.is_empty() || pattern.contains('\0') {
-                return Err(D::Error::custom(format!(
-                    "the pattern in rule {text:?} must be non-empty and without NUL"
-                )));
-            }
-        }
-        Ok(RuleKey {
-            action,
-            pattern: pattern.map(str::to_owned),
-        })
-    }
+    /// Keys are `ACTION` or `ACTION:PATTERN` for targets matching a glob
+    /// (paths relative to the project root, a command for terminal.run, a
+    /// name for secrets.get); a misspelt action is an error listing the
+    /// valid ones instead of a rule that never matches.
+    pub rules: Option<BTreeMap<crate::broker::action::Permission, RawDecision>>,
 }
 
 /// A broker decision, as spelled in a file.
@@ -242,68 +201,6 @@ pub enum RawDecision {
     Ask,
     /// Perform.
     Allow,
-}
-
-/// The broker actions a rule can name. An enum, so a misspelt action is an
-/// error listing the valid ones instead of a rule that never matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
-pub enum Action {
-    /// `fs.read`
-    #[serde(rename = "fs.read")]
-    FsRead,
-    /// `fs.write`
-    #[serde(rename = "fs.write")]
-    FsWrite,
-    /// `fs.list`
-    #[serde(rename = "fs.list")]
-    FsList,
-    /// `fs.stat`
-    #[serde(rename = "fs.stat")]
-    FsStat,
-    /// `fs.mkdir`
-    #[serde(rename = "fs.mkdir")]
-    FsMkdir,
-    /// `fs.delete`
-    #[serde(rename = "fs.delete")]
-    FsDelete,
-    /// `terminal.run`
-    #[serde(rename = "terminal.run")]
-    TerminalRun,
-    /// `net.http`
-    #[serde(rename = "net.http")]
-    NetHttp,
-    /// `secrets.get`
-    #[serde(rename = "secrets.get")]
-    SecretsGet,
-    /// `secrets.read`
-    #[serde(rename = "secrets.read")]
-    SecretsRead,
-    /// `log`
-    #[serde(rename = "log")]
-    Log,
-    /// `permission.query`
-    #[serde(rename = "permission.query")]
-    PermissionQuery,
-}
-
-impl Action {
-    /// The action's name, as used in profiles and on the IPC channel.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::FsRead => "fs.read",
-            Action::FsWrite => "fs.write",
-            Action::FsList => "fs.list",
-            Action::FsStat => "fs.stat",
-            Action::FsMkdir => "fs.mkdir",
-            Action::FsDelete => "fs.delete",
-            Action::TerminalRun => "terminal.run",
-            Action::NetHttp => "net.http",
-            Action::SecretsGet => "secrets.get",
-            Action::SecretsRead => "secrets.read",
-            Action::Log => "log",
-            Action::PermissionQuery => "permission.query",
-        }
-    }
 }
 
 /// `[enforce]`.
@@ -592,7 +489,7 @@ impl RawProfile {
                 .rules
                 .unwrap_or_default()
                 .into_iter()
-                .map(|(key, d)| (key.to_key(), decision(d)))
+                .map(|(key, d)| (key.to_string(), decision(d)))
                 .collect();
         }
         if let Some(enforce) = self.enforce {

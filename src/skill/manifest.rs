@@ -9,7 +9,6 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::broker::permission;
 use crate::profile::size;
 
 /// Largest SKILL.md read: front matter and instructions are text for a
@@ -317,23 +316,8 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         ));
     }
     for permission in &raw.permissions {
-        let action = permission
-            .split_once(':')
-            .map_or(permission.as_str(), |(a, _)| a);
-        if permission::risk(action).is_none() {
-            return Err(err(
-                at("permissions"),
-                format!(
-                    "permission {permission:?}: unknown action {action:?} (fs.read, fs.write, fs.list, fs.stat, \
-                     fs.mkdir, fs.delete, terminal.run, net.http, secrets.get, secrets.read, log)"
-                ),
-            ));
-        }
-        if permission.ends_with(':') {
-            return Err(err(
-                at("permissions"),
-                format!("permission {permission:?}: the pattern after ':' is empty"),
-            ));
+        if let Err(error) = permission.parse::<crate::broker::action::Permission>() {
+            return Err(err(at("permissions"), format!("permission {error}")));
         }
     }
     // The same ranges as a profile's and the command line's: a timeout
@@ -606,7 +590,11 @@ metadata: {version: 1}\nexecution-mode: template\n---\nSteps...\n";
                 "unknown variant `always`, expected `on-demand` or `persistent`",
             ),
             ("colour: blue", 4, "unknown field `colour`"),
-            ("permissions: [fs.writ]", 4, "unknown action \"fs.writ\""),
+            (
+                "permissions: [fs.writ]",
+                4,
+                "\"fs.writ\" is not a broker action",
+            ),
             ("timeout: soon", 4, "timeout:"),
             (
                 "input-schema: {type: 12}",
