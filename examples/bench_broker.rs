@@ -46,7 +46,8 @@ fn main() {
         project.path(),
         &[],
         // The production rules: every fs.read pays the secrets check.
-        sandbox::project::Rules::from_policy(&policy.filesystem).unwrap(),
+        sandbox::project::Rules::new(&policy.filesystem.secrets, &policy.filesystem.protect)
+            .unwrap(),
         None,
         "bench".into(),
     )

@@ -7,6 +7,7 @@
 //! enforced is returned in a [`Report`].
 #![deny(missing_docs)]
 
+pub mod action;
 pub mod broker;
 pub mod caps;
 pub mod cgroup;

@@ -11,10 +11,10 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use super::action::{Action, Permission};
 use super::grants::{Grant, GrantStore};
 use super::permission::{self, Verdict};
 use super::prompt::{Answer, Prompter};
+use crate::action::{Action, Permission};
 use crate::profile::policy::{BrokerPolicy, Decision};
 
 /// Decides for one run.

@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::protocol::code;
-use super::server::{fail, Failure};
+use super::protocol::{fail, Failure};
 
 /// Largest file content `fs.read` returns in one answer.
 pub const READ_LIMIT: usize = 512 << 10;

@@ -1,7 +1,6 @@
 //! The permission broker: the sandboxed process asks, over an inherited
 //! socket, for actions it cannot do itself; the supervisor decides,
 //! performs and audits them. [`server`] ties the parts together.
-pub mod action;
 pub mod audit;
 pub mod decision;
 pub mod fs;

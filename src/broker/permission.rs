@@ -8,22 +8,12 @@ use serde::Serialize;
 
 use crate::profile::policy::{BrokerPolicy, Decision};
 
-/// How much harm an action can do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Risk {
-    /// Reading inside the granted view.
-    Low,
-    /// Changing files.
-    Medium,
-    /// Deleting, running commands, the network, secrets.
-    High,
-}
+pub use crate::action::{glob_matches, Risk};
 
 /// The risk of a known action, None for an unknown one.
 pub fn risk(action: &str) -> Option<Risk> {
     action
-        .parse::<super::action::Action>()
+        .parse::<crate::action::Action>()
         .ok()
         .map(|a| a.risk())
 }
@@ -48,44 +38,6 @@ pub fn glob_escape(text: &str) -> String {
         out.push(c);
     }
     out
-}
-
-/// Whether `target` matches a rule pattern: `*` is any run of characters
-/// but `/`, `?` one such character, `\` makes the next one literal, and a
-/// `**` segment any number of segments (`dist/**` is everything below dist).
-pub fn glob_matches(pattern: &str, target: &str) -> bool {
-    fn segment(p: &[u8], t: &[u8]) -> bool {
-        match (p.first(), t.first()) {
-            (None, None) => true,
-            (Some(b'\\'), _) if p.len() > 1 => {
-                t.first() == Some(&p[1]) && segment(&p[2..], &t[1..])
-            }
-            (Some(b'*'), _) => segment(&p[1..], t) || (!t.is_empty() && segment(p, &t[1..])),
-            (Some(b'?'), Some(_)) => segment(&p[1..], &t[1..]),
-            (Some(a), Some(b)) if a == b => segment(&p[1..], &t[1..]),
-            _ => false,
-        }
-    }
-    fn segments(p: &[&str], t: &[&str]) -> bool {
-        match (p.first(), t.first()) {
-            (None, None) => true,
-            (Some(&"**"), _) => segments(&p[1..], t) || (!t.is_empty() && segments(p, &t[1..])),
-            (Some(ps), Some(ts)) => {
-                segment(ps.as_bytes(), ts.as_bytes()) && segments(&p[1..], &t[1..])
-            }
-            _ => false,
-        }
-    }
-    let split = |s: &str| -> Vec<String> {
-        s.split('/')
-            .filter(|c| !c.is_empty() && *c != ".")
-            .map(str::to_owned)
-            .collect()
-    };
-    let (p, t) = (split(pattern), split(target));
-    let p: Vec<&str> = p.iter().map(String::as_str).collect();
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    segments(&p, &t)
 }
 
 /// Decide `action` on `target` under `policy`: rules with a pattern that

@@ -420,6 +420,27 @@ pub fn error_response(id: &Id, code: i64, message: &str, data: Option<&Value>) -
     line
 }
 
+/// Why a request failed: a JSON-RPC error code, a message, and the rule
+/// behind a refusal.
+#[derive(Debug)]
+pub struct Failure {
+    /// JSON-RPC error code.
+    pub code: i64,
+    /// What went wrong, and the fix where there is one.
+    pub message: String,
+    /// The rule that refused, when one did.
+    pub rule: Option<String>,
+}
+
+/// A failure without a rule.
+pub fn fail(code: i64, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+        rule: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::protocol::code;
-use super::server::{fail, Failure};
+use super::protocol::{fail, Failure};
 
 /// `secrets.get` parameters.
 #[derive(Debug, Deserialize)]

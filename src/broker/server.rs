@@ -24,7 +24,6 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::action::{Action, Permission};
 use super::audit::{Audit, Entry};
 use super::decision::Decider;
 use super::fs::{self as fs_actions, Resolver};
@@ -32,9 +31,11 @@ use super::identity::{self, Program};
 use super::invoke::{Invocations, Plain};
 use super::permission::{self, Verdict};
 use super::protocol::{self, code, Fill, Frame, Id, Message};
+use super::protocol::{fail, Failure};
 use super::secrets::{SecretParams, Secrets};
 use super::terminal::{Job, RunParams};
 use super::transport::Transport;
+use crate::action::{Action, Permission};
 use crate::profile::policy::{BrokerPolicy, Decision};
 
 pub use super::invoke::InvocationAnswer;
@@ -50,27 +51,6 @@ pub struct BrokerCounts {
     pub denied: u64,
     /// Malformed or unknown requests.
     pub errors: u64,
-}
-
-/// Why a request failed: a JSON-RPC error code, a message, and the rule
-/// behind a refusal.
-#[derive(Debug)]
-pub struct Failure {
-    /// JSON-RPC error code.
-    pub code: i64,
-    /// What went wrong, and the fix where there is one.
-    pub message: String,
-    /// The rule that refused, when one did.
-    pub rule: Option<String>,
-}
-
-/// A failure without a rule.
-pub fn fail(code: i64, message: impl Into<String>) -> Failure {
-    Failure {
-        code,
-        message: message.into(),
-        rule: None,
-    }
 }
 
 /// A token bucket.

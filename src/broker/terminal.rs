@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::protocol::code;
-use super::server::{fail, Failure};
+use super::protocol::{fail, Failure};
 
 /// Most bytes kept of each of stdout and stderr.
 const OUTPUT_CAP: usize = 256 << 10;

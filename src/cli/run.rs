@@ -277,7 +277,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 /// A `--grant` value must name a broker action, with a non-empty pattern if any.
 pub fn check_grant(grant: &str) -> anyhow::Result<()> {
     grant
-        .parse::<sandbox::broker::action::Permission>()
+        .parse::<sandbox::action::Permission>()
         .map(|_| ())
         .map_err(|err| anyhow::anyhow!("--grant {err}"))
 }

@@ -173,7 +173,7 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
             decision_name(outer.broker.default).into(),
         );
     }
-    let mut keys: Vec<&str> = crate::broker::action::Action::ALL
+    let mut keys: Vec<&str> = crate::action::Action::ALL
         .iter()
         .map(|a| a.as_str())
         .chain(inner.broker.rules.keys().map(String::as_str))

@@ -188,7 +188,7 @@ pub struct RawBroker {
     /// (paths relative to the project root, a command for terminal.run, a
     /// name for secrets.get); a misspelt action is an error listing the
     /// valid ones instead of a rule that never matches.
-    pub rules: Option<BTreeMap<crate::broker::action::Permission, RawDecision>>,
+    pub rules: Option<BTreeMap<crate::action::Permission, RawDecision>>,
 }
 
 /// A broker decision, as spelled in a file.

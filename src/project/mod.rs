@@ -44,13 +44,12 @@ pub struct Rules {
 }
 
 impl Rules {
-    /// Compile the policy's lists (already checked when the profile loaded).
-    pub fn from_policy(
-        fs: &crate::profile::policy::FilesystemPolicy,
-    ) -> Result<Rules, PatternError> {
+    /// Compile a profile's `secrets` and `protect` lists (already checked
+    /// when the profile loaded).
+    pub fn new(secrets: &[String], protect: &[String]) -> Result<Rules, PatternError> {
         Ok(Rules {
-            secrets: PatternList::parse(&fs.secrets)?,
-            protect: PatternList::parse(&fs.protect)?,
+            secrets: PatternList::parse(secrets)?,
+            protect: PatternList::parse(protect)?,
         })
     }
 

@@ -316,7 +316,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         ));
     }
     for permission in &raw.permissions {
-        if let Err(error) = permission.parse::<crate::broker::action::Permission>() {
+        if let Err(error) = permission.parse::<crate::action::Permission>() {
             return Err(err(at("permissions"), format!("permission {error}")));
         }
     }

@@ -16,7 +16,7 @@ use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::sys::stat::Mode;
 
 use super::channel;
-use super::init::{Failed, StepExt};
+use super::failed::{Failed, StepExt, SETUP_FAILED};
 use super::prepare::{Prepared, Stdio};
 use super::Step;
 use crate::profile::policy::Enforcement;
@@ -35,7 +35,7 @@ pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
                 moved = crate::sys::fd::adopt_received(fd);
                 moved.as_fd()
             }
-            Err(_) => return super::init::SETUP_FAILED,
+            Err(_) => return SETUP_FAILED,
         }
     } else {
         report
@@ -47,7 +47,7 @@ pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
             if failed.step == Step::Exec {
                 EXEC_FAILED
             } else {
-                super::init::SETUP_FAILED
+                SETUP_FAILED
             }
         }
     }

@@ -19,6 +19,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::{Gid, Pid, Uid};
 
 use super::channel::{self, PayloadExit, MAX_PASSED_FDS};
+use super::failed::{Failed, StepExt, SETUP_FAILED};
 use super::prepare::{MountOp, NodeKind, Prepared};
 use super::Step;
 use crate::profile::policy::NetworkMode;
@@ -34,33 +35,6 @@ pub struct InitFds<'a> {
     /// death is seen as end-of-file.
     pub supervisor_ends: [RawFd; 2],
 }
-
-/// A failed step: what, the errno, and the path or name involved.
-pub struct Failed<'a> {
-    /// The step.
-    pub step: Step,
-    /// The errno.
-    pub errno: Errno,
-    /// The path or name.
-    pub detail: &'a [u8],
-}
-
-pub(crate) trait StepExt<T> {
-    fn step<'a>(self, step: Step, detail: &'a [u8]) -> Result<T, Failed<'a>>;
-}
-
-impl<T> StepExt<T> for nix::Result<T> {
-    fn step<'a>(self, step: Step, detail: &'a [u8]) -> Result<T, Failed<'a>> {
-        self.map_err(|errno| Failed {
-            step,
-            errno,
-            detail,
-        })
-    }
-}
-
-/// Exit status of init when its own setup failed (the record says why).
-pub const SETUP_FAILED: i32 = 125;
 
 /// Init's entry point after clone. Returns its exit status.
 pub fn main(prepared: &Prepared, fds: &InitFds<'_>) -> i32 {

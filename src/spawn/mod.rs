@@ -7,6 +7,7 @@
 
 pub mod channel;
 pub mod child;
+pub mod failed;
 pub mod init;
 pub mod output;
 pub mod parent;

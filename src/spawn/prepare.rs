@@ -668,8 +668,9 @@ impl Prepared {
             planner.mounts.push((path, op));
         }
 
-        let project_rules = crate::project::Rules::from_policy(&policy.filesystem)
-            .map_err(|err| SpawnError::Invalid(format!("profile `{}`: {err}", policy.name)))?;
+        let project_rules =
+            crate::project::Rules::new(&policy.filesystem.secrets, &policy.filesystem.protect)
+                .map_err(|err| SpawnError::Invalid(format!("profile `{}`: {err}", policy.name)))?;
         let scan = if policy.filesystem.project == ProjectAccess::Empty {
             None
         } else {
