@@ -134,3 +134,67 @@ fn no_answer_is_a_deny() {
     assert!(!project.path().join("approved.txt").exists());
     assert!(!state.path().join("grants.json").exists(), "nothing stored");
 }
+
+/// Runs argv[2:] on a new pty and never answers the question. argv[1] is
+/// "wait" (let the run's timeout end it) or "term" (SIGTERM the supervisor
+/// once asked). Prints whether it was asked, the exit code, and the seconds
+/// from the question to the end.
+const UNANSWERED: &str = r#"
+import os, pty, re, signal, sys, time
+mode, argv = sys.argv[1], sys.argv[2:]
+pid, fd = pty.fork()
+if pid == 0:
+    os.execv(argv[0], argv)
+seen, asked_at = b"", None
+while True:
+    try:
+        chunk = os.read(fd, 4096)
+    except OSError:
+        break
+    if not chunk:
+        break
+    seen += chunk
+    if asked_at is None and re.search(rb"the code (\d{4})", seen):
+        asked_at = time.monotonic()
+        if mode == "term":
+            os.kill(pid, signal.SIGTERM)
+_, status = os.waitpid(pid, 0)
+waited = time.monotonic() - asked_at if asked_at else -1
+print("ASKED", asked_at is not None, "EXIT", os.waitstatus_to_exitcode(status), "WAITED", int(waited))
+"#;
+
+/// A question blocks the supervision loop while it waits, so it must give
+/// way to the run's timeout and to a signal: a payload that makes the
+/// supervisor ask must not buy itself the prompt's 60 seconds.
+#[test]
+fn a_question_gives_way_to_the_timeout_and_to_sigterm() {
+    if !support::require_root_sandbox("prompt") {
+        return;
+    }
+    for mode in ["wait", "term"] {
+        let project = Project::new(Who::Root);
+        let state = tempfile::tempdir().unwrap();
+        let script = format!("{WRITE}; sleep 100");
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(UNANSWERED)
+            .arg(mode)
+            .args([support::sandbox_bin(), "run", "--timeout", "2s", "--"])
+            .args(["/bin/sh", "-c", &script])
+            .current_dir(project.path())
+            .env("SANDBOX_STATE_DIR", state.path())
+            .output()
+            .unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(shown.contains("ASKED True"), "{mode}: {shown}");
+        let waited: u64 = shown
+            .rsplit("WAITED ")
+            .next()
+            .and_then(|w| w.trim().parse().ok())
+            .unwrap_or(u64::MAX);
+        // The prompt alone would wait 60 s; the timeout (2 s, then 2 s of
+        // grace) or the signal must end it long before.
+        assert!(waited < 30, "{mode}: the question held the run: {shown}");
+        assert!(!project.path().join("approved.txt").exists(), "{mode}");
+    }
+}

@@ -147,6 +147,12 @@ pub struct Prompter {
     /// The terminal's modes when the run started.
     saved: Option<Termios>,
     deadline: Duration,
+    /// The run's own end: a question never keeps the supervisor past the
+    /// run's timeout (it blocks the supervision loop while it waits).
+    not_after: Option<Instant>,
+    /// Pending forwarded signals (SIGTERM, ^C, ...): one ends the question
+    /// at once, as a deny, so that the supervisor handles it.
+    interrupt: Option<nix::sys::signalfd::SignalFd>,
 }
 
 impl std::fmt::Debug for Prompter {
@@ -173,11 +179,27 @@ impl Prompter {
 
     fn on(tty: std::fs::File) -> Prompter {
         let saved = termios::tcgetattr(tty.as_fd()).ok();
+        let mut forwarded = nix::sys::signal::SigSet::empty();
+        for signal in crate::sys::signal::FORWARDED {
+            forwarded.add(signal);
+        }
+        let interrupt = nix::sys::signalfd::SignalFd::with_flags(
+            &forwarded,
+            nix::sys::signalfd::SfdFlags::SFD_CLOEXEC | nix::sys::signalfd::SfdFlags::SFD_NONBLOCK,
+        )
+        .ok();
         Prompter {
             tty,
             saved,
             deadline: DEFAULT_DEADLINE,
+            not_after: None,
+            interrupt,
         }
+    }
+
+    /// Never wait past `at` (the run's deadline).
+    pub fn not_after(&mut self, at: Option<Instant>) {
+        self.not_after = at;
     }
 
     /// Deny when no answer came within `deadline`.
@@ -224,7 +246,10 @@ impl Prompter {
     /// One line, or None at the deadline; end of input or an error is an
     /// empty line (a deny).
     fn read_line(&mut self) -> Option<String> {
-        let until = Instant::now() + self.deadline;
+        let mut until = Instant::now() + self.deadline;
+        if let Some(end) = self.not_after {
+            until = until.min(end);
+        }
         let mut line = Vec::new();
         let mut byte = [0u8; 64];
         loop {
@@ -234,11 +259,22 @@ impl Prompter {
             }
             let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
                 .unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(self.tty.as_fd(), PollFlags::POLLIN)];
+            let mut fds = vec![PollFd::new(self.tty.as_fd(), PollFlags::POLLIN)];
+            if let Some(interrupt) = &self.interrupt {
+                fds.push(PollFd::new(interrupt.as_fd(), PollFlags::POLLIN));
+            }
             match nix::poll::poll(&mut fds, wait) {
                 Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
                 Ok(_) => {}
                 Err(_) => return Some(String::new()),
+            }
+            // Left pending for the supervision loop, which forwards it.
+            if fds
+                .get(1)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty())
+            {
+                return Some(String::new());
             }
             match nix::unistd::read(self.tty.as_fd(), &mut byte) {
                 Ok(0) => return Some(String::new()),

@@ -239,6 +239,9 @@ impl Broker {
     /// No job of this broker runs past `deadline` (the run's timeout).
     pub fn set_deadline(&mut self, deadline: Option<Instant>) {
         self.run_deadline = deadline;
+        if let Some(prompter) = &mut self.decider.prompter {
+            prompter.not_after(deadline);
+        }
     }
 
     /// Secrets this run may hand out, by name: the values come from the
