@@ -198,3 +198,53 @@ fn a_question_gives_way_to_the_timeout_and_to_sigterm() {
         assert!(!project.path().join("approved.txt").exists(), "{mode}");
     }
 }
+
+/// A grant store the payload can write is a store it can plant grants in
+/// for a later run: it is not used, and the run says why.
+#[test]
+fn a_grant_store_inside_the_project_is_not_trusted() {
+    if !support::require_root_sandbox("prompt") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let state = tempfile::tempdir().unwrap();
+    // A real "always" grant for this program and target, made outside...
+    let shown = drive(&project, state.path(), "a");
+    assert!(shown.contains("EXIT 0 ASKED True"), "{shown}");
+    std::fs::remove_file(project.path().join("approved.txt")).unwrap();
+    // ...then found inside the project, where a payload could have put it.
+    let planted = project.path().join(".state");
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::copy(
+        state.path().join("grants.json"),
+        planted.join("grants.json"),
+    )
+    .unwrap();
+    let out = project
+        .command()
+        .args(["run", "--non-interactive", "--", "/bin/sh", "-c", WRITE])
+        .env("SANDBOX_STATE_DIR", &planted)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("stored grants are not used") && stderr.contains("SANDBOX_STATE_DIR"),
+        "{stderr}"
+    );
+    assert!(!project.path().join("approved.txt").exists(), "{stderr}");
+    // The same store outside the project is used.
+    let out = project
+        .command()
+        .args(["run", "--non-interactive", "--", "/bin/sh", "-c", WRITE])
+        .env("SANDBOX_STATE_DIR", state.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(project.path().join("approved.txt").exists());
+}

@@ -198,6 +198,24 @@ impl SweepPlan {
     }
 }
 
+/// The tree the payload can write (the project, a profile write path) that
+/// holds `path`, judged by the real path of its nearest existing ancestor.
+fn writable_tree_holding(
+    prepared: &Prepared,
+    path: &std::path::Path,
+) -> Option<std::path::PathBuf> {
+    use crate::profile::policy::ProjectAccess;
+    let real = path
+        .ancestors()
+        .find_map(|a| std::fs::canonicalize(a).ok())?;
+    let project_writable = prepared.policy.filesystem.project == ProjectAccess::ReadWrite;
+    std::iter::once(&prepared.project)
+        .filter(|_| project_writable)
+        .chain(&prepared.policy.filesystem.write)
+        .find(|tree| std::fs::canonicalize(tree).is_ok_and(|tree| real.starts_with(tree)))
+        .cloned()
+}
+
 fn children_cpu() -> (Duration, Duration) {
     use nix::sys::resource::{getrusage, UsageWho};
     match getrusage(UsageWho::RUSAGE_CHILDREN) {
@@ -497,11 +515,20 @@ fn start_cloned(
     // Far above any real client, low enough that a flooding sandbox cannot
     // keep the supervisor's core busy for free.
     broker.set_rate_limit(100_000.0, 200_000.0);
-    match crate::broker::grants::GrantStore::load(&crate::broker::grants::default_path()) {
-        Ok(store) => broker.use_grants(store),
-        Err(err) => prepared
-            .warnings
-            .push(format!("stored grants are not used: {err}")),
+    let store = crate::broker::grants::default_path();
+    match writable_tree_holding(prepared, &store) {
+        // The payload could plant grants there for a later run.
+        Some(tree) => prepared.warnings.push(format!(
+            "stored grants are not used: the grant store {} is inside {}, which the sandboxed command can write; set SANDBOX_STATE_DIR or XDG_STATE_HOME to a directory outside it",
+            store.display(),
+            tree.display()
+        )),
+        None => match crate::broker::grants::GrantStore::load(&store) {
+            Ok(store) => broker.use_grants(store),
+            Err(err) => prepared
+                .warnings
+                .push(format!("stored grants are not used: {err}")),
+        },
     }
     if prepared.interactive {
         if let Some(prompter) = crate::broker::prompt::Prompter::open() {
