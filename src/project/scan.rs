@@ -36,7 +36,7 @@ const MAX_DEPTH: usize = 256;
 #[derive(Debug, thiserror::Error)]
 pub enum ScanError {
     /// A directory or entry could not be read.
-    #[error("scanning the project: {path}: {source}")]
+    #[error("scanning the project: {path}: {source}; the run does not start without knowing what is below it (secrets, protected files, hard links): make it readable to you, or run from a narrower --project")]
     Read {
         /// The path below the project root.
         path: PathBuf,
