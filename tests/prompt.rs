@@ -6,16 +6,18 @@ mod support;
 
 use support::{Project, Who};
 
-/// Runs argv[2:] on a new pty; answers the broker's question with argv[1]
-/// and the code the question shows, once it appears (input typed earlier
-/// would be flushed); prints the exit code.
+/// Runs argv[2:] on a new pty. Once the broker's question appears (input
+/// typed earlier would be flushed), argv[1] says what the person does:
+/// "wait" (never answers), "term" (SIGTERM to the supervisor), or an answer
+/// typed with the code the question shows. Prints what was shown, the exit
+/// code, whether it was asked, and the seconds from the question to the end.
 const DRIVER: &str = r#"
-import os, pty, re, sys
+import os, pty, re, signal, sys, time
 answer, argv = sys.argv[1], sys.argv[2:]
 pid, fd = pty.fork()
 if pid == 0:
     os.execv(argv[0], argv)
-seen, answered = b"", False
+seen, asked_at = b"", None
 while True:
     try:
         chunk = os.read(fd, 4096)
@@ -25,12 +27,16 @@ while True:
         break
     seen += chunk
     asked = re.search(rb"the code (\d{4}) \(anything else denies\): ", seen)
-    if not answered and asked:
-        os.write(fd, (answer + " " + asked.group(1).decode() if answer else "").encode() + b"\n")
-        answered = True
+    if asked_at is None and asked:
+        asked_at = time.monotonic()
+        if answer == "term":
+            os.kill(pid, signal.SIGTERM)
+        elif answer != "wait":
+            os.write(fd, (answer + " " + asked.group(1).decode() if answer else "").encode() + b"\n")
 _, status = os.waitpid(pid, 0)
+waited = time.monotonic() - asked_at if asked_at else -1
 sys.stdout.write(seen.decode(errors="replace"))
-print("\nEXIT", os.waitstatus_to_exitcode(status), "ASKED", answered)
+print("\nEXIT", os.waitstatus_to_exitcode(status), "ASKED", asked_at is not None, "WAITED", int(waited))
 "#;
 
 const WRITE: &str = r#"sandbox ipc fs.write '{"path": "approved.txt", "content": "yes"}'"#;
@@ -60,7 +66,7 @@ fn an_always_answer_becomes_a_grant_that_can_be_revoked() {
         shown.contains("sandbox: command:/bin/sh wants fs.write approved.txt"),
         "{shown}"
     );
-    assert!(shown.contains("EXIT 0 ASKED True"), "{shown}");
+    assert!(shown.contains("EXIT 0 ASKED True WAITED"), "{shown}");
     assert_eq!(
         std::fs::read_to_string(project.path().join("approved.txt")).unwrap(),
         "yes"
@@ -135,34 +141,6 @@ fn no_answer_is_a_deny() {
     assert!(!state.path().join("grants.json").exists(), "nothing stored");
 }
 
-/// Runs argv[2:] on a new pty and never answers the question. argv[1] is
-/// "wait" (let the run's timeout end it) or "term" (SIGTERM the supervisor
-/// once asked). Prints whether it was asked, the exit code, and the seconds
-/// from the question to the end.
-const UNANSWERED: &str = r#"
-import os, pty, re, signal, sys, time
-mode, argv = sys.argv[1], sys.argv[2:]
-pid, fd = pty.fork()
-if pid == 0:
-    os.execv(argv[0], argv)
-seen, asked_at = b"", None
-while True:
-    try:
-        chunk = os.read(fd, 4096)
-    except OSError:
-        break
-    if not chunk:
-        break
-    seen += chunk
-    if asked_at is None and re.search(rb"the code (\d{4})", seen):
-        asked_at = time.monotonic()
-        if mode == "term":
-            os.kill(pid, signal.SIGTERM)
-_, status = os.waitpid(pid, 0)
-waited = time.monotonic() - asked_at if asked_at else -1
-print("ASKED", asked_at is not None, "EXIT", os.waitstatus_to_exitcode(status), "WAITED", int(waited))
-"#;
-
 /// A question blocks the supervision loop while it waits, so it must give
 /// way to the run's timeout and to a signal: a payload that makes the
 /// supervisor ask must not buy itself the prompt's 60 seconds.
@@ -177,7 +155,7 @@ fn a_question_gives_way_to_the_timeout_and_to_sigterm() {
         let script = format!("{WRITE}; sleep 100");
         let out = std::process::Command::new("python3")
             .arg("-c")
-            .arg(UNANSWERED)
+            .arg(DRIVER)
             .arg(mode)
             .args([support::sandbox_bin(), "run", "--timeout", "2s", "--"])
             .args(["/bin/sh", "-c", &script])
@@ -210,7 +188,7 @@ fn a_grant_store_inside_the_project_is_not_trusted() {
     let state = tempfile::tempdir().unwrap();
     // A real "always" grant for this program and target, made outside...
     let shown = drive(&project, state.path(), "a");
-    assert!(shown.contains("EXIT 0 ASKED True"), "{shown}");
+    assert!(shown.contains("EXIT 0 ASKED True WAITED"), "{shown}");
     std::fs::remove_file(project.path().join("approved.txt")).unwrap();
     // ...then found inside the project, where a payload could have put it.
     let planted = project.path().join(".state");
