@@ -337,3 +337,32 @@ fn the_broker_neither_reads_secrets_nor_writes_protected_entries() {
         );
     }
 }
+
+/// A secret or protected name that is a symlink cannot be mounted over (a
+/// mount follows the link); what it points at in the project is covered
+/// instead, so neither name shows the secret or takes a write.
+#[test]
+fn secret_and_protected_symlinks_cover_what_they_point_at() {
+    for who in identities("secret_and_protected_symlinks_cover_what_they_point_at") {
+        let project = Project::new(who);
+        project.write("config/production.cfg", "TOPSECRET\n");
+        project.write("editor/settings.json", "{}\n");
+        std::os::unix::fs::symlink("config/production.cfg", project.path().join(".env")).unwrap();
+        std::os::unix::fs::symlink("editor", project.path().join(".vscode")).unwrap();
+        let out = project.sh_ok(
+            "cat .env config/production.cfg 2>/dev/null; \
+             echo '{\"tasks\": [\"evil\"]}' > .vscode/tasks.json 2>/dev/null && echo PLANTED; \
+             echo evil > editor/settings.json 2>/dev/null && echo CHANGED; echo checked",
+        );
+        assert!(!out.contains("TOPSECRET"), "{who:?}: {out}");
+        assert!(
+            !out.contains("PLANTED") && !out.contains("CHANGED"),
+            "{who:?}: {out}"
+        );
+        assert!(!project.path().join("editor/tasks.json").exists());
+        assert_eq!(
+            std::fs::read_to_string(project.path().join("editor/settings.json")).unwrap(),
+            "{}\n"
+        );
+    }
+}

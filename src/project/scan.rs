@@ -132,6 +132,7 @@ impl Scan {
 }
 
 struct Walker<'a> {
+    root: &'a Path,
     rules: &'a Rules,
     writable: bool,
     hardlinks: HardlinkPolicy,
@@ -141,6 +142,8 @@ struct Walker<'a> {
     secret_inodes: HashSet<Identity>,
     visited_dirs: HashSet<Identity>,
     components: Vec<Vec<u8>>,
+    /// Symlinks with a secret's name: what they point at is hidden too.
+    secret_links: Vec<PathBuf>,
 }
 
 fn relative(components: &[Vec<u8>]) -> PathBuf {
@@ -251,15 +254,26 @@ impl Walker<'_> {
             }
         };
         let is_dir = kind == Type::Directory;
+        // A symlink may lead to a directory: a directories-only pattern
+        // (`.vscode/`) must still catch it.
+        let link = kind == Type::Symlink;
         if self
             .rules
             .secrets
             .matching(&self.components, is_dir)
             .is_some()
+            || (link
+                && self
+                    .rules
+                    .secrets
+                    .matching(&self.components, true)
+                    .is_some())
         {
             if kind == Type::Symlink {
-                // Masking would follow the link; what it points at inside the
-                // project is found under its own name, or is outside the view.
+                // A mount would follow the link, so what it points at is
+                // hidden instead (when that is in the project): `.env ->
+                // config/prod.env` must not show the file under either name.
+                self.secret_links.push(path(&self.components));
                 return Ok(());
             }
             let here = path(&self.components);
@@ -277,7 +291,9 @@ impl Walker<'_> {
             return Ok(()); // nothing below a hidden directory is visible
         }
         let mut protected_here = inside_protected;
-        if self.writable && !inside_protected && self.rules.is_protected(&self.components, is_dir) {
+        let protected = self.rules.is_protected(&self.components, is_dir)
+            || (link && self.rules.is_protected(&self.components, true));
+        if self.writable && !inside_protected && protected {
             let here = path(&self.components);
             let s = match stat {
                 Some(s) => s,
@@ -344,7 +360,38 @@ impl Walker<'_> {
         entry.1.push(path.to_path_buf());
     }
 
+    /// Where a symlink in the project leads, as a path below the project
+    /// root; None when it leads nowhere or out of the project (not in the
+    /// view), or to the root itself.
+    fn link_target(&self, link: &Path) -> Option<Found> {
+        let real = std::fs::canonicalize(self.root.join(link)).ok()?;
+        let relative = real.strip_prefix(self.root).ok()?;
+        if relative.as_os_str().is_empty() {
+            return None;
+        }
+        Some(Found {
+            path: relative.to_path_buf(),
+            is_dir: real.is_dir(),
+        })
+    }
+
     fn finish(mut self) -> Result<Scan, ScanError> {
+        for link in std::mem::take(&mut self.secret_links) {
+            if let Some(target) = self.link_target(&link) {
+                if !self.scan.secrets.contains(&target) {
+                    self.scan.secrets.push(target);
+                }
+            }
+        }
+        // A protected name that is a symlink cannot be mounted over; what it
+        // leads to is what the host reads, so that is made read-only.
+        for link in self.scan.protected_links.clone() {
+            if let Some(target) = self.link_target(&link) {
+                if !self.scan.protected.contains(&target) {
+                    self.scan.protected.push(target);
+                }
+            }
+        }
         let mut outside = Vec::new();
         let protected: HashSet<&Path> = self
             .scan
@@ -396,6 +443,24 @@ impl Walker<'_> {
             }
         }
         self.scan.pins = pins.into_iter().collect();
+        // Nothing below a hidden directory is in the view, and a mount there
+        // would find no mount point: a symlink's target can be anywhere.
+        let hidden_dirs: Vec<PathBuf> = self
+            .scan
+            .secrets
+            .iter()
+            .filter(|f| f.is_dir)
+            .map(|f| f.path.clone())
+            .collect();
+        let below_hidden = |p: &Path| {
+            hidden_dirs
+                .iter()
+                .any(|d| p != d.as_path() && p.starts_with(d))
+        };
+        self.scan.secrets.retain(|f| !below_hidden(&f.path));
+        self.scan.protected.retain(|f| !below_hidden(&f.path));
+        self.scan.pins.retain(|p| !below_hidden(p));
+        self.scan.outside_links.retain(|p| !below_hidden(p));
         self.scan.secrets.sort();
         self.scan.protected.sort();
         let needed = self.scan.mounts();
@@ -438,6 +503,7 @@ pub fn scan(
     let started = Instant::now();
     let dir = open_root(root)?;
     let mut walker = Walker {
+        root,
         rules,
         writable,
         hardlinks,
@@ -446,6 +512,7 @@ pub fn scan(
         secret_inodes: HashSet::new(),
         visited_dirs: HashSet::new(),
         components: Vec::new(),
+        secret_links: Vec::new(),
     };
     if let Ok(s) = nix::sys::stat::fstat(dir.as_fd()) {
         walker.visited_dirs.insert(Identity::of(&s));
@@ -538,10 +605,9 @@ mod tests {
             ]
         );
         assert_eq!(scan.outside_links, [PathBuf::from("c/linked")]);
-        assert!(
-            scan.protected_links.is_empty(),
-            "a dir-only pattern skips a symlink"
-        );
+        // A symlink may lead to a directory, so `.vscode/` catches it; this
+        // one leads out of the project, where nothing needs covering.
+        assert_eq!(scan.protected_links, [PathBuf::from("c/.vscode")]);
 
         let err = super::scan(p, &rules(), true, HardlinkPolicy::Refuse).unwrap_err();
         assert!(err.to_string().contains("c/linked"), "{err}");
@@ -550,5 +616,47 @@ mod tests {
         let read_only = super::scan(p, &rules(), false, HardlinkPolicy::ReadOnly).unwrap();
         assert!(read_only.protected.is_empty() && read_only.outside_links.is_empty());
         assert_eq!(read_only.secrets.len(), 5);
+    }
+}
+
+#[cfg(test)]
+mod link_tests {
+    use super::*;
+    use crate::project::PatternList;
+
+    #[test]
+    fn what_secret_and_protected_symlinks_point_at_is_covered() {
+        let project = tempfile::tempdir().unwrap();
+        let p = std::fs::canonicalize(project.path()).unwrap();
+        std::fs::create_dir_all(p.join("config/keys")).unwrap();
+        std::fs::create_dir_all(p.join("editor")).unwrap();
+        std::fs::write(p.join("config/prod.env"), "SECRET").unwrap();
+        std::fs::write(p.join("config/keys/.env"), "SECRET").unwrap();
+        std::os::unix::fs::symlink("config/prod.env", p.join(".env")).unwrap();
+        std::os::unix::fs::symlink("config", p.join("sub.env")).unwrap();
+        std::os::unix::fs::symlink("editor", p.join(".vscode")).unwrap();
+        std::os::unix::fs::symlink("/etc", p.join(".idea")).unwrap();
+        let rules = Rules {
+            secrets: PatternList::parse(&[".env", "*.env"]).unwrap(),
+            protect: PatternList::parse(&[".vscode", ".idea"]).unwrap(),
+        };
+        let scan = scan(&p, &rules, true, HardlinkPolicy::ReadOnly).unwrap();
+        let secrets: Vec<String> = scan
+            .secrets
+            .iter()
+            .map(|f| f.path.display().to_string())
+            .collect();
+        // config/prod.env and config/keys/.env are below the hidden config.
+        assert_eq!(secrets, ["config"]);
+        let protected: Vec<String> = scan
+            .protected
+            .iter()
+            .map(|f| f.path.display().to_string())
+            .collect();
+        assert_eq!(
+            protected,
+            ["editor"],
+            "the link out of the project is not in the view"
+        );
     }
 }
