@@ -366,3 +366,38 @@ fn secret_and_protected_symlinks_cover_what_they_point_at() {
         );
     }
 }
+
+/// The broker writes on the host, not through the view: a request through a
+/// protected symlink must be refused as the view refuses it.
+#[test]
+fn the_broker_does_not_write_through_a_protected_symlink() {
+    for who in identities("the_broker_does_not_write_through_a_protected_symlink") {
+        let project = Project::new(who);
+        project.write("editor/settings.json", "{}\n");
+        project.write("config/production.cfg", "TOPSECRET\n");
+        std::os::unix::fs::symlink("editor", project.path().join(".vscode")).unwrap();
+        std::os::unix::fs::symlink("config/production.cfg", project.path().join(".env")).unwrap();
+        let out = project.run_with(
+            &["--grant", "fs.write"],
+            &[
+                "/bin/sh",
+                "-c",
+                r#"sandbox ipc fs.write '{"path": ".vscode/tasks.json", "content": "evil"}';
+                   sandbox ipc fs.write '{"path": "editor/tasks.json", "content": "evil"}';
+                   sandbox ipc fs.read '{"path": ".env"}';
+                   sandbox ipc fs.read '{"path": "config/production.cfg"}'"#,
+            ],
+        );
+        let (out_text, err_text) = (stdout(&out), stderr(&out));
+        assert!(!out_text.contains("TOPSECRET"), "{who:?}: {out_text}");
+        assert!(
+            !project.path().join("editor/tasks.json").exists(),
+            "{who:?}: {err_text}"
+        );
+        assert_eq!(
+            err_text.matches("is protected").count(),
+            2,
+            "{who:?}: {err_text}"
+        );
+    }
+}

@@ -101,6 +101,10 @@ pub struct Resolver {
     project_path: PathBuf,
     hidden: Vec<PathBuf>,
     rules: crate::project::Rules,
+    /// Paths the view hides and makes read-only beyond what the patterns
+    /// name (the targets of secret and protected symlinks), absolute.
+    secret_paths: Vec<PathBuf>,
+    read_only: Vec<PathBuf>,
 }
 
 impl Resolver {
@@ -134,6 +138,8 @@ impl Resolver {
             project_path: project_path.to_path_buf(),
             hidden,
             rules,
+            secret_paths: Vec::new(),
+            read_only: Vec::new(),
         })
     }
 
@@ -270,18 +276,34 @@ impl Resolver {
     }
 
     fn is_secret(&self, real: &Path) -> bool {
-        real.strip_prefix(&self.project_path)
-            .is_ok_and(|rel| self.rules.secret_in(&rel.to_string_lossy()))
+        self.secret_paths.iter().any(|p| real.starts_with(p))
+            || real
+                .strip_prefix(&self.project_path)
+                .is_ok_and(|rel| self.rules.secret_in(&rel.to_string_lossy()))
     }
 
     fn is_hidden(&self, real: &Path) -> bool {
         self.hidden.iter().any(|h| real.starts_with(h)) || self.is_secret(real)
     }
 
+    /// Also hide these paths (below the project root) and refuse writes
+    /// below those: what the scan of the project covered by following a
+    /// symlink, which no pattern names.
+    pub fn cover(&mut self, hidden: &[PathBuf], read_only: &[PathBuf]) {
+        let absolute = |p: &PathBuf| self.project_path.join(p);
+        let hidden: Vec<PathBuf> = hidden.iter().map(absolute).collect();
+        let read_only: Vec<PathBuf> = read_only.iter().map(absolute).collect();
+        self.secret_paths.extend(hidden);
+        self.read_only.extend(read_only);
+    }
+
     /// Refuse to create, change or remove `target` when it is, or is below,
     /// a protected entry (git hooks and config, editor settings, ...).
     pub fn refuse_protected(&self, target: &ResolvedName, path: &str) -> Result<(), Failure> {
-        if self.rules.protected_in(&target.relative) {
+        let real = self.project_path.join(&target.relative);
+        if self.rules.protected_in(&target.relative)
+            || self.read_only.iter().any(|p| real.starts_with(p))
+        {
             return Err(Failure {
                 code: code::PERMISSION_DENIED,
                 message: format!(

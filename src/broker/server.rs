@@ -289,6 +289,12 @@ impl Broker {
         self.log_label = Some(label);
     }
 
+    /// What the scan of the project hid and made read-only beyond the
+    /// patterns (paths below the project root).
+    pub fn cover(&mut self, hidden: &[PathBuf], read_only: &[PathBuf]) {
+        self.resolver.cover(hidden, read_only);
+    }
+
     /// Use stored grants (and store "always" answers) in `store`.
     pub fn use_grants(&mut self, store: super::grants::GrantStore) {
         self.decider.grants = Some(store);

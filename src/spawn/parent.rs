@@ -515,6 +515,12 @@ fn start_cloned(
     // Far above any real client, low enough that a flooding sandbox cannot
     // keep the supervisor's core busy for free.
     broker.set_rate_limit(100_000.0, 200_000.0);
+    if let Some(scan) = &prepared.scan {
+        let paths = |found: &[crate::project::scan::Found]| -> Vec<std::path::PathBuf> {
+            found.iter().map(|f| f.path.clone()).collect()
+        };
+        broker.cover(&paths(&scan.secrets), &paths(&scan.protected));
+    }
     let store = crate::broker::grants::default_path();
     match writable_tree_holding(prepared, &store) {
         // The payload could plant grants there for a later run.
