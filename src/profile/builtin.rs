@@ -127,6 +127,8 @@ pub(crate) fn defaults() -> Policy {
                 ".git-credentials",
                 "*.pem",
                 "*.key",
+                "!cacert.pem",
+                "!ca-bundle.pem",
             ]),
             protect: strings(&[
                 ".git/**/hooks",
