@@ -144,6 +144,79 @@ struct Walker<'a> {
     components: Vec<Vec<u8>>,
     /// Symlinks with a secret's name: what they point at is hidden too.
     secret_links: Vec<PathBuf>,
+    /// Where directories go for another walker to take.
+    queue: &'a Queue,
+}
+
+/// A directory waiting to be walked.
+struct Job {
+    dir: OwnedFd,
+    components: Vec<Vec<u8>>,
+    inside_protected: bool,
+}
+
+struct Shared {
+    jobs: Vec<Job>,
+    busy: usize,
+    failed: Option<ScanError>,
+}
+
+/// Directories shared out between the walkers. Only a few wait at a time:
+/// each holds an open descriptor, and a walker that finds the queue full
+/// walks the directory itself.
+struct Queue {
+    state: std::sync::Mutex<Shared>,
+    changed: std::sync::Condvar,
+}
+
+/// How many directories may wait in the queue.
+const QUEUE_MAX: usize = 16;
+
+impl Queue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared> {
+        // No walker panics while holding it; if one did, the state is
+        // still consistent (every change is a single push, pop or count).
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn offer(&self, job: Job) -> Result<(), Job> {
+        let mut state = self.lock();
+        if state.failed.is_some() || state.jobs.len() >= QUEUE_MAX {
+            return Err(job);
+        }
+        state.jobs.push(job);
+        drop(state);
+        self.changed.notify_one();
+        Ok(())
+    }
+
+    /// The next directory, or None when every walker is idle or one failed.
+    fn next(&self) -> Option<Job> {
+        let mut state = self.lock();
+        loop {
+            if state.failed.is_some() {
+                return None;
+            }
+            if let Some(job) = state.jobs.pop() {
+                state.busy += 1;
+                return Some(job);
+            }
+            if state.busy == 0 {
+                return None;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn done(&self, result: Result<(), ScanError>) {
+        let mut state = self.lock();
+        state.busy -= 1;
+        if let Err(err) = result {
+            state.failed.get_or_insert(err);
+        }
+        drop(state);
+        self.changed.notify_all();
+    }
 }
 
 fn relative(components: &[Vec<u8>]) -> PathBuf {
@@ -336,7 +409,14 @@ impl Walker<'_> {
                         path: path(&self.components),
                     });
                 }
-                self.walk(&child, protected_here)?;
+                let job = Job {
+                    dir: child,
+                    components: self.components.clone(),
+                    inside_protected: protected_here,
+                };
+                if let Err(job) = self.queue.offer(job) {
+                    self.walk(&job.dir, protected_here)?;
+                }
             }
             Type::File => {
                 let s = match stat {
@@ -492,8 +572,69 @@ fn outside_links_error(paths: &[PathBuf]) -> ScanError {
     }
 }
 
+/// How many walkers take directories from the queue: the walk is one
+/// `fstatat` per file, which the kernel serves in parallel on the two or
+/// more cores this runs on.
+const WALKERS: usize = 2;
+
+impl<'a> Walker<'a> {
+    fn new(
+        root: &'a Path,
+        rules: &'a Rules,
+        writable: bool,
+        hardlinks: HardlinkPolicy,
+        queue: &'a Queue,
+    ) -> Self {
+        Walker {
+            root,
+            rules,
+            writable,
+            hardlinks,
+            scan: Scan::default(),
+            linked: HashMap::new(),
+            secret_inodes: HashSet::new(),
+            visited_dirs: HashSet::new(),
+            components: Vec::new(),
+            secret_links: Vec::new(),
+            queue,
+        }
+    }
+
+    /// Take directories from the queue until there are none left.
+    fn work(&mut self) {
+        while let Some(job) = self.queue.next() {
+            self.components = job.components;
+            let result = self.walk(&job.dir, job.inside_protected);
+            self.queue.done(result);
+        }
+    }
+
+    /// Take in what another walker found.
+    fn absorb(&mut self, other: Walker<'_>) {
+        let scan = other.scan;
+        self.scan.entries += scan.entries;
+        self.scan.secrets.extend(scan.secrets);
+        self.scan.protected.extend(scan.protected);
+        self.scan.protected_links.extend(scan.protected_links);
+        self.scan.protected_before.extend(scan.protected_before);
+        for (identity, (links, paths)) in other.linked {
+            self.linked
+                .entry(identity)
+                .or_insert_with(|| (links, Vec::new()))
+                .1
+                .extend(paths);
+        }
+        self.secret_inodes.extend(other.secret_inodes);
+        self.secret_links.extend(other.secret_links);
+    }
+}
+
 /// Walk the project at `root`. `writable`: whether the payload may write the
 /// project (protection and hard links only matter then).
+///
+/// Directories are shared out between [`WALKERS`] threads, all joined
+/// before this returns (the supervisor clones only from a single-threaded
+/// process). Without a second thread, this one walks everything.
 pub fn scan(
     root: &Path,
     rules: &Rules,
@@ -502,23 +643,44 @@ pub fn scan(
 ) -> Result<Scan, ScanError> {
     let started = Instant::now();
     let dir = open_root(root)?;
-    let mut walker = Walker {
-        root,
-        rules,
-        writable,
-        hardlinks,
-        scan: Scan::default(),
-        linked: HashMap::new(),
-        secret_inodes: HashSet::new(),
-        visited_dirs: HashSet::new(),
-        components: Vec::new(),
-        secret_links: Vec::new(),
+    let queue = Queue {
+        state: std::sync::Mutex::new(Shared {
+            jobs: vec![Job {
+                dir,
+                components: Vec::new(),
+                inside_protected: false,
+            }],
+            busy: 0,
+            failed: None,
+        }),
+        changed: std::sync::Condvar::new(),
     };
-    if let Ok(s) = nix::sys::stat::fstat(dir.as_fd()) {
-        walker.visited_dirs.insert(Identity::of(&s));
+    let mut main = Walker::new(root, rules, writable, hardlinks, &queue);
+    std::thread::scope(|scope| {
+        let helpers: Vec<_> = (1..WALKERS)
+            .filter_map(|_| {
+                std::thread::Builder::new()
+                    .name("sandbox-scan".into())
+                    .spawn_scoped(scope, || {
+                        let mut walker = Walker::new(root, rules, writable, hardlinks, &queue);
+                        walker.work();
+                        walker
+                    })
+                    .ok()
+            })
+            .collect();
+        main.work();
+        for helper in helpers {
+            match helper.join() {
+                Ok(walker) => main.absorb(walker),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    if let Some(err) = queue.lock().failed.take() {
+        return Err(err);
     }
-    walker.walk(&dir, false)?;
-    let mut scan = walker.finish()?;
+    let mut scan = main.finish()?;
     scan.elapsed = started.elapsed();
     Ok(scan)
 }
@@ -658,5 +820,39 @@ mod link_tests {
             ["editor"],
             "the link out of the project is not in the view"
         );
+    }
+}
+
+#[cfg(test)]
+mod walker_tests {
+    use super::*;
+    use crate::project::PatternList;
+
+    /// Many directories: some go through the queue to the other walker,
+    /// some are walked in place once it is full; nothing is missed twice or
+    /// counted twice, and a hard link split across walkers is still whole.
+    #[test]
+    fn every_entry_is_walked_once_whoever_walks_it() {
+        let project = tempfile::tempdir().unwrap();
+        let p = std::fs::canonicalize(project.path()).unwrap();
+        for d in 0..300 {
+            let dir = p.join(format!("d{d}/e{}", d % 7));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("f"), "x").unwrap();
+            if d % 50 == 0 {
+                std::fs::write(dir.join(".env"), "S").unwrap();
+            }
+        }
+        // Two names inside the project, in directories far apart.
+        std::fs::hard_link(p.join("d1/e1/f"), p.join("d299/e5/g")).unwrap();
+        let rules = Rules {
+            secrets: PatternList::parse(&[".env"]).unwrap(),
+            protect: PatternList::default(),
+        };
+        let scan = scan(&p, &rules, true, HardlinkPolicy::ReadOnly).unwrap();
+        // 300 d*, 300 e*, 300 f, 6 .env, 1 g.
+        assert_eq!(scan.entries, 907);
+        assert_eq!(scan.secrets.len(), 6);
+        assert!(scan.outside_links.is_empty(), "{:?}", scan.outside_links);
     }
 }
