@@ -23,38 +23,7 @@ pub enum Risk {
 /// but `/`, `?` one such character, `\` makes the next one literal, and a
 /// `**` segment any number of segments (`dist/**` is everything below dist).
 pub fn glob_matches(pattern: &str, target: &str) -> bool {
-    fn segment(p: &[u8], t: &[u8]) -> bool {
-        match (p.first(), t.first()) {
-            (None, None) => true,
-            (Some(b'\\'), _) if p.len() > 1 => {
-                t.first() == Some(&p[1]) && segment(&p[2..], &t[1..])
-            }
-            (Some(b'*'), _) => segment(&p[1..], t) || (!t.is_empty() && segment(p, &t[1..])),
-            (Some(b'?'), Some(_)) => segment(&p[1..], &t[1..]),
-            (Some(a), Some(b)) if a == b => segment(&p[1..], &t[1..]),
-            _ => false,
-        }
-    }
-    fn segments(p: &[&str], t: &[&str]) -> bool {
-        match (p.first(), t.first()) {
-            (None, None) => true,
-            (Some(&"**"), _) => segments(&p[1..], t) || (!t.is_empty() && segments(p, &t[1..])),
-            (Some(ps), Some(ts)) => {
-                segment(ps.as_bytes(), ts.as_bytes()) && segments(&p[1..], &t[1..])
-            }
-            _ => false,
-        }
-    }
-    let split = |s: &str| -> Vec<String> {
-        s.split('/')
-            .filter(|c| !c.is_empty() && *c != ".")
-            .map(str::to_owned)
-            .collect()
-    };
-    let (p, t) = (split(pattern), split(target));
-    let p: Vec<&str> = p.iter().map(String::as_str).collect();
-    let t: Vec<&str> = t.iter().map(String::as_str).collect();
-    segments(&p, &t)
+    crate::project::patterns::glob_path(pattern, target)
 }
 
 /// One broker action.

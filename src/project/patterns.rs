@@ -6,8 +6,8 @@
 //! - a pattern with a `/` inside (`.git/hooks`) matches that path suffix at any
 //!   depth (`sub/.git/hooks` too); a leading `/` anchors it at the project root;
 //! - a trailing `/` matches directories only (`.ssh/`);
-//! - `*` is any run of characters but `/`, `?` one such character, and a `**`
-//!   segment any number of directories (`.git/**/hooks`);
+//! - `*` is any run of characters but `/`, `?` one such character, `\x` a
+//!   literal x, and a `**` segment any number of directories (`.git/**/hooks`);
 //! - `!pattern` is an exception: an entry it matches is not in the list, even
 //!   when an earlier pattern matched it (`!.env.example`).
 //!
@@ -78,7 +78,7 @@ impl Pattern {
                         segments.push(Segment::AnyDepth);
                     }
                 }
-                _ if part.contains(['*', '?']) => segments.push(Segment::Glob(part.into())),
+                _ if part.contains(['*', '?', '\\']) => segments.push(Segment::Glob(part.into())),
                 _ => segments.push(Segment::Literal(part.into())),
             }
         }
@@ -143,7 +143,12 @@ fn glob_segment(pattern: &[u8], name: &[u8]) -> bool {
                 p += 1;
                 n += 1;
             }
-            Some(c) if *c == name[n] => {
+            // `\x` is a literal x (a stored grant escapes a name's `*`).
+            Some(b'\\') if pattern.get(p + 1) == Some(&name[n]) => {
+                p += 2;
+                n += 1;
+            }
+            Some(c) if *c == name[n] && *c != b'\\' => {
                 p += 1;
                 n += 1;
             }
@@ -178,6 +183,29 @@ fn segments_match<C: AsRef<[u8]>>(segments: &[Segment], path: &[C]) -> bool {
             ok && segments_match(&segments[1..], &path[1..])
         }
     }
+}
+
+/// Whether `target` (a `/`-separated path) matches `pattern` as a whole,
+/// with the same segments as a pattern list's (`*`, `?`, `\\x`, `**`); empty
+/// and `.` components are ignored on both sides. The broker's rule and grant
+/// patterns use this.
+pub fn glob_path(pattern: &str, target: &str) -> bool {
+    let mut segments: Vec<Segment> = Vec::new();
+    for part in pattern.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if part == "**" {
+            if segments.last() != Some(&Segment::AnyDepth) {
+                segments.push(Segment::AnyDepth);
+            }
+        } else {
+            segments.push(Segment::Glob(part.into()));
+        }
+    }
+    let target: Vec<&[u8]> = target
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .map(str::as_bytes)
+        .collect();
+    segments_match(&segments, &target)
 }
 
 /// An ordered list of patterns with exceptions: the last pattern that
@@ -311,5 +339,25 @@ mod tests {
             Err(PatternError::ParentDir(_))
         ));
         assert!(matches!(Pattern::parse("a\0"), Err(PatternError::Nul(_))));
+    }
+}
+
+#[cfg(test)]
+mod glob_path_tests {
+    use super::glob_path;
+
+    #[test]
+    fn escapes_are_literal_and_stars_stay_in_a_segment() {
+        assert!(glob_path(r"a\*b", "a*b"));
+        assert!(!glob_path(r"a\*b", "axb"));
+        assert!(glob_path(r"dir/\?.txt", "dir/?.txt"));
+        assert!(!glob_path(r"dir/\?.txt", "dir/x.txt"));
+        assert!(glob_path("dist/**", "dist"));
+        assert!(!glob_path("*", "a/b"));
+        let long = "a".repeat(500);
+        assert!(
+            !glob_path("*a*a*a*a*a*a*a*a*b", &long),
+            "no exponential backtracking"
+        );
     }
 }
