@@ -159,6 +159,23 @@ fn typed<T: DeserializeOwned>(action: Action, params: Value) -> Result<T, Failur
         .map_err(|e| fail(code::INVALID_PARAMS, format!("{action} params: {e}")))
 }
 
+/// The parameters of an fs action: the whole `P` for `full` (fs.read,
+/// fs.write), only a path for the others of its family.
+fn path_params<P: DeserializeOwned>(
+    action: Action,
+    full: Action,
+    params: Value,
+    path_of: fn(&P) -> &String,
+) -> Result<(String, Option<P>), Failure> {
+    if action == full {
+        let whole: P = typed(action, params)?;
+        Ok((path_of(&whole).clone(), Some(whole)))
+    } else {
+        let only: fs_actions::PathParams = typed(action, params)?;
+        Ok((only.path, None))
+    }
+}
+
 /// `path` without `.` and with `..` folded lexically: only to refuse early
 /// what a deny rule names, before anything is opened.
 fn lexical(path: &str) -> String {
@@ -706,13 +723,12 @@ impl Broker {
                 Ok(Served::Done(Value::Null))
             }
             Action::FsRead | Action::FsStat | Action::FsList => {
-                let (path, read) = if action == Action::FsRead {
-                    let read: fs_actions::ReadParams = typed(action, params)?;
-                    (read.path.clone(), Some(read))
-                } else {
-                    let p: fs_actions::PathParams = typed(action, params)?;
-                    (p.path, None)
-                };
+                let (path, read) = path_params(
+                    action,
+                    Action::FsRead,
+                    params,
+                    |r: &fs_actions::ReadParams| &r.path,
+                )?;
                 record.target = Some(self.resolver.literal(&path));
                 self.refuse_early(action, &path, record)?;
                 let flags = match action {
@@ -731,13 +747,12 @@ impl Broker {
                 Ok(Served::Done(value))
             }
             Action::FsWrite | Action::FsMkdir | Action::FsDelete => {
-                let (path, write) = if action == Action::FsWrite {
-                    let write: fs_actions::WriteParams = typed(action, params)?;
-                    (write.path.clone(), Some(write))
-                } else {
-                    let p: fs_actions::PathParams = typed(action, params)?;
-                    (p.path, None)
-                };
+                let (path, write) = path_params(
+                    action,
+                    Action::FsWrite,
+                    params,
+                    |w: &fs_actions::WriteParams| &w.path,
+                )?;
                 record.target = Some(self.resolver.literal(&path));
                 self.refuse_early(action, &path, record)?;
                 let target = self.resolver.name(&path)?;

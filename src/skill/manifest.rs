@@ -467,48 +467,41 @@ pub fn discover(roots: &[PathBuf]) -> Discovered {
 /// [`Discovered::shadowed`]).
 pub fn discover_roots(roots: &Roots) -> Discovered {
     let mut found = Discovered::default();
-    for root in &roots.user {
-        for dir in skill_dirs(root) {
-            match load(&dir) {
-                Ok(skill) => match found.skills.get(&skill.name) {
-                    Some(first) => {
-                        found
-                            .duplicates
-                            .push((skill.name.clone(), first.dir.clone(), dir));
-                    }
-                    None => {
-                        found.skills.insert(skill.name.clone(), skill);
-                    }
-                },
-                Err(e) => found.invalid.push(e),
-            }
-        }
-    }
     // The project's root may be one of the person's too (`--skills-dir
     // .skills`): then its skills were found as theirs.
     let project = roots
         .project
         .as_ref()
         .filter(|p| !roots.user.iter().any(|u| same_dir(u, p)));
-    let own: std::collections::BTreeSet<String> = found.skills.keys().cloned().collect();
-    for dir in project.map(|p| skill_dirs(p)).unwrap_or_default() {
-        match load(&dir) {
-            Ok(skill) => match found.skills.get(&skill.name) {
-                Some(first) if own.contains(&skill.name) => {
-                    found
-                        .shadowed
-                        .push((skill.name.clone(), first.dir.clone(), dir));
-                }
-                Some(first) => {
-                    found
-                        .duplicates
-                        .push((skill.name.clone(), first.dir.clone(), dir));
-                }
-                None => {
-                    found.skills.insert(skill.name.clone(), skill);
-                }
-            },
-            Err(e) => found.invalid.push(e),
+    let sources = roots
+        .user
+        .iter()
+        .map(|root| (root, false))
+        .chain(project.map(|root| (root, true)));
+    // Names the project itself defined first: a second one there is a plain
+    // duplicate, not a shadowing attempt.
+    let mut planted = std::collections::BTreeSet::new();
+    for (root, in_project) in sources {
+        for dir in skill_dirs(root) {
+            match load(&dir) {
+                Ok(skill) => match found.skills.get(&skill.name) {
+                    Some(first) => {
+                        let clash = (skill.name.clone(), first.dir.clone(), dir);
+                        if in_project && !planted.contains(&skill.name) {
+                            found.shadowed.push(clash);
+                        } else {
+                            found.duplicates.push(clash);
+                        }
+                    }
+                    None => {
+                        if in_project {
+                            planted.insert(skill.name.clone());
+                        }
+                        found.skills.insert(skill.name.clone(), skill);
+                    }
+                },
+                Err(e) => found.invalid.push(e),
+            }
         }
     }
     found
