@@ -8,23 +8,7 @@ use std::io::Write;
 
 use serde::Serialize;
 
-/// Whether `c` must not appear raw in an audit line: C0 and C1 controls
-/// (U+009B is CSI on terminals that read 8-bit controls), DEL, line and
-/// paragraph separators (line ends to JavaScript and some editors), bidi
-/// controls (reorder what is shown) and invisible characters.
-pub fn must_escape(c: char) -> bool {
-    matches!(c,
-        '\u{0}'..='\u{1f}'
-        | '\u{7f}'..='\u{9f}'
-        | '\u{ad}'
-        | '\u{61c}'
-        | '\u{180e}'
-        | '\u{200b}'..='\u{200f}'
-        | '\u{2028}'..='\u{202e}'
-        | '\u{2060}'..='\u{2069}'
-        | '\u{feff}'
-        | '\u{fff9}'..='\u{fffb}')
-}
+use super::text::must_escape;
 
 /// serde_json's compact output, with [`must_escape`] characters escaped.
 struct SafeFormatter;

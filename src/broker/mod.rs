@@ -13,4 +13,5 @@ pub mod protocol;
 pub mod secrets;
 pub mod server;
 pub mod terminal;
+pub mod text;
 pub mod transport;

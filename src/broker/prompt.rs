@@ -59,25 +59,13 @@ const RESET: &str = "\x1b[!p\x1b[0m\x1b[?25h\x1b[?7h\x1b[?1049l\x1b[r\x1b[4l\x1b
 \x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\
 \x1b]104\x07\x1b]110\x07\x1b]111\x07\x1b(B\x0f";
 
-fn invisible_or_reordering(c: char) -> bool {
-    matches!(c,
-        '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
-        | '\u{180B}'..='\u{180F}'
-        // zero-width, bidi marks and embeddings, U+2028/2029 line and
-        // paragraph separators, word joiner, invisible operators, isolates
-        | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}'
-        | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}' | '\u{FFA0}' | '\u{FFF9}'..='\u{FFFB}'
-        // tag characters (invisible ASCII look-alikes) and variation selectors
-        | '\u{E0000}'..='\u{E007F}' | '\u{E0100}'..='\u{E01EF}')
-}
-
 /// Escape characters that could fake or hide text on a terminal: C0 and C1
 /// controls, DEL, bidi controls, zero-width and other invisible characters,
 /// U+2028/2029.
 pub fn escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
-        if c.is_control() || invisible_or_reordering(c) {
+        if super::text::must_escape(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);
