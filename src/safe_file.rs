@@ -105,6 +105,25 @@ pub struct OutputTarget {
     inside: Option<PathBuf>,
 }
 
+/// `openat2` beneath `dir`, retried on EAGAIN: with `RESOLVE_BENEATH` the
+/// kernel answers EAGAIN when a rename anywhere raced the lookup, and a
+/// payload renaming things in a loop must not make the supervisor fail to
+/// open its own file (or the broker a request's). Bounded, so a rename storm
+/// cannot stall either.
+pub fn openat2_beneath<P: ?Sized + nix::NixPath>(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &P,
+    how: OpenHow,
+) -> nix::Result<OwnedFd> {
+    let mut attempt = 0;
+    loop {
+        match nix::fcntl::openat2(dir, path, how) {
+            Err(Errno::EAGAIN) if attempt < 64 => attempt += 1,
+            other => return other,
+        }
+    }
+}
+
 fn resolve_beneath() -> ResolveFlag {
     ResolveFlag::RESOLVE_BENEATH
         | ResolveFlag::RESOLVE_NO_SYMLINKS
@@ -178,7 +197,7 @@ impl OutputTarget {
                 let how = OpenHow::new()
                     .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
                     .resolve(resolve_beneath());
-                nix::fcntl::openat2(root_fd.as_fd(), below, how).map_err(|errno| match errno {
+                openat2_beneath(root_fd.as_fd(), below, how).map_err(|errno| match errno {
                     Errno::ELOOP | Errno::EXDEV => SafeFileError::LinkInWritableTree {
                         path: path.to_path_buf(),
                         root: root.clone(),
@@ -238,7 +257,7 @@ impl OutputTarget {
             .mode(Mode::from_bits_truncate(0o666))
             .resolve(resolve_beneath());
         let fd =
-            nix::fcntl::openat2(self.dir.as_fd(), self.name.as_os_str(), how).map_err(|errno| {
+            openat2_beneath(self.dir.as_fd(), self.name.as_os_str(), how).map_err(|errno| {
                 match errno {
                     Errno::ELOOP => SafeFileError::Symlink { path: path() },
                     Errno::EISDIR => SafeFileError::NotRegular {
@@ -370,7 +389,7 @@ pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
             .mode(Mode::from_bits_truncate(0o600))
             .resolve(resolve_beneath())
     };
-    let fd = match nix::fcntl::openat2(dir.as_fd(), temporary.as_os_str(), how()) {
+    let fd = match openat2_beneath(dir.as_fd(), temporary.as_os_str(), how()) {
         // A leftover of a crashed writer with this pid: it is ours to remove.
         Err(Errno::EEXIST) => {
             nix::unistd::unlinkat(
@@ -379,7 +398,7 @@ pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
                 nix::unistd::UnlinkatFlags::NoRemoveDir,
             )
             .map_err(|e| io("removing a stale temporary file next to", e))?;
-            nix::fcntl::openat2(dir.as_fd(), temporary.as_os_str(), how())
+            openat2_beneath(dir.as_fd(), temporary.as_os_str(), how())
         }
         other => other,
     }

@@ -224,17 +224,7 @@ impl Resolver {
         let how = OpenHow::new()
             .flags(flags | extra)
             .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-        // With RESOLVE_BENEATH the kernel answers EAGAIN when a rename
-        // anywhere in the system raced a `..` in the path, because it can no
-        // longer prove the walk stayed beneath; retrying is the documented
-        // answer, bounded so a rename storm cannot stall the broker.
-        let mut attempt = 0;
-        let opened = loop {
-            match nix::fcntl::openat2(self.project.as_fd(), relative, how) {
-                Err(Errno::EAGAIN) if attempt < 64 => attempt += 1,
-                other => break other,
-            }
-        };
+        let opened = crate::safe_file::openat2_beneath(self.project.as_fd(), relative, how);
         let fd = opened.map_err(|errno| match errno {
             Errno::EXDEV | Errno::ELOOP => denied_outside(path),
             Errno::ENOENT | Errno::ENOTDIR => fail(
