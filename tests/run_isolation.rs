@@ -48,7 +48,7 @@ fn writes_succeed_inside_the_project_only_and_keep_the_callers_ownership() {
         let expected = if who == Who::Root {
             0
         } else {
-            support::TEST_UID
+            support::user_ids().0
         };
         assert_eq!(
             owner, expected,

@@ -45,8 +45,54 @@ pub fn require(test: &str, feature: &str, available: bool) -> bool {
             std::io::stderr().lock(),
             "SKIP: {test}: {feature} unavailable"
         );
+        record_skip(test, feature);
     }
     available
+}
+
+/// Where this `cargo test` invocation's skips are collected: one directory
+/// per parent process (every test binary of one invocation is a child of
+/// the same cargo), read by `tests/zz_skip_summary.rs`, which cargo runs last.
+pub fn skip_log_dir(cargo_pid: u32) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("skips")
+        .join(cargo_pid.to_string())
+}
+
+fn record_skip(test: &str, feature: &str) {
+    use std::io::Write;
+    let dir = skip_log_dir(std::os::unix::process::parent_id());
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let binary = std::env::args()
+        .next()
+        .and_then(|arg0| {
+            Path::new(&arg0)
+                .file_name()
+                .map(|name| name.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "test".into());
+    if let Ok(mut log) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(format!("{binary}.{}", std::process::id())))
+    {
+        let _ = writeln!(log, "{test}: {feature} unavailable");
+    }
+}
+
+/// The uid and gid the unprivileged identity runs as: the throwaway ids
+/// when the tests run as root, the caller's own otherwise.
+pub fn user_ids() -> (u32, u32) {
+    if running_as_root() {
+        (TEST_UID, TEST_GID)
+    } else {
+        (
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        )
+    }
 }
 
 fn running_as_root() -> bool {
@@ -106,9 +152,14 @@ pub struct Project {
 impl Project {
     /// A fresh empty project under /tmp (world-traversable, owned by `who`).
     pub fn new(who: Who) -> Project {
+        Project::new_in(who, Path::new("/tmp"))
+    }
+
+    /// A fresh empty project under `base` (which must let others through).
+    pub fn new_in(who: Who, base: &Path) -> Project {
         let dir = tempfile::Builder::new()
             .prefix("sandbox-test-")
-            .tempdir_in("/tmp")
+            .tempdir_in(base)
             .expect("tempdir");
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
