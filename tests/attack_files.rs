@@ -182,7 +182,14 @@ fn a_report_outside_the_project_is_written_without_a_warning() {
     let path: &Path = &outside.path().join("report.json");
     let out = run(&project, &["--report", path.to_str().unwrap()], "true");
     support::assert_ok(&out, "run");
-    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+    // An unprivileged caller on cgroup v1 gets the cgroup fallback warning
+    // on every run; only a warning about the report itself is wrong here.
+    let report_warnings: Vec<String> = stderr(&out)
+        .lines()
+        .filter(|line| line.contains("warning") && line.contains("report"))
+        .map(str::to_owned)
+        .collect();
+    assert!(report_warnings.is_empty(), "{report_warnings:?}");
     assert!(std::fs::read_to_string(path)
         .unwrap()
         .contains("\"version\""));

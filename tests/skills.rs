@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 fn sandbox_runs(test: &str) -> bool {
+    let project = tempfile::tempdir().unwrap();
     let out = Command::new(support::sandbox_bin())
-        .args(["run", "--project", "/tmp", "--", "/bin/true"])
+        .args(["run", "--project"])
+        .arg(project.path())
+        .args(["--", "/bin/true"])
         .output()
         .unwrap();
     support::require(test, "a working sandbox", out.status.success())

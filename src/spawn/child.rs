@@ -91,7 +91,14 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Never, Fail
 
     nix::unistd::chdir(prepared.cwd.as_c_str()).step(Step::Chdir, prepared.cwd.to_bytes())?;
     for (resource, limit) in &prepared.rlimits {
-        nix::sys::resource::setrlimit(*resource, *limit, *limit)
+        // An unprivileged caller cannot raise a hard limit: a limit above
+        // the inherited one (`--pids 4194304` as RLIMIT_NPROC) is already
+        // stricter than asked, so keep the inherited one instead of failing.
+        let limit = match nix::sys::resource::getrlimit(*resource) {
+            Ok((_, hard)) => (*limit).min(hard),
+            Err(_) => *limit,
+        };
+        nix::sys::resource::setrlimit(*resource, limit, limit)
             .step(Step::Rlimit, resource_name(*resource))?;
     }
 

@@ -118,7 +118,8 @@ pub fn identities(test: &str) -> Vec<Who> {
     out
 }
 
-/// For tests that need a sandbox started by root: skip loudly (or fail
+/// For tests that need a sandbox started by the test's own identity (root
+/// when the tests run as root, the caller otherwise): skip loudly (or fail
 /// under SANDBOX_TEST_REQUIRE=1) when there is none.
 pub fn require_root_sandbox(test: &str) -> bool {
     require(test, "a sandbox as root", sandbox_works(Who::Root))
