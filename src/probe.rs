@@ -761,6 +761,7 @@ mod tests {
             version: 2,
             own_cgroup: PathBuf::from("/sys/fs/cgroup/user.slice"),
             writable,
+            read_only: false,
         }
     }
 
