@@ -443,8 +443,8 @@ fn run_parent_v2(
         .map(|c| c.own_cgroup.clone())
         .ok_or_else(|| {
             CgroupError::Unavailable(format!(
-                "none of the {} controllers is delegated to this process's cgroup v2 cgroup \
-                 (its cgroup.controllers lists none of them)",
+                "none of the {} controllers is delegated to this process's cgroup (cgroup v2; \
+                 its cgroup.controllers lists none of them)",
                 wanted.join(", ")
             ))
         })?;
