@@ -113,15 +113,17 @@ impl CgroupError {
     /// What to do about it, for the refusal of a run that requires cgroups.
     pub fn fix(&self, context: FixContext) -> String {
         match self {
-            CgroupError::ReadOnly { .. } => format!(
+            CgroupError::ReadOnly { .. } => {
                 "give the container a writable cgroup of its own: Podman: `--systemd=always` \
                  mounts the container's own cgroup (cgroup v2, private cgroup namespace) \
                  read-write; Docker has no such option short of `--privileged` — never bind the \
                  host's hierarchy (`-v /sys/fs/cgroup:/sys/fs/cgroup:rw` lets the container \
                  rewrite every limit on the host) — so set the limits on the container instead \
                  (`docker run --memory --pids-limit --cpus`); Kubernetes offers no writable \
-                 cgroup: use the pod's resources.limits; in both, {BEST_EFFORT}"
-            ),
+                 cgroup: use the pod's resources.limits; then set enforce.cgroups = \
+                 \"best-effort\" so that sandbox falls back to rlimits inside"
+                    .to_owned()
+            }
             CgroupError::NotWritable { version: 1, .. } if context.root => format!(
                 "this root cannot create cgroups (root in a user namespace, or a cgroup \
                  hierarchy owned by another user): start sandbox from the host's root, or give \
