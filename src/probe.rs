@@ -649,6 +649,9 @@ fn assess_cgroups(policy: &Policy, probes: &Probes) -> LayerAssessment {
     let cgroup = &probes.cgroup;
     let mut applied = Vec::new();
     let mut missing = Vec::new();
+    let fix_context = crate::cgroup::FixContext {
+        root: probes.running_as_root,
+    };
     for (name, amount) in &wanted {
         match cgroup.controller(name) {
             Some(c) if c.writable => applied.push(format!("{name} {amount} (v{})", c.version)),
@@ -667,6 +670,33 @@ fn assess_cgroups(policy: &Policy, probes: &Probes) -> LayerAssessment {
         }
     }
 
+    if !wanted.is_empty() {
+        // What `run` decides before it creates anything (a read-only mount,
+        // other processes in a v2 cgroup, a controller not delegated), so
+        // doctor says the same; the per-controller lines above stay for the
+        // rest.
+        use crate::cgroup::CgroupError;
+        let cgroup_limits = crate::cgroup::CgroupLimits {
+            memory: limits.memory,
+            pids: limits.pids,
+            cpu: limits.cpu,
+        };
+        match crate::cgroup::predict(cgroup, None, &cgroup_limits) {
+            Err(
+                err @ (CgroupError::ReadOnly { .. }
+                | CgroupError::InternalProcesses { .. }
+                | CgroupError::NotDelegated { .. }),
+            ) => {
+                applied.clear();
+                missing = vec![format!("{err}: {}", err.fix(fix_context))];
+            }
+            Err(err) if missing.is_empty() => {
+                applied.clear();
+                missing.push(format!("{err}: {}", err.fix(fix_context)));
+            }
+            _ => {}
+        }
+    }
     let outcome = if enforcement == Enforcement::Off {
         LayerOutcome::Off
     } else if wanted.is_empty() {
@@ -761,6 +791,7 @@ mod tests {
             version: 2,
             own_cgroup: PathBuf::from("/sys/fs/cgroup/user.slice"),
             writable,
+            read_only: false,
         }
     }
 

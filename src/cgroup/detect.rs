@@ -62,7 +62,17 @@ pub fn detect_in(root: &Path, mountinfo: &str, proc_self_cgroup: &str) -> Cgroup
 /// The file accesses detection needs, so tests can fake them.
 trait CgroupFs {
     fn read(&self, path: &Path) -> Option<String>;
-    fn writable(&self, path: &Path) -> bool;
+    fn access(&self, path: &Path) -> Access;
+}
+
+/// Whether a cgroup directory takes a new child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Writable,
+    /// EROFS: the cgroup filesystem is mounted read-only here (Docker's and
+    /// Kubernetes' default), whatever the permissions say.
+    ReadOnly,
+    Denied,
 }
 
 struct NoFs;
@@ -71,8 +81,8 @@ impl CgroupFs for NoFs {
     fn read(&self, _path: &Path) -> Option<String> {
         None
     }
-    fn writable(&self, _path: &Path) -> bool {
-        false
+    fn access(&self, _path: &Path) -> Access {
+        Access::Denied
     }
 }
 
@@ -90,11 +100,16 @@ impl CgroupFs for RootedFs<'_> {
     fn read(&self, path: &Path) -> Option<String> {
         fs::read_to_string(self.host(path)).ok()
     }
-    fn writable(&self, path: &Path) -> bool {
+    fn access(&self, path: &Path) -> Access {
         // Creating a child cgroup is a mkdir in this directory; W_OK is what the
         // kernel checks for it. access() uses the real uid, which is the uid the
-        // supervisor runs under (it is never setuid).
-        nix::unistd::access(&self.host(path), nix::unistd::AccessFlags::W_OK).is_ok()
+        // supervisor runs under (it is never setuid), and answers EROFS for a
+        // read-only mount before it looks at permissions.
+        match nix::unistd::access(&self.host(path), nix::unistd::AccessFlags::W_OK) {
+            Ok(()) => Access::Writable,
+            Err(nix::errno::Errno::EROFS) => Access::ReadOnly,
+            Err(_) => Access::Denied,
+        }
     }
 }
 
@@ -107,6 +122,9 @@ struct Mount {
     mount_point: PathBuf,
     fstype: String,
     super_options: Vec<String>,
+    /// `ro` among the per-mount options: a read-only bind or mount of the
+    /// hierarchy (the super block itself may still be read-write elsewhere).
+    read_only: bool,
 }
 
 fn parse_mountinfo(text: &str) -> Vec<Mount> {
@@ -119,6 +137,7 @@ fn parse_mount_line(line: &str) -> Option<Mount> {
     let mut pre = before.split_whitespace();
     let root = unescape(pre.nth(3)?);
     let mount_point = PathBuf::from(unescape(pre.next()?));
+    let read_only = pre.next().is_some_and(|o| o.split(',').any(|o| o == "ro"));
     let mut post = after.split_whitespace();
     let fstype = post.next()?.to_owned();
     let _source = post.next();
@@ -133,6 +152,7 @@ fn parse_mount_line(line: &str) -> Option<Mount> {
         mount_point,
         fstype,
         super_options,
+        read_only,
     })
 }
 
@@ -266,15 +286,19 @@ fn detect_with(mountinfo: &str, proc_self_cgroup: &str, fs: &dyn CgroupFs) -> Cg
                 .iter()
                 .find(|(list, _)| list.iter().any(|c| c == name))
                 .and_then(|(_, path)| own_directory(mount, path))
-                .map(|dir| (1, dir)),
-            None if unified_controllers.contains(name) => unified_dir.clone().map(|dir| (2, dir)),
+                .map(|dir| (1, dir, mount.read_only)),
+            None if unified_controllers.contains(name) => unified
+                .zip(unified_dir.clone())
+                .map(|(mount, dir)| (2, dir, mount.read_only)),
             None => None,
         };
-        if let Some((version, own_cgroup)) = found {
+        if let Some((version, own_cgroup, mount_read_only)) = found {
+            let access = fs.access(&own_cgroup);
             controllers.push(ControllerInfo {
                 name: name.to_owned(),
                 version,
-                writable: fs.writable(&own_cgroup),
+                writable: access == Access::Writable && !mount_read_only,
+                read_only: mount_read_only || access == Access::ReadOnly,
                 own_cgroup,
             });
         }
@@ -512,5 +536,40 @@ mod tests {
         let bytes: Vec<u8> = (0..=255u8).cycle().take(4096).collect();
         let noise = String::from_utf8_lossy(&bytes);
         let _ = detect_from(&noise, &noise);
+    }
+
+    #[test]
+    fn a_read_only_cgroup_mount_is_reported_and_never_writable() {
+        // Docker's default: cgroup2 at /sys/fs/cgroup, mounted ro, in the
+        // container's own cgroup namespace.
+        let mountinfo = "\
+1021 1003 0:30 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime - cgroup2 cgroup rw,nsdelegate
+";
+        let root = tempfile::tempdir().unwrap();
+        fs::create_dir_all(root.path().join("sys/fs/cgroup")).unwrap();
+        fs::write(
+            root.path().join("sys/fs/cgroup/cgroup.controllers"),
+            "cpu memory pids\n",
+        )
+        .unwrap();
+        let info = detect_in(root.path(), mountinfo, "0::/\n");
+        assert_eq!(info.controllers.len(), 3);
+        for c in &info.controllers {
+            assert!(c.read_only, "{c:?}");
+            assert!(!c.writable, "{c:?}");
+        }
+        // The same hierarchy mounted rw: writable, not read-only.
+        let info = detect_in(
+            root.path(),
+            &mountinfo.replacen(" ro,", " rw,", 1),
+            "0::/\n",
+        );
+        assert!(info.controllers.iter().all(|c| c.writable && !c.read_only));
+        // v1 (Docker on a v1 host): the per-controller mounts are ro.
+        let info = detect_from(
+            "50 40 0:32 / /sys/fs/cgroup/memory ro,nosuid - cgroup cgroup rw,memory\n",
+            "4:memory:/\n",
+        );
+        assert!(info.controller("memory").is_some_and(|c| c.read_only));
     }
 }

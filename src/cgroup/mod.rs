@@ -1,7 +1,9 @@
 //! cgroups: which hierarchy this host uses and where this process's own cgroups are.
 //!
-//! Only detection lives here so far; the limits themselves (v1 and v2 backends)
-//! come later and pick their backend from [`CgroupInfo::mode`].
+//! [`detect`] finds the layout, [`predict`] decides where a run's cgroup goes
+//! (and `doctor` shows that same decision), [`RunCgroup`] creates it, and
+//! [`scope`] gets an unprivileged supervisor a delegated cgroup from the
+//! user's systemd first.
 use std::path::PathBuf;
 
 use serde::Serialize;
@@ -11,7 +13,19 @@ mod detect;
 pub use detect::{detect, detect_from, detect_in};
 
 mod run;
-pub use run::{CgroupError, CgroupLimits, CgroupStats, RunCgroup};
+pub use run::{
+    predict, predict_with, supervisor_leaf_name, CgroupError, CgroupLimits, CgroupOps, CgroupStats,
+    FixContext, KernelOps, Placement, RunCgroup,
+};
+
+pub mod scope;
+pub use scope::scope_note;
+
+/// The reason in a refusal of a run that requires cgroups: the cause, then
+/// the fix for this environment (root is never told to run as root).
+pub fn refusal(err: &CgroupError, context: FixContext) -> String {
+    format!("cannot be set up: {err}. Fix: {}", err.fix(context))
+}
 
 /// The controllers the sandbox uses for its limits, in report order.
 pub const CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
@@ -55,6 +69,9 @@ pub struct ControllerInfo {
     /// Whether this user may create a child cgroup there (write access to the
     /// directory). Nothing is created to find out.
     pub writable: bool,
+    /// The hierarchy is mounted read-only here (`ro` in mountinfo, or EROFS):
+    /// no permission fixes that, only a writable mount does.
+    pub read_only: bool,
 }
 
 impl CgroupInfo {

@@ -142,10 +142,10 @@ fn render_text(probes: &Probes, assessments: &[Assessment]) -> String {
                 "  {name:<7} v{}  {}  {}",
                 c.version,
                 c.own_cgroup.display(),
-                if c.writable {
-                    "writable"
-                } else {
-                    "not writable"
+                match (c.read_only, c.writable) {
+                    (true, _) => "read-only mount",
+                    (false, true) => "writable",
+                    (false, false) => "not writable",
                 }
             ),
             None => writeln!(out, "  {name:<7} missing"),

@@ -140,6 +140,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             NetArg::Host => NetworkMode::Host,
         };
     }
+    // Before anything is opened: a supervisor that re-executes itself in a
+    // delegated systemd scope must not leave half-prepared state behind.
+    let limits = sandbox::cgroup::CgroupLimits {
+        memory: policy.limits.memory,
+        pids: policy.limits.pids,
+        cpu: policy.limits.cpu,
+    };
+    let cgroups_off = policy.enforce.cgroups == sandbox::profile::policy::Enforcement::Off;
+    if let Some(err) = sandbox::cgroup::scope::enter_delegated_scope(
+        &limits,
+        cgroups_off,
+        args.cgroup_parent.is_some(),
+    ) {
+        eprintln!("sandbox: warning: no delegated cgroup scope ({err}); going on without one");
+    }
     // Opened now, before the payload runs, so it cannot swap the directory.
     let report_target = match &args.report {
         Some(path) => {

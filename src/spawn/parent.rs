@@ -361,16 +361,13 @@ fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgro
         std::process::id(),
         RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let fix = "run as root, start sandbox in a delegated cgroup \
-               (`systemd-run --user --scope -p Delegate=yes sandbox run ...` with --cgroup-parent), \
-               or set enforce.cgroups = \"best-effort\"";
     match crate::cgroup::RunCgroup::create(&info, prepared.cgroup_parent.as_deref(), &name, &limits)
     {
         Ok(cgroup) => Ok(Some(cgroup)),
         Err(err) if prepared.cgroup_enforcement == Enforcement::Required => {
             Err(SpawnError::LayerUnavailable {
                 layer: "cgroups",
-                reason: format!("cannot be set up ({err}): {fix}"),
+                reason: crate::cgroup::refusal(&err, crate::cgroup::FixContext::current()),
             })
         }
         Err(err) => {
@@ -393,7 +390,8 @@ fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgro
                 ""
             };
             prepared.warnings.push(format!(
-                "no cgroup for this run ({err}); falling back to rlimits: {}{cpu}",
+                "no cgroup for this run ({err}{}); falling back to rlimits: {}{cpu}",
+                crate::cgroup::scope_note(&info, &limits, prepared.cgroup_parent.is_some()),
                 applied.join(", ")
             ));
             Ok(None)
