@@ -149,21 +149,30 @@ pub fn userns_unavailable_reason() -> Option<String> {
 }
 
 /// The sysctls that decide whether user namespaces may be created.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct UsernsSysctls {
-    unprivileged_userns_clone: Option<bool>,
-    max_user_namespaces: Option<u64>,
-    apparmor_restrict_unprivileged_userns: Option<bool>,
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct UsernsSysctls {
+    /// `kernel.unprivileged_userns_clone` (Debian and Ubuntu kernels).
+    pub unprivileged_userns_clone: Option<bool>,
+    /// `user.max_user_namespaces` (per user namespace).
+    pub max_user_namespaces: Option<u64>,
+    /// `kernel.apparmor_restrict_unprivileged_userns` (Ubuntu 23.10+).
+    pub apparmor_restrict_unprivileged_userns: Option<bool>,
 }
 
 impl UsernsSysctls {
     fn read() -> Self {
+        Self::read_at(Path::new("/"))
+    }
+
+    /// Read them from `root`/proc/sys (`/` for this host; a faked tree in tests).
+    pub fn read_at(root: &Path) -> Self {
+        let sys = root.join("proc/sys");
         UsernsSysctls {
-            unprivileged_userns_clone: read_bool("/proc/sys/kernel/unprivileged_userns_clone"),
-            max_user_namespaces: read_trimmed("/proc/sys/user/max_user_namespaces")
+            unprivileged_userns_clone: read_bool(sys.join("kernel/unprivileged_userns_clone")),
+            max_user_namespaces: read_trimmed(sys.join("user/max_user_namespaces"))
                 .and_then(|s| s.parse().ok()),
             apparmor_restrict_unprivileged_userns: read_bool(
-                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                sys.join("kernel/apparmor_restrict_unprivileged_userns"),
             ),
         }
     }
@@ -369,7 +378,7 @@ fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 
-fn read_bool(path: &str) -> Option<bool> {
+fn read_bool(path: impl AsRef<Path>) -> Option<bool> {
     match read_trimmed(path)?.as_str() {
         "0" => Some(false),
         "1" => Some(true),

@@ -361,16 +361,14 @@ fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgro
         std::process::id(),
         RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    let fix = "run as root, start sandbox in a delegated cgroup \
-               (`systemd-run --user --scope -p Delegate=yes sandbox run ...` with --cgroup-parent), \
-               or set enforce.cgroups = \"best-effort\"";
     match crate::cgroup::RunCgroup::create(&info, prepared.cgroup_parent.as_deref(), &name, &limits)
     {
         Ok(cgroup) => Ok(Some(cgroup)),
         Err(err) if prepared.cgroup_enforcement == Enforcement::Required => {
             Err(SpawnError::LayerUnavailable {
                 layer: "cgroups",
-                reason: format!("cannot be set up ({err}): {fix}"),
+                // The cause and the fix come from SpawnError::explained.
+                reason: format!("cannot be set up ({err})"),
             })
         }
         Err(err) => {
@@ -412,6 +410,10 @@ pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
 /// [`Running::wait`] returns (they are read from a signalfd and forwarded),
 /// so a SIGTERM to the supervisor reaches the sandboxed command.
 pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
+    start_unexplained(prepared).map_err(SpawnError::explained)
+}
+
+fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     check_single_threaded()?;
     let cgroup = setup_cgroup(prepared)?;
     let sweep = SweepPlan::for_run(prepared);
@@ -594,13 +596,8 @@ fn start_cloned(
     let (init_pid, pidfd) = match cloned {
         Ok(pair) => pair,
         Err(source) => {
-            let hint = if matches!(source, Errno::EPERM | Errno::ENOSPC | Errno::EINVAL) {
-                crate::probe::userns_unavailable_reason()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
+            // The cause and the fix come from SpawnError::explained.
+            let hint = String::new();
             return Err(restore(SpawnError::Clone { source, hint }));
         }
     };
@@ -673,7 +670,9 @@ impl Running {
         prepared: &Prepared,
         driver: Option<&mut dyn Driver>,
     ) -> Result<Outcome, SpawnError> {
-        let mut result = self.supervise(prepared, driver);
+        let mut result = self
+            .supervise(prepared, driver)
+            .map_err(SpawnError::explained);
         if result.is_ok() {
             self.collected = true;
             if let Some(cgroup) = self.cgroup.take() {
