@@ -33,7 +33,7 @@ use crate::probe::UsernsSysctls;
 
 /// A container engine, as far as it can be told from inside.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "engine", content = "name", rename_all = "kebab-case")]
+#[serde(tag = "engine", rename_all = "kebab-case")]
 pub enum Container {
     /// Docker (`/.dockerenv`, or `docker` in the cgroup path).
     Docker,
@@ -44,7 +44,10 @@ pub enum Container {
     },
     /// Another engine that announces itself (`container=` in PID 1's
     /// environment or `/run/systemd/container`: lxc, systemd-nspawn, oci...).
-    Other(String),
+    Other {
+        /// The name it gives.
+        name: String,
+    },
 }
 
 /// A sandbox this process runs inside of.
@@ -200,7 +203,7 @@ impl Environment {
                     .is_some_and(|c| c.lines().any(|l| l.trim() == "rootless=1")),
             })
         } else if let Some(name) = announced {
-            Some(Container::Other(name))
+            Some(Container::Other { name })
         } else if cgroup_paths.contains("/docker") {
             Some(Container::Docker)
         } else if cgroup_paths.contains("libpod") {
@@ -285,7 +288,7 @@ impl Environment {
             Some(Container::Podman { rootless: false }) => {
                 parts.push("Podman container".to_owned())
             }
-            Some(Container::Other(name)) => parts.push(format!("{name} container")),
+            Some(Container::Other { name }) => parts.push(format!("{name} container")),
             None => {}
         }
         if self.kubernetes {
@@ -478,7 +481,7 @@ impl Environment {
         let (engine, flag) = match self.container.as_ref()? {
             Container::Docker => ("Docker", "docker run"),
             Container::Podman { .. } => ("Podman", "podman run"),
-            Container::Other(name) => {
+            Container::Other { name } => {
                 return Some(Explanation {
                     cause: format!(
                         "this runs in a {name} container whose seccomp profile or capability set \
@@ -760,4 +763,380 @@ fn parent_of(root: &Path, pid: &str) -> Option<u32> {
         .nth(1)?
         .parse()
         .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every environment here is a faked tree: the machine the tests run on
+    //! has no AppArmor, no Kubernetes and no Podman, so their detection and
+    //! messages are checked against the files those would leave.
+    use super::*;
+
+    /// A faked root: `files` are (absolute path, content).
+    struct Tree(tempfile::TempDir);
+
+    impl Tree {
+        fn new(files: &[(&str, &str)]) -> Tree {
+            let tree = Tree(tempfile::tempdir().expect("tempdir"));
+            // An unprivileged process in the initial user namespace, no filter.
+            tree.write("/proc/self/uid_map", "         0          0 4294967295\n");
+            tree.write(
+                "/proc/self/status",
+                "Name:\tsandbox\nUid:\t1000\t1000\t1000\t1000\nNoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n",
+            );
+            for (path, content) in files {
+                tree.write(path, content);
+            }
+            tree
+        }
+
+        fn write(&self, path: &str, content: &str) {
+            let path = beneath(self.0.path(), path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, content).expect("write");
+        }
+
+        fn detect(&self) -> Environment {
+            self.detect_with(&[])
+        }
+
+        fn detect_with(&self, vars: &[(&str, &str)]) -> Environment {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Environment::detect_at(self.0.path(), |name| {
+                vars.iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| OsString::from(v))
+            })
+        }
+    }
+
+    const ROOT_STATUS: &str =
+        "Uid:\t0\t0\t0\t0\nNoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n";
+    const FILTERED_STATUS: &str =
+        "Uid:\t1000\t1000\t1000\t1000\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t1\n";
+
+    fn clone_eperm(env: &Environment) -> Explanation {
+        env.explain(&Refusal::UserNamespace(Errno::EPERM))
+            .expect("explained")
+    }
+
+    #[test]
+    fn a_plain_host_explains_nothing_it_cannot_see() {
+        let env = Tree::new(&[]).detect();
+        assert_eq!(env.container, None);
+        assert!(!env.kubernetes);
+        assert_eq!(env.outer, None);
+        assert_eq!(env.initial_user_namespace, Some(true));
+        assert!(!env.root);
+        assert_eq!(env.explain(&Refusal::UserNamespace(Errno::EPERM)), None);
+        assert_eq!(env.explain(&Refusal::IdMap), None);
+        assert!(env.summary().contains("no container"));
+    }
+
+    #[test]
+    fn docker_names_its_seccomp_flag_and_the_no_namespace_profile() {
+        let env = Tree::new(&[("/.dockerenv", "")]).detect();
+        assert_eq!(env.container, Some(Container::Docker));
+        let why = clone_eperm(&env);
+        assert!(
+            why.cause.contains("Docker's default seccomp profile"),
+            "{why:?}"
+        );
+        assert!(
+            why.fix
+                .contains("docker run --security-opt seccomp=unconfined"),
+            "{why:?}"
+        );
+        assert!(!why.fix.contains("apparmor"), "{why:?}");
+        assert!(
+            why.fix.contains("enforce.userns is \"best-effort\""),
+            "{why:?}"
+        );
+
+        // With Docker's AppArmor profile on us, both options are needed.
+        let env = Tree::new(&[
+            ("/.dockerenv", ""),
+            ("/proc/self/attr/current", "docker-default (enforce)\n"),
+        ])
+        .detect();
+        assert!(clone_eperm(&env)
+            .fix
+            .contains("seccomp=unconfined --security-opt apparmor=unconfined"));
+        let mount = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: false,
+            })
+            .expect("explained");
+        assert!(mount.cause.contains("docker-default"), "{mount:?}");
+    }
+
+    #[test]
+    fn docker_is_also_found_by_its_cgroup_path() {
+        let env = Tree::new(&[("/proc/self/cgroup", "0::/docker/0123abcd\n")]).detect();
+        assert_eq!(env.container, Some(Container::Docker));
+    }
+
+    #[test]
+    fn podman_rootless_and_masked_proc() {
+        let env = Tree::new(&[
+            (
+                "/run/.containerenv",
+                "engine=\"podman-4.3.1\"\nrootless=1\n",
+            ),
+            (
+                "/proc/self/mountinfo",
+                "22 27 0:21 / /proc rw - proc proc rw\n\
+                 40 22 0:40 /null /proc/kcore ro - tmpfs tmpfs ro\n\
+                 41 23 0:41 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 ro\n",
+            ),
+        ])
+        .detect();
+        assert_eq!(env.container, Some(Container::Podman { rootless: true }));
+        assert!(env.proc_masked);
+        assert_eq!(env.cgroupfs_read_only, Some(true));
+        assert!(clone_eperm(&env)
+            .fix
+            .contains("podman run --security-opt seccomp=unconfined"));
+        let proc = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: true,
+                idmapped: false,
+            })
+            .expect("explained");
+        assert!(proc.fix.contains("unmask=ALL"), "{proc:?}");
+        let cgroups = env.explain(&Refusal::Cgroups).expect("explained");
+        assert!(
+            cgroups.cause.contains("read-only (Podman's default)"),
+            "{cgroups:?}"
+        );
+    }
+
+    #[test]
+    fn kubernetes_names_the_security_context() {
+        for env in [
+            Tree::new(&[]).detect_with(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]),
+            Tree::new(&[("/var/run/secrets/kubernetes.io/serviceaccount/token", "x")]).detect(),
+            Tree::new(&[("/proc/self/cgroup", "0::/kubepods/burstable/pod1/abc\n")]).detect(),
+        ] {
+            assert!(env.kubernetes, "{env:?}");
+            let why = clone_eperm(&env);
+            assert!(
+                why.fix.contains("seccompProfile.type: Unconfined"),
+                "{why:?}"
+            );
+            assert!(why.fix.contains("hostUsers: false"), "{why:?}");
+        }
+    }
+
+    #[test]
+    fn other_engines_announce_themselves() {
+        let env = Tree::new(&[("/run/systemd/container", "systemd-nspawn\n")]).detect();
+        assert_eq!(
+            env.container,
+            Some(Container::Other {
+                name: "systemd-nspawn".into()
+            })
+        );
+        assert!(clone_eperm(&env).cause.contains("systemd-nspawn container"));
+    }
+
+    #[test]
+    fn ubuntu_apparmor_restriction_names_the_shipped_profile_and_the_sysctl() {
+        let restricted = Tree::new(&[
+            (
+                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                "1\n",
+            ),
+            ("/sys/module/apparmor/parameters/enabled", "Y\n"),
+            ("/proc/self/attr/apparmor/current", "unconfined\n"),
+        ]);
+        let env = restricted.detect();
+        assert_eq!(env.apparmor.enabled, Some(true));
+        assert!(env.apparmor.blocks_userns());
+        // Ubuntu lets the clone through and withholds the capabilities, so
+        // the refusal shows as an id map or mount failure as well.
+        for refusal in [
+            Refusal::UserNamespace(Errno::EPERM),
+            Refusal::IdMap,
+            Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: false,
+            },
+        ] {
+            let why = env.explain(&refusal).expect("explained");
+            assert!(why.cause.contains("AppArmor restricts"), "{why:?}");
+            assert!(why.fix.contains("packaging/apparmor/sandbox"), "{why:?}");
+            assert!(
+                why.fix
+                    .contains("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+                "{why:?}"
+            );
+        }
+        assert!(env.summary().contains("AppArmor restricts"));
+
+        // Our profile attached: the restriction no longer applies to us.
+        restricted.write("/proc/self/attr/apparmor/current", "sandbox (unconfined)\n");
+        let env = restricted.detect();
+        assert!(!env.apparmor.blocks_userns());
+        assert_eq!(env.explain(&Refusal::UserNamespace(Errno::EPERM)), None);
+
+        // Root is not subject to it.
+        restricted.write("/proc/self/attr/apparmor/current", "unconfined\n");
+        restricted.write("/proc/self/status", ROOT_STATUS);
+        assert_eq!(
+            restricted
+                .detect()
+                .explain(&Refusal::UserNamespace(Errno::EPERM)),
+            None
+        );
+    }
+
+    #[test]
+    fn userns_sysctls_come_first_and_spare_root_where_the_kernel_does() {
+        let env = Tree::new(&[
+            ("/.dockerenv", ""),
+            ("/proc/sys/user/max_user_namespaces", "0\n"),
+        ])
+        .detect();
+        let why = env
+            .explain(&Refusal::UserNamespace(Errno::ENOSPC))
+            .expect("explained");
+        assert!(why.cause.contains("max_user_namespaces is 0"), "{why:?}");
+
+        let off = Tree::new(&[("/proc/sys/kernel/unprivileged_userns_clone", "0\n")]);
+        assert!(clone_eperm(&off.detect())
+            .fix
+            .contains("kernel.unprivileged_userns_clone=1"));
+        off.write("/proc/self/status", ROOT_STATUS);
+        assert_eq!(
+            off.detect().explain(&Refusal::UserNamespace(Errno::EPERM)),
+            None
+        );
+    }
+
+    #[test]
+    fn nested_in_sandbox_by_pid1_or_by_ancestor() {
+        let by_pid1 = Tree::new(&[
+            ("/proc/1/cmdline", "sandbox-init\0\0\0\0"),
+            ("/proc/self/status", FILTERED_STATUS),
+        ])
+        .detect();
+        assert_eq!(by_pid1.outer, Some(Outer::Sandbox));
+        let why = clone_eperm(&by_pid1);
+        assert!(why.cause.contains("inside another sandbox"), "{why:?}");
+        assert!(why.fix.contains("\"best-effort\""), "{why:?}");
+        let seccomp = by_pid1
+            .explain(&Refusal::Seccomp(Errno::EINVAL))
+            .expect("explained");
+        assert!(seccomp.cause.contains("the outer sandbox"), "{seccomp:?}");
+
+        // No pid namespace: the supervisor is an ancestor, and counts only
+        // for a process under a filter (a skill host of `sandbox serve` is not).
+        let files = [
+            ("/proc/1/cmdline", "/sbin/init\0"),
+            ("/proc/self/stat", "40 (sh) S 30 40 40 0"),
+            ("/proc/30/stat", "30 (sandbox) S 20 30 30 0"),
+            ("/proc/30/comm", "sandbox\n"),
+        ];
+        let tree = Tree::new(&files);
+        assert_eq!(tree.detect().outer, None);
+        tree.write("/proc/self/status", FILTERED_STATUS);
+        assert_eq!(tree.detect().outer, Some(Outer::Sandbox));
+    }
+
+    #[test]
+    fn nested_in_bubblewrap() {
+        let env = Tree::new(&[("/proc/1/cmdline", "bwrap\0--ro-bind\0/\0/\0")]).detect();
+        assert_eq!(env.outer, Some(Outer::Bubblewrap));
+        let why = env
+            .explain(&Refusal::UserNamespace(Errno::ENOSPC))
+            .expect("explained");
+        assert!(why.cause.contains("bubblewrap"), "{why:?}");
+        assert!(why.fix.contains("--disable-userns"), "{why:?}");
+    }
+
+    #[test]
+    fn root_of_a_child_user_namespace_is_told_so() {
+        let env = Tree::new(&[
+            ("/proc/self/uid_map", "         0       1000          1\n"),
+            ("/proc/self/setgroups", "deny\n"),
+            ("/proc/self/status", ROOT_STATUS),
+            ("/.dockerenv", ""),
+        ])
+        .detect();
+        assert!(env.root_in_child_user_namespace());
+        let why = env.explain(&Refusal::IdMap).expect("explained");
+        assert!(
+            why.cause
+                .contains("root of a child user namespace (uid_map 0 1000 1, setgroups deny)"),
+            "{why:?}"
+        );
+        let open_tree = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: true,
+            })
+            .expect("explained");
+        assert!(
+            open_tree.cause.contains("idmapped mounts need root"),
+            "{open_tree:?}"
+        );
+    }
+
+    #[test]
+    fn cgroups_never_tell_root_to_run_as_root() {
+        let root = Tree::new(&[("/proc/self/status", ROOT_STATUS)]).detect();
+        let why = root.cgroups_fix();
+        assert!(!why.fix.contains("as root"), "{why:?}");
+        assert!(why.fix.contains("best-effort"), "{why:?}");
+        let user = Tree::new(&[]).detect().cgroups_fix();
+        assert!(user.fix.contains("Delegate=yes"), "{user:?}");
+    }
+
+    #[test]
+    fn landlock_hidden_by_a_container_or_disabled() {
+        let docker = Tree::new(&[("/.dockerenv", "")]).detect();
+        let why = docker
+            .explain(&Refusal::Landlock(Errno::ENOSYS))
+            .expect("explained");
+        assert!(
+            why.cause.contains("seccomp profile does not know"),
+            "{why:?}"
+        );
+        let disabled =
+            Tree::new(&[("/sys/kernel/security/lsm", "lockdown,capability,yama\n")]).detect();
+        assert_eq!(disabled.landlock_in_lsm_list, Some(false));
+        let why = disabled
+            .explain(&Refusal::Landlock(Errno::ENOSYS))
+            .expect("explained");
+        assert!(why.fix.contains("lsm="), "{why:?}");
+    }
+
+    #[test]
+    fn mountinfo_read_only_cgroups_and_masked_proc() {
+        assert_eq!(mounts(""), (None, false));
+        let host = "31 23 0:28 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                    22 27 0:21 / /proc rw,relatime - proc proc rw\n";
+        assert_eq!(mounts(host), (Some(false), false));
+    }
+
+    #[test]
+    fn serializes_for_doctor_json() {
+        let env = Tree::new(&[("/run/.containerenv", "")]).detect();
+        let json = serde_json::to_value(&env).expect("serializes");
+        assert_eq!(
+            json["container"],
+            serde_json::json!({"engine": "podman", "rootless": false})
+        );
+        assert_eq!(json["outer"], serde_json::Value::Null);
+        assert_eq!(json["seccomp"]["mode"], 0);
+    }
 }

@@ -662,9 +662,16 @@ fn assess_cgroups(policy: &Policy, probes: &Probes) -> LayerAssessment {
         match cgroup.controller(name) {
             Some(c) if c.writable => applied.push(format!("{name} {amount} (v{})", c.version)),
             Some(c) => missing.push(format!(
-                "no write access to the {name} cgroup {}: run as root, or start sandbox in a \
-                 delegated cgroup (`systemd-run --user --scope -p Delegate=yes sandbox ...`)",
-                c.own_cgroup.display()
+                "no write access to the {name} cgroup {}: {}",
+                c.own_cgroup.display(),
+                // Never "run as root" to root: its cgroupfs is read-only.
+                if probes.running_as_root {
+                    "the cgroup filesystem is read-only here (as in a container); pass a \
+                     writable delegated cgroup with --cgroup-parent"
+                } else {
+                    "run as root, or start sandbox in a delegated cgroup \
+                     (`systemd-run --user --scope -p Delegate=yes sandbox ...`)"
+                }
             )),
             None if cgroup.mode == CgroupMode::None => missing.push(format!(
                 "{name}: no cgroup filesystem is mounted: mount cgroup2 at /sys/fs/cgroup"
@@ -917,6 +924,13 @@ mod tests {
         let mut policy = strict_policy();
         policy.enforce.cgroups = Enforcement::Required;
         assert!(!assess(&policy, &probes).can_run);
+
+        probes.running_as_root = true;
+        let a = assess(&strict_policy(), &probes);
+        let LayerOutcome::NotApplied { reason } = outcome(&a, Layer::Cgroups) else {
+            panic!("{a:?}")
+        };
+        assert!(!reason.contains("run as root"), "{reason}");
     }
 
     #[test]
