@@ -22,6 +22,7 @@ pub mod spawn;
 pub mod sys;
 
 pub mod command;
+pub mod environment;
 
 pub use command::{Child, Command, ExitStatus, Finished};
 pub use profile::policy::Policy;

@@ -149,21 +149,30 @@ pub fn userns_unavailable_reason() -> Option<String> {
 }
 
 /// The sysctls that decide whether user namespaces may be created.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-struct UsernsSysctls {
-    unprivileged_userns_clone: Option<bool>,
-    max_user_namespaces: Option<u64>,
-    apparmor_restrict_unprivileged_userns: Option<bool>,
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct UsernsSysctls {
+    /// `kernel.unprivileged_userns_clone` (Debian and Ubuntu kernels).
+    pub unprivileged_userns_clone: Option<bool>,
+    /// `user.max_user_namespaces` (per user namespace).
+    pub max_user_namespaces: Option<u64>,
+    /// `kernel.apparmor_restrict_unprivileged_userns` (Ubuntu 23.10+).
+    pub apparmor_restrict_unprivileged_userns: Option<bool>,
 }
 
 impl UsernsSysctls {
     fn read() -> Self {
+        Self::read_at(Path::new("/"))
+    }
+
+    /// Read them from `root`/proc/sys (`/` for this host; a faked tree in tests).
+    pub fn read_at(root: &Path) -> Self {
+        let sys = root.join("proc/sys");
         UsernsSysctls {
-            unprivileged_userns_clone: read_bool("/proc/sys/kernel/unprivileged_userns_clone"),
-            max_user_namespaces: read_trimmed("/proc/sys/user/max_user_namespaces")
+            unprivileged_userns_clone: read_bool(sys.join("kernel/unprivileged_userns_clone")),
+            max_user_namespaces: read_trimmed(sys.join("user/max_user_namespaces"))
                 .and_then(|s| s.parse().ok()),
             apparmor_restrict_unprivileged_userns: read_bool(
-                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                sys.join("kernel/apparmor_restrict_unprivileged_userns"),
             ),
         }
     }
@@ -369,7 +378,7 @@ fn read_trimmed(path: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 
-fn read_bool(path: &str) -> Option<bool> {
+fn read_bool(path: impl AsRef<Path>) -> Option<bool> {
     match read_trimmed(path)?.as_str() {
         "0" => Some(false),
         "1" => Some(true),
@@ -656,9 +665,16 @@ fn assess_cgroups(policy: &Policy, probes: &Probes) -> LayerAssessment {
         match cgroup.controller(name) {
             Some(c) if c.writable => applied.push(format!("{name} {amount} (v{})", c.version)),
             Some(c) => missing.push(format!(
-                "no write access to the {name} cgroup {}: run as root, or start sandbox in a \
-                 delegated cgroup (`systemd-run --user --scope -p Delegate=yes sandbox ...`)",
-                c.own_cgroup.display()
+                "no write access to the {name} cgroup {}: {}",
+                c.own_cgroup.display(),
+                // Never "run as root" to root: its cgroupfs is read-only.
+                if probes.running_as_root {
+                    "the cgroup filesystem is read-only here (as in a container); pass a \
+                     writable delegated cgroup with --cgroup-parent"
+                } else {
+                    "run as root, or start sandbox in a delegated cgroup \
+                     (`systemd-run --user --scope -p Delegate=yes sandbox ...`)"
+                }
             )),
             None if cgroup.mode == CgroupMode::None => missing.push(format!(
                 "{name}: no cgroup filesystem is mounted: mount cgroup2 at /sys/fs/cgroup"
@@ -939,6 +955,13 @@ mod tests {
         let mut policy = strict_policy();
         policy.enforce.cgroups = Enforcement::Required;
         assert!(!assess(&policy, &probes).can_run);
+
+        probes.running_as_root = true;
+        let a = assess(&strict_policy(), &probes);
+        let LayerOutcome::NotApplied { reason } = outcome(&a, Layer::Cgroups) else {
+            panic!("{a:?}")
+        };
+        assert!(!reason.contains("run as root"), "{reason}");
     }
 
     #[test]

@@ -26,16 +26,29 @@ fn require_or_skip(feature: &str, present: bool, detail: &Value) {
 }
 
 #[test]
-fn text_output_names_every_feature_and_exits_zero() {
+fn text_output_names_every_feature_and_exits_by_the_default_profile() {
     let out = doctor(&[]);
+    let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+    let strict = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("strict (default): "))
+        .unwrap_or_else(|| panic!("no verdict for strict in:\n{text}"));
+    // Exit 1 exactly when the default profile's dry run was refused.
+    let can_run = strict.ends_with(": can run");
     assert_eq!(
         out.status.code(),
-        Some(0),
-        "stderr: {}",
+        Some(if can_run { 0 } else { 1 }),
+        "{strict}\nstderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+    if !can_run {
+        assert!(
+            strict.contains("cannot run (exit 125): sandbox: "),
+            "{strict}"
+        );
+    }
     for needle in [
+        "environment ",
         "user namespaces",
         "landlock",
         "seccomp filters",
@@ -44,7 +57,9 @@ fn text_output_names_every_feature_and_exits_zero() {
         "idmapped mounts",
         "cgroups:",
         "memory",
-        "profiles",
+        "profiles (each started with a dry run",
+        "standard: ",
+        "permissive: ",
     ] {
         assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
     }
@@ -58,16 +73,74 @@ fn text_output_names_every_feature_and_exits_zero() {
 }
 
 #[test]
-fn json_output_has_probes_and_assessments() {
+fn json_output_follows_the_documented_schema() {
     let out = doctor(&["--json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
+    assert_eq!(json["version"], 1);
+    assert_eq!(json["default_profile"], "strict");
+    let can_run = json["default_profile_can_run"]
+        .as_bool()
+        .expect("default_profile_can_run is a bool");
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(if can_run { 0 } else { 1 }),
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let json: Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
-    assert!(json["assessments"].is_array());
+
+    let environment = &json["environment"];
+    for key in [
+        "container",
+        "kubernetes",
+        "outer",
+        "initial_user_namespace",
+        "uid_map",
+        "setgroups",
+        "root",
+        "seccomp",
+        "apparmor",
+        "sysctls",
+        "landlock_in_lsm_list",
+        "cgroupfs_read_only",
+        "proc_masked",
+    ] {
+        assert!(
+            environment.get(key).is_some(),
+            "environment lacks {key:?}: {environment}"
+        );
+    }
+    for key in ["enabled", "restrict_unprivileged_userns", "label"] {
+        assert!(
+            environment["apparmor"].get(key).is_some(),
+            "apparmor lacks {key:?}"
+        );
+    }
+
+    let profiles = json["profiles"].as_array().expect("profiles is an array");
+    let names: Vec<&str> = profiles
+        .iter()
+        .map(|p| p["profile"].as_str().expect("profile name"))
+        .collect();
+    assert_eq!(names, ["strict", "standard", "permissive"]);
+    for profile in profiles {
+        let can_run = profile["can_run"].as_bool().expect("can_run is a bool");
+        assert_eq!(profile["refusal"].is_null(), can_run, "{profile}");
+        assert_eq!(
+            profile["exit_status"],
+            if can_run { 0 } else { 125 },
+            "{profile}"
+        );
+        assert!(profile["warnings"].is_array(), "{profile}");
+        let layers = profile["layers"].as_array().expect("layers");
+        assert_eq!(layers.len(), 4, "{profile}");
+        for layer in layers {
+            for key in ["layer", "enforcement", "outcome"] {
+                assert!(layer.get(key).is_some(), "layer lacks {key:?}: {layer}");
+            }
+        }
+    }
+    assert_eq!(profiles[0]["can_run"], json["default_profile_can_run"]);
+
     let probes = &json["probes"];
     for key in [
         "kernel_release",
@@ -97,4 +170,5 @@ fn json_output_has_probes_and_assessments() {
     require_or_skip("seccomp", seccomp["status"] == "available", seccomp);
     let abi = probes["landlock_abi"].as_u64();
     require_or_skip("Landlock", abi.is_some_and(|v| v >= 1), &probes["landlock"]);
+    require_or_skip("the default profile running here", can_run, &profiles[0]);
 }

@@ -1,14 +1,32 @@
-//! `sandbox doctor`: what this host supports, and what each built-in profile
-//! would enforce here.
+//! `sandbox doctor`: what this host supports, and whether each built-in
+//! profile can run here.
+//!
+//! The verdict is not a guess from the probes: each profile is started on
+//! the real spawn path with a dry run ([`Prepared::dry_run`]): every
+//! namespace, mount, id map, cgroup, Landlock rule and the seccomp filter is
+//! set up as for `sandbox run`, and the payload exits instead of executing.
+//! A profile "can run" only when that succeeded; otherwise doctor prints the
+//! very message `run` would print. The probes and the per-layer lines stay
+//! as the explanation.
 use std::fmt::Write as _;
 use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::Args;
 use sandbox::cgroup::{CgroupMode, CONTROLLERS};
-use sandbox::probe::{self, Assessment, Availability, LayerOutcome, Probes};
+use sandbox::environment::Environment;
+use sandbox::probe::{self, Availability, LayerAssessment, LayerOutcome, Probes};
 use sandbox::profile::policy::{Enforcement, Policy};
+use sandbox::spawn::{Prepared, SpawnSpec, Stdio};
 use serde::Serialize;
+
+/// The profile `sandbox run` uses without `--profile`: doctor exits 1 when
+/// it cannot run.
+const DEFAULT_PROFILE: &str = "strict";
+
+/// Version of the `--json` document; raised only when a field changes
+/// meaning or disappears (new fields may be added without it).
+const JSON_VERSION: u32 = 1;
 
 /// Arguments of `sandbox doctor`.
 #[derive(Debug, Args)]
@@ -18,39 +36,140 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-/// The `--json` document.
+/// The `--json` document (documented in docs/doctor.md).
 #[derive(Debug, Serialize)]
 struct Report<'a> {
+    version: u32,
+    default_profile: &'static str,
+    default_profile_can_run: bool,
+    environment: &'a Environment,
     probes: &'a Probes,
-    assessments: &'a [Assessment],
+    profiles: &'a [Verdict],
 }
 
-/// Probe, assess every built-in profile, print. Exits 0 whatever is missing:
-/// a missing feature is a finding, not a failure of `doctor`.
+/// What doctor found for one profile.
+#[derive(Debug, Serialize)]
+struct Verdict {
+    profile: String,
+    /// The dry run on the real spawn path succeeded.
+    can_run: bool,
+    /// What `sandbox run` would print (after `sandbox: `) and exit with.
+    refusal: Option<String>,
+    exit_status: i32,
+    /// The warnings `run` would print (a cgroup fallback, ...).
+    warnings: Vec<String>,
+    /// What each layer gets, judged from the probes.
+    layers: Vec<LayerAssessment>,
+}
+
+/// Probe, dry-run every built-in profile, print. Exits 1 when the default
+/// profile cannot run here, 0 otherwise (other profiles' refusals are
+/// findings).
 pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     // Probe first, while the process is still single-threaded (the user
     // namespace probe forks).
     let probes = probe::probe();
-    let assessments: Vec<Assessment> = builtin_policies()?
+    let environment = Environment::detect();
+    let verdicts: Vec<Verdict> = builtin_policies()?
         .iter()
-        .map(|(_, policy)| probe::assess(policy, &probes))
-        .collect();
+        .map(|(_, policy)| verdict(policy, &probes))
+        .collect::<anyhow::Result<_>>()?;
+    let default_can_run = verdicts
+        .iter()
+        .any(|v| v.profile == DEFAULT_PROFILE && v.can_run);
     let out = if args.json {
         let report = Report {
+            version: JSON_VERSION,
+            default_profile: DEFAULT_PROFILE,
+            default_profile_can_run: default_can_run,
+            environment: &environment,
             probes: &probes,
-            assessments: &assessments,
+            profiles: &verdicts,
         };
         let mut json = serde_json::to_string_pretty(&report).context("serializing the report")?;
         json.push('\n');
         json
     } else {
-        render_text(&probes, &assessments)
+        render_text(&probes, &environment, &verdicts)
     };
     std::io::stdout()
         .lock()
         .write_all(out.as_bytes())
         .context("writing to stdout")?;
-    Ok(0)
+    Ok(if default_can_run { 0 } else { 1 })
+}
+
+/// Start `policy` on the real spawn path with a dry run, on a fresh empty
+/// project, as the user running doctor.
+fn verdict(policy: &Policy, probes: &Probes) -> anyhow::Result<Verdict> {
+    let project = EmptyProject::create()?;
+    let spec = SpawnSpec {
+        program: "true".into(),
+        args: Vec::new(),
+        project: project.0.clone(),
+        project_explicit: true,
+        cwd: None,
+        env: Vec::new(),
+        // As `run` has them, so that the warnings are the ones it prints;
+        // the dry run never executes anything that could write.
+        stdio: [Stdio::Null, Stdio::Inherit, Stdio::Inherit],
+        read_only_extra: Vec::new(),
+    };
+    let started = Prepared::new(policy, spec).and_then(|mut prepared| {
+        prepared.dry_run = true;
+        let outcome = sandbox::spawn::parent::run(&mut prepared);
+        outcome.map(|o| (o, prepared.warnings))
+    });
+    let assessment = probe::assess(policy, probes);
+    let (can_run, refusal, exit_status, warnings) = match started {
+        Ok((outcome, warnings)) => match outcome.exit {
+            sandbox::spawn::channel::PayloadExit::Code(0) => (true, None, 0, warnings),
+            other => (
+                false,
+                Some(format!("the dry run ended with {other:?}")),
+                125,
+                warnings,
+            ),
+        },
+        Err(err) => (false, Some(err.to_string()), err.exit_status(), Vec::new()),
+    };
+    Ok(Verdict {
+        profile: policy.name.clone(),
+        can_run,
+        refusal,
+        exit_status,
+        warnings,
+        layers: assessment.layers,
+    })
+}
+
+/// An empty private directory, removed on drop.
+struct EmptyProject(std::path::PathBuf);
+
+impl EmptyProject {
+    fn create() -> anyhow::Result<EmptyProject> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        for attempt in 0..100u32 {
+            let path = base.join(format!("sandbox-doctor-{}-{attempt}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(EmptyProject(path)),
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(err) => {
+                    return Err(err).with_context(|| {
+                        format!("creating an empty project at {}", path.display())
+                    })
+                }
+            }
+        }
+        anyhow::bail!("no free name for an empty project in {}", base.display())
+    }
+}
+
+impl Drop for EmptyProject {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The built-in profiles, by name, as validated policies.
@@ -78,7 +197,7 @@ fn opt<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "absent".to_owned(), |v| v.to_string())
 }
 
-fn render_text(probes: &Probes, assessments: &[Assessment]) -> String {
+fn render_text(probes: &Probes, environment: &Environment, verdicts: &[Verdict]) -> String {
     // Writing to a String cannot fail; the results are ignored for that reason.
     let mut out = String::new();
     let who = if probes.running_as_root {
@@ -91,6 +210,7 @@ fn render_text(probes: &Probes, assessments: &[Assessment]) -> String {
         "sandbox doctor: Linux {} ({}), {who}\n\nkernel features",
         probes.kernel_release, probes.arch
     );
+    let _ = writeln!(out, "  environment  {}", environment.summary());
     status_line(&mut out, "user namespaces", &probes.user_namespaces);
     if let Some(unprivileged) = &probes.user_namespaces_unprivileged {
         status_line(
@@ -152,18 +272,28 @@ fn render_text(probes: &Probes, assessments: &[Assessment]) -> String {
         };
     }
 
-    let _ = writeln!(out, "\nprofiles");
-    if assessments.is_empty() {
+    let _ = writeln!(
+        out,
+        "\nprofiles (each started with a dry run: everything but executing the command)"
+    );
+    if verdicts.is_empty() {
         let _ = writeln!(out, "  (no built-in profiles in this build)");
     }
-    for a in assessments {
-        let verdict = if a.can_run {
-            "can run".to_owned()
-        } else {
-            format!("would refuse to run: {}", a.refusals().join("; "))
+    for v in verdicts {
+        let verdict = match &v.refusal {
+            None => "can run".to_owned(),
+            Some(message) => format!("cannot run (exit {}): sandbox: {message}", v.exit_status),
         };
-        let _ = writeln!(out, "  {}: {verdict}", a.profile);
-        for l in &a.layers {
+        let default = if v.profile == DEFAULT_PROFILE {
+            " (default)"
+        } else {
+            ""
+        };
+        let _ = writeln!(out, "  {}{default}: {verdict}", v.profile);
+        for warning in &v.warnings {
+            let _ = writeln!(out, "    warning: {warning}");
+        }
+        for l in &v.layers {
             let enforcement = match l.enforcement {
                 Enforcement::Required => "required",
                 Enforcement::BestEffort => "best-effort",
@@ -187,14 +317,20 @@ fn render_text(probes: &Probes, assessments: &[Assessment]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox::probe::{Layer, LayerAssessment};
+    use sandbox::probe::Layer;
 
     #[test]
-    fn refusing_profile_says_why() {
+    fn refusing_profile_prints_the_run_message() {
         let probes = probe::probe();
-        let refused = Assessment {
+        let refused = Verdict {
             profile: "strict".to_owned(),
             can_run: false,
+            refusal: Some(
+                "cannot create the sandbox's namespaces (clone: EPERM); cause: x; fix: y"
+                    .to_owned(),
+            ),
+            exit_status: 125,
+            warnings: vec![],
             layers: vec![LayerAssessment {
                 layer: Layer::Landlock,
                 enforcement: Enforcement::Required,
@@ -203,10 +339,10 @@ mod tests {
                 },
             }],
         };
-        let text = render_text(&probes, &[refused]);
+        let text = render_text(&probes, &Environment::default(), &[refused]);
         assert!(
             text.contains(
-                "strict: would refuse to run: landlock: Landlock ABI 4 cannot restrict ioctl"
+                "strict (default): cannot run (exit 125): sandbox: cannot create the sandbox's namespaces (clone: EPERM); cause: x; fix: y"
             ),
             "{text}"
         );

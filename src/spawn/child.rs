@@ -41,7 +41,7 @@ pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
         report
     };
     match run(prepared, report) {
-        Ok(never) => match never {},
+        Ok(Ready::DryRun) => 0,
         Err(failed) => {
             channel::report_failure(report, failed.step, failed.errno, failed.detail);
             if failed.step == Step::Exec {
@@ -53,9 +53,13 @@ pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
     }
 }
 
-enum Never {}
+/// How the setup ended without an error (a successful execve never returns).
+enum Ready {
+    /// [`Prepared::dry_run`]: set up, not executed.
+    DryRun,
+}
 
-fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Never, Failed<'a>> {
+fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Failed<'a>> {
     // No controlling terminal: TIOCSTI and friends can then not push input
     // into the supervisor's terminal (CVE-2017-5226 in bubblewrap).
     nix::unistd::setsid().step(Step::Setsid, b"")?;
@@ -146,6 +150,11 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Never, Fail
             }
             channel::report_skipped(report, Step::Seccomp, errno);
         }
+    }
+
+    if prepared.dry_run {
+        // Every step that could refuse has run; init's _exit takes this status.
+        return Ok(Ready::DryRun);
     }
 
     // execvp's rules: keep looking after ENOENT/ENOTDIR, remember EACCES.

@@ -245,6 +245,17 @@ pub enum SpawnError {
         /// What is missing and how to fix it.
         reason: String,
     },
+    /// A refusal the environment explains: the error names the step, the
+    /// explanation the cause and the fix for the environment detected.
+    #[error("{error}; cause: {cause}; fix: {fix}")]
+    Explained {
+        /// The refusal as the step reported it.
+        error: Box<SpawnError>,
+        /// Why, in this environment.
+        cause: String,
+        /// What to do.
+        fix: String,
+    },
     /// The command could not be executed inside the sandbox.
     #[error("cannot execute '{program}': {}", Errno::from_raw(*errno).desc())]
     Exec {
@@ -256,6 +267,86 @@ pub enum SpawnError {
 }
 
 impl SpawnError {
+    /// The refusal itself, without the explanation around it.
+    pub fn step_error(&self) -> &SpawnError {
+        match self {
+            SpawnError::Explained { error, .. } => error,
+            other => other,
+        }
+    }
+
+    /// The refusal as the environment explains it: the cause and the fix
+    /// for the container, sysctl, AppArmor or outer sandbox detected here
+    /// ([`crate::environment`]); unchanged when nothing there explains it.
+    pub fn explained(self) -> SpawnError {
+        let Some(refusal) = self.refusal() else {
+            return self;
+        };
+        let Some(why) = crate::environment::Environment::detect().explain(&refusal) else {
+            return self;
+        };
+        match self {
+            SpawnError::Clone { source, .. } => SpawnError::Clone {
+                source,
+                hint: format!("; cause: {}; fix: {}", why.cause, why.fix),
+            },
+            error => SpawnError::Explained {
+                error: Box::new(error),
+                cause: why.cause,
+                fix: why.fix,
+            },
+        }
+    }
+
+    /// What kind of refusal the environment might explain.
+    fn refusal(&self) -> Option<crate::environment::Refusal> {
+        use crate::environment::Refusal;
+        match self {
+            SpawnError::Clone { hint, .. } if !hint.is_empty() => None,
+            SpawnError::Clone { source, .. } => Some(Refusal::UserNamespace(*source)),
+            SpawnError::IdMap { .. } => Some(Refusal::IdMap),
+            SpawnError::Sys { op, source } => {
+                let idmapped = op.starts_with("open_tree") || op.starts_with("idmapping");
+                (idmapped || op.starts_with("mount_setattr")).then_some(Refusal::Mount {
+                    errno: *source,
+                    proc: false,
+                    idmapped,
+                })
+            }
+            // cgroup refusals carry their own cause and fix (crate::cgroup::refusal).
+            SpawnError::Setup { step, errno, .. } => {
+                let errno = Errno::from_raw(*errno);
+                match step {
+                    Step::WaitForIdMaps | Step::DropGroups | Step::SetIds => Some(Refusal::IdMap),
+                    Step::UnshareCgroup
+                    | Step::MountPrivate
+                    | Step::MountBase
+                    | Step::PivotToBase
+                    | Step::MountNewRoot
+                    | Step::BindMount
+                    | Step::AttachIdmappedTree
+                    | Step::HidePath
+                    | Step::ProtectPath
+                    | Step::MountTmp
+                    | Step::MountProc
+                    | Step::MountDev
+                    | Step::RemountRootReadOnly
+                    | Step::PivotRoot
+                    | Step::DetachOldRoot
+                    | Step::Hostname => Some(Refusal::Mount {
+                        errno,
+                        proc: *step == Step::MountProc,
+                        idmapped: false,
+                    }),
+                    Step::Seccomp => Some(Refusal::Seccomp(errno)),
+                    Step::Landlock => Some(Refusal::Landlock(errno)),
+                    _ => None,
+                }
+            }
+            _ => None,
+        }
+    }
+
     /// The exit status `sandbox run` uses for this error: 127 when the command
     /// could not be executed (as a shell does), 125 for the sandbox's own failures.
     pub fn exit_status(&self) -> i32 {

@@ -410,6 +410,10 @@ pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
 /// [`Running::wait`] returns (they are read from a signalfd and forwarded),
 /// so a SIGTERM to the supervisor reaches the sandboxed command.
 pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
+    start_unexplained(prepared).map_err(SpawnError::explained)
+}
+
+fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     check_single_threaded()?;
     let cgroup = setup_cgroup(prepared)?;
     let sweep = SweepPlan::for_run(prepared);
@@ -592,13 +596,8 @@ fn start_cloned(
     let (init_pid, pidfd) = match cloned {
         Ok(pair) => pair,
         Err(source) => {
-            let hint = if matches!(source, Errno::EPERM | Errno::ENOSPC | Errno::EINVAL) {
-                crate::probe::userns_unavailable_reason()
-                    .map(|r| format!(": {r}"))
-                    .unwrap_or_default()
-            } else {
-                String::new()
-            };
+            // The cause and the fix come from SpawnError::explained.
+            let hint = String::new();
             return Err(restore(SpawnError::Clone { source, hint }));
         }
     };
@@ -671,7 +670,9 @@ impl Running {
         prepared: &Prepared,
         driver: Option<&mut dyn Driver>,
     ) -> Result<Outcome, SpawnError> {
-        let mut result = self.supervise(prepared, driver);
+        let mut result = self
+            .supervise(prepared, driver)
+            .map_err(SpawnError::explained);
         if result.is_ok() {
             self.collected = true;
             if let Some(cgroup) = self.cgroup.take() {

@@ -257,6 +257,9 @@ pub struct Prepared {
     pub project_rules: crate::project::Rules,
     /// What the walk of the project found (None: the project is not visible).
     pub scan: Option<crate::project::scan::Scan>,
+    /// Do every step up to and including seccomp, then exit 0 instead of
+    /// executing the command: `doctor`'s verdict is the real spawn path's.
+    pub dry_run: bool,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -780,6 +783,7 @@ impl Prepared {
             warnings,
             project_rules,
             scan,
+            dry_run: false,
         })
     }
 }

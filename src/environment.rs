@@ -1,0 +1,1087 @@
+//! Where `sandbox` is running: a container engine, a Kubernetes pod, a user
+//! namespace someone else created, another sandbox, an AppArmor-restricted
+//! Ubuntu, and the sysctls that switch user namespaces off.
+//!
+//! One place detects this, and every refusal that the environment can
+//! explain ([`Environment::explain`]) names the cause and the fix for the
+//! environment detected, instead of a bare errno. Detection only chooses the
+//! words of a message and doctor's findings: it never relaxes a layer, so a
+//! forged marker can at worst make a message less helpful.
+//!
+//! Every file is read beneath a root directory ([`Environment::detect_at`]),
+//! so that tests can fake a tree: a machine without AppArmor, Docker or
+//! Kubernetes still has the messages for them tested against a fake
+//! `/proc/sys/kernel/apparmor_restrict_unprivileged_userns`, `/.dockerenv`
+//! or `/var/run/secrets/kubernetes.io`.
+//!
+//! Being inside another `sandbox` is recognised by PID 1's command line,
+//! `sandbox-init`, which our init writes into its own memory before the
+//! payload exists (see `sys::proctitle`). The payload cannot change it: it is
+//! not PID 1, is not allowed to ptrace, has no capability to rewrite another
+//! process's memory, and init is not dumpable. `SANDBOX_IPC_FD` or
+//! `/run/sandbox` are weaker: the first disappears with `env -i`, the second
+//! exists only where a mount namespace was built. A run without a pid
+//! namespace is recognised by an ancestor process named `sandbox-init` or
+//! `sandbox` (the supervisor), walking the parent chain.
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use serde::Serialize;
+
+use crate::probe::UsernsSysctls;
+
+/// A container engine, as far as it can be told from inside.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "engine", rename_all = "kebab-case")]
+pub enum Container {
+    /// Docker (`/.dockerenv`, or `docker` in the cgroup path).
+    Docker,
+    /// Podman (`/run/.containerenv`, or `libpod` in the cgroup path).
+    Podman {
+        /// `rootless=1` in `/run/.containerenv`.
+        rootless: bool,
+    },
+    /// Another engine that announces itself (`container=` in PID 1's
+    /// environment or `/run/systemd/container`: lxc, systemd-nspawn, oci...).
+    Other {
+        /// The name it gives.
+        name: String,
+    },
+}
+
+/// A sandbox this process runs inside of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Outer {
+    /// Another `sandbox` run.
+    Sandbox,
+    /// bubblewrap (`bwrap`), or Flatpak, which uses it.
+    Bubblewrap,
+}
+
+/// This process's seccomp state (`/proc/self/status`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SeccompState {
+    /// `Seccomp:` 0 none, 1 strict, 2 filter.
+    pub mode: Option<u8>,
+    /// `Seccomp_filters:`, the number of filters stacked on this process.
+    pub filters: Option<u32>,
+    /// `NoNewPrivs:`.
+    pub no_new_privs: Option<bool>,
+}
+
+/// AppArmor as it applies to this process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct AppArmor {
+    /// `/sys/module/apparmor/parameters/enabled` is `Y`.
+    pub enabled: Option<bool>,
+    /// `kernel.apparmor_restrict_unprivileged_userns` (Ubuntu 23.10+).
+    pub restrict_unprivileged_userns: Option<bool>,
+    /// This process's label (`/proc/self/attr/apparmor/current` or
+    /// `/proc/self/attr/current`), e.g. `unconfined`, `docker-default (enforce)`
+    /// or `sandbox (unconfined)`.
+    pub label: Option<String>,
+}
+
+impl AppArmor {
+    /// A profile is attached to this process (its label is not `unconfined`).
+    pub fn confined(&self) -> bool {
+        self.label.as_deref().is_some_and(|l| l != "unconfined")
+    }
+
+    /// The restriction stops unprivileged user namespaces for this process:
+    /// it is on, and no profile (such as the one shipped in
+    /// `packaging/apparmor/sandbox`) is attached that could grant `userns`.
+    pub fn blocks_userns(&self) -> bool {
+        self.restrict_unprivileged_userns == Some(true) && !self.confined()
+    }
+}
+
+/// Everything the refusal messages and doctor need to know about the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Environment {
+    /// The container engine, if any.
+    pub container: Option<Container>,
+    /// Inside a Kubernetes pod (`KUBERNETES_SERVICE_HOST`, the service
+    /// account directory, or `kubepods` in the cgroup path).
+    pub kubernetes: bool,
+    /// Inside another sandbox.
+    pub outer: Option<Outer>,
+    /// This process's user namespace is the initial one (`/proc/self/uid_map`
+    /// is `0 0 4294967295`); `None` when unreadable.
+    pub initial_user_namespace: Option<bool>,
+    /// `/proc/self/uid_map`, one mapping per entry, spaces collapsed.
+    pub uid_map: Vec<String>,
+    /// `/proc/self/setgroups` (`allow` or `deny`).
+    pub setgroups: Option<String>,
+    /// Effective uid 0 (root of this process's user namespace).
+    pub root: bool,
+    /// Seccomp filters already on this process.
+    pub seccomp: SeccompState,
+    /// AppArmor.
+    pub apparmor: AppArmor,
+    /// The user namespace sysctls.
+    pub sysctls: UsernsSysctls,
+    /// Whether `landlock` is in `/sys/kernel/security/lsm`; `None` when the
+    /// list cannot be read (securityfs not mounted, as in most containers).
+    pub landlock_in_lsm_list: Option<bool>,
+    /// Every cgroup filesystem mounted here is read-only (as containers
+    /// mount them); `None` when none is mounted.
+    pub cgroupfs_read_only: Option<bool>,
+    /// `/proc` has paths mounted over it (a container's masked paths): the
+    /// kernel then refuses a fresh `/proc` in a new pid namespace.
+    pub proc_masked: bool,
+}
+
+/// A refusal the environment may explain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// `clone`/`unshare` with `CLONE_NEWUSER` failed.
+    UserNamespace(Errno),
+    /// Writing `setgroups`, `uid_map` or `gid_map`, or switching to the
+    /// mapped ids, failed.
+    IdMap,
+    /// A mount step failed (`mount`, `open_tree`, `mount_setattr`, pivot).
+    Mount {
+        /// The errno.
+        errno: Errno,
+        /// The step was mounting `/proc`.
+        proc: bool,
+        /// The step was an idmapped mount made by the supervisor (root mode).
+        idmapped: bool,
+    },
+    /// Installing the seccomp filter failed.
+    Seccomp(Errno),
+    /// Applying Landlock failed.
+    Landlock(Errno),
+}
+
+/// The cause of a refusal and its fix, for the environment detected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Explanation {
+    /// Why, in this environment.
+    pub cause: String,
+    /// What to do: the exact flag, setting or command.
+    pub fix: String,
+}
+
+/// The way around a missing user namespace that needs no change outside.
+pub const WITHOUT_NAMESPACES: &str =
+    "or run without namespaces with a profile whose enforce.userns is \"best-effort\" \
+     (`--profile standard`: Landlock, seccomp and rlimits only)";
+
+impl Environment {
+    /// Detect the environment of this process.
+    pub fn detect() -> Environment {
+        Environment::detect_at(Path::new("/"), |name| std::env::var_os(name))
+    }
+
+    /// Detect the environment from the files beneath `root` (`/` for the
+    /// real one) and the variables `var` returns.
+    pub fn detect_at(root: &Path, var: impl Fn(&str) -> Option<OsString>) -> Environment {
+        let read = |path: &str| std::fs::read_to_string(beneath(root, path)).ok();
+        let exists = |path: &str| beneath(root, path).exists();
+        let cgroup_paths = read("/proc/self/cgroup").unwrap_or_default()
+            + &read("/proc/1/cgroup").unwrap_or_default();
+        let pid1_environ = std::fs::read(beneath(root, "/proc/1/environ")).unwrap_or_default();
+        let announced = pid1_environ
+            .split(|b| *b == 0)
+            .find_map(|entry| entry.strip_prefix(b"container="))
+            .map(|value| String::from_utf8_lossy(value).into_owned())
+            .or_else(|| read("/run/systemd/container").map(|s| s.trim().to_owned()))
+            .filter(|s| !s.is_empty());
+        let containerenv = read("/run/.containerenv");
+        let container = if exists("/.dockerenv") || announced.as_deref() == Some("docker") {
+            Some(Container::Docker)
+        } else if containerenv.is_some() || announced.as_deref() == Some("podman") {
+            Some(Container::Podman {
+                rootless: containerenv
+                    .as_deref()
+                    .is_some_and(|c| c.lines().any(|l| l.trim() == "rootless=1")),
+            })
+        } else if let Some(name) = announced {
+            Some(Container::Other { name })
+        } else if cgroup_paths.contains("/docker") {
+            Some(Container::Docker)
+        } else if cgroup_paths.contains("libpod") {
+            Some(Container::Podman { rootless: false })
+        } else {
+            None
+        };
+        let kubernetes = var("KUBERNETES_SERVICE_HOST").is_some()
+            || exists("/var/run/secrets/kubernetes.io")
+            || exists("/run/secrets/kubernetes.io")
+            || cgroup_paths.contains("kubepods");
+
+        let uid_map: Vec<String> = read("/proc/self/uid_map")
+            .unwrap_or_default()
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .filter(|l| !l.is_empty())
+            .collect();
+        let initial_user_namespace = (!uid_map.is_empty()).then(|| uid_map == ["0 0 4294967295"]);
+        let status = read("/proc/self/status").unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        let is_root = match field("Uid:") {
+            // The effective uid is the second field.
+            Some(uids) => uids.split_whitespace().nth(1) == Some("0"),
+            None => nix::unistd::geteuid().is_root(),
+        };
+        let seccomp = SeccompState {
+            mode: field("Seccomp:").and_then(|v| v.parse().ok()),
+            filters: field("Seccomp_filters:").and_then(|v| v.parse().ok()),
+            no_new_privs: field("NoNewPrivs:").map(|v| v == "1"),
+        };
+        let label = read("/proc/self/attr/apparmor/current")
+            .or_else(|| read("/proc/self/attr/current"))
+            .map(|l| l.trim_end_matches(['\n', '\0']).trim().to_owned())
+            .filter(|l| !l.is_empty());
+        let sysctls = UsernsSysctls::read_at(root);
+        let apparmor = AppArmor {
+            enabled: read("/sys/module/apparmor/parameters/enabled").map(|v| v.trim() == "Y"),
+            restrict_unprivileged_userns: sysctls.apparmor_restrict_unprivileged_userns,
+            label,
+        };
+        let landlock_in_lsm_list = read("/sys/kernel/security/lsm")
+            .map(|list| list.trim().split(',').any(|lsm| lsm == "landlock"));
+        let mountinfo = read("/proc/self/mountinfo").unwrap_or_default();
+        let (cgroupfs_read_only, proc_masked) = mounts(&mountinfo);
+        Environment {
+            container,
+            kubernetes,
+            outer: outer_sandbox(root, seccomp),
+            initial_user_namespace,
+            uid_map,
+            setgroups: read("/proc/self/setgroups").map(|s| s.trim().to_owned()),
+            root: is_root,
+            seccomp,
+            apparmor,
+            sysctls,
+            landlock_in_lsm_list,
+            cgroupfs_read_only,
+            proc_masked,
+        }
+    }
+
+    /// Root of a user namespace that is not the initial one (`unshare -r`,
+    /// rootless Podman, a CI container with a mapped range).
+    pub fn root_in_child_user_namespace(&self) -> bool {
+        self.root && self.initial_user_namespace == Some(false)
+    }
+
+    /// A short description for doctor, e.g. `Docker container, Kubernetes pod`.
+    pub fn summary(&self) -> String {
+        let mut parts = Vec::new();
+        match &self.container {
+            Some(Container::Docker) => parts.push("Docker container".to_owned()),
+            Some(Container::Podman { rootless: true }) => {
+                parts.push("rootless Podman container".to_owned())
+            }
+            Some(Container::Podman { rootless: false }) => {
+                parts.push("Podman container".to_owned())
+            }
+            Some(Container::Other { name }) => parts.push(format!("{name} container")),
+            None => {}
+        }
+        if self.kubernetes {
+            parts.push("Kubernetes pod".to_owned());
+        }
+        match self.outer {
+            Some(Outer::Sandbox) => parts.push("inside another sandbox".to_owned()),
+            Some(Outer::Bubblewrap) => parts.push("inside bubblewrap".to_owned()),
+            None => {}
+        }
+        if self.initial_user_namespace == Some(false) {
+            parts.push(format!(
+                "{} of a child user namespace (uid_map {})",
+                if self.root { "root" } else { "a user" },
+                self.uid_map.join(", ")
+            ));
+        }
+        if self.seccomp.mode == Some(2) {
+            parts.push(format!(
+                "{} seccomp filter(s) already applied",
+                self.seccomp.filters.unwrap_or(1)
+            ));
+        }
+        if self.apparmor.blocks_userns() && !self.root {
+            parts.push("AppArmor restricts unprivileged user namespaces".to_owned());
+        } else if let Some(label) = self
+            .apparmor
+            .label
+            .as_deref()
+            .filter(|_| self.apparmor.confined())
+        {
+            parts.push(format!("AppArmor label {label}"));
+        }
+        if self.cgroupfs_read_only == Some(true) {
+            parts.push("cgroup filesystem read-only".to_owned());
+        }
+        if parts.is_empty() {
+            "a host with no container, outer sandbox or restriction detected".to_owned()
+        } else {
+            parts.join(", ")
+        }
+    }
+
+    /// The cause and fix of `refusal` here, when the environment explains it.
+    pub fn explain(&self, refusal: &Refusal) -> Option<Explanation> {
+        match refusal {
+            Refusal::UserNamespace(errno) => self.userns_blocker(*errno, true),
+            // A container's seccomp profile stops the clone, never the maps.
+            Refusal::IdMap => self
+                .child_namespace_root()
+                .or_else(|| self.userns_blocker(Errno::EPERM, false)),
+            Refusal::Mount {
+                errno,
+                proc,
+                idmapped,
+            } => self.mount_blocker(*errno, *proc, *idmapped),
+            Refusal::Seccomp(errno) => self.seccomp_blocker(*errno),
+            Refusal::Landlock(errno) => self.landlock_blocker(*errno),
+        }
+    }
+
+    /// Why user namespaces cannot be had here, most specific cause first.
+    fn userns_blocker(&self, errno: Errno, containers: bool) -> Option<Explanation> {
+        if self.sysctls.max_user_namespaces == Some(0) {
+            return Some(Explanation {
+                cause: "user.max_user_namespaces is 0 in this user namespace".into(),
+                fix: format!(
+                    "`sysctl -w user.max_user_namespaces=15000` (as root of this namespace), \
+                     {WITHOUT_NAMESPACES}"
+                ),
+            });
+        }
+        match self.outer {
+            Some(Outer::Sandbox) => {
+                return Some(Explanation {
+                    cause: "this runs inside another sandbox, whose seccomp filter forbids new \
+                            user namespaces"
+                        .into(),
+                    fix: "run the inner sandbox with a profile whose enforce.userns is \
+                          \"best-effort\" (`--profile standard`), which uses the Landlock and \
+                          seccomp layers the outer one leaves, or run the command under the \
+                          outer sandbox alone"
+                        .into(),
+                });
+            }
+            Some(Outer::Bubblewrap) if errno == Errno::EPERM || errno == Errno::ENOSPC => {
+                return Some(Explanation {
+                    cause: "this runs inside bubblewrap, which forbids new user namespaces \
+                            here (`--disable-userns`, or a seccomp filter given with `--seccomp`)"
+                        .into(),
+                    fix: format!(
+                        "start bwrap without `--disable-userns` and without a filter that \
+                         blocks CLONE_NEWUSER, {WITHOUT_NAMESPACES}"
+                    ),
+                });
+            }
+            _ => {}
+        }
+        if !self.root && self.sysctls.unprivileged_userns_clone == Some(false) {
+            return Some(Explanation {
+                cause: "kernel.unprivileged_userns_clone is 0: user namespaces are disabled for \
+                        unprivileged users"
+                    .into(),
+                fix: format!(
+                    "`sudo sysctl -w kernel.unprivileged_userns_clone=1`, {WITHOUT_NAMESPACES}"
+                ),
+            });
+        }
+        if !self.root && self.apparmor.blocks_userns() {
+            return Some(Explanation {
+                cause: "AppArmor restricts unprivileged user namespaces \
+                        (kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu 23.10+) and no \
+                        AppArmor profile grants `userns` to sandbox"
+                    .into(),
+                fix: format!(
+                    "install the AppArmor profile from packaging/apparmor/sandbox \
+                     (`sudo install -m 644 packaging/apparmor/sandbox /etc/apparmor.d/sandbox && \
+                     sudo apparmor_parser -r /etc/apparmor.d/sandbox`, with the binary's path \
+                     in it), or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, \
+                     {WITHOUT_NAMESPACES}"
+                ),
+            });
+        }
+        if !containers {
+            return None;
+        }
+        if errno == Errno::EPERM {
+            if let Some(explanation) = self.container_blocker() {
+                return Some(explanation);
+            }
+            if self.seccomp.mode == Some(2) {
+                return Some(Explanation {
+                    cause: format!(
+                        "a seccomp filter on this process ({} stacked, inherited from what \
+                         started sandbox) forbids new user namespaces",
+                        self.seccomp.filters.unwrap_or(1)
+                    ),
+                    fix: format!(
+                        "start sandbox outside that filter, or allow clone, clone3 and unshare \
+                         with CLONE_NEWUSER in it, {WITHOUT_NAMESPACES}"
+                    ),
+                });
+            }
+        }
+        match errno {
+            Errno::ENOSPC => Some(Explanation {
+                cause: format!(
+                    "the user namespace limit is reached (user.max_user_namespaces={}), or \
+                     namespaces are nested 32 deep",
+                    self.sysctls
+                        .max_user_namespaces
+                        .map_or_else(|| "unknown".to_owned(), |n| n.to_string())
+                ),
+                fix: format!("raise `user.max_user_namespaces`, {WITHOUT_NAMESPACES}"),
+            }),
+            Errno::EUSERS => Some(Explanation {
+                cause: "user namespaces are nested 32 deep, the kernel's limit".into(),
+                fix: format!("start sandbox from a shallower namespace, {WITHOUT_NAMESPACES}"),
+            }),
+            Errno::EINVAL | Errno::ENOSYS => Some(Explanation {
+                cause: "the kernel has no user namespaces (built without CONFIG_USER_NS)".into(),
+                fix: format!("use a kernel with CONFIG_USER_NS, {WITHOUT_NAMESPACES}"),
+            }),
+            _ => None,
+        }
+    }
+
+    /// A container engine's default seccomp profile forbids user namespaces.
+    fn container_blocker(&self) -> Option<Explanation> {
+        let apparmor_too = self.apparmor.label.as_deref().is_some_and(|l| {
+            l.starts_with("docker-default") || l.starts_with("containers-default")
+        });
+        if self.kubernetes {
+            return Some(Explanation {
+                cause: "the pod's seccomp profile (RuntimeDefault) forbids new user namespaces"
+                    .into(),
+                fix: format!(
+                    "set the container's `securityContext.seccompProfile.type: Unconfined` and \
+                     `procMount: Unmasked`, and run the pod in its own user namespace with \
+                     `hostUsers: false`{}, {WITHOUT_NAMESPACES}",
+                    if apparmor_too {
+                        " (and `securityContext.appArmorProfile.type: Unconfined`)"
+                    } else {
+                        ""
+                    }
+                ),
+            });
+        }
+        let (engine, flag) = match self.container.as_ref()? {
+            Container::Docker => ("Docker", "docker run"),
+            Container::Podman { .. } => ("Podman", "podman run"),
+            Container::Other { name } => {
+                return Some(Explanation {
+                    cause: format!(
+                        "this runs in a {name} container whose seccomp profile or capability set \
+                         forbids new user namespaces"
+                    ),
+                    fix: format!(
+                        "run the container with a seccomp profile that allows clone, clone3 and \
+                         unshare with CLONE_NEWUSER (or none), {WITHOUT_NAMESPACES}"
+                    ),
+                });
+            }
+        };
+        Some(Explanation {
+            cause: format!(
+                "{engine}'s default seccomp profile forbids new user namespaces (clone and \
+                 unshare with CLONE_NEWUSER)"
+            ),
+            fix: format!(
+                "`{flag} --security-opt seccomp=unconfined{}` (or a seccomp profile that allows \
+                 clone, clone3 and unshare with CLONE_NEWUSER), {WITHOUT_NAMESPACES}",
+                if apparmor_too {
+                    " --security-opt apparmor=unconfined"
+                } else {
+                    ""
+                }
+            ),
+        })
+    }
+
+    /// Root of a child user namespace: its mapping is someone else's.
+    fn child_namespace_root(&self) -> Option<Explanation> {
+        if !self.root_in_child_user_namespace() {
+            return None;
+        }
+        Some(Explanation {
+            cause: format!(
+                "sandbox runs as root of a child user namespace (uid_map {}, setgroups {}), \
+                 not as host root, so it cannot map a host uid of its own choosing",
+                self.uid_map.join(", "),
+                self.setgroups.as_deref().unwrap_or("unknown")
+            ),
+            fix: format!(
+                "start sandbox outside that namespace, as the user who created it, \
+                 {WITHOUT_NAMESPACES}"
+            ),
+        })
+    }
+
+    fn mount_blocker(&self, errno: Errno, proc: bool, idmapped: bool) -> Option<Explanation> {
+        if errno != Errno::EPERM && errno != Errno::EACCES {
+            return None;
+        }
+        if idmapped {
+            if let Some(explanation) = self.child_namespace_root() {
+                return Some(Explanation {
+                    cause: format!(
+                        "{}; idmapped mounts need root of the initial user namespace",
+                        explanation.cause
+                    ),
+                    fix: explanation.fix,
+                });
+            }
+        }
+        if (!self.root && self.apparmor.blocks_userns()) || self.outer.is_some() {
+            return self.userns_blocker(errno, false);
+        }
+        let apparmor_label = self
+            .apparmor
+            .label
+            .as_deref()
+            .filter(|_| self.apparmor.confined());
+        if proc && self.proc_masked {
+            let fix = if self.kubernetes {
+                "set the container's `securityContext.procMount: Unmasked` (with `hostUsers: false`)"
+            } else {
+                match self.container {
+                    Some(Container::Docker) => "`docker run --security-opt systempaths=unconfined`",
+                    Some(Container::Podman { .. }) => "`podman run --security-opt unmask=ALL`",
+                    _ => "start sandbox where /proc has no paths mounted over it",
+                }
+            };
+            return Some(Explanation {
+                cause: "/proc here has paths mounted over it (a container's masked paths), and \
+                        the kernel refuses a fresh /proc for a new pid namespace then"
+                    .into(),
+                fix: format!("{fix}, {WITHOUT_NAMESPACES}"),
+            });
+        }
+        if let Some(label) = apparmor_label {
+            let fix = match self.container {
+                Some(Container::Docker) => "`docker run --security-opt apparmor=unconfined`",
+                Some(Container::Podman { .. }) => "`podman run --security-opt apparmor=unconfined`",
+                _ if self.kubernetes => {
+                    "set the container's `securityContext.appArmorProfile.type: Unconfined`"
+                }
+                _ => "run sandbox under a profile that allows mount (packaging/apparmor/sandbox)",
+            };
+            return Some(Explanation {
+                cause: format!("the AppArmor profile `{label}` forbids mounting"),
+                fix: format!("{fix}, {WITHOUT_NAMESPACES}"),
+            });
+        }
+        if self.container.is_some() || self.kubernetes {
+            return self.container_blocker();
+        }
+        None
+    }
+
+    fn seccomp_blocker(&self, errno: Errno) -> Option<Explanation> {
+        let stacked = self.seccomp.filters.filter(|n| *n > 0)?;
+        let outer = match (self.outer, &self.container, self.kubernetes) {
+            (Some(Outer::Sandbox), _, _) => "the outer sandbox",
+            (Some(Outer::Bubblewrap), _, _) => "bubblewrap",
+            (_, _, true) => "the pod",
+            (_, Some(_), _) => "the container",
+            _ => "the process that started sandbox",
+        };
+        let cause = if errno == Errno::ENOMEM {
+            format!(
+                "{stacked} seccomp filter(s) from {outer} are already stacked on this process, \
+                 and with this profile's the kernel's limit on stacked filter length is passed"
+            )
+        } else {
+            format!(
+                "{stacked} seccomp filter(s) from {outer} are already stacked on this process, and \
+                 they refuse the seccomp system call or this filter"
+            )
+        };
+        Some(Explanation {
+            cause,
+            fix: "set enforce.seccomp = \"best-effort\" in the inner profile (the outer filter \
+                  still applies), or start sandbox outside it"
+                .into(),
+        })
+    }
+
+    fn landlock_blocker(&self, errno: Errno) -> Option<Explanation> {
+        let best_effort = "or set enforce.landlock = \"best-effort\"";
+        if errno == Errno::EOPNOTSUPP || self.landlock_in_lsm_list == Some(false) {
+            return Some(Explanation {
+                cause: "Landlock is built into the kernel but not enabled (not in the lsm= list)"
+                    .into(),
+                fix: format!("add `landlock` to the `lsm=` kernel boot parameter, {best_effort}"),
+            });
+        }
+        if errno == Errno::ENOSYS && (self.container.is_some() || self.kubernetes) {
+            return Some(Explanation {
+                cause: "the container's seccomp profile does not know the Landlock system calls \
+                        and answers ENOSYS (Docker before 23.0, older containerd and Podman)"
+                    .into(),
+                fix: format!(
+                    "update the container engine, or run the container with \
+                     `--security-opt seccomp=unconfined`, {best_effort}"
+                ),
+            });
+        }
+        if errno == Errno::ENOSYS {
+            return Some(Explanation {
+                cause: "the kernel has no Landlock (older than 5.13 or built without \
+                        CONFIG_SECURITY_LANDLOCK)"
+                    .into(),
+                fix: format!("use Linux 6.12+ with Landlock enabled, {best_effort}"),
+            });
+        }
+        None
+    }
+}
+
+/// `path` (absolute) beneath `root`.
+fn beneath(root: &Path, path: &str) -> PathBuf {
+    root.join(path.trim_start_matches('/'))
+}
+
+/// `(every cgroup filesystem is read-only, /proc has mounts over it)`.
+fn mounts(mountinfo: &str) -> (Option<bool>, bool) {
+    let mut cgroup_seen = false;
+    let mut cgroup_writable = false;
+    let mut proc_masked = false;
+    for line in mountinfo.lines() {
+        let Some((before, after)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = before.split_whitespace().collect();
+        let (Some(mount_point), Some(options)) = (fields.get(4), fields.get(5)) else {
+            continue;
+        };
+        let fstype = after.split_whitespace().next().unwrap_or("");
+        if fstype == "cgroup" || fstype == "cgroup2" {
+            cgroup_seen = true;
+            if options.split(',').any(|o| o == "rw") {
+                cgroup_writable = true;
+            }
+        }
+        if mount_point.starts_with("/proc/") {
+            proc_masked = true;
+        }
+    }
+    (cgroup_seen.then_some(!cgroup_writable), proc_masked)
+}
+
+/// An outer sandbox: PID 1's command line, else an ancestor's name. An
+/// ancestor named `sandbox` counts only for a process that carries a seccomp
+/// filter and `no_new_privs`, as everything a sandbox runs does: `sandbox
+/// serve` is the unsandboxed parent of its skill hosts.
+fn outer_sandbox(root: &Path, seccomp: SeccompState) -> Option<Outer> {
+    let filtered = seccomp.mode == Some(2) && seccomp.no_new_privs == Some(true);
+    let pid1 = std::fs::read(beneath(root, "/proc/1/cmdline")).unwrap_or_default();
+    let argv0 = pid1.split(|b| *b == 0).next().unwrap_or_default();
+    if argv0 == b"sandbox-init" {
+        return Some(Outer::Sandbox);
+    }
+    if argv0.rsplit(|b| *b == b'/').next() == Some(b"bwrap".as_slice())
+        || beneath(root, "/.flatpak-info").exists()
+    {
+        return Some(Outer::Bubblewrap);
+    }
+    // Without a pid namespace the outer supervisor is an ancestor.
+    let mut pid = parent_of(root, "self")?;
+    for _ in 0..64 {
+        if pid <= 1 {
+            return None;
+        }
+        let comm = std::fs::read_to_string(beneath(root, &format!("/proc/{pid}/comm")))
+            .unwrap_or_default();
+        match comm.trim() {
+            "sandbox-init" => return Some(Outer::Sandbox),
+            "sandbox" if filtered => return Some(Outer::Sandbox),
+            "bwrap" => return Some(Outer::Bubblewrap),
+            _ => {}
+        }
+        pid = parent_of(root, &pid.to_string())?;
+    }
+    None
+}
+
+fn parent_of(root: &Path, pid: &str) -> Option<u32> {
+    let stat = std::fs::read_to_string(beneath(root, &format!("/proc/{pid}/stat"))).ok()?;
+    // The name (field 2) may hold spaces and parentheses; ppid is the second
+    // field after its closing parenthesis.
+    stat[stat.rfind(')')? + 1..]
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+#[cfg(test)]
+mod tests {
+    //! Every environment here is a faked tree: the machine the tests run on
+    //! has no AppArmor, no Kubernetes and no Podman, so their detection and
+    //! messages are checked against the files those would leave.
+    use super::*;
+
+    /// A faked root: `files` are (absolute path, content).
+    struct Tree(tempfile::TempDir);
+
+    impl Tree {
+        fn new(files: &[(&str, &str)]) -> Tree {
+            let tree = Tree(tempfile::tempdir().expect("tempdir"));
+            // An unprivileged process in the initial user namespace, no filter.
+            tree.write("/proc/self/uid_map", "         0          0 4294967295\n");
+            tree.write(
+                "/proc/self/status",
+                "Name:\tsandbox\nUid:\t1000\t1000\t1000\t1000\nNoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n",
+            );
+            for (path, content) in files {
+                tree.write(path, content);
+            }
+            tree
+        }
+
+        fn write(&self, path: &str, content: &str) {
+            let path = beneath(self.0.path(), path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, content).expect("write");
+        }
+
+        fn detect(&self) -> Environment {
+            self.detect_with(&[])
+        }
+
+        fn detect_with(&self, vars: &[(&str, &str)]) -> Environment {
+            let vars: Vec<(String, String)> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Environment::detect_at(self.0.path(), |name| {
+                vars.iter()
+                    .find(|(k, _)| k == name)
+                    .map(|(_, v)| OsString::from(v))
+            })
+        }
+    }
+
+    const ROOT_STATUS: &str =
+        "Uid:\t0\t0\t0\t0\nNoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n";
+    const FILTERED_STATUS: &str =
+        "Uid:\t1000\t1000\t1000\t1000\nNoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t1\n";
+
+    fn clone_eperm(env: &Environment) -> Explanation {
+        env.explain(&Refusal::UserNamespace(Errno::EPERM))
+            .expect("explained")
+    }
+
+    #[test]
+    fn a_plain_host_explains_nothing_it_cannot_see() {
+        let env = Tree::new(&[]).detect();
+        assert_eq!(env.container, None);
+        assert!(!env.kubernetes);
+        assert_eq!(env.outer, None);
+        assert_eq!(env.initial_user_namespace, Some(true));
+        assert!(!env.root);
+        assert_eq!(env.explain(&Refusal::UserNamespace(Errno::EPERM)), None);
+        assert_eq!(env.explain(&Refusal::IdMap), None);
+        assert!(env.summary().contains("no container"));
+    }
+
+    #[test]
+    fn docker_names_its_seccomp_flag_and_the_no_namespace_profile() {
+        let env = Tree::new(&[("/.dockerenv", "")]).detect();
+        assert_eq!(env.container, Some(Container::Docker));
+        let why = clone_eperm(&env);
+        assert!(
+            why.cause.contains("Docker's default seccomp profile"),
+            "{why:?}"
+        );
+        assert!(
+            why.fix
+                .contains("docker run --security-opt seccomp=unconfined"),
+            "{why:?}"
+        );
+        assert!(!why.fix.contains("apparmor"), "{why:?}");
+        assert!(
+            why.fix.contains("enforce.userns is \"best-effort\""),
+            "{why:?}"
+        );
+
+        // With Docker's AppArmor profile on us, both options are needed.
+        let env = Tree::new(&[
+            ("/.dockerenv", ""),
+            ("/proc/self/attr/current", "docker-default (enforce)\n"),
+        ])
+        .detect();
+        assert!(clone_eperm(&env)
+            .fix
+            .contains("seccomp=unconfined --security-opt apparmor=unconfined"));
+        let mount = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: false,
+            })
+            .expect("explained");
+        assert!(mount.cause.contains("docker-default"), "{mount:?}");
+    }
+
+    #[test]
+    fn docker_is_also_found_by_its_cgroup_path() {
+        let env = Tree::new(&[("/proc/self/cgroup", "0::/docker/0123abcd\n")]).detect();
+        assert_eq!(env.container, Some(Container::Docker));
+    }
+
+    #[test]
+    fn podman_rootless_and_masked_proc() {
+        let env = Tree::new(&[
+            (
+                "/run/.containerenv",
+                "engine=\"podman-4.3.1\"\nrootless=1\n",
+            ),
+            (
+                "/proc/self/mountinfo",
+                "22 27 0:21 / /proc rw - proc proc rw\n\
+                 40 22 0:40 /null /proc/kcore ro - tmpfs tmpfs ro\n\
+                 41 23 0:41 / /sys/fs/cgroup ro,nosuid - cgroup2 cgroup2 ro\n",
+            ),
+        ])
+        .detect();
+        assert_eq!(env.container, Some(Container::Podman { rootless: true }));
+        assert!(env.proc_masked);
+        assert_eq!(env.cgroupfs_read_only, Some(true));
+        assert!(clone_eperm(&env)
+            .fix
+            .contains("podman run --security-opt seccomp=unconfined"));
+        let proc = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: true,
+                idmapped: false,
+            })
+            .expect("explained");
+        assert!(proc.fix.contains("unmask=ALL"), "{proc:?}");
+    }
+
+    #[test]
+    fn kubernetes_names_the_security_context() {
+        for env in [
+            Tree::new(&[]).detect_with(&[("KUBERNETES_SERVICE_HOST", "10.0.0.1")]),
+            Tree::new(&[("/var/run/secrets/kubernetes.io/serviceaccount/token", "x")]).detect(),
+            Tree::new(&[("/proc/self/cgroup", "0::/kubepods/burstable/pod1/abc\n")]).detect(),
+        ] {
+            assert!(env.kubernetes, "{env:?}");
+            let why = clone_eperm(&env);
+            assert!(
+                why.fix.contains("seccompProfile.type: Unconfined"),
+                "{why:?}"
+            );
+            assert!(why.fix.contains("hostUsers: false"), "{why:?}");
+        }
+    }
+
+    #[test]
+    fn other_engines_announce_themselves() {
+        let env = Tree::new(&[("/run/systemd/container", "systemd-nspawn\n")]).detect();
+        assert_eq!(
+            env.container,
+            Some(Container::Other {
+                name: "systemd-nspawn".into()
+            })
+        );
+        assert!(clone_eperm(&env).cause.contains("systemd-nspawn container"));
+    }
+
+    #[test]
+    fn ubuntu_apparmor_restriction_names_the_shipped_profile_and_the_sysctl() {
+        let restricted = Tree::new(&[
+            (
+                "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+                "1\n",
+            ),
+            ("/sys/module/apparmor/parameters/enabled", "Y\n"),
+            ("/proc/self/attr/apparmor/current", "unconfined\n"),
+        ]);
+        let env = restricted.detect();
+        assert_eq!(env.apparmor.enabled, Some(true));
+        assert!(env.apparmor.blocks_userns());
+        // Ubuntu lets the clone through and withholds the capabilities, so
+        // the refusal shows as an id map or mount failure as well.
+        for refusal in [
+            Refusal::UserNamespace(Errno::EPERM),
+            Refusal::IdMap,
+            Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: false,
+            },
+        ] {
+            let why = env.explain(&refusal).expect("explained");
+            assert!(why.cause.contains("AppArmor restricts"), "{why:?}");
+            assert!(why.fix.contains("packaging/apparmor/sandbox"), "{why:?}");
+            assert!(
+                why.fix
+                    .contains("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+                "{why:?}"
+            );
+        }
+        assert!(env.summary().contains("AppArmor restricts"));
+
+        // Our profile attached: the restriction no longer applies to us.
+        restricted.write("/proc/self/attr/apparmor/current", "sandbox (unconfined)\n");
+        let env = restricted.detect();
+        assert!(!env.apparmor.blocks_userns());
+        assert_eq!(env.explain(&Refusal::UserNamespace(Errno::EPERM)), None);
+
+        // Root is not subject to it.
+        restricted.write("/proc/self/attr/apparmor/current", "unconfined\n");
+        restricted.write("/proc/self/status", ROOT_STATUS);
+        assert_eq!(
+            restricted
+                .detect()
+                .explain(&Refusal::UserNamespace(Errno::EPERM)),
+            None
+        );
+    }
+
+    #[test]
+    fn userns_sysctls_come_first_and_spare_root_where_the_kernel_does() {
+        let env = Tree::new(&[
+            ("/.dockerenv", ""),
+            ("/proc/sys/user/max_user_namespaces", "0\n"),
+        ])
+        .detect();
+        let why = env
+            .explain(&Refusal::UserNamespace(Errno::ENOSPC))
+            .expect("explained");
+        assert!(why.cause.contains("max_user_namespaces is 0"), "{why:?}");
+
+        let off = Tree::new(&[("/proc/sys/kernel/unprivileged_userns_clone", "0\n")]);
+        assert!(clone_eperm(&off.detect())
+            .fix
+            .contains("kernel.unprivileged_userns_clone=1"));
+        off.write("/proc/self/status", ROOT_STATUS);
+        assert_eq!(
+            off.detect().explain(&Refusal::UserNamespace(Errno::EPERM)),
+            None
+        );
+    }
+
+    #[test]
+    fn nested_in_sandbox_by_pid1_or_by_ancestor() {
+        let by_pid1 = Tree::new(&[
+            ("/proc/1/cmdline", "sandbox-init\0\0\0\0"),
+            ("/proc/self/status", FILTERED_STATUS),
+        ])
+        .detect();
+        assert_eq!(by_pid1.outer, Some(Outer::Sandbox));
+        let why = clone_eperm(&by_pid1);
+        assert!(why.cause.contains("inside another sandbox"), "{why:?}");
+        assert!(why.fix.contains("\"best-effort\""), "{why:?}");
+        let seccomp = by_pid1
+            .explain(&Refusal::Seccomp(Errno::EINVAL))
+            .expect("explained");
+        assert!(seccomp.cause.contains("the outer sandbox"), "{seccomp:?}");
+
+        // No pid namespace: the supervisor is an ancestor, and counts only
+        // for a process under a filter (a skill host of `sandbox serve` is not).
+        let files = [
+            ("/proc/1/cmdline", "/sbin/init\0"),
+            ("/proc/self/stat", "40 (sh) S 30 40 40 0"),
+            ("/proc/30/stat", "30 (sandbox) S 20 30 30 0"),
+            ("/proc/30/comm", "sandbox\n"),
+        ];
+        let tree = Tree::new(&files);
+        assert_eq!(tree.detect().outer, None);
+        tree.write("/proc/self/status", FILTERED_STATUS);
+        assert_eq!(tree.detect().outer, Some(Outer::Sandbox));
+    }
+
+    #[test]
+    fn nested_in_bubblewrap() {
+        let env = Tree::new(&[("/proc/1/cmdline", "bwrap\0--ro-bind\0/\0/\0")]).detect();
+        assert_eq!(env.outer, Some(Outer::Bubblewrap));
+        let why = env
+            .explain(&Refusal::UserNamespace(Errno::ENOSPC))
+            .expect("explained");
+        assert!(why.cause.contains("bubblewrap"), "{why:?}");
+        assert!(why.fix.contains("--disable-userns"), "{why:?}");
+    }
+
+    #[test]
+    fn root_of_a_child_user_namespace_is_told_so() {
+        let env = Tree::new(&[
+            ("/proc/self/uid_map", "         0       1000          1\n"),
+            ("/proc/self/setgroups", "deny\n"),
+            ("/proc/self/status", ROOT_STATUS),
+            ("/.dockerenv", ""),
+        ])
+        .detect();
+        assert!(env.root_in_child_user_namespace());
+        let why = env.explain(&Refusal::IdMap).expect("explained");
+        assert!(
+            why.cause
+                .contains("root of a child user namespace (uid_map 0 1000 1, setgroups deny)"),
+            "{why:?}"
+        );
+        let open_tree = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: true,
+            })
+            .expect("explained");
+        assert!(
+            open_tree.cause.contains("idmapped mounts need root"),
+            "{open_tree:?}"
+        );
+    }
+
+    #[test]
+    fn landlock_hidden_by_a_container_or_disabled() {
+        let docker = Tree::new(&[("/.dockerenv", "")]).detect();
+        let why = docker
+            .explain(&Refusal::Landlock(Errno::ENOSYS))
+            .expect("explained");
+        assert!(
+            why.cause.contains("seccomp profile does not know"),
+            "{why:?}"
+        );
+        let disabled =
+            Tree::new(&[("/sys/kernel/security/lsm", "lockdown,capability,yama\n")]).detect();
+        assert_eq!(disabled.landlock_in_lsm_list, Some(false));
+        let why = disabled
+            .explain(&Refusal::Landlock(Errno::ENOSYS))
+            .expect("explained");
+        assert!(why.fix.contains("lsm="), "{why:?}");
+    }
+
+    #[test]
+    fn mountinfo_read_only_cgroups_and_masked_proc() {
+        assert_eq!(mounts(""), (None, false));
+        let host = "31 23 0:28 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                    22 27 0:21 / /proc rw,relatime - proc proc rw\n";
+        assert_eq!(mounts(host), (Some(false), false));
+    }
+
+    #[test]
+    fn serializes_for_doctor_json() {
+        let env = Tree::new(&[("/run/.containerenv", "")]).detect();
+        let json = serde_json::to_value(&env).expect("serializes");
+        assert_eq!(
+            json["container"],
+            serde_json::json!({"engine": "podman", "rootless": false})
+        );
+        assert_eq!(json["outer"], serde_json::Value::Null);
+        assert_eq!(json["seccomp"]["mode"], 0);
+    }
+}

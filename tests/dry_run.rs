@@ -1,0 +1,59 @@
+//! The dry run `doctor` relies on ([`sandbox::spawn::Prepared::dry_run`]):
+//! every step is set up and nothing is executed.
+//!
+//! Cloning is only sound from a single-threaded process and libtest runs
+//! tests on threads, so this binary has no harness: `main` runs the test
+//! on the main thread.
+use sandbox::spawn::channel::PayloadExit;
+use sandbox::spawn::{parent, Prepared, SpawnSpec};
+
+/// A command that would leave a file in the project leaves none, and the
+/// run still ends with status 0 after Landlock was applied.
+fn dry_run_sets_up_and_never_executes() {
+    let project = tempfile::tempdir().expect("tempdir");
+    let policy = sandbox::profile::load("strict").expect("strict loads");
+    let spec = SpawnSpec {
+        program: "/bin/sh".into(),
+        args: vec!["-c".into(), "echo ran > executed".into()],
+        project: project.path().to_path_buf(),
+        project_explicit: true,
+        cwd: None,
+        env: Vec::new(),
+        stdio: [
+            sandbox::Stdio::Null,
+            sandbox::Stdio::Null,
+            sandbox::Stdio::Null,
+        ],
+        read_only_extra: Vec::new(),
+    };
+    let mut prepared = Prepared::new(&policy, spec).expect("prepares");
+    prepared.dry_run = true;
+    let outcome = match parent::run(&mut prepared) {
+        Ok(outcome) => outcome,
+        Err(err) => {
+            assert!(
+                std::env::var_os("SANDBOX_TEST_REQUIRE").is_none_or(|v| v != "1"),
+                "SANDBOX_TEST_REQUIRE=1 but no sandbox starts: {err}"
+            );
+            eprintln!("SKIP: dry_run: no sandbox starts here: {err}");
+            return;
+        }
+    };
+    assert_eq!(outcome.exit, PayloadExit::Code(0), "{outcome:?}");
+    assert!(
+        !project.path().join("executed").exists(),
+        "the dry run executed the command"
+    );
+    // The payload reported Landlock before exiting: the setup really ran.
+    assert!(outcome.landlock.is_some(), "{outcome:?}");
+}
+
+fn main() {
+    match std::panic::catch_unwind(dry_run_sets_up_and_never_executes) {
+        Ok(()) => println!("test dry_run_sets_up_and_never_executes ... ok"),
+        Err(_) => {
+            println!("test dry_run_sets_up_and_never_executes ... FAILED");
+            std::process::exit(101);
+        }
+    }
+}
