@@ -257,6 +257,11 @@ pub struct Prepared {
     pub project_rules: crate::project::Rules,
     /// What the walk of the project found (None: the project is not visible).
     pub scan: Option<crate::project::scan::Scan>,
+    /// What the payload must see of itself before exec (filled by the
+    /// supervisor just before clone, from its own view).
+    pub confinement: super::measure::Expected,
+    /// Print each setup step on stderr as it happens (`sandbox run -v`).
+    pub verbose: bool,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -780,6 +785,8 @@ impl Prepared {
             warnings,
             project_rules,
             scan,
+            confinement: Default::default(),
+            verbose: false,
         })
     }
 }
