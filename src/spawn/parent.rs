@@ -949,6 +949,9 @@ impl Running {
                     && !records
                         .iter()
                         .any(|r| matches!(r, channel::Record::Failed { .. }));
+                if executing {
+                    step_note(prepared, format_args!("executed {}", prepared.program));
+                }
             }
             if let (Some(driver), Some((sock, broker))) = (driver.as_deref_mut(), &self.broker) {
                 let mut broker = broker.borrow_mut();
@@ -1005,6 +1008,13 @@ impl Running {
             for record in &records[seen..] {
                 note_record(prepared, record);
             }
+        }
+        let failed = records
+            .iter()
+            .any(|r| matches!(r, channel::Record::Failed { .. }));
+        if !executing && !failed {
+            // The exec and the end of the run were seen at once.
+            step_note(prepared, format_args!("executed {}", prepared.program));
         }
         *measured = records.iter().find_map(|record| match record {
             Record::Measured(view) => Some(**view),
