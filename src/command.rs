@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use crate::profile::policy::{Enforcement, Policy};
 use crate::spawn::channel::PayloadExit;
+use crate::spawn::measure::{Measured, NamespaceState, View};
 use crate::spawn::parent::{self, Outcome};
 use crate::spawn::report::{
     CgroupReport, Enforced, ExitInfo, LandlockReport, Namespaces, Report, Resources, SeccompReport,
@@ -39,6 +40,7 @@ pub struct Command {
     secrets: Vec<(String, String)>,
     skill: Option<crate::spawn::prepare::SkillCaller>,
     read_only_extra: Vec<(PathBuf, PathBuf)>,
+    verbose: bool,
 }
 
 /// How a sandboxed command ended.
@@ -96,6 +98,7 @@ impl Command {
             secrets: Vec::new(),
             skill: None,
             read_only_extra: Vec::new(),
+            verbose: false,
         }
     }
 
@@ -169,6 +172,12 @@ impl Command {
         self.secrets.push((name.into(), value.into()));
         self
     }
+    /// Print each setup step on stderr as it happens, and the payload's own
+    /// view of its confinement just before exec (`sandbox run -v`).
+    pub fn verbose(&mut self, verbose: bool) -> &mut Command {
+        self.verbose = verbose;
+        self
+    }
     /// Append one JSON line per broker request to this file.
     pub fn audit(&mut self, file: impl AsRef<Path>) -> &mut Command {
         self.audit = Some(file.as_ref().to_path_buf());
@@ -239,6 +248,7 @@ impl Command {
         prepared.interactive = self.interactive;
         prepared.secrets = self.secrets.clone();
         prepared.skill = self.skill.clone();
+        prepared.verbose = self.verbose;
         Ok(prepared)
     }
 
@@ -253,8 +263,14 @@ impl Command {
                 }
             }
         };
-        let outcome = parent::run(&mut prepared);
-        let report = build_report(&self.policy, &prepared, self.command_line(), &outcome);
+        let (outcome, measured) = parent::run_measured(&mut prepared);
+        let report = build_report(
+            &self.policy,
+            &prepared,
+            self.command_line(),
+            &outcome,
+            measured.as_ref(),
+        );
         Finished {
             result: outcome.map(|o| ExitStatus(o.exit)),
             report: Some(report),
@@ -308,8 +324,8 @@ impl Child {
             policy,
             command,
         } = self;
-        let outcome = running.wait_driven(&prepared, driver);
-        let report = build_report(&policy, &prepared, command, &outcome);
+        let (outcome, measured) = running.wait_measured(&prepared, driver);
+        let report = build_report(&policy, &prepared, command, &outcome, measured.as_ref());
         Finished {
             result: outcome.map(|o| ExitStatus(o.exit)),
             report: Some(report),
@@ -322,9 +338,13 @@ fn build_report(
     prepared: &Prepared,
     command: Vec<String>,
     outcome: &Result<Outcome, SpawnError>,
+    view: Option<&View>,
 ) -> Report {
     let ok = outcome.as_ref().ok();
     let started = ok.is_some();
+    // The payload set itself up up to exec: what it did is real even when
+    // exec then failed.
+    let reached_payload = view.is_some();
     let mut warnings = prepared.warnings.clone();
     let landlock = match (policy.enforce.landlock, ok.and_then(|o| o.landlock)) {
         (Enforcement::Off, _) => LandlockReport {
@@ -350,7 +370,7 @@ fn build_report(
         (requested, None) => LandlockReport {
             requested,
             abi: None,
-            status: "not-enforced".into(),
+            status: "not-applied".into(),
             rules: 0,
         },
     };
@@ -413,36 +433,50 @@ fn build_report(
             ));
         }
     }
-    let flags = prepared.clone_flags;
-    use nix::sched::CloneFlags as F;
+    let host = prepared.confinement.host.as_ref();
+    let measured = view.map(|view| Measured::new(view, host));
+    if let Some(measured) = &measured {
+        warnings.extend(measurement_warnings(prepared, measured, &seccomp));
+    }
+    let namespaces = measured.as_ref().map(|m| {
+        let new = |name: &str| match m.namespaces.get(name) {
+            Some(NamespaceState::New) => Some(true),
+            Some(NamespaceState::Shared) => Some(false),
+            _ => None,
+        };
+        Namespaces {
+            user: new("user"),
+            mount: new("mount"),
+            pid: new("pid"),
+            net: new("net"),
+            ipc: new("ipc"),
+            uts: new("uts"),
+            cgroup: new("cgroup"),
+        }
+    });
     let enforced = Enforced {
-        namespaces: Namespaces {
-            user: flags.contains(F::CLONE_NEWUSER),
-            mount: flags.contains(F::CLONE_NEWNS),
-            pid: flags.contains(F::CLONE_NEWPID),
-            net: flags.contains(F::CLONE_NEWNET),
-            ipc: flags.contains(F::CLONE_NEWIPC),
-            uts: flags.contains(F::CLONE_NEWUTS),
-            cgroup: true,
-        },
-        user: UserReport {
-            inside_uid: prepared.ids.inside_uid,
+        namespaces,
+        user: view.map(|view| UserReport {
+            inside_uid: view.uid.map_or(prepared.ids.inside_uid, |uid| uid as u32),
             host_uid: prepared.ids.host_uid,
-            inside_gid: prepared.ids.inside_gid,
+            inside_gid: view.gid.map_or(prepared.ids.inside_gid, |gid| gid as u32),
             host_gid: prepared.ids.host_gid,
             idmapped_trees: prepared.idmapped.len(),
-        },
-        network: prepared.network,
+        }),
+        network: reached_payload.then_some(prepared.network),
         landlock,
         seccomp,
-        capabilities: Vec::new(),
-        no_new_privs: true,
+        capabilities: view.and_then(Measured::capability_names),
+        no_new_privs: measured.as_ref().and_then(|m| m.no_new_privs),
+        // The payload sets them before it measures; a run that stopped
+        // earlier applied none.
         rlimits: prepared
             .rlimits
             .iter()
+            .filter(|_| reached_payload)
             .map(|(r, v)| (format!("{r:?}"), *v))
             .collect(),
-        tmp_size: policy.filesystem.tmp_size,
+        tmp_size: reached_payload.then_some(policy.filesystem.tmp_size),
         cgroup: ok.and_then(|o| o.cgroup.as_ref()).map(|c| CgroupReport {
             version: c.version,
             controllers: c.controllers.clone(),
@@ -451,10 +485,14 @@ fn build_report(
             pids: prepared.cgroup_limits.pids,
             cpu: prepared.cgroup_limits.cpu,
         }),
-        timeout_s: prepared.timeout.map(|t| t.as_secs_f64()),
+        timeout_s: prepared
+            .timeout
+            .filter(|_| started || reached_payload)
+            .map(|t| t.as_secs_f64()),
         project_view: prepared
             .scan
             .as_ref()
+            .filter(|_| reached_payload)
             .map(|scan| crate::spawn::report::ProjectView {
                 entries: scan.entries,
                 scan_ms: scan.elapsed.as_secs_f64() * 1000.0,
@@ -495,7 +533,58 @@ fn build_report(
         broker: ok.and_then(|o| o.broker.clone()),
         limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
         enforced,
+        measured,
         quarantined,
         warnings,
     }
+}
+
+/// A measured value that falls short of what the report would otherwise
+/// say, or a field that could not be read. (The payload refuses to exec on
+/// a contradiction of a required layer; what is left here is best-effort
+/// or unmeasured.)
+fn measurement_warnings(
+    prepared: &Prepared,
+    measured: &Measured,
+    seccomp: &SeccompReport,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let expected = &prepared.confinement;
+    for (i, (name, _)) in crate::spawn::measure::NAMESPACES.iter().enumerate() {
+        match measured.namespaces.get(*name) {
+            Some(NamespaceState::Shared) if expected.new_namespaces[i] => warnings.push(format!(
+                "the {name} namespace was asked for but the payload shares the supervisor's"
+            )),
+            Some(NamespaceState::Unmeasured) | None => warnings.push(format!(
+                "the {name} namespace could not be measured from inside (unmeasured)"
+            )),
+            _ => {}
+        }
+    }
+    if measured.no_new_privs.is_none() {
+        warnings.push("no_new_privs could not be measured from inside (unmeasured)".into());
+    }
+    for (set, bits) in &measured.capabilities {
+        if bits.is_none() {
+            warnings.push(format!(
+                "the {set} capability set could not be measured from inside (unmeasured)"
+            ));
+        }
+    }
+    if seccomp.status == "installed" || seccomp.status == "set-id-guard" {
+        let wanted = measured.seccomp_filters_inherited.unwrap_or(0) + expected.seccomp_programs;
+        match (measured.seccomp_mode, measured.seccomp_filters) {
+            (Some(2), Some(filters)) if filters >= wanted => {}
+            (None, _) | (_, None) => warnings.push(
+                "the seccomp mode or filter count could not be measured from inside (unmeasured)"
+                    .into(),
+            ),
+            (mode, filters) => warnings.push(format!(
+                "seccomp: the payload measured mode {} with {} filter(s), {wanted} expected",
+                mode.unwrap_or(0),
+                filters.unwrap_or(0)
+            )),
+        }
+    }
+    warnings
 }

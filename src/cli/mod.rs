@@ -41,6 +41,16 @@ enum Command {
     SkillHost(skill::HostArgs),
 }
 
+/// A command-line value that cannot be used (an unknown profile, a path
+/// that does not exist, a malformed `--secret`): exit 2 like clap's own
+/// errors, because nothing was tried. 125 stays "the sandbox failed".
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Exit status of a usage error.
+pub const EXIT_USAGE: i32 = 2;
+
 /// Parse the command line, run the subcommand, return the process exit status.
 pub fn main() -> i32 {
     if let Err(err) = sandbox::sys::fd::ensure_stdio_open() {
@@ -62,6 +72,9 @@ pub fn main() -> i32 {
         Ok(code) => code,
         Err(err) => {
             eprintln!("sandbox: {err:#}");
+            if err.downcast_ref::<UsageError>().is_some() {
+                return EXIT_USAGE;
+            }
             // 125: the sandbox itself failed (as `env`, `timeout` and container tools use it),
             // distinct from the command's own statuses and from 126/127.
             125

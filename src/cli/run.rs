@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use sandbox::profile::policy::NetworkMode;
 
+use super::UsageError;
+
 /// Network choices on the command line.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum NetArg {
@@ -84,21 +86,92 @@ pub struct RunArgs {
     /// Write the run's JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
-    /// Print the JSON report on stdout after the command finishes.
+    /// Write the JSON report as one line to the inherited descriptor N, then close it
+    /// (e.g. `--report-fd 3 3>report.json`); N must be open for writing; 1 and 2 are
+    /// allowed when named, 0 is refused. The sandboxed command never inherits it.
+    #[arg(long = "report-fd", value_name = "N", allow_hyphen_values = true,
+          value_parser = clap::value_parser!(i32).range(0..))]
+    pub report_fd: Option<i32>,
+    /// Print the JSON report as one line on stderr, as its last line, after the command
+    /// finishes (stdout stays the command's alone).
     #[arg(long)]
     pub json: bool,
+    /// Do not print the supervisor's warnings on stderr (they stay in the report).
+    #[arg(long, short = 'q', conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// Print each setup step on stderr as it happens, and the command's own view of its
+    /// confinement (NoNewPrivs, capabilities, seccomp, namespaces) just before it starts.
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
 fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
-    std::fs::canonicalize(path).with_context(|| format!("{what} {}", path.display()))
+    std::fs::canonicalize(path).with_context(|| usage(format!("{what} {}", path.display())))
+}
+
+fn usage(message: String) -> UsageError {
+    UsageError(message)
+}
+
+/// Check an inherited descriptor named by `--report-fd` before anything
+/// runs, so a typo costs nothing. 0 is refused: it is the supervisor's
+/// stdin, which a report would never be meant for.
+fn check_report_fd(fd: i32) -> anyhow::Result<i32> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+    let example = "open it for writing in the calling shell, e.g. `--report-fd 3 3>report.json`";
+    if fd == 0 {
+        return Err(usage(format!(
+            "--report-fd 0: descriptor 0 is standard input; {example}"
+        ))
+        .into());
+    }
+    let borrowed = sandbox::sys::fd::borrow(fd);
+    let flags = fcntl(borrowed, FcntlArg::F_GETFL).map_err(|errno| {
+        usage(format!(
+            "--report-fd {fd}: not an open descriptor ({}); {example}",
+            errno.desc()
+        ))
+    })?;
+    if OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE == OFlag::O_RDONLY {
+        return Err(usage(format!(
+            "--report-fd {fd}: the descriptor is open read-only; {example}"
+        ))
+        .into());
+    }
+    if fd > 2 {
+        // Nothing the supervisor starts may hold it (the sandboxed command
+        // gets every descriptor above its own closed anyway).
+        fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
+            .map_err(|errno| anyhow::anyhow!("--report-fd {fd}: {}", errno.desc()))?;
+    }
+    Ok(fd)
+}
+
+/// Write the one-line report to the descriptor and close it (unless it is
+/// stdout or stderr), so a reader waiting for end-of-file gets it now.
+fn write_report_fd(fd: i32, line: &[u8]) -> anyhow::Result<()> {
+    let borrowed = sandbox::sys::fd::borrow(fd);
+    let mut written = 0;
+    while written < line.len() {
+        match nix::unistd::write(borrowed, &line[written..]) {
+            Ok(n) => written += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(errno) => anyhow::bail!("writing the report to --report-fd {fd}: {}", errno.desc()),
+        }
+    }
+    if fd > 2 {
+        let _ = nix::unistd::close(fd);
+    }
+    Ok(())
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    let report_fd = args.report_fd.map(check_report_fd).transpose()?;
     let mut policy = sandbox::profile::load(&args.profile)
-        .with_context(|| format!("loading profile {}", args.profile))?;
+        .with_context(|| usage(format!("--profile {}", args.profile)))?;
     for path in &args.allow_read {
         policy.filesystem.read.push(absolute(path, "--allow-read")?);
     }
@@ -118,7 +191,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         policy.limits.cpu = Some(cpus);
     }
     for grant in &args.grants {
-        check_grant(grant)?;
+        check_grant(grant).map_err(|err| usage(format!("{err:#}")))?;
         policy
             .broker
             .rules
@@ -164,8 +237,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
                 None => std::env::current_dir()?,
             });
             let target = sandbox::safe_file::OutputTarget::prepare(path, &roots)
-                .with_context(|| "the report file (--report)")?;
-            if let Some(root) = target.inside_writable() {
+                .with_context(|| usage("the report file (--report)".into()))?;
+            if let (Some(root), false) = (target.inside_writable(), args.quiet) {
                 eprintln!(
                     "sandbox: warning: {}",
                     sandbox::safe_file::inside_warning("report", path, root)
@@ -188,27 +261,36 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         command.audit(audit);
     }
     command.interactive(!args.non_interactive);
+    command.verbose(args.verbose);
     for spec in &args.secrets {
-        let (name, source) = spec
-            .split_once('=')
-            .with_context(|| format!("--secret {spec}: expected NAME=env:VAR or NAME=file:PATH"))?;
-        anyhow::ensure!(
-            !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'),
-            "--secret {spec}: the name may hold letters, digits, _ and - only"
-        );
+        let (name, source) = spec.split_once('=').with_context(|| {
+            usage(format!(
+                "--secret {spec}: expected NAME=env:VAR or NAME=file:PATH"
+            ))
+        })?;
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        {
+            return Err(usage(format!(
+                "--secret {spec}: the name may hold letters, digits, _ and - only"
+            ))
+            .into());
+        }
         let value = if let Some(var) = source.strip_prefix("env:") {
             std::env::var(var)
-                .with_context(|| format!("--secret {name}: the variable {var} is not set"))?
+                .with_context(|| usage(format!("--secret {name}: the variable {var} is not set")))?
         } else if let Some(path) = source.strip_prefix("file:") {
             std::fs::read_to_string(path)
-                .with_context(|| format!("--secret {name}: reading {path}"))?
+                .with_context(|| usage(format!("--secret {name}: reading {path}")))?
                 .trim_end_matches('\n')
                 .to_string()
         } else {
-            anyhow::bail!("--secret {spec}: the source must be env:VAR or file:PATH");
+            return Err(usage(format!(
+                "--secret {spec}: the source must be env:VAR or file:PATH"
+            ))
+            .into());
         };
         command.secret(name, value);
     }
@@ -241,24 +323,33 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
 
     let finished = command.run();
-    if let (None, Err(err), Some(target)) = (&finished.report, &finished.result, &report_target) {
-        // The run failed before a plan existed; CI still gets a report that says why.
-        let json = serde_json::json!({ "version": 1, "profile": args.profile, "exit": null, "error": err.to_string() });
-        target
-            .write_all(&serde_json::to_vec_pretty(&json)?)
-            .context("writing the report")?;
-    }
-    if let Some(report) = &finished.report {
+    let report = match (&finished.report, &finished.result) {
+        (Some(report), _) => serde_json::to_value(report)?,
+        // The run failed before a plan existed; CI still gets a report that
+        // says why, and claims nothing was enforced.
+        (None, Err(err)) => serde_json::json!({
+            "version": 1,
+            "profile": args.profile,
+            "exit": null,
+            "error": err.to_string(),
+            "enforced": null,
+            "measured": null,
+        }),
+        (None, Ok(_)) => serde_json::Value::Null,
+    };
+    if let (Some(report), false) = (&finished.report, args.quiet) {
         for warning in &report.warnings {
             eprintln!("sandbox: warning: {warning}");
         }
-        if let Some(target) = &report_target {
-            let json = serde_json::to_vec_pretty(report)?;
-            target.write_all(&json).context("writing the report")?;
-        }
-        if args.json {
-            println!("{}", serde_json::to_string(report)?);
-        }
+    }
+    if let Some(target) = &report_target {
+        target
+            .write_all(&serde_json::to_vec_pretty(&report)?)
+            .context("writing the report")?;
+    }
+    let line = serde_json::to_string(&report)?;
+    if let Some(fd) = report_fd {
+        write_report_fd(fd, format!("{line}\n").as_bytes())?;
     }
     if let Some(report) = &finished.report {
         use sandbox::spawn::parent::LimitHit;
@@ -280,13 +371,19 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             }
         }
     }
-    match finished.result {
-        Ok(status) => Ok(status.as_shell_status()),
+    let status = match finished.result {
+        Ok(status) => status.as_shell_status(),
         Err(err) => {
             eprintln!("sandbox: {err}");
-            Ok(err.exit_status())
+            err.exit_status()
         }
+    };
+    // Last on stderr, after everything the command and the supervisor said,
+    // so a caller takes the last line; stdout stays the command's own.
+    if args.json {
+        eprintln!("{line}");
     }
+    Ok(status)
 }
 
 /// A `--grant` value must name a broker action, with a non-empty pattern if any.

@@ -5,8 +5,10 @@
 //!   as file descriptors; P1 tells P0 how the payload ended. End-of-file on it
 //!   tells P1 that the supervisor died.
 //! * The report pipe: P1 and the payload (P2) write fixed-size records about
-//!   setup (a failed step with its errno, the Landlock status). P2's copy is
-//!   close-on-exec, so end-of-file without an error record means exec succeeded.
+//!   setup (a failed step with its errno, the Landlock status, and the
+//!   payload's own view of its confinement read just before exec). P2's copy
+//!   is close-on-exec, so end-of-file without an error record means exec
+//!   succeeded.
 //!
 //! Records are written with one `write(2)` of at most PIPE_BUF bytes, which the
 //! kernel makes atomic, and are built without allocation in the child.
@@ -222,11 +224,14 @@ pub enum Record {
         /// 0 not enforced, 1 partially, 2 fully.
         status: u8,
     },
+    /// The payload's view of itself just before exec.
+    Measured(Box<super::measure::View>),
 }
 
 const KIND_FAILED: u8 = 1;
 const KIND_LANDLOCK: u8 = 2;
 const KIND_SKIPPED: u8 = 3;
+const KIND_MEASURED: u8 = 4;
 
 fn write_record(fd: BorrowedFd<'_>, kind: u8, step: u8, errno: i32, detail: &[u8]) {
     let mut buf = [0u8; RECORD_SIZE];
@@ -254,6 +259,11 @@ pub fn report_landlock(fd: BorrowedFd<'_>, abi: u32, status: u8) {
 /// Child side: a best-effort layer could not be applied.
 pub fn report_skipped(fd: BorrowedFd<'_>, step: Step, errno: Errno) {
     write_record(fd, KIND_SKIPPED, step as u8, errno as i32, &[]);
+}
+
+/// Child side: the payload's view of itself, read just before exec.
+pub fn report_view(fd: BorrowedFd<'_>, view: &super::measure::View) {
+    write_record(fd, KIND_MEASURED, 0, 0, &view.encode());
 }
 
 /// P0: read every record until end-of-file (all writers closed or exec'd).
@@ -304,6 +314,9 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record, ChannelError> {
                 .ok_or_else(|| ChannelError::Unexpected(format!("step {}", bytes[1])))?;
             Ok(Record::Skipped { step, errno })
         }
+        KIND_MEASURED => super::measure::View::decode(&bytes[RECORD_HEADER..RECORD_HEADER + len])
+            .map(|view| Record::Measured(Box::new(view)))
+            .ok_or_else(|| ChannelError::Unexpected(format!("measured view of {len} bytes"))),
         KIND_LANDLOCK => Ok(Record::Landlock {
             abi: errno as u32,
             status: bytes[1],
@@ -381,9 +394,16 @@ mod tests {
         let (r, w) = nix::unistd::pipe().unwrap();
         report_landlock(w.as_fd(), 7, 2);
         report_failure(w.as_fd(), Step::Exec, Errno::ENOENT, &[b'x'; 5000]);
+        let view = super::super::measure::View {
+            no_new_privs: Some(1),
+            seccomp_filters: Some(2),
+            ..Default::default()
+        };
+        report_view(w.as_fd(), &view);
         drop(w);
         let records = read_records(&r).unwrap();
         assert_eq!(records[0], Record::Landlock { abi: 7, status: 2 });
+        assert_eq!(records[2], Record::Measured(Box::new(view)));
         match &records[1] {
             Record::Failed {
                 step,

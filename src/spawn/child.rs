@@ -17,6 +17,7 @@ use nix::sys::stat::Mode;
 
 use super::channel;
 use super::failed::{Failed, StepExt, SETUP_FAILED};
+use super::measure;
 use super::prepare::{Prepared, Stdio};
 use super::Step;
 use crate::profile::policy::Enforcement;
@@ -139,19 +140,22 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Fail
         }
     }
 
+    let mut seccomp_installed = false;
     if let Some(filter) = &prepared.seccomp {
-        if let Err(errno) = crate::sys::seccomp::install_filters(filter.programs()) {
-            if prepared.seccomp_enforcement == Enforcement::Required {
+        match crate::sys::seccomp::install_filters(filter.programs()) {
+            Ok(()) => seccomp_installed = true,
+            Err(errno) if prepared.seccomp_enforcement == Enforcement::Required => {
                 return Err(Failed {
                     step: Step::Seccomp,
                     errno,
                     detail: b"",
                 });
             }
-            channel::report_skipped(report, Step::Seccomp, errno);
+            Err(errno) => channel::report_skipped(report, Step::Seccomp, errno),
         }
     }
 
+    measure_and_verify(prepared, report, seccomp_installed)?;
     if prepared.dry_run {
         // Every step that could refuse has run; init's _exit takes this status.
         return Ok(Ready::DryRun);
@@ -175,6 +179,31 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Fail
         errno,
         detail: prepared.program.as_bytes(),
     })
+}
+
+/// Read the payload's own view of its confinement as the kernel keeps it,
+/// send it to the supervisor for the report, and refuse to exec when it
+/// contradicts what every run requires. Last before execve, after seccomp,
+/// so the view is the one the command starts with.
+fn measure_and_verify<'a>(
+    prepared: &'a Prepared,
+    report: BorrowedFd<'_>,
+    seccomp_installed: bool,
+) -> Result<(), Failed<'a>> {
+    let view = measure::read_own_view();
+    channel::report_view(report, &view);
+    let mut expected = prepared.confinement;
+    if !seccomp_installed {
+        expected.seccomp_programs = 0;
+    }
+    match measure::contradiction(&view, &expected) {
+        Some(what) => Err(Failed {
+            step: Step::VerifyConfinement,
+            errno: Errno::EPERM,
+            detail: what.as_bytes(),
+        }),
+        None => Ok(()),
+    }
 }
 
 fn dup_onto<'a>(fd: i32, target: i32) -> Result<(), Failed<'a>> {

@@ -9,6 +9,7 @@ pub mod channel;
 pub mod child;
 pub mod failed;
 pub mod init;
+pub mod measure;
 pub mod output;
 pub mod parent;
 pub mod prepare;
@@ -65,10 +66,11 @@ pub enum Step {
     LandlockNotEnforced,
     Seccomp,
     Exec,
+    VerifyConfinement,
 }
 
 impl Step {
-    const ALL: [Step; 38] = [
+    const ALL: [Step; 39] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -107,6 +109,7 @@ impl Step {
         Step::LandlockNotEnforced,
         Step::Seccomp,
         Step::Exec,
+        Step::VerifyConfinement,
     ];
 
     fn from_u8(value: u8) -> Option<Step> {
@@ -154,6 +157,7 @@ impl Step {
             Step::LandlockNotEnforced => "checking Landlock enforcement",
             Step::Seccomp => "installing the seccomp filter",
             Step::Exec => "executing the command",
+            Step::VerifyConfinement => "checking the payload's own view of its confinement",
         }
     }
 }

@@ -18,6 +18,7 @@ use nix::unistd::Pid;
 
 use super::channel::{self, PayloadExit, Record};
 use super::init::InitFds;
+use super::measure::View;
 use super::prepare::Prepared;
 use super::{SpawnError, Step};
 use crate::sys::mount_api::{self, MountAttrs};
@@ -29,6 +30,8 @@ pub struct Outcome {
     pub exit: PayloadExit,
     /// Landlock (abi, status) as the payload reported it.
     pub landlock: Option<(u32, u8)>,
+    /// The payload's own view of its confinement, read just before exec.
+    pub measured: Option<View>,
     /// Best-effort steps that were skipped, with their errno.
     pub skipped: Vec<(Step, i32)>,
     /// Time from clone to the end.
@@ -401,7 +404,49 @@ fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgro
 
 /// Run a prepared sandbox to completion.
 pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
-    start(prepared)?.wait(prepared)
+    run_measured(prepared).0
+}
+
+/// [`run`], with the payload's own view of its confinement when it got as
+/// far as reading it (also when the run failed afterwards, at exec).
+pub fn run_measured(prepared: &mut Prepared) -> (Result<Outcome, SpawnError>, Option<View>) {
+    match start(prepared) {
+        Ok(running) => running.wait_measured(prepared, None),
+        Err(err) => (Err(err), None),
+    }
+}
+
+/// What the payload must find before exec: the namespaces it is cloned
+/// into differ from the supervisor's, and the filters it installs sit on
+/// top of the ones the supervisor inherited.
+fn expected_confinement(prepared: &Prepared) -> super::measure::Expected {
+    use nix::sched::CloneFlags as F;
+    let flags = prepared.clone_flags;
+    super::measure::Expected {
+        host: Some(super::measure::read_own_view()),
+        new_namespaces: [
+            flags.contains(F::CLONE_NEWUSER),
+            flags.contains(F::CLONE_NEWNS),
+            flags.contains(F::CLONE_NEWPID),
+            flags.contains(F::CLONE_NEWNET),
+            flags.contains(F::CLONE_NEWIPC),
+            flags.contains(F::CLONE_NEWUTS),
+            // Init unshares the cgroup namespace itself, inside the new
+            // user namespace it owns.
+            flags.contains(F::CLONE_NEWUSER),
+        ],
+        seccomp_programs: prepared
+            .seccomp
+            .as_ref()
+            .map_or(0, |filter| filter.programs().len() as u64),
+    }
+}
+
+/// `sandbox run -v`: one setup step on stderr, as it happens.
+fn step_note(prepared: &Prepared, what: std::fmt::Arguments<'_>) {
+    if prepared.verbose {
+        eprintln!("sandbox: setup: {what}");
+    }
 }
 
 /// Clone the sandbox and release it; the command runs while the caller goes on.
@@ -416,6 +461,14 @@ pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
 fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
     check_single_threaded()?;
     let cgroup = setup_cgroup(prepared)?;
+    match &cgroup {
+        Some(cgroup) => step_note(
+            prepared,
+            format_args!("cgroup v{} created: {:?}", cgroup.version(), cgroup.paths()),
+        ),
+        None => step_note(prepared, format_args!("no cgroup for this run")),
+    }
+    prepared.confinement = expected_confinement(prepared);
     let sweep = SweepPlan::for_run(prepared);
     let janitor = match &cgroup {
         Some(cgroup) => match spawn_janitor(RunEnd::Cgroup(cgroup), sweep.as_ref()) {
@@ -603,6 +656,13 @@ fn start_cloned(
     };
     drop(sync_child);
     drop(report_write);
+    step_note(
+        prepared,
+        format_args!(
+            "cloned init (host pid {init_pid}) into new namespaces: {}",
+            namespace_names(prepared.clone_flags)
+        ),
+    );
     for stdio in prepared.stdio.iter_mut() {
         *stdio = super::Stdio::Inherit;
     }
@@ -621,6 +681,15 @@ fn start_cloned(
         let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
         return Err(restore(err));
     }
+    step_note(
+        prepared,
+        format_args!(
+            "id maps written (uid {} inside is {} outside), {} idmapped tree(s); init released to build the root",
+            prepared.ids.inside_uid,
+            prepared.ids.host_uid,
+            prepared.idmapped.len()
+        ),
+    );
     Ok(Running {
         init_pid,
         pidfd,
@@ -666,12 +735,34 @@ impl Running {
     /// [`Running::wait`], with `driver` talking to the program meanwhile.
     /// The run needs its broker channel (an IPC-enabled profile).
     pub fn wait_driven(
-        mut self,
+        self,
         prepared: &Prepared,
         driver: Option<&mut dyn Driver>,
     ) -> Result<Outcome, SpawnError> {
+        self.wait_measured(prepared, driver).0
+    }
+
+    /// [`Running::wait_driven`], with the payload's own view of its
+    /// confinement when it got as far as reading it (also when the run
+    /// failed afterwards, at exec).
+    pub fn wait_measured(
+        mut self,
+        prepared: &Prepared,
+        driver: Option<&mut dyn Driver>,
+    ) -> (Result<Outcome, SpawnError>, Option<View>) {
+        let mut measured = None;
+        let result = self.wait_inner(prepared, driver, &mut measured);
+        (result, measured)
+    }
+
+    fn wait_inner(
+        &mut self,
+        prepared: &Prepared,
+        driver: Option<&mut dyn Driver>,
+        measured: &mut Option<View>,
+    ) -> Result<Outcome, SpawnError> {
         let mut result = self
-            .supervise(prepared, driver)
+            .supervise(prepared, driver, measured)
             .map_err(SpawnError::explained);
         if result.is_ok() {
             self.collected = true;
@@ -693,6 +784,7 @@ impl Running {
         &self,
         prepared: &Prepared,
         mut driver: Option<&mut dyn Driver>,
+        measured: &mut Option<View>,
     ) -> Result<Outcome, SpawnError> {
         let mut records = Vec::new();
         let mut report_open = true;
@@ -846,12 +938,19 @@ impl Running {
                 }
             }
             if report_ready {
+                let seen = records.len();
                 report_open = read_one_record(&self.report, &mut records)?;
+                for record in &records[seen..] {
+                    note_record(prepared, record);
+                }
                 // End-of-file with no failure record: the exec succeeded.
                 executing = !report_open
                     && !records
                         .iter()
                         .any(|r| matches!(r, channel::Record::Failed { .. }));
+                if executing {
+                    step_note(prepared, format_args!("executed {}", prepared.program));
+                }
             }
             if let (Some(driver), Some((sock, broker))) = (driver.as_deref_mut(), &self.broker) {
                 let mut broker = broker.borrow_mut();
@@ -903,8 +1002,23 @@ impl Running {
         // Every process of the run is gone now (init's exit tore down its pid
         // namespace), so the pipe has no writer left: read what remains.
         if report_open {
+            let seen = records.len();
             records.extend(channel::read_records(&self.report)?);
+            for record in &records[seen..] {
+                note_record(prepared, record);
+            }
         }
+        let failed = records
+            .iter()
+            .any(|r| matches!(r, channel::Record::Failed { .. }));
+        if !executing && !failed {
+            // The exec and the end of the run were seen at once.
+            step_note(prepared, format_args!("executed {}", prepared.program));
+        }
+        *measured = records.iter().find_map(|record| match record {
+            Record::Measured(view) => Some(**view),
+            _ => None,
+        });
         let wall = self.started.elapsed();
         let reported_exit = channel::try_recv_exit(self.sync.as_fd())?;
         if let Some(output) = &self.output {
@@ -960,6 +1074,90 @@ impl Drop for Running {
     }
 }
 
+fn namespace_names(flags: nix::sched::CloneFlags) -> String {
+    use nix::sched::CloneFlags as F;
+    let names: Vec<&str> = [
+        (F::CLONE_NEWUSER, "user"),
+        (F::CLONE_NEWNS, "mount"),
+        (F::CLONE_NEWPID, "pid"),
+        (F::CLONE_NEWNET, "net"),
+        (F::CLONE_NEWIPC, "ipc"),
+        (F::CLONE_NEWUTS, "uts"),
+    ]
+    .into_iter()
+    .filter(|(flag, _)| flags.contains(*flag))
+    .map(|(_, name)| name)
+    .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join(" ")
+    }
+}
+
+/// `-v`: what a record from inside says, as it arrives.
+fn note_record(prepared: &Prepared, record: &Record) {
+    match record {
+        Record::Landlock { abi, status } => step_note(
+            prepared,
+            format_args!(
+                "Landlock ABI {abi}: {} ({} rules)",
+                crate::landlock::status_name(*status),
+                prepared.landlock_rules.len()
+            ),
+        ),
+        Record::Skipped { step, errno } => step_note(
+            prepared,
+            format_args!(
+                "skipped (best-effort) {}: {}",
+                step.describe(),
+                Errno::from_raw(*errno).desc()
+            ),
+        ),
+        Record::Measured(view) => {
+            let measured = super::measure::Measured::new(view, prepared.confinement.host.as_ref());
+            let show =
+                |value: Option<u64>| value.map_or("unmeasured".to_string(), |v| v.to_string());
+            let namespaces: Vec<String> = measured
+                .namespaces
+                .iter()
+                .map(|(name, state)| {
+                    format!(
+                        "{name}={}",
+                        serde_json::to_value(state)
+                            .map_or_else(|_| "?".into(), |v| v.as_str().unwrap_or("?").to_string())
+                    )
+                })
+                .collect();
+            step_note(
+                prepared,
+                format_args!(
+                    "the payload's own view before exec: NoNewPrivs {}, CapEff {}, Seccomp mode {} with {} filter(s), uid {} gid {}, namespaces {}",
+                    show(view.no_new_privs),
+                    view.capabilities[2].map_or("unmeasured".to_string(), |c| format!("{c:016x}")),
+                    show(view.seccomp_mode),
+                    show(view.seccomp_filters),
+                    show(view.uid),
+                    show(view.gid),
+                    namespaces.join(" ")
+                ),
+            );
+        }
+        Record::Failed {
+            step,
+            errno,
+            detail,
+        } => step_note(
+            prepared,
+            format_args!(
+                "failed {} ({detail}): {}",
+                step.describe(),
+                Errno::from_raw(*errno).desc()
+            ),
+        ),
+    }
+}
+
 fn read_one_record(fd: &OwnedFd, records: &mut Vec<Record>) -> Result<bool, SpawnError> {
     let mut buf = [0u8; channel::RECORD_SIZE];
     match nix::unistd::read(fd.as_fd(), &mut buf) {
@@ -985,10 +1183,30 @@ fn outcome(
 ) -> Result<Outcome, SpawnError> {
     let mut landlock = None;
     let mut skipped = Vec::new();
+    let mut measured = None;
     for record in records {
         match record {
             Record::Landlock { abi, status } => landlock = Some((abi, status)),
             Record::Skipped { step, errno } => skipped.push((step, errno)),
+            Record::Measured(view) => measured = Some(*view),
+            Record::Failed {
+                step: Step::VerifyConfinement,
+                detail,
+                ..
+            } => {
+                let layer = match detail.split(':').next() {
+                    Some("no_new_privs") => "no_new_privs",
+                    Some("capabilities") => "dropping every capability",
+                    Some("seccomp") => "seccomp",
+                    _ => "every namespace the run was cloned into",
+                };
+                return Err(SpawnError::LayerUnavailable {
+                    layer,
+                    reason: format!(
+                        "the payload's own view just before exec contradicts it ({detail}); nothing was executed"
+                    ),
+                });
+            }
             Record::Failed {
                 step: Step::Exec,
                 errno,
@@ -1035,6 +1253,7 @@ fn outcome(
     Ok(Outcome {
         exit,
         landlock,
+        measured,
         skipped,
         wall,
         limits_hit: Vec::new(),

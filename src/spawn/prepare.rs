@@ -260,6 +260,11 @@ pub struct Prepared {
     /// Do every step up to and including seccomp, then exit 0 instead of
     /// executing the command: `doctor`'s verdict is the real spawn path's.
     pub dry_run: bool,
+    /// What the payload must see of itself before exec (filled by the
+    /// supervisor just before clone, from its own view).
+    pub confinement: super::measure::Expected,
+    /// Print each setup step on stderr as it happens (`sandbox run -v`).
+    pub verbose: bool,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -784,6 +789,8 @@ impl Prepared {
             project_rules,
             scan,
             dry_run: false,
+            confinement: Default::default(),
+            verbose: false,
         })
     }
 }

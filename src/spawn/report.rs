@@ -1,4 +1,10 @@
 //! What a run did and what was actually enforced, for `--report`/`--json`.
+//!
+//! Nothing here is taken on trust from the plan: the namespaces, identity,
+//! `no_new_privs` and capabilities come from the payload's own view read
+//! just before exec (`measured`), the rest from records of steps that were
+//! carried out. A field the run never reached is `null`, so a refused run's
+//! report claims nothing it did not do.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -18,23 +24,24 @@ pub struct ExitInfo {
     pub status: i32,
 }
 
-/// Which namespaces the run got.
+/// Which namespaces the payload was in: true when its namespace differs
+/// from the supervisor's, false when shared, None when not measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Namespaces {
     /// user
-    pub user: bool,
+    pub user: Option<bool>,
     /// mount
-    pub mount: bool,
+    pub mount: Option<bool>,
     /// pid
-    pub pid: bool,
+    pub pid: Option<bool>,
     /// net
-    pub net: bool,
+    pub net: Option<bool>,
     /// ipc
-    pub ipc: bool,
+    pub ipc: Option<bool>,
     /// uts
-    pub uts: bool,
+    pub uts: Option<bool>,
     /// cgroup
-    pub cgroup: bool,
+    pub cgroup: Option<bool>,
 }
 
 /// Identity of the sandboxed process.
@@ -114,27 +121,28 @@ pub struct Resources {
     pub pids_peak: Option<u64>,
 }
 
-/// What was actually enforced.
+/// What was actually enforced. `None` (null): the run stopped before this
+/// was applied, or it could not be measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enforced {
-    /// Namespaces.
-    pub namespaces: Namespaces,
-    /// Identity.
-    pub user: UserReport,
-    /// Network mode.
-    pub network: NetworkMode,
+    /// Namespaces, as measured inside (None: the payload never got that far).
+    pub namespaces: Option<Namespaces>,
+    /// Identity (None: the payload never got that far).
+    pub user: Option<UserReport>,
+    /// Network mode (None: the payload never got that far).
+    pub network: Option<NetworkMode>,
     /// Landlock.
     pub landlock: LandlockReport,
     /// Seccomp.
     pub seccomp: SeccompReport,
-    /// Capabilities left in every set (always empty).
-    pub capabilities: Vec<String>,
-    /// no_new_privs.
-    pub no_new_privs: bool,
-    /// Resource limits applied with setrlimit.
+    /// Capabilities left in any set, as measured inside (empty: none).
+    pub capabilities: Option<Vec<String>>,
+    /// no_new_privs, as measured inside.
+    pub no_new_privs: Option<bool>,
+    /// Resource limits applied with setrlimit (empty when none was applied).
     pub rlimits: BTreeMap<String, u64>,
     /// Size of the private /tmp in bytes.
-    pub tmp_size: u64,
+    pub tmp_size: Option<u64>,
     /// The run's cgroup (None: no cgroup; see the warnings).
     pub cgroup: Option<CgroupReport>,
     /// Wall-clock limit in seconds.
@@ -180,6 +188,9 @@ pub struct Report {
     pub wall_time_ms: f64,
     /// What was enforced.
     pub enforced: Enforced,
+    /// The payload's own view of its confinement, read just before exec
+    /// (None: it never got that far).
+    pub measured: Option<crate::spawn::measure::Measured>,
     /// What the run used.
     pub resources: Option<Resources>,
     /// Broker requests and decisions.
