@@ -366,6 +366,15 @@ fn build_report(
             nix::errno::Errno::from_raw(errno).desc()
         ));
     }
+    for (step, errno) in ok.map(|o| o.skipped.as_slice()).unwrap_or_default() {
+        if crate::spawn::init::is_cosmetic(*step) {
+            warnings.push(format!(
+                "{} was skipped ({}); it is cosmetic, the run went on with every layer in place",
+                step.describe(),
+                nix::errno::Errno::from_raw(*errno).desc()
+            ));
+        }
+    }
     let seccomp = match &prepared.seccomp {
         None => SeccompReport {
             requested: policy.enforce.seccomp,

@@ -8,6 +8,7 @@
 pub mod channel;
 pub mod child;
 pub mod failed;
+pub mod ids;
 pub mod init;
 pub mod output;
 pub mod parent;
