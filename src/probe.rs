@@ -752,6 +752,7 @@ mod tests {
                 seccomp: Enforcement::Required,
                 cgroups: Enforcement::BestEffort,
             },
+            tools: Vec::new(),
         }
     }
 

@@ -998,6 +998,7 @@ fn outcome(
                 return Err(SpawnError::Exec {
                     program: prepared.program.clone(),
                     errno,
+                    hint: String::new(),
                 })
             }
             Record::Failed {
