@@ -242,7 +242,12 @@ impl Command {
             stdio: std::mem::take(&mut self.stdio),
             read_only_extra: self.read_only_extra.clone(),
         };
-        let mut prepared = Prepared::new(&self.policy, spec)?;
+        // Toolchains named in the profile become concrete read paths and
+        // variables here, below the caller's home directory.
+        let mut policy = self.policy.clone();
+        crate::profile::tools::expose(&mut policy, crate::profile::tools::home().as_deref())
+            .map_err(|err| SpawnError::Invalid(err.to_string()))?;
+        let mut prepared = Prepared::new(&policy, spec)?;
         prepared.cgroup_parent = self.cgroup_parent.clone();
         prepared.audit = self.audit.clone();
         prepared.interactive = self.interactive;
@@ -264,6 +269,7 @@ impl Command {
             }
         };
         let (outcome, measured) = parent::run_measured(&mut prepared);
+        let outcome = outcome.map_err(|err| where_on_host(err, &prepared));
         let report = build_report(
             &self.policy,
             &prepared,
@@ -325,12 +331,85 @@ impl Child {
             command,
         } = self;
         let (outcome, measured) = running.wait_measured(&prepared, driver);
+        let outcome = outcome.map_err(|err| where_on_host(err, &prepared));
         let report = build_report(&policy, &prepared, command, &outcome, measured.as_ref());
         Finished {
             result: outcome.map(|o| ExitStatus(o.exit)),
             report: Some(report),
         }
     }
+}
+
+/// A command not found inside that exists on the host: say where, and what
+/// exposes it (a `--tool` for a known toolchain's directory, otherwise
+/// `--allow-read`). Looked up in the host's PATH and the toolchains'
+/// directories; never run.
+fn where_on_host(err: SpawnError, prepared: &Prepared) -> SpawnError {
+    let SpawnError::Exec {
+        program,
+        errno,
+        hint,
+    } = err
+    else {
+        return err;
+    };
+    if errno != nix::errno::Errno::ENOENT as i32 || !hint.is_empty() {
+        return SpawnError::Exec {
+            program,
+            errno,
+            hint,
+        };
+    }
+    let home = crate::profile::tools::home();
+    let found = if program.contains('/') {
+        let path = Path::new(&program);
+        (path.is_absolute() && path.exists()).then(|| path.to_path_buf())
+    } else {
+        let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect())
+            .unwrap_or_default();
+        if let Some(home) = &home {
+            dirs.extend(crate::profile::tools::program_dirs(home));
+        }
+        dirs.into_iter()
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(&program))
+            .find(|candidate| is_executable(candidate))
+    };
+    let hint = match found {
+        None => String::new(),
+        Some(found) => {
+            let tool = home
+                .as_deref()
+                .and_then(|home| crate::profile::tools::tool_holding(&found, home));
+            let dir = found.parent().unwrap_or(Path::new("/"));
+            match tool {
+                Some(tool) => format!(
+                    "; it is {} on the host, outside the sandbox's view: add --tool {tool} (or `[tools] expose = [\"{tool}\"]` in the profile) to expose that toolchain read-only",
+                    found.display()
+                ),
+                None if prepared.policy.filesystem.read.iter().any(|r| found.starts_with(r)) => {
+                    String::new()
+                }
+                None => format!(
+                    "; it is {} on the host, outside the sandbox's view: expose its directory read-only with --allow-read {} and run it as {}",
+                    found.display(),
+                    dir.display(),
+                    found.display()
+                ),
+            }
+        }
+    };
+    SpawnError::Exec {
+        program,
+        errno,
+        hint,
+    }
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 fn build_report(
@@ -385,6 +464,15 @@ fn build_report(
             "seccomp: not installed ({}); the profile marks it best-effort",
             nix::errno::Errno::from_raw(errno).desc()
         ));
+    }
+    for (step, errno) in ok.map(|o| o.skipped.as_slice()).unwrap_or_default() {
+        if crate::spawn::init::is_cosmetic(*step) {
+            warnings.push(format!(
+                "{} was skipped ({}); it is cosmetic, the run went on with every layer in place",
+                step.describe(),
+                nix::errno::Errno::from_raw(*errno).desc()
+            ));
+        }
     }
     let seccomp = match &prepared.seccomp {
         None => SeccompReport {

@@ -798,6 +798,7 @@ mod tests {
                 seccomp: Enforcement::Required,
                 cgroups: Enforcement::BestEffort,
             },
+            tools: Vec::new(),
         }
     }
 

@@ -31,6 +31,9 @@ pub struct RunArgs {
     /// Make a host path visible read-only (repeatable).
     #[arg(long = "allow-read", value_name = "PATH")]
     pub allow_read: Vec<PathBuf>,
+    /// Expose a built-in toolchain read-only (rust, node, python; repeatable), as `[tools] expose`.
+    #[arg(long = "tool", value_name = "NAME")]
+    pub tools: Vec<String>,
     /// Make a host directory visible read-write (repeatable).
     #[arg(long = "allow-write", value_name = "PATH")]
     pub allow_write: Vec<PathBuf>,
@@ -174,6 +177,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         .with_context(|| usage(format!("--profile {}", args.profile)))?;
     for path in &args.allow_read {
         policy.filesystem.read.push(absolute(path, "--allow-read")?);
+    }
+    for tool in &args.tools {
+        if sandbox::profile::tools::find(tool).is_none() {
+            eprintln!(
+                "sandbox: --tool {tool}: unknown tool; the known tools are {}",
+                sandbox::profile::tools::known_names()
+            );
+            return Ok(2);
+        }
+        if !policy.tools.contains(tool) {
+            policy.tools.push(tool.clone());
+        }
     }
     for path in &args.allow_write {
         policy

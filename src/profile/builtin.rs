@@ -193,5 +193,6 @@ pub(crate) fn defaults() -> Policy {
             seccomp: Enforcement::Required,
             cgroups: Enforcement::BestEffort,
         },
+        tools: Vec::new(),
     }
 }

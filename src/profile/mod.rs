@@ -21,6 +21,7 @@ pub mod narrow;
 pub mod policy;
 pub mod raw;
 pub mod size;
+pub mod tools;
 
 pub use error::ProfileError;
 pub use size::{format_duration, parse_duration, parse_size};
@@ -181,6 +182,8 @@ pub fn to_toml(policy: &Policy) -> String {
     ] {
         line(&mut out, key, quote(enforcement_name(level)));
     }
+    out.push_str("\n[tools]\n");
+    line(&mut out, "expose", string_list(&policy.tools));
     out
 }
 
@@ -551,7 +554,7 @@ mod tests {
             ("", "p.toml:1:1: `version` is missing: add `version = 1` as the first line"),
             ("version = 2", "p.toml:1:11: unsupported profile version 2: this sandbox reads version 1 only"),
             ("version = \"1\"", "p.toml:1:11: unsupported profile version \"1\": this sandbox reads version 1 only"),
-            ("version = 1\ncolour = 1", "p.toml:2:1: unknown field `colour`, expected one of `version`, `extends`, `filesystem`, `network`, `limits`, `syscalls`, `env`, `broker`, `enforce`"),
+            ("version = 1\ncolour = 1", "p.toml:2:1: unknown field `colour`, expected one of `version`, `extends`, `filesystem`, `network`, `limits`, `syscalls`, `env`, `broker`, `enforce`, `tools`"),
             ("version = 1\n[network]\nmode = \"wifi\"", "p.toml:3:8: unknown variant `wifi`, expected one of `none`, `loopback`, `host`"),
             ("version = 1\n[filesystem]\nread = [\"usr\"]", "p.toml:3:9: `filesystem.read` paths must be absolute: \"usr\" does not start with '/'"),
             ("version = 1\n[filesystem]\nread_if_exists = [\"/a/../etc\"]", "p.toml:3:19: `filesystem.read_if_exists` paths cannot contain `..`: \"/a/../etc\""),
@@ -577,6 +580,7 @@ mod tests {
             ("version = 1\n[syscalls]\nallow = [\"Open\"]", "p.toml:3:10: invalid system call name \"Open\": expected lowercase letters, digits and '_'"),
             ("version = 1\n[env]\npass = [\"A=B\"]", "p.toml:3:9: invalid environment variable name \"A=B\": it must be non-empty without '=' or NUL"),
             ("version = 1\n[enforce]\nlandlock = \"maybe\"", "p.toml:3:12: unknown variant `maybe`, expected one of `required`, `best-effort`, `off`"),
+            ("version = 1\n[tools]\nexpose = [\"rust\", \"ruby\"]", "p.toml:3:19: unknown tool `ruby` in tools.expose: the known tools are rust, node, python"),
             ("version = 1\nextends = \"strcit\"", "p.toml:2:11: unknown built-in profile `strcit` in `extends`: valid choices are strict, standard, permissive, or a path to a file (containing '/' or ending in \".toml\")"),
         ];
         for (text, want) in cases {

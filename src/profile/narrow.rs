@@ -224,6 +224,14 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
         }
     }
 
+    for tool in inner.tools.iter().filter(|t| !outer.tools.contains(t)) {
+        over(
+            "tools.expose",
+            format!("`{tool}`"),
+            format!("[{}]", outer.tools.join(", ")),
+        );
+    }
+
     if !excess.is_empty() {
         return Err(excess);
     }
@@ -246,6 +254,7 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
     narrowed.env.pass.clone_from(&inner.env.pass);
     narrowed.broker = inner.broker.clone();
     narrowed.enforce = inner.enforce.clone();
+    narrowed.tools.clone_from(&inner.tools);
     Ok(narrowed)
 }
 

@@ -186,6 +186,10 @@ pub struct Policy {
     pub broker: BrokerPolicy,
     /// Layer enforcement levels.
     pub enforce: EnforcePolicy,
+    /// Toolchains to expose by name (`[tools] expose`), turned into read
+    /// paths and variables by [`crate::profile::tools::expose`] when a run
+    /// is prepared.
+    pub tools: Vec<String>,
 }
 
 impl EnvPolicy {

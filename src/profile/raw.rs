@@ -51,6 +51,16 @@ pub struct RawProfile {
     pub broker: Option<RawBroker>,
     /// `[enforce]`.
     pub enforce: Option<RawEnforce>,
+    /// `[tools]`.
+    pub tools: Option<RawTools>,
+}
+
+/// `[tools]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawTools {
+    /// Built-in toolchain names (see [`super::tools::TOOLS`]).
+    pub expose: Option<Vec<Spanned<String>>>,
 }
 
 /// Only the version, read first so that a file written for a newer format
@@ -343,6 +353,7 @@ pub(crate) struct Layer {
     pub landlock: Option<Enforcement>,
     pub seccomp: Option<Enforcement>,
     pub cgroups: Option<Enforcement>,
+    pub tools: Option<Vec<String>>,
 }
 
 impl Layer {
@@ -411,6 +422,7 @@ impl Layer {
         set(&mut enforce.landlock, self.landlock);
         set(&mut enforce.seccomp, self.seccomp);
         set(&mut enforce.cgroups, self.cgroups);
+        set(&mut policy.tools, self.tools);
     }
 }
 
@@ -507,6 +519,9 @@ impl RawProfile {
             layer.landlock = enforce.landlock.map(enforcement);
             layer.seccomp = enforce.seccomp.map(enforcement);
             layer.cgroups = enforce.cgroups.map(enforcement);
+        }
+        if let Some(tools) = self.tools {
+            layer.tools = check_list(tools.expose, |s| tool_name(src, s))?;
         }
         Ok(layer)
     }
@@ -653,6 +668,20 @@ fn syscall_name(src: &Source, s: &Spanned<String>) -> Result<String, ProfileErro
         ));
     }
     Ok(name.clone())
+}
+
+fn tool_name(src: &Source, s: &Spanned<String>) -> Result<String, ProfileError> {
+    match super::tools::find(s.get_ref()) {
+        Some(tool) => Ok(tool.name.to_string()),
+        None => Err(src.error(
+            s.span(),
+            format!(
+                "unknown tool `{}` in tools.expose: the known tools are {}",
+                s.get_ref(),
+                super::tools::known_names()
+            ),
+        )),
+    }
 }
 
 fn env_name(src: &Source, s: &Spanned<String>) -> Result<String, ProfileError> {

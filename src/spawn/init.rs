@@ -104,7 +104,12 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     if prepared.network == NetworkMode::Loopback {
         crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
     }
-    nix::unistd::sethostname("sandbox").step(Step::Hostname, b"sandbox")?;
+    if let Err(errno) = nix::unistd::sethostname("sandbox") {
+        // Cosmetic (see COSMETIC_STEPS): said in the report, never fatal. A
+        // container's seccomp profile denies sethostname even in a uts
+        // namespace of one's own, and it stopped whole runs there.
+        channel::report_skipped(fds.report, Step::Hostname, errno);
+    }
 
     // Fork the payload. Signals stay blocked (the supervisor blocked them
     // before clone) until forwarding is in place, so none is lost.
@@ -132,6 +137,28 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     let exit = reap_until(payload);
     let _ = channel::send_exit(sync, exit);
     Ok(exit.as_status())
+}
+
+/// Setup steps whose failure leaves every promise of the profile intact, so
+/// they warn instead of stopping the run:
+///
+/// - the hostname: a name only. The uts namespace is what isolates, and it
+///   is created by clone (which fails the run if it cannot be); without the
+///   call the payload sees its namespace's copy of the host's name, which
+///   no profile promises to hide and which it still cannot change for the
+///   host.
+///
+/// Not cosmetic, though they may look it: bringing loopback up in
+/// `loopback` mode (the mode promises a working loopback; in `none` mode it
+/// is not attempted at all), the cgroup namespace (it hides the host's
+/// cgroup paths), the process group (without it a terminal's ^C reaches
+/// the payload twice), no_new_privs, the parent-death signal and
+/// non-dumpable (security).
+pub const COSMETIC_STEPS: [Step; 1] = [Step::Hostname];
+
+/// Whether a failure of `step` only warns (see [`COSMETIC_STEPS`]).
+pub fn is_cosmetic(step: Step) -> bool {
+    COSMETIC_STEPS.contains(&step)
 }
 
 /// Reap every child (orphans are re-parented to us) until the payload ends.

@@ -8,6 +8,7 @@
 pub mod channel;
 pub mod child;
 pub mod failed;
+pub mod ids;
 pub mod init;
 pub mod measure;
 pub mod output;
@@ -261,12 +262,15 @@ pub enum SpawnError {
         fix: String,
     },
     /// The command could not be executed inside the sandbox.
-    #[error("cannot execute '{program}': {}", Errno::from_raw(*errno).desc())]
+    #[error("cannot execute '{program}': {}{hint}", Errno::from_raw(*errno).desc())]
     Exec {
         /// The program as given.
         program: String,
         /// The errno of the last attempt.
         errno: i32,
+        /// Where the program is on the host and how to expose it, when it
+        /// was not found inside (starts with "; "), else empty.
+        hint: String,
     },
 }
 

@@ -1215,6 +1215,7 @@ fn outcome(
                 return Err(SpawnError::Exec {
                     program: prepared.program.clone(),
                     errno,
+                    hint: String::new(),
                 })
             }
             Record::Failed {

@@ -159,7 +159,9 @@ pub struct IdmappedTree {
 /// How uids and gids are mapped between the host and the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IdMapping {
-    /// The supervisor is host root: the sandbox gets `host_id` (never 0) and
+    /// The supervisor is root with ids to spare (host root, or root of a
+    /// user namespace with a wide enough range where idmapping was seen to
+    /// work; see [`super::ids`]): the sandbox gets `host_uid` (never 0) and
     /// switches to it inside; writable trees are idmapped.
     pub root_mode: bool,
     /// uid (and gid) the sandboxed process has inside.
@@ -314,11 +316,14 @@ impl Planner {
         }
     }
 
+    /// Plan a host path. `handed_over`, in root mode: where a path that init
+    /// could not reach goes, for the supervisor to open.
     fn add_host_path(
         &mut self,
         path: &Path,
         writable: bool,
         must_exist: bool,
+        handed_over: Option<&mut Vec<IdmappedTree>>,
     ) -> Result<bool, SpawnError> {
         let meta = match std::fs::symlink_metadata(path) {
             Ok(meta) => meta,
@@ -351,11 +356,29 @@ impl Planner {
             }
         } else {
             let kind = NodeKind::of(&meta);
-            MountOp::Bind {
-                source: prefixed("/oldroot", path)?,
-                target,
-                kind,
-                writable,
+            match handed_over {
+                // In root mode init runs as an unprivileged host id, which
+                // cannot pass a parent such as /root (0700): the supervisor,
+                // still host root, opens the tree and hands it over, with
+                // the same read-only attributes a bind would get.
+                Some(trees) if !writable && !reachable_by_others(path) => {
+                    trees.push(IdmappedTree {
+                        host_path: path_cstring(path)?,
+                        writable: false,
+                        idmap: false,
+                    });
+                    MountOp::Idmapped {
+                        index: trees.len() - 1,
+                        target,
+                        kind,
+                    }
+                }
+                _ => MountOp::Bind {
+                    source: prefixed("/oldroot", path)?,
+                    target,
+                    kind,
+                    writable,
+                },
             }
         };
         self.mounts.push((path.to_path_buf(), op));
@@ -364,22 +387,30 @@ impl Planner {
     }
 }
 
-fn root_host_id() -> u32 {
-    if let Ok(text) = std::fs::read_to_string("/etc/subuid") {
-        for line in text.lines() {
-            let mut fields = line.split(':');
-            if let (Some("root"), Some(start), Some(count)) =
-                (fields.next(), fields.next(), fields.next())
-            {
-                if let (Ok(start), Ok(count)) = (start.parse::<u32>(), count.parse::<u32>()) {
-                    if start > 0 && count > 0 {
-                        return start;
-                    }
-                }
-            }
-        }
+/// Whether a process that is neither owner nor group member of anything on
+/// the way (the sandbox of host root) can look `path` up: every directory
+/// above it lets "other" through.
+fn reachable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.ancestors()
+        .skip(1)
+        .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+}
+
+/// The directories a run may write: the profile's write paths and the
+/// project when it is writable.
+fn writable_trees(policy: &Policy, project: &Path) -> Vec<PathBuf> {
+    let mut trees: Vec<PathBuf> = policy
+        .filesystem
+        .write
+        .iter()
+        .filter(|p| p.as_path() != project)
+        .cloned()
+        .collect();
+    if policy.filesystem.project == ProjectAccess::ReadWrite {
+        trees.push(project.to_path_buf());
     }
-    DEFAULT_ROOT_HOST_ID
+    trees
 }
 
 impl NodeKind {
@@ -500,18 +531,20 @@ impl Prepared {
             visible: Vec::new(),
         };
         let mut landlock_rules = Vec::new();
+        // The ids decide how each tree is mounted, so they come first.
+        let (ids, ids_note) = super::ids::choose(&writable_trees(policy, &project), &project);
+        warnings.extend(ids_note);
+        let root_mode = ids.root_mode;
+        let mut idmapped = Vec::new();
         for path in &policy.filesystem.read {
-            planner.add_host_path(path, false, true)?;
+            planner.add_host_path(path, false, true, root_mode.then_some(&mut idmapped))?;
         }
         for path in &policy.filesystem.read_if_exists {
-            planner.add_host_path(path, false, false)?;
+            planner.add_host_path(path, false, false, root_mode.then_some(&mut idmapped))?;
         }
         for path in planner.visible.clone() {
             landlock_rules.push((path_cstring(&path)?, LandlockAccess::ReadExec));
         }
-        let uid = nix::unistd::geteuid();
-        let root_mode = uid.is_root();
-        let mut idmapped = Vec::new();
         let mut writable_paths: Vec<PathBuf> = policy.filesystem.write.clone();
         let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
         for path in &writable_paths {
@@ -722,26 +755,6 @@ impl Prepared {
         if policy.network.mode != NetworkMode::Host {
             clone_flags |= CloneFlags::CLONE_NEWNET;
         }
-
-        let ids = if root_mode {
-            let host = root_host_id();
-            IdMapping {
-                root_mode,
-                inside_uid: 0,
-                inside_gid: 0,
-                host_uid: host,
-                host_gid: host,
-            }
-        } else {
-            let gid = nix::unistd::getegid().as_raw();
-            IdMapping {
-                root_mode,
-                inside_uid: uid.as_raw(),
-                inside_gid: gid,
-                host_uid: uid.as_raw(),
-                host_gid: gid,
-            }
-        };
 
         let tmp_options = cstring(
             "tmp size",

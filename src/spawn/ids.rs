@@ -1,0 +1,288 @@
+//! Which uid and gid the sandbox gets, from the user namespace the
+//! supervisor itself runs in.
+//!
+//! Host root maps the sandbox to an unprivileged host id and idmaps the
+//! trees it may write ("root mode"). Root inside a user namespace (rootless
+//! Podman, `unshare -r`, a CI container with a mapped range) is a different
+//! thing: only the ids in its own `/proc/self/uid_map` exist, `setgroups`
+//! may already be `deny`, and the host's filesystems belong to an ancestor
+//! namespace, so idmapping them needs privileges it does not have. Root mode
+//! is used there only when everything it needs is there (a second mapped id,
+//! setgroups allowed, and an idmapped mount of each writable tree actually
+//! made once); otherwise the sandbox is mapped to the caller's own ids, as
+//! for an unprivileged user.
+
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::sched::CloneFlags;
+
+use super::prepare::{IdMapping, DEFAULT_ROOT_HOST_ID};
+
+/// One line of a `uid_map` or `gid_map`: `count` ids from `inside` on, seen
+/// as `outside` on in the parent namespace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdRange {
+    /// First id in this namespace.
+    pub inside: u32,
+    /// First id in the parent namespace.
+    pub outside: u32,
+    /// How many.
+    pub count: u32,
+}
+
+impl IdRange {
+    fn contains(&self, id: u32) -> bool {
+        id >= self.inside && u64::from(id) < u64::from(self.inside) + u64::from(self.count)
+    }
+
+    fn last(&self) -> Option<u32> {
+        let last = u64::from(self.inside) + u64::from(self.count);
+        (self.count > 0).then(|| (last - 1).min(u64::from(u32::MAX)) as u32)
+    }
+}
+
+/// Parse a `/proc/PID/uid_map` (or gid_map); lines that do not parse are
+/// skipped (the kernel writes three decimal fields per line).
+pub fn parse_map(text: &str) -> Vec<IdRange> {
+    text.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace().map(str::parse::<u32>);
+            match (fields.next(), fields.next(), fields.next()) {
+                (Some(Ok(inside)), Some(Ok(outside)), Some(Ok(count))) => Some(IdRange {
+                    inside,
+                    outside,
+                    count,
+                }),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+fn mapped(map: &[IdRange], id: u32) -> bool {
+    map.iter().any(|range| range.contains(id))
+}
+
+/// The initial user namespace maps every id to itself.
+pub fn is_initial(map: &[IdRange]) -> bool {
+    map == [IdRange {
+        inside: 0,
+        outside: 0,
+        count: u32::MAX,
+    }]
+}
+
+/// The overflow id (`nobody`): files owned by unmapped ids show as it, so
+/// the sandbox must not be it.
+const OVERFLOW_ID: u32 = 65_534;
+
+/// An unprivileged id mapped in both maps for the sandbox of root inside a
+/// user namespace: the highest one (a rootless container maps 0..65536, and
+/// the top of the range owns nothing), never 0 and never `nobody`.
+pub fn pick_nested_id(uid_map: &[IdRange], gid_map: &[IdRange]) -> Option<u32> {
+    let mut tops: Vec<u32> = uid_map.iter().filter_map(IdRange::last).collect();
+    tops.sort_unstable_by(|a, b| b.cmp(a));
+    tops.into_iter()
+        .flat_map(|top| [Some(top), top.checked_sub(1)])
+        .flatten()
+        .find(|id| {
+            *id != 0
+                && *id != OVERFLOW_ID
+                && *id != u32::MAX
+                && mapped(uid_map, *id)
+                && mapped(gid_map, *id)
+        })
+}
+
+/// Host uid/gid for sandboxes started by host root: the first range of
+/// root's in /etc/subuid, or [`DEFAULT_ROOT_HOST_ID`].
+fn root_host_id() -> u32 {
+    if let Ok(text) = std::fs::read_to_string("/etc/subuid") {
+        for line in text.lines() {
+            let mut fields = line.split(':');
+            if let (Some("root"), Some(start), Some(count)) =
+                (fields.next(), fields.next(), fields.next())
+            {
+                if let (Ok(start), Ok(count)) = (start.parse::<u32>(), count.parse::<u32>()) {
+                    if start > 0 && count > 0 {
+                        return start;
+                    }
+                }
+            }
+        }
+    }
+    DEFAULT_ROOT_HOST_ID
+}
+
+fn own_ids() -> IdMapping {
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    IdMapping {
+        root_mode: false,
+        inside_uid: uid,
+        inside_gid: gid,
+        host_uid: uid,
+        host_gid: gid,
+    }
+}
+
+/// The mapping for a run whose writable trees are `writable` (directories)
+/// and whose project is `project`. Second element: why root mode was not
+/// used although the caller is root, for the report.
+pub fn choose(writable: &[PathBuf], project: &Path) -> (IdMapping, Option<String>) {
+    if !nix::unistd::geteuid().is_root() {
+        return (own_ids(), None);
+    }
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let uid_map = parse_map(&read("/proc/self/uid_map"));
+    let gid_map = parse_map(&read("/proc/self/gid_map"));
+    if is_initial(&uid_map) && is_initial(&gid_map) {
+        let host = root_host_id();
+        return (root_ids(host), None);
+    }
+    let setgroups = read("/proc/self/setgroups");
+    let fallback = |why: String| {
+        (
+            own_ids(),
+            Some(format!(
+                "root inside a user namespace: {why}, so the sandbox runs as the caller's own uid and gid (as for an unprivileged user)"
+            )),
+        )
+    };
+    if setgroups.trim() != "allow" {
+        return fallback("setgroups is denied in this namespace".into());
+    }
+    let Some(id) = pick_nested_id(&uid_map, &gid_map) else {
+        return fallback("no unprivileged id besides root is mapped in it".into());
+    };
+    let trees: Vec<&Path> = if writable.is_empty() {
+        vec![project]
+    } else {
+        writable.iter().map(PathBuf::as_path).collect()
+    };
+    match probe_idmap(id, &trees, !writable.is_empty()) {
+        Ok(()) => (root_ids(id), None),
+        Err(why) => fallback(why),
+    }
+}
+
+fn root_ids(host: u32) -> IdMapping {
+    IdMapping {
+        root_mode: true,
+        inside_uid: 0,
+        inside_gid: 0,
+        host_uid: host,
+        host_gid: host,
+    }
+}
+
+/// Make, once, what a root-mode run makes in release_init: a detached copy
+/// of each tree, idmapped to a namespace that maps 0 to `id`. Either needs
+/// privileges over the namespaces that own the mounts and the filesystems,
+/// which only trying tells.
+fn probe_idmap(id: u32, trees: &[&Path], idmap: bool) -> Result<(), String> {
+    // A raw clone is only sound from a single-threaded process.
+    if super::parent::check_single_threaded().is_err() {
+        return Err("the supervisor is multi-threaded and cannot probe idmapped mounts".into());
+    }
+    let (wait_end, release) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe2: {e}"))?;
+    let release_raw = release.as_raw_fd();
+    let (pid, _pidfd) = crate::sys::clone::clone_into_namespaces(CloneFlags::CLONE_NEWUSER, || {
+        let _ = nix::unistd::close(release_raw);
+        let mut byte = [0u8; 1];
+        loop {
+            match nix::unistd::read(wait_end.as_fd(), &mut byte) {
+                Err(nix::errno::Errno::EINTR) => continue,
+                _ => return 0,
+            }
+        }
+    })
+    .map_err(|e| format!("a user namespace cannot be created to probe idmapped mounts ({e})"))?;
+    let result = (|| {
+        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+        for (file, line) in [
+            ("uid_map", format!("0 {id} 1\n")),
+            ("gid_map", format!("0 {id} 1\n")),
+        ] {
+            std::fs::write(proc_dir.join(file), line)
+                .map_err(|e| format!("writing {file} for id {id} failed ({e})"))?;
+        }
+        let userns = std::fs::File::open(proc_dir.join("ns/user"))
+            .map_err(|e| format!("opening the probe's user namespace failed ({e})"))?;
+        for tree in trees {
+            let path = std::ffi::CString::new(tree.as_os_str().as_encoded_bytes())
+                .map_err(|_| format!("{} contains a NUL byte", tree.display()))?;
+            let fd = crate::sys::mount_api::clone_tree(&path).map_err(|e| {
+                format!(
+                    "open_tree({}) is not permitted here ({e}; the mount namespace belongs to an ancestor user namespace)",
+                    tree.display()
+                )
+            })?;
+            if idmap {
+                crate::sys::mount_api::set_tree_idmap(fd.as_fd(), userns.as_fd()).map_err(|e| {
+                    format!(
+                        "{} cannot be idmapped ({e}; its filesystem belongs to an ancestor user namespace)",
+                        tree.display()
+                    )
+                })?;
+            }
+        }
+        Ok(())
+    })();
+    drop(release);
+    drop(wait_end);
+    let _ = nix::sys::wait::waitpid(pid, None);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(text: &str) -> Vec<IdRange> {
+        parse_map(text)
+    }
+
+    #[test]
+    fn the_initial_namespace_is_the_identity_over_every_id() {
+        assert!(is_initial(&map("         0          0 4294967295\n")));
+        assert!(!is_initial(&map("0 0 1\n")));
+        assert!(!is_initial(&map("0 1000 1\n1 100000 65536\n")));
+    }
+
+    #[test]
+    fn a_single_mapping_leaves_no_unprivileged_id() {
+        // `unshare -r`: only root is mapped.
+        let single = map("0 1000 1\n");
+        assert_eq!(pick_nested_id(&single, &single), None);
+    }
+
+    #[test]
+    fn a_rootless_container_range_gives_its_top_id() {
+        // Rootless Podman: 0 is the user, 1..65536 subordinate ids.
+        let uids = map("0 1000 1\n1 100000 65536\n");
+        assert_eq!(pick_nested_id(&uids, &uids), Some(65_536));
+        // 0..65535 ends on nobody's neighbour: nobody itself is never picked.
+        let short = map("0 100000 65535\n");
+        assert_eq!(pick_nested_id(&short, &short), Some(65_533));
+        // Only ids mapped for groups too.
+        let gids = map("0 1000 1\n1 100000 1000\n");
+        assert_eq!(pick_nested_id(&uids, &gids), None);
+        assert_eq!(pick_nested_id(&gids, &gids), Some(1000));
+    }
+
+    #[test]
+    fn malformed_lines_are_skipped() {
+        assert_eq!(
+            map("x y z\n0 5\n 7 8 9 \n"),
+            vec![IdRange {
+                inside: 7,
+                outside: 8,
+                count: 9
+            }]
+        );
+    }
+}
