@@ -415,7 +415,14 @@ fn build_report(
     }
     let flags = prepared.clone_flags;
     use nix::sched::CloneFlags as F;
+    for path in ok.map(|o| o.sweep.restored.as_slice()).unwrap_or_default() {
+        warnings.push(format!(
+            "the protected entry {} was changed by the run and restored after it (this run had no namespaces, so it could not be read-only during it); the run's version is next to it as NAME.sandbox-quarantine-RUN",
+            path.display()
+        ));
+    }
     let enforced = Enforced {
+        isolation: crate::spawn::no_namespaces::Isolation::of(prepared),
         namespaces: Namespaces {
             user: flags.contains(F::CLONE_NEWUSER),
             mount: flags.contains(F::CLONE_NEWNS),
@@ -423,7 +430,7 @@ fn build_report(
             net: flags.contains(F::CLONE_NEWNET),
             ipc: flags.contains(F::CLONE_NEWIPC),
             uts: flags.contains(F::CLONE_NEWUTS),
-            cgroup: true,
+            cgroup: !flags.is_empty(),
         },
         user: UserReport {
             inside_uid: prepared.ids.inside_uid,

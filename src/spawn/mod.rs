@@ -9,6 +9,7 @@ pub mod channel;
 pub mod child;
 pub mod failed;
 pub mod init;
+pub mod no_namespaces;
 pub mod output;
 pub mod parent;
 pub mod prepare;
@@ -224,6 +225,9 @@ pub enum SpawnError {
     /// or could not finish.
     #[error("{0}")]
     Scan(#[from] crate::project::scan::ScanError),
+    /// A run without namespaces cannot keep what the profile promises.
+    #[error("{0}")]
+    NoNamespaces(#[from] no_namespaces::NoNamespacesError),
     /// A channel to the child failed.
     #[error("talking to the sandbox's init: {0}")]
     Channel(#[from] channel::ChannelError),

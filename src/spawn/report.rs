@@ -117,6 +117,8 @@ pub struct Resources {
 /// What was actually enforced.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enforced {
+    /// With or without namespaces, and what a run without them cannot promise.
+    pub isolation: crate::spawn::no_namespaces::Isolation,
     /// Namespaces.
     pub namespaces: Namespaces,
     /// Identity.
