@@ -350,7 +350,7 @@ fn refuse_what_cannot_be_hidden(prepared: &Prepared, reason: &str) -> Result<(),
             what: "the project's secrets cannot be hidden (Landlock can only grant a directory with everything below it)",
             paths: name_paths(&secrets),
             fix: format!(
-                "{}; or move them out of the project; or, if the command may read them, use a profile that does not hide them (`extends = \"{}\"` with `[filesystem] secrets_remove = [...]`)",
+                "{}; or move them out of the project; or, if the command may read them, use a profile that extends `{}` with `[filesystem] secrets_remove = [...]` naming them",
                 enable_userns_fix(),
                 policy.name
             ),
