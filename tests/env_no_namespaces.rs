@@ -457,3 +457,59 @@ fn strict_still_refuses_where_max_user_namespaces_is_zero() {
     assert_eq!(out.status.code(), Some(125), "{}", stderr(&out));
     assert!(!project.path().join("ran.txt").exists());
 }
+
+#[test]
+fn killing_the_supervisor_kills_the_run_and_removes_its_tmp() {
+    for who in who("killing_the_supervisor_kills_the_run_and_removes_its_tmp") {
+        let project = Project::new(who);
+        project.write("profile.toml", OFF);
+        let tag = marker("nons-orphan");
+        let script = format!(
+            "echo \"$TMPDIR\" > tmpdir.txt; setsid sh -c 'sleep 1000 {tag}; :' </dev/null >/dev/null 2>&1 & sleep 1000 {tag}"
+        );
+        let mut supervisor = project
+            .command()
+            .args([
+                "run",
+                "--profile",
+                "profile.toml",
+                "--",
+                "/bin/sh",
+                "-c",
+                &script,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("sandbox starts");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let sleeper = format!("sleep 1000 {tag}");
+        // Both sleeps (the supervisor's and the shells' command lines hold
+        // the tag too, with quotes around it).
+        while (support::host_pids_with(&sleeper).len() < 4
+            || !project.path().join("tmpdir.txt").exists())
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(
+            support::host_pids_with(&sleeper).len() >= 4,
+            "{who:?}: run started"
+        );
+        supervisor.kill().expect("SIGKILL the supervisor");
+        let _ = supervisor.wait();
+        let left = wait_until_gone(&tag, 10);
+        assert!(
+            left.is_empty(),
+            "{who:?}: outlived the supervisor: {left:?}"
+        );
+        let tmpdir = std::fs::read_to_string(project.path().join("tmpdir.txt")).unwrap();
+        let tmpdir = Path::new(tmpdir.trim());
+        let gone = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            !tmpdir.exists()
+        });
+        assert!(gone, "{who:?}: {} outlived the run", tmpdir.display());
+    }
+}
