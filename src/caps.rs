@@ -38,3 +38,28 @@ pub fn drop_all() -> Result<(), CapsError> {
     }
     Ok(())
 }
+
+/// [`drop_all`] where CAP_SETPCAP allows it; otherwise (an unprivileged
+/// caller without a user namespace, root in a container that lacks it)
+/// clear what any process may clear: the ambient, inheritable, effective
+/// and permitted sets. The bounding set and securebits then stay as they
+/// are, which gives nothing back: with `no_new_privs` an execve, even as
+/// uid 0, never adds to the permitted set. Returns whether the bounding
+/// set was cleared too.
+pub fn drop_all_available() -> Result<bool, CapsError> {
+    let can_setpcap =
+        caps::has_cap(None, CapSet::Effective, caps::Capability::CAP_SETPCAP).unwrap_or(false);
+    if can_setpcap {
+        drop_all()?;
+        return Ok(true);
+    }
+    for set in [
+        CapSet::Ambient,
+        CapSet::Inheritable,
+        CapSet::Effective,
+        CapSet::Permitted,
+    ] {
+        caps::clear(None, set).map_err(|source| CapsError::Clear { set, source })?;
+    }
+    Ok(false)
+}

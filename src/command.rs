@@ -521,6 +521,12 @@ fn build_report(
             ));
         }
     }
+    for path in ok.map(|o| o.sweep.restored.as_slice()).unwrap_or_default() {
+        warnings.push(format!(
+            "the protected entry {} was changed by the run and restored after it (this run had no namespaces, so it could not be read-only during it); the run's version is next to it as NAME.sandbox-quarantine-RUN",
+            path.display()
+        ));
+    }
     let host = prepared.confinement.host.as_ref();
     let measured = view.map(|view| Measured::new(view, host));
     if let Some(measured) = &measured {
@@ -543,6 +549,7 @@ fn build_report(
         }
     });
     let enforced = Enforced {
+        isolation: crate::spawn::no_namespaces::Isolation::of(prepared),
         namespaces,
         user: view.map(|view| UserReport {
             inside_uid: view.uid.map_or(prepared.ids.inside_uid, |uid| uid as u32),

@@ -476,7 +476,8 @@ mod tests {
         assert_eq!(permissive.limits.output, Some(256 << 20));
         assert_eq!(permissive.limits.nofile, Some(1024));
         assert_eq!(permissive.enforce.seccomp, Enforcement::BestEffort);
-        assert_eq!(permissive.enforce.userns, Enforcement::Required);
+        assert_eq!(permissive.enforce.userns, Enforcement::BestEffort);
+        assert_eq!(standard.enforce.userns, Enforcement::BestEffort);
         assert_eq!(permissive.syscalls.mode, SyscallMode::Denylist);
     }
 
@@ -586,12 +587,14 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(&err(text), want, "for {text:?}");
         }
-        let userns = err("version = 1\n[enforce]\nuserns = \"best-effort\"");
-        assert!(
-            userns.starts_with("p.toml:3:10: `enforce.userns` must be \"required\""),
-            "{userns}"
-        );
-        assert!(userns.contains("sandbox doctor"), "{userns}");
+        for (text, want) in [
+            ("best-effort", Enforcement::BestEffort),
+            ("off", Enforcement::Off),
+            ("required", Enforcement::Required),
+        ] {
+            let policy = ok(&format!("version = 1\n[enforce]\nuserns = \"{text}\""));
+            assert_eq!(policy.enforce.userns, want);
+        }
     }
 
     #[test]

@@ -217,7 +217,8 @@ pub enum RawDecision {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RawEnforce {
-    /// User namespace; only `required` is valid.
+    /// User namespace: `required`, or `best-effort`/`off` to run without
+    /// namespaces where none can be made (or at all).
     pub userns: Option<Spanned<RawEnforcement>>,
     /// Landlock.
     pub landlock: Option<RawEnforcement>,
@@ -505,17 +506,10 @@ impl RawProfile {
                 .collect();
         }
         if let Some(enforce) = self.enforce {
-            if let Some(userns) = enforce.userns {
-                if !matches!(userns.get_ref(), RawEnforcement::Required) {
-                    return Err(src.error(
-                        userns.span(),
-                        "`enforce.userns` must be \"required\": without a user namespace the sandbox \
-                         cannot build its filesystem view (mounts, pivot_root) unprivileged; \
-                         run `sandbox doctor` to see why user namespaces are unavailable here",
-                    ));
-                }
-                layer.userns = Some(Enforcement::Required);
-            }
+            // Below "required", a run where no user namespace can be made
+            // goes on without namespaces (Landlock-only view, see
+            // spawn::no_namespaces) instead of refusing.
+            layer.userns = enforce.userns.map(|u| enforcement(u.into_inner()));
             layer.landlock = enforce.landlock.map(enforcement);
             layer.seccomp = enforce.seccomp.map(enforcement);
             layer.cgroups = enforce.cgroups.map(enforcement);

@@ -38,6 +38,9 @@ pub struct Sweep {
     pub quarantined: Vec<Quarantined>,
     /// Entries that should have been renamed and could not be, with why.
     pub failed: Vec<(PathBuf, String)>,
+    /// Protected entries put back as they were before the run (runs
+    /// without namespaces, where they could not be read-only during it).
+    pub restored: Vec<PathBuf>,
 }
 
 struct Sweeper<'a> {
@@ -125,38 +128,45 @@ impl Sweeper<'_> {
     }
 
     fn quarantine(&mut self, dir: &OwnedFd, name: &[u8], path: PathBuf) {
-        for attempt in 0..100u32 {
-            let mut new_name = name.to_vec();
-            new_name.extend_from_slice(self.suffix.as_bytes());
-            if attempt > 0 {
-                new_name.extend_from_slice(format!("-{attempt}").as_bytes());
+        move_aside(dir, name, path, &self.suffix, &mut self.sweep);
+    }
+}
+
+/// Rename `name` in `dir` to `name` + `suffix` (+ `-N` when taken), never
+/// replacing anything, and record it. False when it could not be moved.
+fn move_aside(dir: &OwnedFd, name: &[u8], path: PathBuf, suffix: &str, sweep: &mut Sweep) -> bool {
+    for attempt in 0..100u32 {
+        let mut new_name = name.to_vec();
+        new_name.extend_from_slice(suffix.as_bytes());
+        if attempt > 0 {
+            new_name.extend_from_slice(format!("-{attempt}").as_bytes());
+        }
+        match nix::fcntl::renameat2(
+            dir.as_fd(),
+            OsStr::from_bytes(name),
+            dir.as_fd(),
+            OsStr::from_bytes(&new_name),
+            RenameFlags::RENAME_NOREPLACE,
+        ) {
+            Ok(()) => {
+                let moved_to = path
+                    .parent()
+                    .unwrap_or(Path::new(""))
+                    .join(OsStr::from_bytes(&new_name));
+                sweep.quarantined.push(Quarantined { path, moved_to });
+                return true;
             }
-            match nix::fcntl::renameat2(
-                dir.as_fd(),
-                OsStr::from_bytes(name),
-                dir.as_fd(),
-                OsStr::from_bytes(&new_name),
-                RenameFlags::RENAME_NOREPLACE,
-            ) {
-                Ok(()) => {
-                    let moved_to = path
-                        .parent()
-                        .unwrap_or(Path::new(""))
-                        .join(OsStr::from_bytes(&new_name));
-                    self.sweep.quarantined.push(Quarantined { path, moved_to });
-                    return;
-                }
-                Err(nix::errno::Errno::EEXIST) => continue,
-                Err(errno) => {
-                    self.sweep.failed.push((path, errno.desc().into()));
-                    return;
-                }
+            Err(nix::errno::Errno::EEXIST) => continue,
+            Err(errno) => {
+                sweep.failed.push((path, errno.desc().into()));
+                return false;
             }
         }
-        self.sweep
-            .failed
-            .push((path, "every quarantine name is taken".into()));
     }
+    sweep
+        .failed
+        .push((path, "every quarantine name is taken".into()));
+    false
 }
 
 fn scan_dir_flags() -> nix::fcntl::OFlag {
@@ -182,6 +192,399 @@ pub fn sweep(
     };
     sweeper.walk(&dir);
     Ok(sweeper.sweep)
+}
+
+/// Most bytes of protected files a run without namespaces keeps to restore
+/// them: git hooks and config, editor settings and shell start-up files
+/// are small, and a copy held in the supervisor's memory must stay bounded.
+pub const SNAPSHOT_LIMIT: u64 = 16 << 20;
+/// Most entries (files, links, directories) such a snapshot holds.
+const SNAPSHOT_MAX_ENTRIES: usize = 10_000;
+
+/// Why the protected entries cannot be kept for restoring.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    /// More than [`SNAPSHOT_LIMIT`] bytes or too many entries.
+    #[error("without user namespaces protected entries cannot be read-only during the run, only restored after it, and they are too large to keep a copy of (more than {} MiB or {SNAPSHOT_MAX_ENTRIES} entries, {path} among them). Fix: enable user namespaces (`sandbox doctor` names the setting here), or remove the large files from the protected entries (`[filesystem] protect_remove` in a profile)", SNAPSHOT_LIMIT >> 20)]
+    TooLarge {
+        /// An entry counted when the limit was passed.
+        path: PathBuf,
+    },
+    /// An entry could not be read.
+    #[error("keeping a copy of the protected entry {path} to restore after the run: {source}; make it readable to you, or move it out of the project")]
+    Read {
+        /// Below the project root.
+        path: PathBuf,
+        /// The errno.
+        source: nix::errno::Errno,
+    },
+    /// A FIFO, socket or device under a protected name.
+    #[error("the protected entry {path} is neither a file, a directory nor a symlink, so it cannot be restored after a run without namespaces; move it out of the project")]
+    Unsupported {
+        /// Below the project root.
+        path: PathBuf,
+    },
+}
+
+/// A protected entry as it was before the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Saved {
+    File {
+        mode: u32,
+        content: Vec<u8>,
+    },
+    Link {
+        target: Vec<u8>,
+    },
+    Dir {
+        mode: u32,
+        entries: std::collections::BTreeMap<Vec<u8>, Saved>,
+    },
+}
+
+/// Copies of the protected entries of a project, taken before a run that
+/// cannot make them read-only, to put them back after it.
+#[derive(Debug, Clone, Default)]
+pub struct Snapshot {
+    entries: Vec<(PathBuf, Saved)>,
+    bytes: u64,
+    count: usize,
+}
+
+impl Snapshot {
+    /// Bytes of file content held.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+    /// The protected entries held, below the project root.
+    pub fn paths(&self) -> impl Iterator<Item = &Path> {
+        self.entries.iter().map(|(p, _)| p.as_path())
+    }
+}
+
+const SET_ID: u32 = libc::S_ISUID | libc::S_ISGID;
+
+fn file_flags() -> nix::fcntl::OFlag {
+    use nix::fcntl::OFlag;
+    OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK
+}
+
+/// Open the directory holding `path` (below `root`), never following a
+/// symlink. With `repair`, a missing component is created and one that is
+/// not a directory (a symlink the run planted) is moved aside first.
+fn open_parent(
+    root: &OwnedFd,
+    path: &Path,
+    repair: Option<(&str, &mut Sweep)>,
+) -> Result<OwnedFd, nix::errno::Errno> {
+    use nix::errno::Errno;
+    let mut dir = root.try_clone().map_err(|_| Errno::EBADF)?;
+    let parent = path.parent().unwrap_or(Path::new(""));
+    let mut so_far = PathBuf::new();
+    let mut repair = repair;
+    for component in parent.components() {
+        let name = component.as_os_str();
+        so_far.push(name);
+        let opened = nix::fcntl::openat(dir.as_fd(), name, scan_dir_flags(), Mode::empty());
+        let next = match (opened, repair.as_mut()) {
+            (Ok(fd), _) => fd,
+            (Err(errno), None) => return Err(errno),
+            (Err(errno), Some((suffix, sweep))) => {
+                if errno != Errno::ENOENT
+                    && !move_aside(&dir, name.as_bytes(), so_far.clone(), suffix, sweep)
+                {
+                    return Err(errno);
+                }
+                nix::sys::stat::mkdirat(dir.as_fd(), name, Mode::from_bits_truncate(0o755))?;
+                nix::fcntl::openat(dir.as_fd(), name, scan_dir_flags(), Mode::empty())?
+            }
+        };
+        dir = next;
+    }
+    Ok(dir)
+}
+
+fn read_at(
+    dir: &OwnedFd,
+    name: &[u8],
+    path: &Path,
+    budget: &mut (u64, usize),
+) -> Result<Saved, SnapshotError> {
+    use nix::sys::stat::{fstatat, SFlag};
+    let read = |source| SnapshotError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    budget.1 += 1;
+    if budget.1 > SNAPSHOT_MAX_ENTRIES {
+        return Err(SnapshotError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
+    let stat = fstatat(
+        dir.as_fd(),
+        OsStr::from_bytes(name),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .map_err(read)?;
+    let mode = stat.st_mode & 0o7777;
+    match SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits()) {
+        SFlag::S_IFREG => {
+            let size = u64::try_from(stat.st_size).unwrap_or(u64::MAX);
+            budget.0 = budget.0.saturating_add(size);
+            if budget.0 > SNAPSHOT_LIMIT {
+                return Err(SnapshotError::TooLarge {
+                    path: path.to_path_buf(),
+                });
+            }
+            let fd = nix::fcntl::openat(
+                dir.as_fd(),
+                OsStr::from_bytes(name),
+                file_flags(),
+                Mode::empty(),
+            )
+            .map_err(read)?;
+            let content = read_bounded(&fd, size).map_err(read)?;
+            Ok(Saved::File { mode, content })
+        }
+        SFlag::S_IFLNK => {
+            let target =
+                nix::fcntl::readlinkat(dir.as_fd(), OsStr::from_bytes(name)).map_err(read)?;
+            Ok(Saved::Link {
+                target: target.as_bytes().to_vec(),
+            })
+        }
+        SFlag::S_IFDIR => {
+            let child = nix::fcntl::openat(
+                dir.as_fd(),
+                OsStr::from_bytes(name),
+                scan_dir_flags(),
+                Mode::empty(),
+            )
+            .map_err(read)?;
+            let mut entries = std::collections::BTreeMap::new();
+            let names = scan::list(&child, path).map_err(|err| match err {
+                ScanError::Read { source, .. } => read(source),
+                _ => read(nix::errno::Errno::EIO),
+            })?;
+            for (name, _) in names {
+                let below = path.join(OsStr::from_bytes(&name));
+                let saved = read_at(&child, &name, &below, budget)?;
+                entries.insert(name, saved);
+            }
+            Ok(Saved::Dir { mode, entries })
+        }
+        _ => Err(SnapshotError::Unsupported {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+/// Read a file of `expected` bytes; one byte more is read to notice growth,
+/// and never more than that.
+fn read_bounded(fd: &OwnedFd, expected: u64) -> Result<Vec<u8>, nix::errno::Errno> {
+    let limit = usize::try_from(expected.saturating_add(1)).unwrap_or(usize::MAX);
+    let mut content = Vec::with_capacity(limit.min(1 << 20));
+    let mut buf = [0u8; 16 * 1024];
+    while content.len() < limit {
+        let want = buf.len().min(limit - content.len());
+        match nix::unistd::read(fd.as_fd(), &mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => content.extend_from_slice(&buf[..n]),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(errno) => return Err(errno),
+        }
+    }
+    Ok(content)
+}
+
+/// Keep a copy of each protected entry in `paths` (below `root`): regular
+/// files' content and mode, symlinks' targets, directories with all they
+/// hold. Entries below another one in the list are covered by it.
+pub fn snapshot(root: &Path, paths: &[PathBuf]) -> Result<Snapshot, SnapshotError> {
+    let root_fd = scan::open_root(root).map_err(|err| match err {
+        ScanError::Read { source, .. } => SnapshotError::Read {
+            path: PathBuf::new(),
+            source,
+        },
+        _ => SnapshotError::Read {
+            path: PathBuf::new(),
+            source: nix::errno::Errno::EIO,
+        },
+    })?;
+    let mut sorted: Vec<&PathBuf> = paths.iter().collect();
+    sorted.sort_by_key(|p| p.components().count());
+    let mut snapshot = Snapshot::default();
+    let mut budget = (0u64, 0usize);
+    for path in sorted {
+        if snapshot.entries.iter().any(|(p, _)| path.starts_with(p)) {
+            continue;
+        }
+        let Some(name) = path.file_name() else {
+            continue;
+        };
+        let dir = open_parent(&root_fd, path, None).map_err(|source| SnapshotError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let saved = read_at(&dir, name.as_bytes(), path, &mut budget)?;
+        snapshot.entries.push((path.clone(), saved));
+    }
+    snapshot.bytes = budget.0;
+    snapshot.count = budget.1;
+    Ok(snapshot)
+}
+
+/// Whether `name` in `dir` is exactly `saved`.
+fn unchanged(dir: &OwnedFd, name: &[u8], saved: &Saved) -> bool {
+    use nix::sys::stat::{fstatat, SFlag};
+    let Ok(stat) = fstatat(
+        dir.as_fd(),
+        OsStr::from_bytes(name),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    ) else {
+        return false;
+    };
+    let kind = SFlag::from_bits_truncate(stat.st_mode & SFlag::S_IFMT.bits());
+    let mode = stat.st_mode & 0o7777;
+    match saved {
+        Saved::File {
+            mode: saved_mode,
+            content,
+        } => {
+            if kind != SFlag::S_IFREG
+                || mode != *saved_mode
+                || u64::try_from(stat.st_size).ok() != u64::try_from(content.len()).ok()
+            {
+                return false;
+            }
+            let Ok(fd) = nix::fcntl::openat(
+                dir.as_fd(),
+                OsStr::from_bytes(name),
+                file_flags(),
+                Mode::empty(),
+            ) else {
+                return false;
+            };
+            read_bounded(&fd, content.len() as u64).is_ok_and(|now| now == *content)
+        }
+        Saved::Link { target } => {
+            kind == SFlag::S_IFLNK
+                && nix::fcntl::readlinkat(dir.as_fd(), OsStr::from_bytes(name))
+                    .is_ok_and(|now| now.as_bytes() == target.as_slice())
+        }
+        Saved::Dir {
+            mode: saved_mode,
+            entries,
+        } => {
+            if kind != SFlag::S_IFDIR || mode != *saved_mode {
+                return false;
+            }
+            let Ok(child) = nix::fcntl::openat(
+                dir.as_fd(),
+                OsStr::from_bytes(name),
+                scan_dir_flags(),
+                Mode::empty(),
+            ) else {
+                return false;
+            };
+            let Ok(names) = scan::list(&child, Path::new("")) else {
+                return false;
+            };
+            names.len() == entries.len()
+                && names.iter().all(|(name, _)| {
+                    entries
+                        .get(name)
+                        .is_some_and(|saved| unchanged(&child, name, saved))
+                })
+        }
+    }
+}
+
+/// Create `name` in `dir` as `saved` (nothing may exist there).
+fn recreate(dir: &OwnedFd, name: &[u8], saved: &Saved) -> Result<(), nix::errno::Errno> {
+    use nix::fcntl::OFlag;
+    let name_os = OsStr::from_bytes(name);
+    match saved {
+        Saved::File { mode, content } => {
+            let fd = nix::fcntl::openat(
+                dir.as_fd(),
+                name_os,
+                OFlag::O_WRONLY
+                    | OFlag::O_CREAT
+                    | OFlag::O_EXCL
+                    | OFlag::O_NOFOLLOW
+                    | OFlag::O_CLOEXEC,
+                Mode::from_bits_truncate(0o600),
+            )?;
+            let mut written = 0;
+            while written < content.len() {
+                match nix::unistd::write(&fd, &content[written..]) {
+                    Ok(n) => written += n,
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    Err(errno) => return Err(errno),
+                }
+            }
+            nix::sys::stat::fchmod(fd.as_fd(), Mode::from_bits_truncate(mode & !SET_ID))
+        }
+        Saved::Link { target } => {
+            nix::unistd::symlinkat(OsStr::from_bytes(target), dir.as_fd(), name_os)
+        }
+        Saved::Dir { mode, entries } => {
+            nix::sys::stat::mkdirat(dir.as_fd(), name_os, Mode::from_bits_truncate(0o700))?;
+            let child = nix::fcntl::openat(dir.as_fd(), name_os, scan_dir_flags(), Mode::empty())?;
+            for (name, saved) in entries {
+                recreate(&child, name, saved)?;
+            }
+            nix::sys::stat::fchmod(child.as_fd(), Mode::from_bits_truncate(mode & !SET_ID))
+        }
+    }
+}
+
+/// After a run without namespaces, once every process of it is gone: each
+/// protected entry that is not exactly as `snapshot` kept it is moved aside
+/// to `NAME.sandbox-quarantine-RUN` and put back as it was. A directory
+/// above one that the run replaced (by a symlink, say) is moved aside too,
+/// so nothing is ever written through a path the run controlled.
+pub fn restore(root: &Path, snapshot: &Snapshot, run: &str, sweep: &mut Sweep) {
+    let suffix = format!(".sandbox-quarantine-{run}");
+    let root_fd = match scan::open_root(root) {
+        Ok(fd) => fd,
+        Err(err) => {
+            for (path, _) in &snapshot.entries {
+                sweep.failed.push((path.clone(), err.to_string()));
+            }
+            return;
+        }
+    };
+    for (path, saved) in &snapshot.entries {
+        let Some(name) = path.file_name().map(OsStr::as_bytes) else {
+            continue;
+        };
+        let dir = match open_parent(&root_fd, path, Some((&suffix, sweep))) {
+            Ok(dir) => dir,
+            Err(errno) => {
+                sweep.failed.push((path.clone(), errno.desc().into()));
+                continue;
+            }
+        };
+        if unchanged(&dir, name, saved) {
+            continue;
+        }
+        let present = nix::sys::stat::fstatat(
+            dir.as_fd(),
+            OsStr::from_bytes(name),
+            nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+        )
+        .is_ok();
+        if present && !move_aside(&dir, name, path.clone(), &suffix, sweep) {
+            continue;
+        }
+        match recreate(&dir, name, saved) {
+            Ok(()) => sweep.restored.push(path.clone()),
+            Err(errno) => sweep.failed.push((path.clone(), errno.desc().into())),
+        }
+    }
 }
 
 #[cfg(test)]

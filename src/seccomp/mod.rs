@@ -487,6 +487,82 @@ fn fallback_numbers() -> impl Iterator<Item = u32> {
 
 /// Compile `policy` into the programs to install.
 pub fn compile(policy: &SyscallPolicy) -> Result<CompiledFilter, SeccompError> {
+    Ok(finish(
+        policy_verdicts(policy)?.program()?,
+        Some(policy.mode),
+    ))
+}
+
+/// What a run without namespaces shares with the host, which the filter
+/// must then close itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SharedHost {
+    /// No network namespace: `socket` is refused for every family. AF_UNIX
+    /// too, because a pathname socket (`/var/run/docker.sock`, a D-Bus
+    /// session bus) is reached by path and Landlock does not cover
+    /// `connect`; `socketpair` stays, as it reaches nothing outside.
+    pub deny_sockets: bool,
+}
+
+/// System V IPC and POSIX message queues live in the ipc namespace; without
+/// one they are the host's, and a payload could read or poison another
+/// program's shared memory, semaphores or queues.
+const HOST_IPC: &[&str] = &[
+    "shmget",
+    "shmat",
+    "shmdt",
+    "shmctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+];
+
+/// The filter for a run without namespaces: `policy` (None: the profile
+/// turned the syscall policy off, so the set-id guard alone) plus the rules
+/// that stand in for the namespaces the run lacks. Those are not part of
+/// the syscall policy a profile can turn off: they are how `network = "none"`
+/// and a private IPC are kept at all.
+pub fn compile_without_namespaces(
+    policy: Option<&SyscallPolicy>,
+    shared: SharedHost,
+) -> Result<CompiledFilter, SeccompError> {
+    if !tables::SUPPORTED {
+        return Err(SeccompError::UnsupportedArch(std::env::consts::ARCH));
+    }
+    let mut verdicts = match policy {
+        Some(policy) => policy_verdicts(policy)?,
+        None => guard_verdicts()?,
+    };
+    let eafnosupport = errno(libc::EAFNOSUPPORT);
+    verdicts.add_rules(vec![(
+        "socketpair",
+        vec![Rule {
+            all: vec![Test::IsNot(IntArg(0), libc::AF_UNIX as u32)],
+            then: eafnosupport,
+        }],
+    )]);
+    if shared.deny_sockets {
+        verdicts.set(
+            syscall_number("socket").and_then(|nr| u32::try_from(nr).ok()),
+            eafnosupport,
+        );
+    }
+    verdicts.set(resolve(HOST_IPC, &[], "deny")?, EPERM);
+    Ok(finish(verdicts.program()?, policy.map(|p| p.mode)))
+}
+
+fn policy_verdicts(policy: &SyscallPolicy) -> Result<Verdicts, SeccompError> {
     if !tables::SUPPORTED {
         return Err(SeccompError::UnsupportedArch(std::env::consts::ARCH));
     }
@@ -515,7 +591,7 @@ pub fn compile(policy: &SyscallPolicy) -> Result<CompiledFilter, SeccompError> {
     verdicts.add_rules(policy_rules(policy.mode));
     verdicts.set(fallback_numbers(), ENOSYS);
     verdicts.set(denied, EPERM);
-    Ok(finish(verdicts.program()?, Some(policy.mode)))
+    Ok(verdicts)
 }
 
 /// The set-id guard alone, for a profile with `enforce.seccomp = "off"`:
@@ -527,6 +603,10 @@ pub fn host_guard() -> Result<Option<CompiledFilter>, SeccompError> {
     if !tables::SUPPORTED {
         return Ok(None);
     }
+    Ok(Some(finish(guard_verdicts()?.program()?, None)))
+}
+
+fn guard_verdicts() -> Result<Verdicts, SeccompError> {
     let mut verdicts = Verdicts {
         calls: BTreeMap::new(),
         otherwise: ALLOW,
@@ -537,7 +617,7 @@ pub fn host_guard() -> Result<Option<CompiledFilter>, SeccompError> {
         syscall_number("openat2").and_then(|nr| u32::try_from(nr).ok()),
         ENOSYS,
     );
-    Ok(Some(finish(verdicts.program()?, None)))
+    Ok(verdicts)
 }
 
 #[cfg(test)]

@@ -107,7 +107,12 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Fail
             .step(Step::Rlimit, resource_name(*resource))?;
     }
 
-    crate::caps::drop_all().map_err(|err| Failed {
+    let dropped = if prepared.no_namespaces.is_some() {
+        crate::caps::drop_all_available().map(drop)
+    } else {
+        crate::caps::drop_all()
+    };
+    dropped.map_err(|err| Failed {
         step: Step::DropCapabilities,
         errno: match err {
             crate::caps::CapsError::Securebits(errno) => errno,

@@ -97,18 +97,23 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     // Its own process group, so a terminal's ^C reaches only the supervisor,
     // which forwards it once (the payload would otherwise see it twice).
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).step(Step::ProcessGroup, b"")?;
-    nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;
+    let without_namespaces = prepared.no_namespaces.is_some();
+    if without_namespaces {
+        prepare_reaper(fds.sync)?;
+    } else {
+        nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;
 
-    build_root(prepared, &mut trees)?;
+        build_root(prepared, &mut trees)?;
 
-    if prepared.network == NetworkMode::Loopback {
-        crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
-    }
-    if let Err(errno) = nix::unistd::sethostname("sandbox") {
-        // Cosmetic (see COSMETIC_STEPS): said in the report, never fatal. A
-        // container's seccomp profile denies sethostname even in a uts
-        // namespace of one's own, and it stopped whole runs there.
-        channel::report_skipped(fds.report, Step::Hostname, errno);
+        if prepared.network == NetworkMode::Loopback {
+            crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
+        }
+        if let Err(errno) = nix::unistd::sethostname("sandbox") {
+            // Cosmetic (see COSMETIC_STEPS): said in the report, never fatal. A
+            // container's seccomp profile denies sethostname even in a uts
+            // namespace of one's own, and it stopped whole runs there.
+            channel::report_skipped(fds.report, Step::Hostname, errno);
+        }
     }
 
     // Fork the payload. Signals stay blocked (the supervisor blocked them
@@ -118,7 +123,13 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     })
     .step(Step::ForkPayload, b"")?;
     crate::sys::signal::forward_signals_to(payload).step(Step::SignalForwarding, b"")?;
-    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    // Without a pid namespace SIGCHLD stays blocked: init reads it from a
+    // signalfd, next to the sync socket (see `supervise_descendants`).
+    let mut unblocked = SigSet::empty();
+    if without_namespaces {
+        unblocked.add(Signal::SIGCHLD);
+    }
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&unblocked), None);
     // From here init needs only its sync socket. It is a copy of the
     // supervisor, so it holds copies of everything the supervisor had open:
     // the report pipe (only the payload may write records now), the payload's
@@ -134,7 +145,11 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     }
     let sync = crate::sys::fd::borrow(3);
 
-    let exit = reap_until(payload);
+    let exit = if without_namespaces {
+        supervise_descendants(payload, sync)
+    } else {
+        reap_until(payload)
+    };
     let _ = channel::send_exit(sync, exit);
     Ok(exit.as_status())
 }
@@ -173,6 +188,165 @@ fn reap_until(payload: Pid) -> PayloadExit {
             // ECHILD: nothing left to wait for, which cannot happen before
             // the payload was reaped; treat it as a crash of the payload.
             Err(_) => return PayloadExit::Code(SETUP_FAILED),
+        }
+    }
+}
+
+/// Without a pid namespace nothing kills the run's processes when init
+/// exits, so init does it. It becomes a child subreaper, so every orphan of
+/// the run is re-parented to it rather than to the host's init. Its
+/// parent-death SIGKILL is replaced by watching the sync socket: killed
+/// outright, init could not kill the rest; end-of-file there tells it the
+/// supervisor died (or asks it to end the run), and it kills everything.
+/// SIGCHLD is blocked before the payload exists, so none is lost.
+fn prepare_reaper(sync: BorrowedFd<'_>) -> Result<(), Option<Failed<'static>>> {
+    nix::sys::prctl::set_child_subreaper(true)
+        .step(Step::ForkPayload, b"PR_SET_CHILD_SUBREAPER")?;
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&chld), None)
+        .step(Step::SignalForwarding, b"SIGCHLD")?;
+    nix::sys::prctl::set_pdeathsig(None).step(Step::ParentDeathSignal, b"")?;
+    // The supervisor may have died before the signal was cleared.
+    if supervisor_gone(sync) {
+        return Err(None);
+    }
+    Ok(())
+}
+
+/// Reap until the payload ends, or until the supervisor is gone or asks
+/// for the end (the sync socket is readable: it sends nothing after "go"),
+/// then kill every descendant that is left.
+fn supervise_descendants(payload: Pid, sync: BorrowedFd<'_>) -> PayloadExit {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    use nix::sys::wait::WaitPidFlag;
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    let signals = SignalFd::with_flags(&chld, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK).ok();
+    let mut exit = None;
+    loop {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == payload => {
+                    exit = Some(PayloadExit::Code(code))
+                }
+                Ok(WaitStatus::Signaled(pid, signal, _)) if pid == payload => {
+                    exit = Some(PayloadExit::Signal(signal as i32))
+                }
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(_) => break,
+            }
+        }
+        if let Some(exit) = exit {
+            kill_descendants();
+            return exit;
+        }
+        let mut fds = vec![PollFd::new(sync, PollFlags::POLLIN)];
+        if let Some(signals) = &signals {
+            fds.push(PollFd::new(signals.as_fd(), PollFlags::POLLIN));
+        }
+        // Without a signalfd (descriptors exhausted), look every 50 ms.
+        let wait = if signals.is_some() {
+            PollTimeout::NONE
+        } else {
+            PollTimeout::from(50u8)
+        };
+        match poll(&mut fds, wait) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => {
+                kill_descendants();
+                return PayloadExit::Signal(Signal::SIGKILL as i32);
+            }
+        }
+        let ended = fds[0].revents().is_some_and(|r| !r.is_empty());
+        if ended {
+            kill_descendants();
+            return PayloadExit::Signal(Signal::SIGKILL as i32);
+        }
+        if let Some(signals) = &signals {
+            while let Ok(Some(_)) = signals.read_signal() {}
+        }
+    }
+}
+
+/// A process found below init: its pid and start time (in clock ticks
+/// since boot), which together name it even if the pid is reused.
+type Descendant = (i32, u64);
+
+/// pid, parent pid and start time from /proc/PID/stat.
+fn stat_of(pid: i32) -> Option<(i32, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after
+    // the last ')'. Then: state, ppid, ... starttime is field 22 overall.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ppid = fields.get(1)?.parse().ok()?;
+    let start = fields.get(19)?.parse().ok()?;
+    Some((ppid, start))
+}
+
+/// Every process below `root`, from one pass over /proc (this kernel need
+/// not have /proc/PID/task/TID/children).
+fn descendants_of(root: i32) -> Vec<Descendant> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut all: Vec<(i32, i32, u64)> = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if let Some((ppid, start)) = stat_of(pid) {
+            all.push((pid, ppid, start));
+        }
+    }
+    let mut found: Vec<Descendant> = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for &(pid, ppid, start) in &all {
+            if ppid == parent && !found.iter().any(|(p, _)| *p == pid) {
+                found.push((pid, start));
+                parents.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// SIGKILL every descendant and reap until init has no child left. A
+/// process forked meanwhile is found on the next pass (its parent, killed,
+/// leaves it to init, the subreaper); init having no child means no
+/// descendant is left, since any would have an ancestor among init's
+/// children. Each kill goes through a pidfd opened after checking the
+/// process's start time, so a reused pid is never hit.
+fn kill_descendants() {
+    use nix::sys::wait::WaitPidFlag;
+    let me = nix::unistd::getpid().as_raw();
+    loop {
+        for (pid, start) in descendants_of(me) {
+            let Ok(pidfd) = crate::sys::signal::pidfd_open(Pid::from_raw(pid)) else {
+                continue;
+            };
+            if stat_of(pid).map(|(_, s)| s) == Some(start) {
+                let _ = crate::sys::signal::pidfd_kill(pidfd.as_fd());
+            }
+        }
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) => break,
+                Ok(_) | Err(Errno::EINTR) => continue,
+                Err(_) => return,
+            }
+        }
+        match waitpid(None, None) {
+            Ok(_) | Err(Errno::EINTR) => continue,
+            Err(_) => return,
         }
     }
 }

@@ -203,6 +203,8 @@ pub struct Expected {
     pub new_namespaces: [bool; 7],
     /// Filters this run installed on top of the inherited ones (0: none).
     pub seccomp_programs: u64,
+    /// Whether the payload's bounding set must be empty.
+    pub bounding_set_cleared: bool,
 }
 
 /// A measured value that contradicts what the run requires. Names the layer
@@ -213,7 +215,8 @@ pub fn contradiction(view: &View, expected: &Expected) -> Option<&'static str> {
         return Some("no_new_privs: the payload's NoNewPrivs is 0");
     }
     for (i, set) in view.capabilities.iter().enumerate() {
-        if set.is_some_and(|bits| bits != 0) {
+        let bounding = i == 3;
+        if set.is_some_and(|bits| bits != 0) && (!bounding || expected.bounding_set_cleared) {
             return Some(
                 [
                     "capabilities: the payload's CapInh is not empty",
@@ -438,6 +441,7 @@ NoNewPrivs:\t1\nSeccomp:\t2\nSeccomp_filters:\t4\nSpeculation_Store_Bypass:\tthr
             }),
             new_namespaces: [true; 7],
             seccomp_programs: 2,
+            bounding_set_cleared: true,
         }
     }
 

@@ -11,6 +11,7 @@ pub mod failed;
 pub mod ids;
 pub mod init;
 pub mod measure;
+pub mod no_namespaces;
 pub mod output;
 pub mod parent;
 pub mod prepare;
@@ -229,6 +230,9 @@ pub enum SpawnError {
     /// or could not finish.
     #[error("{0}")]
     Scan(#[from] crate::project::scan::ScanError),
+    /// A run without namespaces cannot keep what the profile promises.
+    #[error("{0}")]
+    NoNamespaces(#[from] no_namespaces::NoNamespacesError),
     /// A channel to the child failed.
     #[error("talking to the sandbox's init: {0}")]
     Channel(#[from] channel::ChannelError),

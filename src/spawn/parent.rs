@@ -153,6 +153,9 @@ pub trait Driver {
 /// A started run, until [`Running::wait`] collects it.
 #[derive(Debug)]
 pub struct Running {
+    /// No pid namespace: killing init would orphan the rest, so the run
+    /// is ended by asking init (see [`Running::end_run`]).
+    without_namespaces: bool,
     init_pid: Pid,
     pidfd: OwnedFd,
     sync: OwnedFd,
@@ -179,12 +182,19 @@ struct SweepPlan {
     rules: crate::project::Rules,
     before: std::collections::HashMap<std::path::PathBuf, crate::project::scan::Identity>,
     run: String,
+    /// Without namespaces: the protected entries to put back.
+    restore: Option<std::sync::Arc<crate::project::quarantine::Snapshot>>,
+    /// Without namespaces: the private temporary directory to remove.
+    private_tmp: Option<PathBuf>,
 }
 
 impl SweepPlan {
     fn for_run(prepared: &Prepared) -> Option<SweepPlan> {
-        let scan = prepared.scan.as_ref()?;
-        if prepared.policy.filesystem.project != crate::profile::policy::ProjectAccess::ReadWrite {
+        let without = prepared.no_namespaces.as_ref();
+        let scan = prepared.scan.as_ref();
+        let writable =
+            prepared.policy.filesystem.project == crate::profile::policy::ProjectAccess::ReadWrite;
+        if without.is_none() && !(writable && scan.is_some()) {
             return None;
         }
         let stamp = std::time::SystemTime::now()
@@ -194,19 +204,44 @@ impl SweepPlan {
         Some(SweepPlan {
             root: prepared.project.clone(),
             rules: prepared.project_rules.clone(),
-            before: scan.protected_before.clone(),
+            before: scan
+                .filter(|_| writable)
+                .map(|s| s.protected_before.clone())
+                .unwrap_or_default(),
             run: format!("{:x}-{}", stamp, std::process::id()),
+            restore: without.and_then(|w| w.snapshot.clone()),
+            private_tmp: without.map(|w| w.private_tmp.clone()),
         })
     }
 
     fn run(&self) -> crate::project::quarantine::Sweep {
-        match crate::project::quarantine::sweep(&self.root, &self.rules, &self.before, &self.run) {
-            Ok(sweep) => sweep,
-            Err(err) => crate::project::quarantine::Sweep {
-                quarantined: Vec::new(),
-                failed: vec![(std::path::PathBuf::new(), err.to_string())],
-            },
+        let writable = !self.before.is_empty() || self.restore.is_some();
+        let mut sweep = if !writable && self.private_tmp.is_some() {
+            crate::project::quarantine::Sweep::default()
+        } else {
+            match crate::project::quarantine::sweep(
+                &self.root,
+                &self.rules,
+                &self.before,
+                &self.run,
+            ) {
+                Ok(sweep) => sweep,
+                Err(err) => crate::project::quarantine::Sweep {
+                    failed: vec![(std::path::PathBuf::new(), err.to_string())],
+                    ..Default::default()
+                },
+            }
+        };
+        // After the sweep, which moves aside what is no longer the object
+        // the scan saw: the snapshot then fills those places again, and
+        // also catches what was changed in place.
+        if let Some(snapshot) = &self.restore {
+            crate::project::quarantine::restore(&self.root, snapshot, &self.run, &mut sweep);
         }
+        if let Some(dir) = &self.private_tmp {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        sweep
     }
 }
 
@@ -422,8 +457,16 @@ pub fn run_measured(prepared: &mut Prepared) -> (Result<Outcome, SpawnError>, Op
 fn expected_confinement(prepared: &Prepared) -> super::measure::Expected {
     use nix::sched::CloneFlags as F;
     let flags = prepared.clone_flags;
+    let host = super::measure::read_own_view();
+    // Without a user namespace of its own the payload can clear its bounding
+    // set only where the supervisor holds CAP_SETPCAP (root in a container
+    // often does not); with no_new_privs an exec cannot use what remains.
+    const CAP_SETPCAP: u64 = 1 << 8;
+    let bounding_set_cleared = prepared.no_namespaces.is_none()
+        || host.capabilities[2].is_some_and(|eff| eff & CAP_SETPCAP != 0);
     super::measure::Expected {
-        host: Some(super::measure::read_own_view()),
+        host: Some(host),
+        bounding_set_cleared,
         new_namespaces: [
             flags.contains(F::CLONE_NEWUSER),
             flags.contains(F::CLONE_NEWNS),
@@ -480,11 +523,27 @@ fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
         },
         None => None,
     };
+    let planned_without = prepared.no_namespaces.is_some();
     match start_cloned(prepared, cgroup.as_ref()) {
         Ok(mut running) => {
             running.cgroup = cgroup;
             running.janitor = janitor;
             running.sweep = sweep;
+            if !planned_without && prepared.no_namespaces.is_some() {
+                // The run fell back to no namespaces at clone: its sweep now
+                // also restores and cleans up, and a janitor forked before
+                // must know that too.
+                running.sweep = SweepPlan::for_run(prepared);
+                if let Some(old) = running.janitor.take() {
+                    old.dismiss();
+                    if let Some(cgroup) = &running.cgroup {
+                        running.janitor = Some(spawn_janitor(
+                            RunEnd::Cgroup(cgroup),
+                            running.sweep.as_ref(),
+                        )?);
+                    }
+                }
+            }
             if running.janitor.is_none() && running.sweep.is_some() {
                 let init = RunEnd::Init(running.pidfd.as_raw_fd());
                 // On failure, dropping `running` kills and sweeps the run.
@@ -643,9 +702,28 @@ fn start_cloned(
         supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
     };
     crate::sys::proctitle::remember();
-    let cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
+    let mut cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
         super::init::main(prepared, &fds)
     });
+    if let Err(errno) = cloned {
+        if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort
+            && prepared.no_namespaces.is_none()
+            && super::no_namespaces::means_unavailable(errno)
+        {
+            let why = crate::probe::userns_unavailable_reason()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_else(|| {
+                    ": a seccomp filter or security module refuses it (a container engine's default profile, a Kubernetes pod, or another sandbox)".into()
+                });
+            let reason = format!("creating a user namespace failed with {errno}{why}");
+            super::no_namespaces::enter(prepared, reason).map_err(restore)?;
+            // The payload is now checked against the run it will really get.
+            prepared.confinement = expected_confinement(prepared);
+            cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
+                super::init::main(prepared, &fds)
+            });
+        }
+    }
     let (init_pid, pidfd) = match cloned {
         Ok(pair) => pair,
         Err(source) => {
@@ -691,6 +769,7 @@ fn start_cloned(
         ),
     );
     Ok(Running {
+        without_namespaces: prepared.no_namespaces.is_some(),
         init_pid,
         pidfd,
         sync: sync_parent,
@@ -715,8 +794,26 @@ impl Running {
         self.init_pid
     }
 
-    /// Kill every process of the run (SIGKILL to init tears down its pid namespace).
+    /// Kill every process of the run: SIGKILL to init tears down its pid
+    /// namespace. Without one, init is asked through the sync socket
+    /// (end-of-file there), and kills every descendant before it exits.
+    fn end_run(&self) {
+        if self.without_namespaces {
+            let _ = nix::sys::socket::shutdown(
+                self.sync.as_raw_fd(),
+                nix::sys::socket::Shutdown::Write,
+            );
+        } else {
+            let _ = kill(self.init_pid, Signal::SIGKILL);
+        }
+    }
+
+    /// Kill every process of the run.
     pub fn kill(&self) -> Result<(), SpawnError> {
+        if self.without_namespaces {
+            self.end_run();
+            return Ok(());
+        }
         match kill(self.init_pid, Signal::SIGKILL) {
             Ok(()) | Err(Errno::ESRCH) => Ok(()),
             Err(source) => Err(SpawnError::Sys {
@@ -913,7 +1010,7 @@ impl Running {
             if deadline.is_some_and(|at| Instant::now() >= at) {
                 if limits_hit.contains(&LimitHit::Timeout) {
                     // Grace is over. Killing init tears down its pid namespace.
-                    let _ = kill(self.init_pid, Signal::SIGKILL);
+                    self.end_run();
                     deadline = None;
                 } else {
                     // Init forwards SIGTERM to the payload's process group.
@@ -962,7 +1059,7 @@ impl Running {
                     exited: false,
                 });
                 if steer == Steer::Kill {
-                    let _ = kill(self.init_pid, Signal::SIGKILL);
+                    self.end_run();
                 }
                 if broker.wants_output() && !broker.on_writable(sock.as_fd()) {
                     self.broker_closed.set(true);
@@ -1058,7 +1155,7 @@ impl Drop for Running {
     /// no process of a run outlives its handle.
     fn drop(&mut self) {
         if !self.collected {
-            let _ = kill(self.init_pid, Signal::SIGKILL);
+            self.end_run();
             let _ = waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED);
             if let Some(cgroup) = self.cgroup.take() {
                 cgroup.remove();
@@ -1282,6 +1379,14 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
     // Unprivileged writers must deny setgroups before writing gid_map
     // (CVE-2014-8989: dropping groups could bypass negative group ACLs). Root
     // keeps it allowed so init can shed host root's supplementary groups.
+    if !prepared
+        .clone_flags
+        .contains(nix::sched::CloneFlags::CLONE_NEWUSER)
+    {
+        // No user namespace: no maps to write, nothing to idmap.
+        channel::send_go(sync.as_fd(), &[])?;
+        return Ok(());
+    }
     write(
         "setgroups",
         if ids.root_mode {

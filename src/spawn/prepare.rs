@@ -267,6 +267,10 @@ pub struct Prepared {
     pub confinement: super::measure::Expected,
     /// Print each setup step on stderr as it happens (`sandbox run -v`).
     pub verbose: bool,
+    /// Host paths shown read-only at a path inside (from [`SpawnSpec`]).
+    pub read_only_extra: Vec<(PathBuf, PathBuf)>,
+    /// Set when the run has no namespaces (see [`super::no_namespaces`]).
+    pub no_namespaces: Option<super::no_namespaces::NoNamespaces>,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -617,6 +621,7 @@ impl Prepared {
         // The supervisor's own binary, read-only, so scripts inside can call
         // `sandbox ipc`. Best effort: a binary replaced on disk since it
         // started (a rebuild) cannot be bound, which is said, not fatal.
+        let read_only_extra = spec.read_only_extra.clone();
         let mut handed_over: Vec<(PathBuf, PathBuf)> = spec.read_only_extra.clone();
         match std::env::current_exe().and_then(std::fs::canonicalize) {
             Ok(exe) if exe.is_file() => {
@@ -760,7 +765,7 @@ impl Prepared {
             "tmp size",
             format!("size={},mode=1777", policy.filesystem.tmp_size),
         )?;
-        Ok(Prepared {
+        let mut prepared = Prepared {
             profile_name: policy.name.clone(),
             argv,
             envp,
@@ -804,7 +809,16 @@ impl Prepared {
             dry_run: false,
             confinement: Default::default(),
             verbose: false,
-        })
+            read_only_extra,
+            no_namespaces: None,
+        };
+        if policy.enforce.userns == Enforcement::Off {
+            super::no_namespaces::enter(
+                &mut prepared,
+                "the profile sets enforce.userns = \"off\"".into(),
+            )?;
+        }
+        Ok(prepared)
     }
 }
 

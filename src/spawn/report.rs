@@ -125,6 +125,8 @@ pub struct Resources {
 /// was applied, or it could not be measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enforced {
+    /// With or without namespaces, and what a run without them cannot promise.
+    pub isolation: crate::spawn::no_namespaces::Isolation,
     /// Namespaces, as measured inside (None: the payload never got that far).
     pub namespaces: Option<Namespaces>,
     /// Identity (None: the payload never got that far).

@@ -61,3 +61,37 @@ pub fn reset_all_dispositions() -> nix::Result<()> {
     }
     Ok(())
 }
+
+/// A pidfd for `pid` (Linux 5.3): signals sent through it reach that
+/// process or none, never one that reused its pid.
+pub fn pidfd_open(pid: nix::unistd::Pid) -> nix::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: pidfd_open takes integers only.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    let raw = i32::try_from(fd).map_err(|_| nix::errno::Errno::EBADF)?;
+    // SAFETY: the kernel just returned this descriptor and nothing else owns it.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
+}
+
+/// SIGKILL the process `pidfd` refers to.
+pub fn pidfd_kill(pidfd: std::os::fd::BorrowedFd<'_>) -> nix::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor, a signal number, a null siginfo (the kernel
+    // then fills it as kill(2) would) and no flags.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            libc::SIGKILL,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if ret < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    Ok(())
+}

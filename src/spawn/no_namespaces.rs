@@ -1,0 +1,632 @@
+//! Runs without namespaces: where no user namespace can be created (a
+//! container engine's default seccomp profile, a Kubernetes pod,
+//! `user.max_user_namespaces=0`, Ubuntu's AppArmor restriction, another
+//! sandbox whose filter refuses `CLONE_NEWUSER`) and the profile says
+//! `enforce.userns = "best-effort"`, or where it says `"off"`.
+//!
+//! What needs no privilege still applies: Landlock, seccomp,
+//! `no_new_privs`, dropped capabilities, rlimits, a cgroup where one can be
+//! had, and the broker. What the namespaces did is replaced where it can
+//! be and refused or said where it cannot:
+//!
+//! - The filesystem view is Landlock alone, on host paths. Landlock rules
+//!   only grant, and a right on a directory covers everything below it, so
+//!   a secret inside the project cannot be hidden: the run is refused,
+//!   naming them. Hard links out of the project would be writable: refused.
+//!   Protected entries cannot be read-only: they are copied before the run
+//!   and put back after it. Hidden paths below a readable system directory
+//!   are left out by granting that directory's other entries one by one.
+//!   Landlock is then required at the ABI that scopes signals and abstract
+//!   Unix sockets, or the run is refused.
+//! - `/tmp` is a private directory the supervisor creates (0700) on the
+//!   host's temporary filesystem and removes after the run.
+//! - The network is the host's: `none` is kept by refusing `socket` for
+//!   every family in seccomp (AF_UNIX too: a pathname socket is reached by
+//!   path, which Landlock does not check on connect); `loopback` cannot be
+//!   had without a network namespace and is enforced as `none`.
+//! - System V IPC and POSIX message queues are the host's: refused.
+//! - Processes: init becomes a child subreaper, so every orphan of the run
+//!   is re-parented to it, and kills every descendant when the payload ends
+//!   or the supervisor goes away. Host processes stay visible in /proc;
+//!   Landlock's ptrace rule keeps their memory, environment and descriptors
+//!   closed, and its signal scope keeps them from being signalled.
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use nix::errno::Errno;
+use nix::sched::CloneFlags;
+use serde::Serialize;
+
+use super::prepare::{LandlockAccess, Prepared, SANDBOX_BIN_DIR};
+use super::SpawnError;
+use crate::profile::policy::{Enforcement, NetworkMode, ProjectAccess};
+use crate::project::quarantine::{Snapshot, SnapshotError};
+use crate::project::HardlinkPolicy;
+
+/// How many paths a refusal names before "and N more".
+const NAMED: usize = 5;
+
+/// Why a run cannot go on without namespaces.
+#[derive(Debug, thiserror::Error)]
+pub enum NoNamespacesError {
+    /// Something the namespaces would have hidden or protected cannot be,
+    /// so the run does not start.
+    #[error("without user namespaces ({why}) {what}: {paths}. Fix: {fix}")]
+    Refused {
+        /// Why there are no namespaces.
+        why: String,
+        /// What cannot be done.
+        what: &'static str,
+        /// The paths, comma-separated.
+        paths: String,
+        /// The fixes, most useful first.
+        fix: String,
+    },
+    /// Landlock is missing or too old to be the only filesystem boundary.
+    #[error("without user namespaces ({why}) Landlock is the only filesystem boundary, and {landlock}. Fix: {fix}")]
+    Landlock {
+        /// Why there are no namespaces.
+        why: String,
+        /// What the kernel offers.
+        landlock: String,
+        /// The fixes.
+        fix: String,
+    },
+    /// The protected entries could not be kept for restoring.
+    #[error("without user namespaces ({why}): {source}")]
+    Snapshot {
+        /// Why there are no namespaces.
+        why: String,
+        /// What went wrong.
+        source: SnapshotError,
+    },
+    /// The private temporary directory could not be created.
+    #[error("creating the run's private temporary directory in {base}: {source}; set TMPDIR to a writable directory")]
+    TempDir {
+        /// Where it was tried.
+        base: PathBuf,
+        /// The errno.
+        source: Errno,
+    },
+    /// A path handed to the run at another path inside (a skill's client
+    /// libraries) needs a mount.
+    #[error("without user namespaces ({why}) {host} cannot be shown at {inside} (that needs a mount namespace). Fix: {fix}")]
+    Relocated {
+        /// Why there are no namespaces.
+        why: String,
+        /// The host path.
+        host: PathBuf,
+        /// Where it was to appear.
+        inside: PathBuf,
+        /// The fixes.
+        fix: String,
+    },
+}
+
+/// What a run without namespaces carries besides the plan. Dropping it
+/// removes the private temporary directory: the supervisor drops it after
+/// the run (the processes that inherit a copy exit or exec without
+/// dropping anything).
+#[derive(Debug)]
+pub struct NoNamespaces {
+    /// Why the run has no namespaces.
+    pub reason: String,
+    /// The private temporary directory (TMPDIR), removed after the run.
+    pub private_tmp: PathBuf,
+    /// Protected entries to restore after the run (None: the project is
+    /// not writable, or has none).
+    pub snapshot: Option<Arc<Snapshot>>,
+    /// What this run cannot promise that a namespaced one does.
+    pub not_promised: Vec<String>,
+}
+
+/// How the run was isolated, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Isolation {
+    /// `all` (user, mount, pid, ipc, uts, cgroup and, unless the network
+    /// is the host's, net) or `none`.
+    pub namespaces: &'static str,
+    /// `mount-namespace` (a private root) or `landlock-only` (host paths,
+    /// Landlock rules only).
+    pub view: &'static str,
+    /// `read-only` during the run, or `restored-after-the-run`.
+    pub protected_entries: &'static str,
+    /// Why the run has no namespaces.
+    pub reason: Option<String>,
+    /// What the run cannot promise.
+    pub not_promised: Vec<String>,
+}
+
+impl Isolation {
+    /// The isolation of the run `prepared` describes.
+    pub fn of(prepared: &Prepared) -> Isolation {
+        match &prepared.no_namespaces {
+            None => Isolation {
+                namespaces: "all",
+                view: "mount-namespace",
+                protected_entries: "read-only",
+                reason: None,
+                not_promised: Vec::new(),
+            },
+            Some(plan) => Isolation {
+                namespaces: "none",
+                view: "landlock-only",
+                protected_entries: "restored-after-the-run",
+                reason: Some(plan.reason.clone()),
+                not_promised: plan.not_promised.clone(),
+            },
+        }
+    }
+}
+
+/// Whether clone's errno for `CLONE_NEWUSER` means "no user namespaces
+/// here" (a policy or a limit), rather than a failure to report.
+///
+/// - EPERM: a seccomp filter (Docker, containerd, another sandbox), the
+///   AppArmor restriction, `kernel.unprivileged_userns_clone=0`, or a
+///   caller in a chroot.
+/// - ENOSPC: `user.max_user_namespaces` reached (0 disables them).
+/// - EUSERS: 32 nested user namespaces.
+/// - EINVAL: a kernel built without CONFIG_USER_NS.
+/// - EACCES: what some LSMs answer.
+///
+/// ENOMEM and EAGAIN (a process limit) are not: they would fail a run
+/// without namespaces too, and hiding them behind a weaker mode would turn
+/// a transient shortage into a silent downgrade.
+pub fn means_unavailable(errno: Errno) -> bool {
+    matches!(
+        errno,
+        Errno::EPERM | Errno::ENOSPC | Errno::EUSERS | Errno::EINVAL | Errno::EACCES
+    )
+}
+
+fn enable_userns_fix() -> String {
+    match crate::probe::userns_unavailable_reason() {
+        Some(reason) => format!("enable user namespaces ({reason})"),
+        None => "enable user namespaces (`sandbox doctor` names what blocks them here; in a container, run it with a seccomp profile that allows them, e.g. `--security-opt seccomp=unconfined` for Docker and Podman)".into(),
+    }
+}
+
+fn name_paths(paths: &[PathBuf]) -> String {
+    let mut out: Vec<String> = paths
+        .iter()
+        .take(NAMED)
+        .map(|p| p.display().to_string())
+        .collect();
+    if paths.len() > NAMED {
+        out.push(format!("and {} more", paths.len() - NAMED));
+    }
+    out.join(", ")
+}
+
+/// Turn `prepared`, planned for namespaces, into a run without them, or
+/// refuse. `reason` says why there are none (for messages and the report).
+pub fn enter(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> {
+    let policy = prepared.policy.clone();
+    check_landlock(&reason)?;
+    for (host, inside) in &prepared.read_only_extra {
+        if host != inside {
+            return Err(NoNamespacesError::Relocated {
+                why: reason,
+                host: host.clone(),
+                inside: inside.clone(),
+                fix: format!(
+                    "{}, or run the skill with a profile that keeps `enforce.userns = \"required\"` where namespaces work",
+                    enable_userns_fix()
+                ),
+            }
+            .into());
+        }
+    }
+    refuse_what_cannot_be_hidden(prepared, &reason)?;
+
+    let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
+    let snapshot = match (&prepared.scan, project_writable) {
+        (Some(scan), true) => {
+            let mut paths: Vec<PathBuf> = scan.protected.iter().map(|f| f.path.clone()).collect();
+            paths.extend(scan.protected_links.iter().cloned());
+            if paths.is_empty() {
+                None
+            } else {
+                let snapshot = crate::project::quarantine::snapshot(&prepared.project, &paths)
+                    .map_err(|source| NoNamespacesError::Snapshot {
+                        why: reason.clone(),
+                        source,
+                    })?;
+                Some(Arc::new(snapshot))
+            }
+        }
+        _ => None,
+    };
+
+    let private_tmp = private_tmp()?;
+    // From here on a failure must not leave the directory behind.
+    let result = plan(prepared, &policy, &private_tmp, &reason);
+    if let Err(err) = result {
+        let _ = std::fs::remove_dir_all(&private_tmp);
+        return Err(err);
+    }
+    let mut not_promised = vec![
+        "pid isolation: host processes are visible in /proc (their command lines; Landlock keeps their memory, environment and descriptors closed and blocks signals to them)".to_owned(),
+        format!(
+            "a private /tmp of limited size: /tmp is {} on the host's temporary filesystem (TMPDIR), not size-limited, removed after the run",
+            private_tmp.display()
+        ),
+        "protected entries read-only during the run: they are restored after it, and a host program reading them meanwhile sees the run's version".to_owned(),
+        "a private hostname and a private cgroup view: both are the host's".to_owned(),
+    ];
+    match policy.network.mode {
+        NetworkMode::Host => not_promised.push(
+            "any network isolation: the network is the host's, including Unix sockets reached by path (a D-Bus session bus or a container engine's socket can start processes outside the sandbox)".into(),
+        ),
+        NetworkMode::Loopback => not_promised.push(
+            "a private loopback: `loopback` needs a network namespace, so the run gets no network at all (socket() is refused)".into(),
+        ),
+        NetworkMode::None => {}
+    }
+    let uid = nix::unistd::geteuid();
+    if uid.is_root() {
+        not_promised.push(
+            "an unprivileged uid: the command runs as uid 0 without capabilities, so what Landlock lets it write is written as root".into(),
+        );
+    } else {
+        not_promised.push(format!(
+            "a separate uid: the command runs as your uid {uid}"
+        ));
+    }
+    prepared.warnings.push(format!(
+        "running without namespaces ({reason}): the filesystem view is Landlock rules only; not promised: {}. For full isolation: {}",
+        not_promised.join("; "),
+        enable_userns_fix()
+    ));
+    prepared.no_namespaces = Some(NoNamespaces {
+        reason,
+        private_tmp,
+        snapshot,
+        not_promised,
+    });
+    Ok(())
+}
+
+fn check_landlock(reason: &str) -> Result<(), SpawnError> {
+    use crate::sys::probe::{raw_probe_syscall, ProbeCall};
+    let target = crate::landlock::TARGET_ABI_NUMBER;
+    let landlock = match raw_probe_syscall(ProbeCall::LandlockAbiVersion) {
+        Ok(abi) if abi >= i64::from(target) => return Ok(()),
+        Ok(abi) => format!(
+            "this kernel's Landlock ABI is {abi}, below the {target} (Linux 6.12+) that also keeps signals and abstract Unix sockets inside the run"
+        ),
+        Err(Errno::EOPNOTSUPP) => {
+            "Landlock is built into this kernel but disabled (add `landlock` to the `lsm=` boot parameter)".into()
+        }
+        Err(errno) => format!("this kernel has no Landlock ({})", errno.desc()),
+    };
+    Err(NoNamespacesError::Landlock {
+        why: reason.to_owned(),
+        landlock,
+        fix: format!(
+            "{}, or use a kernel with Landlock ABI {target}",
+            enable_userns_fix()
+        ),
+    }
+    .into())
+}
+
+/// Secrets, hidden paths inside what the run can reach, and hard links out
+/// of the project: none can be kept from the payload by Landlock alone.
+fn refuse_what_cannot_be_hidden(prepared: &Prepared, reason: &str) -> Result<(), SpawnError> {
+    let policy = &prepared.policy;
+    let project = &prepared.project;
+    let mut secrets: Vec<PathBuf> = Vec::new();
+    if let Some(scan) = &prepared.scan {
+        secrets.extend(scan.secrets.iter().map(|f| f.path.clone()));
+    }
+    let reachable: Vec<&PathBuf> = std::iter::once(project)
+        .filter(|_| policy.filesystem.project != ProjectAccess::Empty)
+        .chain(&policy.filesystem.write)
+        .collect();
+    for hidden in &policy.filesystem.hide {
+        let path = if hidden.is_absolute() {
+            hidden.clone()
+        } else {
+            project.join(hidden)
+        };
+        if reachable.iter().any(|r| path.starts_with(r)) && path.symlink_metadata().is_ok() {
+            let shown = path
+                .strip_prefix(project)
+                .map(Path::to_path_buf)
+                .unwrap_or(path);
+            if !secrets.contains(&shown) {
+                secrets.push(shown);
+            }
+        }
+    }
+    if !secrets.is_empty() {
+        return Err(NoNamespacesError::Refused {
+            why: reason.to_owned(),
+            what: "the project's secrets cannot be hidden (Landlock can only grant a directory with everything below it)",
+            paths: name_paths(&secrets),
+            fix: format!(
+                "{}; or move them out of the project; or, if the command may read them, use a profile that extends `{}` with `[filesystem] secrets_remove = [...]` naming them",
+                enable_userns_fix(),
+                policy.name
+            ),
+        }
+        .into());
+    }
+    if let Some(scan) = &prepared.scan {
+        let writable = policy.filesystem.project == ProjectAccess::ReadWrite;
+        if writable
+            && policy.filesystem.hardlinks != HardlinkPolicy::Allow
+            && !scan.outside_links.is_empty()
+        {
+            return Err(NoNamespacesError::Refused {
+                why: reason.to_owned(),
+                what: "files hard-linked to files outside the project cannot be made read-only, so a write through them would change the outside file",
+                paths: name_paths(&scan.outside_links),
+                fix: format!(
+                    "{}; or replace them with copies (pnpm: `package-import-method=copy`; git: clone without --local); or set `[filesystem] hardlinks = \"allow\"` in a profile if you accept the risk",
+                    enable_userns_fix()
+                ),
+            }
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn private_tmp() -> Result<PathBuf, SpawnError> {
+    let base = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute() && p.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"));
+    // mkdtemp creates the directory 0700.
+    nix::unistd::mkdtemp(&base.join("sandbox-run-XXXXXX")).map_err(|source| {
+        NoNamespacesError::TempDir {
+            base: base.clone(),
+            source,
+        }
+        .into()
+    })
+}
+
+fn cstring(path: &Path) -> Result<CString, SpawnError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|err| SpawnError::NulByte {
+        what: "path",
+        value: String::from_utf8_lossy(&err.into_vec()).into_owned(),
+    })
+}
+
+/// Grant `access` beneath `path`, except below the `hidden` paths: a
+/// directory holding one is granted entry by entry. Symlinks among those
+/// entries are left out, since a rule on one would grant what it points at.
+fn grant_except(
+    path: &Path,
+    access: LandlockAccess,
+    hidden: &[PathBuf],
+    rules: &mut Vec<(CString, LandlockAccess)>,
+) -> Result<(), SpawnError> {
+    if hidden.iter().any(|h| h == path) {
+        return Ok(());
+    }
+    if !hidden.iter().any(|h| h.starts_with(path)) {
+        rules.push((cstring(path)?, access));
+        return Ok(());
+    }
+    let entries = std::fs::read_dir(path).map_err(|source| SpawnError::Path {
+        what: "listing a directory that holds hidden paths",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    for entry in entries {
+        let entry = entry.map_err(|source| SpawnError::Path {
+            what: "listing a directory that holds hidden paths",
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let is_link = entry.file_type().map(|t| t.is_symlink()).unwrap_or(true);
+        if !is_link {
+            grant_except(&entry.path(), access, hidden, rules)?;
+        }
+    }
+    Ok(())
+}
+
+fn plan(
+    prepared: &mut Prepared,
+    policy: &crate::profile::policy::Policy,
+    private_tmp: &Path,
+    _reason: &str,
+) -> Result<(), SpawnError> {
+    let hidden: Vec<PathBuf> = policy
+        .filesystem
+        .hide
+        .iter()
+        .filter(|h| h.is_absolute())
+        .cloned()
+        .collect();
+    let mut rules = Vec::new();
+    let readable = policy.filesystem.read.iter().chain(
+        policy
+            .filesystem
+            .read_if_exists
+            .iter()
+            .filter(|p| p.symlink_metadata().is_ok()),
+    );
+    for path in readable {
+        grant_except(path, LandlockAccess::ReadExec, &hidden, &mut rules)?;
+    }
+    for (host, _) in &prepared.read_only_extra {
+        rules.push((cstring(host)?, LandlockAccess::ReadExec));
+    }
+    match policy.filesystem.project {
+        ProjectAccess::ReadWrite => {
+            rules.push((cstring(&prepared.project)?, LandlockAccess::ReadWrite))
+        }
+        ProjectAccess::ReadOnly => {
+            rules.push((cstring(&prepared.project)?, LandlockAccess::ReadExec))
+        }
+        ProjectAccess::Empty => {}
+    }
+    for path in &policy.filesystem.write {
+        rules.push((cstring(path)?, LandlockAccess::ReadWrite));
+    }
+    rules.push((cstring(private_tmp)?, LandlockAccess::ReadWrite));
+    for device in [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+    ] {
+        rules.push((cstring(Path::new(device))?, LandlockAccess::Device));
+    }
+    rules.push((c"/proc".into(), LandlockAccess::Read));
+
+    // The sandbox binary, for `sandbox ipc` and nested runs: a link in the
+    // private directory stands in for the mount at SANDBOX_BIN_DIR.
+    let bin_dir = private_tmp.join("bin");
+    if let Ok(exe) = std::env::current_exe().and_then(std::fs::canonicalize) {
+        if exe.is_file()
+            && std::fs::create_dir(&bin_dir).is_ok()
+            && std::os::unix::fs::symlink(&exe, bin_dir.join("sandbox")).is_ok()
+        {
+            rules.push((cstring(&exe)?, LandlockAccess::ReadExec));
+        }
+    }
+    prepared.landlock_rules = rules;
+    prepared.landlock = Enforcement::Required;
+
+    // Environment: /tmp and the binary's directory are elsewhere now.
+    let tmp_bytes = private_tmp.as_os_str().as_bytes();
+    for entry in prepared.envp.iter_mut() {
+        let bytes = entry.as_bytes();
+        let replaced: Option<Vec<u8>> = if bytes.starts_with(b"TMPDIR=") {
+            Some([b"TMPDIR=", tmp_bytes].concat())
+        } else if bytes == b"HOME=/tmp" {
+            Some([b"HOME=", tmp_bytes].concat())
+        } else if bytes.starts_with(b"PATH=") {
+            let value = OsStr::from_bytes(&bytes[5..]);
+            let parts: Vec<OsString> = std::env::split_paths(value)
+                .map(|p| {
+                    if p == Path::new(SANDBOX_BIN_DIR) {
+                        bin_dir.clone().into_os_string()
+                    } else {
+                        p.into_os_string()
+                    }
+                })
+                .collect();
+            let mut joined = b"PATH=".to_vec();
+            joined.extend_from_slice(&parts.join(OsStr::new(":")).into_vec());
+            Some(joined)
+        } else {
+            None
+        };
+        if let Some(bytes) = replaced {
+            *entry = CString::new(bytes).map_err(|err| SpawnError::NulByte {
+                what: "environment variable",
+                value: String::from_utf8_lossy(&err.into_vec()).into_owned(),
+            })?;
+        }
+    }
+    if !prepared
+        .envp
+        .iter()
+        .any(|e| e.as_bytes().starts_with(b"TMPDIR="))
+    {
+        prepared.envp.push(cstring(Path::new(OsStr::from_bytes(
+            &[b"TMPDIR=", tmp_bytes].concat(),
+        )))?);
+    }
+    let old_bin = format!("{SANDBOX_BIN_DIR}/");
+    for candidate in prepared.exec_candidates.iter_mut() {
+        if let Some(rest) = candidate.as_bytes().strip_prefix(old_bin.as_bytes()) {
+            *candidate = cstring(&bin_dir.join(OsStr::from_bytes(rest)))?;
+        }
+    }
+
+    // Network and IPC: the filter stands in for the namespaces.
+    let deny_sockets = policy.network.mode != NetworkMode::Host;
+    let syscalls = (policy.enforce.seccomp != Enforcement::Off).then_some(&policy.syscalls);
+    prepared.seccomp = Some(crate::seccomp::compile_without_namespaces(
+        syscalls,
+        crate::seccomp::SharedHost { deny_sockets },
+    )?);
+    // Without it the host's network and IPC would be open: not best-effort.
+    prepared.seccomp_enforcement = Enforcement::Required;
+    if policy.network.mode == NetworkMode::Loopback {
+        prepared.network = NetworkMode::None;
+    }
+
+    prepared.clone_flags = CloneFlags::empty();
+    prepared.mounts.clear();
+    prepared.mount_dirs.clear();
+    prepared.idmapped.clear();
+    let uid = nix::unistd::geteuid().as_raw();
+    let gid = nix::unistd::getegid().as_raw();
+    prepared.ids = super::prepare::IdMapping {
+        root_mode: false,
+        inside_uid: uid,
+        inside_gid: gid,
+        host_uid: uid,
+        host_gid: gid,
+    };
+    Ok(())
+}
+
+impl Drop for NoNamespaces {
+    fn drop(&mut self) {
+        // remove_dir_all does not follow symlinks the run left inside.
+        let _ = std::fs::remove_dir_all(&self.private_tmp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unavailable_errnos_fall_back_and_shortages_do_not() {
+        for errno in [
+            Errno::EPERM,
+            Errno::ENOSPC,
+            Errno::EINVAL,
+            Errno::EACCES,
+            Errno::EUSERS,
+        ] {
+            assert!(means_unavailable(errno), "{errno}");
+        }
+        for errno in [Errno::ENOMEM, Errno::EAGAIN, Errno::EFAULT] {
+            assert!(!means_unavailable(errno), "{errno}");
+        }
+    }
+
+    #[test]
+    fn a_directory_holding_a_hidden_path_is_granted_entry_by_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("ssl/private")).unwrap();
+        std::fs::write(root.join("ssl/cert.pem"), "c").unwrap();
+        std::fs::write(root.join("shadow"), "s").unwrap();
+        std::fs::write(root.join("passwd"), "p").unwrap();
+        std::os::unix::fs::symlink("/home", root.join("link")).unwrap();
+        let hidden = vec![root.join("shadow"), root.join("ssl/private")];
+        let mut rules = Vec::new();
+        grant_except(root, LandlockAccess::ReadExec, &hidden, &mut rules).unwrap();
+        let mut granted: Vec<String> = rules
+            .iter()
+            .map(|(p, _)| {
+                Path::new(OsStr::from_bytes(p.as_bytes()))
+                    .strip_prefix(root)
+                    .unwrap()
+                    .display()
+                    .to_string()
+            })
+            .collect();
+        granted.sort();
+        assert_eq!(granted, ["passwd", "ssl/cert.pem"]);
+    }
+}

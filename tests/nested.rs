@@ -1,0 +1,115 @@
+//! `sandbox` inside `sandbox`, every pair of the built-in profiles. The
+//! outer run's seccomp filter refuses new user namespaces, so an inner
+//! strict refuses (it requires them) and an inner standard or permissive
+//! runs without namespaces, stacking its Landlock domain and seccomp filter
+//! on the outer's. Each pair's restrictions are checked from inside.
+
+mod support;
+
+use support::Project;
+
+const PROFILES: [&str; 3] = ["strict", "standard", "permissive"];
+
+const PROBE: &str = r#"
+import errno, os, socket
+def attempt(what, f):
+    try:
+        f(); print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+attempt("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+attempt("write-tmp", lambda: open("/tmp/written-by-inner", "w").write("x"))
+attempt("write-project", lambda: open("inner.txt", "w").write("x"))
+status = open("/proc/self/status").read()
+for key in ("NoNewPrivs", "Seccomp_filters", "CapEff"):
+    print(key, [l.split()[1] for l in status.splitlines() if l.startswith(key + ":")][0])
+"#;
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn every_pair_of_profiles_nests_or_refuses_with_a_message() {
+    let test = "every_pair_of_profiles_nests_or_refuses_with_a_message";
+    let Some(who) = support::identities(test).into_iter().next() else {
+        return;
+    };
+    // An inner run needs Landlock ABI 6 without namespaces.
+    let probe = Project::new(who);
+    let plain = probe.run_with(&["--profile", "standard"], &["/bin/true"]);
+    if !support::require(test, "a standard run", plain.status.success()) {
+        return;
+    }
+    for outer in PROFILES {
+        for inner in PROFILES {
+            let project = Project::new(who);
+            let out = project.run_with(
+                &["--profile", outer],
+                &[
+                    "sandbox",
+                    "run",
+                    "--profile",
+                    inner,
+                    "--json",
+                    "--",
+                    "python3",
+                    "-c",
+                    PROBE,
+                ],
+            );
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            let pair = format!("{who:?}: {outer} > {inner}");
+            if inner == "strict" {
+                assert_eq!(out.status.code(), Some(125), "{pair}: {stderr}");
+                assert!(
+                    stderr.contains("namespaces"),
+                    "{pair}: the refusal names no cause: {stderr}"
+                );
+                assert!(!project.path().join("inner.txt").exists(), "{pair}");
+                continue;
+            }
+            assert_eq!(out.status.code(), Some(0), "{pair}:\n{stdout}\n{stderr}");
+            assert!(
+                stderr.contains("running without namespaces"),
+                "{pair}: {stderr}"
+            );
+            let want_inet = if inner == "permissive" {
+                // The host's network as the outer run left it: a socket
+                // can be made (the outer's own namespace has no route).
+                "inet ok"
+            } else {
+                // loopback without a network namespace is enforced as none.
+                "inet EAFNOSUPPORT"
+            };
+            for line in [
+                want_inet,
+                "write-tmp EACCES",
+                "write-project ok",
+                "NoNewPrivs 1",
+                "CapEff 0000000000000000",
+            ] {
+                assert!(stdout.contains(line), "{pair}: want {line:?} in\n{stdout}");
+            }
+            // The inner filter stacks on the outer's.
+            let filters: u32 = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("Seccomp_filters "))
+                .and_then(|n| n.trim().parse().ok())
+                .unwrap_or(0);
+            assert!(filters >= 2, "{pair}: {filters} seccomp filters");
+            assert!(project.path().join("inner.txt").exists(), "{pair}");
+            // `--json` is the inner run's last stderr line (never its stdout).
+            let report = stderr
+                .lines()
+                .rev()
+                .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .unwrap_or_else(|| panic!("{pair}: no inner report in\n{stderr}"));
+            let enforced = &report["enforced"];
+            assert_eq!(enforced["isolation"]["namespaces"], "none", "{pair}");
+            assert_eq!(enforced["isolation"]["view"], "landlock-only", "{pair}");
+            assert_eq!(enforced["landlock"]["status"], "fully-enforced", "{pair}");
+            assert_eq!(enforced["seccomp"]["status"], "installed", "{pair}");
+        }
+    }
+}
