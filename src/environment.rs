@@ -652,6 +652,21 @@ fn beneath(root: &Path, path: &str) -> PathBuf {
     root.join(path.trim_start_matches('/'))
 }
 
+/// Whether a mount at `mount_point` keeps the kernel from mounting a fresh
+/// /proc in a new user namespace (`mnt_already_visible`: every mount over
+/// a proc mount must sit on one of procfs's own empty mount-point
+/// directories, and binfmt_misc's is the only such directory).
+fn masks_proc(mount_point: &str) -> bool {
+    mount_point.starts_with("/proc/") && mount_point != "/proc/sys/fs/binfmt_misc"
+}
+
+/// Whether this mount namespace's /proc has paths mounted over it, as
+/// container engines do: a sandbox with a new pid namespace cannot mount
+/// its own /proc then. One read of /proc/self/mountinfo.
+pub fn proc_is_masked() -> bool {
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|text| mounts(&text).1)
+}
+
 /// `(every cgroup filesystem is read-only, /proc has mounts over it)`.
 fn mounts(mountinfo: &str) -> (Option<bool>, bool) {
     let mut cgroup_seen = false;
@@ -672,7 +687,7 @@ fn mounts(mountinfo: &str) -> (Option<bool>, bool) {
                 cgroup_writable = true;
             }
         }
-        if mount_point.starts_with("/proc/") {
+        if masks_proc(mount_point) {
             proc_masked = true;
         }
     }

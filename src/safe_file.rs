@@ -105,29 +105,123 @@ pub struct OutputTarget {
     inside: Option<PathBuf>,
 }
 
-/// `openat2` beneath `dir`, retried on EAGAIN: with `RESOLVE_BENEATH` the
-/// kernel answers EAGAIN when a rename anywhere raced the lookup, and a
-/// payload renaming things in a loop must not make the supervisor fail to
-/// open its own file (or the broker a request's). Bounded, so a rename storm
-/// cannot stall either.
-pub fn openat2_beneath<P: ?Sized + nix::NixPath>(
+/// What to open beneath a directory: `openat2` with `RESOLVE_BENEATH |
+/// RESOLVE_NO_MAGICLINKS`, plus `RESOLVE_NO_SYMLINKS` when `no_symlinks`.
+#[derive(Debug, Clone, Copy)]
+pub struct Beneath {
+    /// Open flags (O_CLOEXEC is the caller's to add).
+    pub flags: OFlag,
+    /// Mode for O_CREAT.
+    pub mode: Mode,
+    /// Refuse every symlink on the way, not only those leading out.
+    pub no_symlinks: bool,
+}
+
+impl Beneath {
+    /// `flags`, no mode, symlinks beneath followed.
+    pub fn new(flags: OFlag) -> Beneath {
+        Beneath {
+            flags,
+            mode: Mode::empty(),
+            no_symlinks: false,
+        }
+    }
+
+    /// With `mode` for a created file.
+    pub fn mode(self, mode: Mode) -> Beneath {
+        Beneath { mode, ..self }
+    }
+
+    /// Refusing every symlink.
+    pub fn no_symlinks(self) -> Beneath {
+        Beneath {
+            no_symlinks: true,
+            ..self
+        }
+    }
+
+    fn how(self) -> OpenHow {
+        let mut resolve = ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS;
+        if self.no_symlinks {
+            resolve |= ResolveFlag::RESOLVE_NO_SYMLINKS;
+        }
+        OpenHow::new()
+            .flags(self.flags)
+            .mode(self.mode)
+            .resolve(resolve)
+    }
+}
+
+/// Open `path` beneath `dir`. With `openat2`, retried on EAGAIN: with
+/// `RESOLVE_BENEATH` the kernel answers EAGAIN when a rename anywhere raced
+/// the lookup, and a payload renaming things in a loop must not make the
+/// supervisor fail to open its own file (or the broker a request's). Bounded,
+/// so a rename storm cannot stall either.
+///
+/// Where `openat2` answers ENOSYS (inside another sandbox or container whose
+/// seccomp filter cannot inspect its mode and refuses it), the path is walked
+/// one component at a time with `O_NOFOLLOW`, refusing `..`, absolute paths
+/// and every symlink (ELOOP): stricter than `openat2`, never looser.
+pub fn openat2_beneath(
     dir: std::os::fd::BorrowedFd<'_>,
-    path: &P,
-    how: OpenHow,
+    path: &Path,
+    spec: Beneath,
 ) -> nix::Result<OwnedFd> {
     let mut attempt = 0;
     loop {
-        match nix::fcntl::openat2(dir, path, how) {
+        match nix::fcntl::openat2(dir, path, spec.how()) {
             Err(Errno::EAGAIN) if attempt < 64 => attempt += 1,
+            Err(Errno::ENOSYS) => return open_by_components(dir, path, spec),
             other => return other,
         }
     }
 }
 
-fn resolve_beneath() -> ResolveFlag {
-    ResolveFlag::RESOLVE_BENEATH
-        | ResolveFlag::RESOLVE_NO_SYMLINKS
-        | ResolveFlag::RESOLVE_NO_MAGICLINKS
+fn open_by_components(
+    dir: std::os::fd::BorrowedFd<'_>,
+    path: &Path,
+    spec: Beneath,
+) -> nix::Result<OwnedFd> {
+    use std::path::Component;
+    let mut names = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            Component::RootDir | Component::ParentDir | Component::Prefix(_) => {
+                return Err(Errno::EXDEV)
+            }
+        }
+    }
+    let Some((last, parents)) = names.split_last() else {
+        return nix::fcntl::openat(dir, ".", spec.flags | OFlag::O_NOFOLLOW, spec.mode);
+    };
+    let mut current: Option<OwnedFd> = None;
+    for name in parents {
+        let base = current.as_ref().map_or(dir, |fd| fd.as_fd());
+        let next = nix::fcntl::openat(
+            base,
+            *name,
+            OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )?;
+        let kind = SFlag::from_bits_truncate(nix::sys::stat::fstat(next.as_fd())?.st_mode);
+        if (kind & SFlag::S_IFMT) == SFlag::S_IFLNK {
+            return Err(Errno::ELOOP);
+        }
+        if (kind & SFlag::S_IFMT) != SFlag::S_IFDIR {
+            return Err(Errno::ENOTDIR);
+        }
+        current = Some(next);
+    }
+    let base = current.as_ref().map_or(dir, |fd| fd.as_fd());
+    let fd = nix::fcntl::openat(base, *last, spec.flags | OFlag::O_NOFOLLOW, spec.mode)?;
+    // O_PATH | O_NOFOLLOW opens a symlink itself instead of failing.
+    let kind = SFlag::from_bits_truncate(nix::sys::stat::fstat(fd.as_fd())?.st_mode);
+    if (kind & SFlag::S_IFMT) == SFlag::S_IFLNK {
+        return Err(Errno::ELOOP);
+    }
+    Ok(fd)
 }
 
 fn open_dir_plain(dir: &Path, path: &Path) -> Result<OwnedFd, SafeFileError> {
@@ -194,9 +288,8 @@ impl OutputTarget {
                 } else {
                     below
                 };
-                let how = OpenHow::new()
-                    .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-                    .resolve(resolve_beneath());
+                let how = Beneath::new(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+                    .no_symlinks();
                 openat2_beneath(root_fd.as_fd(), below, how).map_err(|errno| match errno {
                     Errno::ELOOP | Errno::EXDEV => SafeFileError::LinkInWritableTree {
                         path: path.to_path_buf(),
@@ -252,12 +345,11 @@ impl OutputTarget {
         if append {
             flags |= OFlag::O_APPEND;
         }
-        let how = OpenHow::new()
-            .flags(flags)
+        let how = Beneath::new(flags)
             .mode(Mode::from_bits_truncate(0o666))
-            .resolve(resolve_beneath());
+            .no_symlinks();
         let fd =
-            openat2_beneath(self.dir.as_fd(), self.name.as_os_str(), how).map_err(|errno| {
+            openat2_beneath(self.dir.as_fd(), Path::new(&self.name), how).map_err(|errno| {
                 match errno {
                     Errno::ELOOP => SafeFileError::Symlink { path: path() },
                     Errno::EISDIR => SafeFileError::NotRegular {
@@ -378,18 +470,13 @@ pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
         source: source.into(),
     };
     let how = || {
-        OpenHow::new()
-            .flags(
-                OFlag::O_WRONLY
-                    | OFlag::O_CREAT
-                    | OFlag::O_EXCL
-                    | OFlag::O_NOFOLLOW
-                    | OFlag::O_CLOEXEC,
-            )
-            .mode(Mode::from_bits_truncate(0o600))
-            .resolve(resolve_beneath())
+        Beneath::new(
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        )
+        .mode(Mode::from_bits_truncate(0o600))
+        .no_symlinks()
     };
-    let fd = match openat2_beneath(dir.as_fd(), temporary.as_os_str(), how()) {
+    let fd = match openat2_beneath(dir.as_fd(), Path::new(&temporary), how()) {
         // A leftover of a crashed writer with this pid: it is ours to remove.
         Err(Errno::EEXIST) => {
             nix::unistd::unlinkat(
@@ -398,7 +485,7 @@ pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
                 nix::unistd::UnlinkatFlags::NoRemoveDir,
             )
             .map_err(|e| io("removing a stale temporary file next to", e))?;
-            openat2_beneath(dir.as_fd(), temporary.as_os_str(), how())
+            openat2_beneath(dir.as_fd(), Path::new(&temporary), how())
         }
         other => other,
     }
@@ -430,6 +517,60 @@ pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The walk used where openat2 is refused (ENOSYS under an outer
+    /// sandbox's filter) never leaves the directory and follows no link.
+    #[test]
+    fn the_component_walk_stays_beneath_and_follows_no_symlink() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "s").unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("a/b")).unwrap();
+        std::fs::write(root.path().join("a/b/file"), "ok").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("a/out")).unwrap();
+        std::os::unix::fs::symlink(outside.path().join("secret"), root.path().join("a/leak"))
+            .unwrap();
+        std::os::unix::fs::symlink("b", root.path().join("a/inner")).unwrap();
+        let dir = nix::fcntl::open(
+            root.path(),
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        let read = Beneath::new(OFlag::O_RDONLY | OFlag::O_CLOEXEC);
+        let opened = open_by_components(dir.as_fd(), Path::new("a/./b/file"), read).unwrap();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut File::from(opened), &mut text).unwrap();
+        assert_eq!(text, "ok");
+        for (path, errno) in [
+            ("a/out/secret", Errno::ELOOP),
+            ("a/leak", Errno::ELOOP),
+            ("a/inner/file", Errno::ELOOP),
+            ("a/../../etc/passwd", Errno::EXDEV),
+            ("/etc/passwd", Errno::EXDEV),
+            ("a/b/file/x", Errno::ENOTDIR),
+        ] {
+            assert_eq!(
+                open_by_components(dir.as_fd(), Path::new(path), read).err(),
+                Some(errno),
+                "{path}"
+            );
+        }
+        let link_itself = Beneath::new(OFlag::O_PATH | OFlag::O_CLOEXEC);
+        assert_eq!(
+            open_by_components(dir.as_fd(), Path::new("a/leak"), link_itself).err(),
+            Some(Errno::ELOOP)
+        );
+        let create =
+            Beneath::new(OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_CLOEXEC)
+                .mode(Mode::from_bits_truncate(0o600));
+        assert!(open_by_components(dir.as_fd(), Path::new("a/b/new"), create).is_ok());
+        assert!(root.path().join("a/b/new").exists());
+        assert_eq!(
+            std::fs::read_to_string(outside.path().join("secret")).unwrap(),
+            "s"
+        );
+    }
 
     #[test]
     fn links_fifos_and_directories_are_refused_and_their_targets_untouched() {

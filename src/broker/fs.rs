@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
-use nix::fcntl::{OFlag, OpenHow, ResolveFlag};
+use nix::fcntl::OFlag;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -221,9 +221,7 @@ impl Resolver {
         } else {
             OFlag::O_CLOEXEC | OFlag::O_NOCTTY
         };
-        let how = OpenHow::new()
-            .flags(flags | extra)
-            .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+        let how = crate::safe_file::Beneath::new(flags | extra);
         let opened = crate::safe_file::openat2_beneath(self.project.as_fd(), relative, how);
         let fd = opened.map_err(|errno| match errno {
             Errno::EXDEV | Errno::ELOOP => denied_outside(path),

@@ -139,6 +139,18 @@ pub fn choose(writable: &[PathBuf], project: &Path) -> (IdMapping, Option<String
     let uid_map = parse_map(&read("/proc/self/uid_map"));
     let gid_map = parse_map(&read("/proc/self/gid_map"));
     if is_initial(&uid_map) && is_initial(&gid_map) {
+        // Root in a container (Docker's, Podman's defaults) is uid 0 of the
+        // initial namespace without CAP_SYS_ADMIN: it can neither idmap the
+        // writable trees nor open_tree the ones init cannot reach, and
+        // root mode failed there at open_tree with EPERM.
+        if let Some(missing) = missing_root_mode_capability(&read("/proc/self/status")) {
+            return (
+                own_ids(),
+                Some(format!(
+                    "root without {missing} (a container's default capabilities): the sandbox runs as the caller's own uid and gid (as for an unprivileged user)"
+                )),
+            );
+        }
         let host = root_host_id();
         return (root_ids(host), None);
     }
@@ -166,6 +178,21 @@ pub fn choose(writable: &[PathBuf], project: &Path) -> (IdMapping, Option<String
         Ok(()) => (root_ids(id), None),
         Err(why) => fallback(why),
     }
+}
+
+/// The first capability root mode needs that `status` (a
+/// /proc/PID/status) shows missing from the effective set: CAP_SYS_ADMIN
+/// for open_tree and idmapping, CAP_SETUID and CAP_SETGID for id maps that
+/// name another id.
+pub fn missing_root_mode_capability(status: &str) -> Option<&'static str> {
+    let effective = status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())?;
+    [(21, "CAP_SYS_ADMIN"), (7, "CAP_SETUID"), (6, "CAP_SETGID")]
+        .into_iter()
+        .find(|(bit, _)| effective & (1u64 << bit) == 0)
+        .map(|(_, name)| name)
 }
 
 fn root_ids(host: u32) -> IdMapping {
@@ -240,6 +267,27 @@ fn probe_idmap(id: u32, trees: &[&Path], idmap: bool) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn root_mode_needs_sys_admin_setuid_and_setgid() {
+        let status = |eff: &str| format!("Name:\tx\nCapEff:\t{eff}\n");
+        assert_eq!(
+            missing_root_mode_capability(&status("000001ffffffffff")),
+            None
+        );
+        // Podman's default set: no CAP_SYS_ADMIN.
+        assert_eq!(
+            missing_root_mode_capability(&status("00000000800405fb")),
+            Some("CAP_SYS_ADMIN")
+        );
+        assert_eq!(
+            missing_root_mode_capability(&status("0000000000200000")),
+            Some("CAP_SETUID")
+        );
+        // Unreadable: no claim either way.
+        assert_eq!(missing_root_mode_capability("Name:\tx\n"), None);
+    }
+
     use super::*;
 
     fn map(text: &str) -> Vec<IdRange> {

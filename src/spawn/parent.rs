@@ -702,6 +702,29 @@ fn start_cloned(
         supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
     };
     crate::sys::proctitle::remember();
+    if prepared.no_namespaces.is_none()
+        && prepared
+            .clone_flags
+            .contains(nix::sched::CloneFlags::CLONE_NEWPID)
+        && crate::environment::proc_is_masked()
+    {
+        // Known before clone, so a best-effort profile runs without
+        // namespaces instead of failing at init's /proc mount.
+        if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort {
+            super::no_namespaces::enter(
+                prepared,
+                "/proc here has paths mounted over it (a container's masked paths), and the kernel refuses a fresh /proc for a new pid namespace then".into(),
+            )
+            .map_err(restore)?;
+            prepared.confinement = expected_confinement(prepared);
+        } else {
+            return Err(restore(SpawnError::Setup {
+                step: Step::MountProc,
+                errno: Errno::EPERM as i32,
+                detail: "/proc".into(),
+            }));
+        }
+    }
     let mut cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
         super::init::main(prepared, &fds)
     });
