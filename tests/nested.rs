@@ -52,6 +52,10 @@ fn every_pair_of_profiles_nests_or_refuses_with_a_message() {
                     "--profile",
                     inner,
                     "--json",
+                    // The supervisor's own files open beneath a directory
+                    // even where the outer filter refuses openat2.
+                    "--report",
+                    "inner-report.json",
                     "--",
                     "python3",
                     "-c",
@@ -99,6 +103,12 @@ fn every_pair_of_profiles_nests_or_refuses_with_a_message() {
                 .unwrap_or(0);
             assert!(filters >= 2, "{pair}: {filters} seccomp filters");
             assert!(project.path().join("inner.txt").exists(), "{pair}");
+            let written = std::fs::read_to_string(project.path().join("inner-report.json"))
+                .unwrap_or_default();
+            assert!(
+                written.contains("\"landlock-only\""),
+                "{pair}: the inner --report was not written: {stderr}"
+            );
             // `--json` is the inner run's last stderr line (never its stdout).
             let report = stderr
                 .lines()
