@@ -425,7 +425,9 @@ fn build_report(
     // exec then failed.
     let reached_payload = view.is_some();
     let mut warnings = prepared.warnings.clone();
-    let landlock = match (policy.enforce.landlock, ok.and_then(|o| o.landlock)) {
+    // What the run insisted on, which a run without namespaces raises to
+    // required (Landlock is its only filesystem boundary).
+    let landlock = match (prepared.landlock, ok.and_then(|o| o.landlock)) {
         (Enforcement::Off, _) => LandlockReport {
             requested: Enforcement::Off,
             abi: None,
@@ -476,14 +478,14 @@ fn build_report(
     }
     let seccomp = match &prepared.seccomp {
         None => SeccompReport {
-            requested: policy.enforce.seccomp,
+            requested: prepared.seccomp_enforcement,
             mode: None,
             filter_sha256: None,
             instructions: 0,
             status: "off".into(),
         },
         Some(filter) => SeccompReport {
-            requested: policy.enforce.seccomp,
+            requested: prepared.seccomp_enforcement,
             mode: filter.mode(),
             filter_sha256: Some(filter.sha256().to_string()),
             instructions: filter.instruction_count(),

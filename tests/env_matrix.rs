@@ -1,0 +1,251 @@
+//! The environments CI jobs run in, imitated on this machine with a seccomp
+//! wrapper (`tests/support/seccomp_wrap.py`): Docker's and containerd's
+//! default profile (no new namespaces, no mount calls, clone3 ENOSYS) and a
+//! kernel without Landlock. Each case either runs with the layers its report
+//! states, checked from inside the command, or refuses with the documented
+//! message (exit 125, naming the cause and the fix). The other cells of the
+//! matrix have their own files: no user namespaces by sysctl
+//! (`env_no_namespaces`, `env_refusals`), root inside a user namespace
+//! (`env_rootns`), nested (`nested`), a read-only cgroupfs (`cgroup_env`),
+//! and real Podman containers (`containers`).
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+use support::{identities, Project, Who};
+
+const WRAPPER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/seccomp_wrap.py");
+
+/// What the command prints about itself, for checking the report against.
+const SELF_VIEW: &str = "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|CapEff):' /proc/self/status; \
+    readlink /proc/self/ns/user /proc/1/ns/user 2>&1; \
+    (cat /etc/shadow >/dev/null 2>&1 && echo shadow-readable) || echo shadow-blocked; \
+    (echo x > outside-test 2>/dev/null; echo x > /var/tmp/sandbox-matrix-$$ 2>/dev/null && echo wrote-outside) || echo outside-blocked";
+
+fn wrapped(project: &Project, mode: &str, args: &[&str]) -> Output {
+    let mut cmd: Command = project.command();
+    // The project's command() is the sandbox binary with the identity set;
+    // run the wrapper in its place with the same identity.
+    let program = cmd.get_program().to_owned();
+    let mut wrapper = Command::new("python3");
+    wrapper.arg(WRAPPER).arg(mode).arg("--").arg(program);
+    if project.who == Who::User && nix::unistd::geteuid().is_root() {
+        let (uid, gid) = support::user_ids();
+        std::os::unix::process::CommandExt::uid(&mut wrapper, uid);
+        std::os::unix::process::CommandExt::gid(&mut wrapper, gid);
+    }
+    cmd = wrapper;
+    cmd.current_dir(project.path())
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn report_of(stderr: &str) -> Value {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str::<Value>(line).ok())
+        .unwrap_or_else(|| panic!("no --json report in\n{stderr}"))
+}
+
+fn usable(test: &str) -> bool {
+    support::require(test, "python3", Path::new("/usr/bin/python3").exists())
+}
+
+#[test]
+fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_without_namespaces()
+{
+    let test = "under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_without_namespaces";
+    if !usable(test) {
+        return;
+    }
+    for who in identities(test) {
+        let project = Project::new(who);
+        let strict = wrapped(
+            &project,
+            "docker",
+            &[
+                "run",
+                "--profile",
+                "strict",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo ran > ran",
+            ],
+        );
+        let err = text(&strict.stderr);
+        assert_eq!(strict.status.code(), Some(125), "{who:?}: {err}");
+        assert!(
+            err.contains("cause:") && err.contains("fix:") && err.contains("best-effort"),
+            "{who:?}: the refusal names no cause and fix: {err}"
+        );
+        assert!(!project.path().join("ran").exists(), "{who:?}");
+
+        let standard = wrapped(
+            &project,
+            "docker",
+            &[
+                "run",
+                "--profile",
+                "standard",
+                "--json",
+                "--",
+                "/bin/sh",
+                "-c",
+                SELF_VIEW,
+            ],
+        );
+        let (out, err) = (text(&standard.stdout), text(&standard.stderr));
+        assert_eq!(standard.status.code(), Some(0), "{who:?}:\n{out}\n{err}");
+        assert!(err.contains("running without namespaces"), "{who:?}: {err}");
+        let report = report_of(&err);
+        let enforced = &report["enforced"];
+        assert_eq!(enforced["isolation"]["namespaces"], "none", "{who:?}");
+        assert_eq!(enforced["isolation"]["view"], "landlock-only", "{who:?}");
+        assert_eq!(enforced["landlock"]["status"], "fully-enforced", "{who:?}");
+        // The only filesystem boundary left, so no longer best-effort.
+        assert_eq!(enforced["landlock"]["requested"], "required", "{who:?}");
+        // What the report measured is what the command sees of itself.
+        let measured = &report["measured"];
+        assert_eq!(measured["no_new_privs"], true, "{who:?}");
+        assert_eq!(measured["namespaces"]["user"], "shared", "{who:?}");
+        assert!(out.contains("NoNewPrivs:\t1"), "{who:?}: {out}");
+        assert!(out.contains("CapEff:\t0000000000000000"), "{who:?}: {out}");
+        let filters: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        assert_eq!(
+            Some(filters),
+            measured["seccomp_filters"].as_u64(),
+            "{who:?}: {out}"
+        );
+        assert!(filters >= 2, "the wrapper's filter and the run's: {out}");
+        assert!(out.contains("shadow-blocked"), "{who:?}: {out}");
+        assert!(out.contains("outside-blocked"), "{who:?}: {out}");
+        assert!(!out.contains("wrote-outside"), "{who:?}: {out}");
+    }
+}
+
+#[test]
+fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing() {
+    let test = "without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing";
+    if !usable(test) {
+        return;
+    }
+    for who in identities(test) {
+        let project = Project::new(who);
+        let strict = wrapped(
+            &project,
+            "nolandlock",
+            &[
+                "run",
+                "--profile",
+                "strict",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo ran > ran",
+            ],
+        );
+        let err = text(&strict.stderr);
+        assert_eq!(strict.status.code(), Some(125), "{who:?}: {err}");
+        assert!(err.contains("Landlock"), "{who:?}: {err}");
+        assert!(!project.path().join("ran").exists(), "{who:?}");
+
+        // Namespaces still work: standard builds its view with them and says
+        // Landlock is missing (best-effort there).
+        let standard = wrapped(
+            &project,
+            "nolandlock",
+            &[
+                "run",
+                "--profile",
+                "standard",
+                "--json",
+                "--",
+                "/bin/sh",
+                "-c",
+                SELF_VIEW,
+            ],
+        );
+        let (out, err) = (text(&standard.stdout), text(&standard.stderr));
+        assert_eq!(standard.status.code(), Some(0), "{who:?}:\n{out}\n{err}");
+        let report = report_of(&err);
+        assert_ne!(
+            report["enforced"]["landlock"]["status"], "fully-enforced",
+            "{who:?}"
+        );
+        assert_eq!(report["measured"]["namespaces"]["user"], "new", "{who:?}");
+        assert!(
+            err.lines()
+                .any(|l| l.contains("warning") && l.contains("Landlock")),
+            "{who:?}: the missing layer is not said: {err}"
+        );
+        assert!(out.contains("shadow-blocked"), "{who:?}: {out}");
+        assert!(out.contains("outside-blocked"), "{who:?}: {out}");
+    }
+}
+
+#[test]
+fn under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_every_profile_refuses(
+) {
+    let test = "under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_every_profile_refuses";
+    if !usable(test) {
+        return;
+    }
+    for who in identities(test) {
+        let project = Project::new(who);
+        // Both restrictions at once: the wrapper stacks two filters.
+        for profile in ["strict", "standard", "permissive"] {
+            let mut args = vec![
+                WRAPPER,
+                "nolandlock",
+                "--",
+                "python3",
+                WRAPPER,
+                "docker",
+                "--",
+            ];
+            let bin = project.command().get_program().to_owned();
+            let bin = bin.to_str().expect("UTF-8 path").to_owned();
+            args.push(&bin);
+            args.extend([
+                "run",
+                "--profile",
+                profile,
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo ran > ran",
+            ]);
+            let mut cmd = Command::new("python3");
+            if who == Who::User && nix::unistd::geteuid().is_root() {
+                let (uid, gid) = support::user_ids();
+                std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+                std::os::unix::process::CommandExt::gid(&mut cmd, gid);
+            }
+            let out = cmd
+                .args(&args)
+                .current_dir(project.path())
+                .stdin(Stdio::null())
+                .output()
+                .expect("python3 runs");
+            let err = text(&out.stderr);
+            assert_eq!(out.status.code(), Some(125), "{who:?} {profile}: {err}");
+            assert!(err.contains("Landlock"), "{who:?} {profile}: {err}");
+            assert!(!project.path().join("ran").exists(), "{who:?} {profile}");
+        }
+    }
+}
