@@ -41,6 +41,7 @@ pub struct Command {
     skill: Option<crate::spawn::prepare::SkillCaller>,
     read_only_extra: Vec<(PathBuf, PathBuf)>,
     verbose: bool,
+    dry_run: bool,
 }
 
 /// How a sandboxed command ended.
@@ -99,6 +100,7 @@ impl Command {
             skill: None,
             read_only_extra: Vec::new(),
             verbose: false,
+            dry_run: false,
         }
     }
 
@@ -174,6 +176,15 @@ impl Command {
     }
     /// Print each setup step on stderr as it happens, and the payload's own
     /// view of its confinement just before exec (`sandbox run -v`).
+    /// Do every setup step up to and including the seccomp filter, then
+    /// exit 0 instead of executing the program: `sandbox doctor`'s verdict
+    /// is this, on the same path as `run`.
+    pub fn dry_run(&mut self, dry_run: bool) -> &mut Command {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Print each setup step on stderr as it happens.
     pub fn verbose(&mut self, verbose: bool) -> &mut Command {
         self.verbose = verbose;
         self
@@ -254,6 +265,7 @@ impl Command {
         prepared.secrets = self.secrets.clone();
         prepared.skill = self.skill.clone();
         prepared.verbose = self.verbose;
+        prepared.dry_run = self.dry_run;
         Ok(prepared)
     }
 

@@ -165,6 +165,7 @@ fn doctor_predicts_every_profile_in_every_podman_setup_and_what_runs_is_confined
                     "run",
                     "--profile",
                     profile,
+                    "--json",
                     "--",
                     "/bin/sh",
                     "-c",
@@ -186,6 +187,27 @@ fn doctor_predicts_every_profile_in_every_podman_setup_and_what_runs_is_confined
                 );
                 assert!(!stdout.contains("WROTE-USR"), "{cell}: {stdout}");
                 assert!(stdout.contains("done"), "{cell}: {stdout}");
+                // What doctor showed is what the run got.
+                let report: serde_json::Value = stderr
+                    .lines()
+                    .rev()
+                    .find_map(|l| serde_json::from_str(l).ok())
+                    .unwrap_or_else(|| panic!("{cell}: no --json report: {stderr}"));
+                for field in ["isolation", "landlock", "namespaces", "no_new_privs"] {
+                    let comparable = |v: &serde_json::Value| {
+                        let mut v = v.clone();
+                        // The private temporary directory's name differs per run.
+                        if let Some(list) = v.get_mut("not_promised") {
+                            *list = serde_json::Value::Null;
+                        }
+                        v
+                    };
+                    assert_eq!(
+                        comparable(&verdict["enforced"][field]),
+                        comparable(&report["enforced"][field]),
+                        "{cell}: doctor and run disagree on {field}"
+                    );
+                }
             } else {
                 assert_eq!(out.status.code(), Some(125), "{cell}: {stderr}");
                 assert!(

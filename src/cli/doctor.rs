@@ -6,18 +6,23 @@
 //! namespace, mount, id map, cgroup, Landlock rule and the seccomp filter is
 //! set up as for `sandbox run`, and the payload exits instead of executing.
 //! A profile "can run" only when that succeeded; otherwise doctor prints the
-//! very message `run` would print. The probes and the per-layer lines stay
-//! as the explanation.
+//! very message `run` would print, and each layer line is what that run
+//! applied and what it measured of itself just before it would have
+//! executed the command (the run report's `enforced` and `measured`), so
+//! doctor and `run` cannot disagree. The probes stay as the explanation.
 use std::fmt::Write as _;
 use std::io::Write as _;
 
 use anyhow::Context as _;
 use clap::Args;
 use sandbox::cgroup::{CgroupMode, CONTROLLERS};
+use sandbox::command::Command;
 use sandbox::environment::Environment;
-use sandbox::probe::{self, Availability, LayerAssessment, LayerOutcome, Probes};
+use sandbox::probe::{self, Availability, Probes};
 use sandbox::profile::policy::{Enforcement, Policy};
-use sandbox::spawn::{Prepared, SpawnSpec, Stdio};
+use sandbox::spawn::measure::Measured;
+use sandbox::spawn::report::Enforced;
+use sandbox::spawn::Stdio;
 use serde::Serialize;
 
 /// The profile `sandbox run` uses without `--profile`: doctor exits 1 when
@@ -58,8 +63,12 @@ struct Verdict {
     exit_status: i32,
     /// The warnings `run` would print (a cgroup fallback, ...).
     warnings: Vec<String>,
-    /// What each layer gets, judged from the probes.
-    layers: Vec<LayerAssessment>,
+    /// What the dry run applied, in the run report's form (`null` when it
+    /// was refused before anything was applied).
+    enforced: Option<Enforced>,
+    /// The dry run's own view of itself just before it would have
+    /// executed the command.
+    measured: Option<Measured>,
 }
 
 /// Probe, dry-run every built-in profile, print. Exits 1 when the default
@@ -71,8 +80,8 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     let probes = probe::probe();
     let environment = Environment::detect();
     let verdicts: Vec<Verdict> = builtin_policies()?
-        .iter()
-        .map(|(_, policy)| verdict(policy, &probes))
+        .into_iter()
+        .map(|(_, policy)| verdict(policy))
         .collect::<anyhow::Result<_>>()?;
     let default_can_run = verdicts
         .iter()
@@ -99,48 +108,142 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     Ok(if default_can_run { 0 } else { 1 })
 }
 
-/// Start `policy` on the real spawn path with a dry run, on a fresh empty
-/// project, as the user running doctor.
-fn verdict(policy: &Policy, probes: &Probes) -> anyhow::Result<Verdict> {
+/// Start `policy` with a dry run exactly as `sandbox run` starts it (the
+/// same [`Command`]), on a fresh empty project, as the user running doctor:
+/// the verdict and every layer shown come from what that run did.
+fn verdict(policy: Policy) -> anyhow::Result<Verdict> {
     let project = EmptyProject::create()?;
-    let spec = SpawnSpec {
-        program: "true".into(),
-        args: Vec::new(),
-        project: project.0.clone(),
-        project_explicit: true,
-        cwd: None,
-        env: Vec::new(),
+    let name = policy.name.clone();
+    let mut command = Command::new("true", policy);
+    command
+        .project(&project.0)
         // As `run` has them, so that the warnings are the ones it prints;
         // the dry run never executes anything that could write.
-        stdio: [Stdio::Null, Stdio::Inherit, Stdio::Inherit],
-        read_only_extra: Vec::new(),
+        .stdin(Stdio::Null)
+        .dry_run(true);
+    let finished = command.run();
+    let (warnings, enforced, measured) = match finished.report {
+        Some(report) => (report.warnings, Some(report.enforced), report.measured),
+        None => (Vec::new(), None, None),
     };
-    let started = Prepared::new(policy, spec).and_then(|mut prepared| {
-        prepared.dry_run = true;
-        let outcome = sandbox::spawn::parent::run(&mut prepared);
-        outcome.map(|o| (o, prepared.warnings))
-    });
-    let assessment = probe::assess(policy, probes);
-    let (can_run, refusal, exit_status, warnings) = match started {
-        Ok((outcome, warnings)) => match outcome.exit {
-            sandbox::spawn::channel::PayloadExit::Code(0) => (true, None, 0, warnings),
-            other => (
-                false,
-                Some(format!("the dry run ended with {other:?}")),
-                125,
-                warnings,
-            ),
-        },
-        Err(err) => (false, Some(err.to_string()), err.exit_status(), Vec::new()),
+    let (can_run, refusal, exit_status) = match finished.result {
+        Ok(status) if status.success() => (true, None, 0),
+        Ok(status) => (
+            false,
+            Some(format!("the dry run ended with {status:?}")),
+            125,
+        ),
+        Err(err) => (false, Some(err.to_string()), err.exit_status()),
     };
     Ok(Verdict {
-        profile: policy.name.clone(),
+        profile: name,
         can_run,
         refusal,
         exit_status,
         warnings,
-        layers: assessment.layers,
+        enforced: if can_run { enforced } else { None },
+        measured,
     })
+}
+
+fn requested(enforcement: Enforcement) -> &'static str {
+    match enforcement {
+        Enforcement::Required => "required",
+        Enforcement::BestEffort => "best-effort",
+        Enforcement::Off => "off",
+    }
+}
+
+/// One line per layer, from what a dry run applied and measured.
+fn layer_lines(enforced: &Enforced, measured: Option<&Measured>) -> Vec<(&'static str, String)> {
+    let mut lines = Vec::new();
+    let isolation = &enforced.isolation;
+    let namespaces = match (isolation.namespaces, measured) {
+        ("none", _) => format!(
+            "none: {} view{}",
+            isolation.view,
+            isolation
+                .reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        ),
+        (_, Some(measured)) => {
+            let new: Vec<&str> = measured
+                .namespaces
+                .iter()
+                .filter(|(_, state)| matches!(state, sandbox::spawn::measure::NamespaceState::New))
+                .map(|(name, _)| name.as_str())
+                .collect();
+            format!("new (measured inside): {}", new.join(", "))
+        }
+        (all, None) => all.to_owned(),
+    };
+    lines.push(("namespaces", namespaces));
+    let landlock = &enforced.landlock;
+    lines.push((
+        "landlock",
+        format!(
+            "{} {}{}, {} rules",
+            requested(landlock.requested),
+            landlock.status,
+            landlock
+                .abi
+                .map(|abi| format!(" (ABI {abi})"))
+                .unwrap_or_default(),
+            landlock.rules
+        ),
+    ));
+    let seccomp = &enforced.seccomp;
+    let filters = measured
+        .and_then(|m| m.seccomp_filters.zip(m.seccomp_filters_inherited))
+        .map(|(all, inherited)| format!(", {} filter(s) of its own", all.saturating_sub(inherited)))
+        .unwrap_or_default();
+    lines.push((
+        "seccomp",
+        format!(
+            "{} {}{}{filters}",
+            requested(seccomp.requested),
+            seccomp.status,
+            seccomp
+                .mode
+                .map(|mode| format!(" ({mode:?})").to_lowercase())
+                .unwrap_or_default()
+        ),
+    ));
+    let cgroups = match &enforced.cgroup {
+        Some(cgroup) => format!("v{}: {}", cgroup.version, cgroup.controllers.join(", ")),
+        None if enforced.rlimits.is_empty() => "none".to_owned(),
+        None => format!(
+            "none; rlimits instead: {}",
+            enforced
+                .rlimits
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    lines.push(("cgroups", cgroups));
+    if let Some(measured) = measured {
+        let caps_empty = measured.capabilities.values().all(|set| {
+            set.as_deref()
+                .is_some_and(|hex| hex.trim_start_matches('0').is_empty())
+        });
+        lines.push((
+            "privileges",
+            format!(
+                "no_new_privs {}, capabilities {} (measured inside)",
+                if measured.no_new_privs == Some(true) {
+                    "set"
+                } else {
+                    "NOT set"
+                },
+                if caps_empty { "none" } else { "some left" }
+            ),
+        ));
+    }
+    lines
 }
 
 /// An empty private directory, removed on drop.
@@ -293,22 +396,10 @@ fn render_text(probes: &Probes, environment: &Environment, verdicts: &[Verdict])
         for warning in &v.warnings {
             let _ = writeln!(out, "    warning: {warning}");
         }
-        for l in &v.layers {
-            let enforcement = match l.enforcement {
-                Enforcement::Required => "required",
-                Enforcement::BestEffort => "best-effort",
-                Enforcement::Off => "off",
-            };
-            let what = match &l.outcome {
-                LayerOutcome::Enforced { detail } => format!("enforced: {detail}"),
-                LayerOutcome::Partial { detail, reason } => {
-                    format!("partly enforced: {detail}; missing: {reason}")
-                }
-                LayerOutcome::NotApplied { reason } => format!("not applied: {reason}"),
-                LayerOutcome::Off => "off".to_owned(),
-                LayerOutcome::Refused { reason } => format!("refused: {reason}"),
-            };
-            let _ = writeln!(out, "    {:<9} {enforcement:<12} {what}", l.layer.name());
+        if let Some(enforced) = &v.enforced {
+            for (layer, line) in layer_lines(enforced, v.measured.as_ref()) {
+                let _ = writeln!(out, "    {layer:<10} {line}");
+            }
         }
     }
     out
@@ -317,7 +408,6 @@ fn render_text(probes: &Probes, environment: &Environment, verdicts: &[Verdict])
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox::probe::Layer;
 
     #[test]
     fn refusing_profile_prints_the_run_message() {
@@ -331,13 +421,8 @@ mod tests {
             ),
             exit_status: 125,
             warnings: vec![],
-            layers: vec![LayerAssessment {
-                layer: Layer::Landlock,
-                enforcement: Enforcement::Required,
-                outcome: LayerOutcome::Refused {
-                    reason: "Landlock ABI 4 cannot restrict ioctl".to_owned(),
-                },
-            }],
+            enforced: None,
+            measured: None,
         };
         let text = render_text(&probes, &Environment::default(), &[refused]);
         assert!(
@@ -346,6 +431,7 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(text.contains("landlock  required     refused: "), "{text}");
+        // A refused profile shows no layer: nothing was applied.
+        assert!(!text.contains("    landlock "), "{text}");
     }
 }
