@@ -432,6 +432,9 @@ mod tests {
             "{text}"
         );
         // A refused profile shows no layer: nothing was applied.
-        assert!(!text.contains("    landlock "), "{text}");
+        assert!(
+            !text.contains("    namespaces ") && !text.contains("    landlock   "),
+            "{text}"
+        );
     }
 }
