@@ -25,19 +25,22 @@ const SELF_VIEW: &str = "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|CapEff):'
     (cat /etc/shadow >/dev/null 2>&1 && echo shadow-readable) || echo shadow-blocked; \
     (echo x > outside-test 2>/dev/null; echo x > /var/tmp/sandbox-matrix-$$ 2>/dev/null && echo wrote-outside) || echo outside-blocked";
 
-fn wrapped(project: &Project, mode: &str, args: &[&str]) -> Output {
-    let mut cmd: Command = project.command();
-    // The project's command() is the sandbox binary with the identity set;
-    // run the wrapper in its place with the same identity.
-    let program = cmd.get_program().to_owned();
-    let mut wrapper = Command::new("python3");
-    wrapper.arg(WRAPPER).arg(mode).arg("--").arg(program);
+/// `sandbox ARGS` run by the project's identity under one seccomp wrapper
+/// per mode (stacked, the first outermost).
+fn wrapped(project: &Project, modes: &[&str], args: &[&str]) -> Output {
+    let mut cmd = Command::new("python3");
+    for (i, mode) in modes.iter().enumerate() {
+        if i > 0 {
+            cmd.arg("python3");
+        }
+        cmd.args([WRAPPER, mode, "--"]);
+    }
+    cmd.arg(project.command().get_program());
     if project.who == Who::User && nix::unistd::geteuid().is_root() {
         let (uid, gid) = support::user_ids();
-        std::os::unix::process::CommandExt::uid(&mut wrapper, uid);
-        std::os::unix::process::CommandExt::gid(&mut wrapper, gid);
+        std::os::unix::process::CommandExt::uid(&mut cmd, uid);
+        std::os::unix::process::CommandExt::gid(&mut cmd, gid);
     }
-    cmd = wrapper;
     cmd.current_dir(project.path())
         .args(args)
         .stdin(Stdio::null())
@@ -72,7 +75,7 @@ fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_w
         let project = Project::new(who);
         let strict = wrapped(
             &project,
-            "docker",
+            &["docker"],
             &[
                 "run",
                 "--profile",
@@ -93,7 +96,7 @@ fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_w
 
         let standard = wrapped(
             &project,
-            "docker",
+            &["docker"],
             &[
                 "run",
                 "--profile",
@@ -148,7 +151,7 @@ fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing
         let project = Project::new(who);
         let strict = wrapped(
             &project,
-            "nolandlock",
+            &["nolandlock"],
             &[
                 "run",
                 "--profile",
@@ -168,7 +171,7 @@ fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing
         // Landlock is missing (best-effort there).
         let standard = wrapped(
             &project,
-            "nolandlock",
+            &["nolandlock"],
             &[
                 "run",
                 "--profile",
@@ -209,39 +212,19 @@ fn under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_ev
         let project = Project::new(who);
         // Both restrictions at once: the wrapper stacks two filters.
         for profile in ["strict", "standard", "permissive"] {
-            let mut args = vec![
-                WRAPPER,
-                "nolandlock",
-                "--",
-                "python3",
-                WRAPPER,
-                "docker",
-                "--",
-            ];
-            let bin = project.command().get_program().to_owned();
-            let bin = bin.to_str().expect("UTF-8 path").to_owned();
-            args.push(&bin);
-            args.extend([
-                "run",
-                "--profile",
-                profile,
-                "--",
-                "/bin/sh",
-                "-c",
-                "echo ran > ran",
-            ]);
-            let mut cmd = Command::new("python3");
-            if who == Who::User && nix::unistd::geteuid().is_root() {
-                let (uid, gid) = support::user_ids();
-                std::os::unix::process::CommandExt::uid(&mut cmd, uid);
-                std::os::unix::process::CommandExt::gid(&mut cmd, gid);
-            }
-            let out = cmd
-                .args(&args)
-                .current_dir(project.path())
-                .stdin(Stdio::null())
-                .output()
-                .expect("python3 runs");
+            let out = wrapped(
+                &project,
+                &["nolandlock", "docker"],
+                &[
+                    "run",
+                    "--profile",
+                    profile,
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "echo ran > ran",
+                ],
+            );
             let err = text(&out.stderr);
             assert_eq!(out.status.code(), Some(125), "{who:?} {profile}: {err}");
             assert!(err.contains("Landlock"), "{who:?} {profile}: {err}");

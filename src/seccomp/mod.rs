@@ -41,7 +41,7 @@ use sha2::{Digest, Sha256};
 use crate::profile::policy::{SyscallMode, SyscallPolicy};
 use rules::{IntArg, LongArg, Rule, Test, Verdict};
 
-pub use tables::{ALLOWED, DENIED};
+pub use tables::{ALLOWED, DENIED, IPC};
 
 /// Why a filter could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -504,30 +504,6 @@ pub struct SharedHost {
     pub deny_sockets: bool,
 }
 
-/// System V IPC and POSIX message queues live in the ipc namespace; without
-/// one they are the host's, and a payload could read or poison another
-/// program's shared memory, semaphores or queues.
-const HOST_IPC: &[&str] = &[
-    "shmget",
-    "shmat",
-    "shmdt",
-    "shmctl",
-    "semget",
-    "semop",
-    "semtimedop",
-    "semctl",
-    "msgget",
-    "msgsnd",
-    "msgrcv",
-    "msgctl",
-    "mq_open",
-    "mq_unlink",
-    "mq_timedsend",
-    "mq_timedreceive",
-    "mq_notify",
-    "mq_getsetattr",
-];
-
 /// The filter for a run without namespaces: `policy` (None: the profile
 /// turned the syscall policy off, so the set-id guard alone) plus the rules
 /// that stand in for the namespaces the run lacks. Those are not part of
@@ -558,7 +534,7 @@ pub fn compile_without_namespaces(
             eafnosupport,
         );
     }
-    verdicts.set(resolve(HOST_IPC, &[], "deny")?, EPERM);
+    verdicts.set(resolve(IPC, &[], "deny")?, EPERM);
     Ok(finish(verdicts.program()?, policy.map(|p| p.mode)))
 }
 
@@ -579,6 +555,7 @@ fn policy_verdicts(policy: &SyscallPolicy) -> Result<Verdicts, SeccompError> {
                 otherwise: ENOSYS,
             };
             v.set(resolve(ALLOWED, &policy.allow, "allow")?, ALLOW);
+            v.set(resolve(IPC, &[], "allow")?, ALLOW);
             v
         }
         // `allow` only widens an allowlist; its names were validated above.
@@ -687,7 +664,7 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn lists_resolve_and_never_overlap() {
-        for name in ALLOWED.iter().chain(DENIED) {
+        for name in ALLOWED.iter().chain(DENIED).chain(IPC) {
             assert!(
                 syscall_number(name).is_some(),
                 "{name} is not a system call here"
@@ -841,7 +818,7 @@ mod tests {
                 (EPERM, EPERM)
             } else if FALLBACK_ENOSYS.iter().any(|(call, _)| *call == name) {
                 (ENOSYS, ENOSYS)
-            } else if ALLOWED.contains(&name) {
+            } else if ALLOWED.contains(&name) || IPC.contains(&name) {
                 (ALLOW, ALLOW)
             } else {
                 (ENOSYS, ALLOW)

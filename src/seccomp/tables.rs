@@ -457,6 +457,31 @@ pub const DENIED: &[&str] = &[
     "nfsservctl",
 ];
 
+/// System V IPC and POSIX message queues. Allowed in the allowlist: they
+/// are private to the sandbox's ipc namespace. Without one they are the
+/// host's, and a payload could read or poison another program's shared
+/// memory, semaphores or queues, so a run without namespaces refuses them.
+pub const IPC: &[&str] = &[
+    "shmget",
+    "shmat",
+    "shmdt",
+    "shmctl",
+    "semget",
+    "semop",
+    "semtimedop",
+    "semctl",
+    "msgget",
+    "msgsnd",
+    "msgrcv",
+    "msgctl",
+    "mq_open",
+    "mq_unlink",
+    "mq_timedsend",
+    "mq_timedreceive",
+    "mq_notify",
+    "mq_getsetattr",
+];
+
 /// The allowlist of `strict`: what compilers, make, git, Python, Node and the
 /// coreutils use. Anything else answers ENOSYS so that programs take their
 /// fallbacks for calls newer than this list.
@@ -731,25 +756,7 @@ pub const ALLOWED: &[&str] = &[
     "shutdown",
     "setsockopt",
     "getsockopt",
-    // System V and POSIX IPC: private to the sandbox's ipc namespace.
-    "shmget",
-    "shmat",
-    "shmdt",
-    "shmctl",
-    "semget",
-    "semop",
-    "semtimedop",
-    "semctl",
-    "msgget",
-    "msgsnd",
-    "msgrcv",
-    "msgctl",
-    "mq_open",
-    "mq_unlink",
-    "mq_timedsend",
-    "mq_timedreceive",
-    "mq_notify",
-    "mq_getsetattr",
+    // System V and POSIX IPC: see IPC, allowed with the ipc namespace.
     // Asynchronous I/O (the old interface; io_uring is denied).
     "io_setup",
     "io_destroy",
