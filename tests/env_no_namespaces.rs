@@ -59,14 +59,9 @@ fn the_view_is_landlock_only_and_the_report_and_stderr_say_so() {
         .expect("chmod");
         std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .expect("chmod");
+        let attempt = support::PY_ATTEMPT;
         let script = format!(
-            r#"
-import errno, os, socket
-def attempt(what, f):
-    try:
-        f(); print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode[e.errno])
+            r#"{attempt}
 attempt("read-outside", lambda: open("{secret}").read())
 attempt("write-outside", lambda: open("{dir}/planted", "w").write("x"))
 attempt("write-tmp", lambda: open("/tmp/planted-by-run", "w").write("x"))
@@ -154,18 +149,14 @@ fn outside_processes_cannot_be_inspected_or_signalled() {
         victim.arg("60");
         if who == Who::User {
             use std::os::unix::process::CommandExt;
-            victim.uid(support::TEST_UID).gid(support::TEST_GID);
+            let (uid, gid) = support::user_ids();
+            victim.uid(uid).gid(gid);
         }
         let mut victim = victim.spawn().expect("victim");
         let pid = victim.id();
+        let attempt = support::PY_ATTEMPT;
         let script = format!(
-            r#"
-import errno, os, signal
-def attempt(what, f):
-    try:
-        f(); print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode[e.errno])
+            r#"{attempt}
 for who, pid in (("victim", {pid}), ("init", os.getppid())):
     attempt(who + "-environ", lambda: open("/proc/%d/environ" % pid, "rb").read())
     attempt(who + "-mem", lambda: open("/proc/%d/mem" % pid, "rb").read(1))
@@ -381,14 +372,9 @@ fn standard_runs_without_namespaces_where_max_user_namespaces_is_zero() {
     let project = Project::new(Who::Root);
     let outside = tempfile::tempdir_in("/tmp").unwrap();
     std::fs::write(outside.path().join("private"), "outside").unwrap();
+    let attempt = support::PY_ATTEMPT;
     let script = format!(
-        r#"
-import errno, socket
-def attempt(what, f):
-    try:
-        f(); print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode[e.errno])
+        r#"{attempt}
 attempt("read-outside", lambda: open("{dir}/private").read())
 attempt("write-outside", lambda: open("{dir}/planted", "w").write("x"))
 attempt("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))

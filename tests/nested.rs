@@ -11,12 +11,6 @@ use support::Project;
 const PROFILES: [&str; 3] = ["strict", "standard", "permissive"];
 
 const PROBE: &str = r#"
-import errno, os, socket
-def attempt(what, f):
-    try:
-        f(); print(what, "ok")
-    except OSError as e:
-        print(what, errno.errorcode[e.errno])
 attempt("inet", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
 attempt("write-tmp", lambda: open("/tmp/written-by-inner", "w").write("x"))
 attempt("write-project", lambda: open("inner.txt", "w").write("x"))
@@ -41,6 +35,7 @@ fn every_pair_of_profiles_nests_or_refuses_with_a_message() {
     if !support::require(test, "a standard run", plain.status.success()) {
         return;
     }
+    let probe = format!("{}{PROBE}", support::PY_ATTEMPT);
     for outer in PROFILES {
         for inner in PROFILES {
             let project = Project::new(who);
@@ -59,7 +54,7 @@ fn every_pair_of_profiles_nests_or_refuses_with_a_message() {
                     "--",
                     "python3",
                     "-c",
-                    PROBE,
+                    &probe,
                 ],
             );
             let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));

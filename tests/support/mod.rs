@@ -18,6 +18,17 @@ pub const TEST_UID: u32 = 61_234;
 /// Its group.
 pub const TEST_GID: u32 = 61_234;
 
+/// The start of the Python probes tests run inside: `attempt(what, f)`
+/// prints `what ok`, or `what ERRNO` when `f` raises an OSError.
+pub const PY_ATTEMPT: &str = r#"
+import errno, os, signal, socket
+def attempt(what, f):
+    try:
+        f(); print(what, "ok")
+    except OSError as e:
+        print(what, errno.errorcode[e.errno])
+"#;
+
 /// Who runs the supervisor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Who {
