@@ -14,8 +14,6 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 
-use crate::spawn::prepare::LandlockAccess;
-
 /// The ABI whose rights this sandbox asks for: 5 adds device ioctls to the
 /// filesystem rights; 6 adds scoping of abstract Unix sockets and signals,
 /// which matters with `network = "host"`.
@@ -30,6 +28,21 @@ pub struct Applied {
     pub abi: u32,
     /// 0 not enforced, 1 partially, 2 fully.
     pub status: u8,
+}
+
+/// The Landlock access granted beneath a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LandlockAccess {
+    /// Read files, list directories, execute.
+    ReadExec,
+    /// Everything (project root, /tmp, write paths).
+    ReadWrite,
+    /// Read and write device files (the minimal /dev).
+    Device,
+    /// Read only (/proc).
+    Read,
+    /// List the directory only (the new root itself).
+    List,
 }
 
 /// Why applying failed.

@@ -18,7 +18,28 @@ use std::path::{Path, PathBuf};
 use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 
-use super::prepare::{IdMapping, DEFAULT_ROOT_HOST_ID};
+/// How uids and gids are mapped between the host and the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMapping {
+    /// The supervisor is root with ids to spare (host root, or root of a
+    /// user namespace with a wide enough range where idmapping was seen to
+    /// work; see [`super::ids`]): the sandbox gets `host_uid` (never 0) and
+    /// switches to it inside; writable trees are idmapped.
+    pub root_mode: bool,
+    /// uid (and gid) the sandboxed process has inside.
+    pub inside_uid: u32,
+    /// gid inside.
+    pub inside_gid: u32,
+    /// Host uid that `inside_uid` maps to.
+    pub host_uid: u32,
+    /// Host gid that `inside_gid` maps to.
+    pub host_gid: u32,
+}
+
+/// Default host uid/gid for sandboxes started by root, when /etc/subuid has
+/// no range for root: high enough to own nothing on a normal system, below
+/// 2^31 because some tools still store ids in signed ints.
+pub const DEFAULT_ROOT_HOST_ID: u32 = 2_000_000_000;
 
 /// One line of a `uid_map` or `gid_map`: `count` ids from `inside` on, seen
 /// as `outside` on in the parent namespace.
@@ -211,7 +232,7 @@ fn root_ids(host: u32) -> IdMapping {
 /// which only trying tells.
 fn probe_idmap(id: u32, trees: &[&Path], idmap: bool) -> Result<(), String> {
     // A raw clone is only sound from a single-threaded process.
-    if super::parent::check_single_threaded().is_err() {
+    if super::check_single_threaded().is_err() {
         return Err("the supervisor is multi-threaded and cannot probe idmapped mounts".into());
     }
     let (wait_end, release) =

@@ -40,10 +40,11 @@ use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use serde::Serialize;
 
-use super::prepare::{LandlockAccess, Prepared, SANDBOX_BIN_DIR};
+use super::prepare::{NoNamespaces, Prepared, SANDBOX_BIN_DIR};
 use super::SpawnError;
+use crate::landlock::LandlockAccess;
 use crate::profile::policy::{Enforcement, NetworkMode, ProjectAccess};
-use crate::project::quarantine::{Snapshot, SnapshotError};
+use crate::project::quarantine::SnapshotError;
 use crate::project::HardlinkPolicy;
 
 /// How many paths a refusal names before "and N more".
@@ -104,23 +105,6 @@ pub enum NoNamespacesError {
         /// The fixes.
         fix: String,
     },
-}
-
-/// What a run without namespaces carries besides the plan. Dropping it
-/// removes the private temporary directory: the supervisor drops it after
-/// the run (the processes that inherit a copy exit or exec without
-/// dropping anything).
-#[derive(Debug)]
-pub struct NoNamespaces {
-    /// Why the run has no namespaces.
-    pub reason: String,
-    /// The private temporary directory (TMPDIR), removed after the run.
-    pub private_tmp: PathBuf,
-    /// Protected entries to restore after the run (None: the project is
-    /// not writable, or has none).
-    pub snapshot: Option<Arc<Snapshot>>,
-    /// What this run cannot promise that a namespaced one does.
-    pub not_promised: Vec<String>,
 }
 
 /// How the run was isolated, for the report.

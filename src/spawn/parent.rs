@@ -86,34 +86,6 @@ fn sys(op: impl Into<String>) -> impl FnOnce(Errno) -> SpawnError {
     move |source| SpawnError::Sys { op, source }
 }
 
-/// Cloning with the raw system call is only sound from a single-threaded process.
-pub fn check_single_threaded() -> Result<(), SpawnError> {
-    // A thread that was just joined (the project walk's) wakes its joiner
-    // before the kernel takes it off the count, so a second thread may be
-    // seen for a few microseconds: look again briefly before refusing.
-    let mut threads = 0;
-    for attempt in 0..50 {
-        if attempt > 0 {
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        let status =
-            std::fs::read_to_string("/proc/self/status").map_err(|source| SpawnError::Path {
-                what: "reading",
-                path: "/proc/self/status".into(),
-                source,
-            })?;
-        threads = status
-            .lines()
-            .find_map(|line| line.strip_prefix("Threads:"))
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        if threads == 1 {
-            return Ok(());
-        }
-    }
-    Err(SpawnError::NotSingleThreaded { threads })
-}
-
 /// What a [`Driver`] sees on one turn of the supervision loop.
 #[derive(Debug)]
 pub struct Turn<'a> {
@@ -502,7 +474,12 @@ pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
 }
 
 fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
-    check_single_threaded()?;
+    super::check_single_threaded()?;
+    if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::Off
+        && prepared.no_namespaces.is_none()
+    {
+        super::no_namespaces::enter(prepared, "the profile sets enforce.userns = \"off\"".into())?;
+    }
     let cgroup = setup_cgroup(prepared)?;
     match &cgroup {
         Some(cgroup) => step_note(

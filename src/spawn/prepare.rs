@@ -9,7 +9,9 @@ use std::path::{Component, Path, PathBuf};
 use nix::sched::CloneFlags;
 use nix::sys::resource::Resource;
 
+pub use super::ids::{IdMapping, DEFAULT_ROOT_HOST_ID};
 use super::SpawnError;
+use crate::landlock::LandlockAccess;
 use crate::profile::policy::{Enforcement, NetworkMode, Policy, ProjectAccess};
 use crate::seccomp::CompiledFilter;
 
@@ -129,19 +131,21 @@ pub enum MountOp {
     },
 }
 
-/// The Landlock access granted beneath a path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LandlockAccess {
-    /// Read files, list directories, execute.
-    ReadExec,
-    /// Everything (project root, /tmp, write paths).
-    ReadWrite,
-    /// Read and write device files (the minimal /dev).
-    Device,
-    /// Read only (/proc).
-    Read,
-    /// List the directory only (the new root itself).
-    List,
+/// What a run without namespaces carries besides the plan. Dropping it
+/// removes the private temporary directory: the supervisor drops it after
+/// the run (the processes that inherit a copy exit or exec without
+/// dropping anything).
+#[derive(Debug)]
+pub struct NoNamespaces {
+    /// Why the run has no namespaces.
+    pub reason: String,
+    /// The private temporary directory (TMPDIR), removed after the run.
+    pub private_tmp: PathBuf,
+    /// Protected entries to restore after the run (None: the project is
+    /// not writable, or has none).
+    pub snapshot: Option<std::sync::Arc<crate::project::quarantine::Snapshot>>,
+    /// What this run cannot promise that a namespaced one does.
+    pub not_promised: Vec<String>,
 }
 
 /// A host path made writable through an idmapped mount (root supervisor only).
@@ -155,29 +159,6 @@ pub struct IdmappedTree {
     /// because init could not reach the path itself).
     pub idmap: bool,
 }
-
-/// How uids and gids are mapped between the host and the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdMapping {
-    /// The supervisor is root with ids to spare (host root, or root of a
-    /// user namespace with a wide enough range where idmapping was seen to
-    /// work; see [`super::ids`]): the sandbox gets `host_uid` (never 0) and
-    /// switches to it inside; writable trees are idmapped.
-    pub root_mode: bool,
-    /// uid (and gid) the sandboxed process has inside.
-    pub inside_uid: u32,
-    /// gid inside.
-    pub inside_gid: u32,
-    /// Host uid that `inside_uid` maps to.
-    pub host_uid: u32,
-    /// Host gid that `inside_gid` maps to.
-    pub host_gid: u32,
-}
-
-/// Default host uid/gid for sandboxes started by root, when /etc/subuid has
-/// no range for root: high enough to own nothing on a normal system, below
-/// 2^31 because some tools still store ids in signed ints.
-pub const DEFAULT_ROOT_HOST_ID: u32 = 2_000_000_000;
 
 /// Everything prepared before clone.
 #[derive(Debug)]
@@ -270,7 +251,7 @@ pub struct Prepared {
     /// Host paths shown read-only at a path inside (from [`SpawnSpec`]).
     pub read_only_extra: Vec<(PathBuf, PathBuf)>,
     /// Set when the run has no namespaces (see [`super::no_namespaces`]).
-    pub no_namespaces: Option<super::no_namespaces::NoNamespaces>,
+    pub no_namespaces: Option<NoNamespaces>,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -765,7 +746,7 @@ impl Prepared {
             "tmp size",
             format!("size={},mode=1777", policy.filesystem.tmp_size),
         )?;
-        let mut prepared = Prepared {
+        let prepared = Prepared {
             profile_name: policy.name.clone(),
             argv,
             envp,
@@ -812,12 +793,6 @@ impl Prepared {
             read_only_extra,
             no_namespaces: None,
         };
-        if policy.enforce.userns == Enforcement::Off {
-            super::no_namespaces::enter(
-                &mut prepared,
-                "the profile sets enforce.userns = \"off\"".into(),
-            )?;
-        }
         Ok(prepared)
     }
 }
