@@ -542,16 +542,15 @@ impl Environment {
                 });
             }
         }
-        if (!self.root && self.apparmor.blocks_userns()) || self.outer.is_some() {
-            return self.userns_blocker(errno, false);
-        }
-        let apparmor_label = self
-            .apparmor
-            .label
-            .as_deref()
-            .filter(|_| self.apparmor.confined());
+        // Checked first: the user namespace was made, so an outer sandbox
+        // did not forbid it; what stops /proc is what sits over the outer one.
         if proc && self.proc_masked {
-            let fix = if self.kubernetes {
+            let fix = if self.outer == Some(Outer::Bubblewrap) {
+                "bubblewrap started by root covers /proc/irq and /proc/bus (and /proc/sys) \
+                 read-only: run bwrap as a regular user"
+            } else if self.outer == Some(Outer::Sandbox) {
+                "the outer sandbox covers paths of its /proc"
+            } else if self.kubernetes {
                 "set the container's `securityContext.procMount: Unmasked` (with `hostUsers: false`)"
             } else {
                 match self.container {
@@ -561,12 +560,21 @@ impl Environment {
                 }
             };
             return Some(Explanation {
-                cause: "/proc here has paths mounted over it (a container's masked paths), and \
-                        the kernel refuses a fresh /proc for a new pid namespace then"
+                cause: "/proc here has paths mounted over it (a container's masked paths, or an \
+                        outer sandbox's read-only covers), and the kernel refuses a fresh /proc \
+                        for a new pid namespace then"
                     .into(),
                 fix: format!("{fix}, {WITHOUT_NAMESPACES}"),
             });
         }
+        if (!self.root && self.apparmor.blocks_userns()) || self.outer.is_some() {
+            return self.userns_blocker(errno, false);
+        }
+        let apparmor_label = self
+            .apparmor
+            .label
+            .as_deref()
+            .filter(|_| self.apparmor.confined());
         if let Some(label) = apparmor_label {
             let fix = match self.container {
                 Some(Container::Docker) => "`docker run --security-opt apparmor=unconfined`",

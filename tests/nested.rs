@@ -118,3 +118,67 @@ fn every_pair_of_profiles_nests_or_refuses_with_a_message() {
         }
     }
 }
+
+/// Inside bubblewrap with every namespace: started by root, bwrap covers
+/// /proc/irq and /proc/bus read-only, so strict refuses naming that (and
+/// the way out) while standard runs without namespaces; started by a
+/// regular user, bwrap leaves /proc whole and strict runs with namespaces.
+#[test]
+fn inside_bubblewrap_every_profile_runs_or_names_what_bubblewrap_covers() {
+    let test = "inside_bubblewrap_every_profile_runs_or_names_what_bubblewrap_covers";
+    if !support::require(
+        test,
+        "bwrap",
+        std::path::Path::new("/usr/bin/bwrap").exists(),
+    ) {
+        return;
+    }
+    for who in support::identities(test) {
+        let project = Project::new(who);
+        let program = project.command().get_program().to_owned();
+        let run_inside = |profile: &str| {
+            let mut cmd = std::process::Command::new("bwrap");
+            if who == support::Who::User && nix::unistd::geteuid().is_root() {
+                use std::os::unix::process::CommandExt;
+                let (uid, gid) = support::user_ids();
+                cmd.uid(uid).gid(gid);
+            }
+            cmd.args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
+                .args(["--tmpfs", "/tmp", "--bind"])
+                .arg(project.path())
+                .arg(project.path())
+                .arg("--chdir")
+                .arg(project.path())
+                .args(["--unshare-all", "--"])
+                .arg(&program)
+                .args(["run", "-q", "--profile", profile, "--json", "--"])
+                .args(["/bin/sh", "-c", "echo ran"])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .expect("bwrap runs")
+        };
+        let bwrap_as_root = who == support::Who::Root;
+        let strict = run_inside("strict");
+        let (out, err) = (text(&strict.stdout), text(&strict.stderr));
+        if bwrap_as_root {
+            assert_eq!(strict.status.code(), Some(125), "{who:?}: {err}");
+            assert!(
+                err.contains("bubblewrap started by root covers") && err.contains("best-effort"),
+                "{who:?}: {err}"
+            );
+            assert!(!out.contains("ran"), "{who:?}");
+        } else {
+            assert_eq!(strict.status.code(), Some(0), "{who:?}: {err}");
+            assert!(err.contains("\"namespaces\":\"all\""), "{who:?}: {err}");
+        }
+        let standard = run_inside("standard");
+        let err = text(&standard.stderr);
+        assert_eq!(standard.status.code(), Some(0), "{who:?}: {err}");
+        assert!(text(&standard.stdout).contains("ran"), "{who:?}");
+        let expected = if bwrap_as_root { "none" } else { "all" };
+        assert!(
+            err.contains(&format!("\"namespaces\":\"{expected}\"")),
+            "{who:?}: {err}"
+        );
+    }
+}
