@@ -17,7 +17,17 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 use support::{identities, Project, Who};
 
-const WRAPPER: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/support/seccomp_wrap.py");
+/// The wrapper, where the unprivileged test user can read it too (a CI
+/// checkout may sit below a private directory).
+fn wrapper() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let original = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/seccomp_wrap.py");
+        support::staged_for_test_user(&original, "seccomp_wrap.py")
+            .to_string_lossy()
+            .into_owned()
+    })
+}
 
 /// What the command prints about itself, for checking the report against.
 const SELF_VIEW: &str = "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|CapEff):' /proc/self/status; \
@@ -33,7 +43,7 @@ fn wrapped(project: &Project, modes: &[&str], args: &[&str]) -> Output {
         if i > 0 {
             cmd.arg("python3");
         }
-        cmd.args([WRAPPER, mode, "--"]);
+        cmd.args([wrapper(), mode, "--"]);
     }
     cmd.arg(project.command().get_program());
     if project.who == Who::User && nix::unistd::geteuid().is_root() {

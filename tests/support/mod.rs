@@ -270,22 +270,27 @@ fn reachable_by_others(path: &Path) -> bool {
 /// (atomically, by rename, so a running copy is never overwritten).
 pub fn binary_for_test_user() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let original = PathBuf::from(sandbox_bin());
-        if reachable_by_others(&original) {
-            return original;
-        }
-        let dir = PathBuf::from(format!("/tmp/sandbox-test-bin-{}", nix::unistd::geteuid()));
-        std::fs::create_dir_all(&dir).expect("binary directory");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let staged = dir.join(format!("sandbox.{}", std::process::id()));
-        std::fs::copy(&original, &staged).expect("copy the binary");
-        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let target = dir.join("sandbox");
-        std::fs::rename(&staged, &target).expect("install the binary");
-        target
-    })
-    .clone()
+    PATH.get_or_init(|| staged_for_test_user(Path::new(sandbox_bin()), "sandbox"))
+        .clone()
+}
+
+/// `original`, at a path the throwaway user can read and execute: itself
+/// when every directory above it lets others through, else a copy named
+/// `name` in a world-readable directory (installed by rename, so a running
+/// copy is never overwritten).
+pub fn staged_for_test_user(original: &Path, name: &str) -> PathBuf {
+    if reachable_by_others(original) {
+        return original.to_path_buf();
+    }
+    let dir = PathBuf::from(format!("/tmp/sandbox-test-bin-{}", nix::unistd::geteuid()));
+    std::fs::create_dir_all(&dir).expect("staging directory");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let staged = dir.join(format!("{name}.{}", std::process::id()));
+    std::fs::copy(original, &staged).expect("copy for the test user");
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let target = dir.join(name);
+    std::fs::rename(&staged, &target).expect("install for the test user");
+    target
 }
 
 /// Panic with both streams when `out` is not a success.
