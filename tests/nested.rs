@@ -143,8 +143,13 @@ fn inside_bubblewrap_every_profile_runs_or_names_what_bubblewrap_covers() {
                 let (uid, gid) = support::user_ids();
                 cmd.uid(uid).gid(gid);
             }
+            // A fresh /tmp, with the binary (a CI checkout may sit below /tmp)
+            // and the project bound back in.
             cmd.args(["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"])
-                .args(["--tmpfs", "/tmp", "--bind"])
+                .args(["--tmpfs", "/tmp", "--ro-bind"])
+                .arg(&program)
+                .arg(&program)
+                .arg("--bind")
                 .arg(project.path())
                 .arg(project.path())
                 .arg("--chdir")
