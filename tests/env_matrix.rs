@@ -70,6 +70,57 @@ fn report_of(stderr: &str) -> Value {
         .unwrap_or_else(|| panic!("no --json report in\n{stderr}"))
 }
 
+/// `sandbox run --profile PROFILE` under the wrappers, for a command that
+/// would leave `ran` in the project: asserts the run was refused (exit 125,
+/// nothing executed) and returns its stderr.
+fn refused(project: &Project, modes: &[&str], profile: &str) -> String {
+    let out = wrapped(
+        project,
+        modes,
+        &[
+            "run",
+            "--profile",
+            profile,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo ran > ran",
+        ],
+    );
+    let err = text(&out.stderr);
+    let who = project.who;
+    assert_eq!(out.status.code(), Some(125), "{who:?} {profile}: {err}");
+    assert!(!project.path().join("ran").exists(), "{who:?} {profile}");
+    err
+}
+
+/// `sandbox run --profile PROFILE --json` of [`SELF_VIEW`] under the
+/// wrappers: asserts it ran and returns (stdout, stderr, the report).
+fn confined_run(project: &Project, modes: &[&str], profile: &str) -> (String, String, Value) {
+    let out = wrapped(
+        project,
+        modes,
+        &[
+            "run",
+            "--profile",
+            profile,
+            "--json",
+            "--",
+            "/bin/sh",
+            "-c",
+            SELF_VIEW,
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    let who = project.who;
+    assert_eq!(out.status.code(), Some(0), "{who:?}:\n{stdout}\n{stderr}");
+    assert!(stdout.contains("shadow-blocked"), "{who:?}: {stdout}");
+    assert!(stdout.contains("outside-blocked"), "{who:?}: {stdout}");
+    assert!(!stdout.contains("wrote-outside"), "{who:?}: {stdout}");
+    let report = report_of(&stderr);
+    (stdout, stderr, report)
+}
+
 fn usable(test: &str) -> bool {
     support::require(test, "python3", Path::new("/usr/bin/python3").exists())
 }
@@ -83,45 +134,14 @@ fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_w
     }
     for who in identities(test) {
         let project = Project::new(who);
-        let strict = wrapped(
-            &project,
-            &["docker"],
-            &[
-                "run",
-                "--profile",
-                "strict",
-                "--",
-                "/bin/sh",
-                "-c",
-                "echo ran > ran",
-            ],
-        );
-        let err = text(&strict.stderr);
-        assert_eq!(strict.status.code(), Some(125), "{who:?}: {err}");
+        let err = refused(&project, &["docker"], "strict");
         assert!(
             err.contains("cause:") && err.contains("fix:") && err.contains("best-effort"),
             "{who:?}: the refusal names no cause and fix: {err}"
         );
-        assert!(!project.path().join("ran").exists(), "{who:?}");
 
-        let standard = wrapped(
-            &project,
-            &["docker"],
-            &[
-                "run",
-                "--profile",
-                "standard",
-                "--json",
-                "--",
-                "/bin/sh",
-                "-c",
-                SELF_VIEW,
-            ],
-        );
-        let (out, err) = (text(&standard.stdout), text(&standard.stderr));
-        assert_eq!(standard.status.code(), Some(0), "{who:?}:\n{out}\n{err}");
+        let (out, err, report) = confined_run(&project, &["docker"], "standard");
         assert!(err.contains("running without namespaces"), "{who:?}: {err}");
-        let report = report_of(&err);
         let enforced = &report["enforced"];
         assert_eq!(enforced["isolation"]["namespaces"], "none", "{who:?}");
         assert_eq!(enforced["isolation"]["view"], "landlock-only", "{who:?}");
@@ -145,9 +165,6 @@ fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_w
             "{who:?}: {out}"
         );
         assert!(filters >= 2, "the wrapper's filter and the run's: {out}");
-        assert!(out.contains("shadow-blocked"), "{who:?}: {out}");
-        assert!(out.contains("outside-blocked"), "{who:?}: {out}");
-        assert!(!out.contains("wrote-outside"), "{who:?}: {out}");
     }
 }
 
@@ -159,43 +176,12 @@ fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing
     }
     for who in identities(test) {
         let project = Project::new(who);
-        let strict = wrapped(
-            &project,
-            &["nolandlock"],
-            &[
-                "run",
-                "--profile",
-                "strict",
-                "--",
-                "/bin/sh",
-                "-c",
-                "echo ran > ran",
-            ],
-        );
-        let err = text(&strict.stderr);
-        assert_eq!(strict.status.code(), Some(125), "{who:?}: {err}");
+        let err = refused(&project, &["nolandlock"], "strict");
         assert!(err.contains("Landlock"), "{who:?}: {err}");
-        assert!(!project.path().join("ran").exists(), "{who:?}");
 
         // Namespaces still work: standard builds its view with them and says
         // Landlock is missing (best-effort there).
-        let standard = wrapped(
-            &project,
-            &["nolandlock"],
-            &[
-                "run",
-                "--profile",
-                "standard",
-                "--json",
-                "--",
-                "/bin/sh",
-                "-c",
-                SELF_VIEW,
-            ],
-        );
-        let (out, err) = (text(&standard.stdout), text(&standard.stderr));
-        assert_eq!(standard.status.code(), Some(0), "{who:?}:\n{out}\n{err}");
-        let report = report_of(&err);
+        let (_, err, report) = confined_run(&project, &["nolandlock"], "standard");
         assert_ne!(
             report["enforced"]["landlock"]["status"], "fully-enforced",
             "{who:?}"
@@ -206,8 +192,6 @@ fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing
                 .any(|l| l.contains("warning") && l.contains("Landlock")),
             "{who:?}: the missing layer is not said: {err}"
         );
-        assert!(out.contains("shadow-blocked"), "{who:?}: {out}");
-        assert!(out.contains("outside-blocked"), "{who:?}: {out}");
     }
 }
 
@@ -222,23 +206,8 @@ fn under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_ev
         let project = Project::new(who);
         // Both restrictions at once: the wrapper stacks two filters.
         for profile in ["strict", "standard", "permissive"] {
-            let out = wrapped(
-                &project,
-                &["nolandlock", "docker"],
-                &[
-                    "run",
-                    "--profile",
-                    profile,
-                    "--",
-                    "/bin/sh",
-                    "-c",
-                    "echo ran > ran",
-                ],
-            );
-            let err = text(&out.stderr);
-            assert_eq!(out.status.code(), Some(125), "{who:?} {profile}: {err}");
+            let err = refused(&project, &["nolandlock", "docker"], profile);
             assert!(err.contains("Landlock"), "{who:?} {profile}: {err}");
-            assert!(!project.path().join("ran").exists(), "{who:?} {profile}");
         }
     }
 }
