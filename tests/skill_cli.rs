@@ -95,3 +95,24 @@ fn list_show_and_check_report_valid_and_invalid_skills() {
     );
     assert!(String::from_utf8_lossy(&check_one.stdout).contains("ok (reader)"));
 }
+
+/// A `--grant` that does not parse is a usage error wherever it is taken:
+/// exit 2, naming the flag, before anything starts.
+#[test]
+fn a_malformed_grant_is_a_usage_error_for_skill_run_and_serve() {
+    let project = tempfile::tempdir().unwrap();
+    for args in [
+        &["skill", "run", "reader", "--grant", "bogus"][..],
+        &["serve", "--stdio", "--grant", "bogus"][..],
+    ] {
+        let out = sandbox()
+            .args(args)
+            .current_dir(project.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains("--grant \"bogus\""), "{args:?}: {stderr}");
+    }
+}

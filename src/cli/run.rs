@@ -206,7 +206,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         policy.limits.cpu = Some(cpus);
     }
     for grant in &args.grants {
-        check_grant(grant).map_err(|err| usage(format!("{err:#}")))?;
+        check_grant(grant)?;
         policy
             .broker
             .rules
@@ -402,9 +402,11 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
 }
 
 /// A `--grant` value must name a broker action, with a non-empty pattern if any.
-pub fn check_grant(grant: &str) -> anyhow::Result<()> {
+/// A `--grant` value that does not parse is a usage error (exit 2), for
+/// `run`, `skill run` and `serve` alike.
+pub fn check_grant(grant: &str) -> Result<(), UsageError> {
     grant
         .parse::<sandbox::action::Permission>()
         .map(|_| ())
-        .map_err(|err| anyhow::anyhow!("--grant {err}"))
+        .map_err(|err| usage(format!("--grant {err}")))
 }
