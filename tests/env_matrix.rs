@@ -211,3 +211,68 @@ fn under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_ev
         }
     }
 }
+
+/// Skills where no namespace can be made: the client libraries stay at
+/// their host path (granted read-only) instead of being mounted at
+/// /run/sandbox/lib, and the skill still sees only what it declared: a
+/// shell skill declaring `fs.read:*.txt` reads through the broker, and its
+/// direct read of the project is refused by Landlock.
+#[test]
+fn under_dockers_default_profile_skills_run_without_namespaces_and_stay_narrowed() {
+    let test = "under_dockers_default_profile_skills_run_without_namespaces_and_stay_narrowed";
+    if !usable(test) {
+        return;
+    }
+    for who in identities(test) {
+        let project = Project::new(who);
+        project.write("notes.txt", "one two three\n");
+        project.write(
+            ".skills/peek/SKILL.md",
+            "---\nname: peek\ndescription: Reads notes.txt directly and through the broker\n\
+             runtime: sh\nmain: peek.sh\npermissions: [\"fs.read:*.txt\"]\n---\n",
+        );
+        project.write(
+            ".skills/peek/peek.sh",
+            "#!/bin/sh\nwhile sandbox ipc --invocation >/dev/null; do\n\
+             if cat notes.txt >/dev/null 2>&1; then direct=read; else direct=refused; fi\n\
+             words=$(sandbox ipc fs.read '{\"path\": \"notes.txt\"}' --raw | wc -w)\n\
+             sandbox ipc --result \"{\\\"direct\\\": \\\"$direct\\\", \\\"words\\\": $words}\"\n\
+             done\n",
+        );
+        // Declared with a pattern, the skill gets no view of the project at
+        // all (`project = "none"`): everything goes through the broker.
+        for (skill, params, want) in [
+            ("peek", "{}", "\"direct\":\"refused\""),
+            ("peek", "{}", "\"words\":3"),
+        ] {
+            let out = wrapped(
+                &project,
+                &["docker"],
+                &[
+                    "skill",
+                    "run",
+                    "--profile",
+                    "standard",
+                    "--json",
+                    skill,
+                    "--params",
+                    params,
+                ],
+            );
+            let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{who:?} {skill}:\n{stdout}\n{stderr}"
+            );
+            assert!(
+                stdout.replace(' ', "").contains(want),
+                "{who:?} {skill}: want {want} in {stdout}\n{stderr}"
+            );
+            assert!(
+                stderr.contains("running without namespaces"),
+                "{who:?}: {stderr}"
+            );
+        }
+    }
+}

@@ -92,19 +92,6 @@ pub enum NoNamespacesError {
         /// The errno.
         source: Errno,
     },
-    /// A path handed to the run at another path inside (a skill's client
-    /// libraries) needs a mount.
-    #[error("without user namespaces ({why}) {host} cannot be shown at {inside} (that needs a mount namespace). Fix: {fix}")]
-    Relocated {
-        /// Why there are no namespaces.
-        why: String,
-        /// The host path.
-        host: PathBuf,
-        /// Where it was to appear.
-        inside: PathBuf,
-        /// The fixes.
-        fix: String,
-    },
 }
 
 /// How the run was isolated, for the report.
@@ -191,20 +178,6 @@ fn name_paths(paths: &[PathBuf]) -> String {
 pub fn enter(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> {
     let policy = prepared.policy.clone();
     check_landlock(&reason)?;
-    for (host, inside) in &prepared.read_only_extra {
-        if host != inside {
-            return Err(NoNamespacesError::Relocated {
-                why: reason,
-                host: host.clone(),
-                inside: inside.clone(),
-                fix: format!(
-                    "{}, or run the skill with a profile that keeps `enforce.userns = \"required\"` where namespaces work",
-                    enable_userns_fix()
-                ),
-            }
-            .into());
-        }
-    }
     refuse_what_cannot_be_hidden(prepared, &reason)?;
 
     let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
@@ -525,6 +498,22 @@ fn plan(
             &[b"TMPDIR=", tmp_bytes].concat(),
         )))?);
     }
+    // A path shown at another path inside (a skill's client libraries at
+    // /run/sandbox/lib) stays at its host path, which Landlock grants
+    // read-only above: variables that name the inside path name it instead.
+    for (host, inside) in &prepared.read_only_extra {
+        if host == inside {
+            continue;
+        }
+        for entry in prepared.envp.iter_mut() {
+            if let Some(bytes) = relocate_paths(entry.as_bytes(), inside, host) {
+                *entry = CString::new(bytes).map_err(|err| SpawnError::NulByte {
+                    what: "environment variable",
+                    value: String::from_utf8_lossy(&err.into_vec()).into_owned(),
+                })?;
+            }
+        }
+    }
     let old_bin = format!("{SANDBOX_BIN_DIR}/");
     for candidate in prepared.exec_candidates.iter_mut() {
         if let Some(rest) = candidate.as_bytes().strip_prefix(old_bin.as_bytes()) {
@@ -568,8 +557,51 @@ impl Drop for NoNamespaces {
     }
 }
 
+/// `NAME=a:b:...` with every component at or below `inside` moved below
+/// `host`; `None` when nothing changed.
+fn relocate_paths(entry: &[u8], inside: &Path, host: &Path) -> Option<Vec<u8>> {
+    let split = entry.iter().position(|b| *b == b'=')?;
+    let (name, value) = (&entry[..split], &entry[split + 1..]);
+    let mut changed = false;
+    let parts: Vec<OsString> = std::env::split_paths(OsStr::from_bytes(value))
+        .map(|part| match part.strip_prefix(inside) {
+            Ok(rest) => {
+                changed = true;
+                if rest.as_os_str().is_empty() {
+                    host.as_os_str().to_owned()
+                } else {
+                    host.join(rest).into_os_string()
+                }
+            }
+            Err(_) => part.into_os_string(),
+        })
+        .collect();
+    changed.then(|| [name, b"=", &parts.join(OsStr::new(":")).into_vec()].concat())
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn variables_naming_a_relocated_path_name_its_host_path() {
+        let inside = Path::new("/run/sandbox/lib");
+        let host = Path::new("/home/u/.cache/sandbox/lib-ab");
+        assert_eq!(
+            relocate_paths(b"NODE_PATH=/run/sandbox/lib/node:/opt/x", inside, host),
+            Some(b"NODE_PATH=/home/u/.cache/sandbox/lib-ab/node:/opt/x".to_vec())
+        );
+        assert_eq!(
+            relocate_paths(b"PYTHONPATH=/run/sandbox/lib", inside, host),
+            Some(b"PYTHONPATH=/home/u/.cache/sandbox/lib-ab".to_vec())
+        );
+        // A sibling whose name merely starts the same is not below it.
+        assert_eq!(
+            relocate_paths(b"X=/run/sandbox/library", inside, host),
+            None
+        );
+        assert_eq!(relocate_paths(b"LANG=C.UTF-8", inside, host), None);
+    }
+
     use super::*;
 
     #[test]
