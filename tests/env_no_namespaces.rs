@@ -339,10 +339,11 @@ fn a_hard_link_to_a_file_outside_is_refused() {
             .join(format!("sandbox-test-outside-{}", marker("hl")));
         std::fs::write(&outside, "original").unwrap();
         if who == Who::User {
+            let (uid, gid) = support::user_ids();
             nix::unistd::chown(
                 &outside,
-                Some(nix::unistd::Uid::from_raw(support::TEST_UID)),
-                Some(nix::unistd::Gid::from_raw(support::TEST_GID)),
+                Some(nix::unistd::Uid::from_raw(uid)),
+                Some(nix::unistd::Gid::from_raw(gid)),
             )
             .unwrap();
         }
