@@ -563,7 +563,7 @@ fn build_report(
         }
     });
     let enforced = Enforced {
-        isolation: crate::spawn::no_namespaces::Isolation::of(prepared),
+        isolation: reached_payload.then(|| crate::spawn::no_namespaces::Isolation::of(prepared)),
         namespaces,
         user: view.map(|view| UserReport {
             inside_uid: view.uid.map_or(prepared.ids.inside_uid, |uid| uid as u32),

@@ -162,6 +162,7 @@ fn a_refused_run_claims_nothing_it_did_not_do() {
         assert_eq!(report["measured"], Value::Null);
         let enforced = &report["enforced"];
         for field in [
+            "isolation",
             "namespaces",
             "no_new_privs",
             "capabilities",

@@ -157,9 +157,8 @@ fn requested(enforcement: Enforcement) -> &'static str {
 /// One line per layer, from what a dry run applied and measured.
 fn layer_lines(enforced: &Enforced, measured: Option<&Measured>) -> Vec<(&'static str, String)> {
     let mut lines = Vec::new();
-    let isolation = &enforced.isolation;
-    let namespaces = match (isolation.namespaces, measured) {
-        ("none", _) => format!(
+    let namespaces = match (&enforced.isolation, measured) {
+        (Some(isolation), _) if isolation.namespaces == "none" => format!(
             "none: {} view{}",
             isolation.view,
             isolation
@@ -177,7 +176,8 @@ fn layer_lines(enforced: &Enforced, measured: Option<&Measured>) -> Vec<(&'stati
                 .collect();
             format!("new (measured inside): {}", new.join(", "))
         }
-        (all, None) => all.to_owned(),
+        (Some(isolation), None) => isolation.namespaces.to_owned(),
+        (None, None) => "not set up".to_owned(),
     };
     lines.push(("namespaces", namespaces));
     let landlock = &enforced.landlock;

@@ -216,6 +216,22 @@ pub fn missing_root_mode_capability(status: &str) -> Option<&'static str> {
         .map(|(_, name)| name)
 }
 
+/// Whether this process may map its uid 0 into a child user namespace:
+/// since Linux 5.12 that needs CAP_SETFCAP (bit 31) in its own namespace.
+/// Unreadable counts as yes, so nothing changes where it cannot be told.
+pub fn may_map_root() -> bool {
+    const CAP_SETFCAP: u64 = 1 << 31;
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("CapEff:"))
+                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        })
+        .is_none_or(|effective| effective & CAP_SETFCAP != 0)
+}
+
 fn root_ids(host: u32) -> IdMapping {
     IdMapping {
         root_mode: true,

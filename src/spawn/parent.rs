@@ -702,6 +702,35 @@ fn start_cloned(
             }));
         }
     }
+    if prepared.no_namespaces.is_none()
+        && prepared
+            .clone_flags
+            .contains(nix::sched::CloneFlags::CLONE_NEWUSER)
+        && !prepared.ids.root_mode
+        && prepared.ids.host_uid == 0
+        && !super::ids::may_map_root()
+    {
+        // Since Linux 5.12 mapping uid 0 of the parent namespace into a child
+        // needs CAP_SETFCAP there (so that the child's root cannot write file
+        // capabilities the parent honours). Root of a namespace whose
+        // creator dropped every capability (bubblewrap's `--uid 0`,
+        // `setpriv --bounding-set=-all`) has only its uid 0 to map, so no
+        // user namespace can be had: known before clone.
+        let why = "this is uid 0 of a user namespace without CAP_SETFCAP, and the kernel (5.12+) lets only a holder of CAP_SETFCAP map uid 0 into a child user namespace";
+        if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort {
+            super::no_namespaces::enter(prepared, why.into()).map_err(restore)?;
+            prepared.confinement = expected_confinement(prepared);
+        } else {
+            return Err(restore(SpawnError::LayerUnavailable {
+                layer: "userns",
+                reason: format!(
+                    "{why}. Fix: start sandbox as a regular uid there (bubblewrap without `--uid 0`), \
+                     keep CAP_SETFCAP for it, or run without namespaces with a profile whose \
+                     enforce.userns is \"best-effort\" (`--profile standard`)"
+                ),
+            }));
+        }
+    }
     let mut cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
         super::init::main(prepared, &fds)
     });

@@ -125,8 +125,9 @@ pub struct Resources {
 /// was applied, or it could not be measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct Enforced {
-    /// With or without namespaces, and what a run without them cannot promise.
-    pub isolation: crate::spawn::no_namespaces::Isolation,
+    /// With or without namespaces, and what a run without them cannot
+    /// promise (None: the run was refused before its payload was set up).
+    pub isolation: Option<crate::spawn::no_namespaces::Isolation>,
     /// Namespaces, as measured inside (None: the payload never got that far).
     pub namespaces: Option<Namespaces>,
     /// Identity (None: the payload never got that far).
