@@ -708,28 +708,15 @@ fn start_cloned(
             .contains(nix::sched::CloneFlags::CLONE_NEWUSER)
         && !prepared.ids.root_mode
         && prepared.ids.host_uid == 0
+        && prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort
         && !super::ids::may_map_root()
     {
-        // Since Linux 5.12 mapping uid 0 of the parent namespace into a child
-        // needs CAP_SETFCAP there (so that the child's root cannot write file
-        // capabilities the parent honours). Root of a namespace whose
-        // creator dropped every capability (bubblewrap's `--uid 0`,
-        // `setpriv --bounding-set=-all`) has only its uid 0 to map, so no
-        // user namespace can be had: known before clone.
-        let why = "this is uid 0 of a user namespace without CAP_SETFCAP, and the kernel (5.12+) lets only a holder of CAP_SETFCAP map uid 0 into a child user namespace";
-        if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort {
-            super::no_namespaces::enter(prepared, why.into()).map_err(restore)?;
-            prepared.confinement = expected_confinement(prepared);
-        } else {
-            return Err(restore(SpawnError::LayerUnavailable {
-                layer: "userns",
-                reason: format!(
-                    "{why}. Fix: start sandbox as a regular uid there (bubblewrap without `--uid 0`), \
-                     keep CAP_SETFCAP for it, or run without namespaces with a profile whose \
-                     enforce.userns is \"best-effort\" (`--profile standard`)"
-                ),
-            }));
-        }
+        // No user namespace can be had (see CANNOT_MAP_ROOT): known before
+        // clone, so a best-effort profile runs without one. A required one
+        // goes on to clone, where an outer sandbox's refusal is the more
+        // precise message, else the id map names this.
+        super::no_namespaces::enter(prepared, CANNOT_MAP_ROOT.into()).map_err(restore)?;
+        prepared.confinement = expected_confinement(prepared);
     }
     let mut cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
         super::init::main(prepared, &fds)
@@ -1392,6 +1379,14 @@ fn outcome(
     })
 }
 
+/// Why uid 0 without CAP_SETFCAP gets no user namespace. Since Linux 5.12
+/// mapping uid 0 of the parent namespace into a child needs CAP_SETFCAP
+/// there (so that the child's root cannot write file capabilities the
+/// parent honours); root of a namespace whose creator dropped every
+/// capability (bubblewrap's `--uid 0`, `setpriv --bounding-set=-all`) has
+/// only its uid 0 to map.
+const CANNOT_MAP_ROOT: &str = "this is uid 0 of a user namespace without CAP_SETFCAP, and the kernel (5.12+) lets only a holder of CAP_SETFCAP map uid 0 into a child user namespace";
+
 /// Write the id maps, idmap the writable trees (root supervisor), and tell
 /// init to go on.
 fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<(), SpawnError> {
@@ -1399,10 +1394,24 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
     let proc_dir = std::path::PathBuf::from(format!("/proc/{init_pid}"));
     let write = |name: &str, data: String| -> Result<(), SpawnError> {
         let path = proc_dir.join(name);
-        std::fs::write(&path, data.as_bytes()).map_err(|source| SpawnError::IdMap {
-            path,
-            data,
-            source,
+        std::fs::write(&path, data.as_bytes()).map_err(|source| {
+            if source.raw_os_error() == Some(libc::EPERM)
+                && !ids.root_mode
+                && ids.host_uid == 0
+                && !super::ids::may_map_root()
+            {
+                return SpawnError::LayerUnavailable {
+                    layer: "userns",
+                    reason: format!(
+                        "{CANNOT_MAP_ROOT} (writing {}). Fix: start sandbox as a regular uid \
+                         there (bubblewrap without `--uid 0`), keep CAP_SETFCAP for it, or run \
+                         without namespaces with a profile whose enforce.userns is \
+                         \"best-effort\" (`--profile standard`)",
+                        path.display()
+                    ),
+                };
+            }
+            SpawnError::IdMap { path, data, source }
         })
     };
     // Unprivileged writers must deny setgroups before writing gid_map
