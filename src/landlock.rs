@@ -60,8 +60,16 @@ fn rights(access: LandlockAccess, is_dir: bool) -> BitFlags<AccessFs> {
         LandlockAccess::ReadExec => AccessFs::from_read(abi),
         LandlockAccess::ReadWrite => AccessFs::from_all(abi),
         // Truncate because a shell's `> /dev/null` opens with O_TRUNC.
+        // IoctlDev because without it every ioctl on these devices fails
+        // with EACCES where programs probe with TCGETS (isatty) and expect
+        // ENOTTY; the minimal /dev holds only null, zero, full, random and
+        // urandom, whose ioctls are harmless or need CAP_SYS_ADMIN.
         LandlockAccess::Device => {
-            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::ReadDir | AccessFs::Truncate
+            AccessFs::ReadFile
+                | AccessFs::WriteFile
+                | AccessFs::ReadDir
+                | AccessFs::Truncate
+                | AccessFs::IoctlDev
         }
         LandlockAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
         LandlockAccess::List => BitFlags::from(AccessFs::ReadDir),

@@ -456,3 +456,111 @@ fn init_does_not_leak_the_host_environment_even_without_landlock() {
         );
     }
 }
+
+const LOCAL_SERVER: &str = r#"
+import os, socket, sys, threading, time
+server = socket.socket()
+server.bind(("127.0.0.1", 0))
+server.listen()
+def serve():
+    while True:
+        conn, _ = server.accept()
+        conn.sendall(b"inside-server:" + conn.recv(64))
+        conn.close()
+threading.Thread(target=serve, daemon=True).start()
+print(server.getsockname()[1], flush=True)
+deadline = time.time() + 20
+while not os.path.exists("probed") and time.time() < deadline:
+    time.sleep(0.02)
+client = socket.create_connection(("127.0.0.1", server.getsockname()[1]), timeout=5)
+client.sendall(b"ping")
+print(client.recv(64).decode(), flush=True)
+"#;
+
+/// strict brings up the loopback of its own network namespace: a test
+/// server on 127.0.0.1 answers a client in the same run, and the host's
+/// 127.0.0.1 at that port is not it.
+#[test]
+fn a_server_on_loopback_answers_inside_strict_and_is_unreachable_from_outside() {
+    use std::io::{BufRead, Read, Write};
+    for who in
+        identities("a_server_on_loopback_answers_inside_strict_and_is_unreachable_from_outside")
+    {
+        let project = Project::new(who);
+        let mut child = project
+            .command()
+            .args([
+                "run",
+                "--profile",
+                "strict",
+                "--",
+                "python3",
+                "-c",
+                LOCAL_SERVER,
+            ])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("sandbox starts");
+        let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("the port");
+        let port: u16 = line.trim().parse().unwrap_or_else(|_| {
+            let mut err = String::new();
+            let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+            panic!("{who:?}: no port from inside: {line:?} {err}")
+        });
+        // From the host, that port on 127.0.0.1 is not the run's server.
+        if let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(2)));
+            let _ = stream.write_all(b"host");
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer);
+            assert!(
+                !answer.contains("inside-server"),
+                "{who:?}: the host reached the run's server"
+            );
+        }
+        std::fs::write(project.path().join("probed"), "").expect("signal the run");
+        let mut rest = String::new();
+        stdout.read_to_string(&mut rest).expect("output");
+        let status = child.wait().expect("wait");
+        let mut err = String::new();
+        let _ = child.stderr.take().map(|mut e| e.read_to_string(&mut err));
+        assert!(status.success(), "{who:?}: {status:?} {err}");
+        assert_eq!(rest.trim(), "inside-server:ping", "{who:?}: {err}");
+    }
+}
+
+const TCGETS: &str = r#"
+import errno, fcntl, termios
+for dev in ("/dev/null", "/dev/zero", "/dev/urandom"):
+    try:
+        fcntl.ioctl(open(dev, "rb"), termios.TCGETS, bytes(64))
+        print(dev, "OK")
+    except OSError as e:
+        print(dev, errno.errorcode[e.errno])
+"#;
+
+/// The devices of the minimal /dev answer ioctls as they do bare:
+/// `isatty`-style probes get ENOTTY, not Landlock's EACCES.
+#[test]
+fn a_terminal_ioctl_on_dev_null_gives_enotty_inside_strict() {
+    for who in identities("a_terminal_ioctl_on_dev_null_gives_enotty_inside_strict") {
+        let project = Project::new(who);
+        let out = project.run(&["python3", "-c", TCGETS]);
+        assert_ok(&out, "python3 ioctl");
+        let inside = String::from_utf8_lossy(&out.stdout).into_owned();
+        // The same probe bare: each device answers as its driver does
+        // (ENOTTY for null and zero, EINVAL for urandom), never EACCES.
+        let bare = std::process::Command::new("python3")
+            .args(["-c", TCGETS])
+            .output()
+            .expect("python3");
+        let bare = String::from_utf8_lossy(&bare.stdout).into_owned();
+        assert_eq!(inside, bare, "{who:?}");
+        assert!(inside.contains("/dev/null ENOTTY"), "{who:?}: {inside}");
+        assert!(!inside.contains("EACCES"), "{who:?}: {inside}");
+    }
+}

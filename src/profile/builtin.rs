@@ -14,7 +14,7 @@ use super::policy::{
 const BUILTINS: &[(&str, &str, &str)] = &[
     (
         "strict",
-        "Default for untrusted code: no network, minimal read-only system view, syscall allowlist, every layer required",
+        "Default for untrusted code: no network beyond its own loopback, minimal read-only system view, syscall allowlist, every layer required",
         include_str!("../../profiles/strict.toml"),
     ),
     (
@@ -161,7 +161,7 @@ pub(crate) fn defaults() -> Policy {
             tmp_size: 128 << 20,
         },
         network: NetworkPolicy {
-            mode: NetworkMode::None,
+            mode: NetworkMode::Loopback,
         },
         limits: Limits {
             memory: Some(512 << 20),

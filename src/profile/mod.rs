@@ -432,7 +432,7 @@ mod tests {
         assert_eq!(strict.enforce.landlock, Enforcement::Required);
         assert_eq!(strict.enforce.seccomp, Enforcement::Required);
         assert_eq!(strict.enforce.cgroups, Enforcement::BestEffort);
-        assert_eq!(strict.network.mode, NetworkMode::None);
+        assert_eq!(strict.network.mode, NetworkMode::Loopback);
         assert_eq!(strict.syscalls.mode, SyscallMode::Allowlist);
         // The /etc allowlist must not grow into /etc itself.
         assert!(!strict.filesystem.read.contains(&PathBuf::from("/etc")));
@@ -542,7 +542,7 @@ mod tests {
         assert_eq!(p.limits.output, Some(4096));
         assert_eq!(p.limits.nofile, None);
         // Unset keys in a present table keep strict's values.
-        assert_eq!(p.network.mode, NetworkMode::None);
+        assert_eq!(p.network.mode, NetworkMode::Loopback);
         assert_eq!(p.broker.default, Decision::Ask);
         assert_eq!(p.broker.rules["net.http"], Decision::Deny);
         assert_eq!(p.broker.rules["secrets.read"], Decision::Allow);

@@ -389,7 +389,7 @@ mod tests {
         let permissive = load("permissive").unwrap();
         let found = excess(&strict, &permissive);
         for expected in [
-            "network.mode host (your profile: none)",
+            "network.mode host (your profile: loopback)",
             "enforce.seccomp best-effort (your profile: required)",
             "syscalls.mode denylist (your profile: allowlist)",
         ] {

@@ -407,7 +407,8 @@ mod tests {
                 assert!(
                     excess
                         .iter()
-                        .any(|e| e == "profile permissive: network.mode host (your profile: none)"),
+                        .any(|e| e
+                            == "profile permissive: network.mode host (your profile: loopback)"),
                     "{excess:?}"
                 );
             }
