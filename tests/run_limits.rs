@@ -197,3 +197,37 @@ fn required_cgroups_without_access_refuse_to_run() {
     assert!(stderr.contains("Delegate=yes"), "{stderr}");
     assert!(!project.path().join("ran").exists());
 }
+
+/// What a program sees of the CPU limit: `nproc` (the affinity mask) is as
+/// many CPUs as the limit rounds up to, at most what the host allows, so
+/// worker pools sized from it match the quota; without a limit it is the
+/// host's.
+#[test]
+fn nproc_inside_matches_the_cpu_limit() {
+    let host: usize = String::from_utf8_lossy(
+        &std::process::Command::new("nproc")
+            .output()
+            .expect("nproc")
+            .stdout,
+    )
+    .trim()
+    .parse()
+    .expect("a number");
+    let no_cpu_limit = "version = 1\nextends = \"strict\"\n[limits]\ncpu = \"unlimited\"\n";
+    for who in support::identities("nproc_inside_matches_the_cpu_limit") {
+        let project = support::Project::new(who);
+        for (args, want) in [
+            (vec![], 1usize.min(host)),
+            (vec!["--cpus", "1.5"], 2usize.min(host)),
+        ] {
+            let out = project.run_with(&args, &["nproc"]);
+            support::assert_ok(&out, "nproc");
+            let seen: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+            assert_eq!(seen, want, "{who:?} {args:?}");
+        }
+        let out = project.run_with_profile(no_cpu_limit, &[], &["nproc"]);
+        support::assert_ok(&out, "nproc without a limit");
+        let seen: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        assert_eq!(seen, host, "{who:?} without a cpu limit");
+    }
+}

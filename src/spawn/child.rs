@@ -95,6 +95,9 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Fail
     crate::sys::fd::cloexec_from(first_closed).step(Step::CloseDescriptors, b"")?;
 
     nix::unistd::chdir(prepared.cwd.as_c_str()).step(Step::Chdir, prepared.cwd.to_bytes())?;
+    if let Some(cpus) = prepared.cgroup_limits.cpu {
+        visible_cpus(cpus);
+    }
     for (resource, limit) in &prepared.rlimits {
         // An unprivileged caller cannot raise a hard limit: a limit above
         // the inherited one (`--pids 4194304` as RLIMIT_NPROC) is already
@@ -235,5 +238,32 @@ fn resource_name(resource: nix::sys::resource::Resource) -> &'static [u8] {
         Resource::RLIMIT_CPU => b"RLIMIT_CPU",
         Resource::RLIMIT_FSIZE => b"RLIMIT_FSIZE",
         _ => b"rlimit",
+    }
+}
+
+/// Pin the payload to as many CPUs as its share rounds up to, so that
+/// `nproc`, `os.sched_getaffinity` and `pytest -n auto` size their worker
+/// pools to the limit: under a 1-CPU quota a pool sized to every core runs
+/// about twice as long. It only narrows the set, so a failure changes
+/// nothing the sandbox promises and is ignored.
+fn visible_cpus(cpus: f64) {
+    use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+    use nix::unistd::Pid;
+    let Ok(allowed) = sched_getaffinity(Pid::from_raw(0)) else {
+        return;
+    };
+    let want = cpus.ceil().max(1.0) as usize;
+    let mut narrowed = CpuSet::new();
+    let mut kept = 0;
+    for cpu in 0..CpuSet::count() {
+        if kept == want {
+            break;
+        }
+        if allowed.is_set(cpu).unwrap_or(false) && narrowed.set(cpu).is_ok() {
+            kept += 1;
+        }
+    }
+    if kept == want {
+        let _ = sched_setaffinity(Pid::from_raw(0), &narrowed);
     }
 }
