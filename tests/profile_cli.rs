@@ -81,7 +81,7 @@ fn show_json() {
     assert_eq!(out.status.code(), Some(0));
     let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
     assert_eq!(value["name"], "strict");
-    assert_eq!(value["network"]["mode"], "none");
+    assert_eq!(value["network"]["mode"], "loopback");
     assert_eq!(value["enforce"]["cgroups"], "best-effort");
     assert_eq!(value["limits"]["timeout"], 600.0);
 }
