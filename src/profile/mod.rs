@@ -8,7 +8,7 @@
 //!
 //! ```
 //! let policy = sandbox::profile::load("strict").unwrap();
-//! assert_eq!(policy.network.mode, sandbox::profile::policy::NetworkMode::None);
+//! assert_eq!(policy.network.mode, sandbox::profile::policy::NetworkMode::Loopback);
 //! ```
 
 use std::borrow::Cow;
