@@ -564,3 +564,28 @@ fn a_terminal_ioctl_on_dev_null_gives_enotty_inside_strict() {
         assert!(!inside.contains("EACCES"), "{who:?}: {inside}");
     }
 }
+
+const PTY: &str = r#"
+import os, pty
+before = sorted(os.listdir("/dev/pts"))
+master, slave = pty.openpty()
+os.write(master, b"ping\n")
+print("slave read", os.read(slave, 64))
+print("name", os.ttyname(slave))
+print("before", before)
+"#;
+
+/// Every run has a devpts instance of its own: a pty opens and round-trips
+/// inside strict, and /dev/pts shows none of the host's terminals.
+#[test]
+fn a_pty_opens_and_round_trips_inside_strict_on_a_private_devpts() {
+    for who in identities("a_pty_opens_and_round_trips_inside_strict_on_a_private_devpts") {
+        let project = Project::new(who);
+        let out = project.run_with(&["--profile", "strict"], &["python3", "-c", PTY]);
+        assert_ok(&out, "pty inside strict");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("slave read b'ping\\n'"), "{who:?}: {text}");
+        assert!(text.contains("name /dev/pts/0"), "{who:?}: {text}");
+        assert!(text.contains("before ['ptmx']"), "{who:?}: {text}");
+    }
+}

@@ -603,5 +603,19 @@ fn build_dev<'a>(prepared: &'a Prepared) -> Result<(), Failed<'a>> {
         &prepared.tmp_options,
     )
     .step(Step::MountDev, b"/dev/shm")?;
+    // A devpts instance of the run's own (`newinstance`): programs that
+    // open a pseudo-terminal (expect-style tests, `script`) get one that
+    // reaches no host terminal, the person's least of all.
+    mkdir_if_missing(c"/newroot/dev/pts")?;
+    mount(
+        Some(c"devpts"),
+        c"/newroot/dev/pts",
+        Some(c"devpts"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        Some(c"newinstance,ptmxmode=0666,mode=0620"),
+    )
+    .step(Step::MountDev, b"/dev/pts")?;
+    nix::unistd::symlinkat(c"pts/ptmx", nix::fcntl::AT_FDCWD, c"/newroot/dev/ptmx")
+        .step(Step::MountDev, b"/dev/ptmx")?;
     Ok(())
 }
