@@ -19,7 +19,7 @@ use sandbox::cgroup::{CgroupMode, CONTROLLERS};
 use sandbox::command::Command;
 use sandbox::environment::Environment;
 use sandbox::probe::{self, Availability, Probes};
-use sandbox::profile::policy::{Enforcement, Policy};
+use sandbox::profile::policy::Policy;
 use sandbox::spawn::measure::Measured;
 use sandbox::spawn::report::Enforced;
 use sandbox::spawn::Stdio;
@@ -146,14 +146,6 @@ fn verdict(policy: Policy) -> anyhow::Result<Verdict> {
     })
 }
 
-fn requested(enforcement: Enforcement) -> &'static str {
-    match enforcement {
-        Enforcement::Required => "required",
-        Enforcement::BestEffort => "best-effort",
-        Enforcement::Off => "off",
-    }
-}
-
 /// One line per layer, from what a dry run applied and measured.
 fn layer_lines(enforced: &Enforced, measured: Option<&Measured>) -> Vec<(&'static str, String)> {
     let mut lines = Vec::new();
@@ -185,7 +177,7 @@ fn layer_lines(enforced: &Enforced, measured: Option<&Measured>) -> Vec<(&'stati
         "landlock",
         format!(
             "{} {}{}, {} rules",
-            requested(landlock.requested),
+            landlock.requested.name(),
             landlock.status,
             landlock
                 .abi
@@ -203,7 +195,7 @@ fn layer_lines(enforced: &Enforced, measured: Option<&Measured>) -> Vec<(&'stati
         "seccomp",
         format!(
             "{} {}{}{filters}",
-            requested(seccomp.requested),
+            seccomp.requested.name(),
             seccomp.status,
             seccomp
                 .mode

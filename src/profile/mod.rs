@@ -26,7 +26,7 @@ pub mod tools;
 pub use error::ProfileError;
 pub use size::{format_duration, parse_duration, parse_size};
 
-use policy::{Decision, Enforcement, NetworkMode, Policy, ProjectAccess, SyscallMode};
+use policy::{Decision, NetworkMode, Policy, ProjectAccess, SyscallMode};
 use raw::{Layer, Source};
 
 /// How many `extends` links a chain may have (`permissive` uses 2).
@@ -180,7 +180,7 @@ pub fn to_toml(policy: &Policy) -> String {
         ("seccomp", e.seccomp),
         ("cgroups", e.cgroups),
     ] {
-        line(&mut out, key, quote(enforcement_name(level)));
+        line(&mut out, key, quote(level.name()));
     }
     out.push_str("\n[tools]\n");
     line(&mut out, "expose", string_list(&policy.tools));
@@ -192,14 +192,6 @@ fn decision_name(d: Decision) -> &'static str {
         Decision::Allow => "allow",
         Decision::Ask => "ask",
         Decision::Deny => "deny",
-    }
-}
-
-fn enforcement_name(e: Enforcement) -> &'static str {
-    match e {
-        Enforcement::Required => "required",
-        Enforcement::BestEffort => "best-effort",
-        Enforcement::Off => "off",
     }
 }
 
@@ -398,6 +390,7 @@ fn locate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use policy::Enforcement;
     use std::time::Duration;
 
     fn err(text: &str) -> String {

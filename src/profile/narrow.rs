@@ -216,11 +216,7 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
         ),
     ] {
         if strictness(asked) < strictness(allowed) {
-            over(
-                field,
-                enforcement_name(asked).into(),
-                enforcement_name(allowed).into(),
-            );
+            over(field, asked.name().into(), allowed.name().into());
         }
     }
 
@@ -344,14 +340,6 @@ fn strictness(level: Enforcement) -> u8 {
         Enforcement::Off => 0,
         Enforcement::BestEffort => 1,
         Enforcement::Required => 2,
-    }
-}
-
-fn enforcement_name(level: Enforcement) -> &'static str {
-    match level {
-        Enforcement::Off => "off",
-        Enforcement::BestEffort => "best-effort",
-        Enforcement::Required => "required",
     }
 }
 

@@ -24,6 +24,17 @@ pub enum Enforcement {
     Off,
 }
 
+impl Enforcement {
+    /// The name profiles and reports use (`required`, `best-effort`, `off`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Enforcement::Required => "required",
+            Enforcement::BestEffort => "best-effort",
+            Enforcement::Off => "off",
+        }
+    }
+}
+
 /// Which network the sandbox sees.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
