@@ -164,7 +164,8 @@ pub fn choose(writable: &[PathBuf], project: &Path) -> (IdMapping, Option<String
         // initial namespace without CAP_SYS_ADMIN: it can neither idmap the
         // writable trees nor open_tree the ones init cannot reach, and
         // root mode failed there at open_tree with EPERM.
-        if let Some(missing) = missing_root_mode_capability(&read("/proc/self/status")) {
+        let effective = super::measure::read_own_view().capabilities[2];
+        if let Some(missing) = missing_root_mode_capability(effective) {
             return (
                 own_ids(),
                 Some(format!(
@@ -201,35 +202,24 @@ pub fn choose(writable: &[PathBuf], project: &Path) -> (IdMapping, Option<String
     }
 }
 
-/// The first capability root mode needs that `status` (a
-/// /proc/PID/status) shows missing from the effective set: CAP_SYS_ADMIN
-/// for open_tree and idmapping, CAP_SETUID and CAP_SETGID for id maps that
-/// name another id.
-pub fn missing_root_mode_capability(status: &str) -> Option<&'static str> {
-    let effective = status
-        .lines()
-        .find_map(|line| line.strip_prefix("CapEff:"))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())?;
+/// The first capability root mode needs that the `effective` set (CapEff,
+/// None when unreadable: no claim) lacks: CAP_SYS_ADMIN for open_tree and
+/// idmapping, CAP_SETUID and CAP_SETGID for id maps that name another id.
+pub fn missing_root_mode_capability(effective: Option<u64>) -> Option<&'static str> {
+    let effective = effective?;
     [(21, "CAP_SYS_ADMIN"), (7, "CAP_SETUID"), (6, "CAP_SETGID")]
         .into_iter()
         .find(|(bit, _)| effective & (1u64 << bit) == 0)
         .map(|(_, name)| name)
 }
 
-/// Whether this process may map its uid 0 into a child user namespace:
-/// since Linux 5.12 that needs CAP_SETFCAP (bit 31) in its own namespace.
-/// Unreadable counts as yes, so nothing changes where it cannot be told.
-pub fn may_map_root() -> bool {
+/// Whether a process with the `effective` capability set (None when
+/// unreadable: counts as yes, so nothing changes where it cannot be told)
+/// may map its uid 0 into a child user namespace: since Linux 5.12 that
+/// needs CAP_SETFCAP (bit 31) in its own namespace.
+pub fn may_map_root(effective: Option<u64>) -> bool {
     const CAP_SETFCAP: u64 = 1 << 31;
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("CapEff:"))
-                .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-        })
-        .is_none_or(|effective| effective & CAP_SETFCAP != 0)
+    effective.is_none_or(|effective| effective & CAP_SETFCAP != 0)
 }
 
 fn root_ids(host: u32) -> IdMapping {
@@ -307,22 +297,22 @@ mod tests {
 
     #[test]
     fn root_mode_needs_sys_admin_setuid_and_setgid() {
-        let status = |eff: &str| format!("Name:\tx\nCapEff:\t{eff}\n");
+        let status = |eff: &str| u64::from_str_radix(eff, 16).ok();
         assert_eq!(
-            missing_root_mode_capability(&status("000001ffffffffff")),
+            missing_root_mode_capability(status("000001ffffffffff")),
             None
         );
         // Podman's default set: no CAP_SYS_ADMIN.
         assert_eq!(
-            missing_root_mode_capability(&status("00000000800405fb")),
+            missing_root_mode_capability(status("00000000800405fb")),
             Some("CAP_SYS_ADMIN")
         );
         assert_eq!(
-            missing_root_mode_capability(&status("0000000000200000")),
+            missing_root_mode_capability(status("0000000000200000")),
             Some("CAP_SETUID")
         );
         // Unreadable: no claim either way.
-        assert_eq!(missing_root_mode_capability("Name:\tx\n"), None);
+        assert_eq!(missing_root_mode_capability(None), None);
     }
 
     use super::*;

@@ -709,7 +709,7 @@ fn start_cloned(
         && !prepared.ids.root_mode
         && prepared.ids.host_uid == 0
         && prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort
-        && !super::ids::may_map_root()
+        && !super::ids::may_map_root(supervisor_effective_capabilities(prepared))
     {
         // No user namespace can be had (see CANNOT_MAP_ROOT): known before
         // clone, so a best-effort profile runs without one. A required one
@@ -1379,6 +1379,16 @@ fn outcome(
     })
 }
 
+/// The supervisor's CapEff as read for the run's expected confinement
+/// just before clone.
+fn supervisor_effective_capabilities(prepared: &Prepared) -> Option<u64> {
+    prepared
+        .confinement
+        .host
+        .as_ref()
+        .and_then(|host| host.capabilities[2])
+}
+
 /// Why uid 0 without CAP_SETFCAP gets no user namespace. Since Linux 5.12
 /// mapping uid 0 of the parent namespace into a child needs CAP_SETFCAP
 /// there (so that the child's root cannot write file capabilities the
@@ -1398,7 +1408,7 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
             if source.raw_os_error() == Some(libc::EPERM)
                 && !ids.root_mode
                 && ids.host_uid == 0
-                && !super::ids::may_map_root()
+                && !super::ids::may_map_root(supervisor_effective_capabilities(prepared))
             {
                 return SpawnError::LayerUnavailable {
                     layer: "userns",
