@@ -465,22 +465,9 @@ fn plan(
             Some([b"TMPDIR=", tmp_bytes].concat())
         } else if bytes == b"HOME=/tmp" {
             Some([b"HOME=", tmp_bytes].concat())
-        } else if bytes.starts_with(b"PATH=") {
-            let value = OsStr::from_bytes(&bytes[5..]);
-            let parts: Vec<OsString> = std::env::split_paths(value)
-                .map(|p| {
-                    if p == Path::new(SANDBOX_BIN_DIR) {
-                        bin_dir.clone().into_os_string()
-                    } else {
-                        p.into_os_string()
-                    }
-                })
-                .collect();
-            let mut joined = b"PATH=".to_vec();
-            joined.extend_from_slice(&parts.join(OsStr::new(":")).into_vec());
-            Some(joined)
         } else {
-            None
+            // PATH names the binary's directory, which is elsewhere now.
+            relocate_paths(bytes, Path::new(SANDBOX_BIN_DIR), &bin_dir)
         };
         if let Some(bytes) = replaced {
             *entry = CString::new(bytes).map_err(|err| SpawnError::NulByte {
