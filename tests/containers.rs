@@ -188,11 +188,7 @@ fn doctor_predicts_every_profile_in_every_podman_setup_and_what_runs_is_confined
                 assert!(!stdout.contains("WROTE-USR"), "{cell}: {stdout}");
                 assert!(stdout.contains("done"), "{cell}: {stdout}");
                 // What doctor showed is what the run got.
-                let report: serde_json::Value = stderr
-                    .lines()
-                    .rev()
-                    .find_map(|l| serde_json::from_str(l).ok())
-                    .unwrap_or_else(|| panic!("{cell}: no --json report: {stderr}"));
+                let report = support::json_report(&stderr, &cell);
                 for field in ["isolation", "landlock", "namespaces", "no_new_privs"] {
                     let comparable = |v: &serde_json::Value| {
                         let mut v = v.clone();

@@ -62,14 +62,6 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-fn report_of(stderr: &str) -> Value {
-    stderr
-        .lines()
-        .rev()
-        .find_map(|line| serde_json::from_str::<Value>(line).ok())
-        .unwrap_or_else(|| panic!("no --json report in\n{stderr}"))
-}
-
 /// `sandbox run --profile PROFILE` under the wrappers, for a command that
 /// would leave `ran` in the project: asserts the run was refused (exit 125,
 /// nothing executed) and returns its stderr.
@@ -117,7 +109,7 @@ fn confined_run(project: &Project, modes: &[&str], profile: &str) -> (String, St
     assert!(stdout.contains("shadow-blocked"), "{who:?}: {stdout}");
     assert!(stdout.contains("outside-blocked"), "{who:?}: {stdout}");
     assert!(!stdout.contains("wrote-outside"), "{who:?}: {stdout}");
-    let report = report_of(&stderr);
+    let report = support::json_report(&stderr, profile);
     (stdout, stderr, report)
 }
 

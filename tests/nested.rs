@@ -105,11 +105,7 @@ fn every_pair_of_profiles_nests_or_refuses_with_a_message() {
                 "{pair}: the inner --report was not written: {stderr}"
             );
             // `--json` is the inner run's last stderr line (never its stdout).
-            let report = stderr
-                .lines()
-                .rev()
-                .find_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-                .unwrap_or_else(|| panic!("{pair}: no inner report in\n{stderr}"));
+            let report = support::json_report(&stderr, &pair);
             let enforced = &report["enforced"];
             assert_eq!(enforced["isolation"]["namespaces"], "none", "{pair}");
             assert_eq!(enforced["isolation"]["view"], "landlock-only", "{pair}");

@@ -293,6 +293,17 @@ pub fn staged_for_test_user(original: &Path, name: &str) -> PathBuf {
     target
 }
 
+/// The report `sandbox run --json` printed: the last line of its stderr
+/// that is JSON (never on stdout, which is the command's). `what` names the
+/// run in the panic when there is none.
+pub fn json_report(stderr: &str, what: &str) -> serde_json::Value {
+    stderr
+        .lines()
+        .rev()
+        .find_map(|line| serde_json::from_str(line).ok())
+        .unwrap_or_else(|| panic!("{what}: no --json report in\n{stderr}"))
+}
+
 /// Panic with both streams when `out` is not a success.
 pub fn assert_ok(out: &Output, what: &str) {
     assert!(
