@@ -174,7 +174,7 @@ pub fn choose(writable: &[PathBuf], project: &Path) -> (IdMapping, Option<String
             );
         }
         let host = root_host_id();
-        return (root_ids(host), None);
+        return (root_ids_for_project(host, project), None);
     }
     let setgroups = read("/proc/self/setgroups");
     let fallback = |why: String| {
@@ -222,6 +222,31 @@ pub fn may_map_root(effective: Option<u64>) -> bool {
     effective.is_none_or(|effective| effective & CAP_SETFCAP != 0)
 }
 
+/// Host root's sandbox on `project`: inside, the uid and gid that own the
+/// project (a CI workspace checked out by the runner user, then sandboxed
+/// by root), so that its files are the sandbox's own, as bare they are
+/// writable by their owner; a root-owned project keeps uid 0 inside. The
+/// process is still `host` on the host either way, which owns nothing.
+fn root_ids_for_project(host: u32, project: &Path) -> IdMapping {
+    use std::os::unix::fs::MetadataExt;
+    let mut ids = root_ids(host);
+    if let Ok(meta) = std::fs::metadata(project) {
+        if let Some((uid, gid)) = inside_ids_for_owner(meta.uid(), meta.gid()) {
+            ids.inside_uid = uid;
+            ids.inside_gid = gid;
+        }
+    }
+    ids
+}
+
+/// The ids inside for a project owned by `uid`:`gid`, when they are not
+/// root's: never the overflow id (that is how unmapped owners show, so a
+/// sandbox that was `nobody` would seem to own every foreign file).
+pub fn inside_ids_for_owner(uid: u32, gid: u32) -> Option<(u32, u32)> {
+    let usable = |id: u32| id != OVERFLOW_ID && id != u32::MAX;
+    (uid != 0 && usable(uid)).then(|| (uid, if usable(gid) { gid } else { uid }))
+}
+
 fn root_ids(host: u32) -> IdMapping {
     IdMapping {
         root_mode: true,
@@ -232,14 +257,14 @@ fn root_ids(host: u32) -> IdMapping {
     }
 }
 
-/// Make, once, what a root-mode run makes in release_init: a detached copy
-/// of each tree, idmapped to a namespace that maps 0 to `id`. Either needs
-/// privileges over the namespaces that own the mounts and the filesystems,
-/// which only trying tells.
-fn probe_idmap(id: u32, trees: &[&Path], idmap: bool) -> Result<(), String> {
+/// A user namespace whose only mapping is `uid_line` and `gid_line`
+/// (`INSIDE OUTSIDE COUNT`), held by a descriptor: what an idmapped mount
+/// takes its mapping from. The process created to own it exits before this
+/// returns; the descriptor keeps the namespace alive.
+pub fn mapping_namespace(uid_line: &str, gid_line: &str) -> Result<std::fs::File, String> {
     // A raw clone is only sound from a single-threaded process.
     if super::check_single_threaded().is_err() {
-        return Err("the supervisor is multi-threaded and cannot probe idmapped mounts".into());
+        return Err("the supervisor is multi-threaded and cannot create a user namespace".into());
     }
     let (wait_end, release) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe2: {e}"))?;
@@ -254,42 +279,47 @@ fn probe_idmap(id: u32, trees: &[&Path], idmap: bool) -> Result<(), String> {
             }
         }
     })
-    .map_err(|e| format!("a user namespace cannot be created to probe idmapped mounts ({e})"))?;
+    .map_err(|e| format!("a user namespace cannot be created for an id mapping ({e})"))?;
     let result = (|| {
         let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        for (file, line) in [
-            ("uid_map", format!("0 {id} 1\n")),
-            ("gid_map", format!("0 {id} 1\n")),
-        ] {
-            std::fs::write(proc_dir.join(file), line)
-                .map_err(|e| format!("writing {file} for id {id} failed ({e})"))?;
+        for (file, line) in [("uid_map", uid_line), ("gid_map", gid_line)] {
+            std::fs::write(proc_dir.join(file), format!("{line}\n"))
+                .map_err(|e| format!("writing {file} ({line:?}) failed ({e})"))?;
         }
-        let userns = std::fs::File::open(proc_dir.join("ns/user"))
-            .map_err(|e| format!("opening the probe's user namespace failed ({e})"))?;
-        for tree in trees {
-            let path = std::ffi::CString::new(tree.as_os_str().as_encoded_bytes())
-                .map_err(|_| format!("{} contains a NUL byte", tree.display()))?;
-            let fd = crate::sys::mount_api::clone_tree(&path).map_err(|e| {
-                format!(
-                    "open_tree({}) is not permitted here ({e}; the mount namespace belongs to an ancestor user namespace)",
-                    tree.display()
-                )
-            })?;
-            if idmap {
-                crate::sys::mount_api::set_tree_idmap(fd.as_fd(), userns.as_fd()).map_err(|e| {
-                    format!(
-                        "{} cannot be idmapped ({e}; its filesystem belongs to an ancestor user namespace)",
-                        tree.display()
-                    )
-                })?;
-            }
-        }
-        Ok(())
+        std::fs::File::open(proc_dir.join("ns/user"))
+            .map_err(|e| format!("opening the mapping's user namespace failed ({e})"))
     })();
     drop(release);
     drop(wait_end);
     let _ = nix::sys::wait::waitpid(pid, None);
     result
+}
+
+/// Make, once, what a root-mode run makes in release_init: a detached copy
+/// of each tree, idmapped to a namespace that maps 0 to `id`. Either needs
+/// privileges over the namespaces that own the mounts and the filesystems,
+/// which only trying tells.
+fn probe_idmap(id: u32, trees: &[&Path], idmap: bool) -> Result<(), String> {
+    let userns = mapping_namespace(&format!("0 {id} 1"), &format!("0 {id} 1"))?;
+    for tree in trees {
+        let path = std::ffi::CString::new(tree.as_os_str().as_encoded_bytes())
+            .map_err(|_| format!("{} contains a NUL byte", tree.display()))?;
+        let fd = crate::sys::mount_api::clone_tree(&path).map_err(|e| {
+            format!(
+                "open_tree({}) is not permitted here ({e}; the mount namespace belongs to an ancestor user namespace)",
+                tree.display()
+            )
+        })?;
+        if idmap {
+            crate::sys::mount_api::set_tree_idmap(fd.as_fd(), userns.as_fd()).map_err(|e| {
+                format!(
+                    "{} cannot be idmapped ({e}; its filesystem belongs to an ancestor user namespace)",
+                    tree.display()
+                )
+            })?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

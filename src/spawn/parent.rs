@@ -1460,15 +1460,44 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
             path: userns_path,
             source,
         })?;
+        // A writable tree whose owner is not the sandbox's uid inside gets
+        // a namespace of its own mapping that owner to the sandbox's host
+        // id, so the sandbox may do to it what its owner may, as in every
+        // other writable tree; one namespace per distinct owner.
+        let mut owner_namespaces: Vec<((u32, u32), std::fs::File)> = Vec::new();
+        for (uid, gid) in prepared.idmapped.iter().filter_map(|tree| tree.owner) {
+            if owner_namespaces
+                .iter()
+                .any(|(owner, _)| *owner == (uid, gid))
+            {
+                continue;
+            }
+            let namespace = super::ids::mapping_namespace(
+                &format!("{uid} {} 1", ids.host_uid),
+                &format!("{gid} {} 1", ids.host_gid),
+            )
+            .map_err(|reason| SpawnError::LayerUnavailable {
+                layer: "userns",
+                reason: format!(
+                    "idmapping a writable tree owned by {uid}:{gid} to the sandbox's uid: {reason}"
+                ),
+            })?;
+            owner_namespaces.push(((uid, gid), namespace));
+        }
         for tree in &prepared.idmapped {
             let path = tree.host_path.to_string_lossy().into_owned();
             let fd = mount_api::clone_tree(&tree.host_path)
                 .map_err(sys(format!("open_tree({path})")))?;
-            // Files on disk owned by the caller (host uid 0) appear owned by
-            // the sandbox's uid, and what the sandbox creates is owned by the
-            // caller on the host, while the process itself is never host root.
+            // Files on disk owned by the tree's owner (the project's owner is
+            // the sandbox's inside uid) appear owned by the sandbox, and what
+            // the sandbox creates belongs to that owner on the host, while
+            // the process itself is never host root nor the owner.
             if tree.idmap {
-                mount_api::set_tree_idmap(fd.as_fd(), userns.as_fd())
+                let mapping = tree
+                    .owner
+                    .and_then(|owner| owner_namespaces.iter().find(|(o, _)| *o == owner))
+                    .map_or(&userns, |(_, namespace)| namespace);
+                mount_api::set_tree_idmap(fd.as_fd(), mapping.as_fd())
                 .map_err(sys(format!(
                     "idmapping {path} for a sandbox started by root (mount_setattr MOUNT_ATTR_IDMAP needs Linux 5.12+ \
                      and a filesystem with idmapped-mount support such as ext4, xfs, btrfs or tmpfs; \

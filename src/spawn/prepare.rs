@@ -4,6 +4,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use nix::sched::CloneFlags;
@@ -158,6 +159,11 @@ pub struct IdmappedTree {
     /// Whether it gets the sandbox's id mapping (false: passed over only
     /// because init could not reach the path itself).
     pub idmap: bool,
+    /// The tree's owner on disk, when it is not the sandbox's uid inside:
+    /// the tree is then idmapped so that this owner, rather than the
+    /// sandbox's inside uid, is the sandbox (a writable path of root's in
+    /// a run on another user's project).
+    pub owner: Option<(u32, u32)>,
 }
 
 /// Everything prepared before clone.
@@ -351,6 +357,7 @@ impl Planner {
                         host_path: path_cstring(path)?,
                         writable: false,
                         idmap: false,
+                        owner: None,
                     });
                     MountOp::Idmapped {
                         index: trees.len() - 1,
@@ -574,10 +581,12 @@ impl Prepared {
                         kind: NodeKind::Dir,
                     },
                 ));
+                let owner = (meta.uid(), meta.gid());
                 idmapped.push(IdmappedTree {
                     host_path: path_cstring(&path)?,
                     writable,
                     idmap: true,
+                    owner: (owner.0 != ids.inside_uid).then_some(owner),
                 });
             } else {
                 let kind = NodeKind::of(&meta);
@@ -632,6 +641,7 @@ impl Prepared {
                     host_path: path_cstring(&host)?,
                     writable: false,
                     idmap: false,
+                    owner: None,
                 });
                 MountOp::Idmapped {
                     index,
