@@ -61,6 +61,37 @@ fn a_memory_balloon_is_oom_killed_and_reported() {
     }
 }
 
+/// The OOM killer takes the largest process, here a worker: the command
+/// lives on, and stderr says what the limit did and how to raise it rather
+/// than claiming the command was killed.
+#[test]
+fn an_oom_killed_worker_is_named_and_the_command_goes_on() {
+    if !cgroups_writable("an_oom_killed_worker_is_named_and_the_command_goes_on") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let script = format!(
+        "import subprocess, sys\n\
+         r = subprocess.run([sys.executable, '-c', {BALLOON:?}])\n\
+         print('worker status', r.returncode)\n"
+    );
+    let out = project.run_with(&["--memory", "64MiB"], &["python3", "-c", &script]);
+    assert_ok(&out, "a parent whose worker is OOM-killed");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "worker status -9"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "sandbox: memory limit 64MiB reached: the kernel killed 1 process(es) of the run \
+             (raise it with --memory SIZE or the profile's [limits] memory)"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("killed: memory"), "{stderr}");
+}
+
 #[test]
 fn a_fork_bomb_is_capped_at_the_pids_limit_and_cleaned_up() {
     if !cgroups_writable("a_fork_bomb_is_capped_at_the_pids_limit_and_cleaned_up") {
@@ -83,7 +114,12 @@ fn a_fork_bomb_is_capped_at_the_pids_limit_and_cleaned_up() {
         .as_array()
         .unwrap()
         .contains(&serde_json::json!("pids")));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("pids limit 24 reached"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("pids limit 24 reached: "), "{stderr}");
+    assert!(
+        stderr.contains("(raise it with --pids N or the profile's [limits] pids)"),
+        "{stderr}"
+    );
     let left = support::host_pids_with(&format!("sleep {marker}"));
     assert!(left.is_empty(), "survivors: {left:?}");
 }

@@ -263,10 +263,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         }
         None => None,
     };
-    let policy_timeout = policy.limits.timeout;
     let (program, rest) = args.command.split_first().context("no command given")?;
-    let policy_memory = policy.limits.memory;
-    let policy_pids = policy.limits.pids;
+    let limits = policy.limits.clone();
     let mut command = sandbox::Command::new(program, policy);
     command.args(rest);
     if let Some(parent) = &args.cgroup_parent {
@@ -367,22 +365,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         write_report_fd(fd, format!("{line}\n").as_bytes())?;
     }
     if let Some(report) = &finished.report {
-        use sandbox::spawn::parent::LimitHit;
         for hit in &report.limits_hit {
-            match (hit, policy_timeout, policy_memory, policy_pids) {
-                (LimitHit::Timeout, Some(timeout), _, _) => {
-                    eprintln!(
-                        "sandbox: killed: timeout {} exceeded",
-                        sandbox::profile::format_duration(timeout)
-                    )
-                }
-                (LimitHit::Memory, _, Some(memory), _) => {
-                    eprintln!("sandbox: killed: memory limit {}MiB exceeded", memory >> 20)
-                }
-                (LimitHit::Pids, _, _, Some(pids)) => {
-                    eprintln!("sandbox: pids limit {pids} reached: a fork or new thread failed")
-                }
-                _ => {}
+            if let Some(message) = limit_message(hit, report, &limits) {
+                eprintln!("sandbox: {message}");
             }
         }
     }
@@ -409,4 +394,48 @@ pub fn check_grant(grant: &str) -> Result<(), UsageError> {
         .parse::<sandbox::action::Permission>()
         .map(|_| ())
         .map_err(|err| usage(format!("--grant {err}")))
+}
+
+/// What stderr says about a limit the run reached: which limit, what it did
+/// to the run, and the flag and profile key that raise it.
+fn limit_message(
+    hit: &sandbox::spawn::parent::LimitHit,
+    report: &sandbox::spawn::report::Report,
+    limits: &sandbox::profile::policy::Limits,
+) -> Option<String> {
+    use sandbox::spawn::parent::LimitHit;
+    let command_killed = report
+        .exit
+        .as_ref()
+        .is_some_and(|exit| exit.signal == Some(libc::SIGKILL));
+    let resources = report.resources.as_ref();
+    Some(match hit {
+        LimitHit::Timeout => format!(
+            "killed: timeout {} exceeded (raise it with --timeout DURATION or the profile's [limits] timeout)",
+            sandbox::profile::format_duration(limits.timeout?)
+        ),
+        LimitHit::Memory => {
+            let memory = sandbox::profile::size::format_size(limits.memory?);
+            let raise = "raise it with --memory SIZE or the profile's [limits] memory";
+            if command_killed {
+                format!("killed: memory limit {memory} exceeded ({raise})")
+            } else {
+                // The OOM killer picks the largest process, often a worker:
+                // the command may live on and fail in its own words.
+                let kills = resources.map_or(0, |r| r.oom_kills);
+                format!(
+                    "memory limit {memory} reached: the kernel killed {kills} process(es) of the run ({raise})"
+                )
+            }
+        }
+        LimitHit::Pids => {
+            let failed = resources.map_or(0, |r| r.pids_limit_hits);
+            format!(
+                "pids limit {} reached: {failed} fork(s) or new thread(s) failed (raise it with --pids N or the profile's [limits] pids)",
+                limits.pids?
+            )
+        }
+        // The relay says so on stderr the moment the cap is reached.
+        LimitHit::Output => return None,
+    })
 }

@@ -212,7 +212,7 @@ pub fn cpus_flag(s: &str) -> Result<f64, String> {
 }
 
 /// The shortest exact spelling of `bytes` that [`parse_size`] reads back.
-pub(crate) fn format_size(bytes: u64) -> String {
+pub fn format_size(bytes: u64) -> String {
     for (unit, size) in [("TiB", TIB), ("GiB", GIB), ("MiB", MIB), ("KiB", KIB)] {
         if bytes != 0 && bytes % size == 0 {
             return format!("{}{unit}", bytes / size);
