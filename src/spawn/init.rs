@@ -403,12 +403,18 @@ fn bind_tree<'a>(source: &'a CStr, target: &'a CStr, attrs: MountAttrs) -> Resul
 }
 
 const NONE: Option<&str> = None;
-const DEV_NODES: [(&CStr, &CStr); 5] = [
+/// /dev/tty opens the caller's controlling terminal: the payload's session
+/// (setsid in the child) has none, so it gets ENXIO as in CI, and a process
+/// the payload starts on a pty of the run's own devpts gets that pty, as
+/// `ssh`, `sudo`-style prompts and expect-driven tests need. It can never
+/// reach the person's terminal.
+const DEV_NODES: [(&CStr, &CStr); 6] = [
     (c"/oldroot/dev/null", c"/newroot/dev/null"),
     (c"/oldroot/dev/zero", c"/newroot/dev/zero"),
     (c"/oldroot/dev/full", c"/newroot/dev/full"),
     (c"/oldroot/dev/random", c"/newroot/dev/random"),
     (c"/oldroot/dev/urandom", c"/newroot/dev/urandom"),
+    (c"/oldroot/dev/tty", c"/newroot/dev/tty"),
 ];
 const DEV_LINKS: [(&CStr, &CStr); 4] = [
     (c"/proc/self/fd", c"/newroot/dev/fd"),
@@ -568,6 +574,8 @@ fn build_root<'a>(
         }
     }
 
+    provide_etc(prepared)?;
+
     mount(
         NONE,
         "/newroot",
@@ -580,6 +588,78 @@ fn build_root<'a>(
     nix::unistd::pivot_root(".", ".").step(Step::PivotRoot, b"/newroot")?;
     umount2(".", MntFlags::MNT_DETACH).step(Step::DetachOldRoot, b"/")?;
     nix::unistd::chdir("/").step(Step::Chdir, b"/")?;
+    Ok(())
+}
+
+/// The run's own `/etc/passwd`, `/etc/group` and `/etc/hosts` (see
+/// [`super::etc`]), written to the staging tmpfs and bound read-only on top
+/// of whatever the profile shows in /etc; and `/etc/mtab`, which `df` and
+/// `mount` read, as the link to the run's own mount table that it is on
+/// current distributions.
+fn provide_etc(prepared: &Prepared) -> Result<(), Failed<'static>> {
+    use nix::fcntl::{open, OFlag};
+    mkdir_if_missing(c"/newroot/etc")?;
+    let ro = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
+    for file in super::etc::files(&prepared.etc, &prepared.ids) {
+        let target = file.target;
+        let failed = |step, errno| Failed {
+            step,
+            errno,
+            detail: target.to_bytes(),
+        };
+        let flags = OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC;
+        match open(target, flags, Mode::from_bits_truncate(0o644)) {
+            Ok(_) => {}
+            Err(_) if nix::sys::stat::stat(target).is_ok() => {}
+            // The profile shows a host /etc (read-only) that lacks the
+            // file: the run lacks it too, as the host does.
+            Err(Errno::EROFS) => continue,
+            Err(errno) => return Err(failed(Step::CreateMountPoint, errno)),
+        }
+        write_file(file.staged, file.content.as_bytes())
+            .map_err(|errno| failed(Step::BindMount, errno))?;
+        mount(Some(file.staged), target, NONE, MsFlags::MS_BIND, NONE)
+            .map_err(|errno| failed(Step::BindMount, errno))?;
+        mount(
+            NONE,
+            target,
+            NONE,
+            MsFlags::MS_BIND | MsFlags::MS_REMOUNT | ro,
+            NONE,
+        )
+        .map_err(|errno| failed(Step::BindMount, errno))?;
+    }
+    match nix::unistd::symlinkat(
+        c"../proc/self/mounts",
+        nix::fcntl::AT_FDCWD,
+        c"/newroot/etc/mtab",
+    ) {
+        // EROFS: a host /etc without one, as above.
+        Ok(()) | Err(Errno::EEXIST) | Err(Errno::EROFS) => Ok(()),
+        Err(errno) => Err(Failed {
+            step: Step::Symlink,
+            errno,
+            detail: b"/etc/mtab",
+        }),
+    }
+}
+
+/// Create `path` (mode 0644 whatever the umask: every user of the run
+/// reads these) holding `content`.
+fn write_file(path: &CStr, content: &[u8]) -> Result<(), Errno> {
+    use nix::fcntl::{open, OFlag};
+    let flags = OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_CLOEXEC;
+    let fd = open(path, flags, Mode::from_bits_truncate(0o644))?;
+    nix::sys::stat::fchmod(&fd, Mode::from_bits_truncate(0o644))?;
+    let mut rest = content;
+    while !rest.is_empty() {
+        match nix::unistd::write(&fd, rest) {
+            Ok(0) => return Err(Errno::EIO),
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+            Err(Errno::EINTR) => {}
+            Err(errno) => return Err(errno),
+        }
+    }
     Ok(())
 }
 

@@ -7,6 +7,7 @@
 
 pub mod channel;
 pub mod child;
+pub mod etc;
 pub mod failed;
 pub mod ids;
 pub mod init;

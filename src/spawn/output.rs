@@ -107,6 +107,19 @@ fn in_foreground(tty: BorrowedFd<'_>) -> bool {
     }
 }
 
+/// A pipe's inode belongs to its creator and is 0600: host root's pipe is
+/// owned, inside, by an unmapped id, so a root-mode payload could use the
+/// descriptor but not reopen it through /proc (`echo x > /dev/stderr`,
+/// `cat /dev/stdin`: EACCES). The payload's end is given to its host ids.
+fn give_to_sandbox(end: &OwnedFd, prepared: &Prepared) -> Result<(), SpawnError> {
+    if !prepared.ids.root_mode {
+        return Ok(());
+    }
+    let uid = nix::unistd::Uid::from_raw(prepared.ids.host_uid);
+    let gid = nix::unistd::Gid::from_raw(prepared.ids.host_gid);
+    nix::unistd::fchown(end.as_fd(), Some(uid), Some(gid)).map_err(sys("fchown(stdio pipe)"))
+}
+
 /// Replace the payload's standard streams that need relaying by pipes:
 /// every terminal, and stdout and stderr under an output cap. Returns the
 /// relay, or None when nothing is relayed.
@@ -137,6 +150,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                 let source = own_reader(fd)?;
                 let (read, write) =
                     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(stdin)"))?;
+                give_to_sandbox(&read, prepared)?;
                 // Only the supervisor's end: a payload that does not read
                 // must not stall the loop; its own end blocks, as a terminal would.
                 nix::fcntl::fcntl(
@@ -157,6 +171,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                 let to = dup(fd)?;
                 let (read, write) =
                     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
+                give_to_sandbox(&write, prepared)?;
                 prepared.stdio[target] = Stdio::Fd(write);
                 streams.push(Stream {
                     pipe: Some(read),

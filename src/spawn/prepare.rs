@@ -258,6 +258,9 @@ pub struct Prepared {
     pub read_only_extra: Vec<(PathBuf, PathBuf)>,
     /// Set when the run has no namespaces (see [`super::no_namespaces`]).
     pub no_namespaces: Option<NoNamespaces>,
+    /// What init writes as `/etc/passwd`, `/etc/group` and `/etc/hosts`
+    /// (see [`super::etc`]).
+    pub etc: super::etc::EtcPlan,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -727,6 +730,12 @@ impl Prepared {
         }
         let mounts = planner.mounts.into_iter().map(|(_, op)| op).collect();
 
+        let etc = etc_plan(&ids, &project, &env, policy.network.mode);
+        // For the files init writes there. /etc inside holds nothing else
+        // than them and what the profile shows (already readable), and
+        // always exists (init creates it), which a rule per file would not
+        // (a file the view cannot hold is skipped; see `super::etc`).
+        landlock_rules.push((c"/etc".into(), LandlockAccess::Read));
         landlock_rules.push((c"/tmp".into(), LandlockAccess::ReadWrite));
         landlock_rules.push((c"/dev/shm".into(), LandlockAccess::ReadWrite));
         landlock_rules.push((c"/dev".into(), LandlockAccess::Device));
@@ -802,9 +811,36 @@ impl Prepared {
             verbose: false,
             read_only_extra,
             no_namespaces: None,
+            etc,
         };
         Ok(prepared)
     }
+}
+
+/// What init needs to write the run's `/etc/passwd`, `/etc/group` and
+/// `/etc/hosts`: host names for the ids the sandbox may run as (its own,
+/// the caller's, the project owner's), its `HOME`, and whether the run has
+/// a network of its own (the host's names mean nothing there).
+fn etc_plan(
+    ids: &IdMapping,
+    project: &Path,
+    env: &[(OsString, OsString)],
+    network: NetworkMode,
+) -> super::etc::EtcPlan {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::metadata(project).map(|m| (m.uid(), m.gid())).ok();
+    let mut uids = vec![ids.inside_uid, nix::unistd::geteuid().as_raw()];
+    let mut gids = vec![ids.inside_gid, nix::unistd::getegid().as_raw(), 65_534];
+    if let Some((uid, gid)) = owner {
+        uids.push(uid);
+        gids.push(gid);
+    }
+    let home = env
+        .iter()
+        .find(|(name, _)| name == "HOME")
+        .and_then(|(_, value)| value.to_str())
+        .unwrap_or("/");
+    super::etc::EtcPlan::new(&uids, &gids, home, network != NetworkMode::Host)
 }
 
 /// The mounts that carry out a scan, parents before children: pins, then
