@@ -62,8 +62,11 @@ fn rights(access: LandlockAccess, is_dir: bool) -> BitFlags<AccessFs> {
         // Truncate because a shell's `> /dev/null` opens with O_TRUNC.
         // IoctlDev because without it every ioctl on these devices fails
         // with EACCES where programs probe with TCGETS (isatty) and expect
-        // ENOTTY; the minimal /dev holds only null, zero, full, random and
-        // urandom, whose ioctls are harmless or need CAP_SYS_ADMIN.
+        // ENOTTY. The minimal /dev holds null, zero, full, random and
+        // urandom, whose ioctls are harmless or need CAP_SYS_ADMIN, and
+        // terminals of the run's own: its devpts instance (ptmx, pts/N)
+        // and tty, which opens only the caller's controlling terminal, one
+        // of those ptys (TIOCSTI and TIOCLINUX stay refused by seccomp).
         LandlockAccess::Device => {
             AccessFs::ReadFile
                 | AccessFs::WriteFile
