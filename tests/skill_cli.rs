@@ -116,3 +116,71 @@ fn a_malformed_grant_is_a_usage_error_for_skill_run_and_serve() {
         assert!(stderr.contains("--grant \"bogus\""), "{args:?}: {stderr}");
     }
 }
+
+/// An input schema keyword the parameter check does not implement refuses
+/// the manifest where it is written, instead of being skipped: a skipped
+/// `patternProperties` or `$ref` would let through params its author meant
+/// to refuse.
+#[test]
+fn an_input_schema_keyword_that_is_not_checked_refuses_the_skill() {
+    let root = tempfile::tempdir().unwrap();
+    let manifest = |schema: &str| {
+        format!(
+            "---\nname: guarded\ndescription: x\nruntime: node\nmain: index.js\n\
+             input-schema: {schema}\n---\n"
+        )
+    };
+    for (schema, keyword, location) in [
+        (
+            "{type: object, patternProperties: {'^x': {type: string}}}",
+            "patternProperties",
+            "/patternProperties",
+        ),
+        (
+            "{properties: {to: {type: string, format: email}}}",
+            "format",
+            "/properties/to/format",
+        ),
+        ("{$ref: '#/x'}", "$ref", "/$ref"),
+    ] {
+        write_skill(
+            root.path(),
+            "guarded",
+            &manifest(schema),
+            &[("index.js", "")],
+        );
+        let out = sandbox()
+            .args(["skill", "check"])
+            .arg(root.path().join("guarded"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{schema}: {stderr}");
+        assert!(
+            stderr.contains("SKILL.md:6:")
+                && stderr.contains(&format!(
+                    "at {location}: keyword \"{keyword}\" is not supported"
+                )),
+            "{schema}: {stderr}"
+        );
+    }
+    let supported = "{type: object, properties: {n: {type: integer, multipleOf: 2}, \
+                     id: {type: string, pattern: '^[a-z]+$'}}, required: [n], \
+                     additionalProperties: false}";
+    write_skill(
+        root.path(),
+        "guarded",
+        &manifest(supported),
+        &[("index.js", "")],
+    );
+    let out = sandbox()
+        .args(["skill", "check"])
+        .arg(root.path().join("guarded"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -249,23 +249,18 @@ pub fn check_params(skill: &Skill, params: &Value) -> Result<(), SkillError> {
     let Some(validator) = &skill.params_validator else {
         return Ok(());
     };
-    let first = validator
+    validator
         .0
-        .iter_errors(params)
-        .next()
-        .map(|error| (error.instance_path().to_string(), error.to_string()));
-    match first {
-        None => Ok(()),
-        Some((path, message)) => Err(SkillError::Params {
+        .check(params)
+        .map_err(|violation| SkillError::Params {
             name: skill.name.clone(),
-            field: if path.is_empty() {
+            field: if violation.field.is_empty() {
                 "(params)".into()
             } else {
-                path
+                violation.field
             },
-            message,
-        }),
-    }
+            message: violation.message,
+        })
 }
 
 /// The sandboxed command for `skill` under `policy`, rooted at `project`.
@@ -344,7 +339,7 @@ mod tests {
             activation: Default::default(),
             input_schema: Some(schema.clone()),
             params_validator: Some(super::super::manifest::ParamsValidator(
-                std::sync::Arc::new(jsonschema::validator_for(&schema).unwrap()),
+                std::sync::Arc::new(super::super::params::ParamsSchema::compile(&schema).unwrap()),
             )),
             license: None,
             instructions: String::new(),

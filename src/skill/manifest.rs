@@ -190,7 +190,7 @@ pub struct Skill {
 /// comparing its `input_schema` decides), so it never makes two loads of
 /// the same manifest differ.
 #[derive(Clone)]
-pub struct ParamsValidator(pub std::sync::Arc<jsonschema::Validator>);
+pub struct ParamsValidator(pub std::sync::Arc<super::params::ParamsSchema>);
 
 impl PartialEq for ParamsValidator {
     fn eq(&self, _: &ParamsValidator) -> bool {
@@ -355,14 +355,14 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
                 "input-schema must be a JSON Schema object".into(),
             ));
         }
-        match jsonschema::validator_for(schema) {
-            Ok(validator) => {
-                params_validator = Some(ParamsValidator(std::sync::Arc::new(validator)));
+        match super::params::ParamsSchema::compile(schema) {
+            Ok(compiled) => {
+                params_validator = Some(ParamsValidator(std::sync::Arc::new(compiled)));
             }
             Err(e) => {
                 return Err(err(
                     at("input-schema"),
-                    format!("input-schema is not a valid JSON Schema: {e}"),
+                    format!("input-schema is not a valid JSON Schema for a skill: {e}"),
                 ))
             }
         }

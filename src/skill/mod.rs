@@ -5,6 +5,7 @@ pub mod clients;
 pub mod host;
 pub mod launch;
 pub mod manifest;
+pub mod params;
 pub mod serve;
 
 use std::path::PathBuf;
