@@ -26,7 +26,7 @@
 
 use std::ffi::{CStr, CString};
 
-use super::prepare::IdMapping;
+use super::ids::IdMapping;
 
 /// The name of the sandbox's uid (and gid) when the host has none for it.
 pub const FALLBACK_NAME: &str = "sandbox";
@@ -200,13 +200,7 @@ mod tests {
     use super::*;
 
     fn ids(uid: u32, gid: u32) -> IdMapping {
-        IdMapping {
-            root_mode: false,
-            inside_uid: uid,
-            inside_gid: gid,
-            host_uid: uid,
-            host_gid: gid,
-        }
+        IdMapping::unprivileged(uid, gid)
     }
 
     const HOST_PASSWD: &str = "root:x:0:0:root:/root:/bin/bash\nci:x:1001:1001:CI runner,,,:/home/ci:/bin/bash\nbad:name:x:7:7::/:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";

@@ -137,16 +137,25 @@ fn root_host_id() -> u32 {
     DEFAULT_ROOT_HOST_ID
 }
 
-fn own_ids() -> IdMapping {
-    let uid = nix::unistd::geteuid().as_raw();
-    let gid = nix::unistd::getegid().as_raw();
-    IdMapping {
-        root_mode: false,
-        inside_uid: uid,
-        inside_gid: gid,
-        host_uid: uid,
-        host_gid: gid,
+impl IdMapping {
+    /// `uid` and `gid` the same inside as outside: an unprivileged
+    /// supervisor's sandbox, which can map nothing but its own ids.
+    pub fn unprivileged(uid: u32, gid: u32) -> IdMapping {
+        IdMapping {
+            root_mode: false,
+            inside_uid: uid,
+            inside_gid: gid,
+            host_uid: uid,
+            host_gid: gid,
+        }
     }
+}
+
+fn own_ids() -> IdMapping {
+    IdMapping::unprivileged(
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    )
 }
 
 /// The mapping for a run whose writable trees are `writable` (directories)

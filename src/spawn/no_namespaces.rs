@@ -525,15 +525,10 @@ fn plan(
     prepared.mounts.clear();
     prepared.mount_dirs.clear();
     prepared.idmapped.clear();
-    let uid = nix::unistd::geteuid().as_raw();
-    let gid = nix::unistd::getegid().as_raw();
-    prepared.ids = super::prepare::IdMapping {
-        root_mode: false,
-        inside_uid: uid,
-        inside_gid: gid,
-        host_uid: uid,
-        host_gid: gid,
-    };
+    prepared.ids = super::ids::IdMapping::unprivileged(
+        nix::unistd::geteuid().as_raw(),
+        nix::unistd::getegid().as_raw(),
+    );
     Ok(())
 }
 
