@@ -7,8 +7,12 @@ use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use nix::unistd::Pid;
 
+/// Exit status of a cloned child whose code panicked: the status the CLI
+/// gives a sandbox that failed to set up.
+pub const CHILD_PANICKED: i32 = 125;
+
 /// Clone a child that runs `child` in new namespaces and exits with its return
-/// value. Returns the child's pid and a pidfd for it.
+/// value (or [`CHILD_PANICKED`]). Returns the child's pid and a pidfd for it.
 ///
 /// The raw system call (no stack argument) behaves like `fork`: the child
 /// continues on a copy of the caller's stack. That is only sound when the
@@ -41,7 +45,12 @@ pub fn clone_into_namespaces(
     match ret {
         -1 => Err(Errno::last()),
         0 => {
-            let code = child();
+            // The child runs on a copy of the caller's stack: a panic that
+            // unwound out of `child` would run the destructors of the
+            // parent's frames (a run's Drop kills and sweeps) in the child.
+            // It ends here instead, as a failed setup step does.
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child))
+                .unwrap_or(CHILD_PANICKED);
             super::exit_now(code)
         }
         pid => {
