@@ -6,6 +6,8 @@
 //! `required` is applied or the run does not start; what was actually
 //! enforced is returned in a [`Report`].
 #![deny(missing_docs)]
+// Every unsafe block lives in `sys`, where each one states its contract.
+#![deny(unsafe_code)]
 
 pub mod action;
 pub mod broker;
@@ -19,6 +21,7 @@ pub mod safe_file;
 pub mod seccomp;
 pub mod skill;
 pub mod spawn;
+#[allow(unsafe_code)]
 pub mod sys;
 
 pub mod command;
