@@ -167,8 +167,8 @@ pub(crate) fn defaults() -> Policy {
             mode: NetworkMode::Loopback,
         },
         limits: Limits {
-            memory: Some(512 << 20),
-            pids: Some(128),
+            memory: Some(1 << 30),
+            pids: Some(512),
             cpu: Some(1.0),
             timeout: Some(Duration::from_secs(600)),
             output: Some(16 << 20),

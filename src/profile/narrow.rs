@@ -407,7 +407,7 @@ mod tests {
             "enforce.seccomp off (your profile: required)",
             "syscalls allow sethostname (your profile: denied)",
             "env.pass passes SSH_AUTH_SOCK (your profile: not passed)",
-            "limits.memory unlimited (your profile: 512MiB)",
+            "limits.memory unlimited (your profile: 1GiB)",
             "limits.timeout 24h (your profile: 10m)",
             "broker.default allow (your profile: deny)",
             "broker.rules.\"secrets.read\" allow (your profile: ask)",

@@ -423,7 +423,7 @@ mod tests {
             Err(SkillError::Wider { excess, .. }) => assert_eq!(
                 excess,
                 [
-                    "memory 8GiB (your profile: limits.memory 512MiB)",
+                    "memory 8GiB (your profile: limits.memory 1GiB)",
                     "timeout 1h (your profile: limits.timeout 10m)"
                 ]
             ),
