@@ -211,3 +211,48 @@ fn a_user_writes_another_users_project_inside_exactly_when_bare() {
         assert_eq!(inside, bare, "inside as bare, {what}");
     }
 }
+
+/// Uid 0 without capabilities misleads programs that test for root (a
+/// suite expecting root to execute any file with an `x` bit; npm switching
+/// users for scripts): on a project of root's, the sandbox is a regular uid
+/// inside, its project is still writable and what it makes is root's.
+#[test]
+fn root_runs_a_project_of_its_own_as_a_regular_uid() {
+    let test = "root_runs_a_project_of_its_own_as_a_regular_uid";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(0, 0, 0o755);
+    let out = Command::new(sandbox_bin())
+        .args(["run", "--", "sh", "-c"])
+        .arg(format!(
+            "id -u; id -un; {WRITE_PROBE}; touch only-others-x && chmod 0001 only-others-x && \
+             if [ -x only-others-x ]; then echo EXECUTABLE; fi"
+        ))
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&out, "the probe on root's project");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[..2],
+        ["1000", "sandbox"],
+        "a regular uid, named as the sandbox's own:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("created") && stdout.contains("appended"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("EXECUTABLE"),
+        "a file only others may execute is not the sandbox's to run:\n{stdout}"
+    );
+    let made = std::fs::metadata(project.path().join("made")).unwrap();
+    assert_eq!(
+        (made.uid(), made.gid()),
+        (0, 0),
+        "root's project keeps root's files"
+    );
+}

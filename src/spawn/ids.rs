@@ -231,20 +231,29 @@ pub fn may_map_root(effective: Option<u64>) -> bool {
     effective.is_none_or(|effective| effective & CAP_SETFCAP != 0)
 }
 
+/// The uid and gid inside of host root's sandbox on a project of root's.
+/// Not 0: uid 0 without capabilities is neither root nor a user to the
+/// programs that test for it (a suite that expects root to execute any
+/// file with an `x` bit, npm switching users for scripts); 1000 is the
+/// first regular user's id, which is what they expect of a CI job.
+pub const ROOT_PROJECT_INSIDE_ID: u32 = 1000;
+
 /// Host root's sandbox on `project`: inside, the uid and gid that own the
 /// project (a CI workspace checked out by the runner user, then sandboxed
 /// by root), so that its files are the sandbox's own, as bare they are
-/// writable by their owner; a root-owned project keeps uid 0 inside. The
-/// process is still `host` on the host either way, which owns nothing.
+/// writable by their owner; for a project of root's,
+/// [`ROOT_PROJECT_INSIDE_ID`]. The process is still `host` on the host
+/// either way, which owns nothing.
 fn root_ids_for_project(host: u32, project: &Path) -> IdMapping {
     use std::os::unix::fs::MetadataExt;
     let mut ids = root_ids(host);
-    if let Ok(meta) = std::fs::metadata(project) {
-        if let Some((uid, gid)) = inside_ids_for_owner(meta.uid(), meta.gid()) {
-            ids.inside_uid = uid;
-            ids.inside_gid = gid;
-        }
-    }
+    let owner = std::fs::metadata(project).map(|meta| (meta.uid(), meta.gid()));
+    let (uid, gid) = owner
+        .ok()
+        .and_then(|(uid, gid)| inside_ids_for_owner(uid, gid))
+        .unwrap_or((ROOT_PROJECT_INSIDE_ID, ROOT_PROJECT_INSIDE_ID));
+    ids.inside_uid = uid;
+    ids.inside_gid = gid;
     ids
 }
 

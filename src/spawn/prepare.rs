@@ -829,8 +829,14 @@ fn etc_plan(
 ) -> super::etc::EtcPlan {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::metadata(project).map(|m| (m.uid(), m.gid())).ok();
-    let mut uids = vec![ids.inside_uid, nix::unistd::geteuid().as_raw()];
-    let mut gids = vec![ids.inside_gid, nix::unistd::getegid().as_raw(), 65_534];
+    let mut uids = vec![nix::unistd::geteuid().as_raw()];
+    let mut gids = vec![nix::unistd::getegid().as_raw(), 65_534];
+    // Host root's sandbox on a project of root's runs as an id chosen for
+    // it, not as the host account that may happen to have that number.
+    if !(ids.root_mode && owner.is_some_and(|(uid, _)| uid == 0)) {
+        uids.push(ids.inside_uid);
+        gids.push(ids.inside_gid);
+    }
     if let Some((uid, gid)) = owner {
         uids.push(uid);
         gids.push(gid);
