@@ -124,11 +124,18 @@ fn a_malformed_grant_is_a_usage_error_for_skill_run_and_serve() {
 #[test]
 fn an_input_schema_keyword_that_is_not_checked_refuses_the_skill() {
     let root = tempfile::tempdir().unwrap();
-    let manifest = |schema: &str| {
-        format!(
+    // `sandbox skill check` on a skill whose input schema is `schema`.
+    let check = |schema: &str| {
+        let manifest = format!(
             "---\nname: guarded\ndescription: x\nruntime: node\nmain: index.js\n\
              input-schema: {schema}\n---\n"
-        )
+        );
+        write_skill(root.path(), "guarded", &manifest, &[("index.js", "")]);
+        sandbox()
+            .args(["skill", "check"])
+            .arg(root.path().join("guarded"))
+            .output()
+            .unwrap()
     };
     for (schema, keyword, location) in [
         (
@@ -143,17 +150,7 @@ fn an_input_schema_keyword_that_is_not_checked_refuses_the_skill() {
         ),
         ("{$ref: '#/x'}", "$ref", "/$ref"),
     ] {
-        write_skill(
-            root.path(),
-            "guarded",
-            &manifest(schema),
-            &[("index.js", "")],
-        );
-        let out = sandbox()
-            .args(["skill", "check"])
-            .arg(root.path().join("guarded"))
-            .output()
-            .unwrap();
+        let out = check(schema);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{schema}: {stderr}");
         assert!(
@@ -167,17 +164,7 @@ fn an_input_schema_keyword_that_is_not_checked_refuses_the_skill() {
     let supported = "{type: object, properties: {n: {type: integer, multipleOf: 2}, \
                      id: {type: string, pattern: '^[a-z]+$'}}, required: [n], \
                      additionalProperties: false}";
-    write_skill(
-        root.path(),
-        "guarded",
-        &manifest(supported),
-        &[("index.js", "")],
-    );
-    let out = sandbox()
-        .args(["skill", "check"])
-        .arg(root.path().join("guarded"))
-        .output()
-        .unwrap();
+    let out = check(supported);
     assert!(
         out.status.success(),
         "{}",
