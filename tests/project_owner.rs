@@ -86,6 +86,18 @@ fn as_test_user(groups: &[u32], project: &Path, argv: &[&str]) -> Output {
         .expect("setpriv starts")
 }
 
+/// `sandbox run [extra] -- sh -c script` as root in `project`.
+fn root_runs(project: &Path, extra: &[&str], script: &str) -> Output {
+    Command::new(sandbox_bin())
+        .arg("run")
+        .args(extra)
+        .args(["--", "sh", "-c", script])
+        .current_dir(project)
+        .stdin(Stdio::null())
+        .output()
+        .expect("sandbox starts")
+}
+
 #[test]
 fn root_writes_a_project_owned_by_another_user_as_its_owner() {
     let test = "root_writes_a_project_owned_by_another_user_as_its_owner";
@@ -98,15 +110,13 @@ fn root_writes_a_project_owned_by_another_user_as_its_owner() {
     std::fs::write(&foreign, "theirs\n").unwrap();
     std::os::unix::fs::chown(&foreign, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
 
-    let out = Command::new(sandbox_bin())
-        .args(["run", "--json", "--", "sh", "-c"])
-        .arg(format!(
+    let out = root_runs(
+        project.path(),
+        &["--json"],
+        &format!(
             "id -u; id -g; {WRITE_PROBE}; echo x >> foreign 2>/dev/null && echo FOREIGN-WRITTEN; true"
-        ))
-        .current_dir(project.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        ),
+    );
     assert_ok(&out, "the probe as root");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
@@ -151,15 +161,13 @@ fn root_keeps_its_own_writable_paths_in_a_project_of_another_user() {
         .unwrap();
     std::fs::set_permissions(cache.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let cache_path = cache.path().to_str().unwrap();
-    let out = Command::new(sandbox_bin())
-        .args(["run", "--allow-write", cache_path, "--", "sh", "-c"])
-        .arg(format!(
+    let out = root_runs(
+        project.path(),
+        &["--allow-write", cache_path],
+        &format!(
             "touch {cache_path}/entry && echo cache-written; touch made && echo project-written"
-        ))
-        .current_dir(project.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        ),
+    );
     assert_ok(&out, "writing root's cache");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -223,16 +231,14 @@ fn root_runs_a_project_of_its_own_as_a_regular_uid() {
         return;
     }
     let project = project_owned_by(0, 0, 0o755);
-    let out = Command::new(sandbox_bin())
-        .args(["run", "--", "sh", "-c"])
-        .arg(format!(
+    let out = root_runs(
+        project.path(),
+        &[],
+        &format!(
             "id -u; id -un; {WRITE_PROBE}; touch only-others-x && chmod 0001 only-others-x && \
              if [ -x only-others-x ]; then echo EXECUTABLE; fi"
-        ))
-        .current_dir(project.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+        ),
+    );
     assert_ok(&out, "the probe on root's project");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let lines: Vec<&str> = stdout.lines().collect();
