@@ -322,6 +322,11 @@ fn resolve(first: Unit) -> Result<Policy, ProfileError> {
         let (line, column) = source.line_column(extends.span().start);
         let next = locate(&current, extends.get_ref(), extends.span(), &source)?;
         layers.push(layer);
+        // Built-in strict is what every chain is applied over (`defaults()`),
+        // and extends nothing: parsing it again would change nothing.
+        if next.identity == "builtin:strict" {
+            break;
+        }
         chain.push(current);
         let origins = || -> Vec<String> { chain.iter().map(|u| u.origin.clone()).collect() };
         let here = chain.last().map(|u| u.origin.clone()).unwrap_or_default();
