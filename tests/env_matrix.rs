@@ -117,15 +117,21 @@ fn usable(test: &str) -> bool {
     support::require(test, "python3", Path::new("/usr/bin/python3").exists())
 }
 
+/// A fresh project for each identity `test` can use, none when the
+/// wrappers cannot run here (skipped loudly).
+fn projects(test: &str) -> Vec<Project> {
+    if !usable(test) {
+        return Vec::new();
+    }
+    identities(test).into_iter().map(Project::new).collect()
+}
+
 #[test]
 fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_without_namespaces()
 {
     let test = "under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_without_namespaces";
-    if !usable(test) {
-        return;
-    }
-    for who in identities(test) {
-        let project = Project::new(who);
+    for project in projects(test) {
+        let who = project.who;
         let err = refused(&project, &["docker"], "strict");
         assert!(
             err.contains("cause:") && err.contains("fix:") && err.contains("best-effort"),
@@ -163,11 +169,8 @@ fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_w
 #[test]
 fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing() {
     let test = "without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing";
-    if !usable(test) {
-        return;
-    }
-    for who in identities(test) {
-        let project = Project::new(who);
+    for project in projects(test) {
+        let who = project.who;
         let err = refused(&project, &["nolandlock"], "strict");
         assert!(err.contains("Landlock"), "{who:?}: {err}");
 
@@ -191,11 +194,8 @@ fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing
 fn under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_every_profile_refuses(
 ) {
     let test = "under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_every_profile_refuses";
-    if !usable(test) {
-        return;
-    }
-    for who in identities(test) {
-        let project = Project::new(who);
+    for project in projects(test) {
+        let who = project.who;
         // Both restrictions at once: the wrapper stacks two filters.
         for profile in ["strict", "standard", "permissive"] {
             let err = refused(&project, &["nolandlock", "docker"], profile);
@@ -212,11 +212,8 @@ fn under_dockers_profile_without_landlock_nothing_is_left_to_build_a_view_and_ev
 #[test]
 fn under_dockers_default_profile_skills_run_without_namespaces_and_stay_narrowed() {
     let test = "under_dockers_default_profile_skills_run_without_namespaces_and_stay_narrowed";
-    if !usable(test) {
-        return;
-    }
-    for who in identities(test) {
-        let project = Project::new(who);
+    for project in projects(test) {
+        let who = project.who;
         project.write("notes.txt", "one two three\n");
         project.write(
             ".skills/peek/SKILL.md",
