@@ -22,7 +22,8 @@
 //! The names are read in the supervisor, before clone, from the host's
 //! files (not through NSS: an NSS module loaded into the supervisor could
 //! start threads, and a raw clone needs a single-threaded process); the
-//! files are rendered in init from the ids the run actually got.
+//! files are rendered there too, from the ids the run gets; init only
+//! writes them.
 
 use std::ffi::{CStr, CString};
 
@@ -41,7 +42,7 @@ pub const HOSTNAME: &str = "sandbox";
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct EtcPlan {
     /// Host account names by uid (from the host's `/etc/passwd`): only the
-    /// ids the run may get, never the whole file.
+    /// sandbox's own ids, never the whole file.
     pub user_names: Vec<(u32, String)>,
     /// Host group names by gid (from the host's `/etc/group`), likewise.
     pub group_names: Vec<(u32, String)>,

@@ -600,7 +600,7 @@ fn provide_etc(prepared: &Prepared) -> Result<(), Failed<'static>> {
     use nix::fcntl::{open, OFlag};
     mkdir_if_missing(c"/newroot/etc")?;
     let ro = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
-    for file in super::etc::files(&prepared.etc, &prepared.ids) {
+    for file in &prepared.etc {
         let target = file.target;
         let failed = |step, errno| Failed {
             step,

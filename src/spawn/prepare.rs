@@ -258,9 +258,9 @@ pub struct Prepared {
     pub read_only_extra: Vec<(PathBuf, PathBuf)>,
     /// Set when the run has no namespaces (see [`super::no_namespaces`]).
     pub no_namespaces: Option<NoNamespaces>,
-    /// What init writes as `/etc/passwd`, `/etc/group` and `/etc/hosts`
-    /// (see [`super::etc`]).
-    pub etc: super::etc::EtcPlan,
+    /// The files init writes as `/etc/passwd`, `/etc/group` and
+    /// `/etc/hosts` (see [`super::etc`]).
+    pub etc: Vec<super::etc::EtcFile>,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -730,7 +730,7 @@ impl Prepared {
         }
         let mounts = planner.mounts.into_iter().map(|(_, op)| op).collect();
 
-        let etc = etc_plan(&ids, &project, &env, policy.network.mode);
+        let etc = etc_files(&ids, &project, &env, policy.network.mode);
         // For the files init writes there. /etc inside holds nothing else
         // than them and what the profile shows (already readable), and
         // always exists (init creates it), which a rule per file would not
@@ -817,36 +817,38 @@ impl Prepared {
     }
 }
 
-/// What init needs to write the run's `/etc/passwd`, `/etc/group` and
-/// `/etc/hosts`: host names for the ids the sandbox may run as (its own,
-/// the caller's, the project owner's), its `HOME`, and whether the run has
-/// a network of its own (the host's names mean nothing there).
-fn etc_plan(
+/// The run's `/etc/passwd`, `/etc/group` and `/etc/hosts`, rendered here
+/// so that init only writes them. A name is taken from the host's files
+/// only for ids that are that host account's: the caller's own (an
+/// unprivileged supervisor), or the project owner's that root's sandbox
+/// takes; an id chosen for the sandbox
+/// ([`super::ids::ROOT_PROJECT_INSIDE_ID`]) is not the account that may
+/// happen to have that number. No network of its own: the host's `hosts`.
+fn etc_files(
     ids: &IdMapping,
     project: &Path,
     env: &[(OsString, OsString)],
     network: NetworkMode,
-) -> super::etc::EtcPlan {
+) -> Vec<super::etc::EtcFile> {
     use std::os::unix::fs::MetadataExt;
-    let owner = std::fs::metadata(project).map(|m| (m.uid(), m.gid())).ok();
-    let mut uids = vec![nix::unistd::geteuid().as_raw()];
-    let mut gids = vec![nix::unistd::getegid().as_raw(), 65_534];
-    // Host root's sandbox on a project of root's runs as an id chosen for
-    // it, not as the host account that may happen to have that number.
-    if !(ids.root_mode && owner.is_some_and(|(uid, _)| uid == 0)) {
+    let owner = std::fs::metadata(project).ok();
+    let host_account =
+        |inside: u32, owner_id: Option<u32>| !ids.root_mode || owner_id == Some(inside);
+    let mut uids = Vec::new();
+    let mut gids = vec![65_534];
+    if host_account(ids.inside_uid, owner.as_ref().map(MetadataExt::uid)) {
         uids.push(ids.inside_uid);
-        gids.push(ids.inside_gid);
     }
-    if let Some((uid, gid)) = owner {
-        uids.push(uid);
-        gids.push(gid);
+    if host_account(ids.inside_gid, owner.as_ref().map(MetadataExt::gid)) {
+        gids.push(ids.inside_gid);
     }
     let home = env
         .iter()
         .find(|(name, _)| name == "HOME")
         .and_then(|(_, value)| value.to_str())
         .unwrap_or("/");
-    super::etc::EtcPlan::new(&uids, &gids, home, network != NetworkMode::Host)
+    let plan = super::etc::EtcPlan::new(&uids, &gids, home, network != NetworkMode::Host);
+    super::etc::files(&plan, ids)
 }
 
 /// The mounts that carry out a scan, parents before children: pins, then
