@@ -14,6 +14,7 @@ pub mod broker;
 pub mod caps;
 pub mod cgroup;
 pub mod landlock;
+pub mod launch;
 pub mod probe;
 pub mod profile;
 pub mod project;

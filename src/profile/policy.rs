@@ -3,7 +3,8 @@
 //! A [`Policy`] is what the spawn path consumes. It is produced only by
 //! [`crate::profile::load`] (or by code that builds it field by field), after
 //! every "X requires Y" check has passed, so the spawn code never has to
-//! re-validate anything.
+//! re-validate anything. It deserializes only so that `sandbox daemon` can
+//! hand a policy it resolved to its own launcher (`crate::launch`).
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -13,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 /// How hard a security layer is insisted on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Enforcement {
     /// The run does not start if the layer cannot be applied.
@@ -36,7 +37,7 @@ impl Enforcement {
 }
 
 /// Which network the sandbox sees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NetworkMode {
     /// A new network namespace whose loopback interface stays down.
@@ -48,7 +49,7 @@ pub enum NetworkMode {
 }
 
 /// The shape of the seccomp filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyscallMode {
     /// Only the listed system calls are allowed; anything else fails with ENOSYS.
@@ -58,7 +59,7 @@ pub enum SyscallMode {
 }
 
 /// What the sandbox may do with the project root.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum ProjectAccess {
     /// Read, write and execute.
@@ -83,7 +84,7 @@ pub enum Decision {
 }
 
 /// Filesystem view of the sandbox.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct FilesystemPolicy {
     /// Access to the project root (mounted at its own path, and the working directory).
     pub project: ProjectAccess,
@@ -112,14 +113,14 @@ pub struct FilesystemPolicy {
 }
 
 /// Network view of the sandbox.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct NetworkPolicy {
     /// Which network namespace the sandbox gets.
     pub mode: NetworkMode,
 }
 
 /// Resource limits. `None` means "no limit from this profile".
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Limits {
     /// Memory limit in bytes.
     pub memory: Option<u64>,
@@ -137,7 +138,7 @@ pub struct Limits {
 }
 
 /// The seccomp filter.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct SyscallPolicy {
     /// Allowlist or denylist.
     pub mode: SyscallMode,
@@ -148,7 +149,7 @@ pub struct SyscallPolicy {
 }
 
 /// The environment of the sandboxed process. Nothing is inherited unless named here.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct EnvPolicy {
     /// Variables copied from the supervisor's environment when set there.
     pub pass: Vec<String>,
@@ -157,7 +158,7 @@ pub struct EnvPolicy {
 }
 
 /// Broker policy (used by the permission broker).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct BrokerPolicy {
     /// Decision when no rule matches and the action has no risk default.
     pub default: Decision,
@@ -166,7 +167,7 @@ pub struct BrokerPolicy {
 }
 
 /// How hard each layer is insisted on.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct EnforcePolicy {
     /// User namespace (and with it the mount, pid, ipc, uts and cgroup namespaces).
     pub userns: Enforcement,
@@ -179,7 +180,7 @@ pub struct EnforcePolicy {
 }
 
 /// A validated, resolved profile.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
 pub struct Policy {
     /// The profile's name (`strict`, or the file stem of a user profile).
     pub name: String,
@@ -228,6 +229,18 @@ mod duration_secs {
         match value {
             Some(d) => s.serialize_some(&d.as_secs_f64()),
             None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        use serde::Deserialize;
+        match Option::<f64>::deserialize(d)? {
+            None => Ok(None),
+            Some(secs) => Duration::try_from_secs_f64(secs)
+                .map(Some)
+                .map_err(serde::de::Error::custom),
         }
     }
 }

@@ -1,0 +1,4 @@
+//! The launcher: the single-threaded process that forks one supervisor per
+//! daemon run, so no sandbox is ever cloned from the daemon's threads.
+pub mod protocol;
+pub mod wire;

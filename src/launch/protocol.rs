@@ -1,0 +1,278 @@
+//! What `sandbox daemon`, its launcher (`sandbox __launch`) and each run's
+//! supervisor say to each other (design: `docs/launcher.md`).
+//!
+//! Three channels:
+//! - daemon ↔ launcher: one `SOCK_SEQPACKET` socket, one JSON object per
+//!   message ([`ToLauncher`], [`FromLauncher`]), descriptors beside a spawn
+//!   request as `SCM_RIGHTS` (see [`super::wire`]);
+//! - daemon ↔ one run's supervisor: a `SOCK_STREAM` socket handed over
+//!   with the spawn request, one JSON object per line ([`FromSupervisor`],
+//!   [`ToSupervisor`]);
+//! - the run's log: a file in the daemon's spool that only the supervisor
+//!   appends to while it lives, one [`LogRecord`] per line, numbered from 1.
+//!   Readers (the daemon's NDJSON stream, `sandbox logs`) tail it; output
+//!   never passes through the daemon's memory.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::profile::policy::Policy;
+
+/// Largest message on the launcher socket and largest line on a run's
+/// events socket. A spawn request is a resolved policy, argv, environment
+/// and secrets; the daemon refuses a submitted run that would not fit.
+pub const MAX_MESSAGE: usize = 1 << 20;
+
+/// Descriptors that travel with [`ToLauncher::Spawn`], in this order:
+/// the run's events socket, its log file (opened `O_APPEND`), then stdin
+/// when [`RunSpec::stdin`] is true.
+pub const SPAWN_FDS_EVENTS: usize = 0;
+/// Index of the log file among a spawn request's descriptors.
+pub const SPAWN_FDS_LOG: usize = 1;
+/// Index of stdin among a spawn request's descriptors, when there is one.
+pub const SPAWN_FDS_STDIN: usize = 2;
+
+/// One run, fully resolved by the daemon after the caller's mapping
+/// narrowed it. The launcher never looks a profile up by name: it gets the
+/// policy itself, with `env.pass` already resolved against the caller's
+/// submitted environment (never the daemon's own).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// The policy the run is held to.
+    pub policy: Policy,
+    /// Program and arguments.
+    pub argv: Vec<String>,
+    /// The payload's environment on top of the policy's `env.set`.
+    pub env: Vec<(String, String)>,
+    /// The project root (absolute, checked against the caller's mapping).
+    pub project: PathBuf,
+    /// Working directory inside the project (absolute), if not the root.
+    pub cwd: Option<PathBuf>,
+    /// Secrets offered to the broker's `secrets.get`.
+    pub secrets: Vec<(String, String)>,
+    /// The delegated cgroup to create the run's cgroup below.
+    pub cgroup_parent: Option<PathBuf>,
+    /// Where the broker appends its audit lines (in the daemon's spool).
+    pub audit: Option<PathBuf>,
+    /// The caller's own grant store; `None` uses no stored grants (never
+    /// the daemon user's).
+    pub grant_store: Option<PathBuf>,
+    /// How long an "ask" waits for an approval through the API before it
+    /// is denied.
+    pub ask_deadline_ms: u64,
+    /// A stdin descriptor travels with the request; otherwise /dev/null.
+    pub stdin: bool,
+}
+
+/// daemon → launcher.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToLauncher {
+    /// Fork a supervisor for this run (descriptors: see `SPAWN_FDS_*`).
+    Spawn {
+        /// The daemon's run id.
+        run: String,
+        /// What to run.
+        spec: Box<RunSpec>,
+    },
+}
+
+/// launcher → daemon.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromLauncher {
+    /// The run's supervisor process exists.
+    Started {
+        /// Run id.
+        run: String,
+        /// Host pid of the supervisor.
+        pid: i32,
+    },
+    /// The supervisor could not be started (bad spec, fork failed).
+    Refused {
+        /// Run id.
+        run: String,
+        /// Why, in words.
+        error: String,
+    },
+    /// The supervisor process ended (reaped by the launcher). A supervisor
+    /// that ends without having sent [`FromSupervisor::Finished`] crashed:
+    /// the run is failed with this status as the reason.
+    Exited {
+        /// Run id.
+        run: String,
+        /// Exit code, if it exited.
+        code: Option<i32>,
+        /// Signal, if one killed it.
+        signal: Option<i32>,
+    },
+}
+
+/// An answer to an "ask" through the API. "Always" is not offered: a stored
+/// grant would be written with the daemon's rights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Approval {
+    /// This request only.
+    Once,
+    /// Every such request of this run.
+    Run,
+    /// No.
+    Deny,
+}
+
+/// supervisor → daemon, on the run's events socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromSupervisor {
+    /// The sandbox exists; the command is about to be executed.
+    Started {
+        /// Host pid of the sandbox's init.
+        init_pid: i32,
+    },
+    /// A broker request needs a person's decision; the run waits for a
+    /// [`ToSupervisor::Answer`] until `deadline_ms` (milliseconds since the
+    /// Unix epoch), then denies.
+    Ask {
+        /// Number of this question within the run (from 1).
+        id: u64,
+        /// Who asks (`command:…` or `skill:…`).
+        caller: String,
+        /// The broker action.
+        action: String,
+        /// What it is asked for (path, command, URL), escaped for display.
+        target: Option<String>,
+        /// When the question is denied unanswered.
+        deadline_ms: u64,
+    },
+    /// The run is over. Last message on the socket.
+    Finished {
+        /// The shell-style status (`128 + signal` for a signal, 125 when
+        /// the sandbox failed, 126/127 when the command could not run).
+        status: i32,
+        /// The same JSON report `sandbox run --report` writes.
+        report: serde_json::Value,
+        /// Why the run failed, when the sandbox itself failed.
+        error: Option<String>,
+    },
+}
+
+/// daemon → supervisor, on the run's events socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToSupervisor {
+    /// The answer to question `id`.
+    Answer {
+        /// The question's number.
+        id: u64,
+        /// The decision.
+        answer: Approval,
+    },
+    /// End the run: SIGTERM to the command now, every process of the run
+    /// killed `grace_ms` later.
+    Cancel {
+        /// Time between SIGTERM and the kill.
+        grace_ms: u64,
+    },
+}
+
+/// One line of a run's log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogRecord {
+    /// Position in the log, from 1, without gaps.
+    pub seq: u64,
+    /// Milliseconds since the Unix epoch.
+    pub time_ms: u64,
+    /// What happened.
+    #[serde(flatten)]
+    pub event: LogEvent,
+}
+
+/// What a log line holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum LogEvent {
+    /// Bytes the command wrote to stdout.
+    Stdout(Chunk),
+    /// Bytes the command wrote to stderr.
+    Stderr(Chunk),
+    /// The sandbox exists.
+    Started {
+        /// Host pid of the sandbox's init.
+        init_pid: i32,
+    },
+    /// A question waits for an approval.
+    Ask {
+        /// The daemon's approval id is `<run>/<id>`.
+        id: u64,
+        /// The broker action.
+        action: String,
+        /// Its target.
+        target: Option<String>,
+    },
+    /// A question was answered (or its deadline passed: `deny`).
+    Answer {
+        /// The question's number.
+        id: u64,
+        /// The decision.
+        answer: Approval,
+    },
+    /// The output cap was reached; later output is dropped.
+    OutputCapped {
+        /// The cap in bytes.
+        cap: u64,
+    },
+    /// The run ended.
+    Exit {
+        /// Shell-style status.
+        status: i32,
+    },
+    /// The run ended without a result (its supervisor died, or the daemon
+    /// restarted while it ran). Written by the daemon.
+    Lost {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A piece of output: text when it is UTF-8, base64 otherwise, so the
+/// bytes a client writes out are exactly the command's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Chunk {
+    /// The bytes, when they are valid UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<String>,
+    /// The bytes in standard base64, when they are not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_b64: Option<String>,
+}
+
+impl Chunk {
+    /// Wrap bytes as text or base64.
+    pub fn new(bytes: &[u8]) -> Chunk {
+        match std::str::from_utf8(bytes) {
+            Ok(text) => Chunk {
+                data: Some(text.to_string()),
+                data_b64: None,
+            },
+            Err(_) => {
+                use base64::Engine;
+                Chunk {
+                    data: None,
+                    data_b64: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                }
+            }
+        }
+    }
+
+    /// The bytes back; `None` when the base64 is malformed.
+    pub fn bytes(&self) -> Option<Vec<u8>> {
+        use base64::Engine;
+        match (&self.data, &self.data_b64) {
+            (Some(text), _) => Some(text.as_bytes().to_vec()),
+            (None, Some(b64)) => base64::engine::general_purpose::STANDARD.decode(b64).ok(),
+            (None, None) => Some(Vec::new()),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! Framing on the launcher socket: one JSON object per `SOCK_SEQPACKET`
+//! message, descriptors beside it as `SCM_RIGHTS`.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+use nix::errno::Errno;
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::protocol::MAX_MESSAGE;
+
+/// Most descriptors one message carries.
+pub const MAX_FDS: usize = 4;
+
+/// Why a message could not be sent or received.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    /// The peer closed the socket.
+    #[error("the other end closed the socket")]
+    Closed,
+    /// A system call failed.
+    #[error("{op}: {source}")]
+    Io {
+        /// The call.
+        op: &'static str,
+        /// Its errno.
+        #[source]
+        source: Errno,
+    },
+    /// The message is not what the protocol says.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// The message is larger than [`MAX_MESSAGE`].
+    #[error("message of {0} bytes (at most {MAX_MESSAGE})")]
+    TooLarge(usize),
+}
+
+/// Send `message` with `fds` (at most [`MAX_FDS`]).
+pub fn send<T: Serialize>(
+    sock: BorrowedFd<'_>,
+    message: &T,
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), WireError> {
+    let bytes = serde_json::to_vec(message).map_err(|err| WireError::Malformed(err.to_string()))?;
+    if bytes.len() > MAX_MESSAGE {
+        return Err(WireError::TooLarge(bytes.len()));
+    }
+    if fds.len() > MAX_FDS {
+        return Err(WireError::Malformed(format!(
+            "{} descriptors (at most {MAX_FDS})",
+            fds.len()
+        )));
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    let iov = [IoSlice::new(&bytes)];
+    let rights = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
+    loop {
+        match sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None) {
+            Err(Errno::EINTR) => continue,
+            Err(Errno::EPIPE | Errno::ECONNRESET) => return Err(WireError::Closed),
+            Err(source) => {
+                return Err(WireError::Io {
+                    op: "sendmsg",
+                    source,
+                })
+            }
+            Ok(_) => return Ok(()),
+        }
+    }
+}
+
+/// Receive one message and the descriptors beside it (close-on-exec).
+/// Blocks unless the socket is non-blocking (then `Io { source: EAGAIN }`).
+pub fn receive<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, Vec<OwnedFd>), WireError> {
+    let mut buffer = vec![0u8; MAX_MESSAGE + 1];
+    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
+    let mut iov = [IoSliceMut::new(&mut buffer)];
+    let (len, truncated, fds) = loop {
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(Errno::EINTR) => continue,
+            Err(Errno::ECONNRESET) => return Err(WireError::Closed),
+            Err(source) => {
+                return Err(WireError::Io {
+                    op: "recvmsg",
+                    source,
+                })
+            }
+            Ok(msg) => {
+                let mut fds = Vec::new();
+                if let Ok(cmsgs) = msg.cmsgs() {
+                    for cmsg in cmsgs {
+                        if let ControlMessageOwned::ScmRights(received) = cmsg {
+                            fds.extend(received.into_iter().map(crate::sys::fd::adopt_received));
+                        }
+                    }
+                }
+                let truncated = msg
+                    .flags
+                    .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
+                break (msg.bytes, truncated, fds);
+            }
+        }
+    };
+    if len == 0 && fds.is_empty() {
+        return Err(WireError::Closed);
+    }
+    if truncated || len > MAX_MESSAGE {
+        return Err(WireError::TooLarge(len));
+    }
+    let message = serde_json::from_slice(&buffer[..len])
+        .map_err(|err| WireError::Malformed(err.to_string()))?;
+    Ok((message, fds))
+}
