@@ -1,6 +1,7 @@
 //! Command-line interface: one file per subcommand.
 use clap::{Parser, Subcommand};
 
+pub mod daemon;
 pub mod doctor;
 pub mod grants;
 pub mod ipc;
@@ -34,6 +35,8 @@ enum Command {
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
     Doctor(doctor::DoctorArgs),
+    /// Serve the run API on a Unix socket (docs/daemon.md).
+    Daemon(daemon::DaemonArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
     Serve(serve::ServeArgs),
     /// One skill process of `sandbox serve` (internal).
@@ -66,6 +69,7 @@ pub fn main() -> i32 {
         Command::Grants(cmd) => grants::run(cmd),
         Command::Skill(cmd) => skill::run(cmd),
         Command::Serve(args) => serve::run(args),
+        Command::Daemon(args) => daemon::run(args),
         Command::SkillHost(args) => skill::host(args),
     };
     match result {
