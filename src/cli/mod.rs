@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 pub mod doctor;
 pub mod grants;
 pub mod ipc;
+pub mod launch;
 pub mod profile;
 pub mod run;
 pub mod serve;
@@ -36,6 +37,9 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
     Serve(serve::ServeArgs),
+    /// The daemon's fork server (internal).
+    #[command(name = "__launch", hide = true)]
+    Launch(launch::LaunchArgs),
     /// One skill process of `sandbox serve` (internal).
     #[command(name = "__skill-host", hide = true)]
     SkillHost(skill::HostArgs),
@@ -67,6 +71,7 @@ pub fn main() -> i32 {
         Command::Skill(cmd) => skill::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::SkillHost(args) => skill::host(args),
+        Command::Launch(args) => launch::run(args),
     };
     match result {
         Ok(code) => code,

@@ -29,6 +29,9 @@ pub enum Stdio {
     /// The supervisor's stderr (under the output cap): a skill's prints go
     /// to the log, apart from the result on stdout.
     SupervisorStderr,
+    /// Records of a run log (stdout and stderr only): the supervisor relays
+    /// the stream and hands each chunk to the log, under the output cap.
+    Log(super::output::SharedLog),
 }
 
 /// The skill a run serves, as the broker needs it.
@@ -215,6 +218,10 @@ pub struct Prepared {
     pub audit: Option<PathBuf>,
     /// Whether "ask" may prompt on the supervisor's terminal.
     pub interactive: bool,
+    /// Who answers "ask" instead of the terminal (the daemon's approvals).
+    pub asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+    /// Which stored grants apply.
+    pub grant_store: crate::broker::grants::StoreChoice,
     /// The run's policy, for commands the broker runs on its behalf
     /// (terminal.run gets the same sandbox, never a weaker one).
     pub policy: Policy,
@@ -792,6 +799,8 @@ impl Prepared {
             hidden: policy.filesystem.hide.clone(),
             audit: None,
             interactive: false,
+            asker: None,
+            grant_store: crate::broker::grants::StoreChoice::Default,
             secrets: Vec::new(),
             skill: None,
             policy: policy.clone(),
