@@ -24,7 +24,8 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::PollFlags;
 
-use super::prepare::{Prepared, Stdio};
+use super::prepare::Prepared;
+pub use super::stdio::{OutputLog, OutputStream, SharedLog, Stdio};
 use super::terminal::{is_tty, SavedTerminal};
 use super::SpawnError;
 
@@ -34,37 +35,6 @@ const INPUT_BUFFER: usize = 4096;
 /// How often a supervisor in the background checks whether it is back in
 /// the foreground (no event says so without job-control signals).
 const FOREGROUND_RECHECK: Duration = Duration::from_millis(200);
-
-/// Which output stream a chunk came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputStream {
-    /// Standard output.
-    Stdout,
-    /// Standard error.
-    Stderr,
-}
-
-/// A run log that takes the payload's output as records (`sandbox daemon`
-/// spools each run's output this way, numbered with its other events).
-pub trait OutputLog {
-    /// Bytes the payload wrote to `stream`, within the cap. An error stops
-    /// relaying to the log; the pipe is still drained.
-    fn output(&mut self, stream: OutputStream, bytes: &[u8]) -> std::io::Result<()>;
-    /// The output cap was reached; later output is dropped.
-    fn capped(&mut self, cap: u64);
-}
-
-/// A log shared by the relay and its owner, who writes its own events
-/// into it between chunks. A mutex, not a `RefCell`, only so that a run's
-/// handles stay `Send` (the supervisor itself is single-threaded).
-#[derive(Clone)]
-pub struct SharedLog(pub std::sync::Arc<std::sync::Mutex<dyn OutputLog + Send>>);
-
-impl std::fmt::Debug for SharedLog {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SharedLog")
-    }
-}
 
 /// Where relayed output goes.
 enum Target {

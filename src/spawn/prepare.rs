@@ -16,23 +16,7 @@ use crate::landlock::LandlockAccess;
 use crate::profile::policy::{Enforcement, NetworkMode, Policy, ProjectAccess};
 use crate::seccomp::CompiledFilter;
 
-/// Where a standard stream of the payload comes from.
-#[derive(Debug, Default)]
-pub enum Stdio {
-    /// The supervisor's own stream.
-    #[default]
-    Inherit,
-    /// /dev/null.
-    Null,
-    /// This descriptor.
-    Fd(std::os::fd::OwnedFd),
-    /// The supervisor's stderr (under the output cap): a skill's prints go
-    /// to the log, apart from the result on stdout.
-    SupervisorStderr,
-    /// Records of a run log (stdout and stderr only): the supervisor relays
-    /// the stream and hands each chunk to the log, under the output cap.
-    Log(super::output::SharedLog),
-}
+pub use super::stdio::Stdio;
 
 /// The skill a run serves, as the broker needs it.
 #[derive(Debug, Clone, PartialEq)]
