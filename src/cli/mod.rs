@@ -5,6 +5,7 @@ pub mod daemon;
 pub mod doctor;
 pub mod grants;
 pub mod ipc;
+pub mod launch;
 pub mod profile;
 pub mod run;
 pub mod serve;
@@ -39,6 +40,9 @@ enum Command {
     Daemon(daemon::DaemonArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
     Serve(serve::ServeArgs),
+    /// The daemon's fork server (internal).
+    #[command(name = "__launch", hide = true)]
+    Launch(launch::LaunchArgs),
     /// One skill process of `sandbox serve` (internal).
     #[command(name = "__skill-host", hide = true)]
     SkillHost(skill::HostArgs),
@@ -71,6 +75,7 @@ pub fn main() -> i32 {
         Command::Serve(args) => serve::run(args),
         Command::Daemon(args) => daemon::run(args),
         Command::SkillHost(args) => skill::host(args),
+        Command::Launch(args) => launch::run(args),
     };
     match result {
         Ok(code) => code,
