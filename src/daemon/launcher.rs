@@ -127,26 +127,52 @@ impl Launcher {
         launcher
     }
 
-    fn adopt(self: &Arc<Self>, process: LauncherProcess) {
+    /// Make the launcher the one runs are sent to.
+    fn install(&self, process: LauncherProcess) -> (Arc<OwnedFd>, Option<Child>) {
         let socket = Arc::new(process.socket);
         *lock(&self.socket) = Some(socket.clone());
         self.up.store(true, Ordering::SeqCst);
+        (socket, process.child)
+    }
+
+    fn adopt(self: &Arc<Self>, process: LauncherProcess) {
+        let (socket, child) = self.install(process);
         let this = self.clone();
-        let mut child = process.child;
         let spawned = std::thread::Builder::new()
             .name("launcher-rx".into())
-            .spawn(move || {
-                this.receive_until_closed(socket.as_fd());
-                if let Some(child) = child.as_mut() {
-                    let _ = child.kill();
-                    let status = child.wait();
-                    eprintln!("sandbox daemon: the launcher ended ({status:?})");
-                }
-                this.gone();
-            });
+            .spawn(move || this.serve(socket, child));
         if let Err(err) = spawned {
             eprintln!("sandbox daemon: no thread to hear the launcher: {err}");
             self.up.store(false, Ordering::SeqCst);
+        }
+    }
+
+    /// Hear one launcher until it dies, then replace it from this same
+    /// thread: the launcher's parent-death signal fires when the thread
+    /// that forked it ends, so a launcher must be forked by a thread that
+    /// lives as long as it does.
+    fn serve(self: &Arc<Self>, socket: Arc<OwnedFd>, mut child: Option<Child>) {
+        self.receive_until_closed(socket.as_fd());
+        if let Some(child) = child.as_mut() {
+            let _ = child.kill();
+            let status = child.wait();
+            eprintln!("sandbox daemon: the launcher ended ({status:?})");
+        }
+        self.up.store(false, Ordering::SeqCst);
+        *lock(&self.socket) = None;
+        for (_, route) in lock(&self.routes).drain() {
+            let _ = route.send(LauncherEvent::Gone);
+        }
+        let restart = lock(&self.restart).take();
+        if let Some(restart) = restart {
+            match restart() {
+                Ok(process) => {
+                    eprintln!("sandbox daemon: the launcher was restarted");
+                    let (socket, child) = self.install(process);
+                    self.serve(socket, child);
+                }
+                Err(err) => eprintln!("sandbox daemon: restarting the launcher failed: {err}"),
+            }
         }
     }
 
@@ -178,26 +204,6 @@ impl Launcher {
                     eprintln!("sandbox daemon: the launcher socket closed: {err}");
                     return;
                 }
-            }
-        }
-    }
-
-    /// The launcher died: every run waiting on it hears so, and it is
-    /// replaced once.
-    fn gone(self: &Arc<Self>) {
-        self.up.store(false, Ordering::SeqCst);
-        *lock(&self.socket) = None;
-        for (_, route) in lock(&self.routes).drain() {
-            let _ = route.send(LauncherEvent::Gone);
-        }
-        let restart = lock(&self.restart).take();
-        if let Some(restart) = restart {
-            match restart() {
-                Ok(process) => {
-                    eprintln!("sandbox daemon: the launcher was restarted");
-                    self.adopt(process);
-                }
-                Err(err) => eprintln!("sandbox daemon: restarting the launcher failed: {err}"),
             }
         }
     }
