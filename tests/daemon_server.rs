@@ -328,18 +328,20 @@ fn callers_are_held_to_their_rule_and_their_own_runs() {
         (403, "project_not_allowed"),
         "{err}"
     );
-    let escape = theirs.join("../mine");
-    let (code, err) = daemon.json(
-        Some(other),
-        "POST",
-        "/v1/runs",
-        Some(&submit(&escape, &["/bin/true"], false)),
-    );
-    assert_eq!(
-        (code, error_code(&err)),
-        (403, "project_not_allowed"),
-        "{err}"
-    );
+    // Its own directory outside its root, reached by `..` or a symlink
+    // from inside the root: the path is judged after resolution.
+    let outside = daemon.project("outside", Some(other));
+    std::os::unix::fs::symlink(&outside, theirs.join("link")).unwrap();
+    for escape in [theirs.join("../outside"), theirs.join("link")] {
+        let body = submit(&escape, &["/bin/true"], false);
+        let (code, err) = daemon.json(Some(other), "POST", "/v1/runs", Some(&body));
+        assert_eq!(
+            (code, error_code(&err)),
+            (403, "project_not_allowed"),
+            "{}: {err}",
+            escape.display()
+        );
+    }
     for (method, path) in [
         ("GET", format!("/v1/runs/{root_run}")),
         ("GET", format!("/v1/runs/{root_run}/events")),
@@ -549,4 +551,87 @@ fn systemd_socket_activation_hands_over_the_socket() {
         status.success(),
         "the daemon stops cleanly on SIGTERM: {status:?}\n{stderr}"
     );
+}
+
+#[test]
+fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
+    // A run recorded as running by a daemon that died, whose sandbox
+    // survived (here: a plain process standing in for its init), and a
+    // record whose pid now names an unrelated process (pid reuse: the
+    // start time differs).
+    let dir = open_dir();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(state.join("spool")).unwrap();
+    let mut survivor = Command::new("/bin/sleep").arg("600").spawn().unwrap();
+    let mut bystander = Command::new("/bin/sleep").arg("600").spawn().unwrap();
+    {
+        use sandbox::daemon::runs::proc_start_time;
+        use sandbox::daemon::store::{RunRecord, Store};
+        let store = Store::open(&state.join("sandbox.db")).unwrap();
+        for (id, child, start_offset) in [
+            ("00000000000000a1", &survivor, 0),
+            ("00000000000000a2", &bystander, 1),
+        ] {
+            let pid = child.id() as i32;
+            std::fs::create_dir_all(state.join("spool").join(id)).unwrap();
+            store
+                .insert(&RunRecord {
+                    id: id.into(),
+                    uid: my_uid(),
+                    gid: my_uid(),
+                    state: "queued".into(),
+                    command: vec!["/bin/sleep".into()],
+                    profile: "strict".into(),
+                    project: "/".into(),
+                    created_ms: sandbox::daemon::runs::now_ms(),
+                    started_ms: None,
+                    finished_ms: None,
+                    status: None,
+                    reason: None,
+                    report: None,
+                    log_records: None,
+                    supervisor_pid: None,
+                    supervisor_start: None,
+                    init_pid: None,
+                    init_start: None,
+                })
+                .unwrap();
+            store.set_running(id).unwrap();
+            let start = proc_start_time(pid).unwrap() + start_offset;
+            store.set_started(id, pid, Some(start), 2).unwrap();
+        }
+    }
+    let daemon = Daemon {
+        child: None,
+        socket: dir.path().join("sandbox.sock"),
+        dir,
+    }
+    .restart(&format!("[[allow]]\nuids = [{}]\n", my_uid()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = survivor.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = survivor.kill();
+            let _ = survivor.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
+        Some(9),
+        "the surviving process of the lost run is killed"
+    );
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "a process that only reuses a recorded pid is left alone"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    let (_, lost) = daemon.json(None, "GET", "/v1/runs/00000000000000a1", None);
+    assert_eq!(lost["state"], "lost", "{lost}");
+    let (_, events) = daemon.curl(None, "GET", "/v1/runs/00000000000000a1/events", None);
+    assert!(events.contains("\"type\":\"lost\""), "{events}");
 }

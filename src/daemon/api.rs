@@ -421,11 +421,17 @@ async fn events(
     load_visible(&app, &who, &id).await?;
     let path = app.runs.log_path(&id);
     let since = q.since.unwrap_or(0);
-    let tail = blocking(move || {
-        Tail::open(&path, since).map_err(|err| ApiError::internal(format!("the run's log: {err}")))
+    let tail = blocking(move || match Tail::open(&path, since) {
+        Ok(tail) => Ok(Some(tail)),
+        // A run recorded by an older daemon whose spool is gone.
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(ApiError::internal(format!("the run's log: {err}"))),
     })
     .await?;
-    Ok(ndjson(tail, over, q.follow.unwrap_or(false)))
+    Ok(match tail {
+        Some(tail) => ndjson(tail, over, q.follow.unwrap_or(false)),
+        None => ([(header::CONTENT_TYPE, "application/x-ndjson")], "").into_response(),
+    })
 }
 
 async fn audit(
