@@ -635,3 +635,187 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
     let (_, events) = daemon.curl(None, "GET", "/v1/runs/00000000000000a1/events", None);
     assert!(events.contains("\"type\":\"lost\""), "{events}");
 }
+
+fn wait_for_process(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support::host_pids_with(marker).is_empty() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_queue_is_bounded_and_runs_are_cancelled() {
+    if !support::require_root_sandbox("the_queue_is_bounded_and_runs_are_cancelled") {
+        return;
+    }
+    let mut daemon = Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 1\nmax_queue = 2\ncancel_grace = \"1s\"\n\
+         [[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let project = daemon.project("p", None);
+    let first = support::marker("queue-first");
+    let (code, running) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/sleep", &first], false)),
+    );
+    assert_eq!(code, 202, "{running}");
+    let running = running["id"].as_str().unwrap().to_string();
+    wait_for_process(&first);
+    let (code, queued) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/true"], false)),
+    );
+    assert_eq!(code, 202, "{queued}");
+    let queued = queued["id"].as_str().unwrap().to_string();
+    let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{queued}"), None);
+    assert_eq!(shown["state"], "queued", "one slot, taken: {shown}");
+    // Half the queue (1 of 2) is one caller's share.
+    let (code, err) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/true"], false)),
+    );
+    assert_eq!((code, error_code(&err)), (429, "quota_full"), "{err}");
+
+    let (code, cancelled) = daemon.json(None, "POST", &format!("/v1/runs/{queued}/cancel"), None);
+    assert_eq!(
+        (code, &cancelled["state"]),
+        (202, &Value::from("cancelled")),
+        "{cancelled}"
+    );
+    let (code, cancelling) = daemon.json(None, "POST", &format!("/v1/runs/{running}/cancel"), None);
+    assert_eq!(code, 202, "{cancelling}");
+    let (_, events) = daemon.curl(
+        None,
+        "GET",
+        &format!("/v1/runs/{running}/events?follow=true"),
+        None,
+    );
+    assert!(events.contains("\"type\":\"exit\""), "{events}");
+    let (_, over) = daemon.json(None, "GET", &format!("/v1/runs/{running}"), None);
+    assert_eq!(over["state"], "cancelled", "{over}");
+    assert!(support::wait_until_gone(&first, 10).is_empty());
+    let (_, never) = daemon.json(None, "GET", &format!("/v1/runs/{queued}"), None);
+    assert_eq!(never["state"], "cancelled", "{never}");
+    assert_eq!(never["started_ms"], Value::Null, "{never}");
+
+    // SIGTERM: the run in flight is cancelled and recorded, the daemon
+    // exits 0 and the next one finds the result.
+    let last = support::marker("queue-term");
+    let (_, busy) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/sleep", &last], false)),
+    );
+    let busy = busy["id"].as_str().unwrap().to_string();
+    wait_for_process(&last);
+    let mut child = daemon.child.take().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(support::wait_until_gone(&last, 10).is_empty());
+    assert!(
+        !daemon.socket.exists(),
+        "the daemon removes the socket it made"
+    );
+    daemon.kill();
+    let config = std::fs::read_to_string(daemon.config_path()).unwrap();
+    let daemon = daemon.restart(&config);
+    let (_, after) = daemon.json(None, "GET", &format!("/v1/runs/{busy}"), None);
+    assert_eq!(after["state"], "cancelled", "{after}");
+}
+
+/// The daemon's launcher process (its child running `__launch`).
+fn launcher_of(daemon_pid: u32) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if parent == Some(daemon_pid) && String::from_utf8_lossy(&cmdline).contains("__launch") {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
+    if !support::require_root_sandbox("a_dead_launcher_loses_its_runs_and_is_restarted_once") {
+        return;
+    }
+    let daemon = Daemon::start(&format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let project = daemon.project("p", None);
+    let marker = support::marker("launcher-dies");
+    let (_, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/sleep", &marker], false)),
+    );
+    let id = run["id"].as_str().unwrap().to_string();
+    wait_for_process(&marker);
+    let daemon_pid = daemon.child.as_ref().unwrap().id();
+    let launcher = launcher_of(daemon_pid).expect("the daemon's launcher");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(launcher),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
+        if shown["state"] != "running" || Instant::now() > deadline {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        after["state"] == "lost" || after["state"] == "failed",
+        "a run whose launcher died ends without a result: {after}"
+    );
+    assert!(
+        after["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{after}"
+    );
+    assert!(support::wait_until_gone(&marker, 10).is_empty());
+    // The replacement takes runs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, run) = daemon.json(
+            None,
+            "POST",
+            "/v1/runs",
+            Some(&submit(&project, &["/bin/true"], true)),
+        );
+        if code == 200 {
+            assert_eq!(run["status"], 0, "{run}");
+            break;
+        }
+        assert_eq!((code, error_code(&run)), (503, "launcher_down"), "{run}");
+        assert!(Instant::now() < deadline, "the launcher was not restarted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let replacement = launcher_of(daemon_pid).expect("a new launcher");
+    assert_ne!(replacement, launcher);
+}
