@@ -819,3 +819,93 @@ fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
     let replacement = launcher_of(daemon_pid).expect("a new launcher");
     assert_ne!(replacement, launcher);
 }
+
+/// The payload asks the broker to write a file; strict asks a person.
+const ASK_FS_WRITE: &str = r#"
+import socket
+s = socket.socket(fileno=3)
+s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"granted.txt","content":"yes"}}\n')
+print(s.recv(65536).decode().strip())
+"#;
+
+#[test]
+fn a_question_is_answered_through_the_api_by_its_owner_only() {
+    let test = "a_question_is_answered_through_the_api_by_its_owner_only";
+    if !support::require(test, "root (to connect as a second uid)", my_uid() == 0)
+        || !support::require_root_sandbox(test)
+        || !support::require(
+            test,
+            "/usr/bin/python3",
+            Path::new("/usr/bin/python3").exists(),
+        )
+    {
+        return;
+    }
+    let other = support::TEST_UID;
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\n\
+         [[allow]]\nuids = [0]\nprojects = [\"{{dir}}\"]\n\
+         [[allow]]\nuids = [{other}]\nprojects = [\"{{dir}}/theirs\"]\n"
+    ));
+    let project = daemon.project("p", None);
+    let (code, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(
+            &project,
+            &["/usr/bin/python3", "-c", ASK_FS_WRITE],
+            false,
+        )),
+    );
+    assert_eq!(code, 202, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let question = loop {
+        let (_, listed) = daemon.json(None, "GET", "/v1/approvals", None);
+        if let Some(first) = listed["approvals"].as_array().and_then(|a| a.first()) {
+            break first.clone();
+        }
+        assert!(Instant::now() < deadline, "no question appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(question["run"], id.as_str(), "{question}");
+    assert_eq!(question["action"], "fs.write", "{question}");
+    let qid = question["id"].as_str().unwrap().to_string();
+
+    // Another caller neither sees nor answers it.
+    let (_, theirs) = daemon.json(Some(other), "GET", "/v1/approvals", None);
+    assert_eq!(theirs["approvals"], serde_json::json!([]), "{theirs}");
+    let (code, err) = daemon.json(
+        Some(other),
+        "POST",
+        &format!("/v1/approvals/{qid}"),
+        Some("{\"answer\": \"once\"}"),
+    );
+    assert_eq!((code, error_code(&err)), (404, "no_such_approval"), "{err}");
+
+    let (code, answered) = daemon.json(
+        None,
+        "POST",
+        &format!("/v1/approvals/{qid}"),
+        Some("{\"answer\": \"once\"}"),
+    );
+    assert_eq!(code, 200, "{answered}");
+    assert_eq!(answered["answer"], "once");
+    let (_, events) = daemon.curl(
+        None,
+        "GET",
+        &format!("/v1/runs/{id}/events?follow=true"),
+        None,
+    );
+    assert!(events.contains("\"type\":\"answer\""), "{events}");
+    let (_, over) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(over["status"], 0, "{over}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("granted.txt")).unwrap(),
+        "yes",
+        "the approved write happened"
+    );
+    let (_, after) = daemon.json(None, "GET", "/v1/approvals", None);
+    assert_eq!(after["approvals"], serde_json::json!([]), "{after}");
+}
