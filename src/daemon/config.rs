@@ -401,13 +401,18 @@ fn rule_from_raw(raw: RawRule, index: usize, file: &Path) -> Result<Rule, Config
             ));
         }
     }
-    let projects = raw.projects.unwrap_or_else(|| vec![PathBuf::from("/")]);
-    for root in &projects {
+    let mut projects = raw.projects.unwrap_or_else(|| vec![PathBuf::from("/")]);
+    for root in &mut projects {
         if !root.is_absolute() {
             return Err(bad(
                 "projects",
                 format!("{} is relative; give an absolute path", root.display()),
             ));
+        }
+        // Requested projects are compared after canonicalization, so a
+        // root is too (a /home that is a symlink would refuse every run).
+        if let Ok(resolved) = std::fs::canonicalize(&*root) {
+            *root = resolved;
         }
     }
     let mut grants = Vec::new();

@@ -325,7 +325,9 @@ impl Runs {
     /// Start queued runs while slots are free, first come first served
     /// among callers under their own bound.
     fn dispatch(self: &Arc<Self>, state: &mut State) {
-        while state.running.len() < self.config.max_concurrent {
+        // A stopping daemon starts nothing; what is still queued is found
+        // lost ("while the run was queued") by the next one.
+        while !state.stopping && state.running.len() < self.config.max_concurrent {
             let eligible = state.queue.iter().position(|run| {
                 let running = state.running_by_uid.get(&run.uid).copied().unwrap_or(0);
                 run.rule_max.is_none_or(|most| running < most)
@@ -379,9 +381,7 @@ impl Runs {
             decrement(&mut state.running_by_uid, live.uid);
         }
         finish_watch(&mut state, id);
-        if !state.stopping {
-            self.dispatch(&mut state);
-        }
+        self.dispatch(&mut state);
     }
 
     /// One run from slot to result.
