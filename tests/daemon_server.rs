@@ -909,3 +909,74 @@ fn a_question_is_answered_through_the_api_by_its_owner_only() {
     let (_, after) = daemon.json(None, "GET", "/v1/approvals", None);
     assert_eq!(after["approvals"], serde_json::json!([]), "{after}");
 }
+
+#[test]
+fn a_run_cannot_reach_the_daemons_socket_or_database() {
+    let test = "a_run_cannot_reach_the_daemons_socket_or_database";
+    if !support::require_root_sandbox(test)
+        || !support::require(
+            test,
+            "/usr/bin/python3",
+            Path::new("/usr/bin/python3").exists(),
+        )
+    {
+        return;
+    }
+    // The rule allows every project below the directory that also holds
+    // the daemon's socket and state.
+    let daemon = Daemon::start(&format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let state = daemon.dir.path().join("state");
+    let script = format!(
+        "{}\nattempt('socket', lambda: socket.socket(socket.AF_UNIX).connect({:?}))\n\
+         attempt('database', lambda: open({:?}, 'rb').read(1))\n\
+         attempt('spool', lambda: os.listdir({:?}))\n",
+        support::PY_ATTEMPT,
+        daemon.socket.display().to_string(),
+        state.join("sandbox.db").display().to_string(),
+        state.join("spool").display().to_string(),
+    );
+    let project = daemon.project("job", None);
+    let (code, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(
+            &project,
+            &["/usr/bin/python3", "-c", &script],
+            true,
+        )),
+    );
+    assert_eq!(code, 200, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let (_, events) = daemon.curl(None, "GET", &format!("/v1/runs/{id}/events"), None);
+    for what in ["socket", "database", "spool"] {
+        assert!(
+            events.contains(&format!("{what} ")),
+            "{what} was not tried: {events}"
+        );
+        assert!(
+            !events.contains(&format!("{what} ok")),
+            "the run reached the daemon's {what}: {events}"
+        );
+    }
+
+    // Naming the directory that holds them as the project is refused,
+    // as is the state directory itself.
+    for project in [daemon.dir.path().to_path_buf(), state.clone()] {
+        let (code, err) = daemon.json(
+            None,
+            "POST",
+            "/v1/runs",
+            Some(&submit(&project, &["/bin/true"], true)),
+        );
+        assert_eq!(
+            (code, error_code(&err)),
+            (403, "project_not_allowed"),
+            "{}: {err}",
+            project.display()
+        );
+    }
+}

@@ -132,6 +132,9 @@ pub struct Config {
     pub keep_for: Duration,
     /// Rules, in file order.
     pub rules: Vec<Rule>,
+    /// The daemon's own files (state directory, socket): no project may
+    /// contain them or lie inside them. Set at start, not read from the file.
+    pub guarded: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -361,6 +364,7 @@ impl Config {
             keep_runs: 1000,
             keep_for: Duration::from_secs(7 * 86_400),
             rules: Vec::new(),
+            guarded: Vec::new(),
         }
     }
 }

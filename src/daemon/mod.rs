@@ -256,7 +256,8 @@ fn state_dir(options: &Options, config: &Config) -> Result<PathBuf, DaemonError>
         .map_err(fail)?;
     // The spool holds every caller's output: only the daemon's user.
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).map_err(fail)?;
-    Ok(dir)
+    // Absolute: spool paths travel to supervisors that run elsewhere.
+    std::fs::canonicalize(&dir).map_err(fail)
 }
 
 /// Runs a previous daemon left in flight are lost: what survived of them
@@ -323,7 +324,7 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 pub fn run(options: Options) -> Result<(), DaemonError> {
     // With one thread, in this order: nothing below may run after a thread
     // or the runtime exists.
-    let config = Arc::new(load_config(&options)?);
+    let mut config = load_config(&options)?;
     let activated = take_activated_socket()?;
     let exe = PathBuf::from("/proc/self/exe");
     let first = launcher::start(&exe)?;
@@ -335,6 +336,11 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         }
     };
     let state = state_dir(&options, &config)?;
+    config.guarded.push(state.clone());
+    if let Some(path) = &owned_path {
+        config.guarded.push(path.clone());
+    }
+    let config = Arc::new(config);
     let spool = state.join("spool");
     let store = Arc::new(Store::open(&state.join("sandbox.db"))?);
     recover(&store, &spool)?;
