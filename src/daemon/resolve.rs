@@ -117,6 +117,7 @@ pub fn resolve(
         .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
     let mut policy = load_profile(config, rule, &profile_name)?;
     let project = check_project(rule, caller, &request.project)?;
+    check_guarded(config, &project)?;
     let cwd = match &request.cwd {
         None => None,
         Some(cwd) => Some(check_cwd(&project, cwd)?),
@@ -321,6 +322,25 @@ fn check_project(rule: &Rule, caller: Caller, requested: &Path) -> Result<PathBu
         ));
     }
     Ok(project)
+}
+
+/// A project that holds the daemon's database, spool or socket (or lies
+/// inside them) would hand a run every caller's output and the records.
+fn check_guarded(config: &Config, project: &Path) -> Result<(), ApiError> {
+    for guarded in &config.guarded {
+        if guarded.starts_with(project) || project.starts_with(guarded) {
+            return Err(ApiError::forbidden(
+                "project_not_allowed",
+                format!(
+                    "project: {} overlaps the daemon's own files ({})",
+                    project.display(),
+                    guarded.display()
+                ),
+                "use a project directory that neither contains nor lies inside the daemon's state directory or socket",
+            ));
+        }
+    }
+    Ok(())
 }
 
 fn check_cwd(project: &Path, requested: &Path) -> Result<PathBuf, ApiError> {
@@ -712,6 +732,28 @@ mod tests {
         let mut req = request(&root);
         req.env.insert("A=B".into(), "1".into());
         assert_eq!(refused(&config, req).code, "bad_request");
+    }
+
+    #[test]
+    fn a_project_around_or_inside_the_daemons_files_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let state = root.join("state");
+        std::fs::create_dir_all(state.join("spool")).unwrap();
+        let mut config = config_for(&root, "");
+        config.guarded = vec![state.clone()];
+        for project in [root.clone(), state.clone(), state.join("spool")] {
+            let err = refused(&config, request(&project));
+            assert_eq!(err.code, "project_not_allowed", "{}", project.display());
+        }
+        std::fs::create_dir(root.join("job")).unwrap();
+        assert!(resolve(
+            &config,
+            &config.rules[0],
+            caller(),
+            request(&root.join("job"))
+        )
+        .is_ok());
     }
 
     #[test]
