@@ -448,6 +448,7 @@ impl Runs {
         let mut events_open = true;
         let mut launcher_open = true;
         let mut cancelled = false;
+        let mut controls_open = true;
         let grace_ms = u64::try_from(self.config.cancel_grace.as_millis()).unwrap_or(u64::MAX);
         loop {
             if !events_open && (finished.is_some() || !launcher_open || ended.is_some()) {
@@ -511,14 +512,17 @@ impl Runs {
                     }
                     Some(LauncherEvent::Gone) | None => launcher_open = false,
                 },
-                control = controls.recv() => {
+                control = controls.recv(), if controls_open => {
                     let message = match control {
                         Some(Control::Cancel) => {
                             cancelled = true;
                             ToSupervisor::Cancel { grace_ms }
                         }
                         Some(Control::Answer(n, answer)) => ToSupervisor::Answer { id: n, answer },
-                        None => continue,
+                        None => {
+                            controls_open = false;
+                            continue;
+                        }
                     };
                     if events_open {
                         let mut line = serde_json::to_vec(&message).unwrap_or_default();
