@@ -406,6 +406,10 @@ fn bad_requests_get_json_errors() {
     }
     let (code, err) = daemon.json(None, "GET", "/v1/runs/0123456789abcdef", None);
     assert_eq!((code, error_code(&err)), (404, "no_such_run"));
+    let (code, err) = daemon.json(None, "PUT", "/v1/info", None);
+    assert_eq!((code, error_code(&err)), (405, "bad_request"), "{err}");
+    let (code, err) = daemon.json(None, "GET", "/v2/info", None);
+    assert_eq!((code, error_code(&err)), (404, "not_found"), "{err}");
     let (code, err) = daemon.json(None, "GET", "/v1/runs?state=sleeping", None);
     assert_eq!((code, error_code(&err)), (400, "bad_request"), "{err}");
     let (code, err) = daemon.json(

@@ -79,6 +79,7 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/skills", get(skills))
         .route("/v1/skills/{name}/invoke", post(skills))
         .fallback(not_found)
+        .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(app)
 }
@@ -517,5 +518,14 @@ async fn not_found() -> ApiError {
         "not_found",
         "no such endpoint",
         "see docs/daemon.md for the endpoints under /v1",
+    )
+}
+
+async fn wrong_method() -> ApiError {
+    ApiError::new(
+        405,
+        "bad_request",
+        "this endpoint does not take that method",
+        "see docs/daemon.md for each endpoint's method",
     )
 }
