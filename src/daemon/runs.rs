@@ -103,6 +103,10 @@ struct State {
     stopping: bool,
 }
 
+/// How long a run waits for the second of its two ends (events socket
+/// closed, supervisor reaped) once the first has come.
+const LINGER: Duration = Duration::from_secs(5);
+
 /// Load figures for `/v1/info`.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Load {
@@ -512,6 +516,20 @@ impl Runs {
                     }
                     Some(LauncherEvent::Gone) | None => launcher_open = false,
                 },
+                // One side ended and the other has not followed: a closed
+                // events socket is normally reported by the launcher at once,
+                // and a reaped supervisor's socket closes at once unless a
+                // copy leaked. Neither may hold the run's slot for ever.
+                _ = tokio::time::sleep(LINGER), if (!events_open && launcher_open) || (events_open && ended.is_some()) => {
+                    if events_open {
+                        events_open = false;
+                    } else {
+                        launcher_open = false;
+                        if finished.is_none() {
+                            ended = Some("the run's supervisor closed its events socket without a result, and the launcher did not report its end".into());
+                        }
+                    }
+                }
                 control = controls.recv(), if controls_open => {
                     let message = match control {
                         Some(Control::Cancel) => {
