@@ -687,6 +687,15 @@ fn the_queue_is_bounded_and_runs_are_cancelled() {
         Some(&submit(&project, &["/bin/true"], false)),
     );
     assert_eq!((code, error_code(&err)), (429, "quota_full"), "{err}");
+    let headers = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-D", "-", "--unix-socket"])
+        .arg(&daemon.socket)
+        .args(["--data-binary", &submit(&project, &["/bin/true"], false)])
+        .arg("http://daemon/v1/runs")
+        .output()
+        .unwrap();
+    let headers = String::from_utf8_lossy(&headers.stdout).to_ascii_lowercase();
+    assert!(headers.contains("retry-after: 1"), "{headers}");
 
     let (code, cancelled) = daemon.json(None, "POST", &format!("/v1/runs/{queued}/cancel"), None);
     assert_eq!(
@@ -983,4 +992,77 @@ fn a_run_cannot_reach_the_daemons_socket_or_database() {
             project.display()
         );
     }
+}
+
+#[test]
+fn a_user_daemon_without_config_serves_only_its_own_uid() {
+    let test = "a_user_daemon_without_config_serves_only_its_own_uid";
+    if !support::require(
+        test,
+        "root (to start the daemon as another user)",
+        my_uid() == 0,
+    ) || !support::require(
+        test,
+        "user namespaces for an unprivileged user",
+        support::sandbox_works(support::Who::User),
+    ) {
+        return;
+    }
+    let user = support::TEST_UID;
+    let dir = open_dir();
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    std::os::unix::fs::chown(&home, Some(user), Some(user)).unwrap();
+    let project = home.join("job");
+    std::fs::create_dir(&project).unwrap();
+    std::os::unix::fs::chown(&project, Some(user), Some(user)).unwrap();
+    let socket = home.join("sandbox.sock");
+    let notify_path = dir.path().join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    std::fs::set_permissions(&notify_path, std::fs::Permissions::from_mode(0o777)).unwrap();
+    notify
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let child = Command::new(support::binary_for_test_user())
+        .arg("daemon")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(home.join("state"))
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("NOTIFY_SOCKET", &notify_path)
+        .uid(user)
+        .gid(user)
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let daemon = Daemon {
+        child: Some(child),
+        socket: socket.clone(),
+        dir,
+    };
+    let mut buffer = [0u8; 16];
+    let n = notify
+        .recv(&mut buffer)
+        .expect("READY=1 from the user's daemon");
+    assert_eq!(&buffer[..n], b"READY=1");
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode, 0o600,
+        "a socket without socket_mode is its owner's only"
+    );
+
+    let (code, run) = daemon.json(
+        Some(user),
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/echo", "mine"], true)),
+    );
+    assert_eq!(code, 200, "{run}");
+    assert_eq!(run["status"], 0, "{run}");
+    // Root gets past the socket's mode, but not past the daemon's rule.
+    let (code, err) = daemon.json(None, "GET", "/v1/runs", None);
+    assert_eq!((code, error_code(&err)), (403, "not_allowed"), "{err}");
 }
