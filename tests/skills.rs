@@ -329,6 +329,31 @@ fn serve_lists_and_invokes_skills_lazily() {
 }
 
 #[test]
+fn an_on_demand_skill_answers_calls_sent_right_after_its_last_answer() {
+    if !sandbox_runs("an_on_demand_skill_answers_calls_sent_right_after_its_last_answer") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "once",
+        "",
+        (
+            "main.py",
+            "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: {'n': p.get('n')})\n",
+        ),
+    );
+    let mut serve = Serve::start(project.path());
+    // Each call goes out the moment the previous answer arrives, while the
+    // on-demand skill that gave it is still ending: the call must wait for
+    // a fresh process, not be handed to the dying one.
+    for n in 1..=4 {
+        let answer = serve.invoke("once", json!({"n": n}));
+        assert_eq!(answer["result"]["n"], n, "call {n}: {answer}");
+    }
+}
+
+#[test]
 fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaffected() {
     if !sandbox_runs("a_crashing_skill_restarts_with_back_off") {
         return;

@@ -128,6 +128,9 @@ struct HostProc {
     framer: Framer,
     /// Killed by the loop on purpose (reload, removal): not a crash.
     stopping: bool,
+    /// An on-demand skill answered: its process is ending, so the host
+    /// takes no more calls (they wait for its end, then a fresh host).
+    spent: bool,
     /// It said an invocation timed out: replaced, not counted as a crash.
     timed_out: bool,
     /// It answered an invocation with "ended before answering", or failed to start.
@@ -602,7 +605,8 @@ impl Server {
         }
         // A host that is stopping, failed or whose skill ended takes no
         // more calls: they wait for its end-of-file, then a restart.
-        let finished = |h: &HostProc| h.stopping || h.failed.is_some() || h.exited.is_some();
+        let finished =
+            |h: &HostProc| h.stopping || h.spent || h.failed.is_some() || h.exited.is_some();
         if slot.queue.is_empty() || slot.host.as_ref().is_some_and(finished) {
             return Ok(());
         }
@@ -699,8 +703,10 @@ impl Server {
                 "the skill host sent an answer without result or error",
             )),
         };
+        let on_demand = slot.skill.activation != Activation::Persistent;
         if let Some(host) = &mut slot.host {
             host.watchdog = None;
+            host.spent |= on_demand;
         }
         self.respond(&call.id, answer)?;
         self.pump(name)
@@ -1019,6 +1025,7 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
         control: ours,
         framer: Framer::new(64 << 20),
         stopping: false,
+        spent: false,
         timed_out: false,
         failed: None,
         exited: None,
