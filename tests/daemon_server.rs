@@ -1066,3 +1066,62 @@ fn a_user_daemon_without_config_serves_only_its_own_uid() {
     let (code, err) = daemon.json(None, "GET", "/v1/runs", None);
     assert_eq!((code, error_code(&err)), (403, "not_allowed"), "{err}");
 }
+
+#[test]
+fn skills_are_listed_and_invoked_through_the_daemon() {
+    if !support::require_root_sandbox("skills_are_listed_and_invoked_through_the_daemon") {
+        return;
+    }
+    let skills = open_dir();
+    let skill = skills.path().join("echo-n");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: echo-n\ndescription: answers n\nruntime: python\nmain: main.py\n---\nTest.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        skill.join("main.py"),
+        "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: {'n': p.get('n')})\n",
+    )
+    .unwrap();
+    let other = support::TEST_UID;
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\nskills_dirs = [\"{}\"]\n[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n[[allow]]\nuids = [{other}]\nprojects = [\"{{dir}}/theirs\"]\n",
+        skills.path().display(),
+        my_uid(),
+    ));
+    let project = daemon.project("job", None);
+    let query = format!("/v1/skills?project={}", project.display());
+    let (code, listed) = daemon.json(None, "GET", &query, None);
+    assert_eq!(code, 200, "{listed}");
+    assert!(
+        listed["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "echo-n"),
+        "{listed}"
+    );
+
+    let invoke = serde_json::json!({"project": project, "params": {"n": 7}}).to_string();
+    let (code, answer) = daemon.json(None, "POST", "/v1/skills/echo-n/invoke", Some(&invoke));
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["result"]["n"], 7, "{answer}");
+    // Served by a skill host that stays: a second call answers too.
+    let (code, answer) = daemon.json(None, "POST", "/v1/skills/echo-n/invoke", Some(&invoke));
+    assert_eq!(
+        (code, answer["result"]["n"].as_i64()),
+        (200, Some(7)),
+        "{answer}"
+    );
+
+    let (code, missing) = daemon.json(None, "POST", "/v1/skills/nope/invoke", Some(&invoke));
+    assert_eq!(code, 404, "{missing}");
+    assert_eq!(error_code(&missing), "no_such_skill");
+
+    // Another uid is held to its own rule's projects for skills too.
+    let (code, refused) = daemon.json(Some(other), "GET", &query, None);
+    assert_eq!(code, 403, "{refused}");
+    assert_eq!(error_code(&refused), "project_not_allowed", "{refused}");
+}

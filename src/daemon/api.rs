@@ -61,6 +61,8 @@ pub struct App {
     pub runs: Arc<Runs>,
     /// Doctor's verdict, computed once at start.
     pub doctor: serde_json::Value,
+    /// The callers' skill servers.
+    pub skills: Arc<super::skills::SkillHosts>,
 }
 
 type Shared = State<Arc<App>>;
@@ -76,8 +78,10 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/runs/{id}/audit", get(audit))
         .route("/v1/approvals", get(approvals))
         .route("/v1/approvals/{run}/{n}", post(answer))
-        .route("/v1/skills", get(skills))
-        .route("/v1/skills/{name}/invoke", post(skills))
+        .route("/v1/skills", get(skills_list))
+        .route("/v1/skills/reload", post(skills_reload))
+        .route("/v1/skills/{name}/invoke", post(skills_invoke))
+        .route("/v1/skills/{name}/enable", post(skills_enable))
         .fallback(not_found)
         .method_not_allowed_fallback(wrong_method)
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -499,17 +503,187 @@ async fn answer(
     )
 }
 
-async fn skills(
+/// Where a caller's skills run: `?project=` on a list, the body otherwise.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkillsWhere {
+    project: std::path::PathBuf,
+    profile: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InvokeBody {
+    project: std::path::PathBuf,
+    profile: Option<String>,
+    #[serde(default)]
+    params: serde_json::Value,
+}
+
+/// Longest a skill call is waited for; a skill's own timeout (at most
+/// this) ends it sooner, inside `serve`.
+const SKILL_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Listing, enabling and reloading answer at once.
+const SKILL_ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn skill_error(err: super::skills::SkillError) -> ApiError {
+    use super::skills::SkillError;
+    use crate::broker::protocol::code;
+    match err {
+        SkillError::Rpc { code, message, .. } if code == code::NO_SUCH_SKILL => {
+            ApiError::new(404, "no_such_skill", message, "GET /v1/skills lists the skills")
+        }
+        SkillError::Rpc { code, message, .. }
+            if code == code::SKILL_DISABLED || code == code::SKILL_UNAVAILABLE =>
+        {
+            ApiError::new(
+                409,
+                "skill_unavailable",
+                message,
+                "fix the skill (GET /v1/skills shows its state and error), then POST /v1/skills/{name}/enable",
+            )
+        }
+        SkillError::Rpc { code, message, .. } if code == code::INVALID_PARAMS => {
+            ApiError::bad_request(message, "send params that match the skill's input-schema")
+        }
+        SkillError::Rpc { code, message, .. } => ApiError::new(
+            422,
+            "skill_failed",
+            format!("{message} (JSON-RPC error {code})"),
+            "see the skill's log in the daemon's journal",
+        ),
+        SkillError::Timeout(_) => ApiError::new(
+            504,
+            "skill_timeout",
+            err.to_string(),
+            "give the skill a shorter job, or raise its timeout in SKILL.md",
+        ),
+        SkillError::Gone | SkillError::Start(_) => ApiError::new(
+            502,
+            "skill_server_failed",
+            err.to_string(),
+            "try again; the next call starts a fresh skill server",
+        ),
+    }
+}
+
+async fn skill_call(
+    app: Arc<App>,
+    peer: Peer,
+    place: SkillsWhere,
+    method: &'static str,
+    params: serde_json::Value,
+    timeout: Duration,
+) -> Result<(serde_json::Value, super::skills::ServerKey), ApiError> {
+    let who = who(&app, peer)?;
+    let (config, rule, caller) = (app.config.clone(), who.rule.clone(), who.caller);
+    let hosts = app.skills.clone();
+    blocking(move || {
+        let server = super::resolve::resolve_skills(
+            &config,
+            &rule,
+            caller,
+            &place.project,
+            place.profile.as_deref(),
+        )?;
+        let key = super::skills::ServerKey {
+            uid: caller.uid,
+            project: server.project,
+            profile: server.profile,
+        };
+        let result = hosts
+            .call(&key, method, params, timeout)
+            .map_err(skill_error)?;
+        Ok((result, key))
+    })
+    .await
+}
+
+fn skill_body<T: serde::de::DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+) -> Result<T, ApiError> {
+    let bytes = body_bytes(body)?;
+    serde_json::from_slice(&bytes).map_err(|err| bad_body(&err))
+}
+
+async fn skills_list(
     State(app): Shared,
     ConnectInfo(peer): ConnectInfo<Peer>,
+    query: Result<Query<SkillsWhere>, QueryRejection>,
 ) -> Result<Response, ApiError> {
-    who(&app, peer)?;
-    Err(ApiError::new(
-        501,
-        "not_implemented",
-        "skills are not served by this daemon version",
-        "run skills with `sandbox serve` for now",
-    ))
+    let Query(place) = query.map_err(|err| {
+        ApiError::bad_request(
+            format!("the query: {err}"),
+            "GET /v1/skills?project=/absolute/project[&profile=NAME]",
+        )
+    })?;
+    let hosts = app.skills.clone();
+    let (mut listed, key) = skill_call(
+        app,
+        peer,
+        place,
+        "skill.list",
+        serde_json::json!({}),
+        SKILL_ADMIN_TIMEOUT,
+    )
+    .await?;
+    listed["states"] = serde_json::to_value(hosts.states(&key)).unwrap_or_default();
+    Ok(Json(listed).into_response())
+}
+
+async fn skills_invoke(
+    State(app): Shared,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: InvokeBody = skill_body(body)?;
+    let place = SkillsWhere {
+        project: body.project,
+        profile: body.profile,
+    };
+    let params = serde_json::json!({"name": name, "params": body.params});
+    let (result, _) =
+        skill_call(app, peer, place, "skill.invoke", params, SKILL_CALL_TIMEOUT).await?;
+    Ok(Json(serde_json::json!({ "result": result })).into_response())
+}
+
+async fn skills_enable(
+    State(app): Shared,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let place: SkillsWhere = skill_body(body)?;
+    let params = serde_json::json!({ "name": name });
+    let (result, _) = skill_call(
+        app,
+        peer,
+        place,
+        "skill.enable",
+        params,
+        SKILL_ADMIN_TIMEOUT,
+    )
+    .await?;
+    Ok(Json(result).into_response())
+}
+
+async fn skills_reload(
+    State(app): Shared,
+    ConnectInfo(peer): ConnectInfo<Peer>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let place: SkillsWhere = skill_body(body)?;
+    let (result, _) = skill_call(
+        app,
+        peer,
+        place,
+        "skill.reload",
+        serde_json::json!({}),
+        SKILL_ADMIN_TIMEOUT,
+    )
+    .await?;
+    Ok(Json(result).into_response())
 }
 
 async fn not_found() -> ApiError {

@@ -116,6 +116,8 @@ pub struct Config {
     pub state_dir: Option<PathBuf>,
     /// Where profiles callers may name live.
     pub profiles_dir: Option<PathBuf>,
+    /// Skill directories served through `/v1/skills` (besides a project's own).
+    pub skills_dirs: Vec<PathBuf>,
     /// Runs at once.
     pub max_concurrent: usize,
     /// Runs waiting.
@@ -154,6 +156,8 @@ struct RawDaemon {
     socket_group: Option<String>,
     state_dir: Option<PathBuf>,
     profiles_dir: Option<PathBuf>,
+    #[serde(default)]
+    skills_dirs: Vec<PathBuf>,
     max_concurrent: Option<usize>,
     max_queue: Option<usize>,
     max_output: Option<String>,
@@ -302,6 +306,12 @@ impl Config {
                 }
             }
         }
+        if let Some(dir) = d.skills_dirs.iter().find(|dir| !dir.is_absolute()) {
+            return Err(bad(
+                "daemon.skills_dirs",
+                format!("{} is relative; give absolute paths", dir.display()),
+            ));
+        }
         let positive = |key: &str, value: Option<usize>, default: usize| match value {
             Some(0) => Err(bad(key, "must be at least 1".into())),
             Some(n) => Ok(n),
@@ -318,6 +328,7 @@ impl Config {
             socket_group,
             state_dir: d.state_dir.clone(),
             profiles_dir: d.profiles_dir.clone(),
+            skills_dirs: d.skills_dirs.clone(),
             max_concurrent: positive(
                 "daemon.max_concurrent",
                 d.max_concurrent,
@@ -356,6 +367,7 @@ impl Config {
             socket_group: None,
             state_dir: None,
             profiles_dir: None,
+            skills_dirs: Vec::new(),
             max_concurrent: default_max_concurrent(),
             max_queue: DEFAULT_MAX_QUEUE,
             max_output: DEFAULT_MAX_OUTPUT,

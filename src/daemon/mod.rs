@@ -19,6 +19,7 @@ pub mod launcher;
 pub mod log;
 pub mod resolve;
 pub mod runs;
+pub mod skills;
 pub mod store;
 
 use config::{Config, ConfigError};
@@ -361,10 +362,16 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         let restart: launcher::Restart = Box::new(move || launcher::start(&exe));
         let launcher = Launcher::new(first, Some(restart));
         let runs = runs::Runs::new(config.clone(), store.clone(), spool.clone(), launcher);
+        let skills = Arc::new(skills::SkillHosts::new(
+            PathBuf::from("/proc/self/exe"),
+            config.skills_dirs.clone(),
+            state.join("skills"),
+        ));
         let app = Arc::new(api::App {
             config: config.clone(),
             runs: runs.clone(),
             doctor,
+            skills,
         });
         listener
             .set_nonblocking(true)

@@ -116,6 +116,12 @@ pub fn resolve(
         .clone()
         .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
     let mut policy = load_profile(config, rule, &profile_name)?;
+    // A best-effort profile falls back to running without namespaces where
+    // none can be made, as the supervisor's own user: for the daemon that
+    // would be the caller's command running as the daemon's user (root, for
+    // a system daemon), with its state directory in view. A daemon run has
+    // its namespaces or does not start.
+    policy.enforce.userns = crate::profile::policy::Enforcement::Required;
     let project = check_project(rule, caller, &request.project)?;
     check_guarded(config, &project)?;
     let cwd = match &request.cwd {
@@ -632,6 +638,28 @@ mod tests {
     }
 
     #[test]
+    fn no_daemon_run_falls_back_to_running_without_namespaces() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config_for(dir.path(), "profiles = [\"standard\", \"permissive\"]");
+        for profile in ["standard", "permissive"] {
+            assert_eq!(
+                crate::profile::load(profile).unwrap().enforce.userns,
+                crate::profile::policy::Enforcement::BestEffort,
+                "the profile alone would fall back"
+            );
+            let mut req = request(dir.path());
+            req.profile = Some(profile.into());
+            req.network = Some("none".into());
+            let resolved = resolve(&config, &config.rules[0], caller(), req).unwrap();
+            assert_eq!(
+                resolved.spec.policy.enforce.userns,
+                crate::profile::policy::Enforcement::Required,
+                "{profile}"
+            );
+        }
+    }
+
+    #[test]
     fn every_refusal_has_its_code() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("allowed");
@@ -796,4 +824,98 @@ mod tests {
         req.profile = Some("gone".into());
         assert_eq!(refused(&config, req).code, "bad_request");
     }
+}
+
+/// What a caller's skill server is started with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillServer {
+    /// The project the skills run in.
+    pub project: PathBuf,
+    /// The ceiling profile as `sandbox serve --profile` takes it: a
+    /// built-in name, or the absolute path of a file in `profiles_dir`.
+    pub profile: String,
+}
+
+/// Resolve where a caller's skills run: the project and the profile go
+/// through the same checks as a run's, and the profile, which is the most
+/// any skill gets, must lie within the rule (network and limits), since a
+/// skill has no request of its own to narrow it.
+pub fn resolve_skills(
+    config: &Config,
+    rule: &Rule,
+    caller: Caller,
+    project: &Path,
+    profile: Option<&str>,
+) -> Result<SkillServer, ApiError> {
+    let name = profile.unwrap_or(DEFAULT_PROFILE);
+    let policy = load_profile(config, rule, name)?;
+    let project = check_project(rule, caller, project)?;
+    check_guarded(config, &project)?;
+    let mut narrowed = policy.clone();
+    apply_network(rule, &mut narrowed, None)?;
+    let limits = &policy.limits;
+    let most = &rule.limits;
+    let over = |field: &str,
+                asked: Option<String>,
+                ceiling: Option<String>|
+     -> Result<(), ApiError> {
+        let (Some(most), asked) = (ceiling, asked.unwrap_or_else(|| "unlimited".into())) else {
+            return Ok(());
+        };
+        Err(ApiError::forbidden(
+            "limit_too_high",
+            format!(
+                "profile {name:?}: its [limits] {field} ({asked}) is above your most, {most} (rule {}); a skill runs under its profile's limits",
+                rule.name()
+            ),
+            format!(
+                "name a profile whose limits lie within your rule, or ask the daemon's administrator to raise {}.limits.{field}",
+                rule.name()
+            ),
+        ))
+    };
+    let size = crate::profile::size::format_size;
+    if most
+        .memory
+        .is_some_and(|m| limits.memory.is_none_or(|l| l > m))
+    {
+        over("memory", limits.memory.map(size), most.memory.map(size))?;
+    }
+    if most.pids.is_some_and(|m| limits.pids.is_none_or(|l| l > m)) {
+        over(
+            "pids",
+            limits.pids.map(|p| p.to_string()),
+            most.pids.map(|p| p.to_string()),
+        )?;
+    }
+    if most.cpu.is_some_and(|m| limits.cpu.is_none_or(|l| l > m)) {
+        over(
+            "cpus",
+            limits.cpu.map(|c| c.to_string()),
+            most.cpu.map(|c| c.to_string()),
+        )?;
+    }
+    let duration = crate::profile::format_duration;
+    if most
+        .timeout
+        .is_some_and(|m| limits.timeout.is_none_or(|l| l > m))
+    {
+        over(
+            "timeout",
+            limits.timeout.map(duration),
+            most.timeout.map(duration),
+        )?;
+    }
+    let profile = if crate::profile::builtin_names().contains(&name) {
+        name.to_string()
+    } else {
+        match &config.profiles_dir {
+            Some(dir) => dir
+                .join(format!("{name}.toml"))
+                .to_string_lossy()
+                .into_owned(),
+            None => name.to_string(),
+        }
+    };
+    Ok(SkillServer { project, profile })
 }

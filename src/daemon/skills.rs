@@ -1,0 +1,336 @@
+//! Skills through the daemon: one `sandbox serve --stdio` process per
+//! caller, project and profile, started on first use, so the daemon serves
+//! skills with exactly the per-skill hosts, lazy activation, crash back-off,
+//! disabling and hot reload that `serve` has. `serve` is executed (never a
+//! fork of the daemon's threads) with an empty environment: the daemon's
+//! variables and its user's own skill directory never reach a skill.
+//!
+//! Each server has one reader thread that routes answers by JSON-RPC id and
+//! keeps the latest `skill.stateChanged` of each skill.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// Most `serve` processes at once; the one unused longest is stopped to
+/// make room.
+const MAX_SERVERS: usize = 16;
+/// A server nobody called for this long is stopped.
+const IDLE: Duration = Duration::from_secs(600);
+
+/// Why a skill call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SkillError {
+    /// `sandbox serve` could not be started.
+    #[error("starting `sandbox serve` for the skills: {0}")]
+    Start(std::io::Error),
+    /// The server ended (crashed, or was stopped) before answering.
+    #[error("the skill server ended before answering")]
+    Gone,
+    /// No answer in time.
+    #[error("no answer from the skill within {0:?}")]
+    Timeout(Duration),
+    /// The skill (or serve) answered with a JSON-RPC error.
+    #[error("{message}")]
+    Rpc {
+        /// JSON-RPC error code.
+        code: i64,
+        /// Its message.
+        message: String,
+        /// Its data, if any.
+        data: Option<Value>,
+    },
+}
+
+/// Which server a call goes to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServerKey {
+    /// The caller.
+    pub uid: u32,
+    /// The project skills run in (checked against the caller's rule).
+    pub project: PathBuf,
+    /// The most any skill gets (a built-in profile name, or an absolute
+    /// path of a file in the daemon's profile directory).
+    pub profile: String,
+}
+
+type Pending = Arc<Mutex<HashMap<u64, mpsc::Sender<Result<Value, SkillError>>>>>;
+
+struct Server {
+    child: Mutex<Child>,
+    stdin: Mutex<ChildStdin>,
+    pending: Pending,
+    next_id: AtomicU64,
+    alive: Arc<AtomicBool>,
+    states: Arc<Mutex<BTreeMap<String, Value>>>,
+    last_used: Mutex<Instant>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// The daemon's skill servers.
+pub struct SkillHosts {
+    program: PathBuf,
+    skills_dirs: Vec<PathBuf>,
+    /// Each caller's broker state (its grant store) lives below, per uid:
+    /// never the daemon user's own.
+    state_dir: PathBuf,
+    servers: Mutex<HashMap<ServerKey, Arc<Server>>>,
+}
+
+impl std::fmt::Debug for SkillHosts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SkillHosts")
+            .field("skills_dirs", &self.skills_dirs)
+            .finish()
+    }
+}
+
+impl SkillHosts {
+    /// Servers running `program serve` over `skills_dirs`, keeping each
+    /// caller's state below `state_dir/<uid>`.
+    pub fn new(program: PathBuf, skills_dirs: Vec<PathBuf>, state_dir: PathBuf) -> SkillHosts {
+        SkillHosts {
+            program,
+            skills_dirs,
+            state_dir,
+            servers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Send `method` with `params` to the key's server (started if needed)
+    /// and wait for the answer. Blocking: call it off the async runtime.
+    pub fn call(
+        &self,
+        key: &ServerKey,
+        method: &str,
+        params: Value,
+        timeout: Duration,
+    ) -> Result<Value, SkillError> {
+        let server = self.server(key)?;
+        *server
+            .last_used
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Instant::now();
+        let id = server.next_id.fetch_add(1, Ordering::Relaxed);
+        let (answer, wait) = mpsc::channel();
+        server
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, answer);
+        let mut line = serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+        )
+        .map_err(|err| SkillError::Start(std::io::Error::other(err)))?;
+        line.push(b'\n');
+        let sent = server
+            .stdin
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .write_all(&line);
+        if sent.is_err() || !server.alive.load(Ordering::Acquire) {
+            self.forget(key);
+            return Err(SkillError::Gone);
+        }
+        let result = match wait.recv_timeout(timeout) {
+            Ok(result) => result,
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(SkillError::Timeout(timeout)),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(SkillError::Gone),
+        };
+        server
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id);
+        if matches!(result, Err(SkillError::Gone)) {
+            self.forget(key);
+        }
+        result
+    }
+
+    /// The latest state each skill of the key's server announced (empty
+    /// until a skill changed state).
+    pub fn states(&self, key: &ServerKey) -> BTreeMap<String, Value> {
+        let servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        servers.get(key).map_or_else(BTreeMap::new, |server| {
+            server
+                .states
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone()
+        })
+    }
+
+    /// How many servers run.
+    pub fn running(&self) -> usize {
+        self.servers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    fn forget(&self, key: &ServerKey) {
+        self.servers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    fn server(&self, key: &ServerKey) -> Result<Arc<Server>, SkillError> {
+        let mut servers = self.servers.lock().unwrap_or_else(PoisonError::into_inner);
+        servers.retain(|_, server| {
+            server.alive.load(Ordering::Acquire)
+                && server
+                    .last_used
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .elapsed()
+                    < IDLE
+        });
+        if let Some(server) = servers.get(key) {
+            return Ok(server.clone());
+        }
+        if servers.len() >= MAX_SERVERS {
+            let oldest = servers
+                .iter()
+                .min_by_key(|(_, server)| {
+                    *server
+                        .last_used
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                })
+                .map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                servers.remove(&oldest);
+            }
+        }
+        let state = self.state_dir.join(key.uid.to_string());
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&state)
+            .map_err(SkillError::Start)?;
+        let server = Arc::new(start(&self.program, &self.skills_dirs, &state, key)?);
+        servers.insert(key.clone(), server.clone());
+        Ok(server)
+    }
+}
+
+fn start(
+    program: &Path,
+    skills_dirs: &[PathBuf],
+    state: &Path,
+    key: &ServerKey,
+) -> Result<Server, SkillError> {
+    let mut command = Command::new(program);
+    command
+        .arg("serve")
+        .arg("--stdio")
+        .arg("--project")
+        .arg(&key.project)
+        .arg("--profile")
+        .arg(&key.profile);
+    for dir in skills_dirs {
+        command.arg("--skills-dir").arg(dir);
+    }
+    let mut child = command
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("SANDBOX_STATE_DIR", state)
+        // Where serve unpacks the client libraries skills import.
+        .env("XDG_CACHE_HOME", state.join("cache"))
+        .current_dir(&key.project)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        // The skills' logs go to the daemon's own stderr (its journal).
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(SkillError::Start)?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = child.kill();
+        return Err(SkillError::Start(std::io::Error::other("no pipes")));
+    };
+    let pending: Pending = Arc::default();
+    let alive = Arc::new(AtomicBool::new(true));
+    let states: Arc<Mutex<BTreeMap<String, Value>>> = Arc::default();
+    {
+        let (pending, alive, states) = (pending.clone(), alive.clone(), states.clone());
+        std::thread::Builder::new()
+            .name("skill-server".into())
+            .spawn(move || read_answers(stdout, &pending, &states, &alive))
+            .map_err(SkillError::Start)?;
+    }
+    Ok(Server {
+        child: Mutex::new(child),
+        stdin: Mutex::new(stdin),
+        pending,
+        next_id: AtomicU64::new(1),
+        alive,
+        states,
+        last_used: Mutex::new(Instant::now()),
+    })
+}
+
+fn read_answers(
+    stdout: std::process::ChildStdout,
+    pending: &Pending,
+    states: &Mutex<BTreeMap<String, Value>>,
+    alive: &AtomicBool,
+) {
+    for line in BufReader::new(stdout).lines() {
+        let Ok(line) = line else { break };
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if message["method"] == "skill.stateChanged" {
+            if let Some(name) = message["params"]["name"].as_str() {
+                states
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(name.to_string(), message["params"].clone());
+            }
+            continue;
+        }
+        let Some(id) = message["id"].as_u64() else {
+            continue;
+        };
+        let result = match message.get("error") {
+            Some(error) => Err(SkillError::Rpc {
+                code: error["code"].as_i64().unwrap_or(-32603),
+                message: error["message"]
+                    .as_str()
+                    .unwrap_or("the skill failed")
+                    .to_string(),
+                data: error.get("data").cloned(),
+            }),
+            None => Ok(message["result"].clone()),
+        };
+        if let Some(waiter) = pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&id)
+        {
+            let _ = waiter.send(result);
+        }
+    }
+    alive.store(false, Ordering::Release);
+    // Every caller still waiting learns the server is gone.
+    pending
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clear();
+}
