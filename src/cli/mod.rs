@@ -1,6 +1,8 @@
 //! Command-line interface: one file per subcommand.
 use clap::{Parser, Subcommand};
 
+pub mod client;
+pub mod daemon_client;
 pub mod doctor;
 pub mod grants;
 pub mod ipc;
@@ -36,6 +38,14 @@ enum Command {
     Doctor(doctor::DoctorArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
     Serve(serve::ServeArgs),
+    /// List the runs of `sandbox daemon` (yours, or all with see_all).
+    Ps(daemon_client::PsArgs),
+    /// Print a daemon run's output (-f: follow it to the end).
+    Logs(daemon_client::LogsArgs),
+    /// Cancel a daemon run: SIGTERM, then every process killed after the daemon's grace.
+    Cancel(daemon_client::CancelArgs),
+    /// List the open questions of your daemon runs, or answer one.
+    Approvals(daemon_client::ApprovalsArgs),
     /// One skill process of `sandbox serve` (internal).
     #[command(name = "__skill-host", hide = true)]
     SkillHost(skill::HostArgs),
@@ -67,6 +77,10 @@ pub fn main() -> i32 {
         Command::Skill(cmd) => skill::run(cmd),
         Command::Serve(args) => serve::run(args),
         Command::SkillHost(args) => skill::host(args),
+        Command::Ps(args) => daemon_client::ps(args),
+        Command::Logs(args) => daemon_client::logs(args),
+        Command::Cancel(args) => daemon_client::cancel(args),
+        Command::Approvals(args) => daemon_client::approvals(args),
     };
     match result {
         Ok(code) => code,
@@ -74,6 +88,9 @@ pub fn main() -> i32 {
             eprintln!("sandbox: {err:#}");
             if err.downcast_ref::<UsageError>().is_some() {
                 return EXIT_USAGE;
+            }
+            if let Some(client) = err.downcast_ref::<client::ClientError>() {
+                return client.exit_status();
             }
             // 125: the sandbox itself failed (as `env`, `timeout` and container tools use it),
             // distinct from the command's own statuses and from 126/127.
