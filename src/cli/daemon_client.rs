@@ -15,6 +15,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use hyper::Method;
 use serde_json::{json, Map, Value};
+use tokio::signal::unix::Signal;
 
 use super::client::{segment, Client, ClientError, EventFollower};
 use super::run::{NetArg, RunArgs};
@@ -210,7 +211,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<i32> {
         run: &args.id,
         follower: EventFollower::after(args.since),
         sink,
-        cancel_on_interrupt: false,
+        signals: None,
         quiet: true,
     };
     client.block_on(follow.run(args.follow))?;
@@ -314,13 +315,23 @@ pub fn run_remote(args: RunArgs, socket: PathBuf) -> anyhow::Result<i32> {
         None => None,
     };
     let client = Client::new(socket)?;
+    // Caught from before the submission, so a Ctrl-C that comes before the
+    // stream is open still cancels the run instead of orphaning it.
+    let signals = client.block_on(async {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::terminate())?,
+        ))
+    });
+    let signals = Some(signals.map_err(ClientError::Runtime)?);
     let id = client.block_on(submit(&client, &request, args.quiet))?;
     let mut follow = Follow {
         client: &client,
         run: &id,
         follower: EventFollower::default(),
         sink: Sink::Output,
-        cancel_on_interrupt: true,
+        signals,
         quiet: args.quiet,
     };
     let run = client.block_on(follow.run(true))?;
@@ -432,8 +443,9 @@ struct Follow<'a> {
     run: &'a str,
     follower: EventFollower,
     sink: Sink,
-    /// SIGINT and SIGTERM cancel the run (which keeps streaming to its end).
-    cancel_on_interrupt: bool,
+    /// SIGINT and SIGTERM, caught: they cancel the run (which keeps
+    /// streaming to its end).
+    signals: Option<(Signal, Signal)>,
     quiet: bool,
 }
 
@@ -441,14 +453,10 @@ impl Follow<'_> {
     /// Stream the records; with `follow`, until the run is over (then its
     /// run object, when one was read to check that).
     async fn run(&mut self, follow: bool) -> Result<Option<Value>, ClientError> {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut interrupt = None;
-        let mut terminate = None;
-        if self.cancel_on_interrupt {
-            let failed = |err| ClientError::Runtime(err);
-            interrupt = Some(signal(SignalKind::interrupt()).map_err(failed)?);
-            terminate = Some(signal(SignalKind::terminate()).map_err(failed)?);
-        }
+        let (mut interrupt, mut terminate) = match self.signals.take() {
+            Some((interrupt, terminate)) => (Some(interrupt), Some(terminate)),
+            None => (None, None),
+        };
         let mut out = Output::default();
         let mut broken_since: Option<std::time::Instant> = None;
         loop {
@@ -505,8 +513,8 @@ impl Follow<'_> {
         &mut self,
         mut body: hyper::body::Incoming,
         out: &mut Output,
-        interrupt: &mut Option<tokio::signal::unix::Signal>,
-        terminate: &mut Option<tokio::signal::unix::Signal>,
+        interrupt: &mut Option<Signal>,
+        terminate: &mut Option<Signal>,
     ) -> Result<bool, ClientError> {
         use http_body_util::BodyExt;
         loop {
@@ -573,7 +581,7 @@ impl Follow<'_> {
     }
 }
 
-async fn recv(signal: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+async fn recv(signal: &mut Option<Signal>) -> Option<()> {
     match signal {
         Some(signal) => signal.recv().await,
         None => std::future::pending().await,
