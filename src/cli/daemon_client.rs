@@ -38,7 +38,7 @@ const BUSY_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 pub struct SocketArg {
     /// The daemon's socket (default: $SANDBOX_DAEMON, else /run/sandbox/sandbox.sock for
     /// root and $XDG_RUNTIME_DIR/sandbox.sock for a user).
-    #[arg(long = "daemon", value_name = "SOCKET")]
+    #[arg(long = "daemon", value_name = "SOCKET", global = true)]
     pub daemon: Option<PathBuf>,
 }
 
@@ -120,7 +120,6 @@ pub struct CancelArgs {
 
 /// Arguments of `sandbox approvals`.
 #[derive(Debug, Args)]
-#[command(args_conflicts_with_subcommands = true)]
 pub struct ApprovalsArgs {
     #[command(flatten)]
     socket: SocketArg,
@@ -135,8 +134,6 @@ pub struct ApprovalsArgs {
 enum ApprovalsAction {
     /// Answer one open question.
     Answer {
-        #[command(flatten)]
-        socket: SocketArg,
         /// The question's id (`RUN/N`, as `sandbox approvals` lists it).
         id: String,
         /// once: this request; run: every such request of the run; deny: no.
@@ -229,13 +226,8 @@ pub fn cancel(args: CancelArgs) -> anyhow::Result<i32> {
 
 /// `sandbox approvals` and `sandbox approvals answer`.
 pub fn approvals(args: ApprovalsArgs) -> anyhow::Result<i32> {
-    if let Some(ApprovalsAction::Answer { socket, id, answer }) = args.action {
-        let socket = if socket.daemon.is_some() {
-            socket
-        } else {
-            args.socket
-        };
-        let client = socket.client()?;
+    if let Some(ApprovalsAction::Answer { id, answer }) = args.action {
+        let client = args.socket.client()?;
         let (run, number) = id.rsplit_once('/').ok_or_else(|| {
             UsageError(format!(
                 "{id}: an approval id is RUN/N, as `sandbox approvals` lists it"
@@ -1153,6 +1145,30 @@ mod tests {
         let args = parse(&["--daemon", "true"]);
         assert_eq!(args.daemon.as_deref(), Some(""));
         assert_eq!(args.command, [OsString::from("true")]);
+    }
+
+    #[test]
+    fn approvals_take_the_socket_before_or_after_answer() {
+        #[derive(Debug, Parser)]
+        struct Approvals {
+            #[command(flatten)]
+            args: ApprovalsArgs,
+        }
+        for argv in [
+            &["x", "--daemon", "/d.sock", "answer", "r/1", "once"][..],
+            &["x", "answer", "r/1", "deny", "--daemon", "/d.sock"][..],
+        ] {
+            let parsed = Approvals::try_parse_from(argv).expect("parses").args;
+            assert_eq!(
+                parsed.socket.daemon,
+                Some(PathBuf::from("/d.sock")),
+                "{argv:?}"
+            );
+            assert!(matches!(
+                parsed.action,
+                Some(ApprovalsAction::Answer { .. })
+            ));
+        }
     }
 
     #[test]
