@@ -42,6 +42,8 @@ pub struct Command {
     read_only_extra: Vec<(PathBuf, PathBuf)>,
     verbose: bool,
     dry_run: bool,
+    asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+    grant_store: crate::broker::grants::StoreChoice,
 }
 
 /// How a sandboxed command ended.
@@ -101,6 +103,8 @@ impl Command {
             read_only_extra: Vec::new(),
             verbose: false,
             dry_run: false,
+            asker: None,
+            grant_store: crate::broker::grants::StoreChoice::Default,
         }
     }
 
@@ -214,6 +218,19 @@ impl Command {
         &self.policy
     }
 
+    /// Who answers the broker's "ask" decisions instead of a person on the
+    /// terminal (`sandbox daemon` asks through its approval API).
+    pub fn asker(&mut self, asker: Box<dyn crate::broker::prompt::Asker>) -> &mut Command {
+        self.asker = Some(asker);
+        self
+    }
+
+    /// Which stored grants the run uses (default: the supervisor user's store).
+    pub fn grant_store(&mut self, store: crate::broker::grants::StoreChoice) -> &mut Command {
+        self.grant_store = store;
+        self
+    }
+
     /// Run to completion and return the exit status.
     pub fn status(&mut self) -> Result<ExitStatus, SpawnError> {
         self.run().result
@@ -262,6 +279,8 @@ impl Command {
         prepared.cgroup_parent = self.cgroup_parent.clone();
         prepared.audit = self.audit.clone();
         prepared.interactive = self.interactive;
+        prepared.asker = self.asker.take();
+        prepared.grant_store = self.grant_store.clone();
         prepared.secrets = self.secrets.clone();
         prepared.skill = self.skill.clone();
         prepared.verbose = self.verbose;

@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::grants::{Grant, GrantStore};
 use super::permission::{self, Verdict};
-use super::prompt::{Answer, Prompter};
+use super::prompt::{Answer, Asker};
 use crate::action::{Action, Permission};
 use crate::profile::policy::{BrokerPolicy, Decision};
 
@@ -28,7 +28,7 @@ pub struct Decider {
     /// Stored grants.
     pub grants: Option<GrantStore>,
     /// A person to ask.
-    pub prompter: Option<Prompter>,
+    pub prompter: Option<Box<dyn Asker>>,
     /// The canonical project root (grants are per project).
     pub project: PathBuf,
     /// Who asks: `command:<program>` or `skill:<name>`.

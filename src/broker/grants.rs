@@ -65,6 +65,19 @@ pub struct GrantStore {
     grants: Vec<Grant>,
 }
 
+/// Which grant store a run uses.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StoreChoice {
+    /// The supervisor user's ([`default_path`]).
+    #[default]
+    Default,
+    /// None: no stored grant applies and "always" stores nothing (a daemon
+    /// running other users' runs must not use its own user's grants).
+    Without,
+    /// This file.
+    At(PathBuf),
+}
+
 /// `$SANDBOX_STATE_DIR/grants.json`, else `$XDG_STATE_HOME/sandbox/grants.json`,
 /// else `~/.local/state/sandbox/grants.json`.
 pub fn default_path() -> PathBuf {

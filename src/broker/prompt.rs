@@ -129,6 +129,25 @@ fn fresh_code() -> String {
     format!("{:04}", hasher.finish() % 10_000)
 }
 
+/// Whoever answers an "ask": a person on the terminal ([`Prompter`]), or
+/// `sandbox daemon`'s approval queue through the run's events socket.
+pub trait Asker: std::fmt::Debug + Send {
+    /// Ask; a failure to ask, or no answer in time, is a deny. The
+    /// supervisor's loop waits meanwhile.
+    fn ask(&mut self, caller: &str, action: &str, target: Option<&str>) -> Answer;
+    /// Never wait past `at` (the run's deadline).
+    fn not_after(&mut self, at: Option<Instant>);
+}
+
+impl Asker for Prompter {
+    fn ask(&mut self, caller: &str, action: &str, target: Option<&str>) -> Answer {
+        Prompter::ask(self, caller, action, target)
+    }
+    fn not_after(&mut self, at: Option<Instant>) {
+        Prompter::not_after(self, at)
+    }
+}
+
 /// The controlling terminal, when there is one.
 pub struct Prompter {
     tty: std::fs::File,

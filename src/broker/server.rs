@@ -319,7 +319,13 @@ impl Broker {
 
     /// Ask a person on this terminal when a decision is "ask".
     pub fn use_prompter(&mut self, prompter: super::prompt::Prompter) {
-        self.decider.prompter = Some(prompter);
+        self.use_asker(Box::new(prompter));
+    }
+
+    /// Ask `asker` when a decision is "ask" (the daemon's approval queue).
+    pub fn use_asker(&mut self, mut asker: Box<dyn super::prompt::Asker>) {
+        asker.not_after(self.run_deadline);
+        self.decider.prompter = Some(asker);
     }
 
     /// Send `skill.invoke` with `params`; its answer comes back from

@@ -6,6 +6,7 @@ pub mod daemon_client;
 pub mod doctor;
 pub mod grants;
 pub mod ipc;
+pub mod launch;
 pub mod profile;
 pub mod run;
 pub mod serve;
@@ -46,6 +47,9 @@ enum Command {
     Cancel(daemon_client::CancelArgs),
     /// List the open questions of your daemon runs, or answer one.
     Approvals(daemon_client::ApprovalsArgs),
+    /// The daemon's fork server (internal).
+    #[command(name = "__launch", hide = true)]
+    Launch(launch::LaunchArgs),
     /// One skill process of `sandbox serve` (internal).
     #[command(name = "__skill-host", hide = true)]
     SkillHost(skill::HostArgs),
@@ -81,6 +85,7 @@ pub fn main() -> i32 {
         Command::Logs(args) => daemon_client::logs(args),
         Command::Cancel(args) => daemon_client::cancel(args),
         Command::Approvals(args) => daemon_client::approvals(args),
+        Command::Launch(args) => launch::run(args),
     };
     match result {
         Ok(code) => code,

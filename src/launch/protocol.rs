@@ -276,3 +276,46 @@ impl Chunk {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_crosses_to_the_launcher_unchanged() {
+        for name in ["strict", "standard", "permissive"] {
+            let policy = crate::profile::load(name).unwrap();
+            let spec = RunSpec {
+                policy: policy.clone(),
+                argv: vec!["/bin/true".into()],
+                env: vec![],
+                project: "/tmp".into(),
+                cwd: None,
+                secrets: vec![],
+                cgroup_parent: None,
+                audit: None,
+                grant_store: None,
+                ask_deadline_ms: 1,
+                stdin: false,
+            };
+            let message = serde_json::to_vec(&ToLauncher::Spawn {
+                run: "r".into(),
+                spec: Box::new(spec),
+            })
+            .unwrap();
+            let ToLauncher::Spawn { spec, .. } = serde_json::from_slice(&message).unwrap();
+            assert_eq!(spec.policy, policy, "{name}");
+        }
+    }
+
+    #[test]
+    fn chunks_keep_their_bytes() {
+        for bytes in [&b"text\n"[..], b"\xff\xfe binary", b""] {
+            let line = serde_json::to_string(&LogEvent::Stdout(Chunk::new(bytes))).unwrap();
+            let LogEvent::Stdout(chunk) = serde_json::from_str(&line).unwrap() else {
+                panic!("{line}");
+            };
+            assert_eq!(chunk.bytes().unwrap(), bytes);
+        }
+    }
+}

@@ -73,7 +73,9 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Fail
         match stdio {
             // The supervisor turned SupervisorStderr into a descriptor.
             Stdio::Inherit | Stdio::SupervisorStderr => {}
-            Stdio::Null => {
+            // The supervisor replaced a log by its pipe; should one be left,
+            // the payload's stream goes nowhere rather than anywhere else.
+            Stdio::Null | Stdio::Log(_) => {
                 let flags = if target == 0 {
                     OFlag::O_RDONLY
                 } else {

@@ -17,6 +17,7 @@ pub mod output;
 pub mod parent;
 pub mod prepare;
 pub mod report;
+pub mod stdio;
 pub mod terminal;
 
 use std::path::PathBuf;

@@ -24,7 +24,8 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::PollFlags;
 
-use super::prepare::{Prepared, Stdio};
+use super::prepare::Prepared;
+pub use super::stdio::{OutputLog, OutputStream, SharedLog, Stdio};
 use super::terminal::{is_tty, SavedTerminal};
 use super::SpawnError;
 
@@ -35,10 +36,18 @@ const INPUT_BUFFER: usize = 4096;
 /// the foreground (no event says so without job-control signals).
 const FOREGROUND_RECHECK: Duration = Duration::from_millis(200);
 
+/// Where relayed output goes.
+enum Target {
+    /// A descriptor (the supervisor's stream, or the caller's).
+    Fd(OwnedFd),
+    /// Records of a log.
+    Log(SharedLog, OutputStream),
+}
+
 enum Direction {
     /// The payload writes the pipe; the supervisor copies to `target`.
     Out {
-        target: OwnedFd,
+        target: Target,
         /// False once writing to `target` failed (a closed downstream pipe).
         relaying: bool,
     },
@@ -134,11 +143,35 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
     }
     let mut streams = Vec::new();
     for target in 0..3usize {
+        if let Stdio::Log(log) = &prepared.stdio[target] {
+            let stream = match target {
+                1 => OutputStream::Stdout,
+                2 => OutputStream::Stderr,
+                _ => {
+                    return Err(SpawnError::Invalid(
+                        "stdin cannot be a run log; give a descriptor or /dev/null".into(),
+                    ))
+                }
+            };
+            let log = log.clone();
+            let (read, write) =
+                nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
+            give_to_sandbox(&write, prepared)?;
+            prepared.stdio[target] = Stdio::Fd(write);
+            streams.push(Stream {
+                pipe: Some(read),
+                direction: Direction::Out {
+                    target: Target::Log(log, stream),
+                    relaying: true,
+                },
+            });
+            continue;
+        }
         let given = match &prepared.stdio[target] {
             Stdio::Inherit => Some(target as RawFd),
             Stdio::SupervisorStderr => Some(2),
             Stdio::Fd(fd) => Some(fd.as_raw_fd()),
-            Stdio::Null => None,
+            Stdio::Null | Stdio::Log(_) => None,
         };
         let tty = given.is_some_and(is_tty);
         let inherited = matches!(
@@ -176,7 +209,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                 streams.push(Stream {
                     pipe: Some(read),
                     direction: Direction::Out {
-                        target: to,
+                        target: Target::Fd(to),
                         relaying: true,
                     },
                 });
@@ -277,30 +310,54 @@ impl OutputRelay {
             }
         };
         let room = self.cap.saturating_sub(self.written).min(n as u64) as usize;
+        let mut log = None;
         if let Direction::Out { target, relaying } = &mut stream.direction {
-            if room > 0 && *relaying {
-                let mut rest = &self.buffer[..room];
-                while !rest.is_empty() {
-                    match nix::unistd::write(target.as_fd(), rest) {
-                        Ok(w) => rest = &rest[w..],
-                        Err(Errno::EINTR) => {}
-                        Err(_) => {
-                            // The reader went away (EPIPE): keep draining, stop relaying.
-                            *relaying = false;
-                            break;
+            match target {
+                Target::Fd(target) if room > 0 && *relaying => {
+                    let mut rest = &self.buffer[..room];
+                    while !rest.is_empty() {
+                        match nix::unistd::write(target.as_fd(), rest) {
+                            Ok(w) => rest = &rest[w..],
+                            Err(Errno::EINTR) => {}
+                            Err(_) => {
+                                // The reader went away (EPIPE): keep draining, stop relaying.
+                                *relaying = false;
+                                break;
+                            }
                         }
                     }
                 }
+                Target::Log(shared, which) => {
+                    if room > 0 && *relaying {
+                        let written = match shared.0.lock() {
+                            Ok(mut log) => log.output(*which, &self.buffer[..room]).is_ok(),
+                            Err(_) => false,
+                        };
+                        *relaying = written;
+                    }
+                    log = Some(shared.clone());
+                }
+                Target::Fd(_) => {}
             }
         }
         self.written += room as u64;
         if room < n && !self.capped {
             self.capped = true;
-            let notice = format!(
-                "\nsandbox: output cap of {} reached: the rest of stdout and stderr is dropped\n",
-                human(self.cap)
-            );
-            let _ = nix::unistd::write(crate::sys::fd::borrow(2), notice.as_bytes());
+            match log {
+                // The log's reader says it to its own user, in order.
+                Some(log) => {
+                    if let Ok(mut log) = log.0.lock() {
+                        log.capped(self.cap);
+                    }
+                }
+                None => {
+                    let notice = format!(
+                        "\nsandbox: output cap of {} reached: the rest of stdout and stderr is dropped\n",
+                        human(self.cap)
+                    );
+                    let _ = nix::unistd::write(crate::sys::fd::borrow(2), notice.as_bytes());
+                }
+            }
         }
     }
 

@@ -108,6 +108,9 @@ pub enum Steer {
     Continue,
     /// Kill every process of the run.
     Kill,
+    /// SIGTERM to the command now (through init, as a forwarded signal),
+    /// every process of the run killed after the grace (a cancel).
+    Terminate(Duration),
 }
 
 /// Talks to the sandboxed program over the broker channel while the run
@@ -621,22 +624,29 @@ fn start_cloned(
         };
         broker.cover(&paths(&scan.secrets), &paths(&scan.protected));
     }
-    let store = crate::broker::grants::default_path();
-    match writable_tree_holding(prepared, &store) {
+    let store = match &prepared.grant_store {
+        crate::broker::grants::StoreChoice::Default => Some(crate::broker::grants::default_path()),
+        crate::broker::grants::StoreChoice::Without => None,
+        crate::broker::grants::StoreChoice::At(path) => Some(path.clone()),
+    };
+    match store.as_ref().map(|store| (store, writable_tree_holding(prepared, store))) {
+        None => {}
         // The payload could plant grants there for a later run.
-        Some(tree) => prepared.warnings.push(format!(
+        Some((store, Some(tree))) => prepared.warnings.push(format!(
             "stored grants are not used: the grant store {} is inside {}, which the sandboxed command can write; set SANDBOX_STATE_DIR or XDG_STATE_HOME to a directory outside it",
             store.display(),
             tree.display()
         )),
-        None => match crate::broker::grants::GrantStore::load(&store) {
+        Some((store, None)) => match crate::broker::grants::GrantStore::load(store) {
             Ok(store) => broker.use_grants(store),
             Err(err) => prepared
                 .warnings
                 .push(format!("stored grants are not used: {err}")),
         },
     }
-    if prepared.interactive {
+    if let Some(asker) = prepared.asker.take() {
+        broker.use_asker(asker);
+    } else if prepared.interactive {
         if let Some(prompter) = crate::broker::prompt::Prompter::open() {
             broker.use_prompter(prompter);
         }
@@ -909,6 +919,8 @@ impl Running {
         // clock's range (profiles and flags cap it at a year); that is no
         // deadline, not a panic of the supervisor.
         let mut deadline = prepared.timeout.and_then(|t| self.started.checked_add(t));
+        // After a driver's Terminate: when the run is killed.
+        let mut cancel_kill_at: Option<Instant> = None;
         let init_status = loop {
             let mut poll_fds = vec![
                 PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
@@ -953,6 +965,7 @@ impl Running {
             }
             let next = [
                 deadline,
+                cancel_kill_at,
                 driver.as_ref().and_then(|d| d.deadline()),
                 job_deadline,
                 relay.as_ref().and_then(|r| r.recheck_at()),
@@ -1035,6 +1048,10 @@ impl Running {
                     deadline = Some(Instant::now() + TIMEOUT_GRACE);
                 }
             }
+            if cancel_kill_at.is_some_and(|at| Instant::now() >= at) {
+                self.end_run();
+                cancel_kill_at = None;
+            }
             if signal_ready {
                 while let Ok(Some(info)) = self.signals.read_signal() {
                     if let Ok(signal) = Signal::try_from(info.ssi_signo as i32) {
@@ -1074,8 +1091,15 @@ impl Running {
                     channel_closed: self.broker_closed.get(),
                     exited: false,
                 });
-                if steer == Steer::Kill {
-                    self.end_run();
+                match steer {
+                    Steer::Continue => {}
+                    Steer::Kill => self.end_run(),
+                    Steer::Terminate(grace) => {
+                        if cancel_kill_at.is_none() {
+                            let _ = kill(self.init_pid, Signal::SIGTERM);
+                            cancel_kill_at = Instant::now().checked_add(grace);
+                        }
+                    }
                 }
                 if broker.wants_output() && !broker.on_writable(sock.as_fd()) {
                     self.broker_closed.set(true);

@@ -16,20 +16,7 @@ use crate::landlock::LandlockAccess;
 use crate::profile::policy::{Enforcement, NetworkMode, Policy, ProjectAccess};
 use crate::seccomp::CompiledFilter;
 
-/// Where a standard stream of the payload comes from.
-#[derive(Debug, Default)]
-pub enum Stdio {
-    /// The supervisor's own stream.
-    #[default]
-    Inherit,
-    /// /dev/null.
-    Null,
-    /// This descriptor.
-    Fd(std::os::fd::OwnedFd),
-    /// The supervisor's stderr (under the output cap): a skill's prints go
-    /// to the log, apart from the result on stdout.
-    SupervisorStderr,
-}
+pub use super::stdio::Stdio;
 
 /// The skill a run serves, as the broker needs it.
 #[derive(Debug, Clone, PartialEq)]
@@ -215,6 +202,10 @@ pub struct Prepared {
     pub audit: Option<PathBuf>,
     /// Whether "ask" may prompt on the supervisor's terminal.
     pub interactive: bool,
+    /// Who answers "ask" instead of the terminal (the daemon's approvals).
+    pub asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+    /// Which stored grants apply.
+    pub grant_store: crate::broker::grants::StoreChoice,
     /// The run's policy, for commands the broker runs on its behalf
     /// (terminal.run gets the same sandbox, never a weaker one).
     pub policy: Policy,
@@ -792,6 +783,8 @@ impl Prepared {
             hidden: policy.filesystem.hide.clone(),
             audit: None,
             interactive: false,
+            asker: None,
+            grant_store: crate::broker::grants::StoreChoice::Default,
             secrets: Vec::new(),
             skill: None,
             policy: policy.clone(),

@@ -4,6 +4,7 @@
 
 pub mod clone;
 pub mod fd;
+pub mod fork;
 pub mod mount_api;
 pub mod net;
 pub mod probe;

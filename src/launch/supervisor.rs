@@ -1,0 +1,426 @@
+//! One daemon run's supervisor: a process forked by the launcher that does
+//! what `sandbox run` does ([`crate::Command::spawn`], then the wait with its
+//! broker, limits, janitor and report), with the daemon on the other end of
+//! an events socket instead of a person on a terminal, and the output
+//! written as records of the run's log instead of to a terminal.
+
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use super::protocol::{
+    Approval, Chunk, FromSupervisor, LogEvent, LogRecord, RunSpec, ToSupervisor, MAX_MESSAGE,
+    SPAWN_FDS_EVENTS, SPAWN_FDS_LOG, SPAWN_FDS_STDIN,
+};
+use crate::broker::prompt::{Answer, Asker};
+use crate::spawn::output::{OutputLog, OutputStream, SharedLog};
+use crate::spawn::parent::{Driver, Steer, Turn};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The run's log file: numbered records, one write each (`O_APPEND`, so a
+/// reader tailing it sees whole lines or nothing of a line).
+struct RunLog {
+    file: std::fs::File,
+    seq: u64,
+    /// False once a write failed (a full disk): the run goes on, its log
+    /// stops, and the report says the output was not all kept.
+    healthy: bool,
+}
+
+impl RunLog {
+    fn record(&mut self, event: LogEvent) -> std::io::Result<()> {
+        if !self.healthy {
+            return Err(std::io::Error::other("the run log failed earlier"));
+        }
+        self.seq += 1;
+        let record = LogRecord {
+            seq: self.seq,
+            time_ms: now_ms(),
+            event,
+        };
+        let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let written = self.file.write_all(&line);
+        if written.is_err() {
+            self.healthy = false;
+        }
+        written
+    }
+}
+
+impl OutputLog for RunLog {
+    fn output(&mut self, stream: OutputStream, bytes: &[u8]) -> std::io::Result<()> {
+        let chunk = Chunk::new(bytes);
+        self.record(match stream {
+            OutputStream::Stdout => LogEvent::Stdout(chunk),
+            OutputStream::Stderr => LogEvent::Stderr(chunk),
+        })
+    }
+
+    fn capped(&mut self, cap: u64) {
+        let _ = self.record(LogEvent::OutputCapped { cap });
+    }
+}
+
+/// The events socket, read by the driver (cancel) and by the asker
+/// (answers) from one buffer, so a line split across reads is never lost.
+struct Events {
+    sock: OwnedFd,
+    buffer: Vec<u8>,
+    /// A cancel arrived (possibly while a question was open).
+    cancel: Option<Duration>,
+    /// The daemon closed its end.
+    closed: bool,
+}
+
+impl Events {
+    fn send(&mut self, message: &FromSupervisor) {
+        let Ok(mut line) = serde_json::to_vec(message) else {
+            return;
+        };
+        line.push(b'\n');
+        let mut rest = &line[..];
+        while !rest.is_empty() {
+            match nix::unistd::write(self.sock.as_fd(), rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(Errno::EINTR) => {}
+                Err(_) => {
+                    self.closed = true;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Read what is there (one read), and return the complete messages.
+    fn read(&mut self) -> Vec<ToSupervisor> {
+        let mut chunk = [0u8; 4096];
+        match nix::sys::socket::recv(
+            self.sock.as_raw_fd(),
+            &mut chunk,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        ) {
+            Ok(0) => self.closed = true,
+            Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+            Err(Errno::EINTR | Errno::EAGAIN) => {}
+            Err(_) => self.closed = true,
+        }
+        let mut messages = Vec::new();
+        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+            // The daemon is trusted; a line that does not parse is dropped.
+            if let Ok(message) = serde_json::from_slice::<ToSupervisor>(&line) {
+                if let ToSupervisor::Cancel { grace_ms } = message {
+                    self.cancel = Some(Duration::from_millis(grace_ms));
+                }
+                messages.push(message);
+            }
+        }
+        if self.buffer.len() > MAX_MESSAGE {
+            self.buffer.clear();
+        }
+        messages
+    }
+}
+
+/// Answers "ask" through the daemon's approval queue.
+struct DaemonAsker {
+    events: Arc<Mutex<Events>>,
+    log: Arc<Mutex<RunLog>>,
+    deadline: Duration,
+    not_after: Option<Instant>,
+    asked: u64,
+}
+
+impl std::fmt::Debug for DaemonAsker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonAsker")
+            .field("asked", &self.asked)
+            .finish()
+    }
+}
+
+impl Asker for DaemonAsker {
+    fn ask(&mut self, caller: &str, action: &str, target: Option<&str>) -> Answer {
+        self.asked += 1;
+        let id = self.asked;
+        let mut until = Instant::now() + self.deadline;
+        if let Some(end) = self.not_after {
+            until = until.min(end);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        let target = target.map(crate::broker::prompt::escape);
+        {
+            let mut events = self
+                .events
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if events.closed || events.cancel.is_some() {
+                return Answer::Deny;
+            }
+            events.send(&FromSupervisor::Ask {
+                id,
+                caller: caller.to_string(),
+                action: action.to_string(),
+                target: target.clone(),
+                deadline_ms: now_ms() + left.as_millis() as u64,
+            });
+        }
+        let _ = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(LogEvent::Ask {
+                id,
+                action: action.to_string(),
+                target,
+            });
+        let approval = self.wait_for(id, until);
+        let _ = self
+            .log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .record(LogEvent::Answer {
+                id,
+                answer: approval,
+            });
+        match approval {
+            Approval::Once => Answer::Once,
+            Approval::Run => Answer::Run,
+            Approval::Deny => Answer::Deny,
+        }
+    }
+
+    fn not_after(&mut self, at: Option<Instant>) {
+        self.not_after = at;
+    }
+}
+
+impl DaemonAsker {
+    fn wait_for(&mut self, id: u64, until: Instant) -> Approval {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            for message in events.read() {
+                if let ToSupervisor::Answer {
+                    id: answered,
+                    answer,
+                } = message
+                {
+                    if answered == id {
+                        return answer;
+                    }
+                }
+            }
+            if events.closed || events.cancel.is_some() {
+                return Approval::Deny;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Approval::Deny;
+            }
+            let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+                .unwrap_or(PollTimeout::MAX);
+            let mut fds = [PollFd::new(events.sock.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, wait) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(_) => return Approval::Deny,
+            }
+        }
+    }
+}
+
+/// Turns the daemon's cancel into the run's end.
+struct DaemonDriver {
+    events: Arc<Mutex<Events>>,
+    input: OwnedFd,
+}
+
+impl Driver for DaemonDriver {
+    fn input(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.input.as_fd())
+    }
+
+    fn deadline(&self) -> Option<Instant> {
+        None
+    }
+
+    fn turn(&mut self, turn: Turn<'_>) -> Steer {
+        let mut events = self
+            .events
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if turn.input_ready {
+            events.read();
+        }
+        // Only once the command runs: init forwards SIGTERM to the
+        // command's process group, which does not exist before, and a
+        // cancel that arrived during setup would be lost.
+        if let (Some(grace), true) = (events.cancel, turn.executing) {
+            return Steer::Terminate(grace);
+        }
+        if events.closed && !turn.exited {
+            // Nobody is left to report to: the daemon is gone.
+            return Steer::Kill;
+        }
+        Steer::Continue
+    }
+}
+
+/// Run one daemon run to its end; the process exit status (0 once the
+/// result was handed over, whatever the command's status).
+pub fn run(spec: RunSpec, mut fds: Vec<OwnedFd>) -> i32 {
+    let stdin = if spec.stdin && fds.len() > SPAWN_FDS_STDIN {
+        Some(fds.remove(SPAWN_FDS_STDIN))
+    } else {
+        None
+    };
+    if fds.len() <= SPAWN_FDS_LOG {
+        return 125;
+    }
+    let log_fd = fds.remove(SPAWN_FDS_LOG);
+    let events_fd = fds.remove(SPAWN_FDS_EVENTS);
+    let Ok(input) = events_fd.try_clone() else {
+        return 125;
+    };
+    let events = Arc::new(Mutex::new(Events {
+        sock: events_fd,
+        buffer: Vec::new(),
+        cancel: None,
+        closed: false,
+    }));
+    let log = Arc::new(Mutex::new(RunLog {
+        file: std::fs::File::from(log_fd),
+        seq: 0,
+        healthy: true,
+    }));
+    let status = supervise(spec, stdin, &events, &log, input);
+    let _ = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .record(LogEvent::Exit { status });
+    0
+}
+
+fn supervise(
+    spec: RunSpec,
+    stdin: Option<OwnedFd>,
+    events: &Arc<Mutex<Events>>,
+    log: &Arc<Mutex<RunLog>>,
+    input: OwnedFd,
+) -> i32 {
+    let Some((program, args)) = spec.argv.split_first() else {
+        return finish_failed(events, &spec, "the run has no command".into(), 125);
+    };
+    let mut command = crate::Command::new(program, spec.policy.clone());
+    command
+        .args(args)
+        .project(&spec.project)
+        .interactive(false)
+        .grant_store(match &spec.grant_store {
+            Some(path) => crate::broker::grants::StoreChoice::At(path.clone()),
+            None => crate::broker::grants::StoreChoice::Without,
+        })
+        .asker(Box::new(DaemonAsker {
+            events: events.clone(),
+            log: log.clone(),
+            deadline: Duration::from_millis(spec.ask_deadline_ms),
+            not_after: None,
+            asked: 0,
+        }))
+        .stdin(match stdin {
+            Some(fd) => crate::Stdio::Fd(fd),
+            None => crate::Stdio::Null,
+        })
+        .stdout(crate::Stdio::Log(SharedLog(log.clone())))
+        .stderr(crate::Stdio::Log(SharedLog(log.clone())));
+    for (name, value) in &spec.env {
+        command.env(name, value);
+    }
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    for (name, value) in &spec.secrets {
+        command.secret(name.clone(), value.clone());
+    }
+    if let Some(parent) = &spec.cgroup_parent {
+        command.cgroup_parent(parent);
+    }
+    if let Some(audit) = &spec.audit {
+        command.audit(audit);
+    }
+    // `ps` tells the supervisors apart from the launcher by this name.
+    let _ = nix::sys::prctl::set_name(c"sandbox-run");
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => {
+            let status = err.exit_status();
+            return finish_failed(events, &spec, err.to_string(), status);
+        }
+    };
+    let init_pid = child.id() as i32;
+    events
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send(&FromSupervisor::Started { init_pid });
+    let _ = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .record(LogEvent::Started { init_pid });
+    let mut driver = DaemonDriver {
+        events: events.clone(),
+        input,
+    };
+    let finished = child.wait_driven(&mut driver);
+    let report = finished
+        .report
+        .as_ref()
+        .and_then(|report| serde_json::to_value(report).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let (status, error) = match &finished.result {
+        Ok(status) => (status.as_shell_status(), None),
+        Err(err) => (err.exit_status(), Some(err.to_string())),
+    };
+    events
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send(&FromSupervisor::Finished {
+            status,
+            report,
+            error,
+        });
+    status
+}
+
+/// The run failed before a sandbox existed: the report says why and claims
+/// nothing was enforced, as `sandbox run --report` does.
+fn finish_failed(events: &Arc<Mutex<Events>>, spec: &RunSpec, error: String, status: i32) -> i32 {
+    let report = serde_json::json!({
+        "version": 1,
+        "profile": spec.policy.name,
+        "exit": null,
+        "error": error,
+        "enforced": null,
+        "measured": null,
+    });
+    events
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .send(&FromSupervisor::Finished {
+            status,
+            report,
+            error: Some(error),
+        });
+    status
+}

@@ -1,0 +1,340 @@
+//! The daemon's launcher (`sandbox __launch`), driven over its socket the
+//! way `sandbox daemon` drives it: a spawn request with the run's events
+//! socket and log file, the supervisor's events, the log's records, a
+//! cancel, an approval, and the launcher's own end when the daemon goes.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use sandbox::launch::protocol::{
+    Approval, FromLauncher, FromSupervisor, LogEvent, LogRecord, RunSpec, ToLauncher, ToSupervisor,
+};
+use sandbox::launch::wire;
+
+struct Launcher {
+    process: Child,
+    control: OwnedFd,
+}
+
+impl Launcher {
+    fn start() -> Launcher {
+        // Close-on-exec from birth: the harness's other threads start
+        // processes too, and one holding our end would keep the launcher
+        // from ever seeing it close.
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        nix::fcntl::fcntl(
+            &theirs,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .unwrap();
+        let process = Command::new(support::sandbox_bin())
+            .args(["__launch", "--fd", &theirs.as_raw_fd().to_string()])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        drop(theirs);
+        Launcher {
+            process,
+            control: ours,
+        }
+    }
+
+    fn receive(&self) -> FromLauncher {
+        wire::receive::<FromLauncher>(self.control.as_fd())
+            .unwrap()
+            .0
+    }
+}
+
+struct Run {
+    events: BufReader<UnixStream>,
+    log: tempfile::NamedTempFile,
+}
+
+impl Run {
+    fn next_event(&mut self) -> FromSupervisor {
+        let mut line = String::new();
+        self.events.read_line(&mut line).unwrap();
+        assert!(!line.is_empty(), "the events socket closed early");
+        serde_json::from_str(&line).unwrap()
+    }
+
+    fn send(&mut self, message: &ToSupervisor) {
+        let mut line = serde_json::to_vec(message).unwrap();
+        line.push(b'\n');
+        self.events.get_mut().write_all(&line).unwrap();
+    }
+
+    fn records(&self) -> Vec<LogRecord> {
+        std::fs::read_to_string(self.log.path())
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    fn stdout(&self) -> Vec<u8> {
+        self.records()
+            .iter()
+            .filter_map(|r| match &r.event {
+                LogEvent::Stdout(chunk) => chunk.bytes(),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+}
+
+fn spec(project: &std::path::Path, argv: &[&str]) -> RunSpec {
+    RunSpec {
+        policy: sandbox::profile::load("strict").unwrap(),
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        env: vec![],
+        project: project.to_path_buf(),
+        cwd: None,
+        secrets: vec![],
+        cgroup_parent: None,
+        audit: None,
+        grant_store: None,
+        ask_deadline_ms: 30_000,
+        stdin: false,
+    }
+}
+
+fn spawn(launcher: &Launcher, id: &str, spec: RunSpec) -> Run {
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let log_fd = std::fs::OpenOptions::new()
+        .append(true)
+        .open(log.path())
+        .unwrap();
+    wire::send(
+        launcher.control.as_fd(),
+        &ToLauncher::Spawn {
+            run: id.into(),
+            spec: Box::new(spec),
+        },
+        &[theirs.as_fd(), log_fd.as_fd()],
+    )
+    .unwrap();
+    match launcher.receive() {
+        FromLauncher::Started { run, pid } => {
+            assert_eq!(run, id);
+            assert!(pid > 0);
+        }
+        other => panic!("expected started, got {other:?}"),
+    }
+    Run {
+        events: BufReader::new(ours),
+        log,
+    }
+}
+
+fn finished(run: &mut Run) -> (i32, serde_json::Value) {
+    loop {
+        match run.next_event() {
+            FromSupervisor::Finished { status, report, .. } => return (status, report),
+            FromSupervisor::Started { init_pid } => assert!(init_pid > 0),
+            // Left unanswered on purpose by the caller.
+            FromSupervisor::Ask { .. } => {}
+        }
+    }
+}
+
+fn expect_exited(launcher: &Launcher, id: &str) {
+    match launcher.receive() {
+        FromLauncher::Exited { run, code, signal } => {
+            assert_eq!(run, id);
+            assert_eq!(
+                (code, signal),
+                (Some(0), None),
+                "the supervisor's own status"
+            );
+        }
+        other => panic!("expected exited, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_run_through_the_launcher_reports_like_a_local_run() {
+    if !support::require_root_sandbox("launcher") {
+        return;
+    }
+    let launcher = Launcher::start();
+    let project = tempfile::tempdir_in("/tmp").unwrap();
+    let mut run = spawn(
+        &launcher,
+        "r1",
+        spec(
+            project.path(),
+            &["/bin/sh", "-c", "printf 'hi\\377'; echo err >&2; exit 3"],
+        ),
+    );
+    let (status, report) = finished(&mut run);
+    assert_eq!(status, 3);
+    assert_eq!(report["exit"]["code"], 3, "{report}");
+    assert_eq!(
+        report["enforced"]["seccomp"]["status"], "installed",
+        "{report}"
+    );
+    expect_exited(&launcher, "r1");
+    assert_eq!(run.stdout(), b"hi\xff", "exact bytes, not UTF-8 only");
+    let records = run.records();
+    let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
+    assert_eq!(seqs, (1..=records.len() as u64).collect::<Vec<_>>());
+    assert!(matches!(records[0].event, LogEvent::Started { .. }));
+    assert!(records.iter().any(
+        |r| matches!(&r.event, LogEvent::Stderr(chunk) if chunk.bytes().unwrap() == b"err\n")
+    ));
+    assert_eq!(
+        records.last().unwrap().event,
+        LogEvent::Exit { status: 3 },
+        "the log ends with the status"
+    );
+}
+
+#[test]
+fn cancel_ends_the_run_with_sigterm() {
+    if !support::require_root_sandbox("launcher") {
+        return;
+    }
+    let launcher = Launcher::start();
+    let project = tempfile::tempdir_in("/tmp").unwrap();
+    let mut run = spawn(&launcher, "r2", spec(project.path(), &["/bin/sleep", "60"]));
+    assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
+    run.send(&ToSupervisor::Cancel { grace_ms: 5_000 });
+    let (status, _) = finished(&mut run);
+    assert_eq!(status, 128 + 15, "sleep dies of the SIGTERM");
+    expect_exited(&launcher, "r2");
+
+    // A command that ignores SIGTERM is killed after the grace.
+    let mut run = spawn(
+        &launcher,
+        "r3",
+        spec(
+            project.path(),
+            &[
+                "/bin/sh",
+                "-c",
+                "trap '' TERM; echo up; while :; do sleep 1; done",
+            ],
+        ),
+    );
+    assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
+    let started = Instant::now();
+    while run.stdout().is_empty() {
+        assert!(started.elapsed() < Duration::from_secs(20), "never printed");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    run.send(&ToSupervisor::Cancel { grace_ms: 200 });
+    let (status, _) = finished(&mut run);
+    assert_eq!(status, 128 + 9, "killed after the grace");
+}
+
+const ASK_FS_WRITE: &str = r#"
+import socket, sys
+s = socket.socket(fileno=3)
+s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"granted.txt","content":"yes"}}\n')
+print(s.recv(65536).decode().strip())
+"#;
+
+#[test]
+fn an_ask_waits_for_the_daemons_answer() {
+    if !support::require_root_sandbox("launcher") {
+        return;
+    }
+    let launcher = Launcher::start();
+    let project = tempfile::tempdir_in("/tmp").unwrap();
+    let mut run = spawn(
+        &launcher,
+        "r4",
+        spec(project.path(), &["/usr/bin/python3", "-c", ASK_FS_WRITE]),
+    );
+    assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
+    match run.next_event() {
+        FromSupervisor::Ask {
+            id, action, target, ..
+        } => {
+            assert_eq!((id, action.as_str()), (1, "fs.write"));
+            assert!(target.unwrap_or_default().contains("granted.txt"));
+        }
+        other => panic!("expected ask, got {other:?}"),
+    }
+    run.send(&ToSupervisor::Answer {
+        id: 1,
+        answer: Approval::Once,
+    });
+    let (status, _) = finished(&mut run);
+    assert_eq!(status, 0);
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("granted.txt")).unwrap(),
+        "yes",
+        "the approved write happened"
+    );
+    let records = run.records();
+    assert!(records.iter().any(|r| r.event
+        == LogEvent::Answer {
+            id: 1,
+            answer: Approval::Once
+        }));
+
+    // Unanswered: denied at the deadline, nothing written.
+    let mut denied = spec(project.path(), &["/usr/bin/python3", "-c", ASK_FS_WRITE]);
+    denied.ask_deadline_ms = 300;
+    expect_exited(&launcher, "r4");
+    std::fs::remove_file(project.path().join("granted.txt")).unwrap();
+    let mut run = spawn(&launcher, "r5", denied);
+    let (status, _) = finished(&mut run);
+    assert_eq!(status, 0, "the payload prints the refusal and exits");
+    assert!(String::from_utf8_lossy(&run.stdout()).contains("\"error\""));
+    assert!(!project.path().join("granted.txt").exists());
+}
+
+#[test]
+fn the_launcher_kills_its_runs_when_the_daemon_goes() {
+    if !support::require_root_sandbox("launcher") {
+        return;
+    }
+    let mut launcher = Launcher::start();
+    let project = tempfile::tempdir_in("/tmp").unwrap();
+    let marker = support::marker("launcher-orphan");
+    let mut run = spawn(
+        &launcher,
+        "r6",
+        spec(project.path(), &["/bin/sleep", "600", &marker]),
+    );
+    assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
+    let started = Instant::now();
+    while support::host_pids_with(&marker).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "sleep never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    drop(std::mem::replace(
+        &mut launcher.control,
+        std::fs::File::open("/dev/null").unwrap().into(),
+    ));
+    let status = launcher.process.wait().unwrap();
+    assert!(status.success(), "the launcher ends when its socket closes");
+    assert_eq!(
+        support::wait_until_gone(&marker, 10),
+        Vec::<u32>::new(),
+        "the run's processes are gone"
+    );
+}
