@@ -2,6 +2,7 @@
 use clap::{Parser, Subcommand};
 
 pub mod client;
+pub mod daemon;
 pub mod daemon_client;
 pub mod doctor;
 pub mod grants;
@@ -37,6 +38,8 @@ enum Command {
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
     Doctor(doctor::DoctorArgs),
+    /// Serve the run API on a Unix socket (docs/daemon.md).
+    Daemon(daemon::DaemonArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
     Serve(serve::ServeArgs),
     /// List the runs of `sandbox daemon` (yours, or all with see_all).
@@ -80,6 +83,7 @@ pub fn main() -> i32 {
         Command::Grants(cmd) => grants::run(cmd),
         Command::Skill(cmd) => skill::run(cmd),
         Command::Serve(args) => serve::run(args),
+        Command::Daemon(args) => daemon::run(args),
         Command::SkillHost(args) => skill::host(args),
         Command::Ps(args) => daemon_client::ps(args),
         Command::Logs(args) => daemon_client::logs(args),

@@ -1,0 +1,799 @@
+//! From a submitted request to the [`RunSpec`] the launcher gets: the named
+//! profile, narrowed by the request, held to the caller's rule.
+//!
+//! Everything that names a file is resolved here, with the daemon's view of
+//! the filesystem and checked against the caller's rule, so the launcher
+//! and supervisor never look anything up by a name the caller chose.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::config::{network_name, parse_network, Config, Rule};
+use super::error::ApiError;
+use crate::action::Permission;
+use crate::launch::protocol::RunSpec;
+use crate::profile::policy::{Decision, Policy};
+use crate::profile::size;
+
+/// Who is asking, as the kernel says (`SO_PEERCRED`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Caller {
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Process id (at connect time).
+    pub pid: i32,
+}
+
+/// Limits a request asks for (strings as the CLI flags take them).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestLimits {
+    /// Memory ("512MiB").
+    pub memory: Option<String>,
+    /// Tasks.
+    pub pids: Option<u64>,
+    /// CPU share in cores.
+    pub cpus: Option<f64>,
+    /// Wall-clock limit ("10m").
+    pub timeout: Option<String>,
+    /// Output cap ("1MiB").
+    pub output: Option<String>,
+}
+
+/// `POST /v1/runs`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Profile name (default `strict`).
+    pub profile: Option<String>,
+    /// Project root.
+    pub project: PathBuf,
+    /// Working directory inside the project.
+    pub cwd: Option<PathBuf>,
+    /// Environment of the command (on top of the profile's `env.set`).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Network mode (default: the profile's).
+    pub network: Option<String>,
+    /// Limits, each at most the rule's.
+    pub limits: Option<RequestLimits>,
+    /// Pre-approved broker actions, each within the rule's.
+    #[serde(default)]
+    pub grants: Vec<String>,
+    /// Secrets for the broker's `secrets.get`.
+    #[serde(default)]
+    pub secrets: BTreeMap<String, String>,
+    /// Text for stdin.
+    pub stdin: Option<String>,
+    /// Bytes for stdin, base64.
+    pub stdin_b64: Option<String>,
+    /// Answer when the run is over.
+    #[serde(default)]
+    pub wait: bool,
+}
+
+/// A request resolved into what the launcher gets, plus what the daemon
+/// keeps for itself.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The spec (audit and stdin are filled in when the spool exists).
+    pub spec: RunSpec,
+    /// Profile name, for the record.
+    pub profile: String,
+    /// Bytes for stdin.
+    pub stdin: Option<Vec<u8>>,
+}
+
+/// The default profile of a request.
+pub const DEFAULT_PROFILE: &str = "strict";
+
+/// Resolve a request for a caller under its rule. Touches the filesystem
+/// (canonicalizes paths, reads a profile): call it off the async runtime.
+pub fn resolve(
+    config: &Config,
+    rule: &Rule,
+    caller: Caller,
+    request: SubmitRequest,
+) -> Result<Resolved, ApiError> {
+    if request.command.is_empty() || request.command[0].is_empty() {
+        return Err(ApiError::bad_request(
+            "command: is empty",
+            "give the program and its arguments, e.g. [\"make\", \"test\"]",
+        ));
+    }
+    for arg in &request.command {
+        no_nul("command", arg)?;
+    }
+    let profile_name = request
+        .profile
+        .clone()
+        .unwrap_or_else(|| DEFAULT_PROFILE.to_string());
+    let mut policy = load_profile(config, rule, &profile_name)?;
+    let project = check_project(rule, caller, &request.project)?;
+    check_guarded(config, &project)?;
+    let cwd = match &request.cwd {
+        None => None,
+        Some(cwd) => Some(check_cwd(&project, cwd)?),
+    };
+    apply_grants(rule, &mut policy, &request.grants)?;
+    apply_network(rule, &mut policy, request.network.as_deref())?;
+    apply_limits(
+        config,
+        rule,
+        &mut policy,
+        request.limits.unwrap_or_default(),
+    )?;
+
+    let mut env = Vec::new();
+    for (name, value) in &request.env {
+        check_env_name("env", name)?;
+        no_nul(&format!("env.{name}"), value)?;
+        env.push((name.clone(), value.clone()));
+    }
+    // `pass` would read the environment of whoever resolves it last: the
+    // launcher's, which is the daemon's. The request's `env` is the
+    // caller's environment, and all of it is already in `env`.
+    policy.env.pass.clear();
+    let mut secrets = Vec::new();
+    for (name, value) in &request.secrets {
+        check_env_name("secrets", name)?;
+        no_nul(&format!("secrets.{name}"), value)?;
+        secrets.push((name.clone(), value.clone()));
+    }
+    let stdin = match (request.stdin, request.stdin_b64) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "stdin and stdin_b64 are both given",
+                "send text as stdin or bytes as stdin_b64, not both",
+            ))
+        }
+        (Some(text), None) => Some(text.into_bytes()),
+        (None, Some(b64)) => {
+            use base64::Engine;
+            Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64.trim())
+                    .map_err(|err| {
+                        ApiError::bad_request(
+                            format!("stdin_b64: not base64 ({err})"),
+                            "encode the bytes in standard base64 with padding",
+                        )
+                    })?,
+            )
+        }
+        (None, None) => None,
+    };
+    let spec = RunSpec {
+        policy,
+        argv: request.command,
+        env,
+        project,
+        cwd,
+        secrets,
+        cgroup_parent: None,
+        audit: None,
+        grant_store: None,
+        ask_deadline_ms: u64::try_from(config.ask_deadline.as_millis()).unwrap_or(u64::MAX),
+        stdin: stdin.is_some(),
+    };
+    Ok(Resolved {
+        spec,
+        profile: profile_name,
+        stdin,
+    })
+}
+
+fn no_nul(field: &str, value: &str) -> Result<(), ApiError> {
+    if value.contains('\0') {
+        return Err(ApiError::bad_request(
+            format!("{field}: contains a NUL byte"),
+            "remove the NUL byte; the kernel cannot pass it to a program",
+        ));
+    }
+    Ok(())
+}
+
+fn check_env_name(field: &str, name: &str) -> Result<(), ApiError> {
+    if name.is_empty() || name.contains('=') || name.contains('\0') {
+        return Err(ApiError::bad_request(
+            format!("{field}: {name:?} is not a variable name"),
+            "use a non-empty name without '=' or NUL",
+        ));
+    }
+    Ok(())
+}
+
+fn load_profile(config: &Config, rule: &Rule, name: &str) -> Result<Policy, ApiError> {
+    if name.is_empty() || name.contains('/') || name.starts_with('.') || name.contains('\0') {
+        return Err(ApiError::bad_request(
+            format!("profile: {name:?} is not a profile name"),
+            "name a profile (such as \"strict\"); a path is never accepted",
+        ));
+    }
+    if !rule.profiles.iter().any(|allowed| allowed == name) {
+        return Err(ApiError::forbidden(
+            "profile_not_allowed",
+            format!(
+                "profile: {name:?} is not allowed for you (rule {})",
+                rule.name()
+            ),
+            format!(
+                "use one of {}, or ask the daemon's administrator to add it to {}.profiles",
+                rule.profiles.join(", "),
+                rule.name()
+            ),
+        ));
+    }
+    if crate::profile::builtin_names().contains(&name) {
+        return crate::profile::load(name).map_err(|err| {
+            ApiError::internal(format!(
+                "profile {name}: the built-in profile failed: {err}"
+            ))
+        });
+    }
+    let Some(dir) = &config.profiles_dir else {
+        return Err(ApiError::bad_request(
+            format!(
+                "profile: {name:?} is not a built-in profile and the daemon has no profiles_dir"
+            ),
+            "use a built-in profile, or set [daemon] profiles_dir and put the file there",
+        ));
+    };
+    let path = dir.join(format!("{name}.toml"));
+    if !path.is_file() {
+        return Err(ApiError::bad_request(
+            format!("profile: no profile {name:?} in {}", dir.display()),
+            format!("create {} or use another profile", path.display()),
+        ));
+    }
+    crate::profile::load_file(&path).map_err(|err| {
+        ApiError::bad_request(
+            format!("profile: {name:?} cannot be used: {err}"),
+            format!("fix {}", path.display()),
+        )
+    })
+}
+
+fn check_project(rule: &Rule, caller: Caller, requested: &Path) -> Result<PathBuf, ApiError> {
+    if !requested.is_absolute() {
+        return Err(ApiError::bad_request(
+            format!("project: {} is relative", requested.display()),
+            "give the project's absolute path",
+        ));
+    }
+    let project = std::fs::canonicalize(requested).map_err(|err| {
+        ApiError::bad_request(
+            format!("project: {}: {err}", requested.display()),
+            "give an existing directory",
+        )
+    })?;
+    let meta = std::fs::metadata(&project).map_err(|err| {
+        ApiError::bad_request(
+            format!("project: {}: {err}", project.display()),
+            "give an existing directory",
+        )
+    })?;
+    if !meta.is_dir() {
+        return Err(ApiError::bad_request(
+            format!("project: {} is not a directory", project.display()),
+            "give the project's root directory",
+        ));
+    }
+    // Compared after canonicalization, component by component, so neither
+    // `..` nor a symlink nor `/srv/ci-other` passes for `/srv/ci`.
+    if !rule.projects.iter().any(|root| project.starts_with(root)) {
+        return Err(ApiError::forbidden(
+            "project_not_allowed",
+            format!(
+                "project: {} is not below a project root you may use (rule {})",
+                project.display(),
+                rule.name()
+            ),
+            format!(
+                "use a project below {}",
+                rule.projects
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        ));
+    }
+    if !rule.any_owner && meta.uid() != caller.uid {
+        return Err(ApiError::forbidden(
+            "project_not_allowed",
+            format!(
+                "project: {} belongs to uid {}, not to you (uid {})",
+                project.display(),
+                meta.uid(),
+                caller.uid
+            ),
+            format!(
+                "use a project you own, or ask for any_owner = true in {}",
+                rule.name()
+            ),
+        ));
+    }
+    Ok(project)
+}
+
+/// A project that holds the daemon's database, spool or socket (or lies
+/// inside them) would hand a run every caller's output and the records.
+fn check_guarded(config: &Config, project: &Path) -> Result<(), ApiError> {
+    for guarded in &config.guarded {
+        if guarded.starts_with(project) || project.starts_with(guarded) {
+            return Err(ApiError::forbidden(
+                "project_not_allowed",
+                format!(
+                    "project: {} overlaps the daemon's own files ({})",
+                    project.display(),
+                    guarded.display()
+                ),
+                "use a project directory that neither contains nor lies inside the daemon's state directory or socket",
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_cwd(project: &Path, requested: &Path) -> Result<PathBuf, ApiError> {
+    let joined = project.join(requested);
+    let cwd = std::fs::canonicalize(&joined).map_err(|err| {
+        ApiError::bad_request(
+            format!("cwd: {}: {err}", joined.display()),
+            "give an existing directory inside the project",
+        )
+    })?;
+    if !cwd.starts_with(project) || !cwd.is_dir() {
+        return Err(ApiError::forbidden(
+            "project_not_allowed",
+            format!(
+                "cwd: {} is not a directory inside the project {}",
+                cwd.display(),
+                project.display()
+            ),
+            "give a working directory inside the project",
+        ));
+    }
+    Ok(cwd)
+}
+
+fn grant_within(rule_grants: &[Permission], wanted: &Permission) -> bool {
+    rule_grants.iter().any(|allowed| {
+        allowed.action == wanted.action
+            && (allowed.pattern.is_none() || allowed.pattern == wanted.pattern)
+    })
+}
+
+fn apply_grants(rule: &Rule, policy: &mut Policy, grants: &[String]) -> Result<(), ApiError> {
+    for grant in grants {
+        let wanted: Permission = grant.parse().map_err(|err| {
+            ApiError::bad_request(
+                format!("grants: {err}"),
+                "name a broker action, optionally with a pattern: \"fs.write:dist/**\"",
+            )
+        })?;
+        if !grant_within(&rule.grants, &wanted) {
+            let allowed: Vec<String> = rule.grants.iter().map(permission_text).collect();
+            return Err(ApiError::forbidden(
+                "grant_not_allowed",
+                format!(
+                    "grants: {grant:?} is more than you may grant (rule {})",
+                    rule.name()
+                ),
+                if allowed.is_empty() {
+                    "remove the grant; your rule allows none (the run can still ask)".to_string()
+                } else {
+                    format!("grant at most {}", allowed.join(", "))
+                },
+            ));
+        }
+        policy.broker.rules.insert(grant.clone(), Decision::Allow);
+    }
+    Ok(())
+}
+
+fn permission_text(permission: &Permission) -> String {
+    match &permission.pattern {
+        Some(pattern) => format!("{}:{pattern}", permission.action),
+        None => permission.action.to_string(),
+    }
+}
+
+fn apply_network(
+    rule: &Rule,
+    policy: &mut Policy,
+    requested: Option<&str>,
+) -> Result<(), ApiError> {
+    if let Some(name) = requested {
+        policy.network.mode = parse_network(name).ok_or_else(|| {
+            ApiError::bad_request(
+                format!("network: {name:?} is not a network mode"),
+                "use none, loopback or host",
+            )
+        })?;
+    }
+    let mode = policy.network.mode;
+    if !rule.networks.contains(&mode) {
+        let allowed: Vec<&str> = rule.networks.iter().map(|m| network_name(*m)).collect();
+        return Err(ApiError::forbidden(
+            "network_not_allowed",
+            format!(
+                "network: {} is not allowed for you (rule {}){}",
+                network_name(mode),
+                rule.name(),
+                if requested.is_none() {
+                    ", and it is the profile's default"
+                } else {
+                    ""
+                }
+            ),
+            format!("ask for network {}", allowed.join(" or ")),
+        ));
+    }
+    Ok(())
+}
+
+fn too_high(field: &str, asked: String, most: String, rule: &Rule) -> ApiError {
+    ApiError::forbidden(
+        "limit_too_high",
+        format!(
+            "limits.{field}: {asked} is above your most, {most} (rule {})",
+            rule.name()
+        ),
+        format!("ask for at most {most}, or leave limits.{field} out to get {most}"),
+    )
+}
+
+fn bad_limit(field: &str, message: String) -> ApiError {
+    ApiError::bad_request(
+        format!("limits.{field}: {message}"),
+        "see docs/daemon.md, POST /v1/runs",
+    )
+}
+
+/// A request's limit, checked against the rule's ceiling; then the ceiling
+/// replaces a profile value that is unset or above it.
+fn clamp<T: PartialOrd + Copy>(
+    field: &str,
+    requested: Option<T>,
+    ceiling: Option<T>,
+    profile: &mut Option<T>,
+    rule: &Rule,
+    show: impl Fn(T) -> String,
+) -> Result<(), ApiError> {
+    if let Some(asked) = requested {
+        if let Some(most) = ceiling {
+            if asked > most {
+                return Err(too_high(field, show(asked), show(most), rule));
+            }
+        }
+        *profile = Some(asked);
+    }
+    if let Some(most) = ceiling {
+        if profile.is_none_or(|value| value > most) {
+            *profile = Some(most);
+        }
+    }
+    Ok(())
+}
+
+fn apply_limits(
+    config: &Config,
+    rule: &Rule,
+    policy: &mut Policy,
+    asked: RequestLimits,
+) -> Result<(), ApiError> {
+    let memory = asked
+        .memory
+        .as_deref()
+        .map(size::memory_flag)
+        .transpose()
+        .map_err(|m| bad_limit("memory", m))?;
+    let pids = asked
+        .pids
+        .map(size::check_pids)
+        .transpose()
+        .map_err(|m| bad_limit("pids", m))?;
+    let cpu = asked
+        .cpus
+        .map(size::check_cpu)
+        .transpose()
+        .map_err(|m| bad_limit("cpus", m))?;
+    let timeout = asked
+        .timeout
+        .as_deref()
+        .map(size::timeout_flag)
+        .transpose()
+        .map_err(|m| bad_limit("timeout", m))?;
+    let output = asked
+        .output
+        .as_deref()
+        .map(size::output_flag)
+        .transpose()
+        .map_err(|m| bad_limit("output", m))?;
+    let limits = &mut policy.limits;
+    clamp(
+        "memory",
+        memory,
+        rule.limits.memory,
+        &mut limits.memory,
+        rule,
+        size::format_size,
+    )?;
+    clamp(
+        "pids",
+        pids,
+        rule.limits.pids,
+        &mut limits.pids,
+        rule,
+        |n| n.to_string(),
+    )?;
+    clamp("cpus", cpu, rule.limits.cpu, &mut limits.cpu, rule, |n| {
+        n.to_string()
+    })?;
+    clamp(
+        "timeout",
+        timeout,
+        rule.limits.timeout,
+        &mut limits.timeout,
+        rule,
+        size::format_duration,
+    )?;
+    // The spool cap is the daemon's, whatever the rule says: output is
+    // disk the daemon pays for.
+    let output_ceiling = Some(
+        rule.limits
+            .output
+            .map_or(config.max_output, |most| most.min(config.max_output)),
+    );
+    clamp(
+        "output",
+        output,
+        output_ceiling,
+        &mut limits.output,
+        rule,
+        size::format_size,
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn caller() -> Caller {
+        let uid = nix::unistd::geteuid().as_raw();
+        Caller {
+            uid,
+            gid: 0,
+            pid: 1,
+        }
+    }
+
+    fn config_for(project_root: &Path, extra: &str) -> Config {
+        let text = format!(
+            "[daemon]\nmax_output = \"8MiB\"\n[[allow]]\nuids = [{}]\nprojects = [{:?}]\ngrants = [\"fs.read\", \"fs.write:dist/**\"]\n{extra}\n[allow.limits]\nmemory = \"1GiB\"\ntimeout = \"10m\"\npids = 100\n",
+            caller().uid,
+            project_root.display().to_string()
+        );
+        Config::parse(&text, Path::new("test.toml")).unwrap()
+    }
+
+    fn request(project: &Path) -> SubmitRequest {
+        SubmitRequest {
+            command: vec!["/bin/echo".into(), "hi".into()],
+            project: project.to_path_buf(),
+            ..SubmitRequest::default()
+        }
+    }
+
+    fn refused(config: &Config, req: SubmitRequest) -> ApiError {
+        let rule = &config.rules[0];
+        resolve(config, rule, caller(), req).unwrap_err()
+    }
+
+    #[test]
+    fn a_plain_request_gets_the_rule_ceilings() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config_for(dir.path(), "");
+        let mut req = request(dir.path());
+        req.env.insert("CI".into(), "1".into());
+        req.grants = vec!["fs.read".into(), "fs.write:dist/**".into()];
+        let resolved = resolve(&config, &config.rules[0], caller(), req).unwrap();
+        let policy = &resolved.spec.policy;
+        assert_eq!(policy.limits.memory, Some(1 << 30));
+        assert_eq!(policy.limits.pids, Some(100));
+        assert_eq!(policy.limits.timeout, Some(Duration::from_secs(600)));
+        assert!(policy.limits.output.is_some_and(|o| o <= 8 << 20));
+        assert!(
+            policy.env.pass.is_empty(),
+            "pass would read the launcher's environment"
+        );
+        assert_eq!(
+            policy.broker.rules.get("fs.write:dist/**"),
+            Some(&Decision::Allow)
+        );
+        assert_eq!(resolved.spec.env, vec![("CI".to_string(), "1".to_string())]);
+        assert_eq!(
+            resolved.spec.project,
+            std::fs::canonicalize(dir.path()).unwrap()
+        );
+        assert!(resolved.spec.grant_store.is_none());
+        assert!(resolved.spec.cgroup_parent.is_none());
+    }
+
+    #[test]
+    fn every_refusal_has_its_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("allowed");
+        std::fs::create_dir(&root).unwrap();
+        std::fs::create_dir(root.join("sub")).unwrap();
+        let outside = dir.path().join("allowed-not");
+        std::fs::create_dir(&outside).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("link")).unwrap();
+        let config = config_for(&root, "profiles = [\"strict\", \"standard\"]");
+
+        let mut req = request(&root);
+        req.profile = Some("permissive".into());
+        assert_eq!(refused(&config, req).code, "profile_not_allowed");
+        let mut req = request(&root);
+        req.profile = Some("../strict".into());
+        assert_eq!(refused(&config, req).code, "bad_request");
+        let mut req = request(&root);
+        req.profile = Some("/etc/passwd".into());
+        assert_eq!(refused(&config, req).code, "bad_request");
+
+        assert_eq!(
+            refused(&config, request(&outside)).code,
+            "project_not_allowed"
+        );
+        let err = refused(&config, request(&root.join("link")));
+        assert_eq!(
+            err.code, "project_not_allowed",
+            "a symlink out of the root: {err:?}"
+        );
+        assert_eq!(
+            refused(&config, request(&root.join("sub/../../allowed-not"))).code,
+            "project_not_allowed"
+        );
+        let mut req = request(&root);
+        req.cwd = Some(PathBuf::from("../allowed-not"));
+        assert_eq!(refused(&config, req).code, "project_not_allowed");
+        assert_eq!(
+            refused(&config, request(Path::new("relative"))).code,
+            "bad_request"
+        );
+
+        let mut req = request(&root);
+        req.grants = vec!["fs.write".into()];
+        let err = refused(&config, req);
+        assert_eq!(err.code, "grant_not_allowed");
+        assert!(err.fix.contains("fs.write:dist/**"), "{err:?}");
+        let mut req = request(&root);
+        req.grants = vec!["fs.fly".into()];
+        assert_eq!(refused(&config, req).code, "bad_request");
+
+        let mut req = request(&root);
+        req.network = Some("host".into());
+        assert_eq!(refused(&config, req).code, "network_not_allowed");
+        let mut req = request(&root);
+        req.network = Some("wifi".into());
+        assert_eq!(refused(&config, req).code, "bad_request");
+
+        for limits in [
+            RequestLimits {
+                memory: Some("2GiB".into()),
+                ..Default::default()
+            },
+            RequestLimits {
+                pids: Some(101),
+                ..Default::default()
+            },
+            RequestLimits {
+                timeout: Some("1h".into()),
+                ..Default::default()
+            },
+            RequestLimits {
+                output: Some("9MiB".into()),
+                ..Default::default()
+            },
+        ] {
+            let mut req = request(&root);
+            req.limits = Some(limits);
+            let err = refused(&config, req);
+            assert_eq!(err.code, "limit_too_high", "{err:?}");
+            assert_eq!(err.status, 403);
+        }
+        let mut req = request(&root);
+        req.limits = Some(RequestLimits {
+            memory: Some("lots".into()),
+            ..Default::default()
+        });
+        let err = refused(&config, req);
+        assert_eq!(err.code, "bad_request");
+        assert!(err.message.starts_with("limits.memory"), "{err:?}");
+
+        let mut req = request(&root);
+        req.command = Vec::new();
+        assert_eq!(refused(&config, req).code, "bad_request");
+        let mut req = request(&root);
+        req.stdin = Some("a".into());
+        req.stdin_b64 = Some("YQ==".into());
+        assert_eq!(refused(&config, req).code, "bad_request");
+        let mut req = request(&root);
+        req.env.insert("A=B".into(), "1".into());
+        assert_eq!(refused(&config, req).code, "bad_request");
+    }
+
+    #[test]
+    fn a_project_around_or_inside_the_daemons_files_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let state = root.join("state");
+        std::fs::create_dir_all(state.join("spool")).unwrap();
+        let mut config = config_for(&root, "");
+        config.guarded = vec![state.clone()];
+        for project in [root.clone(), state.clone(), state.join("spool")] {
+            let err = refused(&config, request(&project));
+            assert_eq!(err.code, "project_not_allowed", "{}", project.display());
+        }
+        std::fs::create_dir(root.join("job")).unwrap();
+        assert!(resolve(
+            &config,
+            &config.rules[0],
+            caller(),
+            request(&root.join("job"))
+        )
+        .is_ok());
+    }
+
+    #[test]
+    fn someone_elses_project_is_refused_unless_any_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config_for(dir.path(), "");
+        let stranger = Caller {
+            uid: caller().uid + 1,
+            gid: 0,
+            pid: 1,
+        };
+        let err = resolve(&config, &config.rules[0], stranger, request(dir.path())).unwrap_err();
+        assert_eq!(err.code, "project_not_allowed");
+        assert!(err.message.contains("belongs to uid"), "{err:?}");
+        let config = config_for(dir.path(), "any_owner = true");
+        assert!(resolve(&config, &config.rules[0], stranger, request(dir.path())).is_ok());
+    }
+
+    #[test]
+    fn a_profile_from_profiles_dir_by_name_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let profiles = dir.path().join("profiles");
+        std::fs::create_dir(&profiles).unwrap();
+        std::fs::write(
+            profiles.join("ci.toml"),
+            "version = 1\nextends = \"strict\"\n",
+        )
+        .unwrap();
+        let text = format!(
+            "[daemon]\nprofiles_dir = {:?}\n[[allow]]\nuids = [{}]\nprofiles = [\"ci\", \"gone\"]\n",
+            profiles.display().to_string(),
+            caller().uid
+        );
+        let config = Config::parse(&text, Path::new("test.toml")).unwrap();
+        let mut req = request(dir.path());
+        req.profile = Some("ci".into());
+        let resolved = resolve(&config, &config.rules[0], caller(), req).unwrap();
+        assert_eq!(resolved.profile, "ci");
+        let mut req = request(dir.path());
+        req.profile = Some("gone".into());
+        assert_eq!(refused(&config, req).code, "bad_request");
+    }
+}

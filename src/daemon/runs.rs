@@ -1,0 +1,796 @@
+//! Runs from submission to result: admission (queue bounds and shares),
+//! FIFO start as slots free, one task per running run that talks to its
+//! supervisor over the events socket, cancel, approvals, and the result
+//! written to the store before anyone waiting hears the run is over.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, watch};
+
+use super::config::{Config, Rule};
+use super::error::ApiError;
+use super::launcher::{Launcher, LauncherEvent};
+use super::resolve::{Caller, Resolved};
+use super::store::{Outcome, RunRecord, Store};
+use crate::launch::protocol::{
+    Approval, FromLauncher, FromSupervisor, RunSpec, ToLauncher, ToSupervisor,
+};
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A new run id: 16 hex digits from the kernel's random source, so ids
+/// are not guessable from each other (a guessed id still meets the owner
+/// check, but need not leak how busy the daemon is).
+pub fn new_run_id() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
+    if read.is_err() {
+        bytes = now_ms()
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Whether `id` has the shape of a run id (it becomes a path component).
+pub fn is_run_id(id: &str) -> bool {
+    id.len() == 16
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+/// One open question of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Question {
+    /// `<run>/<n>`.
+    pub id: String,
+    /// The run.
+    pub run: String,
+    /// Who asks (`command:…`).
+    pub caller: String,
+    /// The broker action.
+    pub action: String,
+    /// Its target.
+    pub target: Option<String>,
+    /// When it is denied unanswered.
+    pub deadline_ms: u64,
+    #[serde(skip)]
+    uid: u32,
+}
+
+enum Control {
+    Cancel,
+    Answer(u64, Approval),
+}
+
+struct QueuedRun {
+    id: String,
+    uid: u32,
+    rule_max: Option<usize>,
+    spec: RunSpec,
+}
+
+struct LiveRun {
+    uid: u32,
+    control: mpsc::UnboundedSender<Control>,
+    questions: BTreeMap<u64, Question>,
+}
+
+#[derive(Default)]
+struct State {
+    queue: VecDeque<QueuedRun>,
+    running: HashMap<String, LiveRun>,
+    over: HashMap<String, watch::Receiver<bool>>,
+    over_senders: HashMap<String, watch::Sender<bool>>,
+    running_by_uid: HashMap<u32, usize>,
+    queued_by_uid: HashMap<u32, usize>,
+    /// Admitted but not yet in the queue (record being written).
+    reserved: usize,
+    stopping: bool,
+}
+
+/// Load figures for `/v1/info`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Load {
+    /// Runs holding a slot.
+    pub running: usize,
+    /// Runs waiting.
+    pub queued: usize,
+    /// Slots.
+    pub max_concurrent: usize,
+    /// Queue bound.
+    pub max_queue: usize,
+}
+
+/// The daemon's run manager.
+pub struct Runs {
+    /// The configuration.
+    pub config: Arc<Config>,
+    /// The records.
+    pub store: Arc<Store>,
+    /// `<state_dir>/spool`.
+    pub spool: PathBuf,
+    launcher: Arc<Launcher>,
+    state: Mutex<State>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Run a blocking store or file call off the runtime's workers.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|err| ApiError::internal(format!("a blocking task failed: {err}")))?
+}
+
+fn store_error(err: super::store::StoreError) -> ApiError {
+    ApiError::internal(err.to_string())
+}
+
+/// The share of the queue one caller may hold: half, so one busy caller
+/// cannot shut everyone else out of a full queue.
+pub fn queue_share(max_queue: usize) -> usize {
+    max_queue.div_ceil(2).max(1)
+}
+
+impl Runs {
+    /// A run manager over a store, a spool directory and a launcher.
+    pub fn new(
+        config: Arc<Config>,
+        store: Arc<Store>,
+        spool: PathBuf,
+        launcher: Arc<Launcher>,
+    ) -> Arc<Runs> {
+        Arc::new(Runs {
+            config,
+            store,
+            spool,
+            launcher,
+            state: Mutex::new(State::default()),
+        })
+    }
+
+    /// The run's spool directory.
+    pub fn run_dir(&self, id: &str) -> PathBuf {
+        self.spool.join(id)
+    }
+
+    /// The run's log.
+    pub fn log_path(&self, id: &str) -> PathBuf {
+        self.run_dir(id).join("log.ndjson")
+    }
+
+    /// Load figures.
+    pub fn load(&self) -> Load {
+        let state = lock(&self.state);
+        Load {
+            running: state.running.len(),
+            queued: state.queue.len(),
+            max_concurrent: self.config.max_concurrent,
+            max_queue: self.config.max_queue,
+        }
+    }
+
+    /// A receiver that turns true when the run is over; `None` when it is
+    /// not live (over already, or unknown).
+    pub fn watch_over(&self, id: &str) -> Option<watch::Receiver<bool>> {
+        lock(&self.state).over.get(id).cloned()
+    }
+
+    /// Admit, record and queue a resolved run; returns its id.
+    pub async fn submit(
+        self: &Arc<Self>,
+        caller: Caller,
+        rule: &Rule,
+        resolved: Resolved,
+    ) -> Result<String, ApiError> {
+        if !self.launcher.is_up() {
+            return Err(ApiError::new(
+                503,
+                "launcher_down",
+                "the daemon's launcher is not running, so no run can start",
+                "retry shortly; the daemon restarts its launcher once, then needs a restart itself (see its log)",
+            )
+            .retry_after(5));
+        }
+        {
+            let mut state = lock(&self.state);
+            if state.stopping {
+                return Err(ApiError::new(
+                    503,
+                    "queue_full",
+                    "the daemon is stopping",
+                    "retry once it is back",
+                )
+                .retry_after(5));
+            }
+            let queued = state.queue.len() + state.reserved;
+            let free_slots = self
+                .config
+                .max_concurrent
+                .saturating_sub(state.running.len());
+            if queued >= self.config.max_queue + free_slots {
+                return Err(ApiError::new(
+                    503,
+                    "queue_full",
+                    format!(
+                        "{queued} runs are waiting (max_queue {})",
+                        self.config.max_queue
+                    ),
+                    "retry after a while, or raise [daemon] max_queue",
+                )
+                .retry_after(1));
+            }
+            let share = queue_share(self.config.max_queue);
+            let mine = state.queued_by_uid.get(&caller.uid).copied().unwrap_or(0);
+            if mine >= share + free_slots {
+                return Err(ApiError::new(
+                    429,
+                    "quota_full",
+                    format!("you have {mine} runs waiting, your share of the queue"),
+                    "wait for some of your runs to start before submitting more",
+                )
+                .retry_after(1));
+            }
+            state.reserved += 1;
+            *state.queued_by_uid.entry(caller.uid).or_default() += 1;
+        }
+        let admitted = self.record(caller, resolved).await;
+        let mut state = lock(&self.state);
+        state.reserved -= 1;
+        let (id, spec) = match admitted {
+            Ok(pair) => pair,
+            Err(err) => {
+                decrement(&mut state.queued_by_uid, caller.uid);
+                return Err(err);
+            }
+        };
+        let (sender, receiver) = watch::channel(false);
+        state.over.insert(id.clone(), receiver);
+        state.over_senders.insert(id.clone(), sender);
+        state.queue.push_back(QueuedRun {
+            id: id.clone(),
+            uid: caller.uid,
+            rule_max: rule.max_concurrent,
+            spec,
+        });
+        self.dispatch(&mut state);
+        Ok(id)
+    }
+
+    async fn record(
+        &self,
+        caller: Caller,
+        resolved: Resolved,
+    ) -> Result<(String, RunSpec), ApiError> {
+        let id = new_run_id();
+        let dir = self.run_dir(&id);
+        let store = self.store.clone();
+        let record = RunRecord {
+            id: id.clone(),
+            uid: caller.uid,
+            gid: caller.gid,
+            state: "queued".into(),
+            command: resolved.spec.argv.clone(),
+            profile: resolved.profile.clone(),
+            project: resolved.spec.project.display().to_string(),
+            created_ms: now_ms(),
+            started_ms: None,
+            finished_ms: None,
+            status: None,
+            reason: None,
+            report: None,
+            log_records: None,
+            supervisor_pid: None,
+            supervisor_start: None,
+            init_pid: None,
+            init_start: None,
+        };
+        let mut spec = resolved.spec;
+        spec.audit = Some(dir.join("audit.ndjson"));
+        let stdin = resolved.stdin;
+        blocking(move || {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|err| ApiError::internal(format!("creating {}: {err}", dir.display())))?;
+            if let Some(bytes) = stdin {
+                write_new(&dir.join("stdin"), &bytes)?;
+            }
+            write_new(&dir.join("log.ndjson"), b"")?;
+            store.insert(&record).map_err(store_error)
+        })
+        .await?;
+        Ok((id, spec))
+    }
+
+    /// Start queued runs while slots are free, first come first served
+    /// among callers under their own bound.
+    fn dispatch(self: &Arc<Self>, state: &mut State) {
+        // A stopping daemon starts nothing; what is still queued is found
+        // lost ("while the run was queued") by the next one.
+        while !state.stopping && state.running.len() < self.config.max_concurrent {
+            let eligible = state.queue.iter().position(|run| {
+                let running = state.running_by_uid.get(&run.uid).copied().unwrap_or(0);
+                run.rule_max.is_none_or(|most| running < most)
+            });
+            let Some(index) = eligible else { return };
+            let Some(run) = state.queue.remove(index) else {
+                return;
+            };
+            decrement(&mut state.queued_by_uid, run.uid);
+            *state.running_by_uid.entry(run.uid).or_default() += 1;
+            let (control, controls) = mpsc::unbounded_channel();
+            state.running.insert(
+                run.id.clone(),
+                LiveRun {
+                    uid: run.uid,
+                    control,
+                    questions: BTreeMap::new(),
+                },
+            );
+            let this = self.clone();
+            tokio::spawn(async move {
+                let id = run.id.clone();
+                let outcome = this.drive(run, controls).await;
+                this.conclude(&id, outcome).await;
+            });
+        }
+    }
+
+    async fn conclude(self: &Arc<Self>, id: &str, mut outcome: Outcome) {
+        let store = self.store.clone();
+        let log = self.log_path(id);
+        let run = id.to_string();
+        let written = blocking(move || {
+            if outcome.state == "lost" || (outcome.state == "failed" && outcome.report.is_none()) {
+                if let Some(reason) = &outcome.reason {
+                    if let Err(err) = super::log::append_lost(&log, reason, now_ms()) {
+                        eprintln!("sandbox daemon: run {run}: appending to its log: {err}");
+                    }
+                }
+            }
+            outcome.log_records = super::log::count_records(&log).unwrap_or(0);
+            outcome.finished_ms = now_ms();
+            store.finish(&run, &outcome).map_err(store_error)
+        })
+        .await;
+        if let Err(err) = written {
+            eprintln!("sandbox daemon: run {id}: recording its result: {err}");
+        }
+        let mut state = lock(&self.state);
+        if let Some(live) = state.running.remove(id) {
+            decrement(&mut state.running_by_uid, live.uid);
+        }
+        finish_watch(&mut state, id);
+        self.dispatch(&mut state);
+    }
+
+    /// One run from slot to result.
+    async fn drive(
+        self: &Arc<Self>,
+        run: QueuedRun,
+        mut controls: mpsc::UnboundedReceiver<Control>,
+    ) -> Outcome {
+        let failed = |state: &'static str, reason: String| Outcome {
+            state,
+            status: Some(125),
+            reason: Some(reason),
+            report: None,
+            log_records: 0,
+            finished_ms: 0,
+        };
+        let id = run.id.clone();
+        let store = self.store.clone();
+        let dir = self.run_dir(&id);
+        let launcher = self.launcher.clone();
+        let launched = blocking(move || {
+            store.set_running(&run.id).map_err(store_error)?;
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                .map_err(|err| ApiError::internal(format!("events socket: {err}")))?;
+            let log = open_log(&dir.join("log.ndjson"))?;
+            let stdin = match run.spec.stdin {
+                true => Some(open_read(&dir.join("stdin"))?),
+                false => None,
+            };
+            let theirs = OwnedFd::from(theirs);
+            let mut fds = vec![theirs.as_fd(), log.as_fd()];
+            if let Some(stdin) = &stdin {
+                fds.push(stdin.as_fd());
+            }
+            let request = ToLauncher::Spawn {
+                run: run.id.clone(),
+                spec: Box::new(run.spec),
+            };
+            let events = launcher
+                .spawn(&request, &fds)
+                .map_err(|err| ApiError::internal(err.to_string()))?;
+            ours.set_nonblocking(true)
+                .map_err(|err| ApiError::internal(format!("events socket: {err}")))?;
+            Ok((ours, events))
+        })
+        .await;
+        let (ours, mut launcher_events) = match launched {
+            Ok(pair) => pair,
+            Err(err) => {
+                return failed(
+                    "failed",
+                    format!("the run could not be started: {}", err.message),
+                )
+            }
+        };
+        let stream = match tokio::net::UnixStream::from_std(ours) {
+            Ok(stream) => stream,
+            Err(err) => return failed("failed", format!("events socket: {err}")),
+        };
+        let (reader, mut writer) = stream.into_split();
+        let mut lines = BufReader::new(reader).lines();
+        let mut finished: Option<(i32, serde_json::Value, Option<String>)> = None;
+        let mut ended: Option<String> = None;
+        let mut events_open = true;
+        let mut launcher_open = true;
+        let mut cancelled = false;
+        let grace_ms = u64::try_from(self.config.cancel_grace.as_millis()).unwrap_or(u64::MAX);
+        loop {
+            if !events_open && (finished.is_some() || !launcher_open || ended.is_some()) {
+                break;
+            }
+            tokio::select! {
+                line = lines.next_line(), if events_open => match line {
+                    Ok(Some(line)) => match serde_json::from_str::<FromSupervisor>(&line) {
+                        Ok(FromSupervisor::Started { init_pid }) => {
+                            let store = self.store.clone();
+                            let run = id.clone();
+                            let _ = blocking(move || {
+                                store
+                                    .set_started(&run, init_pid, proc_start_time(init_pid), now_ms())
+                                    .map_err(store_error)
+                            })
+                            .await;
+                        }
+                        Ok(FromSupervisor::Ask { id: n, caller, action, target, deadline_ms }) => {
+                            let mut state = lock(&self.state);
+                            if let Some(live) = state.running.get_mut(&id) {
+                                let uid = live.uid;
+                                live.questions.insert(n, Question {
+                                    id: format!("{id}/{n}"),
+                                    run: id.clone(),
+                                    caller,
+                                    action,
+                                    target,
+                                    deadline_ms,
+                                    uid,
+                                });
+                            }
+                        }
+                        Ok(FromSupervisor::Finished { status, report, error }) => {
+                            finished = Some((status, report, error));
+                        }
+                        Err(err) => eprintln!("sandbox daemon: run {id}: ignoring a malformed event: {err}"),
+                    },
+                    Ok(None) | Err(_) => events_open = false,
+                },
+                event = launcher_events.recv(), if launcher_open => match event {
+                    Some(LauncherEvent::Message(FromLauncher::Started { pid, .. })) => {
+                        let store = self.store.clone();
+                        let run = id.clone();
+                        let _ = blocking(move || {
+                            store.set_supervisor(&run, pid, proc_start_time(pid)).map_err(store_error)
+                        })
+                        .await;
+                    }
+                    Some(LauncherEvent::Message(FromLauncher::Refused { error, .. })) => {
+                        ended = Some(format!("the launcher refused the run: {error}"));
+                        launcher_open = false;
+                    }
+                    Some(LauncherEvent::Message(FromLauncher::Exited { code, signal, .. })) => {
+                        ended = Some(match (code, signal) {
+                            (_, Some(signal)) => format!("the run's supervisor was killed by signal {signal} before it sent a result"),
+                            (Some(code), None) => format!("the run's supervisor exited with code {code} before it sent a result"),
+                            (None, None) => "the run's supervisor ended before it sent a result".to_string(),
+                        });
+                        launcher_open = false;
+                    }
+                    Some(LauncherEvent::Gone) | None => launcher_open = false,
+                },
+                control = controls.recv() => {
+                    let message = match control {
+                        Some(Control::Cancel) => {
+                            cancelled = true;
+                            ToSupervisor::Cancel { grace_ms }
+                        }
+                        Some(Control::Answer(n, answer)) => ToSupervisor::Answer { id: n, answer },
+                        None => continue,
+                    };
+                    if events_open {
+                        let mut line = serde_json::to_vec(&message).unwrap_or_default();
+                        line.push(b'\n');
+                        if writer.write_all(&line).await.is_err() {
+                            events_open = false;
+                        }
+                    }
+                }
+            }
+        }
+        match finished {
+            Some((status, report, error)) => Outcome {
+                state: if cancelled {
+                    "cancelled"
+                } else if error.is_some() {
+                    "failed"
+                } else {
+                    "exited"
+                },
+                status: Some(status),
+                reason: error,
+                report: Some(report),
+                log_records: 0,
+                finished_ms: 0,
+            },
+            None => match ended {
+                Some(reason) => failed("failed", reason),
+                None => failed(
+                    "lost",
+                    "the launcher died and the run's supervisor ended without a result".into(),
+                ),
+            },
+        }
+    }
+
+    /// Cancel a run the caller may see. Returns its state after the call.
+    pub async fn cancel(self: &Arc<Self>, id: &str) -> Result<String, ApiError> {
+        let queued = {
+            let mut state = lock(&self.state);
+            if let Some(live) = state.running.get(id) {
+                let _ = live.control.send(Control::Cancel);
+                return Ok("running".into());
+            }
+            match state.queue.iter().position(|run| run.id == id) {
+                Some(index) => {
+                    let run = state.queue.remove(index);
+                    if let Some(run) = &run {
+                        decrement(&mut state.queued_by_uid, run.uid);
+                    }
+                    run.is_some()
+                }
+                None => false,
+            }
+        };
+        if queued {
+            self.conclude_unstarted(id, "cancelled", "cancelled before it started")
+                .await;
+            return Ok("cancelled".into());
+        }
+        let store = self.store.clone();
+        let run = id.to_string();
+        let record = blocking(move || store.get(&run).map_err(store_error)).await?;
+        Ok(record.map_or_else(|| "unknown".into(), |r| r.state))
+    }
+
+    async fn conclude_unstarted(self: &Arc<Self>, id: &str, state: &'static str, reason: &str) {
+        let store = self.store.clone();
+        let run = id.to_string();
+        let outcome = Outcome {
+            state,
+            status: None,
+            reason: Some(reason.to_string()),
+            report: None,
+            log_records: 0,
+            finished_ms: now_ms(),
+        };
+        if let Err(err) = blocking(move || store.finish(&run, &outcome).map_err(store_error)).await
+        {
+            eprintln!("sandbox daemon: run {id}: recording its result: {err}");
+        }
+        finish_watch(&mut lock(&self.state), id);
+    }
+
+    /// Open questions of runs `uid` may see (`None`: every run's).
+    pub fn questions(&self, uid: Option<u32>) -> Vec<Question> {
+        let now = now_ms();
+        let state = lock(&self.state);
+        let mut out: Vec<Question> = state
+            .running
+            .values()
+            .flat_map(|live| live.questions.values())
+            .filter(|q| uid.is_none_or(|uid| q.uid == uid) && q.deadline_ms > now)
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| a.deadline_ms.cmp(&b.deadline_ms).then(a.id.cmp(&b.id)));
+        out
+    }
+
+    /// Answer a question of a run `uid` may see.
+    pub fn answer(
+        &self,
+        uid: Option<u32>,
+        run: &str,
+        n: u64,
+        answer: Approval,
+    ) -> Result<(), ApiError> {
+        let missing = || {
+            ApiError::new(
+                404,
+                "no_such_approval",
+                format!("no open question {run}/{n}"),
+                "list open questions with GET /v1/approvals; an unanswered one is denied at its deadline",
+            )
+        };
+        let mut state = lock(&self.state);
+        let live = state.running.get_mut(run).ok_or_else(missing)?;
+        if uid.is_some_and(|uid| live.uid != uid) {
+            return Err(missing());
+        }
+        match live.questions.get(&n) {
+            Some(q) if q.deadline_ms > now_ms() => {}
+            _ => return Err(missing()),
+        }
+        live.questions.remove(&n);
+        live.control
+            .send(Control::Answer(n, answer))
+            .map_err(|_| missing())
+    }
+
+    /// Stop: queued runs are cancelled, running ones get a cancel, and the
+    /// call returns when all are recorded or the grace and a second are up.
+    pub async fn shut_down(self: &Arc<Self>) {
+        let (queued, watches) = {
+            let mut state = lock(&self.state);
+            state.stopping = true;
+            let queued: Vec<String> = state.queue.drain(..).map(|run| run.id).collect();
+            for live in state.running.values() {
+                let _ = live.control.send(Control::Cancel);
+            }
+            let watches: Vec<watch::Receiver<bool>> = state
+                .running
+                .keys()
+                .filter_map(|id| state.over.get(id).cloned())
+                .collect();
+            (queued, watches)
+        };
+        for id in queued {
+            self.conclude_unstarted(
+                &id,
+                "cancelled",
+                "the daemon stopped before the run started",
+            )
+            .await;
+        }
+        let deadline = self.config.cancel_grace + Duration::from_secs(1);
+        let all = async {
+            for mut over in watches {
+                let _ = over.wait_for(|over| *over).await;
+            }
+        };
+        let _ = tokio::time::timeout(deadline, all).await;
+    }
+}
+
+fn decrement(counts: &mut HashMap<u32, usize>, uid: u32) {
+    if let Some(count) = counts.get_mut(&uid) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            counts.remove(&uid);
+        }
+    }
+}
+
+fn finish_watch(state: &mut State, id: &str) {
+    state.over.remove(id);
+    if let Some(sender) = state.over_senders.remove(id) {
+        let _ = sender.send(true);
+    }
+}
+
+fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ApiError> {
+    use std::io::Write;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .and_then(|mut file| file.write_all(bytes))
+        .map_err(|err| ApiError::internal(format!("writing {}: {err}", path.display())))
+}
+
+fn open_log(path: &Path) -> Result<std::fs::File, ApiError> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|err| ApiError::internal(format!("opening {}: {err}", path.display())))
+}
+
+fn open_read(path: &Path) -> Result<std::fs::File, ApiError> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|err| ApiError::internal(format!("opening {}: {err}", path.display())))
+}
+
+/// A process's start time in clock ticks since boot (`/proc/PID/stat`,
+/// field 22): with the pid it names one process, where a pid alone may
+/// have been reused by the time it is read again.
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces
+    // and parentheses itself: fields are counted after its last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Kill a process recorded by an earlier daemon if it is still the same
+/// process (same start time).
+pub fn kill_if_same(pid: i32, start: Option<u64>) -> bool {
+    let Some(start) = start else { return false };
+    if pid <= 1 || proc_start_time(pid) != Some(start) {
+        return false;
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_names_one_process() {
+        let own = std::process::id() as i32;
+        let start = proc_start_time(own).unwrap();
+        assert!(start > 0);
+        assert_eq!(proc_start_time(own), Some(start));
+        assert!(
+            !kill_if_same(own, Some(start + 1)),
+            "a different start time is another process"
+        );
+        assert!(!kill_if_same(own, None));
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("60")
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        assert!(kill_if_same(pid, proc_start_time(pid)));
+        let status = child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(9)
+        );
+    }
+
+    #[test]
+    fn run_ids_are_path_safe() {
+        let id = new_run_id();
+        assert!(is_run_id(&id), "{id}");
+        assert_ne!(id, new_run_id());
+        assert!(!is_run_id("../../etc/passwd"));
+        assert!(!is_run_id("0123456789ABCDEF"));
+        assert_eq!(queue_share(64), 32);
+        assert_eq!(queue_share(1), 1);
+    }
+}

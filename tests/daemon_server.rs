@@ -1,0 +1,982 @@
+//! `sandbox daemon` driven by a real client (`curl --unix-socket`): a run
+//! through the API, callers kept to their rules and their own runs, the
+//! API's errors, readiness, a live socket left alone, systemd socket
+//! activation, and a SIGKILLed daemon's runs found lost and killed.
+
+mod support;
+
+use std::io::Read;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixDatagram;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Daemon {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    socket: PathBuf,
+}
+
+/// A directory every test user can reach (the socket and projects live
+/// below it).
+fn open_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+impl Daemon {
+    /// Start a daemon with `config` (`{dir}` replaced by its directory)
+    /// and wait for its READY=1.
+    fn start(config: &str) -> Daemon {
+        let dir = open_dir();
+        let daemon = Daemon {
+            child: None,
+            socket: dir.path().join("sandbox.sock"),
+            dir,
+        };
+        daemon.restart(config)
+    }
+
+    fn config_path(&self) -> PathBuf {
+        self.dir.path().join("daemon.toml")
+    }
+
+    fn restart(mut self, config: &str) -> Daemon {
+        let text = config.replace("{dir}", &self.dir.path().display().to_string());
+        std::fs::write(self.config_path(), text).unwrap();
+        let notify_path = self.dir.path().join(format!("notify-{}", rand_suffix()));
+        let notify = UnixDatagram::bind(&notify_path).unwrap();
+        notify
+            .set_read_timeout(Some(Duration::from_secs(20)))
+            .unwrap();
+        let child = Command::new(support::sandbox_bin())
+            .arg("daemon")
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--state-dir")
+            .arg(self.dir.path().join("state"))
+            .arg("--config")
+            .arg(self.config_path())
+            .env("NOTIFY_SOCKET", &notify_path)
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+        let mut buffer = [0u8; 64];
+        let n = notify
+            .recv(&mut buffer)
+            .expect("the daemon says READY=1 on NOTIFY_SOCKET");
+        assert_eq!(&buffer[..n], b"READY=1");
+        self
+    }
+
+    fn project(&self, name: &str, owner: Option<u32>) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(&path).unwrap();
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
+        }
+        path
+    }
+
+    /// `curl` as the test's own user (`as_uid: None`) or another uid;
+    /// returns the HTTP status and the body.
+    fn curl(
+        &self,
+        as_uid: Option<u32>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        let mut command = Command::new("curl");
+        command
+            .args([
+                "-s",
+                "-S",
+                "--max-time",
+                "30",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+                "-X",
+                method,
+            ])
+            .arg("--unix-socket")
+            .arg(&self.socket)
+            .arg(format!("http://daemon{path}"));
+        if body.is_some() {
+            command.args([
+                "-H",
+                "content-type: application/json",
+                "--data-binary",
+                "@-",
+            ]);
+        }
+        if let Some(uid) = as_uid {
+            command.uid(uid).gid(uid);
+        }
+        command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            if let Some(body) = body {
+                stdin.write_all(body.as_bytes()).unwrap();
+            }
+        }
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+
+    fn json(
+        &self,
+        as_uid: Option<u32>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        let (code, text) = self.curl(as_uid, method, path, body);
+        let value = serde_json::from_str(&text)
+            .unwrap_or_else(|err| panic!("{method} {path}: {code} {text:?} is not JSON: {err}"));
+        (code, value)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+    }
+}
+
+fn rand_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn my_uid() -> u32 {
+    nix::unistd::geteuid().as_raw()
+}
+
+fn error_code(value: &Value) -> &str {
+    value["error"]["code"].as_str().unwrap_or("")
+}
+
+fn submit(project: &Path, command: &[&str], wait: bool) -> String {
+    serde_json::json!({"command": command, "project": project, "wait": wait}).to_string()
+}
+
+#[test]
+fn a_run_through_the_api_has_its_status_and_output() {
+    if !support::require_root_sandbox("a_run_through_the_api_has_its_status_and_output") {
+        return;
+    }
+    let daemon = Daemon::start(&format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let project = daemon.project("job", None);
+    let (code, info) = daemon.json(None, "GET", "/v1/info", None);
+    assert_eq!(code, 200, "{info}");
+    assert_eq!(info["api"], 1);
+    assert_eq!(info["caller"]["uid"], my_uid());
+
+    let (code, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/echo", "hi"], true)),
+    );
+    assert_eq!(code, 200, "{run}");
+    assert_eq!(run["state"], "exited", "{run}");
+    assert_eq!(run["status"], 0, "{run}");
+    assert_eq!(run["report"]["version"], 1, "{run}");
+    let id = run["id"].as_str().unwrap();
+
+    let (code, events) = daemon.curl(None, "GET", &format!("/v1/runs/{id}/events"), None);
+    assert_eq!(code, 200, "{events}");
+    let records: Vec<Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        records
+            .iter()
+            .any(|r| r["type"] == "stdout" && r["data"] == "hi\n"),
+        "{events}"
+    );
+    assert_eq!(records.last().unwrap()["type"], "exit", "{events}");
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record["seq"], i as u64 + 1, "{events}");
+    }
+    // Resuming after the last record seen gives only what follows it.
+    let (_, rest) = daemon.curl(
+        None,
+        "GET",
+        &format!("/v1/runs/{id}/events?since=1&follow=true"),
+        None,
+    );
+    assert_eq!(rest.lines().count(), records.len() - 1, "{rest}");
+
+    // Without wait: 202 at once, the record is there, and it finishes.
+    let (code, queued) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(
+            &project,
+            &["/bin/sh", "-c", "echo two; exit 3"],
+            false,
+        )),
+    );
+    assert_eq!(code, 202, "{queued}");
+    let second = queued["id"].as_str().unwrap().to_string();
+    let (_, followed) = daemon.curl(
+        None,
+        "GET",
+        &format!("/v1/runs/{second}/events?follow=true"),
+        None,
+    );
+    assert!(followed.contains("\"data\":\"two\\n\""), "{followed}");
+    let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{second}"), None);
+    assert_eq!(shown["state"], "exited", "{shown}");
+    assert_eq!(shown["status"], 3, "{shown}");
+    let (_, listed) = daemon.json(None, "GET", "/v1/runs?state=exited", None);
+    assert_eq!(listed["runs"].as_array().unwrap().len(), 2, "{listed}");
+
+    let (code, _) = daemon.curl(None, "DELETE", &format!("/v1/runs/{second}"), None);
+    assert_eq!(code, 204);
+    let (code, gone) = daemon.json(None, "GET", &format!("/v1/runs/{second}"), None);
+    assert_eq!((code, error_code(&gone)), (404, "no_such_run"));
+    assert!(!daemon.dir.path().join("state/spool").join(&second).exists());
+}
+
+#[test]
+fn callers_are_held_to_their_rule_and_their_own_runs() {
+    let test = "callers_are_held_to_their_rule_and_their_own_runs";
+    if !support::require(test, "root (to connect as a second uid)", my_uid() == 0)
+        || !support::require_root_sandbox(test)
+    {
+        return;
+    }
+    let other = support::TEST_UID;
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\n\
+         [[allow]]\nuids = [0]\nprojects = [\"{{dir}}\"]\n\
+         [[allow]]\nuids = [{other}]\nprofiles = [\"strict\"]\nprojects = [\"{{dir}}/theirs\"]\n"
+    ));
+    let mode = std::fs::metadata(&daemon.socket)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777;
+    assert_eq!(mode, 0o666, "the socket has the configured mode");
+    let mine = daemon.project("mine", None);
+    let theirs = daemon.project("theirs", Some(other));
+
+    let (code, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&mine, &["/bin/true"], true)),
+    );
+    assert_eq!(code, 200, "{run}");
+    let root_run = run["id"].as_str().unwrap().to_string();
+
+    // The second uid: another profile, another project, root's run.
+    let body =
+        serde_json::json!({"command": ["/bin/true"], "project": theirs, "profile": "permissive"});
+    let (code, err) = daemon.json(Some(other), "POST", "/v1/runs", Some(&body.to_string()));
+    assert_eq!(
+        (code, error_code(&err)),
+        (403, "profile_not_allowed"),
+        "{err}"
+    );
+    let (code, err) = daemon.json(
+        Some(other),
+        "POST",
+        "/v1/runs",
+        Some(&submit(&mine, &["/bin/true"], false)),
+    );
+    assert_eq!(
+        (code, error_code(&err)),
+        (403, "project_not_allowed"),
+        "{err}"
+    );
+    // Its own directory outside its root, reached by `..` or a symlink
+    // from inside the root: the path is judged after resolution.
+    let outside = daemon.project("outside", Some(other));
+    std::os::unix::fs::symlink(&outside, theirs.join("link")).unwrap();
+    for escape in [theirs.join("../outside"), theirs.join("link")] {
+        let body = submit(&escape, &["/bin/true"], false);
+        let (code, err) = daemon.json(Some(other), "POST", "/v1/runs", Some(&body));
+        assert_eq!(
+            (code, error_code(&err)),
+            (403, "project_not_allowed"),
+            "{}: {err}",
+            escape.display()
+        );
+    }
+    for (method, path) in [
+        ("GET", format!("/v1/runs/{root_run}")),
+        ("GET", format!("/v1/runs/{root_run}/events")),
+        ("POST", format!("/v1/runs/{root_run}/cancel")),
+        ("DELETE", format!("/v1/runs/{root_run}")),
+    ] {
+        let (code, err) = daemon.json(Some(other), method, &path, None);
+        assert_eq!(
+            (code, error_code(&err)),
+            (404, "no_such_run"),
+            "{method} {path}: {err}"
+        );
+    }
+    let (_, listed) = daemon.json(Some(other), "GET", "/v1/runs", None);
+    assert_eq!(listed["runs"], serde_json::json!([]), "{listed}");
+    let (_, still) = daemon.json(None, "GET", &format!("/v1/runs/{root_run}"), None);
+    assert_eq!(still["state"], "exited", "{still}");
+
+    // A uid with no rule at all.
+    let (code, err) = daemon.json(Some(other + 1), "GET", "/v1/info", None);
+    assert_eq!((code, error_code(&err)), (403, "not_allowed"), "{err}");
+}
+
+#[test]
+fn bad_requests_get_json_errors() {
+    let daemon = Daemon::start(&format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let project = daemon.project("p", None);
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("{\"command\": [\"/bin/true\"]".into(), 400, "bad_request"),
+        (
+            format!("{{\"command\": [\"/bin/true\"], \"project\": {project:?}, \"colour\": 1}}"),
+            400,
+            "bad_request",
+        ),
+        (
+            format!("{{\"command\": [\"/bin/true\"], \"project\": {project:?}, \"network\": \"host\"}}"),
+            403,
+            "network_not_allowed",
+        ),
+        (
+            format!("{{\"command\": [\"/bin/true\"], \"project\": {project:?}, \"grants\": [\"fs.write\"]}}"),
+            403,
+            "grant_not_allowed",
+        ),
+        (
+            format!("{{\"command\": [\"/bin/true\"], \"project\": {project:?}, \"limits\": {{\"output\": \"1TiB\"}}}}"),
+            403,
+            "limit_too_high",
+        ),
+        (format!("{{\"stdin\": \"{}\"}}", "x".repeat(1_100_000)), 413, "too_large"),
+    ];
+    for (body, status, code) in cases {
+        let (got, err) = daemon.json(None, "POST", "/v1/runs", Some(&body));
+        assert_eq!((got, error_code(&err)), (status, code), "{err}");
+        assert!(err["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        assert!(err["error"]["fix"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    let (code, err) = daemon.json(None, "GET", "/v1/runs/0123456789abcdef", None);
+    assert_eq!((code, error_code(&err)), (404, "no_such_run"));
+    let (code, err) = daemon.json(None, "GET", "/v1/runs?state=sleeping", None);
+    assert_eq!((code, error_code(&err)), (400, "bad_request"), "{err}");
+    let (code, err) = daemon.json(
+        None,
+        "POST",
+        "/v1/approvals/0123456789abcdef/1",
+        Some("{\"answer\": \"once\"}"),
+    );
+    assert_eq!((code, error_code(&err)), (404, "no_such_approval"), "{err}");
+
+    // A second daemon on the same socket refuses to take it over.
+    let out = Command::new(support::sandbox_bin())
+        .arg("daemon")
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .arg("--state-dir")
+        .arg(daemon.dir.path().join("state2"))
+        .arg("--config")
+        .arg(daemon.config_path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("in use by a running daemon"), "{stderr}");
+    let (code, _) = daemon.json(None, "GET", "/v1/info", None);
+    assert_eq!(code, 200, "the first daemon still answers");
+}
+
+#[test]
+fn a_killed_daemon_finds_its_runs_lost_and_kills_them() {
+    if !support::require_root_sandbox("a_killed_daemon_finds_its_runs_lost_and_kills_them") {
+        return;
+    }
+    let config = format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    );
+    let mut daemon = Daemon::start(&config);
+    let project = daemon.project("p", None);
+    let (code, done) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/echo", "kept"], true)),
+    );
+    assert_eq!(code, 200, "{done}");
+    let marker = support::marker("daemon-kill");
+    let (code, queued) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/sleep", &marker], false)),
+    );
+    assert_eq!(code, 202, "{queued}");
+    let id = queued["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support::host_pids_with(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    daemon.kill();
+    let daemon = daemon.restart(&config);
+    let left = support::wait_until_gone(&marker, 10);
+    assert!(
+        left.is_empty(),
+        "processes of the lost run survived: {left:?}"
+    );
+    let (_, lost) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(lost["state"], "lost", "{lost}");
+    assert_eq!(
+        lost["reason"], "the daemon stopped while the run was running",
+        "{lost}"
+    );
+    let (_, events) = daemon.curl(None, "GET", &format!("/v1/runs/{id}/events"), None);
+    assert!(
+        events
+            .lines()
+            .last()
+            .unwrap_or("")
+            .contains("\"type\":\"lost\""),
+        "{events}"
+    );
+    let kept = done["id"].as_str().unwrap();
+    let (_, again) = daemon.json(None, "GET", &format!("/v1/runs/{kept}"), None);
+    assert_eq!(again["state"], "exited", "{again}");
+    let (_, output) = daemon.curl(None, "GET", &format!("/v1/runs/{kept}/events"), None);
+    assert!(output.contains("kept\\n"), "{output}");
+}
+
+#[test]
+fn systemd_socket_activation_hands_over_the_socket() {
+    let tool = Path::new("/usr/bin/systemd-socket-activate");
+    if !support::require(
+        "systemd_socket_activation_hands_over_the_socket",
+        "systemd-socket-activate",
+        tool.exists(),
+    ) {
+        return;
+    }
+    let dir = open_dir();
+    let socket = dir.path().join("activated.sock");
+    let config = dir.path().join("daemon.toml");
+    std::fs::write(&config, format!("[[allow]]\nuids = [{}]\n", my_uid())).unwrap();
+    let mut activator = Command::new(tool)
+        .arg("-l")
+        .arg(&socket)
+        .arg(support::sandbox_bin())
+        .arg("daemon")
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(&config)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "systemd-socket-activate made no socket"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let daemon = Daemon {
+        child: None,
+        socket: socket.clone(),
+        dir,
+    };
+    let (code, info) = daemon.json(None, "GET", "/v1/info", None);
+    assert_eq!(code, 200, "{info}");
+    assert_eq!(info["caller"]["uid"], my_uid());
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(activator.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let status = activator.wait().unwrap();
+    let mut stderr = String::new();
+    if let Some(mut pipe) = activator.stderr.take() {
+        let _ = pipe.read_to_string(&mut stderr);
+    }
+    assert!(
+        status.success(),
+        "the daemon stops cleanly on SIGTERM: {status:?}\n{stderr}"
+    );
+}
+
+#[test]
+fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
+    // A run recorded as running by a daemon that died, whose sandbox
+    // survived (here: a plain process standing in for its init), and a
+    // record whose pid now names an unrelated process (pid reuse: the
+    // start time differs).
+    let dir = open_dir();
+    let state = dir.path().join("state");
+    std::fs::create_dir_all(state.join("spool")).unwrap();
+    let mut survivor = Command::new("/bin/sleep").arg("600").spawn().unwrap();
+    let mut bystander = Command::new("/bin/sleep").arg("600").spawn().unwrap();
+    {
+        use sandbox::daemon::runs::proc_start_time;
+        use sandbox::daemon::store::{RunRecord, Store};
+        let store = Store::open(&state.join("sandbox.db")).unwrap();
+        for (id, child, start_offset) in [
+            ("00000000000000a1", &survivor, 0),
+            ("00000000000000a2", &bystander, 1),
+        ] {
+            let pid = child.id() as i32;
+            std::fs::create_dir_all(state.join("spool").join(id)).unwrap();
+            store
+                .insert(&RunRecord {
+                    id: id.into(),
+                    uid: my_uid(),
+                    gid: my_uid(),
+                    state: "queued".into(),
+                    command: vec!["/bin/sleep".into()],
+                    profile: "strict".into(),
+                    project: "/".into(),
+                    created_ms: sandbox::daemon::runs::now_ms(),
+                    started_ms: None,
+                    finished_ms: None,
+                    status: None,
+                    reason: None,
+                    report: None,
+                    log_records: None,
+                    supervisor_pid: None,
+                    supervisor_start: None,
+                    init_pid: None,
+                    init_start: None,
+                })
+                .unwrap();
+            store.set_running(id).unwrap();
+            let start = proc_start_time(pid).unwrap() + start_offset;
+            store.set_started(id, pid, Some(start), 2).unwrap();
+        }
+    }
+    let daemon = Daemon {
+        child: None,
+        socket: dir.path().join("sandbox.sock"),
+        dir,
+    }
+    .restart(&format!("[[allow]]\nuids = [{}]\n", my_uid()));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = survivor.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = survivor.kill();
+            let _ = survivor.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
+        Some(9),
+        "the surviving process of the lost run is killed"
+    );
+    assert!(
+        bystander.try_wait().unwrap().is_none(),
+        "a process that only reuses a recorded pid is left alone"
+    );
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    let (_, lost) = daemon.json(None, "GET", "/v1/runs/00000000000000a1", None);
+    assert_eq!(lost["state"], "lost", "{lost}");
+    let (_, events) = daemon.curl(None, "GET", "/v1/runs/00000000000000a1/events", None);
+    assert!(events.contains("\"type\":\"lost\""), "{events}");
+}
+
+fn wait_for_process(marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while support::host_pids_with(marker).is_empty() {
+        assert!(Instant::now() < deadline, "the run never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_queue_is_bounded_and_runs_are_cancelled() {
+    if !support::require_root_sandbox("the_queue_is_bounded_and_runs_are_cancelled") {
+        return;
+    }
+    let mut daemon = Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 1\nmax_queue = 2\ncancel_grace = \"1s\"\n\
+         [[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let project = daemon.project("p", None);
+    let first = support::marker("queue-first");
+    let (code, running) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/sleep", &first], false)),
+    );
+    assert_eq!(code, 202, "{running}");
+    let running = running["id"].as_str().unwrap().to_string();
+    wait_for_process(&first);
+    let (code, queued) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/true"], false)),
+    );
+    assert_eq!(code, 202, "{queued}");
+    let queued = queued["id"].as_str().unwrap().to_string();
+    let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{queued}"), None);
+    assert_eq!(shown["state"], "queued", "one slot, taken: {shown}");
+    // Half the queue (1 of 2) is one caller's share.
+    let (code, err) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/true"], false)),
+    );
+    assert_eq!((code, error_code(&err)), (429, "quota_full"), "{err}");
+
+    let (code, cancelled) = daemon.json(None, "POST", &format!("/v1/runs/{queued}/cancel"), None);
+    assert_eq!(
+        (code, &cancelled["state"]),
+        (202, &Value::from("cancelled")),
+        "{cancelled}"
+    );
+    let (code, cancelling) = daemon.json(None, "POST", &format!("/v1/runs/{running}/cancel"), None);
+    assert_eq!(code, 202, "{cancelling}");
+    let (_, events) = daemon.curl(
+        None,
+        "GET",
+        &format!("/v1/runs/{running}/events?follow=true"),
+        None,
+    );
+    assert!(events.contains("\"type\":\"exit\""), "{events}");
+    let (_, over) = daemon.json(None, "GET", &format!("/v1/runs/{running}"), None);
+    assert_eq!(over["state"], "cancelled", "{over}");
+    assert!(support::wait_until_gone(&first, 10).is_empty());
+    let (_, never) = daemon.json(None, "GET", &format!("/v1/runs/{queued}"), None);
+    assert_eq!(never["state"], "cancelled", "{never}");
+    assert_eq!(never["started_ms"], Value::Null, "{never}");
+
+    // SIGTERM: the run in flight is cancelled and recorded, the daemon
+    // exits 0 and the next one finds the result.
+    let last = support::marker("queue-term");
+    let (_, busy) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/sleep", &last], false)),
+    );
+    let busy = busy["id"].as_str().unwrap().to_string();
+    wait_for_process(&last);
+    let mut child = daemon.child.take().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(support::wait_until_gone(&last, 10).is_empty());
+    assert!(
+        !daemon.socket.exists(),
+        "the daemon removes the socket it made"
+    );
+    daemon.kill();
+    let config = std::fs::read_to_string(daemon.config_path()).unwrap();
+    let daemon = daemon.restart(&config);
+    let (_, after) = daemon.json(None, "GET", &format!("/v1/runs/{busy}"), None);
+    assert_eq!(after["state"], "cancelled", "{after}");
+}
+
+/// The daemon's launcher process (its child running `__launch`).
+fn launcher_of(daemon_pid: u32) -> Option<i32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|ppid| ppid.parse::<u32>().ok());
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if parent == Some(daemon_pid) && String::from_utf8_lossy(&cmdline).contains("__launch") {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+#[test]
+fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
+    if !support::require_root_sandbox("a_dead_launcher_loses_its_runs_and_is_restarted_once") {
+        return;
+    }
+    let daemon = Daemon::start(&format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let project = daemon.project("p", None);
+    let marker = support::marker("launcher-dies");
+    let (_, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/sleep", &marker], false)),
+    );
+    let id = run["id"].as_str().unwrap().to_string();
+    wait_for_process(&marker);
+    let daemon_pid = daemon.child.as_ref().unwrap().id();
+    let launcher = launcher_of(daemon_pid).expect("the daemon's launcher");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(launcher),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let after = loop {
+        let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
+        if shown["state"] != "running" || Instant::now() > deadline {
+            break shown;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        after["state"] == "lost" || after["state"] == "failed",
+        "a run whose launcher died ends without a result: {after}"
+    );
+    assert!(
+        after["reason"].as_str().is_some_and(|r| !r.is_empty()),
+        "{after}"
+    );
+    assert!(support::wait_until_gone(&marker, 10).is_empty());
+    // The replacement takes runs.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, run) = daemon.json(
+            None,
+            "POST",
+            "/v1/runs",
+            Some(&submit(&project, &["/bin/true"], true)),
+        );
+        if code == 200 {
+            assert_eq!(run["status"], 0, "{run}");
+            break;
+        }
+        assert_eq!((code, error_code(&run)), (503, "launcher_down"), "{run}");
+        assert!(Instant::now() < deadline, "the launcher was not restarted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let replacement = launcher_of(daemon_pid).expect("a new launcher");
+    assert_ne!(replacement, launcher);
+}
+
+/// The payload asks the broker to write a file; strict asks a person.
+const ASK_FS_WRITE: &str = r#"
+import socket
+s = socket.socket(fileno=3)
+s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"granted.txt","content":"yes"}}\n')
+print(s.recv(65536).decode().strip())
+"#;
+
+#[test]
+fn a_question_is_answered_through_the_api_by_its_owner_only() {
+    let test = "a_question_is_answered_through_the_api_by_its_owner_only";
+    if !support::require(test, "root (to connect as a second uid)", my_uid() == 0)
+        || !support::require_root_sandbox(test)
+        || !support::require(
+            test,
+            "/usr/bin/python3",
+            Path::new("/usr/bin/python3").exists(),
+        )
+    {
+        return;
+    }
+    let other = support::TEST_UID;
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\n\
+         [[allow]]\nuids = [0]\nprojects = [\"{{dir}}\"]\n\
+         [[allow]]\nuids = [{other}]\nprojects = [\"{{dir}}/theirs\"]\n"
+    ));
+    let project = daemon.project("p", None);
+    let (code, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(
+            &project,
+            &["/usr/bin/python3", "-c", ASK_FS_WRITE],
+            false,
+        )),
+    );
+    assert_eq!(code, 202, "{run}");
+    let id = run["id"].as_str().unwrap().to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let question = loop {
+        let (_, listed) = daemon.json(None, "GET", "/v1/approvals", None);
+        if let Some(first) = listed["approvals"].as_array().and_then(|a| a.first()) {
+            break first.clone();
+        }
+        assert!(Instant::now() < deadline, "no question appeared");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(question["run"], id.as_str(), "{question}");
+    assert_eq!(question["action"], "fs.write", "{question}");
+    let qid = question["id"].as_str().unwrap().to_string();
+
+    // Another caller neither sees nor answers it.
+    let (_, theirs) = daemon.json(Some(other), "GET", "/v1/approvals", None);
+    assert_eq!(theirs["approvals"], serde_json::json!([]), "{theirs}");
+    let (code, err) = daemon.json(
+        Some(other),
+        "POST",
+        &format!("/v1/approvals/{qid}"),
+        Some("{\"answer\": \"once\"}"),
+    );
+    assert_eq!((code, error_code(&err)), (404, "no_such_approval"), "{err}");
+
+    let (code, answered) = daemon.json(
+        None,
+        "POST",
+        &format!("/v1/approvals/{qid}"),
+        Some("{\"answer\": \"once\"}"),
+    );
+    assert_eq!(code, 200, "{answered}");
+    assert_eq!(answered["answer"], "once");
+    let (_, events) = daemon.curl(
+        None,
+        "GET",
+        &format!("/v1/runs/{id}/events?follow=true"),
+        None,
+    );
+    assert!(events.contains("\"type\":\"answer\""), "{events}");
+    let (_, over) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(over["status"], 0, "{over}");
+    assert_eq!(
+        std::fs::read_to_string(project.join("granted.txt")).unwrap(),
+        "yes",
+        "the approved write happened"
+    );
+    let (_, after) = daemon.json(None, "GET", "/v1/approvals", None);
+    assert_eq!(after["approvals"], serde_json::json!([]), "{after}");
+}
+
+#[test]
+fn a_run_cannot_reach_the_daemons_socket_or_database() {
+    let test = "a_run_cannot_reach_the_daemons_socket_or_database";
+    if !support::require_root_sandbox(test)
+        || !support::require(
+            test,
+            "/usr/bin/python3",
+            Path::new("/usr/bin/python3").exists(),
+        )
+    {
+        return;
+    }
+    // The rule allows every project below the directory that also holds
+    // the daemon's socket and state.
+    let daemon = Daemon::start(&format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    let state = daemon.dir.path().join("state");
+    let script = format!(
+        "{}\nattempt('socket', lambda: socket.socket(socket.AF_UNIX).connect({:?}))\n\
+         attempt('database', lambda: open({:?}, 'rb').read(1))\n\
+         attempt('spool', lambda: os.listdir({:?}))\n",
+        support::PY_ATTEMPT,
+        daemon.socket.display().to_string(),
+        state.join("sandbox.db").display().to_string(),
+        state.join("spool").display().to_string(),
+    );
+    let project = daemon.project("job", None);
+    let (code, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(
+            &project,
+            &["/usr/bin/python3", "-c", &script],
+            true,
+        )),
+    );
+    assert_eq!(code, 200, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let (_, events) = daemon.curl(None, "GET", &format!("/v1/runs/{id}/events"), None);
+    for what in ["socket", "database", "spool"] {
+        assert!(
+            events.contains(&format!("{what} ")),
+            "{what} was not tried: {events}"
+        );
+        assert!(
+            !events.contains(&format!("{what} ok")),
+            "the run reached the daemon's {what}: {events}"
+        );
+    }
+
+    // Naming the directory that holds them as the project is refused,
+    // as is the state directory itself.
+    for project in [daemon.dir.path().to_path_buf(), state.clone()] {
+        let (code, err) = daemon.json(
+            None,
+            "POST",
+            "/v1/runs",
+            Some(&submit(&project, &["/bin/true"], true)),
+        );
+        assert_eq!(
+            (code, error_code(&err)),
+            (403, "project_not_allowed"),
+            "{}: {err}",
+            project.display()
+        );
+    }
+}
