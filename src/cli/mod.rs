@@ -1,7 +1,9 @@
 //! Command-line interface: one file per subcommand.
 use clap::{Parser, Subcommand};
 
+pub mod client;
 pub mod daemon;
+pub mod daemon_client;
 pub mod doctor;
 pub mod grants;
 pub mod ipc;
@@ -40,6 +42,14 @@ enum Command {
     Daemon(daemon::DaemonArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
     Serve(serve::ServeArgs),
+    /// List the runs of `sandbox daemon` (yours, or all with see_all).
+    Ps(daemon_client::PsArgs),
+    /// Print a daemon run's output (-f: follow it to the end).
+    Logs(daemon_client::LogsArgs),
+    /// Cancel a daemon run: SIGTERM, then every process killed after the daemon's grace.
+    Cancel(daemon_client::CancelArgs),
+    /// List the open questions of your daemon runs, or answer one.
+    Approvals(daemon_client::ApprovalsArgs),
     /// The daemon's fork server (internal).
     #[command(name = "__launch", hide = true)]
     Launch(launch::LaunchArgs),
@@ -75,6 +85,10 @@ pub fn main() -> i32 {
         Command::Serve(args) => serve::run(args),
         Command::Daemon(args) => daemon::run(args),
         Command::SkillHost(args) => skill::host(args),
+        Command::Ps(args) => daemon_client::ps(args),
+        Command::Logs(args) => daemon_client::logs(args),
+        Command::Cancel(args) => daemon_client::cancel(args),
+        Command::Approvals(args) => daemon_client::approvals(args),
         Command::Launch(args) => launch::run(args),
     };
     match result {
@@ -83,6 +97,9 @@ pub fn main() -> i32 {
             eprintln!("sandbox: {err:#}");
             if err.downcast_ref::<UsageError>().is_some() {
                 return EXIT_USAGE;
+            }
+            if let Some(client) = err.downcast_ref::<client::ClientError>() {
+                return client.exit_status();
             }
             // 125: the sandbox itself failed (as `env`, `timeout` and container tools use it),
             // distinct from the command's own statuses and from 126/127.

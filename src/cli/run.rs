@@ -106,12 +106,18 @@ pub struct RunArgs {
     /// confinement (NoNewPrivs, capabilities, seccomp, namespaces) just before it starts.
     #[arg(long, short = 'v')]
     pub verbose: bool,
+    /// Send the run to `sandbox daemon` instead of starting it here (its socket, or the
+    /// default one; also SANDBOX_DAEMON=SOCKET, or =1 for the default): the same output,
+    /// exit status and report. Flags the daemon's API cannot carry are refused (exit 2).
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    pub daemon: Option<String>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
 }
 
-fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
+pub(crate) fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
     std::fs::canonicalize(path).with_context(|| usage(format!("{what} {}", path.display())))
 }
 
@@ -122,7 +128,7 @@ fn usage(message: String) -> UsageError {
 /// Check an inherited descriptor named by `--report-fd` before anything
 /// runs, so a typo costs nothing. 0 is refused: it is the supervisor's
 /// stdin, which a report would never be meant for.
-fn check_report_fd(fd: i32) -> anyhow::Result<i32> {
+pub(crate) fn check_report_fd(fd: i32) -> anyhow::Result<i32> {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
     let example = "open it for writing in the calling shell, e.g. `--report-fd 3 3>report.json`";
     if fd == 0 {
@@ -155,7 +161,7 @@ fn check_report_fd(fd: i32) -> anyhow::Result<i32> {
 
 /// Write the one-line report to the descriptor and close it (unless it is
 /// stdout or stderr), so a reader waiting for end-of-file gets it now.
-fn write_report_fd(fd: i32, line: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn write_report_fd(fd: i32, line: &[u8]) -> anyhow::Result<()> {
     let borrowed = sandbox::sys::fd::borrow(fd);
     let mut written = 0;
     while written < line.len() {
@@ -172,6 +178,9 @@ fn write_report_fd(fd: i32, line: &[u8]) -> anyhow::Result<()> {
 }
 
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
+    if let Some(socket) = super::daemon_client::daemon_of_run(&args)? {
+        return super::daemon_client::run_remote(args, socket);
+    }
     let report_fd = args.report_fd.map(check_report_fd).transpose()?;
     let mut policy = sandbox::profile::load(&args.profile)
         .with_context(|| usage(format!("--profile {}", args.profile)))?;
@@ -251,15 +260,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
                 Some(project) => project.clone(),
                 None => std::env::current_dir()?,
             });
-            let target = sandbox::safe_file::OutputTarget::prepare(path, &roots)
-                .with_context(|| usage("the report file (--report)".into()))?;
-            if let (Some(root), false) = (target.inside_writable(), args.quiet) {
-                eprintln!(
-                    "sandbox: warning: {}",
-                    sandbox::safe_file::inside_warning("report", path, root)
-                );
-            }
-            Some(target)
+            Some(prepare_report(path, &roots, args.quiet)?)
         }
         None => None,
     };
@@ -276,35 +277,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     command.interactive(!args.non_interactive);
     command.verbose(args.verbose);
     for spec in &args.secrets {
-        let (name, source) = spec.split_once('=').with_context(|| {
-            usage(format!(
-                "--secret {spec}: expected NAME=env:VAR or NAME=file:PATH"
-            ))
-        })?;
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        {
-            return Err(usage(format!(
-                "--secret {spec}: the name may hold letters, digits, _ and - only"
-            ))
-            .into());
-        }
-        let value = if let Some(var) = source.strip_prefix("env:") {
-            std::env::var(var)
-                .with_context(|| usage(format!("--secret {name}: the variable {var} is not set")))?
-        } else if let Some(path) = source.strip_prefix("file:") {
-            std::fs::read_to_string(path)
-                .with_context(|| usage(format!("--secret {name}: reading {path}")))?
-                .trim_end_matches('\n')
-                .to_string()
-        } else {
-            return Err(usage(format!(
-                "--secret {spec}: the source must be env:VAR or file:PATH"
-            ))
-            .into());
-        };
+        let (name, value) = resolve_secret(spec)?;
         command.secret(name, value);
     }
     if let Some(project) = &args.project {
@@ -340,14 +313,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         (Some(report), _) => serde_json::to_value(report)?,
         // The run failed before a plan existed; CI still gets a report that
         // says why, and claims nothing was enforced.
-        (None, Err(err)) => serde_json::json!({
-            "version": 1,
-            "profile": args.profile,
-            "exit": null,
-            "error": err.to_string(),
-            "enforced": null,
-            "measured": null,
-        }),
+        (None, Err(err)) => failure_report(&args.profile, &err.to_string()),
         (None, Ok(_)) => serde_json::Value::Null,
     };
     if let (Some(report), false) = (&finished.report, args.quiet) {
@@ -384,6 +350,72 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         eprintln!("{line}");
     }
     Ok(status)
+}
+
+/// Open the `--report` file now, before the payload runs, so it cannot swap
+/// the directory; warn when it lies where the run can write.
+pub(crate) fn prepare_report(
+    path: &std::path::Path,
+    writable_roots: &[PathBuf],
+    quiet: bool,
+) -> anyhow::Result<sandbox::safe_file::OutputTarget> {
+    let target = sandbox::safe_file::OutputTarget::prepare(path, writable_roots)
+        .with_context(|| usage("the report file (--report)".into()))?;
+    if let (Some(root), false) = (target.inside_writable(), quiet) {
+        eprintln!(
+            "sandbox: warning: {}",
+            sandbox::safe_file::inside_warning("report", path, root)
+        );
+    }
+    Ok(target)
+}
+
+/// The report of a run that failed before a plan existed: CI still gets a
+/// report that says why, and claims nothing was enforced.
+pub(crate) fn failure_report(profile: &str, error: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": 1,
+        "profile": profile,
+        "exit": null,
+        "error": error,
+        "enforced": null,
+        "measured": null,
+    })
+}
+
+/// A `--secret NAME=env:VAR|file:PATH`, read from this process's
+/// environment or files (the supervisor's, or the daemon client's).
+pub(crate) fn resolve_secret(spec: &str) -> anyhow::Result<(String, String)> {
+    let (name, source) = spec.split_once('=').with_context(|| {
+        usage(format!(
+            "--secret {spec}: expected NAME=env:VAR or NAME=file:PATH"
+        ))
+    })?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    {
+        return Err(usage(format!(
+            "--secret {spec}: the name may hold letters, digits, _ and - only"
+        ))
+        .into());
+    }
+    let value = if let Some(var) = source.strip_prefix("env:") {
+        std::env::var(var)
+            .with_context(|| usage(format!("--secret {name}: the variable {var} is not set")))?
+    } else if let Some(path) = source.strip_prefix("file:") {
+        std::fs::read_to_string(path)
+            .with_context(|| usage(format!("--secret {name}: reading {path}")))?
+            .trim_end_matches('\n')
+            .to_string()
+    } else {
+        return Err(usage(format!(
+            "--secret {spec}: the source must be env:VAR or file:PATH"
+        ))
+        .into());
+    };
+    Ok((name.to_string(), value))
 }
 
 /// A `--grant` value must name a broker action, with a non-empty pattern if any.

@@ -1,0 +1,603 @@
+//! `sandbox run --daemon`, `ps`, `logs`, `cancel` and `approvals` against a
+//! real `sandbox daemon`, compared with local runs; peer authentication
+//! with a second user; the API's JSON through curl.
+
+mod daemon_support;
+mod support;
+
+use std::process::{Output, Stdio};
+use std::time::{Duration, Instant};
+
+use daemon_support::Daemon;
+use serde_json::Value;
+use support::{Project, Who};
+
+/// Root's rule: the built-in profiles, projects under /tmp.
+fn root_rule() -> String {
+    "[[allow]]\nuids = [0]\nprofiles = [\"strict\", \"standard\"]\nprojects = [\"/tmp\"]\n\
+     grants = [\"fs.write\"]\nnetworks = [\"none\", \"loopback\"]\n"
+        .to_string()
+}
+
+fn daemon_with(extra_daemon: &str, extra_rules: &str) -> Daemon {
+    Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\n{extra_daemon}\n{}{extra_rules}",
+        root_rule()
+    ))
+}
+
+fn ready(test: &str) -> bool {
+    support::require(
+        test,
+        "root (the daemon runs as root)",
+        nix::unistd::geteuid().is_root(),
+    ) && support::require_root_sandbox(test)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// stderr without the supervisor's own lines (a local run may warn about
+/// its cgroup scope, which a daemon run does not).
+fn command_stderr(out: &Output) -> String {
+    text(&out.stderr)
+        .lines()
+        .filter(|line| !line.starts_with("sandbox:") && !line.starts_with('{'))
+        .map(|line| format!("{line}\n"))
+        .collect()
+}
+
+fn run_both(
+    daemon: &Daemon,
+    project: &Project,
+    extra: &[&str],
+    argv: &[&str],
+    stdin: &[u8],
+) -> (Output, Output) {
+    let run = |remote: bool| {
+        use std::io::Write;
+        let mut cmd = if remote {
+            let mut cmd = daemon.cli();
+            cmd.current_dir(project.path());
+            cmd
+        } else {
+            let mut cmd = project.command();
+            cmd.env_remove("SANDBOX_DAEMON");
+            cmd
+        };
+        let mut child = cmd
+            .arg("run")
+            .args(extra)
+            .arg("--")
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("sandbox starts");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(stdin)
+            .expect("stdin written");
+        child.wait_with_output().expect("sandbox ends")
+    };
+    (run(false), run(true))
+}
+
+#[test]
+fn a_daemon_run_gives_the_bytes_status_and_report_of_a_local_run() {
+    if !ready("a_daemon_run_gives_the_bytes_status_and_report_of_a_local_run") {
+        return;
+    }
+    let daemon = daemon_with("", "");
+    let project = Project::new(Who::Root);
+    let script = r#"cat; printf 'bin:\377\376\000end\n'; echo "to stderr $X" >&2; exit 7"#;
+    let (local, remote) = run_both(
+        &daemon,
+        &project,
+        &["--json", "-e", "X=42"],
+        &["/bin/sh", "-c", script],
+        b"from stdin\n",
+    );
+    assert_eq!(
+        local.status.code(),
+        Some(7),
+        "local: {}",
+        text(&local.stderr)
+    );
+    assert_eq!(
+        remote.status.code(),
+        Some(7),
+        "daemon: {}\n{}",
+        text(&remote.stderr),
+        daemon.log()
+    );
+    assert_eq!(remote.stdout, b"from stdin\nbin:\xff\xfe\x00end\n");
+    assert_eq!(remote.stdout, local.stdout, "the same stdout bytes");
+    assert_eq!(command_stderr(&remote), "to stderr 42\n");
+    assert_eq!(command_stderr(&remote), command_stderr(&local));
+    let local_report = support::json_report(&text(&local.stderr), "local");
+    let remote_report = support::json_report(&text(&remote.stderr), "daemon");
+    for pointer in [
+        "/version",
+        "/profile",
+        "/command",
+        "/exit",
+        "/enforced/namespaces",
+        "/enforced/network",
+        "/enforced/no_new_privs",
+        "/enforced/capabilities",
+        "/enforced/seccomp/mode",
+        "/enforced/seccomp/status",
+        "/enforced/landlock/status",
+        "/measured",
+    ] {
+        assert_eq!(
+            remote_report.pointer(pointer),
+            local_report.pointer(pointer),
+            "report {pointer}"
+        );
+    }
+    assert_eq!(remote_report["exit"]["code"], 7);
+
+    // --report FILE and --report-fd: the same report as --json printed.
+    let report_file = project.path().join("report.json");
+    let out = daemon
+        .cli()
+        .current_dir(project.path())
+        .args(["run", "--report"])
+        .arg(&report_file)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let written: Value = serde_json::from_slice(&std::fs::read(&report_file).unwrap()).unwrap();
+    assert_eq!(written["exit"]["code"], 0);
+    assert_eq!(written["command"], serde_json::json!(["/bin/true"]));
+}
+
+#[test]
+fn a_signal_killed_command_exits_like_a_local_one() {
+    if !ready("a_signal_killed_command_exits_like_a_local_one") {
+        return;
+    }
+    let daemon = daemon_with("", "");
+    let project = Project::new(Who::Root);
+    let (local, remote) = run_both(
+        &daemon,
+        &project,
+        &["--json"],
+        &["/bin/sh", "-c", "kill -KILL $$"],
+        b"",
+    );
+    assert_eq!(local.status.code(), Some(137));
+    assert_eq!(remote.status.code(), Some(137), "{}", text(&remote.stderr));
+    let report = support::json_report(&text(&remote.stderr), "daemon");
+    assert_eq!(report["exit"]["signal"], 9);
+}
+
+#[test]
+fn logs_and_ps_show_a_finished_run() {
+    if !ready("logs_and_ps_show_a_finished_run") {
+        return;
+    }
+    let daemon = daemon_with("", "");
+    let project = Project::new(Who::Root);
+    let marker = support::marker("logs");
+    let out = daemon
+        .cli()
+        .current_dir(project.path())
+        .args(["run", "--", "/bin/sh", "-c"])
+        .arg(format!("printf 'out\\377 {marker}\\n'; echo err >&2"))
+        .output()
+        .unwrap();
+    support::assert_ok(&out, "daemon run");
+    let run = daemon.find_run(&marker);
+    let id = run["id"].as_str().expect("id");
+    assert_eq!(run["state"], "exited");
+    assert_eq!(run["status"], 0);
+
+    let logs = daemon.cli().args(["logs", id]).output().unwrap();
+    support::assert_ok(&logs, "logs");
+    assert_eq!(logs.stdout, out.stdout, "logs prints the run's own bytes");
+    assert_eq!(logs.stderr, b"err\n");
+    let raw = daemon.cli().args(["logs", "--json", id]).output().unwrap();
+    let records: Vec<Value> = text(&raw.stdout)
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("NDJSON"))
+        .collect();
+    let seqs: Vec<u64> = records.iter().map(|r| r["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "numbered from 1 without gaps"
+    );
+    assert_eq!(records.last().unwrap()["type"], "exit");
+    // Resuming after a sequence number gives only what follows it.
+    let since = daemon
+        .cli()
+        .args([
+            "logs",
+            "--json",
+            "--since",
+            &(seqs.len() as u64 - 1).to_string(),
+            id,
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(text(&since.stdout).lines().count(), 1);
+
+    let ps = daemon.cli().args(["ps", "--all-states"]).output().unwrap();
+    support::assert_ok(&ps, "ps");
+    let table = text(&ps.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.starts_with(id))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(line.contains("exited") && line.contains(&marker), "{line}");
+    let active = daemon.cli().args(["ps"]).output().unwrap();
+    assert!(
+        !text(&active.stdout).contains(id),
+        "ps alone lists running runs only"
+    );
+}
+
+#[test]
+fn cancel_and_ctrl_c_end_a_sleeping_run() {
+    if !ready("cancel_and_ctrl_c_end_a_sleeping_run") {
+        return;
+    }
+    let daemon = daemon_with("cancel_grace = \"1s\"\n", "");
+    let project = Project::new(Who::Root);
+    for how in ["cancel", "ctrl-c"] {
+        let marker = support::marker("cancel");
+        let client = daemon
+            .cli()
+            .current_dir(project.path())
+            .args(["run", "--", "/bin/sh", "-c"])
+            .arg(format!("sleep 60; : {marker}"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let run = daemon.find_run(&marker);
+        let id = run["id"].as_str().unwrap().to_string();
+        wait_for_state(&daemon, &id, "running");
+        assert!(
+            !support::host_pids_with(&marker).is_empty(),
+            "the payload runs"
+        );
+        if how == "cancel" {
+            let out = daemon.cli().args(["cancel", &id]).output().unwrap();
+            support::assert_ok(&out, "sandbox cancel");
+        } else {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(client.id() as i32),
+                nix::sys::signal::Signal::SIGINT,
+            )
+            .unwrap();
+        }
+        let out = client.wait_with_output().unwrap();
+        let run = daemon.wait_finished(&id);
+        assert_eq!(run["state"], "cancelled", "{how}: {run}");
+        assert_ne!(out.status.code(), Some(0), "{how}: {}", text(&out.stderr));
+        assert!(
+            support::wait_until_gone(&marker, 10).is_empty(),
+            "{how}: the payload is gone"
+        );
+    }
+    let out = daemon
+        .cli()
+        .args(["cancel", "no-such-run"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "an unknown id is a refusal");
+    assert!(
+        text(&out.stderr).starts_with("sandbox: "),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+fn wait_for_state(daemon: &Daemon, id: &str, state: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (_, run) = daemon.request("GET", &format!("/v1/runs/{id}"), None);
+        if run["state"] == state {
+            return;
+        }
+        assert!(Instant::now() < deadline, "run {id} never {state}: {run}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_second_user_gets_only_its_rule_and_never_roots_runs() {
+    if !ready("a_second_user_gets_only_its_rule_and_never_roots_runs")
+        || !support::sandbox_works(Who::User)
+    {
+        return;
+    }
+    let allowed = Project::new(Who::User);
+    let outside = Project::new(Who::User);
+    let rule = format!(
+        "[[allow]]\nuids = [{}]\nprofiles = [\"strict\"]\nprojects = [\"{}\"]\n",
+        support::TEST_UID,
+        allowed.path().display()
+    );
+    let daemon = daemon_with("", &rule);
+
+    // Inside its rule it runs.
+    let ok = daemon
+        .cli_as_user(allowed.path())
+        .args(["run", "--", "/bin/echo", "mine"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&ok.stdout),
+        "mine\n",
+        "{}\n{}",
+        text(&ok.stderr),
+        daemon.log()
+    );
+
+    // A profile its rule does not list.
+    let out = daemon
+        .cli_as_user(allowed.path())
+        .args(["run", "--profile", "standard", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("standard"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A project outside its prefix, and a sibling that only shares the
+    // prefix's characters (whole components only).
+    let sibling = std::path::PathBuf::from(format!("{}-x", allowed.path().display()));
+    std::fs::create_dir_all(&sibling).unwrap();
+    std::os::unix::fs::chown(&sibling, Some(support::TEST_UID), Some(support::TEST_GID)).unwrap();
+    for project in [outside.path(), sibling.as_path()] {
+        let out = daemon
+            .cli_as_user(project)
+            .args(["run", "--", "/bin/true"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}: {}",
+            project.display(),
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains("project"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+    let _ = std::fs::remove_dir(&sibling);
+
+    // Root's run: invisible and untouchable for the second user.
+    let marker = support::marker("root");
+    let root_project = Project::new(Who::Root);
+    let mut root_run = daemon
+        .cli()
+        .current_dir(root_project.path())
+        .args(["run", "--", "/bin/sh", "-c"])
+        .arg(format!("sleep 60; : {marker}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let id = daemon.find_run(&marker)["id"].as_str().unwrap().to_string();
+    for args in [vec!["cancel", &id], vec!["logs", &id]] {
+        let out = daemon
+            .cli_as_user(allowed.path())
+            .args(&args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let ps = daemon
+        .cli_as_user(allowed.path())
+        .args(["ps", "--all-states", "--json"])
+        .output()
+        .unwrap();
+    support::assert_ok(&ps, "ps as the second user");
+    let listed: Value = serde_json::from_slice(&ps.stdout).unwrap();
+    for run in listed["runs"].as_array().unwrap() {
+        assert_eq!(run["uid"], support::TEST_UID, "only its own runs: {run}");
+    }
+    let (_, run) = daemon.request("GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(
+        run["state"], "running",
+        "still running after the second user's cancel"
+    );
+    support::assert_ok(
+        &daemon.cli().args(["cancel", &id]).output().unwrap(),
+        "root cancels",
+    );
+    let _ = root_run.wait();
+}
+
+#[test]
+fn curl_gets_the_info_and_json_errors() {
+    if !ready("curl_gets_the_info_and_json_errors")
+        || !support::require(
+            "curl_gets_the_info_and_json_errors",
+            "curl",
+            daemon_support::have_curl(),
+        )
+    {
+        return;
+    }
+    let daemon = daemon_with("", "");
+    let curl = |args: &[&str]| {
+        let out = std::process::Command::new("curl")
+            .args(["-sS", "--unix-socket"])
+            .arg(&daemon.socket)
+            .args(["-w", "\n%{http_code}"])
+            .args(args)
+            .output()
+            .unwrap();
+        let body = text(&out.stdout);
+        let (body, code) = body.rsplit_once('\n').unwrap();
+        (
+            code.parse::<u16>().unwrap(),
+            serde_json::from_str::<Value>(body).unwrap_or(Value::Null),
+        )
+    };
+    let (status, info) = curl(&["http://sandbox/v1/info"]);
+    assert_eq!(status, 200);
+    assert_eq!(info["api"], 1);
+    assert_eq!(info["caller"]["uid"], 0);
+    assert!(info["version"].is_string());
+    assert!(info["load"]["max_concurrent"].as_u64().unwrap() >= 1);
+
+    let (status, error) = curl(&["http://sandbox/v1/runs/no-such-run"]);
+    assert_eq!(status, 404);
+    assert_eq!(error["error"]["code"], "no_such_run");
+    assert!(error["error"]["message"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+    assert!(error["error"]["fix"]
+        .as_str()
+        .is_some_and(|m| !m.is_empty()));
+
+    let (status, error) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        r#"{"command": ["/bin/true"], "project": "/tmp", "colour": "red"}"#,
+        "http://sandbox/v1/runs",
+    ]);
+    assert_eq!(status, 400);
+    assert_eq!(error["error"]["code"], "bad_request");
+    assert!(
+        error["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("colour"),
+        "{error}"
+    );
+
+    let project = Project::new(Who::Root);
+    let body = serde_json::json!({
+        "command": ["/bin/echo", "waited"], "project": project.path(), "wait": true
+    });
+    let (status, run) = curl(&[
+        "-X",
+        "POST",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        &body.to_string(),
+        "http://sandbox/v1/runs",
+    ]);
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["state"], "exited");
+    assert_eq!(run["status"], 0);
+    let (stdout, _, _) = daemon.output(run["id"].as_str().unwrap());
+    assert_eq!(stdout, b"waited\n");
+}
+
+/// Inside the sandbox: ask the broker to write a file (strict asks), then
+/// show what is there.
+const ASK_SCRIPT: &str = r#"sandbox ipc fs.write '{"path": "asked.txt", "content": "approved"}' >/dev/null 2>&1; cat asked.txt 2>/dev/null || echo absent"#;
+
+#[test]
+fn an_approval_lets_an_ask_through_and_silence_denies_it() {
+    if !ready("an_approval_lets_an_ask_through_and_silence_denies_it") {
+        return;
+    }
+    // Answered: the run waits for the approval.
+    let daemon = daemon_with("ask_deadline = \"5m\"\n", "");
+    let project = Project::new(Who::Root);
+    let client = daemon
+        .cli()
+        .current_dir(project.path())
+        .args(["run", "--", "/bin/sh", "-c", ASK_SCRIPT])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let approval = loop {
+        let out = daemon.cli().args(["approvals", "--json"]).output().unwrap();
+        support::assert_ok(&out, "approvals");
+        let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+        if let Some(first) = list["approvals"].as_array().and_then(|a| a.first()) {
+            break first.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no approval appeared:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(approval["action"], "fs.write");
+    assert!(
+        approval["target"]
+            .as_str()
+            .unwrap_or("")
+            .contains("asked.txt"),
+        "{approval}"
+    );
+    let table = daemon.cli().args(["approvals"]).output().unwrap();
+    assert!(text(&table.stdout).contains(approval["id"].as_str().unwrap()));
+    let answer = daemon
+        .cli()
+        .args([
+            "approvals",
+            "answer",
+            approval["id"].as_str().unwrap(),
+            "once",
+        ])
+        .output()
+        .unwrap();
+    support::assert_ok(&answer, "approvals answer");
+    let out = client.wait_with_output().unwrap();
+    assert_eq!(text(&out.stdout), "approved", "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("sandbox approvals answer"),
+        "the client says how to answer: {}",
+        text(&out.stderr)
+    );
+    drop(daemon);
+
+    // Unanswered: denied at the deadline, and the log says so.
+    let daemon = daemon_with("ask_deadline = \"2s\"\n", "");
+    let project = Project::new(Who::Root);
+    let marker = support::marker("deny");
+    let out = daemon
+        .cli()
+        .current_dir(project.path())
+        .args(["run", "-q", "--", "/bin/sh", "-c"])
+        .arg(format!("{ASK_SCRIPT}; : {marker}"))
+        .output()
+        .unwrap();
+    assert_eq!(text(&out.stdout), "absent\n", "{}", text(&out.stderr));
+    assert!(!project.path().join("asked.txt").exists());
+    let id = daemon.find_run(&marker)["id"].as_str().unwrap().to_string();
+    let (_, _, records) = daemon.output(&id);
+    assert!(
+        records
+            .iter()
+            .any(|r| r["type"] == "answer" && r["answer"] == "deny"),
+        "{records:?}"
+    );
+}

@@ -1,0 +1,359 @@
+//! A real `sandbox daemon` for the tests: started on a socket, state
+//! directory and config of its own in a temporary directory, waited for
+//! until it answers, killed when dropped.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support;
+
+/// A daemon under test.
+pub struct Daemon {
+    dir: tempfile::TempDir,
+    /// Its socket.
+    pub socket: PathBuf,
+    /// Its state directory (database and spool).
+    pub state: PathBuf,
+    /// Its config file.
+    pub config: PathBuf,
+    child: Option<Child>,
+}
+
+impl Daemon {
+    /// Start a daemon with this config (`[daemon]` and `[[allow]]` tables;
+    /// the socket and state directory come from the command line).
+    pub fn start(config_toml: &str) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-daemon-test-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        // The second user of the peer-auth tests reaches the socket through it.
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let config = dir.path().join("daemon.toml");
+        std::fs::write(&config, config_toml).expect("config");
+        let mut daemon = Daemon {
+            socket: dir.path().join("sandbox.sock"),
+            state: dir.path().join("state"),
+            config,
+            dir,
+            child: None,
+        };
+        daemon.spawn();
+        daemon
+    }
+
+    /// The temporary directory the daemon's files are in.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("daemon.log"))
+            .expect("daemon log");
+        let child = Command::new(support::sandbox_bin())
+            .arg("daemon")
+            .arg("--socket")
+            .arg(&self.socket)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .arg("--config")
+            .arg(&self.config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("sandbox daemon starts");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok((200, _)) = self.try_request("GET", "/v1/info", None) {
+                return;
+            }
+            if let Some(child) = &mut self.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!(
+                        "the daemon exited ({status}) before answering:\n{}",
+                        self.log()
+                    );
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not answer on {} within 30 s:\n{}",
+                self.socket.display(),
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// What the daemon wrote on stdout and stderr.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("daemon.log")).unwrap_or_default()
+    }
+
+    /// The daemon's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// SIGKILL the daemon (its runs' processes are what the test checks).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start it again on the same socket, state directory and config.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// `sandbox ARGS` talking to this daemon (through the environment
+    /// variable, so `run` goes to the daemon too), run by root.
+    pub fn cli(&self) -> Command {
+        let mut cmd = Command::new(support::sandbox_bin());
+        cmd.env("SANDBOX_DAEMON", &self.socket).stdin(Stdio::null());
+        cmd
+    }
+
+    /// `sandbox ARGS` run by the throwaway unprivileged user, in `cwd`.
+    pub fn cli_as_user(&self, cwd: &Path) -> Command {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(support::binary_for_test_user());
+        cmd.env("SANDBOX_DAEMON", &self.socket)
+            .env_remove("XDG_RUNTIME_DIR")
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .uid(support::TEST_UID)
+            .gid(support::TEST_GID);
+        cmd
+    }
+
+    /// One request over the socket (HTTP/1.1, one connection): the status
+    /// and the body, parsed as JSON when it is JSON.
+    pub fn request(&self, method: &str, path: &str, body: Option<&Value>) -> (u16, Value) {
+        self.try_request(method, path, body)
+            .unwrap_or_else(|err| panic!("{method} {path}: {err}\n{}", self.log()))
+    }
+
+    /// The body of a request, whole, as bytes (the NDJSON of events).
+    pub fn request_bytes(&self, method: &str, path: &str) -> (u16, Vec<u8>) {
+        raw_request(&self.socket, method, path, None)
+            .unwrap_or_else(|err| panic!("{method} {path}: {err}\n{}", self.log()))
+    }
+
+    fn try_request(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> std::io::Result<(u16, Value)> {
+        let (status, bytes) = raw_request(&self.socket, method, path, body)?;
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        Ok((status, value))
+    }
+
+    /// A run's object, polled until it is over.
+    pub fn wait_finished(&self, id: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (status, run) = self.request("GET", &format!("/v1/runs/{id}"), None);
+            assert_eq!(status, 200, "run {id}: {run}");
+            if !matches!(run["state"].as_str(), Some("queued" | "running")) {
+                return run;
+            }
+            assert!(Instant::now() < deadline, "run {id} never ended: {run}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The output bytes of a finished run (stdout, stderr), from its log.
+    pub fn output(&self, id: &str) -> (Vec<u8>, Vec<u8>, Vec<Value>) {
+        let (status, body) = self.request_bytes("GET", &format!("/v1/runs/{id}/events?since=0"));
+        assert_eq!(status, 200, "events of {id}");
+        let mut stdout = Vec::new();
+        let mut stderr = Vec::new();
+        let mut records = Vec::new();
+        for line in body.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            let record: Value = serde_json::from_slice(line).expect("one JSON record per line");
+            let bytes = chunk_bytes(&record);
+            match record["type"].as_str() {
+                Some("stdout") => stdout.extend(bytes),
+                Some("stderr") => stderr.extend(bytes),
+                _ => {}
+            }
+            records.push(record);
+        }
+        (stdout, stderr, records)
+    }
+
+    /// The id of the newest run whose command line contains `marker`
+    /// (polled until there is one).
+    pub fn find_run(&self, marker: &str) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (_, list) = self.request("GET", "/v1/runs?limit=1000", None);
+            if let Some(run) = list["runs"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|run| run["command"].to_string().contains(marker))
+            {
+                return run.clone();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no run with {marker} appeared: {list}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The launcher process (`sandbox __launch`), the daemon's child.
+    pub fn launcher_pid(&self) -> Option<u32> {
+        children_of(self.pid())
+            .into_iter()
+            .find(|pid| cmdline(*pid).contains("__launch"))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let launcher = self.child.as_ref().and_then(|_| self.launcher_pid());
+        self.kill();
+        if let Some(pid) = launcher {
+            // Tests must not leave a launcher behind if the daemon's death
+            // did not end it (that failure is asserted where it matters).
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// The bytes of a `stdout`/`stderr` record.
+pub fn chunk_bytes(record: &Value) -> Vec<u8> {
+    use base64::Engine;
+    if let Some(text) = record["data"].as_str() {
+        return text.as_bytes().to_vec();
+    }
+    if let Some(b64) = record["data_b64"].as_str() {
+        return base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .expect("data_b64 is base64");
+    }
+    Vec::new()
+}
+
+/// Host pids whose parent is `parent`.
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
+            // The command name may hold spaces and parentheses: fields
+            // start after the last ')'.
+            let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
+                continue;
+            };
+            let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
+            if ppid == Some(parent) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+/// A process's command line, NULs as spaces ("" when it is gone).
+pub fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|bytes| String::from_utf8_lossy(&bytes).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+/// Whether `curl` with `--unix-socket` is there.
+pub fn have_curl() -> bool {
+    Command::new("curl")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One HTTP/1.1 exchange on a fresh connection, read to its end.
+fn raw_request(
+    socket: &Path,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> std::io::Result<(u16, Vec<u8>)> {
+    let mut stream = UnixStream::connect(socket)?;
+    stream.set_read_timeout(Some(Duration::from_secs(300)))?;
+    let body = body.map(|b| b.to_string()).unwrap_or_default();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(body.as_bytes())?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer)?;
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, what.to_string());
+    let end = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no end of headers"))?;
+    let head = String::from_utf8_lossy(&answer[..end]).to_string();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("no status"))?;
+    let mut body = answer[end + 4..].to_vec();
+    if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        body = dechunk(&body).ok_or_else(|| bad("bad chunked body"))?;
+    }
+    Ok((status, body))
+}
+
+fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data.windows(2).position(|w| w == b"\r\n")?;
+        let size_text = std::str::from_utf8(&data[..line_end]).ok()?;
+        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return Some(out);
+        }
+        out.extend_from_slice(data.get(..size)?);
+        data = data.get(size + 2..)?;
+    }
+}
