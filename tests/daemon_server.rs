@@ -579,26 +579,14 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
             let pid = child.id() as i32;
             std::fs::create_dir_all(state.join("spool").join(id)).unwrap();
             store
-                .insert(&RunRecord {
-                    id: id.into(),
-                    uid: my_uid(),
-                    gid: my_uid(),
-                    state: "queued".into(),
-                    command: vec!["/bin/sleep".into()],
-                    profile: "strict".into(),
-                    project: "/".into(),
-                    created_ms: sandbox::daemon::runs::now_ms(),
-                    started_ms: None,
-                    finished_ms: None,
-                    status: None,
-                    reason: None,
-                    report: None,
-                    log_records: None,
-                    supervisor_pid: None,
-                    supervisor_start: None,
-                    init_pid: None,
-                    init_start: None,
-                })
+                .insert(&RunRecord::queued(
+                    id.into(),
+                    (my_uid(), my_uid()),
+                    vec!["/bin/sleep".into()],
+                    "strict".into(),
+                    "/".into(),
+                    sandbox::daemon::runs::now_ms(),
+                ))
                 .unwrap();
             store.set_running(id).unwrap();
             let start = proc_start_time(pid).unwrap() + start_offset;

@@ -197,6 +197,11 @@ impl Client {
         body: Option<&serde_json::Value>,
     ) -> Result<Answer, ClientError> {
         let response = self.open(method, path, body).await?;
+        self.read_whole(response).await
+    }
+
+    /// Read an answer's whole body.
+    async fn read_whole(&self, response: hyper::Response<Incoming>) -> Result<Answer, ClientError> {
         let status = response.status().as_u16();
         let retry_after = retry_after(&response);
         let body = response
@@ -236,23 +241,10 @@ impl Client {
         if response.status().is_success() {
             return Ok(response.into_body());
         }
-        let status = response.status().as_u16();
-        let retry_after = retry_after(&response);
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|source| self.http("reading the answer", source))?
-            .to_bytes()
-            .to_vec();
-        let answer = Answer {
-            status,
-            retry_after,
-            body,
-        };
+        let answer = self.read_whole(response).await?;
         match self.check(path, &answer) {
             Err(err) => Err(err),
-            Ok(()) => Err(self.bad(path, format!("status {status}"))),
+            Ok(()) => Err(self.bad(path, format!("status {}", answer.status))),
         }
     }
 

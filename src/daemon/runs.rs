@@ -288,26 +288,14 @@ impl Runs {
         let id = new_run_id();
         let dir = self.run_dir(&id);
         let store = self.store.clone();
-        let record = RunRecord {
-            id: id.clone(),
-            uid: caller.uid,
-            gid: caller.gid,
-            state: "queued".into(),
-            command: resolved.spec.argv.clone(),
-            profile: resolved.profile.clone(),
-            project: resolved.spec.project.display().to_string(),
-            created_ms: now_ms(),
-            started_ms: None,
-            finished_ms: None,
-            status: None,
-            reason: None,
-            report: None,
-            log_records: None,
-            supervisor_pid: None,
-            supervisor_start: None,
-            init_pid: None,
-            init_start: None,
-        };
+        let record = RunRecord::queued(
+            id.clone(),
+            (caller.uid, caller.gid),
+            resolved.spec.argv.clone(),
+            resolved.profile.clone(),
+            resolved.spec.project.display().to_string(),
+            now_ms(),
+        );
         let mut spec = resolved.spec;
         spec.audit = Some(dir.join("audit.ndjson"));
         let stdin = resolved.stdin;

@@ -78,6 +78,37 @@ pub struct RunRecord {
 }
 
 impl RunRecord {
+    /// A run just submitted: queued, nothing known yet of how it goes.
+    pub fn queued(
+        id: String,
+        (uid, gid): (u32, u32),
+        command: Vec<String>,
+        profile: String,
+        project: String,
+        created_ms: u64,
+    ) -> RunRecord {
+        RunRecord {
+            id,
+            uid,
+            gid,
+            state: "queued".into(),
+            command,
+            profile,
+            project,
+            created_ms,
+            started_ms: None,
+            finished_ms: None,
+            status: None,
+            reason: None,
+            report: None,
+            log_records: None,
+            supervisor_pid: None,
+            supervisor_start: None,
+            init_pid: None,
+            init_start: None,
+        }
+    }
+
     /// Whether the run is over.
     pub fn is_finished(&self) -> bool {
         !matches!(self.state.as_str(), "queued" | "running")
@@ -369,26 +400,14 @@ mod tests {
     use super::*;
 
     fn record(id: &str, uid: u32, created_ms: u64) -> RunRecord {
-        RunRecord {
-            id: id.into(),
-            uid,
-            gid: uid,
-            state: "queued".into(),
-            command: vec!["/bin/true".into()],
-            profile: "strict".into(),
-            project: "/srv".into(),
+        RunRecord::queued(
+            id.into(),
+            (uid, uid),
+            vec!["/bin/true".into()],
+            "strict".into(),
+            "/srv".into(),
             created_ms,
-            started_ms: None,
-            finished_ms: None,
-            status: None,
-            reason: None,
-            report: None,
-            log_records: None,
-            supervisor_pid: None,
-            supervisor_start: None,
-            init_pid: None,
-            init_start: None,
-        }
+        )
     }
 
     fn outcome(at: u64) -> Outcome {

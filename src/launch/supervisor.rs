@@ -6,7 +6,7 @@
 
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
@@ -19,6 +19,12 @@ use super::protocol::{
 use crate::broker::prompt::{Answer, Asker};
 use crate::spawn::output::{OutputLog, OutputStream, SharedLog};
 use crate::spawn::parent::{Driver, Steer, Turn};
+
+/// The supervisor is single-threaded: a lock is never contended, and a
+/// poisoned one (impossible without a second thread) is still usable.
+fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -160,10 +166,7 @@ impl Asker for DaemonAsker {
         let left = until.saturating_duration_since(Instant::now());
         let target = target.map(crate::broker::prompt::escape);
         {
-            let mut events = self
-                .events
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut events = lock(&self.events);
             if events.closed || events.cancel.is_some() {
                 return Answer::Deny;
             }
@@ -175,24 +178,16 @@ impl Asker for DaemonAsker {
                 deadline_ms: now_ms() + left.as_millis() as u64,
             });
         }
-        let _ = self
-            .log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .record(LogEvent::Ask {
-                id,
-                action: action.to_string(),
-                target,
-            });
+        let _ = lock(&self.log).record(LogEvent::Ask {
+            id,
+            action: action.to_string(),
+            target,
+        });
         let approval = self.wait_for(id, until);
-        let _ = self
-            .log
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .record(LogEvent::Answer {
-                id,
-                answer: approval,
-            });
+        let _ = lock(&self.log).record(LogEvent::Answer {
+            id,
+            answer: approval,
+        });
         match approval {
             Approval::Once => Answer::Once,
             Approval::Run => Answer::Run,
@@ -207,10 +202,7 @@ impl Asker for DaemonAsker {
 
 impl DaemonAsker {
     fn wait_for(&mut self, id: u64, until: Instant) -> Approval {
-        let mut events = self
-            .events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut events = lock(&self.events);
         loop {
             for message in events.read() {
                 if let ToSupervisor::Answer {
@@ -257,10 +249,7 @@ impl Driver for DaemonDriver {
     }
 
     fn turn(&mut self, turn: Turn<'_>) -> Steer {
-        let mut events = self
-            .events
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut events = lock(&self.events);
         if turn.input_ready {
             events.read();
         }
@@ -306,10 +295,7 @@ pub fn run(spec: RunSpec, mut fds: Vec<OwnedFd>) -> i32 {
         healthy: true,
     }));
     let status = supervise(spec, stdin, &events, &log, input);
-    let _ = log
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .record(LogEvent::Exit { status });
+    let _ = lock(&log).record(LogEvent::Exit { status });
     0
 }
 
@@ -370,14 +356,8 @@ fn supervise(
         }
     };
     let init_pid = child.id() as i32;
-    events
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .send(&FromSupervisor::Started { init_pid });
-    let _ = log
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .record(LogEvent::Started { init_pid });
+    lock(events).send(&FromSupervisor::Started { init_pid });
+    let _ = lock(log).record(LogEvent::Started { init_pid });
     let mut driver = DaemonDriver {
         events: events.clone(),
         input,
@@ -392,14 +372,11 @@ fn supervise(
         Ok(status) => (status.as_shell_status(), None),
         Err(err) => (err.exit_status(), Some(err.to_string())),
     };
-    events
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .send(&FromSupervisor::Finished {
-            status,
-            report,
-            error,
-        });
+    lock(events).send(&FromSupervisor::Finished {
+        status,
+        report,
+        error,
+    });
     status
 }
 
@@ -414,13 +391,10 @@ fn finish_failed(events: &Arc<Mutex<Events>>, spec: &RunSpec, error: String, sta
         "enforced": null,
         "measured": null,
     });
-    events
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .send(&FromSupervisor::Finished {
-            status,
-            report,
-            error: Some(error),
-        });
+    lock(events).send(&FromSupervisor::Finished {
+        status,
+        report,
+        error: Some(error),
+    });
     status
 }
