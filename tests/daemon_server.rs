@@ -205,6 +205,12 @@ fn a_run_through_the_api_has_its_status_and_output() {
     assert_eq!(code, 200, "{info}");
     assert_eq!(info["api"], 1);
     assert_eq!(info["caller"]["uid"], my_uid());
+    let strict = info["doctor"]["profiles"]
+        .as_array()
+        .and_then(|profiles| profiles.iter().find(|p| p["profile"] == "strict"))
+        .unwrap_or_else(|| panic!("doctor's verdict of strict in {info}"));
+    assert_eq!(strict["can_run"], true, "{strict}");
+    assert_eq!(info["doctor"]["default_profile_can_run"], true, "{info}");
 
     let (code, run) = daemon.json(
         None,

@@ -346,7 +346,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     let store = Arc::new(Store::open(&state.join("sandbox.db"))?);
     recover(&store, &spool)?;
     prune(&store, &spool, &config);
-    let doctor = serde_json::to_value(crate::probe::probe()).unwrap_or(serde_json::Value::Null);
+    let doctor = doctor_verdict(&exe);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -423,4 +423,31 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     }
     runtime.shutdown_timeout(Duration::from_millis(100));
     result
+}
+
+/// `sandbox doctor --json` of this binary, run once at start: the probes
+/// and, for each built-in profile, whether a run can start here and what
+/// it would enforce, exactly as doctor reports them. Executed (not forked
+/// from this process) with the launcher's clean environment, before the
+/// runtime exists; if it fails, the probes alone, with the reason.
+fn doctor_verdict(exe: &Path) -> serde_json::Value {
+    let output = std::process::Command::new(exe)
+        .args(["doctor", "--json"])
+        .env_clear()
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output();
+    // doctor exits 1 when the default profile cannot run: still a verdict.
+    match output.map(|out| serde_json::from_slice::<serde_json::Value>(&out.stdout)) {
+        Ok(Ok(verdict)) => verdict,
+        failed => serde_json::json!({
+            "probes": crate::probe::probe(),
+            "error": match failed {
+                Ok(Err(err)) => format!("sandbox doctor --json printed no JSON: {err}"),
+                Err(err) => format!("sandbox doctor --json did not run: {err}"),
+                Ok(Ok(_)) => String::new(),
+            },
+        }),
+    }
 }
