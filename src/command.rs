@@ -44,6 +44,7 @@ pub struct Command {
     dry_run: bool,
     asker: Option<Box<dyn crate::broker::prompt::Asker>>,
     grant_store: crate::broker::grants::StoreChoice,
+    audit_file: Option<std::fs::File>,
 }
 
 /// How a sandboxed command ended.
@@ -105,6 +106,7 @@ impl Command {
             dry_run: false,
             asker: None,
             grant_store: crate::broker::grants::StoreChoice::Default,
+            audit_file: None,
         }
     }
 
@@ -225,6 +227,13 @@ impl Command {
         self
     }
 
+    /// Append the broker's audit lines to this open file (instead of a
+    /// path opened when the run starts).
+    pub fn audit_file(&mut self, file: std::fs::File) -> &mut Command {
+        self.audit_file = Some(file);
+        self
+    }
+
     /// Which stored grants the run uses (default: the supervisor user's store).
     pub fn grant_store(&mut self, store: crate::broker::grants::StoreChoice) -> &mut Command {
         self.grant_store = store;
@@ -280,6 +289,7 @@ impl Command {
         prepared.audit = self.audit.clone();
         prepared.interactive = self.interactive;
         prepared.asker = self.asker.take();
+        prepared.audit_file = self.audit_file.take();
         prepared.grant_store = self.grant_store.clone();
         prepared.secrets = self.secrets.clone();
         prepared.skill = self.skill.clone();

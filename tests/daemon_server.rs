@@ -1119,3 +1119,122 @@ fn skills_are_listed_and_invoked_through_the_daemon() {
     assert_eq!(code, 403, "{refused}");
     assert_eq!(error_code(&refused), "project_not_allowed", "{refused}");
 }
+
+/// Poll a run until it is over; its record.
+fn wait_over(daemon: &Daemon, as_uid: Option<u32>, id: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let (code, run) = daemon.json(as_uid, "GET", &format!("/v1/runs/{id}"), None);
+        assert_eq!(code, 200, "{run}");
+        if !matches!(run["state"].as_str(), Some("queued" | "running")) {
+            return run;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{run}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_callers_run_has_the_callers_rights_only() {
+    let test = "a_callers_run_has_the_callers_rights_only";
+    if !support::require_root_sandbox(test)
+        || !support::require(
+            test,
+            "a sandbox as an unprivileged user",
+            support::sandbox_works(support::Who::User),
+        )
+        || !support::require(
+            test,
+            "/usr/bin/python3",
+            Path::new("/usr/bin/python3").exists(),
+        )
+    {
+        return;
+    }
+    let user = support::TEST_UID;
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\n[[allow]]\nuids = [{user}]\nprojects = [\"{{dir}}/u\"]\nmax_concurrent = 1\n"
+    ));
+    // Root's, unreadable to the caller.
+    let secret = daemon.project("secret", None);
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(secret.join("flag"), "TOPSECRET").unwrap();
+    let home = daemon.project("u", Some(user));
+    let first = daemon.project("u/p1", Some(user));
+    let second = daemon.project("u/p2", Some(user));
+
+    // 1. The project is swapped for a link to root's directory after the
+    //    daemon checked it, while the run waits in the queue.
+    let (code, blocker) = daemon.json(
+        Some(user),
+        "POST",
+        "/v1/runs",
+        Some(&submit(&first, &["/bin/sleep", "2"], false)),
+    );
+    assert_eq!(code, 202, "{blocker}");
+    let (code, queued) = daemon.json(
+        Some(user),
+        "POST",
+        "/v1/runs",
+        Some(&submit(
+            &second,
+            &["/bin/sh", "-c", "cat flag; echo pwned > owned; id -u"],
+            false,
+        )),
+    );
+    assert_eq!(code, 202, "{queued}");
+    std::fs::rename(&second, home.join("p2.old")).unwrap();
+    std::os::unix::fs::symlink(&secret, &second).unwrap();
+    let id = queued["id"].as_str().unwrap();
+    let run = wait_over(&daemon, Some(user), id);
+    let (_, events) = daemon.curl(Some(user), "GET", &format!("/v1/runs/{id}/events"), None);
+    assert!(
+        !events.contains("TOPSECRET"),
+        "the run read root's file: {events}\n{run}"
+    );
+    assert!(
+        !secret.join("owned").exists(),
+        "the run wrote into root's directory: {events}"
+    );
+
+    // 2. The broker acts with the caller's rights: a root-only file in the
+    //    caller's own project is not read for it.
+    let third = daemon.project("u/p3", Some(user));
+    std::fs::write(third.join("rootfile"), "ROOTONLY").unwrap();
+    std::fs::set_permissions(
+        third.join("rootfile"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let script = "import socket\ns = socket.socket(fileno=3)\n\
+         s.sendall(b'{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.read\",\"params\":{\"path\":\"rootfile\"}}\\n')\n\
+         print(s.recv(65536).decode())\n";
+    let (code, run) = daemon.json(
+        Some(user),
+        "POST",
+        "/v1/runs",
+        Some(&submit(&third, &["/usr/bin/python3", "-c", script], true)),
+    );
+    assert_eq!(code, 200, "{run}");
+    let id = run["id"].as_str().unwrap();
+    let (_, events) = daemon.curl(Some(user), "GET", &format!("/v1/runs/{id}/events"), None);
+    assert!(
+        events.contains("\\\"error\\\""),
+        "the broker answered: {events}"
+    );
+    assert!(
+        !events.contains("ROOTONLY"),
+        "the broker read root's file: {events}"
+    );
+    let (code, blocker_run) = daemon.json(
+        Some(user),
+        "GET",
+        &format!("/v1/runs/{}", blocker["id"].as_str().unwrap()),
+        None,
+    );
+    assert_eq!(code, 200);
+    assert_eq!(
+        blocker_run["status"], 0,
+        "a caller's run still runs: {blocker_run}"
+    );
+}

@@ -112,6 +112,7 @@ fn spec(project: &std::path::Path, argv: &[&str]) -> RunSpec {
         grant_store: None,
         ask_deadline_ms: 30_000,
         stdin: false,
+        run_as: None,
     }
 }
 

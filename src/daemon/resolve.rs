@@ -188,6 +188,7 @@ pub fn resolve(
         grant_store: None,
         ask_deadline_ms: u64::try_from(config.ask_deadline.as_millis()).unwrap_or(u64::MAX),
         stdin: stdin.is_some(),
+        run_as: None,
     };
     Ok(Resolved {
         spec,

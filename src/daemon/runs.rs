@@ -298,6 +298,18 @@ impl Runs {
         );
         let mut spec = resolved.spec;
         spec.audit = Some(dir.join("audit.ndjson"));
+        // Someone else's run is supervised as that someone: a root
+        // supervisor would look at the project, and act for the broker,
+        // with root's rights, and a project swapped for a symlink after
+        // the checks above would be root's to the run.
+        if caller.uid != nix::unistd::geteuid().as_raw() {
+            spec.run_as = Some(crate::launch::protocol::RunAs {
+                run: id.clone(),
+                uid: caller.uid,
+                gid: caller.gid,
+                groups: super::config::caller_groups(caller.uid, caller.gid),
+            });
+        }
         let stdin = resolved.stdin;
         blocking(move || {
             std::fs::DirBuilder::new()

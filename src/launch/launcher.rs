@@ -61,8 +61,15 @@ pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
         .map_err(sys("sigprocmask"))?;
     let signals = SignalFd::with_flags(&children, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(sys("signalfd"))?;
-    let mut supervisors: HashMap<Pid, String> = HashMap::new();
-    let result = serve_loop(&control, &signals, &old_mask, &mut supervisors);
+    let mut supervisors: HashMap<Pid, Supervisor> = HashMap::new();
+    let mut leftovers = Leftovers::default();
+    let result = serve_loop(
+        &control,
+        &signals,
+        &old_mask,
+        &mut supervisors,
+        &mut leftovers,
+    );
     // Nothing of a run outlives the daemon's interest in it.
     for pid in supervisors.keys() {
         let _ = kill(*pid, Signal::SIGKILL);
@@ -70,11 +77,55 @@ pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
     result
 }
 
+/// A forked supervisor, until it is reaped.
+struct Supervisor {
+    run: String,
+    /// Its run's delegated cgroup (a caller's run), removed once empty.
+    delegated: Option<String>,
+}
+
+/// Delegated cgroups of ended runs that are not empty yet: the run's
+/// janitor, reparented here, leaves them last. Retried whenever a child
+/// ends, until removed or gone.
+#[derive(Default)]
+struct Leftovers {
+    dirs: Vec<(std::path::PathBuf, u32)>,
+}
+
+/// Attempts before a delegated cgroup is left for the daemon's restart.
+const LEFTOVER_TRIES: u32 = 64;
+
+impl Leftovers {
+    fn add(&mut self, name: &str) {
+        let info = crate::cgroup::detect();
+        for controller in ["memory", "pids", "cpu"] {
+            if let Some(found) = info.controller(controller) {
+                let dir = found.own_cgroup.join(name);
+                if !self.dirs.iter().any(|(d, _)| *d == dir) {
+                    self.dirs.push((dir, 0));
+                }
+            }
+        }
+    }
+
+    fn sweep(&mut self) {
+        self.dirs.retain_mut(|(dir, tries)| {
+            *tries += 1;
+            match std::fs::remove_dir(&*dir) {
+                Ok(()) => false,
+                Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
+                Err(_) => *tries < LEFTOVER_TRIES,
+            }
+        });
+    }
+}
+
 fn serve_loop(
     control: &OwnedFd,
     signals: &SignalFd,
     old_mask: &SigSet,
-    supervisors: &mut HashMap<Pid, String>,
+    supervisors: &mut HashMap<Pid, Supervisor>,
+    leftovers: &mut Leftovers,
 ) -> Result<(), LaunchError> {
     loop {
         let mut fds = [
@@ -89,14 +140,25 @@ fn serve_loop(
         let children_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
         if children_ready {
             while let Ok(Some(_)) = signals.read_signal() {}
-            reap(control, supervisors)?;
+            reap(control, supervisors, leftovers)?;
+            leftovers.sweep();
         }
         if control_ready {
             match wire::receive::<ToLauncher>(control.as_fd()) {
                 Ok((ToLauncher::Spawn { run, spec }, fds)) => {
+                    let delegated = spec
+                        .run_as
+                        .as_ref()
+                        .map(|run_as| super::protocol::delegated_cgroup_name(&run_as.run));
                     let answer = match start_supervisor(*spec, fds, control, old_mask) {
                         Ok(pid) => {
-                            supervisors.insert(pid, run.clone());
+                            supervisors.insert(
+                                pid,
+                                Supervisor {
+                                    run: run.clone(),
+                                    delegated,
+                                },
+                            );
                             FromLauncher::Started {
                                 run,
                                 pid: pid.as_raw(),
@@ -126,7 +188,11 @@ fn serve_loop(
 
 /// Collect every child that ended: supervisors are reported, janitors and
 /// other reparented processes only reaped.
-fn reap(control: &OwnedFd, supervisors: &mut HashMap<Pid, String>) -> Result<(), LaunchError> {
+fn reap(
+    control: &OwnedFd,
+    supervisors: &mut HashMap<Pid, Supervisor>,
+    leftovers: &mut Leftovers,
+) -> Result<(), LaunchError> {
     loop {
         let (pid, code, signal) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(pid, code)) => (pid, Some(code), None),
@@ -141,7 +207,10 @@ fn reap(control: &OwnedFd, supervisors: &mut HashMap<Pid, String>) -> Result<(),
                 })
             }
         };
-        if let Some(run) = supervisors.remove(&pid) {
+        if let Some(Supervisor { run, delegated }) = supervisors.remove(&pid) {
+            if let Some(name) = delegated {
+                leftovers.add(&name);
+            }
             wire::send(
                 control.as_fd(),
                 &FromLauncher::Exited { run, code, signal },

@@ -63,6 +63,33 @@ pub struct RunSpec {
     pub ask_deadline_ms: u64,
     /// A stdin descriptor travels with the request; otherwise /dev/null.
     pub stdin: bool,
+    /// The caller the run belongs to, when it is not the daemon's own user:
+    /// the supervisor becomes this user before anything of the run
+    /// happens, so the run (its sandbox, its broker, its view of the
+    /// project) never has more than the caller has.
+    #[serde(default)]
+    pub run_as: Option<RunAs>,
+}
+
+/// A caller's identity, from `SO_PEERCRED` and its group list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAs {
+    /// The daemon's run id (names the run's delegated cgroup).
+    pub run: String,
+    /// User id.
+    pub uid: u32,
+    /// Primary group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// The name of the cgroup a run that is not the daemon user's is
+/// delegated, below the launcher's own in each hierarchy: its limits are
+/// written there by root (so the caller cannot raise them), and the caller
+/// may create the run's own cgroup inside.
+pub fn delegated_cgroup_name(run: &str) -> String {
+    format!("sandbox-run-{run}")
 }
 
 /// daemon → launcher.
@@ -297,6 +324,7 @@ mod tests {
                 grant_store: None,
                 ask_deadline_ms: 1,
                 stdin: false,
+                run_as: None,
             };
             let message = serde_json::to_vec(&ToLauncher::Spawn {
                 run: "r".into(),

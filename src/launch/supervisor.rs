@@ -309,6 +309,23 @@ fn supervise(
     let Some((program, args)) = spec.argv.split_first() else {
         return finish_failed(events, &spec, "the run has no command".into(), 125);
     };
+    // Opened while still root: the spool is the daemon's, and the caller
+    // this process becomes next may not reach it.
+    let audit = match &spec.audit {
+        Some(path) => match open_audit(path, spec.run_as.as_ref()) {
+            Ok(file) => Some(file),
+            Err(err) => {
+                let why = format!("the run's audit file {}: {err}", path.display());
+                return finish_failed(events, &spec, why, 125);
+            }
+        },
+        None => None,
+    };
+    if let Some(run_as) = &spec.run_as {
+        if let Err(why) = become_caller(run_as, &spec.policy) {
+            return finish_failed(events, &spec, why, 125);
+        }
+    }
     let mut command = crate::Command::new(program, spec.policy.clone());
     command
         .args(args)
@@ -343,8 +360,8 @@ fn supervise(
     if let Some(parent) = &spec.cgroup_parent {
         command.cgroup_parent(parent);
     }
-    if let Some(audit) = &spec.audit {
-        command.audit(audit);
+    if let Some(audit) = audit {
+        command.audit_file(audit);
     }
     // `ps` tells the supervisors apart from the launcher by this name.
     let _ = nix::sys::prctl::set_name(c"sandbox-run");
@@ -397,4 +414,79 @@ fn finish_failed(events: &Arc<Mutex<Events>>, spec: &RunSpec, error: String, sta
         error: Some(error),
     });
     status
+}
+
+fn open_audit(
+    path: &std::path::Path,
+    run_as: Option<&super::protocol::RunAs>,
+) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    if let Some(run_as) = run_as {
+        nix::unistd::fchown(
+            &file,
+            Some(nix::unistd::Uid::from_raw(run_as.uid)),
+            Some(nix::unistd::Gid::from_raw(run_as.gid)),
+        )?;
+    }
+    Ok(file)
+}
+
+/// Become the caller whose run this is, after giving it a cgroup of its
+/// own to put the run's below: created here as root with the run's limits,
+/// so that the caller may create and fill cgroups inside it but can never
+/// raise those limits (the files that hold them stay root's). Without a
+/// delegated cgroup the run's own cgroup step reports the failure as it
+/// would for that user running `sandbox run` (a warning under best-effort
+/// cgroups, a refusal when they are required).
+fn become_caller(
+    run_as: &super::protocol::RunAs,
+    policy: &crate::profile::policy::Policy,
+) -> Result<(), String> {
+    use nix::unistd::{Gid, Uid};
+    let limits = crate::cgroup::CgroupLimits {
+        memory: policy.limits.memory,
+        pids: policy.limits.pids,
+        cpu: policy.limits.cpu,
+    };
+    if limits.any() && policy.enforce.cgroups != crate::profile::policy::Enforcement::Off {
+        let name = super::protocol::delegated_cgroup_name(&run_as.run);
+        if let Ok(cgroup) =
+            crate::cgroup::RunCgroup::create(&crate::cgroup::detect(), None, &name, &limits)
+        {
+            let delegated = cgroup.paths().iter().all(|dir| {
+                [
+                    "",
+                    "cgroup.procs",
+                    "tasks",
+                    "cgroup.subtree_control",
+                    "cgroup.threads",
+                ]
+                .iter()
+                .map(|file| dir.join(file))
+                .filter(|path| path.exists())
+                .all(|path| {
+                    std::os::unix::fs::chown(&path, Some(run_as.uid), Some(run_as.gid)).is_ok()
+                })
+            }) && cgroup.add(std::process::id() as i32).is_ok();
+            if !delegated {
+                cgroup.remove();
+            }
+        }
+    }
+    let groups: Vec<Gid> = run_as.groups.iter().map(|g| Gid::from_raw(*g)).collect();
+    let (uid, gid) = (Uid::from_raw(run_as.uid), Gid::from_raw(run_as.gid));
+    nix::unistd::setgroups(&groups).map_err(|e| format!("setgroups for uid {uid}: {e}"))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("setresgid({gid}): {e}"))?;
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("setresuid({uid}): {e}"))?;
+    // setuid cleared the dumpable flag, which would leave /proc/<pid> of
+    // the sandbox's processes root's: the id maps of the user namespace
+    // this process creates could not be written.
+    nix::sys::prctl::set_dumpable(true).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
+    Ok(())
 }

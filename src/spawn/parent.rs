@@ -561,14 +561,15 @@ fn start_cloned(
         std::process::id(),
         RUN_COUNTER.load(std::sync::atomic::Ordering::Relaxed)
     );
-    let audit = match &prepared.audit {
-        Some(path) => Some(crate::safe_file::open_audit(
+    let audit = match (prepared.audit_file.take(), &prepared.audit) {
+        (Some(file), _) => Some(file),
+        (None, Some(path)) => Some(crate::safe_file::open_audit(
             path,
             &prepared.project,
             &prepared.policy.filesystem.write,
             &mut prepared.warnings,
         )?),
-        None => None,
+        (None, None) => None,
     };
     let broker = crate::broker::server::Broker::new(
         prepared.broker.clone(),

@@ -200,6 +200,9 @@ pub struct Prepared {
     pub hidden: Vec<PathBuf>,
     /// Where the broker writes one JSON line per request.
     pub audit: Option<PathBuf>,
+    /// The same, already open (a daemon run's spool file, opened before the
+    /// supervisor became the caller); wins over `audit`.
+    pub audit_file: Option<std::fs::File>,
     /// Whether "ask" may prompt on the supervisor's terminal.
     pub interactive: bool,
     /// Who answers "ask" instead of the terminal (the daemon's approvals).
@@ -784,6 +787,7 @@ impl Prepared {
             audit: None,
             interactive: false,
             asker: None,
+            audit_file: None,
             grant_store: crate::broker::grants::StoreChoice::Default,
             secrets: Vec::new(),
             skill: None,
