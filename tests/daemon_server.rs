@@ -1118,6 +1118,39 @@ fn skills_are_listed_and_invoked_through_the_daemon() {
     let (code, refused) = daemon.json(Some(other), "GET", &query, None);
     assert_eq!(code, 403, "{refused}");
     assert_eq!(error_code(&refused), "project_not_allowed", "{refused}");
+    // In its own project it is served as itself: a skill directory of its
+    // project linked to one only root can read is not read for it.
+    let theirs = daemon.project("theirs", Some(other));
+    let hidden = daemon.project("root-only-skill", None);
+    std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::write(
+        hidden.join("SKILL.md"),
+        "---\nname: leaked\ndescription: root only\nruntime: sh\nmain: x.sh\n---\n",
+    )
+    .unwrap();
+    std::fs::write(hidden.join("x.sh"), "echo '{}'\n").unwrap();
+    std::fs::create_dir(theirs.join(".skills")).unwrap();
+    std::os::unix::fs::symlink(&hidden, theirs.join(".skills").join("c")).unwrap();
+    std::os::unix::fs::lchown(theirs.join(".skills"), Some(other), Some(other)).unwrap();
+    let query = format!("/v1/skills?project={}", theirs.display());
+    let (code, listed) = daemon.json(Some(other), "GET", &query, None);
+    assert_eq!(code, 200, "{listed}");
+    assert!(
+        !listed.to_string().contains("root only") && !listed.to_string().contains("leaked"),
+        "{listed}"
+    );
+    let invoke = serde_json::json!({"project": theirs, "params": {"n": 3}}).to_string();
+    let (code, answer) = daemon.json(
+        Some(other),
+        "POST",
+        "/v1/skills/echo-n/invoke",
+        Some(&invoke),
+    );
+    assert_eq!(
+        (code, answer["result"]["n"].as_i64()),
+        (200, Some(3)),
+        "{answer}"
+    );
 }
 
 /// Poll a run until it is over; its record.

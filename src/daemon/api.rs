@@ -588,6 +588,7 @@ async fn skill_call(
         )?;
         let key = super::skills::ServerKey {
             uid: caller.uid,
+            gid: caller.gid,
             project: server.project,
             profile: server.profile,
         };

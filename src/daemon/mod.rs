@@ -337,6 +337,12 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         }
     };
     let state = state_dir(&options, &config)?;
+    // Beside the socket, which callers reach; the state directory is the
+    // daemon's alone.
+    let skills_state = socket_path(&options, &config)
+        .ok()
+        .and_then(|socket| socket.parent().map(|dir| dir.join("skills")))
+        .unwrap_or_else(|| state.join("skills"));
     config.guarded.push(state.clone());
     if let Some(path) = &owned_path {
         config.guarded.push(path.clone());
@@ -365,7 +371,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         let skills = Arc::new(skills::SkillHosts::new(
             PathBuf::from("/proc/self/exe"),
             config.skills_dirs.clone(),
-            state.join("skills"),
+            skills_state,
         ));
         let app = Arc::new(api::App {
             config: config.clone(),

@@ -54,6 +54,8 @@ pub enum SkillError {
 pub struct ServerKey {
     /// The caller.
     pub uid: u32,
+    /// Its primary group.
+    pub gid: u32,
     /// The project skills run in (checked against the caller's rule).
     pub project: PathBuf,
     /// The most any skill gets (a built-in profile name, or an absolute
@@ -85,8 +87,10 @@ impl Drop for Server {
 pub struct SkillHosts {
     program: PathBuf,
     skills_dirs: Vec<PathBuf>,
-    /// Each caller's broker state (its grant store) lives below, per uid:
-    /// never the daemon user's own.
+    /// Each caller's broker state (its grant store, the client libraries)
+    /// lives below, per uid and owned by it: never the daemon user's own.
+    /// Traversable by callers (the daemon's socket directory, never its
+    /// state directory).
     state_dir: PathBuf,
     servers: Mutex<HashMap<ServerKey, Arc<Server>>>,
 }
@@ -218,12 +222,26 @@ impl SkillHosts {
                 servers.remove(&oldest);
             }
         }
+        // Traversable, not listable: a caller reaches its own directory only.
+        match std::fs::DirBuilder::new()
+            .mode(0o711)
+            .create(&self.state_dir)
+        {
+            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(SkillError::Start(err))
+            }
+            _ => {}
+        }
         let state = self.state_dir.join(key.uid.to_string());
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&state)
-            .map_err(SkillError::Start)?;
+        match std::fs::DirBuilder::new().mode(0o700).create(&state) {
+            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(SkillError::Start(err))
+            }
+            _ => {}
+        }
+        if key.uid != nix::unistd::geteuid().as_raw() {
+            std::os::unix::fs::chown(&state, Some(key.uid), None).map_err(SkillError::Start)?;
+        }
         let server = Arc::new(start(&self.program, &self.skills_dirs, &state, key)?);
         servers.insert(key.clone(), server.clone());
         Ok(server)
@@ -246,6 +264,14 @@ fn start(
         .arg(&key.profile);
     for dir in skills_dirs {
         command.arg("--skills-dir").arg(dir);
+    }
+    // Another caller's skills are served as that caller: `serve` reads the
+    // project's `.skills/` (a link there could point anywhere) and its
+    // hosts' brokers act for the skills, so they get the caller's rights,
+    // never the daemon's. Its supplementary groups are dropped with it.
+    if key.uid != nix::unistd::geteuid().as_raw() {
+        use std::os::unix::process::CommandExt;
+        command.uid(key.uid).gid(key.gid);
     }
     let mut child = command
         .env_clear()
