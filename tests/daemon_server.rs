@@ -1271,3 +1271,73 @@ fn a_callers_run_has_the_callers_rights_only() {
         "a caller's run still runs: {blocker_run}"
     );
 }
+
+#[test]
+fn hanging_skill_calls_cannot_stall_the_daemon() {
+    let test = "hanging_skill_calls_cannot_stall_the_daemon";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let skills = open_dir();
+    let skill = skills.path().join("hang");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: hang\ndescription: never answers\nruntime: sh\nmain: hang.sh\ntimeout: 10m\n---\n",
+    )
+    .unwrap();
+    std::fs::write(skill.join("hang.sh"), "sleep 600\n").unwrap();
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nskills_dirs = [\"{}\"]\n[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        skills.path().display(),
+        my_uid(),
+    ));
+    let project = daemon.project("job", None);
+    let invoke = serde_json::json!({"project": project, "params": {}}).to_string();
+    let socket = daemon.socket.clone();
+    let mut hung = Vec::new();
+    for _ in 0..4 {
+        let (socket, invoke) = (socket.clone(), invoke.clone());
+        hung.push(
+            Command::new("curl")
+                .args([
+                    "-s",
+                    "--max-time",
+                    "120",
+                    "-H",
+                    "content-type: application/json",
+                ])
+                .arg("--unix-socket")
+                .arg(&socket)
+                .args(["-d", &invoke, "http://daemon/v1/skills/hang/invoke"])
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+    }
+    let started = Instant::now();
+    loop {
+        let (_, info) = daemon.json(None, "GET", "/v1/info", None);
+        if info["skills"]["calls_waiting"] == 4 {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "{info}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A fifth call of the same caller is turned away at once.
+    let (code, busy) = daemon.json(None, "POST", "/v1/skills/hang/invoke", Some(&invoke));
+    assert_eq!(code, 503, "{busy}");
+    assert_eq!(error_code(&busy), "skills_busy", "{busy}");
+    // And runs still go through.
+    let (code, run) = daemon.json(
+        None,
+        "POST",
+        "/v1/runs",
+        Some(&submit(&project, &["/bin/true"], true)),
+    );
+    assert_eq!((code, run["status"].as_i64()), (200, Some(0)), "{run}");
+    for mut call in hung {
+        let _ = call.kill();
+        let _ = call.wait();
+    }
+}

@@ -168,6 +168,7 @@ async fn info(
         "caller": {"uid": who.caller.uid, "gid": who.caller.gid, "pid": who.caller.pid},
         "doctor": app.doctor,
         "load": app.runs.load(),
+        "skills": {"servers": app.skills.running(), "calls_waiting": app.skills.waiting()},
     }))
     .into_response())
 }
@@ -552,6 +553,17 @@ fn skill_error(err: super::skills::SkillError) -> ApiError {
             format!("{message} (JSON-RPC error {code})"),
             "see the skill's log in the daemon's journal",
         ),
+        SkillError::Busy(_) => ApiError::new(
+            503,
+            "skills_busy",
+            err.to_string(),
+            format!(
+                "wait for an answer first: at most {} skill calls wait at once, {} of one caller",
+                super::skills::MAX_CALLS,
+                super::skills::MAX_CALLS_PER_CALLER
+            ),
+        )
+        .retry_after(1),
         SkillError::Timeout(_) => ApiError::new(
             504,
             "skill_timeout",

@@ -24,6 +24,12 @@ use serde_json::{json, Value};
 const MAX_SERVERS: usize = 16;
 /// A server nobody called for this long is stopped.
 const IDLE: Duration = Duration::from_secs(600);
+/// Skill calls waiting at once, in all. Each holds one of the runtime's
+/// blocking threads (16) until its skill answers, and runs, logs and the
+/// store need the others: a skill that hangs must not stall the daemon.
+pub const MAX_CALLS: usize = 8;
+/// Skill calls one caller may have waiting at once.
+pub const MAX_CALLS_PER_CALLER: usize = 4;
 
 /// Why a skill call failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +37,9 @@ pub enum SkillError {
     /// `sandbox serve` could not be started.
     #[error("starting `sandbox serve` for the skills: {0}")]
     Start(std::io::Error),
+    /// Too many calls are waiting (in all, or this caller's).
+    #[error("{0} skill calls are already waiting; try again when one has answered")]
+    Busy(usize),
     /// The server ended (crashed, or was stopped) before answering.
     #[error("the skill server ended before answering")]
     Gone,
@@ -93,6 +102,26 @@ pub struct SkillHosts {
     /// state directory).
     state_dir: PathBuf,
     servers: Mutex<HashMap<ServerKey, Arc<Server>>>,
+    /// Calls waiting, per caller.
+    waiting: Mutex<HashMap<u32, usize>>,
+}
+
+/// A call's place among the waiting ones, given back when it ends.
+struct Admitted<'a> {
+    waiting: &'a Mutex<HashMap<u32, usize>>,
+    uid: u32,
+}
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = waiting.get_mut(&self.uid) {
+            *count -= 1;
+            if *count == 0 {
+                waiting.remove(&self.uid);
+            }
+        }
+    }
 }
 
 impl std::fmt::Debug for SkillHosts {
@@ -112,6 +141,7 @@ impl SkillHosts {
             skills_dirs,
             state_dir,
             servers: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashMap::new()),
         }
     }
 
@@ -124,6 +154,7 @@ impl SkillHosts {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, SkillError> {
+        let _admitted = self.admit(key.uid)?;
         let server = self.server(key)?;
         *server
             .last_used
@@ -179,12 +210,38 @@ impl SkillHosts {
         })
     }
 
+    /// Skill calls waiting for an answer, in all.
+    pub fn waiting(&self) -> usize {
+        self.waiting
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .sum()
+    }
+
     /// How many servers run.
     pub fn running(&self) -> usize {
         self.servers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
+    }
+
+    fn admit(&self, uid: u32) -> Result<Admitted<'_>, SkillError> {
+        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
+        let total: usize = waiting.values().sum();
+        let mine = waiting.get(&uid).copied().unwrap_or(0);
+        if total >= MAX_CALLS {
+            return Err(SkillError::Busy(total));
+        }
+        if mine >= MAX_CALLS_PER_CALLER {
+            return Err(SkillError::Busy(mine));
+        }
+        *waiting.entry(uid).or_insert(0) += 1;
+        Ok(Admitted {
+            waiting: &self.waiting,
+            uid,
+        })
     }
 
     fn forget(&self, key: &ServerKey) {
