@@ -343,10 +343,16 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         .ok()
         .and_then(|socket| socket.parent().map(|dir| dir.join("skills")))
         .unwrap_or_else(|| state.join("skills"));
-    config.guarded.push(state.clone());
+    // Compared with canonical project paths: a state directory or socket
+    // reached through a link must still be recognised.
+    let canonical =
+        |path: &Path| std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    config.guarded.push(canonical(&state));
     if let Some(path) = &owned_path {
-        config.guarded.push(path.clone());
+        config.guarded.push(canonical(path));
     }
+    // The socket directory holds the callers' skill state.
+    config.guarded.push(canonical(&skills_state));
     let config = Arc::new(config);
     let spool = state.join("spool");
     let store = Arc::new(Store::open(&state.join("sandbox.db"))?);
