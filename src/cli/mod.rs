@@ -76,7 +76,11 @@ pub fn main() -> i32 {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Run(args) => run::run(*args),
+        Command::Run(args) => match daemon_client::daemon_of_run(&args) {
+            Ok(Some(socket)) => daemon_client::run_remote(*args, socket),
+            Ok(None) => run::run(*args),
+            Err(err) => Err(err.into()),
+        },
         Command::Profile(cmd) => profile::run(cmd),
         Command::Doctor(args) => doctor::run(args),
         Command::Ipc(args) => ipc::run(args),

@@ -177,10 +177,8 @@ pub(crate) fn write_report_fd(fd: i32, line: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A local run (`--daemon` is dispatched to the client before this).
 pub fn run(args: RunArgs) -> anyhow::Result<i32> {
-    if let Some(socket) = super::daemon_client::daemon_of_run(&args)? {
-        return super::daemon_client::run_remote(args, socket);
-    }
     let report_fd = args.report_fd.map(check_report_fd).transpose()?;
     let mut policy = sandbox::profile::load(&args.profile)
         .with_context(|| usage(format!("--profile {}", args.profile)))?;

@@ -129,6 +129,24 @@ fn give_to_sandbox(end: &OwnedFd, prepared: &Prepared) -> Result<(), SpawnError>
     nix::unistd::fchown(end.as_fd(), Some(uid), Some(gid)).map_err(sys("fchown(stdio pipe)"))
 }
 
+/// Give the payload a pipe as its stream `target`, relayed to `to`.
+fn relayed_output(
+    prepared: &mut Prepared,
+    target: usize,
+    to: Target,
+) -> Result<Stream, SpawnError> {
+    let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
+    give_to_sandbox(&write, prepared)?;
+    prepared.stdio[target] = Stdio::Fd(write);
+    Ok(Stream {
+        pipe: Some(read),
+        direction: Direction::Out {
+            target: to,
+            relaying: true,
+        },
+    })
+}
+
 /// Replace the payload's standard streams that need relaying by pipes:
 /// every terminal, and stdout and stderr under an output cap. Returns the
 /// relay, or None when nothing is relayed.
@@ -154,17 +172,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                 }
             };
             let log = log.clone();
-            let (read, write) =
-                nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
-            give_to_sandbox(&write, prepared)?;
-            prepared.stdio[target] = Stdio::Fd(write);
-            streams.push(Stream {
-                pipe: Some(read),
-                direction: Direction::Out {
-                    target: Target::Log(log, stream),
-                    relaying: true,
-                },
-            });
+            streams.push(relayed_output(prepared, target, Target::Log(log, stream))?);
             continue;
         }
         let given = match &prepared.stdio[target] {
@@ -202,17 +210,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
             }
             Some(fd) if target > 0 && (tty || (cap.is_some() && inherited)) => {
                 let to = dup(fd)?;
-                let (read, write) =
-                    nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
-                give_to_sandbox(&write, prepared)?;
-                prepared.stdio[target] = Stdio::Fd(write);
-                streams.push(Stream {
-                    pipe: Some(read),
-                    direction: Direction::Out {
-                        target: Target::Fd(to),
-                        relaying: true,
-                    },
-                });
+                streams.push(relayed_output(prepared, target, Target::Fd(to))?);
             }
             _ if target > 0 && cap.is_some() => {
                 prepared.warnings.push(format!(
