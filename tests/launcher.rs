@@ -133,9 +133,10 @@ fn spawn(launcher: &Launcher, id: &str, spec: RunSpec) -> Run {
     )
     .unwrap();
     match launcher.receive() {
-        FromLauncher::Started { run, pid } => {
+        FromLauncher::Started { run, pid, start } => {
             assert_eq!(run, id);
             assert!(pid > 0);
+            assert!(start.is_some(), "the supervisor's start time");
         }
         other => panic!("expected started, got {other:?}"),
     }
@@ -149,7 +150,10 @@ fn finished(run: &mut Run) -> (i32, serde_json::Value) {
     loop {
         match run.next_event() {
             FromSupervisor::Finished { status, report, .. } => return (status, report),
-            FromSupervisor::Started { init_pid } => assert!(init_pid > 0),
+            FromSupervisor::Started {
+                init_pid,
+                init_start,
+            } => assert!(init_pid > 0 && init_start.is_some()),
             // Left unanswered on purpose by the caller.
             FromSupervisor::Ask { .. } => {}
         }

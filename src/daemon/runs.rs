@@ -461,12 +461,12 @@ impl Runs {
             tokio::select! {
                 line = lines.next_line(), if events_open => match line {
                     Ok(Some(line)) => match serde_json::from_str::<FromSupervisor>(&line) {
-                        Ok(FromSupervisor::Started { init_pid }) => {
+                        Ok(FromSupervisor::Started { init_pid, init_start }) => {
                             let store = self.store.clone();
                             let run = id.clone();
                             let _ = blocking(move || {
                                 store
-                                    .set_started(&run, init_pid, proc_start_time(init_pid), now_ms())
+                                    .set_started(&run, init_pid, init_start, now_ms())
                                     .map_err(store_error)
                             })
                             .await;
@@ -494,11 +494,11 @@ impl Runs {
                     Ok(None) | Err(_) => events_open = false,
                 },
                 event = launcher_events.recv(), if launcher_open => match event {
-                    Some(LauncherEvent::Message(FromLauncher::Started { pid, .. })) => {
+                    Some(LauncherEvent::Message(FromLauncher::Started { pid, start, .. })) => {
                         let store = self.store.clone();
                         let run = id.clone();
                         let _ = blocking(move || {
-                            store.set_supervisor(&run, pid, proc_start_time(pid)).map_err(store_error)
+                            store.set_supervisor(&run, pid, start).map_err(store_error)
                         })
                         .await;
                     }
@@ -755,13 +755,7 @@ fn open_read(path: &Path) -> Result<std::fs::File, ApiError> {
 /// A process's start time in clock ticks since boot (`/proc/PID/stat`,
 /// field 22): with the pid it names one process, where a pid alone may
 /// have been reused by the time it is read again.
-pub fn proc_start_time(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces
-    // and parentheses itself: fields are counted after its last ')'.
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
-}
+pub use crate::launch::protocol::process_start_time as proc_start_time;
 
 /// Kill a process recorded by an earlier daemon if it is still the same
 /// process (same start time).

@@ -162,6 +162,8 @@ fn serve_loop(
                             FromLauncher::Started {
                                 run,
                                 pid: pid.as_raw(),
+                                // Not reaped before this loop's next turn.
+                                start: super::protocol::process_start_time(pid.as_raw()),
                             }
                         }
                         Err(error) => FromLauncher::Refused { run, error },

@@ -92,6 +92,17 @@ pub fn delegated_cgroup_name(run: &str) -> String {
     format!("sandbox-run-{run}")
 }
 
+/// A process's start time (`/proc/PID/stat` field 22, clock ticks since
+/// boot): with the pid, it names one process, never a later one that
+/// reuses the pid.
+pub fn process_start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces
+    // and parentheses itself: fields are counted after its last ')'.
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
 /// daemon → launcher.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -115,6 +126,10 @@ pub enum FromLauncher {
         run: String,
         /// Host pid of the supervisor.
         pid: i32,
+        /// Its start time ([`process_start_time`]), read while it was
+        /// certainly this process (not yet reaped).
+        #[serde(default)]
+        start: Option<u64>,
     },
     /// The supervisor could not be started (bad spec, fork failed).
     Refused {
@@ -157,6 +172,10 @@ pub enum FromSupervisor {
     Started {
         /// Host pid of the sandbox's init.
         init_pid: i32,
+        /// Its start time, read by its parent before it could be reaped,
+        /// so a recovering daemon never kills a process that took the pid.
+        #[serde(default)]
+        init_start: Option<u64>,
     },
     /// A broker request needs a person's decision; the run waits for a
     /// [`ToSupervisor::Answer`] until `deadline_ms` (milliseconds since the

@@ -373,7 +373,13 @@ fn supervise(
         }
     };
     let init_pid = child.id() as i32;
-    lock(events).send(&FromSupervisor::Started { init_pid });
+    // Init is this process's child and not yet waited for: its pid is
+    // still its own.
+    let init_start = super::protocol::process_start_time(init_pid);
+    lock(events).send(&FromSupervisor::Started {
+        init_pid,
+        init_start,
+    });
     let _ = lock(log).record(LogEvent::Started { init_pid });
     let mut driver = DaemonDriver {
         events: events.clone(),
