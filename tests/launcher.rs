@@ -343,3 +343,36 @@ fn the_launcher_kills_its_runs_when_the_daemon_goes() {
         "the run's processes are gone"
     );
 }
+
+#[test]
+fn the_run_log_stays_within_twice_the_output_cap() {
+    if !support::require_root_sandbox("launcher") {
+        return;
+    }
+    let launcher = Launcher::start();
+    let project = tempfile::tempdir_in("/tmp").unwrap();
+    // Control bytes take six bytes each in a JSON record: 64 KiB of them
+    // would be 384 KiB of log.
+    let mut spec = spec(
+        project.path(),
+        &[
+            "/usr/bin/python3",
+            "-c",
+            "import sys\nfor _ in range(300): sys.stdout.write('\\x01' * 1000); sys.stdout.flush()",
+        ],
+    );
+    let cap = 64 << 10;
+    spec.policy.limits.output = Some(cap);
+    let mut run = spawn(&launcher, "r7", spec);
+    let (status, _) = finished(&mut run);
+    assert_eq!(status, 0);
+    let size = std::fs::metadata(run.log.path()).unwrap().len();
+    assert!(
+        size <= 2 * cap + (64 << 10) + (4 << 10),
+        "the log holds {size} bytes for a {cap}-byte cap"
+    );
+    assert!(run
+        .records()
+        .iter()
+        .any(|r| matches!(r.event, LogEvent::OutputCapped { .. })));
+}

@@ -40,36 +40,71 @@ struct RunLog {
     /// False once a write failed (a full disk): the run goes on, its log
     /// stops, and the report says the output was not all kept.
     healthy: bool,
+    /// Bytes written to the log.
+    bytes: u64,
+    /// Most bytes output records may take in the log. The output cap counts
+    /// the command's bytes; their records can take several times more
+    /// (escaped control bytes, a record per one-byte write), and the spool
+    /// is the daemon's disk.
+    max_bytes: u64,
+    /// Output stopped at `max_bytes`.
+    cut: bool,
 }
 
+/// Room for the records around the output (started, asks, exit).
+const LOG_SLACK: u64 = 64 << 10;
+
 impl RunLog {
-    fn record(&mut self, event: LogEvent) -> std::io::Result<()> {
-        if !self.healthy {
-            return Err(std::io::Error::other("the run log failed earlier"));
-        }
-        self.seq += 1;
+    fn line(&self, event: LogEvent) -> std::io::Result<Vec<u8>> {
         let record = LogRecord {
-            seq: self.seq,
+            seq: self.seq + 1,
             time_ms: now_ms(),
             event,
         };
         let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
         line.push(b'\n');
-        let written = self.file.write_all(&line);
-        if written.is_err() {
-            self.healthy = false;
+        Ok(line)
+    }
+
+    fn write_line(&mut self, line: &[u8]) -> std::io::Result<()> {
+        if !self.healthy {
+            return Err(std::io::Error::other("the run log failed earlier"));
+        }
+        let written = self.file.write_all(line);
+        match written {
+            Ok(()) => {
+                self.seq += 1;
+                self.bytes += line.len() as u64;
+            }
+            Err(_) => self.healthy = false,
         }
         written
+    }
+
+    fn record(&mut self, event: LogEvent) -> std::io::Result<()> {
+        let line = self.line(event)?;
+        self.write_line(&line)
     }
 }
 
 impl OutputLog for RunLog {
     fn output(&mut self, stream: OutputStream, bytes: &[u8]) -> std::io::Result<()> {
+        if self.cut {
+            return Err(std::io::Error::other("the run log is full"));
+        }
         let chunk = Chunk::new(bytes);
-        self.record(match stream {
+        let line = self.line(match stream {
             OutputStream::Stdout => LogEvent::Stdout(chunk),
             OutputStream::Stderr => LogEvent::Stderr(chunk),
-        })
+        })?;
+        if self.bytes + line.len() as u64 > self.max_bytes {
+            self.cut = true;
+            let _ = self.record(LogEvent::OutputCapped {
+                cap: self.max_bytes,
+            });
+            return Err(std::io::Error::other("the run log is full"));
+        }
+        self.write_line(&line)
     }
 
     fn capped(&mut self, cap: u64) {
@@ -289,10 +324,16 @@ pub fn run(spec: RunSpec, mut fds: Vec<OwnedFd>) -> i32 {
         cancel: None,
         closed: false,
     }));
+    let max_bytes = spec.policy.limits.output.map_or(u64::MAX, |cap| {
+        cap.saturating_mul(2).saturating_add(LOG_SLACK)
+    });
     let log = Arc::new(Mutex::new(RunLog {
         file: std::fs::File::from(log_fd),
         seq: 0,
         healthy: true,
+        bytes: 0,
+        max_bytes,
+        cut: false,
     }));
     let status = supervise(spec, stdin, &events, &log, input);
     let _ = lock(&log).record(LogEvent::Exit { status });
