@@ -1341,3 +1341,47 @@ fn hanging_skill_calls_cannot_stall_the_daemon() {
         let _ = call.wait();
     }
 }
+
+#[test]
+fn one_uid_cannot_hold_every_connection() {
+    let test = "one_uid_cannot_hold_every_connection";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let other = support::TEST_UID;
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\n[[allow]]\nuids = [{}, {other}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    // This uid opens more connections than it may hold, each with half a
+    // request, and keeps them.
+    let limit = sandbox::daemon::listener::MAX_CONNECTIONS_PER_UID;
+    let mut held = Vec::new();
+    for _ in 0..limit + 8 {
+        let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+        use std::io::Write;
+        let _ = stream.write_all(b"GET /v1/info HTTP/1.1\r\nHost: x\r\n");
+        held.push(stream);
+    }
+    // The ones past the limit are closed by the daemon.
+    let mut closed = 0;
+    for stream in &mut held[limit..] {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        // Closed with the half request unread: end of file or a reset.
+        match stream.read(&mut byte) {
+            Ok(0) => closed += 1,
+            Err(err) if err.kind() == std::io::ErrorKind::ConnectionReset => closed += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(closed, 8, "the connections past {limit} are closed");
+    // Another user still gets in.
+    let (code, info) = daemon.json(Some(other), "GET", "/v1/info", None);
+    assert_eq!(code, 200, "{info}");
+    drop(held);
+    let (code, info) = daemon.json(None, "GET", "/v1/info", None);
+    assert_eq!(code, 200, "{info}");
+}

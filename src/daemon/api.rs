@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::listener::CappedListener;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::rejection::{BytesRejection, QueryRejection};
@@ -17,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
-use tokio::net::UnixListener;
 use tokio::sync::mpsc;
 
 use super::config::{caller_groups, Config, Rule};
@@ -42,14 +42,11 @@ pub struct Peer {
     pub caller: Option<Caller>,
 }
 
-impl Connected<axum::serve::IncomingStream<'_, UnixListener>> for Peer {
-    fn connect_info(stream: axum::serve::IncomingStream<'_, UnixListener>) -> Self {
-        let caller = stream.io().peer_cred().ok().map(|cred| Caller {
-            uid: cred.uid(),
-            gid: cred.gid(),
-            pid: cred.pid().unwrap_or(0),
-        });
-        Peer { caller }
+impl Connected<axum::serve::IncomingStream<'_, CappedListener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, CappedListener>) -> Self {
+        Peer {
+            caller: stream.io().caller(),
+        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod api;
 pub mod config;
 pub mod error;
 pub mod launcher;
+pub mod listener;
 pub mod log;
 pub mod resolve;
 pub mod runs;
@@ -360,6 +361,14 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     prune(&store, &spool, &config);
     let doctor = doctor_verdict(&exe);
 
+    // Connections are capped per uid (`listener`), but the daemon's own
+    // budget is the soft limit: take the hard one.
+    if let Ok((_, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    {
+        let _ =
+            nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, hard, hard);
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(16)
@@ -418,7 +427,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
         let service = api::router(app).into_make_service_with_connect_info::<api::Peer>();
-        let server = axum::serve(listener, service);
+        let server = axum::serve(listener::CappedListener::new(listener), service);
         notify_ready();
         tokio::select! {
             served = server => served.map_err(|source| DaemonError::Runtime { step: "serving", source })?,
