@@ -561,6 +561,13 @@ fn skill_error(err: super::skills::SkillError) -> ApiError {
             ),
         )
         .retry_after(1),
+        SkillError::TooManyServers(_) => ApiError::new(
+            503,
+            "skills_busy",
+            err.to_string(),
+            "retry later; servers idle for 10 minutes are stopped",
+        )
+        .retry_after(60),
         SkillError::Timeout(_) => ApiError::new(
             504,
             "skill_timeout",

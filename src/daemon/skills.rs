@@ -19,9 +19,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// Most `serve` processes at once; the one unused longest is stopped to
-/// make room.
+/// Most `serve` processes at once, in all: past it a new one is refused
+/// (never another caller's stopped to make room).
 const MAX_SERVERS: usize = 16;
+/// Most `serve` processes of one caller: its own unused longest is
+/// stopped to make room for its next.
+const MAX_SERVERS_PER_CALLER: usize = 4;
 /// A server nobody called for this long is stopped.
 const IDLE: Duration = Duration::from_secs(600);
 /// Skill calls waiting at once, in all. Each holds one of the runtime's
@@ -40,6 +43,9 @@ pub enum SkillError {
     /// Too many calls are waiting (in all, or this caller's).
     #[error("{0} skill calls are already waiting; try again when one has answered")]
     Busy(usize),
+    /// Every skill server the daemon runs at once is in use by callers.
+    #[error("{0} skill servers already run for other projects; try again once one has been idle")]
+    TooManyServers(usize),
     /// The server ended (crashed, or was stopped) before answering.
     #[error("the skill server ended before answering")]
     Gone,
@@ -265,19 +271,24 @@ impl SkillHosts {
         if let Some(server) = servers.get(key) {
             return Ok(server.clone());
         }
-        if servers.len() >= MAX_SERVERS {
-            let oldest = servers
+        let last_used = |server: &Arc<Server>| {
+            *server
+                .last_used
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+        };
+        let own: Vec<(&ServerKey, &Arc<Server>)> =
+            servers.iter().filter(|(k, _)| k.uid == key.uid).collect();
+        if own.len() >= MAX_SERVERS_PER_CALLER {
+            let oldest = own
                 .iter()
-                .min_by_key(|(_, server)| {
-                    *server
-                        .last_used
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                })
-                .map(|(key, _)| key.clone());
+                .min_by_key(|(_, server)| last_used(server))
+                .map(|(key, _)| (*key).clone());
             if let Some(oldest) = oldest {
                 servers.remove(&oldest);
             }
+        } else if servers.len() >= MAX_SERVERS {
+            return Err(SkillError::TooManyServers(servers.len()));
         }
         // Traversable, not listable: a caller reaches its own directory only.
         match std::fs::DirBuilder::new()
