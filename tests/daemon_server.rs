@@ -6,7 +6,8 @@
 mod support;
 
 use std::io::Read;
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -1384,4 +1385,42 @@ fn one_uid_cannot_hold_every_connection() {
     drop(held);
     let (code, info) = daemon.json(None, "GET", "/v1/info", None);
     assert_eq!(code, 200, "{info}");
+}
+
+#[test]
+fn descriptors_the_daemon_inherited_reach_none_of_its_children() {
+    let test = "descriptors_the_daemon_inherited_reach_none_of_its_children";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    // A pipe without close-on-exec, as a careless parent would leave it:
+    // the daemon inherits it.
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let leaked = std::fs::metadata(format!("/proc/self/fd/{}", write.as_raw_fd()))
+        .unwrap()
+        .ino();
+    let daemon = Daemon::start(&format!(
+        "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        my_uid()
+    ));
+    drop((read, write));
+    let daemon_pid = daemon.child.as_ref().unwrap().id();
+    let launcher = launcher_of(daemon_pid).expect("the daemon's launcher");
+    let holds = |pid: i32| -> bool {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .any(|entry| std::fs::metadata(entry.path()).is_ok_and(|m| m.ino() == leaked))
+            })
+            .unwrap_or(false)
+    };
+    assert!(
+        holds(daemon_pid as i32),
+        "the test's premise: the daemon inherited it"
+    );
+    assert!(
+        !holds(launcher),
+        "the launcher holds the daemon's inherited pipe"
+    );
 }

@@ -328,6 +328,11 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     // or the runtime exists.
     let mut config = load_config(&options)?;
     let activated = take_activated_socket()?;
+    // Whatever the daemon's own parent left open (a shell's, a CI agent's)
+    // must not reach the launcher, the supervisors or `serve`.
+    if let Err(err) = crate::sys::fd::cloexec_from(3) {
+        eprintln!("sandbox daemon: warning: inherited descriptors stay open in children: close_range: {err}");
+    }
     let exe = PathBuf::from("/proc/self/exe");
     let first = launcher::start(&exe)?;
     let (listener, owned_path) = match activated {
