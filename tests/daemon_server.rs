@@ -20,6 +20,8 @@ struct Daemon {
     child: Option<Child>,
     dir: tempfile::TempDir,
     socket: PathBuf,
+    /// Where the daemon's stderr goes, when a test reads it.
+    stderr_to: Option<PathBuf>,
 }
 
 /// A directory every test user can reach (the socket and projects live
@@ -39,8 +41,28 @@ impl Daemon {
             child: None,
             socket: dir.path().join("sandbox.sock"),
             dir,
+            stderr_to: None,
         };
         daemon.restart(config)
+    }
+
+    /// [`Daemon::start`], its stderr kept in a file ([`Daemon::stderr`]).
+    fn start_logged(config: &str) -> Daemon {
+        let dir = open_dir();
+        let daemon = Daemon {
+            child: None,
+            socket: dir.path().join("sandbox.sock"),
+            stderr_to: Some(dir.path().join("daemon.log")),
+            dir,
+        };
+        daemon.restart(config)
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr_to
+            .as_ref()
+            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
+            .unwrap_or_default()
     }
 
     fn config_path(&self) -> PathBuf {
@@ -65,6 +87,10 @@ impl Daemon {
             .arg(self.config_path())
             .env("NOTIFY_SOCKET", &notify_path)
             .stdin(Stdio::null())
+            .stderr(match &self.stderr_to {
+                Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
+                None => Stdio::inherit(),
+            })
             .spawn()
             .unwrap();
         self.child = Some(child);
@@ -545,6 +571,7 @@ fn systemd_socket_activation_hands_over_the_socket() {
         child: None,
         socket: socket.clone(),
         dir,
+        stderr_to: None,
     };
     let (code, info) = daemon.json(None, "GET", "/v1/info", None);
     assert_eq!(code, 200, "{info}");
@@ -604,6 +631,7 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
         child: None,
         socket: dir.path().join("sandbox.sock"),
         dir,
+        stderr_to: None,
     }
     .restart(&format!("[[allow]]\nuids = [{}]\n", my_uid()));
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -1037,6 +1065,7 @@ fn a_user_daemon_without_config_serves_only_its_own_uid() {
         child: Some(child),
         socket: socket.clone(),
         dir,
+        stderr_to: None,
     };
     let mut buffer = [0u8; 16];
     let n = notify
@@ -1423,4 +1452,53 @@ fn descriptors_the_daemon_inherited_reach_none_of_its_children() {
         !holds(launcher),
         "the launcher holds the daemon's inherited pipe"
     );
+}
+
+#[test]
+fn a_skills_log_lines_are_marked_with_their_caller() {
+    let test = "a_skills_log_lines_are_marked_with_their_caller";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let skills = open_dir();
+    let skill = skills.path().join("noisy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: noisy\ndescription: logs\nruntime: sh\nmain: noisy.sh\n---\n",
+    )
+    .unwrap();
+    std::fs::write(
+        skill.join("noisy.sh"),
+        "printf 'sandbox daemon: FORGED\\033[2J\\n' >&2\necho '{}'\n",
+    )
+    .unwrap();
+    let daemon = Daemon::start_logged(&format!(
+        "[daemon]\nskills_dirs = [\"{}\"]\n[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
+        skills.path().display(),
+        my_uid(),
+    ));
+    let project = daemon.project("job", None);
+    let invoke = serde_json::json!({"project": project, "params": {}}).to_string();
+    let _ = daemon.json(None, "POST", "/v1/skills/noisy/invoke", Some(&invoke));
+    let started = Instant::now();
+    while !daemon.stderr().contains("FORGED") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{}",
+            daemon.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = daemon.stderr();
+    for line in log.lines().filter(|l| l.contains("FORGED")) {
+        assert!(
+            line.starts_with(&format!("sandbox daemon: skills of uid {}: ", my_uid())),
+            "{line:?}"
+        );
+        assert!(
+            !line.contains('\u{1b}'),
+            "escape sequences are escaped: {line:?}"
+        );
+    }
 }

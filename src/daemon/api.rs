@@ -548,7 +548,7 @@ fn skill_error(err: super::skills::SkillError) -> ApiError {
             422,
             "skill_failed",
             format!("{message} (JSON-RPC error {code})"),
-            "see the skill's log in the daemon's journal",
+            "the skill's own log is in the daemon's journal, marked with your uid",
         ),
         SkillError::Busy(_) => ApiError::new(
             503,

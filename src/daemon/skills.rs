@@ -350,10 +350,16 @@ fn start(
         .current_dir(&key.project)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        // The skills' logs go to the daemon's own stderr (its journal).
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(SkillError::Start)?;
+    if let Some(stderr) = child.stderr.take() {
+        let uid = key.uid;
+        std::thread::Builder::new()
+            .name("skill-log".into())
+            .spawn(move || relay_log(stderr, uid))
+            .map_err(SkillError::Start)?;
+    }
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         let _ = child.kill();
         return Err(SkillError::Start(std::io::Error::other("no pipes")));
@@ -427,4 +433,27 @@ fn read_answers(
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .clear();
+}
+
+/// Longest line of a skill server's log relayed whole; the rest of it is
+/// cut, so a skill cannot hold the daemon's memory with one endless line.
+const LOG_LINE: u64 = 4096;
+
+/// The skills' logs go to the daemon's own stderr (its journal), each line
+/// prefixed with the caller's uid and escaped, so a skill can neither
+/// write lines that look like the daemon's nor hide its own.
+fn relay_log(stderr: std::process::ChildStderr, uid: u32) {
+    use std::io::Read;
+    let mut reader = BufReader::new(stderr);
+    loop {
+        let mut line = Vec::new();
+        match (&mut reader).take(LOG_LINE).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                let text = String::from_utf8_lossy(&line);
+                let text = crate::broker::prompt::escape(text.trim_end_matches('\n'));
+                eprintln!("sandbox daemon: skills of uid {uid}: {text}");
+            }
+        }
+    }
 }
