@@ -18,6 +18,7 @@ use serde_json::{json, Map, Value};
 use tokio::signal::unix::Signal;
 
 use super::client::{segment, Client, ClientError, EventFollower};
+use super::run::limit_messages;
 use super::run::{NetArg, RunArgs};
 use super::UsageError;
 use sandbox::launch::protocol::LogEvent;
@@ -351,15 +352,7 @@ pub fn run_remote(args: RunArgs, socket: PathBuf) -> anyhow::Result<i32> {
             eprintln!("sandbox: warning: {}", text(warning));
         }
     }
-    if let Some(target) = &report_target {
-        target
-            .write_all(&serde_json::to_vec_pretty(&report)?)
-            .context("writing the report")?;
-    }
-    let line = serde_json::to_string(&report)?;
-    if let Some(fd) = report_fd {
-        super::run::write_report_fd(fd, format!("{line}\n").as_bytes())?;
-    }
+    let line = super::run::deliver_report(&report, report_target.as_ref(), report_fd)?;
     for message in limit_messages(&report) {
         eprintln!("sandbox: {message}");
     }
@@ -849,51 +842,6 @@ fn read_stdin() -> anyhow::Result<Option<Vec<u8>>> {
         .into());
     }
     Ok(Some(bytes))
-}
-
-/// What stderr says about the limits the run reached, from its report (the
-/// same words as a local run).
-fn limit_messages(report: &Value) -> Vec<String> {
-    let enforced = &report["enforced"];
-    let resources = &report["resources"];
-    let killed = report["exit"]["signal"].as_i64() == Some(libc::SIGKILL as i64);
-    let mut out = Vec::new();
-    for hit in report["limits_hit"].as_array().into_iter().flatten() {
-        match hit.as_str() {
-            Some("timeout") => {
-                if let Some(seconds) = enforced["timeout_s"].as_f64() {
-                    out.push(format!(
-                        "killed: timeout {} exceeded (raise it with --timeout DURATION or the profile's [limits] timeout)",
-                        sandbox::profile::format_duration(std::time::Duration::from_secs_f64(seconds))
-                    ));
-                }
-            }
-            Some("memory") => {
-                if let Some(memory) = enforced["cgroup"]["memory"].as_u64() {
-                    let memory = sandbox::profile::size::format_size(memory);
-                    let raise = "raise it with --memory SIZE or the profile's [limits] memory";
-                    out.push(if killed {
-                        format!("killed: memory limit {memory} exceeded ({raise})")
-                    } else {
-                        format!(
-                            "memory limit {memory} reached: the kernel killed {} process(es) of the run ({raise})",
-                            resources["oom_kills"].as_u64().unwrap_or(0)
-                        )
-                    });
-                }
-            }
-            Some("pids") => {
-                if let Some(pids) = enforced["cgroup"]["pids"].as_u64() {
-                    out.push(format!(
-                        "pids limit {pids} reached: {} fork(s) or new thread(s) failed (raise it with --pids N or the profile's [limits] pids)",
-                        resources["pids_limit_hits"].as_u64().unwrap_or(0)
-                    ));
-                }
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 /// `--audit FILE` of a daemon run: the broker's lines, fetched when the run

@@ -263,7 +263,6 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         None => None,
     };
     let (program, rest) = args.command.split_first().context("no command given")?;
-    let limits = policy.limits.clone();
     let mut command = sandbox::Command::new(program, policy);
     command.args(rest);
     if let Some(parent) = &args.cgroup_parent {
@@ -319,21 +318,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             eprintln!("sandbox: warning: {warning}");
         }
     }
-    if let Some(target) = &report_target {
-        target
-            .write_all(&serde_json::to_vec_pretty(&report)?)
-            .context("writing the report")?;
-    }
-    let line = serde_json::to_string(&report)?;
-    if let Some(fd) = report_fd {
-        write_report_fd(fd, format!("{line}\n").as_bytes())?;
-    }
-    if let Some(report) = &finished.report {
-        for hit in &report.limits_hit {
-            if let Some(message) = limit_message(hit, report, &limits) {
-                eprintln!("sandbox: {message}");
-            }
-        }
+    let line = deliver_report(&report, report_target.as_ref(), report_fd)?;
+    for message in limit_messages(&report) {
+        eprintln!("sandbox: {message}");
     }
     let status = match finished.result {
         Ok(status) => status.as_shell_status(),
@@ -416,6 +403,25 @@ pub(crate) fn resolve_secret(spec: &str) -> anyhow::Result<(String, String)> {
     Ok((name.to_string(), value))
 }
 
+/// Write the report where `--report` and `--report-fd` asked; its one-line
+/// form, for `--json`.
+pub(crate) fn deliver_report(
+    report: &serde_json::Value,
+    target: Option<&sandbox::safe_file::OutputTarget>,
+    fd: Option<i32>,
+) -> anyhow::Result<String> {
+    if let Some(target) = target {
+        target
+            .write_all(&serde_json::to_vec_pretty(report)?)
+            .context("writing the report")?;
+    }
+    let line = serde_json::to_string(report)?;
+    if let Some(fd) = fd {
+        write_report_fd(fd, format!("{line}\n").as_bytes())?;
+    }
+    Ok(line)
+}
+
 /// A `--grant` value must name a broker action, with a non-empty pattern if any.
 /// A `--grant` value that does not parse is a usage error (exit 2), for
 /// `run`, `skill run` and `serve` alike.
@@ -426,46 +432,51 @@ pub fn check_grant(grant: &str) -> Result<(), UsageError> {
         .map_err(|err| usage(format!("--grant {err}")))
 }
 
-/// What stderr says about a limit the run reached: which limit, what it did
-/// to the run, and the flag and profile key that raise it.
-fn limit_message(
-    hit: &sandbox::spawn::parent::LimitHit,
-    report: &sandbox::spawn::report::Report,
-    limits: &sandbox::profile::policy::Limits,
-) -> Option<String> {
-    use sandbox::spawn::parent::LimitHit;
-    let command_killed = report
-        .exit
-        .as_ref()
-        .is_some_and(|exit| exit.signal == Some(libc::SIGKILL));
-    let resources = report.resources.as_ref();
-    Some(match hit {
-        LimitHit::Timeout => format!(
-            "killed: timeout {} exceeded (raise it with --timeout DURATION or the profile's [limits] timeout)",
-            sandbox::profile::format_duration(limits.timeout?)
-        ),
-        LimitHit::Memory => {
-            let memory = sandbox::profile::size::format_size(limits.memory?);
-            let raise = "raise it with --memory SIZE or the profile's [limits] memory";
-            if command_killed {
-                format!("killed: memory limit {memory} exceeded ({raise})")
-            } else {
-                // The OOM killer picks the largest process, often a worker:
-                // the command may live on and fail in its own words.
-                let kills = resources.map_or(0, |r| r.oom_kills);
-                format!(
-                    "memory limit {memory} reached: the kernel killed {kills} process(es) of the run ({raise})"
-                )
+/// What stderr says about each limit the run reached: which limit, what it
+/// did to the run, and the flag and profile key that raise it. Read from
+/// the report's JSON, so a local run and a daemon run say the same. The
+/// output cap is not here: the relay says so the moment it is reached.
+pub(crate) fn limit_messages(report: &serde_json::Value) -> Vec<String> {
+    let enforced = &report["enforced"];
+    let resources = &report["resources"];
+    let killed = report["exit"]["signal"].as_i64() == Some(libc::SIGKILL as i64);
+    let mut out = Vec::new();
+    for hit in report["limits_hit"].as_array().into_iter().flatten() {
+        match hit.as_str() {
+            Some("timeout") => {
+                if let Some(seconds) = enforced["timeout_s"].as_f64() {
+                    out.push(format!(
+                        "killed: timeout {} exceeded (raise it with --timeout DURATION or the profile's [limits] timeout)",
+                        sandbox::profile::format_duration(std::time::Duration::from_secs_f64(seconds))
+                    ));
+                }
             }
+            Some("memory") => {
+                if let Some(memory) = enforced["cgroup"]["memory"].as_u64() {
+                    let memory = sandbox::profile::size::format_size(memory);
+                    let raise = "raise it with --memory SIZE or the profile's [limits] memory";
+                    out.push(if killed {
+                        format!("killed: memory limit {memory} exceeded ({raise})")
+                    } else {
+                        // The OOM killer picks the largest process, often a
+                        // worker: the command may live on and fail in its own words.
+                        format!(
+                            "memory limit {memory} reached: the kernel killed {} process(es) of the run ({raise})",
+                            resources["oom_kills"].as_u64().unwrap_or(0)
+                        )
+                    });
+                }
+            }
+            Some("pids") => {
+                if let Some(pids) = enforced["cgroup"]["pids"].as_u64() {
+                    out.push(format!(
+                        "pids limit {pids} reached: {} fork(s) or new thread(s) failed (raise it with --pids N or the profile's [limits] pids)",
+                        resources["pids_limit_hits"].as_u64().unwrap_or(0)
+                    ));
+                }
+            }
+            _ => {}
         }
-        LimitHit::Pids => {
-            let failed = resources.map_or(0, |r| r.pids_limit_hits);
-            format!(
-                "pids limit {} reached: {failed} fork(s) or new thread(s) failed (raise it with --pids N or the profile's [limits] pids)",
-                limits.pids?
-            )
-        }
-        // The relay says so on stderr the moment the cap is reached.
-        LimitHit::Output => return None,
-    })
+    }
+    out
 }
