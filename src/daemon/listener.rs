@@ -4,14 +4,13 @@
 //! connections (idle, or with half-sent requests) until the daemon runs out
 //! of descriptors and nobody else gets in.
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{UnixListener, UnixStream};
 
+use super::quota::{PerUid, Slot};
 use super::resolve::Caller;
 
 /// Connections one uid may hold open at once: above a busy CI runner's
@@ -19,12 +18,10 @@ use super::resolve::Caller;
 /// daemon has (its soft limit is raised to the hard one at start).
 pub const MAX_CONNECTIONS_PER_UID: usize = 256;
 
-type Counts = Arc<Mutex<HashMap<u32, usize>>>;
-
 /// A [`UnixListener`] that counts connections per peer uid.
 pub struct CappedListener {
     inner: UnixListener,
-    counts: Counts,
+    held: PerUid,
 }
 
 impl CappedListener {
@@ -32,7 +29,7 @@ impl CappedListener {
     pub fn new(inner: UnixListener) -> CappedListener {
         CappedListener {
             inner,
-            counts: Counts::default(),
+            held: PerUid::default(),
         }
     }
 }
@@ -42,26 +39,13 @@ impl CappedListener {
 pub struct CountedStream {
     stream: UnixStream,
     caller: Option<Caller>,
-    counts: Counts,
+    _slot: Option<Slot>,
 }
 
 impl CountedStream {
     /// Who is connected (`SO_PEERCRED` at accept time).
     pub fn caller(&self) -> Option<Caller> {
         self.caller
-    }
-}
-
-impl Drop for CountedStream {
-    fn drop(&mut self) {
-        let Some(caller) = self.caller else { return };
-        let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = counts.get_mut(&caller.uid) {
-            *count -= 1;
-            if *count == 0 {
-                counts.remove(&caller.uid);
-            }
-        }
     }
 }
 
@@ -84,21 +68,24 @@ impl axum::serve::Listener for CappedListener {
                 gid: cred.gid(),
                 pid: cred.pid().unwrap_or(0),
             });
-            if let Some(caller) = caller {
-                let mut counts = self.counts.lock().unwrap_or_else(PoisonError::into_inner);
-                let count = counts.entry(caller.uid).or_insert(0);
-                if *count >= MAX_CONNECTIONS_PER_UID {
-                    // Closed unanswered: this uid has enough open already.
-                    continue;
+            let slot = match caller {
+                Some(caller) => {
+                    match self
+                        .held
+                        .take(caller.uid, MAX_CONNECTIONS_PER_UID, usize::MAX)
+                    {
+                        Ok(slot) => Some(slot),
+                        // Closed unanswered: this uid has enough open already.
+                        Err(_) => continue,
+                    }
                 }
-                *count += 1;
-            }
-            let counts = self.counts.clone();
+                None => None,
+            };
             return (
                 CountedStream {
                     stream,
                     caller,
-                    counts,
+                    _slot: slot,
                 },
                 addr,
             );

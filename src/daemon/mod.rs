@@ -18,6 +18,7 @@ pub mod error;
 pub mod launcher;
 pub mod listener;
 pub mod log;
+pub mod quota;
 pub mod resolve;
 pub mod runs;
 pub mod skills;

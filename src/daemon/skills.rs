@@ -109,25 +109,7 @@ pub struct SkillHosts {
     state_dir: PathBuf,
     servers: Mutex<HashMap<ServerKey, Arc<Server>>>,
     /// Calls waiting, per caller.
-    waiting: Mutex<HashMap<u32, usize>>,
-}
-
-/// A call's place among the waiting ones, given back when it ends.
-struct Admitted<'a> {
-    waiting: &'a Mutex<HashMap<u32, usize>>,
-    uid: u32,
-}
-
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = waiting.get_mut(&self.uid) {
-            *count -= 1;
-            if *count == 0 {
-                waiting.remove(&self.uid);
-            }
-        }
-    }
+    waiting: super::quota::PerUid,
 }
 
 impl std::fmt::Debug for SkillHosts {
@@ -147,7 +129,7 @@ impl SkillHosts {
             skills_dirs,
             state_dir,
             servers: Mutex::new(HashMap::new()),
-            waiting: Mutex::new(HashMap::new()),
+            waiting: super::quota::PerUid::default(),
         }
     }
 
@@ -160,7 +142,10 @@ impl SkillHosts {
         params: Value,
         timeout: Duration,
     ) -> Result<Value, SkillError> {
-        let _admitted = self.admit(key.uid)?;
+        let _admitted = self
+            .waiting
+            .take(key.uid, MAX_CALLS_PER_CALLER, MAX_CALLS)
+            .map_err(SkillError::Busy)?;
         let server = self.server(key)?;
         *server
             .last_used
@@ -218,11 +203,7 @@ impl SkillHosts {
 
     /// Skill calls waiting for an answer, in all.
     pub fn waiting(&self) -> usize {
-        self.waiting
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .sum()
+        self.waiting.total()
     }
 
     /// How many servers run.
@@ -231,23 +212,6 @@ impl SkillHosts {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .len()
-    }
-
-    fn admit(&self, uid: u32) -> Result<Admitted<'_>, SkillError> {
-        let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
-        let total: usize = waiting.values().sum();
-        let mine = waiting.get(&uid).copied().unwrap_or(0);
-        if total >= MAX_CALLS {
-            return Err(SkillError::Busy(total));
-        }
-        if mine >= MAX_CALLS_PER_CALLER {
-            return Err(SkillError::Busy(mine));
-        }
-        *waiting.entry(uid).or_insert(0) += 1;
-        Ok(Admitted {
-            waiting: &self.waiting,
-            uid,
-        })
     }
 
     fn forget(&self, key: &ServerKey) {
