@@ -62,7 +62,7 @@ pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
     let signals = SignalFd::with_flags(&children, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(sys("signalfd"))?;
     let mut supervisors: HashMap<Pid, Supervisor> = HashMap::new();
-    let mut leftovers = Leftovers::default();
+    let mut leftovers = Leftovers::new();
     let result = serve_loop(
         &control,
         &signals,
@@ -87,8 +87,10 @@ struct Supervisor {
 /// Delegated cgroups of ended runs that are not empty yet: the run's
 /// janitor, reparented here, leaves them last. Retried whenever a child
 /// ends, until removed or gone.
-#[derive(Default)]
 struct Leftovers {
+    /// The launcher's own cgroups (its supervisors' delegated ones lie
+    /// below), read once: they do not change while it runs.
+    cgroups: crate::cgroup::CgroupInfo,
     dirs: Vec<(std::path::PathBuf, u32)>,
 }
 
@@ -96,10 +98,16 @@ struct Leftovers {
 const LEFTOVER_TRIES: u32 = 64;
 
 impl Leftovers {
+    fn new() -> Leftovers {
+        Leftovers {
+            cgroups: crate::cgroup::detect(),
+            dirs: Vec::new(),
+        }
+    }
+
     fn add(&mut self, name: &str) {
-        let info = crate::cgroup::detect();
         for controller in ["memory", "pids", "cpu"] {
-            if let Some(found) = info.controller(controller) {
+            if let Some(found) = self.cgroups.controller(controller) {
                 let dir = found.own_cgroup.join(name);
                 if !self.dirs.iter().any(|(d, _)| *d == dir) {
                     self.dirs.push((dir, 0));
