@@ -821,6 +821,13 @@ impl Running {
         self.init_pid
     }
 
+    /// Tell the run to end: SIGTERM, which init forwards to the payload's
+    /// process group. Returns when the grace is over.
+    fn terminate(&self, grace: Duration) -> Option<Instant> {
+        let _ = kill(self.init_pid, Signal::SIGTERM);
+        Instant::now().checked_add(grace)
+    }
+
     /// Kill every process of the run: SIGKILL to init tears down its pid
     /// namespace. Without one, init is asked through the sync socket
     /// (end-of-file there), and kills every descendant before it exits.
@@ -915,13 +922,13 @@ impl Running {
         let mut executing = false;
         let mut channel_shut = false;
         let mut limits_hit = Vec::new();
-        // The next deadline: the timeout, then the end of the grace period.
         // Checked: a policy built in code may hold a timeout past the
         // clock's range (profiles and flags cap it at a year); that is no
         // deadline, not a panic of the supervisor.
-        let mut deadline = prepared.timeout.and_then(|t| self.started.checked_add(t));
-        // After a driver's Terminate: when the run is killed.
-        let mut cancel_kill_at: Option<Instant> = None;
+        let mut timeout_at = prepared.timeout.and_then(|t| self.started.checked_add(t));
+        // Once the run was told to end (its timeout, a driver's cancel):
+        // when the grace is over and every process is killed.
+        let mut kill_at: Option<Instant> = None;
         let init_status = loop {
             let mut poll_fds = vec![
                 PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN),
@@ -965,8 +972,8 @@ impl Running {
                 poll_fds.push(PollFd::new(input, PollFlags::POLLIN));
             }
             let next = [
-                deadline,
-                cancel_kill_at,
+                timeout_at,
+                kill_at,
                 driver.as_ref().and_then(|d| d.deadline()),
                 job_deadline,
                 relay.as_ref().and_then(|r| r.recheck_at()),
@@ -1037,21 +1044,15 @@ impl Running {
                     self.broker_closed.set(true);
                 }
             }
-            if deadline.is_some_and(|at| Instant::now() >= at) {
-                if limits_hit.contains(&LimitHit::Timeout) {
-                    // Grace is over. Killing init tears down its pid namespace.
-                    self.end_run();
-                    deadline = None;
-                } else {
-                    // Init forwards SIGTERM to the payload's process group.
-                    limits_hit.push(LimitHit::Timeout);
-                    let _ = kill(self.init_pid, Signal::SIGTERM);
-                    deadline = Some(Instant::now() + TIMEOUT_GRACE);
-                }
+            if timeout_at.is_some_and(|at| Instant::now() >= at) {
+                timeout_at = None;
+                limits_hit.push(LimitHit::Timeout);
+                kill_at = kill_at.or_else(|| self.terminate(TIMEOUT_GRACE));
             }
-            if cancel_kill_at.is_some_and(|at| Instant::now() >= at) {
+            if kill_at.is_some_and(|at| Instant::now() >= at) {
+                // Grace is over. Killing init tears down its pid namespace.
                 self.end_run();
-                cancel_kill_at = None;
+                kill_at = None;
             }
             if signal_ready {
                 while let Ok(Some(info)) = self.signals.read_signal() {
@@ -1096,10 +1097,7 @@ impl Running {
                     Steer::Continue => {}
                     Steer::Kill => self.end_run(),
                     Steer::Terminate(grace) => {
-                        if cancel_kill_at.is_none() {
-                            let _ = kill(self.init_pid, Signal::SIGTERM);
-                            cancel_kill_at = Instant::now().checked_add(grace);
-                        }
+                        kill_at = kill_at.or_else(|| self.terminate(grace));
                     }
                 }
                 if broker.wants_output() && !broker.on_writable(sock.as_fd()) {
