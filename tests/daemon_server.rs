@@ -1091,24 +1091,50 @@ fn a_user_daemon_without_config_serves_only_its_own_uid() {
     assert_eq!((code, error_code(&err)), (403, "not_allowed"), "{err}");
 }
 
+/// A skill directory `dir/name` whose main file `main` holds `code`;
+/// `extra` adds manifest lines (`key: value\n`).
+fn write_skill(
+    dir: &Path,
+    name: &str,
+    description: &str,
+    main: (&str, &str),
+    extra: &str,
+) -> PathBuf {
+    let runtime = if main.0.ends_with(".py") {
+        "python"
+    } else {
+        "sh"
+    };
+    let skill = dir.join(name);
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        format!(
+            "---\nname: {name}\ndescription: {description}\nruntime: {runtime}\nmain: {}\n{extra}---\nTest.\n",
+            main.0
+        ),
+    )
+    .unwrap();
+    std::fs::write(skill.join(main.0), main.1).unwrap();
+    skill
+}
+
 #[test]
 fn skills_are_listed_and_invoked_through_the_daemon() {
     if !support::require_root_sandbox("skills_are_listed_and_invoked_through_the_daemon") {
         return;
     }
     let skills = open_dir();
-    let skill = skills.path().join("echo-n");
-    std::fs::create_dir_all(&skill).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
-        "---\nname: echo-n\ndescription: answers n\nruntime: python\nmain: main.py\n---\nTest.\n",
-    )
-    .unwrap();
-    std::fs::write(
-        skill.join("main.py"),
-        "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: {'n': p.get('n')})\n",
-    )
-    .unwrap();
+    write_skill(
+        skills.path(),
+        "echo-n",
+        "answers n",
+        (
+            "main.py",
+            "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: {'n': p.get('n')})\n",
+        ),
+        "",
+    );
     let other = support::TEST_UID;
     let daemon = Daemon::start(&format!(
         "[daemon]\nsocket_mode = \"0666\"\nskills_dirs = [\"{}\"]\n[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n[[allow]]\nuids = [{other}]\nprojects = [\"{{dir}}/theirs\"]\n",
@@ -1151,14 +1177,14 @@ fn skills_are_listed_and_invoked_through_the_daemon() {
     // In its own project it is served as itself: a skill directory of its
     // project linked to one only root can read is not read for it.
     let theirs = daemon.project("theirs", Some(other));
-    let hidden = daemon.project("root-only-skill", None);
+    let hidden = write_skill(
+        &daemon.dir.path().join("root-only"),
+        "leaked",
+        "root only",
+        ("x.sh", "echo '{}'\n"),
+        "",
+    );
     std::fs::set_permissions(&hidden, std::fs::Permissions::from_mode(0o700)).unwrap();
-    std::fs::write(
-        hidden.join("SKILL.md"),
-        "---\nname: leaked\ndescription: root only\nruntime: sh\nmain: x.sh\n---\n",
-    )
-    .unwrap();
-    std::fs::write(hidden.join("x.sh"), "echo '{}'\n").unwrap();
     std::fs::create_dir(theirs.join(".skills")).unwrap();
     std::os::unix::fs::symlink(&hidden, theirs.join(".skills").join("c")).unwrap();
     std::os::unix::fs::lchown(theirs.join(".skills"), Some(other), Some(other)).unwrap();
@@ -1309,14 +1335,13 @@ fn hanging_skill_calls_cannot_stall_the_daemon() {
         return;
     }
     let skills = open_dir();
-    let skill = skills.path().join("hang");
-    std::fs::create_dir_all(&skill).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
-        "---\nname: hang\ndescription: never answers\nruntime: sh\nmain: hang.sh\ntimeout: 10m\n---\n",
-    )
-    .unwrap();
-    std::fs::write(skill.join("hang.sh"), "sleep 600\n").unwrap();
+    write_skill(
+        skills.path(),
+        "hang",
+        "never answers",
+        ("hang.sh", "sleep 600\n"),
+        "timeout: 10m\n",
+    );
     let daemon = Daemon::start(&format!(
         "[daemon]\nskills_dirs = [\"{}\"]\n[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
         skills.path().display(),
@@ -1461,18 +1486,16 @@ fn a_skills_log_lines_are_marked_with_their_caller() {
         return;
     }
     let skills = open_dir();
-    let skill = skills.path().join("noisy");
-    std::fs::create_dir_all(&skill).unwrap();
-    std::fs::write(
-        skill.join("SKILL.md"),
-        "---\nname: noisy\ndescription: logs\nruntime: sh\nmain: noisy.sh\n---\n",
-    )
-    .unwrap();
-    std::fs::write(
-        skill.join("noisy.sh"),
-        "printf 'sandbox daemon: FORGED\\033[2J\\n' >&2\necho '{}'\n",
-    )
-    .unwrap();
+    write_skill(
+        skills.path(),
+        "noisy",
+        "logs",
+        (
+            "noisy.sh",
+            "printf 'sandbox daemon: FORGED\\033[2J\\n' >&2\necho '{}'\n",
+        ),
+        "",
+    );
     let daemon = Daemon::start_logged(&format!(
         "[daemon]\nskills_dirs = [\"{}\"]\n[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
         skills.path().display(),
