@@ -26,7 +26,7 @@ use super::log::Tail;
 use super::resolve::{resolve, Caller, SubmitRequest};
 use super::runs::{blocking, is_run_id, Runs};
 use super::store::RunRecord;
-use crate::launch::protocol::{Approval, ToLauncher, MAX_MESSAGE};
+use crate::launch::protocol::{Approval, MAX_MESSAGE};
 
 /// Largest request body.
 pub const MAX_BODY: usize = 1 << 20;
@@ -170,6 +170,22 @@ async fn info(
     .into_response())
 }
 
+/// Bytes of `value` as JSON, without building them.
+fn encoded_len(value: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(usize::MAX, |()| count.0)
+}
+
 async fn submit(
     State(app): Shared,
     ConnectInfo(peer): ConnectInfo<Peer>,
@@ -184,11 +200,9 @@ async fn submit(
     let caller = who.caller;
     let resolved = blocking(move || {
         let resolved = resolve(&config, &rule, caller, request)?;
-        let probe = ToLauncher::Spawn {
-            run: "0000000000000000".into(),
-            spec: Box::new(resolved.spec.clone()),
-        };
-        let size = serde_json::to_vec(&probe).map_or(usize::MAX, |bytes| bytes.len());
+        // Counted, not kept: the launcher's message is the spec plus an
+        // envelope well under the margin.
+        let size = encoded_len(&resolved.spec);
         if size > MAX_MESSAGE - 4096 {
             return Err(ApiError::new(
                 413,
