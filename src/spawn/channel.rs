@@ -29,6 +29,7 @@ pub const RECORD_SIZE: usize = RECORD_HEADER + DETAIL_MAX;
 
 const TAG_GO: u8 = 1;
 const TAG_EXITED: u8 = 2;
+const TAG_CGROUP_JOINED: u8 = 3;
 /// Most mount trees one Go message may carry.
 pub const MAX_PASSED_FDS: usize = 32;
 
@@ -170,6 +171,59 @@ pub fn wait_for_go(
         )));
     }
     Ok(count)
+}
+
+/// P0: tell init it is in the run's cgroup, so what it forks from now on
+/// is counted and limited there.
+pub fn send_cgroup_joined(sock: BorrowedFd<'_>) -> Result<(), ChannelError> {
+    nix::sys::socket::send(
+        sock.as_raw_fd(),
+        &[TAG_CGROUP_JOINED],
+        MsgFlags::MSG_NOSIGNAL,
+    )
+    .map_err(|source| ChannelError::Io {
+        op: "send(cgroup joined)",
+        source,
+    })?;
+    Ok(())
+}
+
+/// P1: whether the message waiting on the sync socket is the cgroup move's
+/// (looked at, not taken).
+pub fn cgroup_joined_pending(sock: BorrowedFd<'_>) -> bool {
+    let mut buf = [0u8; 8];
+    let flags = MsgFlags::MSG_PEEK | MsgFlags::MSG_DONTWAIT;
+    matches!(
+        nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, flags),
+        Ok(1) if buf[0] == TAG_CGROUP_JOINED
+    )
+}
+
+/// P1: wait until the supervisor has moved init into the run's cgroup.
+pub fn wait_for_cgroup_joined(sock: BorrowedFd<'_>) -> Result<(), ChannelError> {
+    let mut buf = [0u8; 8];
+    let len = loop {
+        match nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty()) {
+            Err(Errno::EINTR) => continue,
+            // ECONNRESET: the supervisor was killed, which a SEQPACKET socket
+            // may report as a reset rather than end-of-file.
+            Ok(0) | Err(Errno::ECONNRESET) => return Err(ChannelError::Closed),
+            Ok(len) => break len,
+            Err(source) => {
+                return Err(ChannelError::Io {
+                    op: "recv(cgroup joined)",
+                    source,
+                })
+            }
+        }
+    };
+    if len != 1 || buf[0] != TAG_CGROUP_JOINED {
+        return Err(ChannelError::Unexpected(format!(
+            "tag {} ({len} bytes) where cgroup joined belongs",
+            buf[0]
+        )));
+    }
+    Ok(())
 }
 
 /// P1: tell the supervisor how the payload ended.

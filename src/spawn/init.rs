@@ -34,6 +34,9 @@ pub struct InitFds<'a> {
     /// The supervisor's ends, which init must close so that the supervisor's
     /// death is seen as end-of-file.
     pub supervisor_ends: [RawFd; 2],
+    /// The supervisor moves init into the run's cgroup while init builds
+    /// the root, and says so on the sync socket; init forks nothing before.
+    pub await_cgroup: bool,
 }
 
 /// Init's entry point after clone. Returns its exit status.
@@ -101,8 +104,6 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     if without_namespaces {
         prepare_reaper(fds.sync)?;
     } else {
-        nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;
-
         build_root(prepared, &mut trees)?;
 
         if prepared.network == NetworkMode::Loopback {
@@ -114,6 +115,29 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
             // namespace of one's own, and it stopped whole runs there.
             channel::report_skipped(fds.report, Step::Hostname, errno);
         }
+    }
+
+    // On cgroup v1 the move into the run's cgroup waits for an RCU grace
+    // period (about 1 ms, often 10): the supervisor does it while init
+    // builds the root above, and init waits here, before it forks anything
+    // that must be counted. The cgroup namespace is created after the move,
+    // so its root is the run's cgroup and the host's cgroup paths stay
+    // hidden.
+    if fds.await_cgroup {
+        match channel::wait_for_cgroup_joined(fds.sync) {
+            Ok(()) => {}
+            Err(channel::ChannelError::Closed) => return Err(None),
+            Err(_) => {
+                return Err(Some(Failed {
+                    step: Step::WaitForCgroup,
+                    errno: Errno::EPROTO,
+                    detail: b"",
+                }))
+            }
+        }
+    }
+    if !without_namespaces {
+        nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;
     }
 
     // Fork the payload. Signals stay blocked (the supervisor blocked them
@@ -356,9 +380,14 @@ fn supervisor_gone(sync: BorrowedFd<'_>) -> bool {
     let mut fds = [PollFd::new(sync, PollFlags::POLLIN)];
     match poll(&mut fds, PollTimeout::ZERO) {
         Ok(0) => false,
-        Ok(_) => fds[0]
-            .revents()
-            .is_some_and(|r| r.intersects(PollFlags::POLLHUP | PollFlags::POLLIN)),
+        Ok(_) => match fds[0].revents() {
+            Some(r) if r.contains(PollFlags::POLLHUP) => true,
+            // The one message that may be waiting before init forks is the
+            // cgroup move's; anything else (end-of-file included) means the
+            // supervisor is gone or broke the protocol.
+            Some(r) if r.contains(PollFlags::POLLIN) => !channel::cgroup_joined_pending(sync),
+            _ => false,
+        },
         Err(_) => true,
     }
 }

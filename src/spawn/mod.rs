@@ -71,10 +71,11 @@ pub enum Step {
     Seccomp,
     Exec,
     VerifyConfinement,
+    WaitForCgroup,
 }
 
 impl Step {
-    const ALL: [Step; 39] = [
+    const ALL: [Step; 40] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -114,6 +115,7 @@ impl Step {
         Step::Seccomp,
         Step::Exec,
         Step::VerifyConfinement,
+        Step::WaitForCgroup,
     ];
 
     fn from_u8(value: u8) -> Option<Step> {
@@ -162,6 +164,7 @@ impl Step {
             Step::Seccomp => "installing the seccomp filter",
             Step::Exec => "executing the command",
             Step::VerifyConfinement => "checking the payload's own view of its confinement",
+            Step::WaitForCgroup => "waiting to be moved into the run's cgroup",
         }
     }
 }

@@ -688,6 +688,7 @@ fn start_cloned(
         sync: sync_child.as_fd(),
         report: report_write.as_fd(),
         supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
+        await_cgroup: cgroup.is_some(),
     };
     crate::sys::proctitle::remember();
     if prepared.no_namespaces.is_none()
@@ -772,16 +773,19 @@ fn start_cloned(
         *stdio = super::Stdio::Inherit;
     }
     prepared.ipc = None;
-    let joined = match cgroup {
+    // Init is released first and moved while it builds the root (see
+    // `InitFds::await_cgroup`).
+    let joined = || match cgroup {
         Some(cgroup) => cgroup
             .add(init_pid.as_raw())
             .map_err(|err| SpawnError::LayerUnavailable {
                 layer: "cgroups",
                 reason: format!("the run's init could not join its cgroup: {err}"),
-            }),
+            })
+            .and_then(|()| Ok(channel::send_cgroup_joined(sync_parent.as_fd())?)),
         None => Ok(()),
     };
-    if let Err(err) = joined.and_then(|()| release_init(prepared, init_pid, &sync_parent)) {
+    if let Err(err) = release_init(prepared, init_pid, &sync_parent).and_then(|()| joined()) {
         let _ = kill(init_pid, Signal::SIGKILL);
         let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
         return Err(restore(err));
