@@ -3,8 +3,9 @@
 //! parent, whose destructors (a run's `Drop`, which kills and sweeps) must
 //! not run twice.
 //!
-//! Cloning is only sound from a single-threaded process and libtest runs
-//! tests on threads, so this binary has no harness.
+//! The same holds for `fork_single_threaded` (the launcher's fork). Cloning
+//! and forking are only sound from a single-threaded process and libtest
+//! runs tests on threads, so this binary has no harness.
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
@@ -23,17 +24,15 @@ impl Drop for ParentFrameGuard {
     }
 }
 
-fn a_panicking_child_exits_125_without_unwinding_its_parents_frames() {
+/// Runs `start_child` (which starts a child whose code panics and returns
+/// its pid) inside a frame holding a [`ParentFrameGuard`], then checks the
+/// child's status and that only this process ran the guard's destructor.
+fn check_panicking_child(start_child: impl FnOnce() -> nix::unistd::Pid) {
     let (read_end, write_end): (OwnedFd, OwnedFd) = nix::unistd::pipe().expect("pipe");
     let mut seen = std::fs::File::from(read_end);
     let status = {
         let _guard = ParentFrameGuard(std::fs::File::from(write_end));
-        let (pid, _pidfd) = sandbox::sys::clone::clone_into_namespaces(CloneFlags::empty(), || {
-            // Quiet: the panic is the test's, not a failure to report.
-            std::panic::set_hook(Box::new(|_| {}));
-            panic!("a bug in the child")
-        })
-        .expect("clone");
+        let pid = start_child();
         waitpid(pid, None).expect("waitpid")
     };
     assert!(
@@ -49,21 +48,99 @@ fn a_panicking_child_exits_125_without_unwinding_its_parents_frames() {
     );
 }
 
+fn a_panicking_child_exits_125_without_unwinding_its_parents_frames() {
+    check_panicking_child(|| {
+        let (pid, _pidfd) = sandbox::sys::clone::clone_into_namespaces(CloneFlags::empty(), |_| {
+            // Quiet: the panic is the test's, not a failure to report.
+            std::panic::set_hook(Box::new(|_| {}));
+            panic!("a bug in the child")
+        })
+        .expect("clone");
+        pid
+    });
+}
+
+fn a_panicking_forked_child_exits_125_without_unwinding_its_parents_frames() {
+    check_panicking_child(|| {
+        sandbox::sys::fork::fork_single_threaded(|| {
+            std::panic::set_hook(Box::new(|_| {}));
+            panic!("a bug in the launcher's child")
+        })
+        .expect("fork")
+    });
+}
+
+/// The parent goes on normally after its child panicked: it can clone again
+/// and that child's status arrives as usual.
+fn the_parent_clones_again_after_a_child_panicked() {
+    a_panicking_child_exits_125_without_unwinding_its_parents_frames();
+    let (pid, _pidfd) =
+        sandbox::sys::clone::clone_into_namespaces(CloneFlags::empty(), |_| 7).expect("clone");
+    let status = waitpid(pid, None).expect("waitpid");
+    assert!(
+        matches!(status, WaitStatus::Exited(_, 7)),
+        "the second child's status: {status:?}"
+    );
+}
+
+/// A raw clone from a process with a second thread is refused before the
+/// copy is made: the child could inherit a lock that thread holds.
+fn cloning_a_threaded_process_is_refused() {
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let _ = stop_rx.recv();
+    });
+    let cloned = sandbox::sys::clone::clone_into_namespaces(CloneFlags::empty(), |_| 0);
+    let forked = sandbox::sys::fork::fork_single_threaded(|| 0);
+    drop(stop_tx);
+    thread.join().expect("join");
+    assert!(
+        matches!(cloned, Err(nix::errno::Errno::EDEADLK)),
+        "clone with two threads: {cloned:?}"
+    );
+    assert!(
+        matches!(forked, Err(sandbox::sys::fork::ForkError::Threaded(2))),
+        "fork with two threads: {forked:?}"
+    );
+}
+
 fn main() {
-    let name = "a_panicking_child_exits_125_without_unwinding_its_parents_frames";
+    let tests: [(&str, fn()); 4] = [
+        (
+            "a_panicking_child_exits_125_without_unwinding_its_parents_frames",
+            a_panicking_child_exits_125_without_unwinding_its_parents_frames,
+        ),
+        (
+            "a_panicking_forked_child_exits_125_without_unwinding_its_parents_frames",
+            a_panicking_forked_child_exits_125_without_unwinding_its_parents_frames,
+        ),
+        (
+            "the_parent_clones_again_after_a_child_panicked",
+            the_parent_clones_again_after_a_child_panicked,
+        ),
+        (
+            "cloning_a_threaded_process_is_refused",
+            cloning_a_threaded_process_is_refused,
+        ),
+    ];
     let parent = std::process::id();
-    let result =
-        std::panic::catch_unwind(a_panicking_child_exits_125_without_unwinding_its_parents_frames);
-    if std::process::id() != parent {
-        // Only reached by a child that unwound out of the clone (the bug
-        // under test): never report for it.
-        std::process::exit(101);
-    }
-    match result {
-        Ok(()) => println!("test {name} ... ok"),
-        Err(_) => {
-            println!("test {name} ... FAILED");
+    let mut failed = 0;
+    for (name, test) in tests {
+        let result = std::panic::catch_unwind(test);
+        if std::process::id() != parent {
+            // Only reached by a child that unwound out of the clone or fork
+            // (the bug under test): never report for it.
             std::process::exit(101);
         }
+        match result {
+            Ok(()) => println!("test {name} ... ok"),
+            Err(_) => {
+                println!("test {name} ... FAILED");
+                failed += 1;
+            }
+        }
+    }
+    if failed > 0 {
+        std::process::exit(101);
     }
 }

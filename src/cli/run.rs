@@ -125,11 +125,19 @@ fn usage(message: String) -> UsageError {
     UsageError(message)
 }
 
+/// Where `--report-fd` writes: stdout or stderr, borrowed, or an inherited
+/// descriptor this process took over (closed once the report is written).
+pub(crate) enum ReportFd {
+    Standard(i32, std::os::fd::BorrowedFd<'static>),
+    Inherited(i32, std::os::fd::OwnedFd),
+}
+
 /// Check an inherited descriptor named by `--report-fd` before anything
 /// runs, so a typo costs nothing. 0 is refused: it is the supervisor's
 /// stdin, which a report would never be meant for.
-pub(crate) fn check_report_fd(fd: i32) -> anyhow::Result<i32> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
+pub(crate) fn check_report_fd(fd: i32) -> anyhow::Result<ReportFd> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    use std::os::fd::AsFd;
     let example = "open it for writing in the calling shell, e.g. `--report-fd 3 3>report.json`";
     if fd == 0 {
         return Err(usage(format!(
@@ -137,32 +145,41 @@ pub(crate) fn check_report_fd(fd: i32) -> anyhow::Result<i32> {
         ))
         .into());
     }
-    let borrowed = sandbox::sys::fd::borrow(fd);
-    let flags = fcntl(borrowed, FcntlArg::F_GETFL).map_err(|errno| {
+    let not_open = |errno: nix::errno::Errno| {
         usage(format!(
             "--report-fd {fd}: not an open descriptor ({}); {example}",
             errno.desc()
         ))
-    })?;
+    };
+    // Taken over (and made close-on-exec) now: nothing the supervisor
+    // starts may hold it (the sandboxed command gets every descriptor above
+    // its own closed anyway).
+    let report_fd = match sandbox::sys::fd::standard_stream(fd) {
+        Some(stream) => ReportFd::Standard(fd, stream),
+        None => ReportFd::Inherited(fd, sandbox::sys::fd::adopt_inherited(fd).map_err(not_open)?),
+    };
+    let borrowed = match &report_fd {
+        ReportFd::Standard(_, stream) => *stream,
+        ReportFd::Inherited(_, owned) => owned.as_fd(),
+    };
+    let flags = fcntl(borrowed, FcntlArg::F_GETFL).map_err(not_open)?;
     if OFlag::from_bits_truncate(flags) & OFlag::O_ACCMODE == OFlag::O_RDONLY {
         return Err(usage(format!(
             "--report-fd {fd}: the descriptor is open read-only; {example}"
         ))
         .into());
     }
-    if fd > 2 {
-        // Nothing the supervisor starts may hold it (the sandboxed command
-        // gets every descriptor above its own closed anyway).
-        fcntl(borrowed, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC))
-            .map_err(|errno| anyhow::anyhow!("--report-fd {fd}: {}", errno.desc()))?;
-    }
-    Ok(fd)
+    Ok(report_fd)
 }
 
 /// Write the one-line report to the descriptor and close it (unless it is
 /// stdout or stderr), so a reader waiting for end-of-file gets it now.
-pub(crate) fn write_report_fd(fd: i32, line: &[u8]) -> anyhow::Result<()> {
-    let borrowed = sandbox::sys::fd::borrow(fd);
+pub(crate) fn write_report_fd(report_fd: ReportFd, line: &[u8]) -> anyhow::Result<()> {
+    use std::os::fd::AsFd;
+    let (fd, borrowed) = match &report_fd {
+        ReportFd::Standard(fd, stream) => (*fd, *stream),
+        ReportFd::Inherited(fd, owned) => (*fd, owned.as_fd()),
+    };
     let mut written = 0;
     while written < line.len() {
         match nix::unistd::write(borrowed, &line[written..]) {
@@ -171,9 +188,7 @@ pub(crate) fn write_report_fd(fd: i32, line: &[u8]) -> anyhow::Result<()> {
             Err(errno) => anyhow::bail!("writing the report to --report-fd {fd}: {}", errno.desc()),
         }
     }
-    if fd > 2 {
-        let _ = nix::unistd::close(fd);
-    }
+    drop(report_fd);
     Ok(())
 }
 
@@ -408,7 +423,7 @@ pub(crate) fn resolve_secret(spec: &str) -> anyhow::Result<(String, String)> {
 pub(crate) fn deliver_report(
     report: &serde_json::Value,
     target: Option<&sandbox::safe_file::OutputTarget>,
-    fd: Option<i32>,
+    fd: Option<ReportFd>,
 ) -> anyhow::Result<String> {
     if let Some(target) = target {
         target

@@ -79,9 +79,8 @@ pub fn start(exe: &std::path::Path) -> Result<LauncherProcess, LauncherError> {
     .map_err(io("socketpair"))?;
     // Above the numbers that mean something in a run (0-2 stdio, 3 the
     // broker): the launcher's forks start from its descriptor table.
-    let moved = fcntl(&theirs, FcntlArg::F_DUPFD_CLOEXEC(10)).map_err(io("F_DUPFD_CLOEXEC"))?;
-    drop(theirs);
-    let theirs = crate::sys::fd::adopt_received(moved);
+    let theirs =
+        crate::sys::fd::dup_at_or_above(theirs.as_fd(), 10).map_err(io("F_DUPFD_CLOEXEC"))?;
     fcntl(&theirs, FcntlArg::F_SETFD(FdFlag::empty())).map_err(io("clearing close-on-exec"))?;
     let child = std::process::Command::new(exe)
         .arg("__launch")

@@ -163,12 +163,10 @@ fn take_activated_socket() -> Result<Option<std::os::unix::net::UnixListener>, D
     let activation = |step| move |source| DaemonError::Activation { step, source };
     let inherited =
         crate::sys::fd::adopt_inherited_socket(3).map_err(activation("descriptor 3"))?;
-    let moved = nix::fcntl::fcntl(&inherited, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10))
+    let moved = crate::sys::fd::dup_at_or_above(std::os::fd::AsFd::as_fd(&inherited), 10)
         .map_err(activation("F_DUPFD_CLOEXEC"))?;
     drop(inherited);
-    Ok(Some(std::os::unix::net::UnixListener::from(
-        crate::sys::fd::adopt_received(moved),
-    )))
+    Ok(Some(std::os::unix::net::UnixListener::from(moved)))
 }
 
 fn socket_path(options: &Options, config: &Config) -> Result<PathBuf, DaemonError> {

@@ -5,7 +5,7 @@ use std::io::{IoSlice, IoSliceMut};
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, MsgFlags};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -94,18 +94,13 @@ pub fn receive<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, Vec<Owne
                 })
             }
             Ok(msg) => {
-                let mut fds = Vec::new();
-                if let Ok(cmsgs) = msg.cmsgs() {
-                    for cmsg in cmsgs {
-                        if let ControlMessageOwned::ScmRights(received) = cmsg {
-                            fds.extend(received.into_iter().map(crate::sys::fd::adopt_received));
-                        }
-                    }
-                }
                 let truncated = msg
                     .flags
                     .intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
-                break (msg.bytes, truncated, fds);
+                let len = msg.bytes;
+                let mut fds = Vec::new();
+                crate::sys::fd::for_each_received_fd(msg, |fd| fds.push(fd));
+                break (len, truncated, fds);
             }
         }
     };

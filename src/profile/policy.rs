@@ -13,6 +13,10 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+// The filter's own types: the seccomp compiler is below the profile and
+// owns what it compiles; a profile names them here.
+pub use crate::seccomp::policy::{SyscallMode, SyscallPolicy};
+
 /// How hard a security layer is insisted on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -46,16 +50,6 @@ pub enum NetworkMode {
     Loopback,
     /// The host's network namespace (no network isolation).
     Host,
-}
-
-/// The shape of the seccomp filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum SyscallMode {
-    /// Only the listed system calls are allowed; anything else fails with ENOSYS.
-    Allowlist,
-    /// Everything is allowed except a list of dangerous calls, which fail with EPERM.
-    Denylist,
 }
 
 /// What the sandbox may do with the project root.
@@ -135,17 +129,6 @@ pub struct Limits {
     pub output: Option<u64>,
     /// RLIMIT_NOFILE.
     pub nofile: Option<u64>,
-}
-
-/// The seccomp filter.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-pub struct SyscallPolicy {
-    /// Allowlist or denylist.
-    pub mode: SyscallMode,
-    /// Extra system call names to allow (allowlist mode) on top of the built-in list.
-    pub allow: Vec<String>,
-    /// Extra system call names to refuse with EPERM, in either mode.
-    pub deny: Vec<String>,
 }
 
 /// The environment of the sandboxed process. Nothing is inherited unless named here.

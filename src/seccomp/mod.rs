@@ -30,6 +30,7 @@
 //! AUDIT_ARCH_I386) or an x32 system call number, which shares x86_64's
 //! audit architecture and would otherwise slip past number-based rules.
 
+pub mod policy;
 mod rules;
 mod tables;
 mod tree;
@@ -38,7 +39,7 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::profile::policy::{SyscallMode, SyscallPolicy};
+use policy::{SyscallMode, SyscallPolicy};
 use rules::{IntArg, LongArg, Rule, Test, Verdict};
 
 pub use tables::{ALLOWED, DENIED, IPC};

@@ -17,7 +17,7 @@ use std::io::IoSlice;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
-use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, MsgFlags};
 
 use super::Step;
 
@@ -146,21 +146,15 @@ pub fn wait_for_go(
             }
         }
     };
-    let mut count = 0;
-    if let Ok(cmsgs) = msg.cmsgs() {
-        for cmsg in cmsgs {
-            if let ControlMessageOwned::ScmRights(fds) = cmsg {
-                for fd in fds {
-                    let owned = crate::sys::fd::adopt_received(fd);
-                    if count < MAX_PASSED_FDS {
-                        out[count] = Some(owned);
-                        count += 1;
-                    }
-                }
-            }
-        }
-    }
     let len = msg.bytes;
+    let mut count = 0;
+    crate::sys::fd::for_each_received_fd(msg, |owned| {
+        // Beyond the array the descriptor is dropped, so closed.
+        if count < MAX_PASSED_FDS {
+            out[count] = Some(owned);
+            count += 1;
+        }
+    });
     if len == 0 {
         return Err(ChannelError::Closed);
     }

@@ -21,19 +21,20 @@ use super::measure;
 use super::prepare::{Prepared, Stdio};
 use super::Step;
 use crate::profile::policy::Enforcement;
+use crate::sys::clone::ClonedChild;
 
 /// Exit status when the command cannot be executed, as a shell uses it.
 pub const EXEC_FAILED: i32 = 127;
 
 /// The payload's entry point after fork. Never returns on success (execve).
-pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
+pub fn main(prepared: &Prepared, report: BorrowedFd<'_>, cloned: &ClonedChild) -> i32 {
     // Fds 0 to 3 are about to be overwritten (stdio, the broker channel at
     // 3): the report pipe must not be one of them.
     let moved;
     let report = if report.as_raw_fd() <= 3 {
-        match nix::fcntl::fcntl(report, nix::fcntl::FcntlArg::F_DUPFD_CLOEXEC(10)) {
+        match crate::sys::fd::dup_at_or_above(report, 10) {
             Ok(fd) => {
-                moved = crate::sys::fd::adopt_received(fd);
+                moved = fd;
                 moved.as_fd()
             }
             Err(_) => return SETUP_FAILED,
@@ -41,7 +42,7 @@ pub fn main(prepared: &Prepared, report: BorrowedFd<'_>) -> i32 {
     } else {
         report
     };
-    match run(prepared, report) {
+    match run(prepared, report, cloned) {
         Ok(Ready::DryRun) => 0,
         Err(failed) => {
             channel::report_failure(report, failed.step, failed.errno, failed.detail);
@@ -60,7 +61,11 @@ enum Ready {
     DryRun,
 }
 
-fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Failed<'a>> {
+fn run<'a>(
+    prepared: &'a Prepared,
+    report: BorrowedFd<'_>,
+    cloned: &ClonedChild,
+) -> Result<Ready, Failed<'a>> {
     // No controlling terminal: TIOCSTI and friends can then not push input
     // into the supervisor's terminal (CVE-2017-5226 in bubblewrap).
     nix::unistd::setsid().step(Step::Setsid, b"")?;
@@ -83,13 +88,15 @@ fn run<'a>(prepared: &'a Prepared, report: BorrowedFd<'_>) -> Result<Ready, Fail
                 };
                 let null = open("/dev/null", flags, Mode::empty())
                     .step(Step::CloseDescriptors, b"/dev/null")?;
-                dup_onto(null.as_raw_fd(), target)?;
+                redirect(null.as_fd(), target)?;
             }
-            Stdio::Fd(fd) => dup_onto(fd.as_raw_fd(), target)?,
+            Stdio::Fd(fd) => redirect(fd.as_fd(), target)?,
         }
     }
     if let Some(ipc) = &prepared.ipc {
-        dup_onto(ipc.as_raw_fd(), 3)?;
+        cloned
+            .place(ipc.as_fd(), 3)
+            .step(Step::CloseDescriptors, b"broker")?;
     }
     // Anything else the supervisor's own parent leaked to it must not reach
     // the command (the report pipe is already close-on-exec).
@@ -216,17 +223,8 @@ fn measure_and_verify<'a>(
     }
 }
 
-fn dup_onto<'a>(fd: i32, target: i32) -> Result<(), Failed<'a>> {
-    if fd == target {
-        // dup2 onto itself would keep CLOEXEC set; clear it instead.
-        return nix::fcntl::fcntl(
-            crate::sys::fd::borrow(fd),
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
-        )
-        .map(drop)
-        .step(Step::CloseDescriptors, b"stdio");
-    }
-    crate::sys::fd::dup_onto(fd, target).step(Step::CloseDescriptors, b"stdio")
+fn redirect<'a>(fd: BorrowedFd<'_>, stream: i32) -> Result<(), Failed<'a>> {
+    crate::sys::fd::redirect_standard_stream(fd, stream).step(Step::CloseDescriptors, b"stdio")
 }
 
 fn resource_name(resource: nix::sys::resource::Resource) -> &'static [u8] {

@@ -287,7 +287,7 @@ pub fn mapping_namespace(uid_line: &str, gid_line: &str) -> Result<std::fs::File
     let (wait_end, release) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe2: {e}"))?;
     let release_raw = release.as_raw_fd();
-    let (pid, _pidfd) = crate::sys::clone::clone_into_namespaces(CloneFlags::CLONE_NEWUSER, || {
+    let (pid, _pidfd) = crate::sys::clone::clone_into_namespaces(CloneFlags::CLONE_NEWUSER, |_| {
         let _ = nix::unistd::close(release_raw);
         let mut byte = [0u8; 1];
         loop {

@@ -8,7 +8,7 @@
 //! Runs between clone and exec: no unwrap, no panic, errors become records.
 
 use std::ffi::CStr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
@@ -23,6 +23,7 @@ use super::failed::{Failed, StepExt, SETUP_FAILED};
 use super::prepare::{MountOp, NodeKind, Prepared};
 use super::Step;
 use crate::profile::policy::NetworkMode;
+use crate::sys::clone::ClonedChild;
 use crate::sys::mount_api::{self, MountAttrs};
 
 /// Descriptors init works with.
@@ -40,11 +41,11 @@ pub struct InitFds<'a> {
 }
 
 /// Init's entry point after clone. Returns its exit status.
-pub fn main(prepared: &Prepared, fds: &InitFds<'_>) -> i32 {
+pub fn main(prepared: &Prepared, fds: &InitFds<'_>, cloned: &ClonedChild) -> i32 {
     for fd in fds.supervisor_ends {
         let _ = nix::unistd::close(fd);
     }
-    match run(prepared, fds) {
+    match run(prepared, fds, cloned) {
         Ok(status) => status,
         Err(Some(failed)) => {
             channel::report_failure(fds.report, failed.step, failed.errno, failed.detail);
@@ -55,7 +56,11 @@ pub fn main(prepared: &Prepared, fds: &InitFds<'_>) -> i32 {
     }
 }
 
-fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Failed<'a>>> {
+fn run<'a>(
+    prepared: &'a Prepared,
+    fds: &InitFds<'_>,
+    cloned: &ClonedChild,
+) -> Result<i32, Option<Failed<'a>>> {
     crate::sys::proctitle::conceal();
     // The kernel clears the parent-death signal on credential changes, so it
     // is set again after switching ids below.
@@ -142,10 +147,11 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
 
     // Fork the payload. Signals stay blocked (the supervisor blocked them
     // before clone) until forwarding is in place, so none is lost.
-    let (payload, _pidfd) = crate::sys::clone::clone_into_namespaces(CloneFlags::empty(), || {
-        super::child::main(prepared, fds.report)
-    })
-    .step(Step::ForkPayload, b"")?;
+    let (payload, _pidfd) =
+        crate::sys::clone::clone_into_namespaces(CloneFlags::empty(), |payload_child| {
+            super::child::main(prepared, fds.report, payload_child)
+        })
+        .step(Step::ForkPayload, b"")?;
     crate::sys::signal::forward_signals_to(payload).step(Step::SignalForwarding, b"")?;
     // Without a pid namespace SIGCHLD stays blocked: init reads it from a
     // signalfd, next to the sync socket (see `supervise_descendants`).
@@ -160,14 +166,15 @@ fn run<'a>(prepared: &'a Prepared, fds: &InitFds<'_>) -> Result<i32, Option<Fail
     // stdio pipes and broker socket, and, for a run the broker starts, the
     // outer run's descriptors. Any copy of a write end would keep its reader
     // from ever seeing end-of-file, so everything else is closed.
-    crate::sys::fd::dup_onto(fds.sync.as_raw_fd(), 3).step(Step::CloseDescriptors, b"sync")?;
-    crate::sys::fd::close_from(4).step(Step::CloseDescriptors, b"")?;
+    let sync = cloned
+        .place(fds.sync, 3)
+        .step(Step::CloseDescriptors, b"sync")?;
+    cloned.close_from(4).step(Step::CloseDescriptors, b"")?;
     if let Ok(null) = nix::fcntl::open(c"/dev/null", nix::fcntl::OFlag::O_RDWR, Mode::empty()) {
         for fd in 0..3 {
-            let _ = crate::sys::fd::dup_onto(null.as_raw_fd(), fd);
+            let _ = crate::sys::fd::redirect_standard_stream(null.as_fd(), fd);
         }
     }
-    let sync = crate::sys::fd::borrow(3);
 
     let exit = if without_namespaces {
         supervise_descendants(payload, sync)

@@ -86,23 +86,22 @@ fn sys(op: &'static str) -> impl FnOnce(Errno) -> SpawnError {
     }
 }
 
-fn dup(fd: RawFd) -> Result<OwnedFd, SpawnError> {
-    crate::sys::fd::borrow(fd)
-        .try_clone_to_owned()
+fn dup(fd: BorrowedFd<'_>) -> Result<OwnedFd, SpawnError> {
+    fd.try_clone_to_owned()
         .map_err(|e| sys("dup(stdio)")(Errno::from_raw(e.raw_os_error().unwrap_or(0))))
 }
 
 /// A descriptor of the terminal behind `fd` with a file description of the
 /// supervisor's own, non-blocking (reopened through /proc); else a copy of
 /// `fd`, read only when poll says it is readable.
-fn own_reader(fd: RawFd) -> Result<OwnedFd, SpawnError> {
+fn own_reader(fd: BorrowedFd<'_>) -> Result<OwnedFd, SpawnError> {
     let reopened = nix::fcntl::open(
-        format!("/proc/self/fd/{fd}").as_str(),
+        format!("/proc/self/fd/{}", fd.as_raw_fd()).as_str(),
         OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
         nix::sys::stat::Mode::empty(),
     );
     match reopened {
-        Ok(own) if is_tty(own.as_raw_fd()) => Ok(own),
+        Ok(own) if is_tty(own.as_fd()) => Ok(own),
         _ => dup(fd),
     }
 }
@@ -156,7 +155,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
         if matches!(prepared.stdio[target], Stdio::SupervisorStderr)
             && (target == 0 || cap.is_none())
         {
-            prepared.stdio[target] = Stdio::Fd(dup(2)?);
+            prepared.stdio[target] = Stdio::Fd(dup(std::io::stderr().as_fd())?);
         }
     }
     let mut streams = Vec::new();
@@ -175,20 +174,27 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
             streams.push(relayed_output(prepared, target, Target::Log(log, stream))?);
             continue;
         }
-        let given = match &prepared.stdio[target] {
-            Stdio::Inherit => Some(target as RawFd),
-            Stdio::SupervisorStderr => Some(2),
-            Stdio::Fd(fd) => Some(fd.as_raw_fd()),
-            Stdio::Null | Stdio::Log(_) => None,
-        };
-        let tty = given.is_some_and(is_tty);
         let inherited = matches!(
             prepared.stdio[target],
             Stdio::Inherit | Stdio::SupervisorStderr
         );
-        match given {
-            Some(fd) if target == 0 && tty => {
-                let source = own_reader(fd)?;
+        let given = match &prepared.stdio[target] {
+            Stdio::Inherit => crate::sys::fd::standard_stream(target as RawFd),
+            Stdio::SupervisorStderr => crate::sys::fd::standard_stream(2),
+            Stdio::Fd(fd) => Some(fd.as_fd()),
+            Stdio::Null | Stdio::Log(_) => None,
+        };
+        let tty = given.is_some_and(is_tty);
+        // The supervisor's own copies, taken while `given` borrows the plan.
+        let (source, relayed_to) = match given {
+            Some(fd) if target == 0 && tty => (Some(own_reader(fd)?), None),
+            Some(fd) if target > 0 && (tty || (cap.is_some() && inherited)) => {
+                (None, Some(dup(fd)?))
+            }
+            _ => (None, None),
+        };
+        match (source, relayed_to) {
+            (Some(source), _) => {
                 let (read, write) =
                     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(stdin)"))?;
                 give_to_sandbox(&read, prepared)?;
@@ -208,8 +214,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                     },
                 });
             }
-            Some(fd) if target > 0 && (tty || (cap.is_some() && inherited)) => {
-                let to = dup(fd)?;
+            (None, Some(to)) => {
                 streams.push(relayed_output(prepared, target, Target::Fd(to))?);
             }
             _ if target > 0 && cap.is_some() => {
@@ -353,7 +358,7 @@ impl OutputRelay {
                         "\nsandbox: output cap of {} reached: the rest of stdout and stderr is dropped\n",
                         human(self.cap)
                     );
-                    let _ = nix::unistd::write(crate::sys::fd::borrow(2), notice.as_bytes());
+                    let _ = nix::unistd::write(std::io::stderr(), notice.as_bytes());
                 }
             }
         }

@@ -273,14 +273,14 @@ enum RunEnd<'a> {
     /// Its init has exited: a pid namespace's init exits only after every
     /// other process in it. For runs without a cgroup, whose janitor is
     /// forked after the clone to hold this descriptor.
-    Init(std::os::fd::RawFd),
+    Init(BorrowedFd<'a>),
 }
 
 fn spawn_janitor(run_end: RunEnd<'_>, sweep: Option<&SweepPlan>) -> Result<Janitor, SpawnError> {
     let (wait_end, done) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(janitor)"))?;
     let done_raw = done.as_raw_fd();
     let (pid, _pidfd) =
-        crate::sys::clone::clone_into_namespaces(nix::sched::CloneFlags::empty(), || {
+        crate::sys::clone::clone_into_namespaces(nix::sched::CloneFlags::empty(), |cloned| {
             let _ = nix::unistd::close(done_raw);
             // Out of the terminal's process group (a ^C meant for the run must
             // not kill the janitor first), and holding nothing of the
@@ -288,23 +288,26 @@ fn spawn_janitor(run_end: RunEnd<'_>, sweep: Option<&SweepPlan>) -> Result<Janit
             // end would keep its reader from ever seeing end-of-file.
             let _ = nix::unistd::setsid();
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-            let kept = match run_end {
-                RunEnd::Init(pidfd) => crate::sys::fd::dup_onto(pidfd, 4).map(|()| 5),
-                RunEnd::Cgroup(_) => Ok(4),
+            let Ok(wait_end) = cloned.place(wait_end.as_fd(), 3) else {
+                return 1;
             };
-            if crate::sys::fd::dup_onto(wait_end.as_raw_fd(), 3).is_err()
-                || kept.and_then(crate::sys::fd::close_from).is_err()
-            {
+            let init = match run_end {
+                RunEnd::Init(pidfd) => match cloned.place(pidfd, 4) {
+                    Ok(init) => Some(init),
+                    Err(_) => return 1,
+                },
+                RunEnd::Cgroup(_) => None,
+            };
+            if cloned.close_from(5).is_err() {
                 return 1;
             }
             if let Ok(null) =
                 nix::fcntl::open(c"/dev/null", OFlag::O_RDWR, nix::sys::stat::Mode::empty())
             {
                 for fd in 0..3 {
-                    let _ = crate::sys::fd::dup_onto(null.as_raw_fd(), fd);
+                    let _ = crate::sys::fd::redirect_standard_stream(null.as_fd(), fd);
                 }
             }
-            let wait_end = crate::sys::fd::borrow(3);
             let mut byte = [0u8; 1];
             loop {
                 match nix::unistd::read(wait_end, &mut byte) {
@@ -322,7 +325,7 @@ fn spawn_janitor(run_end: RunEnd<'_>, sweep: Option<&SweepPlan>) -> Result<Janit
                 }
                 RunEnd::Init(_) => {
                     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-                    let init = crate::sys::fd::borrow(4);
+                    let Some(init) = init else { return 1 };
                     let mut fds = [PollFd::new(init, PollFlags::POLLIN)];
                     let patience =
                         PollTimeout::try_from(JANITOR_PATIENCE).unwrap_or(PollTimeout::MAX);
@@ -525,7 +528,7 @@ fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
                 }
             }
             if running.janitor.is_none() && running.sweep.is_some() {
-                let init = RunEnd::Init(running.pidfd.as_raw_fd());
+                let init = RunEnd::Init(running.pidfd.as_fd());
                 // On failure, dropping `running` kills and sweeps the run.
                 running.janitor = Some(spawn_janitor(init, running.sweep.as_ref())?);
             }
@@ -730,8 +733,8 @@ fn start_cloned(
         super::no_namespaces::enter(prepared, CANNOT_MAP_ROOT.into()).map_err(restore)?;
         prepared.confinement = expected_confinement(prepared);
     }
-    let mut cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
-        super::init::main(prepared, &fds)
+    let mut cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, |init| {
+        super::init::main(prepared, &fds, init)
     });
     if let Err(errno) = cloned {
         if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort
@@ -747,8 +750,8 @@ fn start_cloned(
             super::no_namespaces::enter(prepared, reason).map_err(restore)?;
             // The payload is now checked against the run it will really get.
             prepared.confinement = expected_confinement(prepared);
-            cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, || {
-                super::init::main(prepared, &fds)
+            cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, |init| {
+                super::init::main(prepared, &fds, init)
             });
         }
     }

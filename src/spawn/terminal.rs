@@ -14,14 +14,14 @@
 //! each standard stream's open file description, exclusive mode) is put
 //! back when the run ends, whatever else held the terminal meanwhile.
 
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd, RawFd};
 
 use nix::fcntl::{FcntlArg, OFlag};
 use nix::sys::termios::{self, SetArg, Termios};
 
 /// Whether `fd` is a terminal.
-pub fn is_tty(fd: RawFd) -> bool {
-    nix::unistd::isatty(crate::sys::fd::borrow(fd)).unwrap_or(false)
+pub fn is_tty(fd: BorrowedFd<'_>) -> bool {
+    nix::unistd::isatty(fd).unwrap_or(false)
 }
 
 /// The terminal's state when the run started.
@@ -41,10 +41,12 @@ impl SavedTerminal {
             flags: Vec::new(),
         };
         for fd in 0..3 {
-            if !is_tty(fd) {
+            let Some(borrowed) = crate::sys::fd::standard_stream(fd) else {
+                continue;
+            };
+            if !is_tty(borrowed) {
                 continue;
             }
-            let borrowed = crate::sys::fd::borrow(fd);
             if let Ok(bits) = nix::fcntl::fcntl(borrowed, FcntlArg::F_GETFL) {
                 saved.flags.push((fd, OFlag::from_bits_truncate(bits)));
             }
@@ -69,7 +71,9 @@ impl SavedTerminal {
     /// needs nothing restored).
     pub fn restore(&self) {
         for (fd, flags) in &self.flags {
-            let borrowed = crate::sys::fd::borrow(*fd);
+            let Some(borrowed) = crate::sys::fd::standard_stream(*fd) else {
+                continue;
+            };
             let now = nix::fcntl::fcntl(borrowed, FcntlArg::F_GETFL).map(OFlag::from_bits_truncate);
             if now.is_ok_and(|now| now != *flags) {
                 let _ = nix::fcntl::fcntl(borrowed, FcntlArg::F_SETFL(*flags));

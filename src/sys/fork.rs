@@ -41,12 +41,7 @@ pub fn fork_single_threaded(child: impl FnOnce() -> i32) -> Result<Pid, ForkErro
     // child's copy holds no lock another thread took; glibc's fork runs its
     // atfork handlers and resets its thread cache for the child.
     match unsafe { nix::unistd::fork() }.map_err(ForkError::Fork)? {
-        ForkResult::Child => {
-            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child))
-                .unwrap_or(super::clone::CHILD_PANICKED);
-            // Not `exit`: buffers and atexit handlers belong to the parent.
-            super::exit_now(code)
-        }
+        ForkResult::Child => super::run_child_then_exit(child),
         ForkResult::Parent { child } => Ok(child),
     }
 }

@@ -11,6 +11,7 @@ pub mod probe;
 pub mod proctitle;
 pub mod seccomp;
 pub mod signal;
+pub mod thread;
 pub mod tty;
 
 /// End the current process at once, without running atexit handlers or
@@ -18,4 +19,16 @@ pub mod tty;
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit takes an integer, cannot fail and never returns.
     unsafe { libc::_exit(code) }
+}
+
+/// Run `child` in a process just copied by fork or clone, then `_exit` with
+/// its status: [`clone::CHILD_PANICKED`] if it panicked. The copy runs on the
+/// parent's stack, so a panic that unwound out of `child` would run the
+/// destructors of the parent's frames (a run's Drop kills and sweeps) in the
+/// child; it stops here instead, as a failed setup step does. `_exit`, not
+/// `exit`: stdio buffers and atexit handlers belong to the parent.
+fn run_child_then_exit(child: impl FnOnce() -> i32) -> ! {
+    let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(child))
+        .unwrap_or(clone::CHILD_PANICKED);
+    exit_now(code)
 }
