@@ -19,6 +19,7 @@ pub mod prepare;
 pub mod report;
 pub mod stdio;
 pub mod terminal;
+pub mod warm;
 
 use std::path::PathBuf;
 
@@ -71,10 +72,11 @@ pub enum Step {
     Seccomp,
     Exec,
     VerifyConfinement,
+    WaitForCommand,
 }
 
 impl Step {
-    const ALL: [Step; 39] = [
+    const ALL: [Step; 40] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -114,6 +116,7 @@ impl Step {
         Step::Seccomp,
         Step::Exec,
         Step::VerifyConfinement,
+        Step::WaitForCommand,
     ];
 
     fn from_u8(value: u8) -> Option<Step> {
@@ -162,6 +165,7 @@ impl Step {
             Step::Seccomp => "installing the seccomp filter",
             Step::Exec => "executing the command",
             Step::VerifyConfinement => "checking the payload's own view of its confinement",
+            Step::WaitForCommand => "waiting, warm, for the command",
         }
     }
 }
