@@ -45,6 +45,7 @@ pub struct Command {
     asker: Option<Box<dyn crate::broker::prompt::Asker>>,
     grant_store: crate::broker::grants::StoreChoice,
     audit_file: Option<std::fs::File>,
+    warm_commit: Option<std::os::fd::OwnedFd>,
 }
 
 /// How a sandboxed command ended.
@@ -107,6 +108,7 @@ impl Command {
             asker: None,
             grant_store: crate::broker::grants::StoreChoice::Default,
             audit_file: None,
+            warm_commit: None,
         }
     }
 
@@ -240,6 +242,13 @@ impl Command {
         self
     }
 
+    /// Make this a warm run: the payload applies every layer, then waits
+    /// on `sock` for its command ([`Child::commit_warm`]).
+    pub fn warm_commit(&mut self, sock: std::os::fd::OwnedFd) -> &mut Command {
+        self.warm_commit = Some(sock);
+        self
+    }
+
     /// Run to completion and return the exit status.
     pub fn status(&mut self) -> Result<ExitStatus, SpawnError> {
         self.run().result
@@ -295,6 +304,7 @@ impl Command {
         prepared.skill = self.skill.clone();
         prepared.verbose = self.verbose;
         prepared.dry_run = self.dry_run;
+        prepared.warm_commit = self.warm_commit.take();
         Ok(prepared)
     }
 
@@ -362,6 +372,30 @@ impl Child {
     /// broker channel meanwhile (a skill host sending invocations).
     pub fn wait_driven(self, driver: &mut dyn parent::Driver) -> Finished {
         self.finish(Some(driver))
+    }
+
+    /// Give a warm run its command, from now on in force for its report,
+    /// broker, timeout (`policy.limits.timeout`) and output cap
+    /// (`policy.limits.output`); the caller then sends `commit` on the
+    /// warm run's socket.
+    pub fn commit_warm(
+        &mut self,
+        commit: &crate::spawn::warm::Commit,
+        limits: &crate::profile::policy::Limits,
+        audit: Option<std::fs::File>,
+    ) {
+        self.command = commit.command_line();
+        self.policy.limits.timeout = limits.timeout;
+        self.policy.limits.output = limits.output;
+        let prepared = &mut self.prepared;
+        prepared.argv.clone_from(&commit.argv);
+        prepared.envp.clone_from(&commit.envp);
+        prepared.exec_candidates.clone_from(&commit.exec_candidates);
+        prepared.cwd.clone_from(&commit.cwd);
+        prepared.program = commit.program();
+        prepared.timeout = limits.timeout;
+        prepared.output_cap = limits.output;
+        self.running.commit_warm(prepared, audit);
     }
 
     fn finish(self, driver: Option<&mut dyn parent::Driver>) -> Finished {

@@ -128,6 +128,7 @@ fn spawn(launcher: &Launcher, id: &str, spec: RunSpec) -> Run {
         &ToLauncher::Spawn {
             run: id.into(),
             spec: Box::new(spec),
+            warm: None,
         },
         &[theirs.as_fd(), log_fd.as_fd()],
     )

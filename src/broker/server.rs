@@ -237,6 +237,12 @@ impl Broker {
         })
     }
 
+    /// Append the audit lines to `audit` from now on (a warm run learns
+    /// its audit file when it gets its command).
+    pub fn use_audit(&mut self, audit: std::fs::File) {
+        self.audit = Some(Audit::new(audit));
+    }
+
     /// Answer at most `per_second` requests a second on average, with bursts
     /// of up to `burst`; the rest get -32006 instead of work.
     pub fn set_rate_limit(&mut self, per_second: f64, burst: f64) {

@@ -137,6 +137,38 @@ pub struct Config {
     /// The daemon's own files (state directory, socket): no project may
     /// contain them or lie inside them. Set at start, not read from the file.
     pub guarded: Vec<PathBuf>,
+    /// Warm sandboxes (`[pool]`).
+    pub pool: PoolConfig,
+}
+
+/// `[pool]`: warm sandboxes (see `docs/launcher.md`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolConfig {
+    /// Keep a warm sandbox per key of recent runs.
+    pub enabled: bool,
+    /// A warm sandbox unused this long is discarded.
+    pub idle: Duration,
+    /// Projects with more directories than this are never pooled (one
+    /// inotify watch each, from the caller's `max_user_watches`).
+    pub budget: usize,
+}
+
+impl Default for PoolConfig {
+    fn default() -> PoolConfig {
+        PoolConfig {
+            enabled: false,
+            idle: Duration::from_secs(60),
+            budget: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPool {
+    enabled: Option<bool>,
+    idle: Option<String>,
+    budget: Option<usize>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -146,6 +178,8 @@ struct RawFile {
     daemon: RawDaemon,
     #[serde(default)]
     allow: Vec<RawRule>,
+    #[serde(default)]
+    pool: RawPool,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -343,6 +377,11 @@ impl Config {
             cancel_grace: duration("daemon.cancel_grace", &d.cancel_grace, base.cancel_grace)?,
             keep_runs: d.keep_runs.unwrap_or(base.keep_runs),
             keep_for: duration("daemon.keep_for", &d.keep_for, base.keep_for)?,
+            pool: PoolConfig {
+                enabled: raw.pool.enabled.unwrap_or(base.pool.enabled),
+                idle: duration("pool.idle", &raw.pool.idle, base.pool.idle)?,
+                budget: positive("pool.budget", raw.pool.budget, base.pool.budget)?,
+            },
             ..base
         };
         for (index, rule) in raw.allow.into_iter().enumerate() {
@@ -377,6 +416,7 @@ impl Config {
             keep_for: Duration::from_secs(7 * 86_400),
             rules: Vec::new(),
             guarded: Vec::new(),
+            pool: PoolConfig::default(),
         }
     }
 }

@@ -109,6 +109,8 @@ pub type Restart = Box<dyn Fn() -> Result<LauncherProcess, LauncherError> + Send
 /// The daemon's handle on its launcher.
 pub struct Launcher {
     socket: Mutex<Option<Arc<OwnedFd>>>,
+    /// Where news of warm sandboxes goes (the run manager's pool).
+    pool: Mutex<Option<mpsc::UnboundedSender<FromLauncher>>>,
     routes: Arc<Mutex<Routes>>,
     up: AtomicBool,
     restart: Mutex<Option<Restart>>,
@@ -123,6 +125,7 @@ impl Launcher {
     pub fn new(process: LauncherProcess, restart: Option<Restart>) -> Arc<Launcher> {
         let launcher = Arc::new(Launcher {
             socket: Mutex::new(None),
+            pool: Mutex::new(None),
             routes: Arc::new(Mutex::new(HashMap::new())),
             up: AtomicBool::new(false),
             restart: Mutex::new(restart),
@@ -183,11 +186,22 @@ impl Launcher {
     fn receive_until_closed(&self, socket: BorrowedFd<'_>) {
         loop {
             match wire::receive::<FromLauncher>(socket) {
+                Ok((
+                    message @ (FromLauncher::WarmReady { .. } | FromLauncher::WarmDiscarded { .. }),
+                    _,
+                )) => {
+                    if let Some(pool) = lock(&self.pool).as_ref() {
+                        let _ = pool.send(message);
+                    }
+                }
                 Ok((message, _fds)) => {
                     let run = match &message {
                         FromLauncher::Started { run, .. }
                         | FromLauncher::Refused { run, .. }
                         | FromLauncher::Exited { run, .. } => run.clone(),
+                        FromLauncher::WarmReady { .. } | FromLauncher::WarmDiscarded { .. } => {
+                            continue
+                        }
                     };
                     let last = matches!(
                         message,
@@ -224,7 +238,11 @@ impl Launcher {
         request: &ToLauncher,
         fds: &[BorrowedFd<'_>],
     ) -> Result<mpsc::UnboundedReceiver<LauncherEvent>, LauncherError> {
-        let ToLauncher::Spawn { run, .. } = request;
+        let ToLauncher::Spawn { run, .. } = request else {
+            return Err(LauncherError::Send(WireError::Malformed(
+                "only a spawn request starts a run".into(),
+            )));
+        };
         let socket = lock(&self.socket).clone().ok_or(LauncherError::Down)?;
         let (sender, receiver) = mpsc::unbounded_channel();
         lock(&self.routes).insert(run.clone(), sender);
@@ -236,5 +254,22 @@ impl Launcher {
             });
         }
         Ok(receiver)
+    }
+
+    /// Where [`FromLauncher::WarmReady`] and [`FromLauncher::WarmDiscarded`]
+    /// go from now on.
+    pub fn pool_events(&self) -> mpsc::UnboundedReceiver<FromLauncher> {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        *lock(&self.pool) = Some(sender);
+        receiver
+    }
+
+    /// Send a pool request (`warm`, `drain`). Blocks.
+    pub fn send(&self, request: &ToLauncher) -> Result<(), LauncherError> {
+        let socket = lock(&self.socket).clone().ok_or(LauncherError::Down)?;
+        wire::send(socket.as_fd(), request, &[]).map_err(|err| match err {
+            WireError::Closed => LauncherError::Down,
+            other => LauncherError::Send(other),
+        })
     }
 }

@@ -82,10 +82,48 @@ struct QueuedRun {
     uid: u32,
     rule_max: Option<usize>,
     spec: RunSpec,
+    /// Its warm-sandbox key, when the pool is on and the project can be
+    /// named (see [`pool_key`]).
+    key: Option<String>,
+    /// The ready warm sandbox it takes, chosen when it is dispatched.
+    warm: Option<String>,
+}
+
+/// A warm sandbox the daemon asked the launcher for.
+struct PoolEntry {
+    uid: u32,
+    gen: u64,
+    ready: bool,
+    asked: std::time::Instant,
+}
+
+/// The key a warm sandbox serves (`docs/launcher.md`): the caller, the
+/// digest of the resolved policy (its timeout and output cap aside, which
+/// a commit sets), the project by path and device/inode, the network mode.
+fn pool_key(spec: &RunSpec, uid: u32) -> Option<String> {
+    use sha2::Digest;
+    use std::os::unix::fs::MetadataExt;
+    let project = std::fs::metadata(&spec.project).ok()?;
+    let mut policy = spec.policy.clone();
+    policy.limits.timeout = None;
+    policy.limits.output = None;
+    let digest = sha2::Sha256::digest(serde_json::to_vec(&policy).ok()?);
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    Some(format!(
+        "{uid}:{hex}:{}:{}:{}:{:?}",
+        spec.project.display(),
+        project.dev(),
+        project.ino(),
+        spec.policy.network.mode
+    ))
 }
 
 struct LiveRun {
     uid: u32,
+    /// What to warm a sandbox for once the run is over (its key, rule
+    /// bound and spec): refilled after the use, so the run's own writes in
+    /// the project never discard it.
+    refill: Option<(String, Option<usize>, RunSpec)>,
     control: mpsc::UnboundedSender<Control>,
     questions: BTreeMap<u64, Question>,
 }
@@ -101,6 +139,23 @@ struct State {
     /// Admitted but not yet in the queue (record being written).
     reserved: usize,
     stopping: bool,
+    /// Warm sandboxes by key: asked for or ready.
+    pool: HashMap<String, PoolEntry>,
+    pool_gen: u64,
+}
+
+impl State {
+    /// Warm sandboxes held for `uid` (all callers' with `None`), not
+    /// counting the ready one of `key`, which a run of that key takes in
+    /// place of a slot of its own.
+    fn warm(&self, uid: Option<u32>, key: Option<&String>) -> usize {
+        self.pool
+            .iter()
+            .filter(|(k, entry)| {
+                uid.is_none_or(|uid| entry.uid == uid) && !(entry.ready && Some(*k) == key)
+            })
+            .count()
+    }
 }
 
 /// How long a run waits for the second of its two ends (events socket
@@ -130,6 +185,7 @@ pub struct Runs {
     pub spool: PathBuf,
     launcher: Arc<Launcher>,
     state: Mutex<State>,
+    pool_listening: std::sync::atomic::AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -169,6 +225,7 @@ impl Runs {
             spool,
             launcher,
             state: Mutex::new(State::default()),
+            pool_listening: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -270,11 +327,17 @@ impl Runs {
         let (sender, receiver) = watch::channel(false);
         state.over.insert(id.clone(), receiver);
         state.over_senders.insert(id.clone(), sender);
+        let key = match self.config.pool.enabled {
+            true => pool_key(&spec, caller.uid),
+            false => None,
+        };
         state.queue.push_back(QueuedRun {
             id: id.clone(),
             uid: caller.uid,
             rule_max: rule.max_concurrent,
             spec,
+            key,
+            warm: None,
         });
         self.dispatch(&mut state);
         Ok(id)
@@ -329,24 +392,56 @@ impl Runs {
     /// Start queued runs while slots are free, first come first served
     /// among callers under their own bound.
     fn dispatch(self: &Arc<Self>, state: &mut State) {
+        let max = self.config.max_concurrent;
+        // A warm sandbox holds a slot (its caller's and the daemon's) like
+        // a run: past its idle time it has discarded itself, and one the
+        // launcher never reported on (the launcher died) is forgotten.
+        let stale = self.config.pool.idle + Duration::from_secs(10);
+        state.pool.retain(|_, entry| entry.asked.elapsed() < stale);
         // A stopping daemon starts nothing; what is still queued is found
         // lost ("while the run was queued") by the next one.
-        while !state.stopping && state.running.len() < self.config.max_concurrent {
-            let eligible = state.queue.iter().position(|run| {
+        while !state.stopping {
+            let fits = |state: &State, run: &QueuedRun| {
                 let running = state.running_by_uid.get(&run.uid).copied().unwrap_or(0);
-                run.rule_max.is_none_or(|most| running < most)
-            });
-            let Some(index) = eligible else { return };
-            let Some(run) = state.queue.remove(index) else {
+                let mine = state.warm(Some(run.uid), run.key.as_ref());
+                let all = state.warm(None, run.key.as_ref());
+                state.running.len() + all < max
+                    && run.rule_max.is_none_or(|most| running + mine < most)
+            };
+            let eligible = state.queue.iter().position(|run| fits(state, run));
+            let Some(index) = eligible else {
+                // Warm sandboxes give way to runs waiting for their slots.
+                if !state.queue.is_empty() && !state.pool.is_empty() {
+                    let keys: Vec<String> = state.pool.keys().cloned().collect();
+                    for key in keys {
+                        state.pool.remove(&key);
+                        self.tell_launcher(ToLauncher::Drain { key });
+                    }
+                    continue;
+                }
+                return;
+            };
+            let Some(mut run) = state.queue.remove(index) else {
                 return;
             };
             decrement(&mut state.queued_by_uid, run.uid);
             *state.running_by_uid.entry(run.uid).or_default() += 1;
+            if let Some(key) = &run.key {
+                if state.pool.get(key).is_some_and(|entry| entry.ready) {
+                    state.pool.remove(key);
+                    run.warm = Some(key.clone());
+                }
+            }
+            let refill = run
+                .key
+                .clone()
+                .map(|key| (key, run.rule_max, run.spec.clone()));
             let (control, controls) = mpsc::unbounded_channel();
             state.running.insert(
                 run.id.clone(),
                 LiveRun {
                     uid: run.uid,
+                    refill,
                     control,
                     questions: BTreeMap::new(),
                 },
@@ -358,6 +453,97 @@ impl Runs {
                 this.conclude(&id, outcome).await;
             });
         }
+    }
+
+    /// Ask for a warm sandbox for the next run like `run`, when none is
+    /// there and one fits the caller's and the daemon's slots beside the
+    /// runs.
+    fn refill(
+        self: &Arc<Self>,
+        state: &mut State,
+        uid: u32,
+        (key, rule_max, spec): (String, Option<usize>, RunSpec),
+    ) {
+        let key = &key;
+        if state.pool.contains_key(key) || !state.queue.is_empty() {
+            return;
+        }
+        let running = state.running_by_uid.get(&uid).copied().unwrap_or(0);
+        let room = state.running.len() + state.warm(None, None) < self.config.max_concurrent
+            && rule_max.is_none_or(|most| running + state.warm(Some(uid), None) < most);
+        if !room {
+            return;
+        }
+        if state.pool.is_empty() {
+            self.listen_to_pool();
+        }
+        state.pool_gen += 1;
+        let gen = state.pool_gen;
+        state.pool.insert(
+            key.clone(),
+            PoolEntry {
+                uid,
+                gen,
+                ready: false,
+                asked: std::time::Instant::now(),
+            },
+        );
+        let mut spec = spec;
+        spec.audit = None;
+        spec.stdin = false;
+        // Its own delegated cgroup: the run's name is the run's.
+        if let Some(run_as) = &mut spec.run_as {
+            run_as.run = format!("warm-{gen}");
+        }
+        self.tell_launcher(ToLauncher::Warm {
+            key: key.clone(),
+            gen,
+            spec: Box::new(spec),
+            count: 1,
+            idle_ms: u64::try_from(self.config.pool.idle.as_millis()).unwrap_or(u64::MAX),
+            budget: self.config.pool.budget,
+        });
+    }
+
+    fn tell_launcher(&self, request: ToLauncher) {
+        let launcher = self.launcher.clone();
+        tokio::task::spawn_blocking(move || {
+            if let Err(err) = launcher.send(&request) {
+                eprintln!("sandbox daemon: the pool's request to the launcher: {err}");
+            }
+        });
+    }
+
+    /// Hear the launcher's news of warm sandboxes (once per daemon).
+    fn listen_to_pool(self: &Arc<Self>) {
+        if self
+            .pool_listening
+            .swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return;
+        }
+        let mut news = self.launcher.pool_events();
+        let this = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Some(message) = news.recv().await {
+                let Some(this) = this.upgrade() else { return };
+                let mut state = lock(&this.state);
+                match message {
+                    FromLauncher::WarmReady { key, gen } => {
+                        if let Some(entry) = state.pool.get_mut(&key).filter(|e| e.gen == gen) {
+                            entry.ready = true;
+                        }
+                    }
+                    FromLauncher::WarmDiscarded { key, gen, .. }
+                        if state.pool.get(&key).is_some_and(|e| e.gen == gen) =>
+                    {
+                        state.pool.remove(&key);
+                        this.dispatch(&mut state);
+                    }
+                    _ => {}
+                }
+            }
+        });
     }
 
     async fn conclude(self: &Arc<Self>, id: &str, mut outcome: Outcome) {
@@ -383,6 +569,9 @@ impl Runs {
         let mut state = lock(&self.state);
         if let Some(live) = state.running.remove(id) {
             decrement(&mut state.running_by_uid, live.uid);
+            if let Some(refill) = live.refill {
+                self.refill(&mut state, live.uid, refill);
+            }
         }
         finish_watch(&mut state, id);
         self.dispatch(&mut state);
@@ -423,6 +612,7 @@ impl Runs {
             let request = ToLauncher::Spawn {
                 run: run.id.clone(),
                 spec: Box::new(run.spec),
+                warm: run.warm,
             };
             let events = launcher
                 .spawn(&request, &fds)
@@ -514,6 +704,7 @@ impl Runs {
                         });
                         launcher_open = false;
                     }
+                    Some(LauncherEvent::Message(FromLauncher::WarmReady { .. } | FromLauncher::WarmDiscarded { .. })) => {}
                     Some(LauncherEvent::Gone) | None => launcher_open = false,
                 },
                 // One side ended and the other has not followed: a closed

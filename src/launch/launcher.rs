@@ -61,25 +61,73 @@ pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
         .map_err(sys("sigprocmask"))?;
     let signals = SignalFd::with_flags(&children, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(sys("signalfd"))?;
-    let mut supervisors: HashMap<Pid, Supervisor> = HashMap::new();
-    let mut leftovers = Leftovers::new();
-    let result = serve_loop(
-        &control,
-        &signals,
-        &old_mask,
-        &mut supervisors,
-        &mut leftovers,
-    );
+    let mut children = Children {
+        supervisors: HashMap::new(),
+        pool: Vec::new(),
+        leftovers: Leftovers::new(),
+    };
+    let result = serve_loop(&control, &signals, &old_mask, &mut children);
     // Nothing of a run outlives the daemon's interest in it.
-    for pid in supervisors.keys() {
+    for pid in children
+        .supervisors
+        .keys()
+        .chain(children.pool.iter().map(|warm| &warm.pid))
+    {
         let _ = kill(*pid, Signal::SIGKILL);
     }
     result
 }
 
+/// Every process the launcher forked, until reaped.
+struct Children {
+    supervisors: HashMap<Pid, Supervisor>,
+    /// Warm supervisors not handed a run yet.
+    pool: Vec<WarmSandbox>,
+    leftovers: Leftovers,
+}
+
+/// A warm supervisor in the pool (see [`super::warm`]).
+struct WarmSandbox {
+    key: String,
+    gen: u64,
+    pid: Pid,
+    /// The launcher's end of its socket.
+    sock: OwnedFd,
+    /// What it was prepared for.
+    spec: super::protocol::RunSpec,
+    ready: bool,
+    delegated: Option<String>,
+}
+
+impl Children {
+    /// The launcher's ends of the warm supervisors' sockets: a forked
+    /// supervisor closes its copies, or a drained warm sandbox would never
+    /// see its socket close.
+    fn pool_fds(&self) -> Vec<std::os::fd::RawFd> {
+        self.pool
+            .iter()
+            .map(|warm| std::os::fd::AsRawFd::as_raw_fd(&warm.sock))
+            .collect()
+    }
+
+    /// Take a warm supervisor out of the pool: it ends by itself (its
+    /// socket closes with `warm`), and is reaped as a supervisor without
+    /// a run.
+    fn retire(&mut self, warm: WarmSandbox) {
+        self.supervisors.insert(
+            warm.pid,
+            Supervisor {
+                run: None,
+                delegated: warm.delegated,
+            },
+        );
+    }
+}
+
 /// A forked supervisor, until it is reaped.
 struct Supervisor {
-    run: String,
+    /// `None` for a warm supervisor that was never given a run.
+    run: Option<String>,
     /// Its run's delegated cgroup (a caller's run), removed once empty.
     delegated: Option<String>,
 }
@@ -132,51 +180,88 @@ fn serve_loop(
     control: &OwnedFd,
     signals: &SignalFd,
     old_mask: &SigSet,
-    supervisors: &mut HashMap<Pid, Supervisor>,
-    leftovers: &mut Leftovers,
+    children: &mut Children,
 ) -> Result<(), LaunchError> {
     loop {
-        let mut fds = [
+        let mut fds = vec![
             PollFd::new(control.as_fd(), PollFlags::POLLIN),
             PollFd::new(signals.as_fd(), PollFlags::POLLIN),
         ];
+        fds.extend(
+            children
+                .pool
+                .iter()
+                .map(|warm| PollFd::new(warm.sock.as_fd(), PollFlags::POLLIN)),
+        );
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(source) => return Err(LaunchError::Sys { op: "poll", source }),
         }
-        let control_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
-        let children_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
-        if children_ready {
-            while let Ok(Some(_)) = signals.read_signal() {}
-            reap(control, supervisors, leftovers)?;
-            leftovers.sweep();
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        drop(fds);
+        // Warm supervisors' news first: their indices are the poll's.
+        let mut heard: Vec<usize> = (0..children.pool.len()).filter(|i| ready[i + 2]).collect();
+        heard.reverse();
+        for index in heard {
+            hear_warm(control, children, index)?;
         }
-        if control_ready {
+        if ready[1] {
+            while let Ok(Some(_)) = signals.read_signal() {}
+            reap(control, children)?;
+            children.leftovers.sweep();
+        }
+        if ready[0] {
             match wire::receive::<ToLauncher>(control.as_fd()) {
-                Ok((ToLauncher::Spawn { run, spec }, fds)) => {
-                    let delegated = spec
-                        .run_as
-                        .as_ref()
-                        .map(|run_as| super::protocol::delegated_cgroup_name(&run_as.run));
-                    let answer = match start_supervisor(*spec, fds, control, old_mask) {
-                        Ok(pid) => {
-                            supervisors.insert(
-                                pid,
-                                Supervisor {
-                                    run: run.clone(),
-                                    delegated,
-                                },
-                            );
-                            FromLauncher::Started {
-                                run,
-                                pid: pid.as_raw(),
-                                // Not reaped before this loop's next turn.
-                                start: super::protocol::process_start_time(pid.as_raw()),
-                            }
-                        }
-                        Err(error) => FromLauncher::Refused { run, error },
-                    };
+                Ok((ToLauncher::Spawn { run, spec, warm }, fds)) => {
+                    let answer = spawn(control, children, old_mask, run, *spec, warm, fds)?;
                     wire::send(control.as_fd(), &answer, &[])?;
+                }
+                Ok((
+                    ToLauncher::Warm {
+                        key,
+                        gen,
+                        spec,
+                        count,
+                        idle_ms,
+                        budget,
+                    },
+                    _,
+                )) => {
+                    for _ in 0..count {
+                        let idle = std::time::Duration::from_millis(idle_ms);
+                        if let Err(reason) =
+                            start_warm(children, control, old_mask, &key, gen, &spec, idle, budget)
+                        {
+                            wire::send(
+                                control.as_fd(),
+                                &FromLauncher::WarmDiscarded {
+                                    key: key.clone(),
+                                    gen,
+                                    reason,
+                                },
+                                &[],
+                            )?;
+                        }
+                    }
+                }
+                Ok((ToLauncher::Drain { key }, _)) => {
+                    while let Some(index) = children.pool.iter().position(|w| w.key == key) {
+                        let warm = children.pool.remove(index);
+                        let gen = warm.gen;
+                        children.retire(warm);
+                        wire::send(
+                            control.as_fd(),
+                            &FromLauncher::WarmDiscarded {
+                                key: key.clone(),
+                                gen,
+                                reason: "drained".into(),
+                            },
+                            &[],
+                        )?;
+                    }
                 }
                 Err(WireError::Closed) => return Ok(()),
                 // One malformed request is refused; the socket stays usable.
@@ -196,13 +281,195 @@ fn serve_loop(
     }
 }
 
+/// A warm supervisor said something (or ended).
+fn hear_warm(control: &OwnedFd, children: &mut Children, index: usize) -> Result<(), LaunchError> {
+    let Some(warm) = children.pool.get_mut(index) else {
+        return Ok(());
+    };
+    let reason = match wire::receive::<super::warm::FromWarm>(warm.sock.as_fd()) {
+        Ok((super::warm::FromWarm::Ready, _)) => {
+            warm.ready = true;
+            let ready = FromLauncher::WarmReady {
+                key: warm.key.clone(),
+                gen: warm.gen,
+            };
+            return Ok(wire::send(control.as_fd(), &ready, &[])?);
+        }
+        Ok((super::warm::FromWarm::Discarded { reason }, _)) => reason,
+        Err(err) => format!("its supervisor ended ({err})"),
+    };
+    let warm = children.pool.remove(index);
+    let discarded = FromLauncher::WarmDiscarded {
+        key: warm.key.clone(),
+        gen: warm.gen,
+        reason,
+    };
+    children.retire(warm);
+    Ok(wire::send(control.as_fd(), &discarded, &[])?)
+}
+
+/// A spawn request: into the warm sandbox it names when that one fits,
+/// else a supervisor of its own.
+fn spawn(
+    control: &OwnedFd,
+    children: &mut Children,
+    old_mask: &SigSet,
+    run: String,
+    spec: super::protocol::RunSpec,
+    warm: Option<String>,
+    fds: Vec<OwnedFd>,
+) -> Result<FromLauncher, LaunchError> {
+    let taken = warm.and_then(|key| {
+        let index = children.pool.iter().position(|w| w.key == key && w.ready)?;
+        Some(children.pool.remove(index))
+    });
+    if let Some(warm) = taken {
+        let (key, gen, pid) = (warm.key.clone(), warm.gen, warm.pid);
+        let handed = if super::warm::fits(&warm.spec, &spec) {
+            hand_over(&warm, &run, &spec, &fds)
+        } else {
+            Err("the run's spec differs from the one it was prepared for".into())
+        };
+        match handed {
+            Ok(()) => {
+                children.supervisors.insert(
+                    pid,
+                    Supervisor {
+                        run: Some(run.clone()),
+                        delegated: warm.delegated,
+                    },
+                );
+                return Ok(FromLauncher::Started {
+                    run,
+                    pid: pid.as_raw(),
+                    start: super::protocol::process_start_time(pid.as_raw()),
+                });
+            }
+            Err(reason) => {
+                children.retire(warm);
+                let discarded = FromLauncher::WarmDiscarded { key, gen, reason };
+                wire::send(control.as_fd(), &discarded, &[])?;
+            }
+        }
+    }
+    let delegated = spec
+        .run_as
+        .as_ref()
+        .map(|run_as| super::protocol::delegated_cgroup_name(&run_as.run));
+    let inherited = children.pool_fds();
+    Ok(
+        match start_supervisor(spec, fds, control, old_mask, &inherited) {
+            Ok(pid) => {
+                children.supervisors.insert(
+                    pid,
+                    Supervisor {
+                        run: Some(run.clone()),
+                        delegated,
+                    },
+                );
+                FromLauncher::Started {
+                    run,
+                    pid: pid.as_raw(),
+                    // Not reaped before this loop's next turn.
+                    start: super::protocol::process_start_time(pid.as_raw()),
+                }
+            }
+            Err(error) => FromLauncher::Refused { run, error },
+        },
+    )
+}
+
+/// Give a warm supervisor its run: the spawn request's descriptors, and
+/// the run's audit file, opened here with the launcher's rights.
+fn hand_over(
+    warm: &WarmSandbox,
+    run: &str,
+    spec: &super::protocol::RunSpec,
+    fds: &[OwnedFd],
+) -> Result<(), String> {
+    let wanted = if spec.stdin { 3 } else { 2 };
+    if fds.len() != wanted {
+        return Err(format!("{} descriptors where {wanted} belong", fds.len()));
+    }
+    let audit = match &spec.audit {
+        Some(path) => Some(
+            super::supervisor::open_audit(path, spec.run_as.as_ref())
+                .map_err(|err| format!("the run's audit file {}: {err}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut passed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
+    if let Some(audit) = &audit {
+        passed.push(audit.as_fd());
+    }
+    let commit = super::warm::ToWarm::Commit {
+        run: run.to_string(),
+        spec: Box::new(spec.clone()),
+    };
+    wire::send(warm.sock.as_fd(), &commit, &passed).map_err(|err| err.to_string())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_warm(
+    children: &mut Children,
+    control: &OwnedFd,
+    old_mask: &SigSet,
+    key: &str,
+    gen: u64,
+    spec: &super::protocol::RunSpec,
+    idle: std::time::Duration,
+    budget: usize,
+) -> Result<(), String> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|errno| format!("socketpair: {errno}"))?;
+    let mut inherited = children.pool_fds();
+    inherited.push(std::os::fd::AsRawFd::as_raw_fd(&ours));
+    inherited.push(std::os::fd::AsRawFd::as_raw_fd(control));
+    let warm_spec = spec.clone();
+    let pid = crate::sys::fork::fork_single_threaded(move || {
+        if !detach_from_launcher(&inherited, old_mask) {
+            return 125;
+        }
+        super::warm::serve(warm_spec, theirs, idle, budget)
+    })
+    .map_err(|err| err.to_string())?;
+    let delegated = spec
+        .run_as
+        .as_ref()
+        .map(|run_as| super::protocol::delegated_cgroup_name(&run_as.run));
+    children.pool.push(WarmSandbox {
+        key: key.to_string(),
+        gen,
+        pid,
+        sock: ours,
+        spec: spec.clone(),
+        ready: false,
+        delegated,
+    });
+    Ok(())
+}
+
+/// In a forked supervisor: hold nothing of the launcher's (its sockets,
+/// whose ends the daemon and the warm supervisors must see close; its
+/// blocked SIGCHLD), and die with it. False when the launcher is gone.
+fn detach_from_launcher(inherited: &[std::os::fd::RawFd], old_mask: &SigSet) -> bool {
+    for fd in inherited {
+        let _ = nix::unistd::close(*fd);
+    }
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old_mask), None);
+    let launcher = nix::unistd::getppid();
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_ok() && nix::unistd::getppid() == launcher
+}
+
 /// Collect every child that ended: supervisors are reported, janitors and
 /// other reparented processes only reaped.
-fn reap(
-    control: &OwnedFd,
-    supervisors: &mut HashMap<Pid, Supervisor>,
-    leftovers: &mut Leftovers,
-) -> Result<(), LaunchError> {
+fn reap(control: &OwnedFd, children: &mut Children) -> Result<(), LaunchError> {
     loop {
         let (pid, code, signal) = match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(pid, code)) => (pid, Some(code), None),
@@ -217,15 +484,31 @@ fn reap(
                 })
             }
         };
-        if let Some(Supervisor { run, delegated }) = supervisors.remove(&pid) {
-            if let Some(name) = delegated {
-                leftovers.add(&name);
+        if let Some(index) = children.pool.iter().position(|warm| warm.pid == pid) {
+            // Ended before it said why (its socket is read first when it did).
+            let warm = children.pool.remove(index);
+            let discarded = FromLauncher::WarmDiscarded {
+                key: warm.key.clone(),
+                gen: warm.gen,
+                reason: "its supervisor ended".into(),
+            };
+            if let Some(name) = &warm.delegated {
+                children.leftovers.add(name);
             }
-            wire::send(
-                control.as_fd(),
-                &FromLauncher::Exited { run, code, signal },
-                &[],
-            )?;
+            wire::send(control.as_fd(), &discarded, &[])?;
+            continue;
+        }
+        if let Some(Supervisor { run, delegated }) = children.supervisors.remove(&pid) {
+            if let Some(name) = delegated {
+                children.leftovers.add(&name);
+            }
+            if let Some(run) = run {
+                wire::send(
+                    control.as_fd(),
+                    &FromLauncher::Exited { run, code, signal },
+                    &[],
+                )?;
+            }
         }
     }
 }
@@ -235,6 +518,7 @@ fn start_supervisor(
     fds: Vec<OwnedFd>,
     control: &OwnedFd,
     old_mask: &SigSet,
+    pool_fds: &[std::os::fd::RawFd],
 ) -> Result<Pid, String> {
     let wanted = if spec.stdin { 3 } else { 2 };
     if fds.len() != wanted {
@@ -244,16 +528,10 @@ fn start_supervisor(
             if spec.stdin { ", stdin" } else { "" }
         ));
     }
-    let control_raw = std::os::fd::AsRawFd::as_raw_fd(control);
+    let mut inherited = pool_fds.to_vec();
+    inherited.push(std::os::fd::AsRawFd::as_raw_fd(control));
     crate::sys::fork::fork_single_threaded(move || {
-        // The supervisor holds nothing of the launcher's: not its socket
-        // (the daemon would not see it close), not its blocked SIGCHLD.
-        let _ = nix::unistd::close(control_raw);
-        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old_mask), None);
-        let launcher = nix::unistd::getppid();
-        if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
-            || nix::unistd::getppid() != launcher
-        {
+        if !detach_from_launcher(&inherited, old_mask) {
             return 125;
         }
         super::supervisor::run(spec, fds)

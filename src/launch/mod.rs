@@ -3,4 +3,5 @@
 pub mod launcher;
 pub mod protocol;
 pub mod supervisor;
+pub mod warm;
 pub mod wire;

@@ -113,6 +113,34 @@ pub enum ToLauncher {
         run: String,
         /// What to run.
         spec: Box<RunSpec>,
+        /// The pool key of a warm sandbox to run it in, when the daemon
+        /// holds one ready: used if its spec fits, else the run is cold.
+        /// Either way the warm sandbox of that key is gone afterwards.
+        #[serde(default)]
+        warm: Option<String>,
+    },
+    /// Prepare `count` warm sandboxes for runs of `spec` (its command,
+    /// environment and working directory are ignored), each announced by
+    /// [`FromLauncher::WarmReady`] and, when it goes, by
+    /// [`FromLauncher::WarmDiscarded`].
+    Warm {
+        /// The pool key (see `docs/launcher.md`).
+        key: String,
+        /// The daemon's number for this request, echoed back.
+        gen: u64,
+        /// The run the sandboxes are for.
+        spec: Box<RunSpec>,
+        /// How many.
+        count: u32,
+        /// A warm sandbox unused this long is discarded.
+        idle_ms: u64,
+        /// Projects with more directories than this are never pooled.
+        budget: usize,
+    },
+    /// Discard every warm sandbox of `key`.
+    Drain {
+        /// The pool key.
+        key: String,
     },
 }
 
@@ -137,6 +165,23 @@ pub enum FromLauncher {
         run: String,
         /// Why, in words.
         error: String,
+    },
+    /// A warm sandbox of `key` waits for its command.
+    WarmReady {
+        /// The pool key.
+        key: String,
+        /// The [`ToLauncher::Warm`] request it came from.
+        gen: u64,
+    },
+    /// A warm sandbox of `key` is gone without being used (idle, the
+    /// project changed, drained, or it could not be prepared).
+    WarmDiscarded {
+        /// The pool key.
+        key: String,
+        /// The [`ToLauncher::Warm`] request it came from.
+        gen: u64,
+        /// Why, in words.
+        reason: String,
     },
     /// The supervisor process ended (reaped by the launcher). A supervisor
     /// that ends without having sent [`FromSupervisor::Finished`] crashed:
@@ -348,9 +393,12 @@ mod tests {
             let message = serde_json::to_vec(&ToLauncher::Spawn {
                 run: "r".into(),
                 spec: Box::new(spec),
+                warm: None,
             })
             .unwrap();
-            let ToLauncher::Spawn { spec, .. } = serde_json::from_slice(&message).unwrap();
+            let Ok(ToLauncher::Spawn { spec, .. }) = serde_json::from_slice(&message) else {
+                panic!("not a spawn request");
+            };
             assert_eq!(spec.policy, policy, "{name}");
         }
     }

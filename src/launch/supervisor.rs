@@ -302,104 +302,150 @@ impl Driver for DaemonDriver {
     }
 }
 
-/// Run one daemon run to its end; the process exit status (0 once the
-/// result was handed over, whatever the command's status).
-pub fn run(spec: RunSpec, mut fds: Vec<OwnedFd>) -> i32 {
+/// The run's two channels to the daemon, shared by the asker, the output
+/// relay and the driver. A warm run has them before its run exists: they
+/// start on /dev/null and are attached at commit.
+pub(super) struct Session {
+    events: Arc<Mutex<Events>>,
+    log: Arc<Mutex<RunLog>>,
+}
+
+fn log_bound(output_cap: Option<u64>) -> u64 {
+    output_cap.map_or(u64::MAX, |cap| {
+        cap.saturating_mul(2).saturating_add(LOG_SLACK)
+    })
+}
+
+impl Session {
+    pub(super) fn new(events: OwnedFd, log: OwnedFd, output_cap: Option<u64>) -> Session {
+        Session {
+            events: Arc::new(Mutex::new(Events {
+                sock: events,
+                buffer: Vec::new(),
+                cancel: None,
+                closed: false,
+            })),
+            log: Arc::new(Mutex::new(RunLog {
+                file: std::fs::File::from(log),
+                seq: 0,
+                healthy: true,
+                bytes: 0,
+                max_bytes: log_bound(output_cap),
+                cut: false,
+            })),
+        }
+    }
+
+    /// Point the session at a run's own events socket and log.
+    pub(super) fn attach(&self, events: OwnedFd, log: OwnedFd, output_cap: Option<u64>) {
+        *lock(&self.events) = Events {
+            sock: events,
+            buffer: Vec::new(),
+            cancel: None,
+            closed: false,
+        };
+        let mut run_log = lock(&self.log);
+        run_log.file = std::fs::File::from(log);
+        run_log.max_bytes = log_bound(output_cap);
+    }
+
+    /// The driver's copy of the events socket.
+    fn input(&self) -> Option<OwnedFd> {
+        lock(&self.events).sock.try_clone().ok()
+    }
+
+    /// The run failed before a sandbox existed.
+    pub(super) fn failed(&self, spec: &RunSpec, error: String, status: i32) -> i32 {
+        finish_failed(&self.events, spec, error, status)
+    }
+
+    /// The run is over: its last log record.
+    pub(super) fn exit(&self, status: i32) {
+        let _ = lock(&self.log).record(LogEvent::Exit { status });
+    }
+}
+
+/// A spawn request's descriptors: events socket, log, stdin if any.
+pub(super) fn split_fds(
+    spec: &RunSpec,
+    mut fds: Vec<OwnedFd>,
+) -> Option<(OwnedFd, OwnedFd, Option<OwnedFd>)> {
     let stdin = if spec.stdin && fds.len() > SPAWN_FDS_STDIN {
         Some(fds.remove(SPAWN_FDS_STDIN))
     } else {
         None
     };
     if fds.len() <= SPAWN_FDS_LOG {
-        return 125;
+        return None;
     }
-    let log_fd = fds.remove(SPAWN_FDS_LOG);
-    let events_fd = fds.remove(SPAWN_FDS_EVENTS);
-    let Ok(input) = events_fd.try_clone() else {
+    let log = fds.remove(SPAWN_FDS_LOG);
+    let events = fds.remove(SPAWN_FDS_EVENTS);
+    Some((events, log, stdin))
+}
+
+/// Run one daemon run to its end; the process exit status (0 once the
+/// result was handed over, whatever the command's status).
+pub fn run(spec: RunSpec, fds: Vec<OwnedFd>) -> i32 {
+    let Some((events, log, stdin)) = split_fds(&spec, fds) else {
         return 125;
     };
-    let events = Arc::new(Mutex::new(Events {
-        sock: events_fd,
-        buffer: Vec::new(),
-        cancel: None,
-        closed: false,
-    }));
-    let max_bytes = spec.policy.limits.output.map_or(u64::MAX, |cap| {
-        cap.saturating_mul(2).saturating_add(LOG_SLACK)
-    });
-    let log = Arc::new(Mutex::new(RunLog {
-        file: std::fs::File::from(log_fd),
-        seq: 0,
-        healthy: true,
-        bytes: 0,
-        max_bytes,
-        cut: false,
-    }));
-    let status = supervise(spec, stdin, &events, &log, input);
-    let _ = lock(&log).record(LogEvent::Exit { status });
+    let session = Session::new(events, log, spec.policy.limits.output);
+    let status = supervise(spec, stdin, Identity::Launcher, &session);
+    session.exit(status);
     0
 }
 
-fn supervise(
+/// Who the supervisor is when a cold run starts.
+#[derive(Debug)]
+pub(super) enum Identity {
+    /// Still the launcher's (root for a system daemon): it opens the
+    /// audit file and becomes the run's caller first.
+    Launcher,
+    /// A warm supervisor that went cold at commit: it became the caller
+    /// when it was forked, and the launcher opened the audit file.
+    Caller(Option<std::fs::File>),
+}
+
+/// A cold run.
+pub(super) fn supervise(
     spec: RunSpec,
     stdin: Option<OwnedFd>,
-    events: &Arc<Mutex<Events>>,
-    log: &Arc<Mutex<RunLog>>,
-    input: OwnedFd,
+    identity: Identity,
+    session: &Session,
 ) -> i32 {
-    let Some((program, args)) = spec.argv.split_first() else {
+    let events = &session.events;
+    if spec.argv.is_empty() {
         return finish_failed(events, &spec, "the run has no command".into(), 125);
-    };
+    }
     // Opened while still root: the spool is the daemon's, and the caller
     // this process becomes next may not reach it.
-    let audit = match &spec.audit {
-        Some(path) => match open_audit(path, spec.run_as.as_ref()) {
+    let from_launcher = matches!(identity, Identity::Launcher);
+    let audit = match (identity, &spec.audit) {
+        (Identity::Caller(audit), _) => audit,
+        (Identity::Launcher, Some(path)) => match open_audit(path, spec.run_as.as_ref()) {
             Ok(file) => Some(file),
             Err(err) => {
                 let why = format!("the run's audit file {}: {err}", path.display());
                 return finish_failed(events, &spec, why, 125);
             }
         },
-        None => None,
+        (Identity::Launcher, None) => None,
     };
-    if let Some(run_as) = &spec.run_as {
+    if let (Some(run_as), true) = (&spec.run_as, from_launcher) {
         if let Err(why) = become_caller(run_as, &spec.policy) {
             return finish_failed(events, &spec, why, 125);
         }
     }
-    let mut command = crate::Command::new(program, spec.policy.clone());
-    command
-        .args(args)
-        .project(&spec.project)
-        .interactive(false)
-        .grant_store(match &spec.grant_store {
-            Some(path) => crate::broker::grants::StoreChoice::At(path.clone()),
-            None => crate::broker::grants::StoreChoice::Without,
-        })
-        .asker(Box::new(DaemonAsker {
-            events: events.clone(),
-            log: log.clone(),
-            deadline: Duration::from_millis(spec.ask_deadline_ms),
-            not_after: None,
-            asked: 0,
-        }))
-        .stdin(match stdin {
-            Some(fd) => crate::Stdio::Fd(fd),
-            None => crate::Stdio::Null,
-        })
-        .stdout(crate::Stdio::Log(SharedLog(log.clone())))
-        .stderr(crate::Stdio::Log(SharedLog(log.clone())));
+    let mut command = command_for(&spec, &spec.argv, session);
+    command.stdin(match stdin {
+        Some(fd) => crate::Stdio::Fd(fd),
+        None => crate::Stdio::Null,
+    });
     for (name, value) in &spec.env {
         command.env(name, value);
     }
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
-    }
-    for (name, value) in &spec.secrets {
-        command.secret(name.clone(), value.clone());
-    }
-    if let Some(parent) = &spec.cgroup_parent {
-        command.cgroup_parent(parent);
     }
     if let Some(audit) = audit {
         command.audit_file(audit);
@@ -413,6 +459,46 @@ fn supervise(
             return finish_failed(events, &spec, err.to_string(), status);
         }
     };
+    drive(child, session, false)
+}
+
+/// What every run of `spec` is given whatever its command: the policy,
+/// project, broker, asker and output to the run's log.
+pub(super) fn command_for(spec: &RunSpec, argv: &[String], session: &Session) -> crate::Command {
+    let (program, args) = argv
+        .split_first()
+        .map_or(("", &[][..]), |(p, a)| (p.as_str(), a));
+    let mut command = crate::Command::new(program, spec.policy.clone());
+    command
+        .args(args)
+        .project(&spec.project)
+        .interactive(false)
+        .grant_store(match &spec.grant_store {
+            Some(path) => crate::broker::grants::StoreChoice::At(path.clone()),
+            None => crate::broker::grants::StoreChoice::Without,
+        })
+        .asker(Box::new(DaemonAsker {
+            events: session.events.clone(),
+            log: session.log.clone(),
+            deadline: Duration::from_millis(spec.ask_deadline_ms),
+            not_after: None,
+            asked: 0,
+        }))
+        .stdout(crate::Stdio::Log(SharedLog(session.log.clone())))
+        .stderr(crate::Stdio::Log(SharedLog(session.log.clone())));
+    for (name, value) in &spec.secrets {
+        command.secret(name.clone(), value.clone());
+    }
+    if let Some(parent) = &spec.cgroup_parent {
+        command.cgroup_parent(parent);
+    }
+    command
+}
+
+/// From a started sandbox to the run's result on the events socket; the
+/// report says whether the run was `warm`.
+pub(super) fn drive(child: crate::Child, session: &Session, warm: bool) -> i32 {
+    let events = &session.events;
     let init_pid = child.id() as i32;
     // Init is this process's child and not yet waited for: its pid is
     // still its own.
@@ -421,17 +507,23 @@ fn supervise(
         init_pid,
         init_start,
     });
-    let _ = lock(log).record(LogEvent::Started { init_pid });
+    let _ = lock(&session.log).record(LogEvent::Started { init_pid });
+    let Some(input) = session.input() else {
+        return 125;
+    };
     let mut driver = DaemonDriver {
         events: events.clone(),
         input,
     };
     let finished = child.wait_driven(&mut driver);
-    let report = finished
+    let mut report = finished
         .report
         .as_ref()
         .and_then(|report| serde_json::to_value(report).ok())
         .unwrap_or(serde_json::Value::Null);
+    if let Some(fields) = report.as_object_mut() {
+        fields.insert("warm".into(), serde_json::Value::Bool(warm));
+    }
     let (status, error) = match &finished.result {
         Ok(status) => (status.as_shell_status(), None),
         Err(err) => (err.exit_status(), Some(err.to_string())),
@@ -463,7 +555,7 @@ fn finish_failed(events: &Arc<Mutex<Events>>, spec: &RunSpec, error: String, sta
     status
 }
 
-fn open_audit(
+pub(super) fn open_audit(
     path: &std::path::Path,
     run_as: Option<&super::protocol::RunAs>,
 ) -> std::io::Result<std::fs::File> {
@@ -491,7 +583,7 @@ fn open_audit(
 /// delegated cgroup the run's own cgroup step reports the failure as it
 /// would for that user running `sandbox run` (a warning under best-effort
 /// cgroups, a refusal when they are required).
-fn become_caller(
+pub(super) fn become_caller(
     run_as: &super::protocol::RunAs,
     policy: &crate::profile::policy::Policy,
 ) -> Result<(), String> {

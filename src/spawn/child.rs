@@ -172,6 +172,11 @@ fn run<'a>(
         }
     }
 
+    // A warm sandbox learns its command only now, under every layer.
+    let command = match &prepared.warm_commit {
+        Some(sock) => super::warm::wait_for_commit(sock.as_fd(), &prepared.project)?.command(),
+        None => prepared.command(),
+    };
     measure_and_verify(prepared, report, seccomp_installed)?;
     if prepared.dry_run {
         // Every step that could refuse has run; init's _exit takes this status.
@@ -180,8 +185,8 @@ fn run<'a>(
 
     // execvp's rules: keep looking after ENOENT/ENOTDIR, remember EACCES.
     let mut errno = Errno::ENOENT;
-    for candidate in &prepared.exec_candidates {
-        let Err(err) = nix::unistd::execve(candidate, &prepared.argv, &prepared.envp);
+    for candidate in command.exec_candidates {
+        let Err(err) = nix::unistd::execve(candidate, command.argv, command.envp);
         match err {
             Errno::ENOENT | Errno::ENOTDIR => {}
             Errno::EACCES => errno = Errno::EACCES,
@@ -194,7 +199,7 @@ fn run<'a>(
     Err(Failed {
         step: Step::Exec,
         errno,
-        detail: prepared.program.as_bytes(),
+        detail: command.program,
     })
 }
 

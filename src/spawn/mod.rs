@@ -19,6 +19,7 @@ pub mod prepare;
 pub mod report;
 pub mod stdio;
 pub mod terminal;
+pub mod warm;
 
 use std::path::PathBuf;
 
@@ -72,10 +73,11 @@ pub enum Step {
     Exec,
     VerifyConfinement,
     WaitForCgroup,
+    WaitForCommand,
 }
 
 impl Step {
-    const ALL: [Step; 40] = [
+    const ALL: [Step; 41] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -116,6 +118,7 @@ impl Step {
         Step::Exec,
         Step::VerifyConfinement,
         Step::WaitForCgroup,
+        Step::WaitForCommand,
     ];
 
     fn from_u8(value: u8) -> Option<Step> {
@@ -165,6 +168,7 @@ impl Step {
             Step::Exec => "executing the command",
             Step::VerifyConfinement => "checking the payload's own view of its confinement",
             Step::WaitForCgroup => "waiting to be moved into the run's cgroup",
+            Step::WaitForCommand => "waiting, warm, for the command",
         }
     }
 }

@@ -280,6 +280,11 @@ impl OutputRelay {
         waiting.then(|| Instant::now() + FOREGROUND_RECHECK)
     }
 
+    /// Cap the output at `cap` bytes from now (a warm run's own cap).
+    pub fn set_cap(&mut self, cap: Option<u64>) {
+        self.cap = cap.unwrap_or(u64::MAX);
+    }
+
     /// Whether the cap was reached.
     pub fn capped(&self) -> bool {
         self.capped

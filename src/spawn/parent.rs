@@ -597,25 +597,7 @@ fn start_cloned(
             broker.restrict_to_declared(skill.permissions.clone());
             broker.show_logs(format!("skill {}", skill.name));
         }
-        None => {
-            let cwd = PathBuf::from(std::ffi::OsStr::from_bytes(prepared.cwd.to_bytes()));
-            let program = crate::broker::identity::Program::Command {
-                // Relative programs (./tool) run from the working directory.
-                candidates: prepared
-                    .exec_candidates
-                    .iter()
-                    .map(|c| cwd.join(std::ffi::OsStr::from_bytes(c.to_bytes())))
-                    .collect(),
-                args: prepared
-                    .argv
-                    .iter()
-                    .skip(1)
-                    .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
-                    .collect(),
-                cwd,
-            };
-            broker.set_caller(format!("command:{}", prepared.program), program);
-        }
+        None => set_command_caller(&mut broker, prepared),
     }
     broker.use_secrets(std::mem::take(&mut prepared.secrets));
     broker.use_nested_policy(prepared.policy.clone());
@@ -776,6 +758,7 @@ fn start_cloned(
         *stdio = super::Stdio::Inherit;
     }
     prepared.ipc = None;
+    prepared.warm_commit = None;
     // Init is released first and moved while it builds the root (see
     // `InitFds::await_cgroup`).
     let joined = || match cgroup {
@@ -822,7 +805,47 @@ fn start_cloned(
     })
 }
 
+/// The broker's caller is the command the payload runs.
+fn set_command_caller(broker: &mut crate::broker::server::Broker, prepared: &Prepared) {
+    let cwd = PathBuf::from(std::ffi::OsStr::from_bytes(prepared.cwd.to_bytes()));
+    let program = crate::broker::identity::Program::Command {
+        // Relative programs (./tool) run from the working directory.
+        candidates: prepared
+            .exec_candidates
+            .iter()
+            .map(|c| cwd.join(std::ffi::OsStr::from_bytes(c.to_bytes())))
+            .collect(),
+        args: prepared
+            .argv
+            .iter()
+            .skip(1)
+            .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
+            .collect(),
+        cwd,
+    };
+    broker.set_caller(format!("command:{}", prepared.program), program);
+}
+
 impl Running {
+    /// A warm run got its command (already in `prepared`): the broker
+    /// names and hashes it, and the run's clock, timeout and output cap
+    /// start now, as they would have at a cold run's clone.
+    pub(crate) fn commit_warm(&mut self, prepared: &Prepared, audit: Option<std::fs::File>) {
+        self.started = Instant::now();
+        if let Some((_, broker)) = &self.broker {
+            let mut broker = broker.borrow_mut();
+            set_command_caller(&mut broker, prepared);
+            broker.bind_caller();
+            broker.set_deadline(prepared.timeout.map(|t| self.started + t));
+            if let Some(audit) = audit {
+                broker.use_audit(audit);
+            }
+        }
+        if let Some(output) = &self.output {
+            output.borrow_mut().set_cap(prepared.output_cap);
+        }
+    }
+
     /// The host pid of the sandbox's init (PID 1 inside).
     pub fn init_pid(&self) -> Pid {
         self.init_pid

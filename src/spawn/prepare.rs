@@ -255,6 +255,9 @@ pub struct Prepared {
     /// The files init writes as `/etc/passwd`, `/etc/group` and
     /// `/etc/hosts` (see [`super::etc`]).
     pub etc: Vec<super::etc::EtcFile>,
+    /// A warm run: P2's end of the socket its command comes on (see
+    /// [`super::warm`]).
+    pub warm_commit: Option<std::os::fd::OwnedFd>,
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -809,6 +812,7 @@ impl Prepared {
             read_only_extra,
             no_namespaces: None,
             etc,
+            warm_commit: None,
         };
         Ok(prepared)
     }
@@ -896,7 +900,7 @@ fn scan_mounts(
 
 /// The paths execve tries: the program itself when it contains a slash,
 /// otherwise each directory of the sandbox's own PATH (not the host's).
-fn exec_candidates(
+pub(crate) fn exec_candidates(
     program: &OsStr,
     env: &[(OsString, OsString)],
 ) -> Result<Vec<CString>, SpawnError> {

@@ -1,0 +1,299 @@
+//! Warm sandboxes (design: `docs/launcher.md`): a run supervisor that has
+//! done every step that does not depend on the command, and waits for it.
+//!
+//! The launcher forks one per [`super::protocol::ToLauncher::Warm`]; it
+//! becomes the caller, watches every directory of the project, builds the
+//! sandbox (cgroup, namespaces, mounts, the project's walk, and in the
+//! payload every layer up to seccomp; see [`crate::spawn::warm`]) and tells
+//! the launcher it is ready. On a spawn request the launcher hands it the
+//! run ([`ToWarm::Commit`] with the run's descriptors); it resolves the
+//! command as a cold run would and commits it to the waiting payload. If
+//! the project changed since the watches were set, it discards the sandbox
+//! and runs the request cold itself, so a stale sandbox is never used.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use serde::{Deserialize, Serialize};
+
+use super::protocol::RunSpec;
+use super::supervisor::{self, Identity, Session};
+use super::wire::{self, WireError};
+
+/// launcher → warm supervisor, on its own `SOCK_SEQPACKET` socket.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ToWarm {
+    /// Run this. Descriptors: the spawn request's (events socket, log,
+    /// stdin when the spec has one), then the run's audit file when the
+    /// spec names one, opened by the launcher (the supervisor is the
+    /// caller by now and may not reach the daemon's spool).
+    Commit {
+        /// The daemon's run id.
+        run: String,
+        /// The run.
+        spec: Box<RunSpec>,
+    },
+}
+
+/// warm supervisor → launcher.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum FromWarm {
+    /// The sandbox waits for its command.
+    Ready,
+    /// The sandbox is gone unused.
+    Discarded {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What differs between runs a warm sandbox may serve: everything else
+/// is what the sandbox was built from.
+fn without_command(spec: &RunSpec) -> serde_json::Value {
+    let mut spec = spec.clone();
+    spec.argv.clear();
+    spec.env.clear();
+    spec.cwd = None;
+    spec.stdin = false;
+    spec.audit = None;
+    spec.policy.limits.timeout = None;
+    spec.policy.limits.output = None;
+    if let Some(run_as) = &mut spec.run_as {
+        run_as.run.clear();
+    }
+    serde_json::to_value(&spec).unwrap_or(serde_json::Value::Null)
+}
+
+/// Whether a run of `run` may take a sandbox warmed for `warm`: they
+/// differ only in argv, environment, working directory, stdio, timeout and
+/// output cap (and the run's own id and audit file).
+pub fn fits(warm: &RunSpec, run: &RunSpec) -> bool {
+    let ours = without_command(warm);
+    !ours.is_null() && ours == without_command(run)
+}
+
+/// inotify watches on every directory of a project, set before the
+/// sandbox's walk of it: any creation, removal, rename or attribute change
+/// (a link count is one) after that is pending when the sandbox is
+/// committed, and discards it.
+pub struct Freshness {
+    inotify: inotify::Inotify,
+}
+
+/// Why a project cannot be watched.
+#[derive(Debug, thiserror::Error)]
+pub enum FreshnessError {
+    /// More directories than the budget.
+    #[error("the project has more than {0} directories, the budget of watches for a warm sandbox")]
+    TooLarge(usize),
+    /// inotify refused.
+    #[error("watching {path}: {source}")]
+    Watch {
+        /// The directory.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Freshness {
+    /// Watch `project` and every directory below it (never through a
+    /// link). Each directory is watched before it is listed, so one
+    /// created meanwhile is an event of its watched parent.
+    pub fn watch(project: &Path, budget: usize) -> Result<Freshness, FreshnessError> {
+        use inotify::WatchMask;
+        let watch = |path: &Path, source| FreshnessError::Watch {
+            path: path.to_path_buf(),
+            source,
+        };
+        let inotify = inotify::Inotify::init().map_err(|source| watch(project, source))?;
+        let mask = WatchMask::CREATE
+            | WatchMask::DELETE
+            | WatchMask::MOVED_FROM
+            | WatchMask::MOVED_TO
+            | WatchMask::ATTRIB
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF
+            | WatchMask::DONT_FOLLOW
+            | WatchMask::ONLYDIR;
+        let mut pending = vec![project.to_path_buf()];
+        let mut watched = 0usize;
+        while let Some(dir) = pending.pop() {
+            watched += 1;
+            if watched > budget {
+                return Err(FreshnessError::TooLarge(budget));
+            }
+            inotify
+                .watches()
+                .add(&dir, mask)
+                .map_err(|source| watch(&dir, source))?;
+            let entries = std::fs::read_dir(&dir).map_err(|source| watch(&dir, source))?;
+            for entry in entries {
+                let entry = entry.map_err(|source| watch(&dir, source))?;
+                if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                    pending.push(entry.path());
+                }
+            }
+        }
+        Ok(Freshness { inotify })
+    }
+
+    /// Whether anything happened since the watches were set (read without
+    /// blocking). A failed read counts as a change.
+    pub fn changed(&mut self) -> bool {
+        let mut buffer = [0u8; 4096];
+        match self.inotify.read_events(&mut buffer) {
+            Ok(mut events) => events.next().is_some(),
+            Err(err) => err.kind() != std::io::ErrorKind::WouldBlock,
+        }
+    }
+
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inotify.as_fd()
+    }
+}
+
+/// The program a warm sandbox is planned with until its commit: a name no
+/// PATH holds, so nothing is ever executed or hashed for it.
+const NO_COMMAND_YET: &str = "sandbox-warm-no-command-yet";
+
+fn dev_null() -> Option<OwnedFd> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .ok()
+        .map(OwnedFd::from)
+}
+
+/// The forked warm supervisor: prepare, wait, serve one run. Returns the
+/// process's exit status.
+pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) -> i32 {
+    let discard = |reason: String| {
+        let _ = wire::send(launcher.as_fd(), &FromWarm::Discarded { reason }, &[]);
+        0
+    };
+    if let Some(run_as) = &spec.run_as {
+        if let Err(why) = supervisor::become_caller(run_as, &spec.policy) {
+            return discard(why);
+        }
+    }
+    let project = match std::fs::canonicalize(&spec.project) {
+        Ok(project) => project,
+        Err(err) => return discard(format!("the project {}: {err}", spec.project.display())),
+    };
+    // Before the sandbox's own walk, so no change falls between the two.
+    let mut fresh = match Freshness::watch(&project, budget) {
+        Ok(fresh) => fresh,
+        Err(err) => return discard(err.to_string()),
+    };
+    let (Some(events), Some(log)) = (dev_null(), dev_null()) else {
+        return discard("no descriptor for /dev/null".into());
+    };
+    let session = Session::new(events, log, spec.policy.limits.output);
+    let (ours, theirs) = match socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    ) {
+        Ok(pair) => pair,
+        Err(errno) => return discard(format!("socketpair(commit): {errno}")),
+    };
+    let mut command = supervisor::command_for(&spec, &[NO_COMMAND_YET.into()], &session);
+    command.stdin(crate::Stdio::Null).warm_commit(theirs);
+    let _ = nix::sys::prctl::set_name(c"sandbox-warm");
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(err) => return discard(format!("preparing the sandbox: {err}")),
+    };
+    if wire::send(launcher.as_fd(), &FromWarm::Ready, &[]).is_err() {
+        return 0;
+    }
+    let until = Instant::now() + idle;
+    let (run_spec, mut fds) = loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return discard(format!("unused for {} s", idle.as_secs()));
+        }
+        let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+            .unwrap_or(PollTimeout::MAX);
+        let mut polled = [
+            PollFd::new(launcher.as_fd(), PollFlags::POLLIN),
+            PollFd::new(fresh.fd(), PollFlags::POLLIN),
+        ];
+        match poll(&mut polled, wait) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(errno) => return discard(format!("poll: {errno}")),
+        }
+        let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+        let (commanded, touched) = (ready(&polled[0]), ready(&polled[1]));
+        if touched && fresh.changed() {
+            return discard("the project changed after the sandbox was prepared".into());
+        }
+        if commanded {
+            match wire::receive::<ToWarm>(launcher.as_fd()) {
+                Ok((ToWarm::Commit { spec, .. }, fds)) => break (*spec, fds),
+                // Drained: dropping the child ends the sandbox.
+                Err(WireError::Closed) => return 0,
+                Err(err) => return discard(format!("the launcher's message: {err}")),
+            }
+        }
+    };
+    let audit = match run_spec.audit.is_some() {
+        true => fds.pop().map(std::fs::File::from),
+        false => None,
+    };
+    let Some((events, log, stdin)) = supervisor::split_fds(&run_spec, fds) else {
+        return 125;
+    };
+    session.attach(events, log, run_spec.policy.limits.output);
+    let status = if fresh.changed() {
+        // A `.env` created since the walk would be visible, a protected
+        // file created since would not be pinned: the run goes cold.
+        let _ = discard("the project changed after the sandbox was prepared".into());
+        drop(child);
+        supervisor::supervise(run_spec, stdin, Identity::Caller(audit), &session)
+    } else {
+        commit(child, &run_spec, &project, stdin, audit, &ours, &session)
+            .unwrap_or_else(|(why, status)| session.failed(&run_spec, why, status))
+    };
+    session.exit(status);
+    0
+}
+
+/// Hand the waiting payload its command and see the run to its end.
+fn commit(
+    mut child: crate::Child,
+    spec: &RunSpec,
+    project: &Path,
+    stdin: Option<OwnedFd>,
+    audit: Option<std::fs::File>,
+    sock: &OwnedFd,
+    session: &Session,
+) -> Result<i32, (String, i32)> {
+    let refused = |err: crate::SpawnError| (err.to_string(), err.exit_status());
+    let commit = crate::spawn::warm::Commit::resolve(
+        &spec.policy,
+        &spec.argv,
+        &spec.env,
+        spec.cwd.as_deref(),
+        project,
+    )
+    .map_err(refused)?;
+    let stdin = match stdin {
+        Some(fd) => fd,
+        None => dev_null().ok_or(("no descriptor for /dev/null".to_string(), 125))?,
+    };
+    child.commit_warm(&commit, &spec.policy.limits, audit);
+    commit
+        .send(sock.as_fd(), [Some(stdin.as_fd()), None, None])
+        .map_err(refused)?;
+    Ok(supervisor::drive(child, session, true))
+}
