@@ -190,6 +190,12 @@ impl Queue {
         Ok(())
     }
 
+    /// Whether directories wait to be walked.
+    fn has_jobs(&self) -> bool {
+        let state = self.lock();
+        state.failed.is_none() && !state.jobs.is_empty()
+    }
+
     /// The next directory, or None when every walker is idle or one failed.
     fn next(&self) -> Option<Job> {
         let mut state = self.lock();
@@ -577,6 +583,10 @@ fn outside_links_error(paths: &[PathBuf]) -> ScanError {
 /// more cores this runs on.
 const WALKERS: usize = 2;
 
+/// Entries one walker goes through before the others start (a few
+/// milliseconds of `fstatat`).
+const ENTRIES_BEFORE_HELPERS: u64 = 2_000;
+
 impl<'a> Walker<'a> {
     fn new(
         root: &'a Path,
@@ -603,10 +613,14 @@ impl<'a> Walker<'a> {
     /// Take directories from the queue until there are none left.
     fn work(&mut self) {
         while let Some(job) = self.queue.next() {
-            self.components = job.components;
-            let result = self.walk(&job.dir, job.inside_protected);
-            self.queue.done(result);
+            self.take(job);
         }
+    }
+
+    fn take(&mut self, job: Job) {
+        self.components = job.components;
+        let result = self.walk(&job.dir, job.inside_protected);
+        self.queue.done(result);
     }
 
     /// Take in what another walker found.
@@ -656,6 +670,15 @@ pub fn scan(
         changed: std::sync::Condvar::new(),
     };
     let mut main = Walker::new(root, rules, writable, hardlinks, &queue);
+    // On this thread alone until the walk proves big: starting a second
+    // walker (its stack and malloc arena) costs about half a millisecond
+    // here, more than walking a small project takes.
+    while main.scan.entries < ENTRIES_BEFORE_HELPERS || !queue.has_jobs() {
+        match queue.next() {
+            Some(job) => main.take(job),
+            None => return finish(main, &queue, started),
+        }
+    }
     std::thread::scope(|scope| {
         let helpers: Vec<_> = (1..WALKERS)
             .filter_map(|_| {
@@ -677,6 +700,10 @@ pub fn scan(
             }
         }
     });
+    finish(main, &queue, started)
+}
+
+fn finish(main: Walker<'_>, queue: &Queue, started: Instant) -> Result<Scan, ScanError> {
     if let Some(err) = queue.lock().failed.take() {
         return Err(err);
     }
@@ -701,6 +728,29 @@ mod tests {
 
     fn paths(found: &[Found]) -> Vec<String> {
         found.iter().map(|f| f.path.display().to_string()).collect()
+    }
+
+    #[test]
+    fn a_walk_big_enough_for_helpers_finds_what_one_walker_finds() {
+        let project = tempfile::tempdir().unwrap();
+        let p = project.path();
+        let dirs = 40;
+        let per_dir = (ENTRIES_BEFORE_HELPERS as usize / dirs) * 2;
+        for d in 0..dirs {
+            let dir = p.join(format!("d{d}"));
+            std::fs::create_dir(&dir).unwrap();
+            for f in 0..per_dir {
+                std::fs::write(dir.join(format!("f{f}")), b"").unwrap();
+            }
+        }
+        std::fs::write(p.join("d39/.env"), b"SECRET=1").unwrap();
+        std::fs::write(p.join("d0/.env"), b"SECRET=1").unwrap();
+        let scan = scan(p, &rules(), true, HardlinkPolicy::ReadOnly).unwrap();
+        assert!(scan.entries > ENTRIES_BEFORE_HELPERS, "{}", scan.entries);
+        assert_eq!(scan.entries, (dirs * (per_dir + 1) + 2) as u64);
+        let mut secrets = paths(&scan.secrets);
+        secrets.sort();
+        assert_eq!(secrets, ["d0/.env", "d39/.env"]);
     }
 
     #[test]
