@@ -39,32 +39,43 @@ fn run(daemon: &Daemon, project: &Path, command: &[&str]) -> (Value, String, Str
     )
 }
 
-/// The warm sandbox of the project's key is prepared: a warm supervisor
-/// process waits (its name is `sandbox-warm`).
+/// A warm sandbox of the caller's is ready: the daemon says so in
+/// `/v1/info` (`pool.ready`) once the launcher reported it built.
 fn wait_for_warm_sandbox(daemon: &Daemon) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while Instant::now() < deadline {
-        if warm_supervisors() > 0 {
-            // Ready is announced after the sandbox is built: give the
-            // launcher's message the time to reach the daemon.
-            std::thread::sleep(Duration::from_millis(1500));
+        let (_, info) = daemon.request("GET", "/v1/info", None);
+        if info["pool"]["ready"].as_u64().unwrap_or(0) > 0 {
             return;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
     }
     panic!("no warm sandbox was prepared:\n{}", daemon.log());
 }
 
-fn warm_supervisors() -> usize {
-    std::fs::read_dir("/proc")
+/// The daemon's warm supervisors (`sandbox-warm`, children of its
+/// launcher) and every process below them (the sandbox's init and payload).
+fn warm_processes(daemon: &Daemon) -> Vec<u32> {
+    let Some(launcher) = daemon.launcher_pid() else {
+        return Vec::new();
+    };
+    let mut found: Vec<u32> = daemon_support::children_of(launcher)
         .into_iter()
-        .flatten()
-        .flatten()
-        .filter(|entry| {
-            std::fs::read_to_string(entry.path().join("comm"))
-                .is_ok_and(|comm| comm.trim() == "sandbox-warm")
-        })
-        .count()
+        .filter(|pid| comm(*pid) == "sandbox-warm")
+        .collect();
+    let mut next = 0;
+    while next < found.len() {
+        let below = daemon_support::children_of(found[next]);
+        found.extend(below);
+        next += 1;
+    }
+    found
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim().to_string())
+        .unwrap_or_default()
 }
 
 const PROBE: &str = "grep -E '^(Seccomp|NoNewPrivs):' /proc/self/status; \
@@ -148,4 +159,262 @@ fn a_file_created_after_the_sandbox_was_prepared_sends_the_run_cold() {
         daemon.log()
     );
     assert!(!out.contains("secret"), "{out}{err}");
+}
+
+/// A process's start time (`/proc/PID/stat` field 22): with the pid it
+/// names one process, so a reused pid is not taken for a survivor.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.rsplit_once(')')?.1;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The cgroup directories (v1 memory and pids, or v2) a process is in,
+/// when they are not the ones `besides` is in.
+fn own_cgroups(pid: u32, besides: u32) -> Vec<std::path::PathBuf> {
+    let dirs = |pid: u32| -> Vec<std::path::PathBuf> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+        text.lines()
+            .filter_map(|line| {
+                let mut fields = line.splitn(3, ':');
+                let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+                let base = match controllers {
+                    "" => "/sys/fs/cgroup/unified".to_string(),
+                    c if c.split(',').any(|c| c == "memory") => "/sys/fs/cgroup/memory".into(),
+                    c if c.split(',').any(|c| c == "pids") => "/sys/fs/cgroup/pids".into(),
+                    _ => return None,
+                };
+                let base = match controllers {
+                    "" if !Path::new(&base).exists() => "/sys/fs/cgroup".to_string(),
+                    _ => base,
+                };
+                Some(Path::new(&base).join(path.trim_start_matches('/')))
+            })
+            .collect()
+    };
+    let theirs = dirs(besides);
+    dirs(pid)
+        .into_iter()
+        .filter(|dir| !theirs.contains(dir) && dir.is_dir())
+        .collect()
+}
+
+fn wait_gone(what: &str, mut alive: impl FnMut() -> Vec<String>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = alive();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{what} still there: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn another_caller_never_gets_the_first_callers_warm_sandbox() {
+    if !support::require_root_sandbox("another_caller_never_gets_the_first_callers_warm_sandbox")
+        || !support::require(
+            "another_caller_never_gets_the_first_callers_warm_sandbox",
+            "user namespaces for an unprivileged user",
+            support::sandbox_works(support::Who::User),
+        )
+    {
+        return;
+    }
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 4\nsocket_mode = \"0666\"\n[pool]\nenabled = true\nidle = \"60s\"\n\
+         [[allow]]\nuids = [{}]\nprojects = [\"/tmp\"]\nsee_all = true\n\
+         [[allow]]\nuids = [{}]\nprojects = [\"/tmp\"]\nany_owner = true\n",
+        my_uid(),
+        support::TEST_UID
+    ));
+    let project = support::Project::new(support::Who::Root);
+    // The first caller's run carries an environment of its own; the warm
+    // sandbox prepared after it is that caller's.
+    let body = json!({"command": ["true"], "project": project.path(),
+                      "env": {"POOL_FIRST_CALLER": "root-only-value"}});
+    let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
+    assert_eq!(status, 202, "{answer}");
+    daemon.wait_finished(answer["id"].as_str().expect("id"));
+    wait_for_warm_sandbox(&daemon);
+    let warm_before = warm_processes(&daemon);
+    assert!(!warm_before.is_empty(), "{}", daemon.log());
+
+    let marker = support::marker("pool-other-caller");
+    let out = daemon
+        .cli_as_user(project.path())
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            &format!("echo {marker}; env; id -u"),
+        ])
+        .output()
+        .expect("sandbox run as the second caller");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        daemon.log()
+    );
+    assert!(!stdout.contains("root-only-value"), "{stdout}");
+    assert!(!stdout.contains("POOL_FIRST_CALLER"), "{stdout}");
+    let theirs = daemon.find_run(&marker);
+    let (_, theirs) = daemon.request(
+        "GET",
+        &format!("/v1/runs/{}", theirs["id"].as_str().expect("id")),
+        None,
+    );
+    assert_eq!(theirs["uid"], support::TEST_UID, "{theirs}");
+    assert_eq!(theirs["report"]["warm"], false, "{theirs}");
+    // The first caller's warm sandbox was there all along, untouched: its
+    // next run takes it, and sees nothing of the run before it either.
+    let (mine, out, _) = run(&daemon, project.path(), &["env"]);
+    assert_eq!(mine["report"]["warm"], true, "{mine}\n{}", daemon.log());
+    assert!(!out.contains("root-only-value"), "{out}");
+    assert!(
+        warm_before.iter().all(|pid| start_time(*pid).is_none()),
+        "the used warm sandbox's processes are gone"
+    );
+}
+
+#[test]
+fn an_idle_warm_sandbox_is_discarded_with_its_processes_and_cgroups() {
+    if !support::require_root_sandbox(
+        "an_idle_warm_sandbox_is_discarded_with_its_processes_and_cgroups",
+    ) {
+        return;
+    }
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 4\n[pool]\nenabled = true\nidle = \"2s\"\n\
+         [[allow]]\nuids = [{}]\nprojects = [\"/tmp\"]\n",
+        my_uid()
+    ));
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    let (first, _, _) = run(&daemon, project.path(), &["true"]);
+    assert_eq!(first["status"], 0, "{first}");
+    wait_for_warm_sandbox(&daemon);
+    let processes: Vec<(u32, Option<u64>)> = warm_processes(&daemon)
+        .into_iter()
+        .map(|pid| (pid, start_time(pid)))
+        .collect();
+    let names: Vec<String> = processes.iter().map(|(pid, _)| comm(*pid)).collect();
+    assert!(
+        names.iter().any(|n| n == "sandbox-warm") && names.iter().any(|n| n == "sandbox-init"),
+        "a warm supervisor and its sandbox's init: {names:?}"
+    );
+    let launcher = daemon.launcher_pid().expect("launcher");
+    let cgroups: Vec<std::path::PathBuf> = processes
+        .iter()
+        .flat_map(|(pid, _)| own_cgroups(*pid, launcher))
+        .collect();
+    wait_gone("the idle warm sandbox's processes", || {
+        processes
+            .iter()
+            .filter(|(pid, start)| start.is_some() && start_time(*pid) == *start)
+            .map(|(pid, _)| format!("{pid} {}", comm(*pid)))
+            .collect()
+    });
+    wait_gone("the idle warm sandbox's cgroups", || {
+        cgroups
+            .iter()
+            .filter(|dir| dir.exists())
+            .map(|dir| dir.display().to_string())
+            .collect()
+    });
+    let (_, info) = daemon.request("GET", "/v1/info", None);
+    assert_eq!(info["pool"]["ready"], 0, "{info}");
+    // The key's next run is cold, and runs.
+    let (next, out, err) = run(&daemon, project.path(), &["echo", "after-idle"]);
+    assert_eq!(next["report"]["warm"], false, "{next}");
+    assert_eq!(out, "after-idle\n", "{err}");
+}
+
+#[test]
+fn warm_sandboxes_are_drained_for_a_queued_run_and_leave_nothing() {
+    if !support::require_root_sandbox(
+        "warm_sandboxes_are_drained_for_a_queued_run_and_leave_nothing",
+    ) {
+        return;
+    }
+    // One slot: the warm sandbox holds it until a run of another key needs it.
+    let daemon = Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 1\n[pool]\nenabled = true\nidle = \"60s\"\n\
+         [[allow]]\nuids = [{}]\nprojects = [\"/tmp\"]\n",
+        my_uid()
+    ));
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    run(&daemon, project.path(), &["true"]);
+    wait_for_warm_sandbox(&daemon);
+    let processes: Vec<(u32, Option<u64>)> = warm_processes(&daemon)
+        .into_iter()
+        .map(|pid| (pid, start_time(pid)))
+        .collect();
+    assert!(!processes.is_empty());
+    let body = json!({"command": ["echo", "took-the-slot"], "project": project.path(),
+                      "profile": "standard"});
+    let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("id");
+    let other = daemon.wait_finished(id);
+    assert_eq!(other["status"], 0, "{other}\n{}", daemon.log());
+    assert_eq!(other["report"]["warm"], false, "{other}");
+    wait_gone("the drained warm sandbox's processes", || {
+        processes
+            .iter()
+            .filter(|(pid, start)| start.is_some() && start_time(*pid) == *start)
+            .map(|(pid, _)| format!("{pid} {}", comm(*pid)))
+            .collect()
+    });
+}
+
+#[test]
+fn a_timeout_given_at_commit_ends_the_warm_run() {
+    if !support::require_root_sandbox("a_timeout_given_at_commit_ends_the_warm_run") {
+        return;
+    }
+    let daemon = pooled_daemon();
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    run(&daemon, project.path(), &["true"]);
+    wait_for_warm_sandbox(&daemon);
+    let body = json!({"command": ["sleep", "30"], "project": project.path(),
+                      "limits": {"timeout": "1s"}});
+    let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
+    assert_eq!(status, 202, "{answer}");
+    let finished = daemon.wait_finished(answer["id"].as_str().expect("id"));
+    assert_eq!(
+        finished["report"]["warm"],
+        true,
+        "{finished}\n{}",
+        daemon.log()
+    );
+    let hit = finished["report"]["limits_hit"].to_string();
+    assert!(hit.contains("timeout"), "{finished}");
+    assert_ne!(finished["status"], 0, "{finished}");
+}
+
+/// The payload's descriptors: what a warm sandbox's supervisor, launcher or
+/// waiting payload held must not reach the command.
+#[test]
+fn a_warm_payload_holds_exactly_the_descriptors_of_a_cold_one() {
+    if !support::require_root_sandbox("a_warm_payload_holds_exactly_the_descriptors_of_a_cold_one")
+    {
+        return;
+    }
+    let daemon = pooled_daemon();
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    let list = "for fd in /proc/self/fd/*; do echo \"${fd##*/} $(readlink $fd | sed 's/[0-9]\\+/N/g')\"; done";
+    let (cold, cold_out, _) = run(&daemon, project.path(), &["sh", "-c", list]);
+    assert_eq!(cold["report"]["warm"], false, "{cold}");
+    wait_for_warm_sandbox(&daemon);
+    let (warm, warm_out, warm_err) = run(&daemon, project.path(), &["sh", "-c", list]);
+    assert_eq!(warm["report"]["warm"], true, "{warm}");
+    assert_eq!(warm_out, cold_out, "{warm_err}");
+    assert!(
+        warm["report"]["commit_to_exec_us"].is_u64(),
+        "a warm run's report says how long its commit took to reach exec: {warm}"
+    );
 }

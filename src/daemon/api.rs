@@ -165,6 +165,7 @@ async fn info(
         "caller": {"uid": who.caller.uid, "gid": who.caller.gid, "pid": who.caller.pid},
         "doctor": app.doctor,
         "load": app.runs.load(),
+        "pool": app.runs.pool_of(who.caller.uid),
         "skills": {"servers": app.skills.running(), "calls_waiting": app.skills.waiting()},
     }))
     .into_response())

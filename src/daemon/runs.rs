@@ -175,6 +175,17 @@ pub struct Load {
     pub max_queue: usize,
 }
 
+/// A caller's warm sandboxes, for `/v1/info`.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PoolFigures {
+    /// `[pool] enabled`.
+    pub enabled: bool,
+    /// Ready for a run.
+    pub ready: usize,
+    /// Asked for, not ready yet.
+    pub preparing: usize,
+}
+
 /// The daemon's run manager.
 pub struct Runs {
     /// The configuration.
@@ -247,6 +258,23 @@ impl Runs {
             queued: state.queue.len(),
             max_concurrent: self.config.max_concurrent,
             max_queue: self.config.max_queue,
+        }
+    }
+
+    /// The caller's warm sandboxes: (ready, being prepared). A client
+    /// that wants its next run warm (the pool benchmark) waits for one to
+    /// be ready.
+    pub fn pool_of(&self, uid: u32) -> PoolFigures {
+        let state = lock(&self.state);
+        let mine = state.pool.values().filter(|entry| entry.uid == uid);
+        let (ready, preparing) = mine.fold((0, 0), |(r, p), entry| match entry.ready {
+            true => (r + 1, p),
+            false => (r, p + 1),
+        });
+        PoolFigures {
+            enabled: self.config.pool.enabled,
+            ready,
+            preparing,
         }
     }
 

@@ -272,6 +272,10 @@ impl DaemonAsker {
 struct DaemonDriver {
     events: Arc<Mutex<Events>>,
     input: OwnedFd,
+    /// When the supervisor first saw the command executed (the report
+    /// pipe's end-of-file with no failure record: the payload's execve
+    /// closed it).
+    executed_at: Option<Instant>,
 }
 
 impl Driver for DaemonDriver {
@@ -284,6 +288,9 @@ impl Driver for DaemonDriver {
     }
 
     fn turn(&mut self, turn: Turn<'_>) -> Steer {
+        if turn.executing && self.executed_at.is_none() {
+            self.executed_at = Some(Instant::now());
+        }
         let mut events = lock(&self.events);
         if turn.input_ready {
             events.read();
@@ -459,7 +466,7 @@ pub(super) fn supervise(
             return finish_failed(events, &spec, err.to_string(), status);
         }
     };
-    drive(child, session, false)
+    drive(child, session, None)
 }
 
 /// What every run of `spec` is given whatever its command: the policy,
@@ -496,8 +503,11 @@ pub(super) fn command_for(spec: &RunSpec, argv: &[String], session: &Session) ->
 }
 
 /// From a started sandbox to the run's result on the events socket; the
-/// report says whether the run was `warm`.
-pub(super) fn drive(child: crate::Child, session: &Session, warm: bool) -> i32 {
+/// report says whether the run was `warm` and, for a warm run whose exec
+/// was seen, `commit_to_exec_us`: from the supervisor's receipt of the run
+/// (`committed`) to the payload's execve, the latency a pooled run adds in
+/// front of its command.
+pub(super) fn drive(child: crate::Child, session: &Session, committed: Option<Instant>) -> i32 {
     let events = &session.events;
     let init_pid = child.id() as i32;
     // Init is this process's child and not yet waited for: its pid is
@@ -514,6 +524,7 @@ pub(super) fn drive(child: crate::Child, session: &Session, warm: bool) -> i32 {
     let mut driver = DaemonDriver {
         events: events.clone(),
         input,
+        executed_at: None,
     };
     let finished = child.wait_driven(&mut driver);
     let mut report = finished
@@ -522,7 +533,14 @@ pub(super) fn drive(child: crate::Child, session: &Session, warm: bool) -> i32 {
         .and_then(|report| serde_json::to_value(report).ok())
         .unwrap_or(serde_json::Value::Null);
     if let Some(fields) = report.as_object_mut() {
-        fields.insert("warm".into(), serde_json::Value::Bool(warm));
+        fields.insert("warm".into(), serde_json::Value::Bool(committed.is_some()));
+        if let (Some(committed), Some(executed)) = (committed, driver.executed_at) {
+            let micros = executed.saturating_duration_since(committed).as_micros();
+            fields.insert(
+                "commit_to_exec_us".into(),
+                u64::try_from(micros).unwrap_or(u64::MAX).into(),
+            );
+        }
     }
     let (status, error) = match &finished.result {
         Ok(status) => (status.as_shell_status(), None),

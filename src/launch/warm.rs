@@ -217,10 +217,10 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
         return 0;
     }
     let until = Instant::now() + idle;
-    let (run_spec, mut fds) = loop {
+    let waited = loop {
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            return discard(format!("unused for {} s", idle.as_secs()));
+            break Err(format!("unused for {} s", idle.as_secs()));
         }
         let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
             .unwrap_or(PollTimeout::MAX);
@@ -235,14 +235,28 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
         let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
         let (commanded, touched) = (ready(&polled[0]), ready(&polled[1]));
         if touched && fresh.changed() {
-            return discard("the project changed after the sandbox was prepared".into());
+            break Err("the project changed after the sandbox was prepared".into());
         }
         if commanded {
             match wire::receive::<ToWarm>(launcher.as_fd()) {
-                Ok((ToWarm::Commit { spec, .. }, fds)) => break (*spec, fds),
+                Ok((ToWarm::Commit { spec, .. }, fds)) => break Ok((*spec, fds, Instant::now())),
                 // Drained: dropping the child ends the sandbox.
                 Err(WireError::Closed) => return 0,
                 Err(err) => return discard(format!("the launcher's message: {err}")),
+            }
+        }
+    };
+    let (run_spec, mut fds, committed, warm_child) = match waited {
+        Ok((spec, fds, committed)) => (spec, fds, committed, Some(child)),
+        Err(reason) => {
+            drop(child);
+            let _ = discard(reason);
+            // The launcher may have handed a run over before it read the
+            // discard: that run is in the socket, ahead of the launcher's
+            // close, and is served cold rather than lost.
+            match wire::receive::<ToWarm>(launcher.as_fd()) {
+                Ok((ToWarm::Commit { spec, .. }, fds)) => (*spec, fds, Instant::now(), None),
+                Err(_) => return 0,
             }
         }
     };
@@ -254,21 +268,28 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
         return 125;
     };
     session.attach(events, log, run_spec.policy.limits.output);
-    let status = if fresh.changed() {
-        // A `.env` created since the walk would be visible, a protected
-        // file created since would not be pinned: the run goes cold.
-        let _ = discard("the project changed after the sandbox was prepared".into());
-        drop(child);
-        supervisor::supervise(run_spec, stdin, Identity::Caller(audit), &session)
-    } else {
-        commit(child, &run_spec, &project, stdin, audit, &ours, &session)
-            .unwrap_or_else(|(why, status)| session.failed(&run_spec, why, status))
+    let status = match warm_child {
+        Some(child) if !fresh.changed() => commit(
+            child, &run_spec, &project, stdin, audit, &ours, &session, committed,
+        )
+        .unwrap_or_else(|(why, status)| session.failed(&run_spec, why, status)),
+        still_warm => {
+            if still_warm.is_some() {
+                // A `.env` created since the walk would be visible, a
+                // protected file created since would not be pinned: the
+                // run goes cold.
+                let _ = discard("the project changed after the sandbox was prepared".into());
+                drop(still_warm);
+            }
+            supervisor::supervise(run_spec, stdin, Identity::Caller(audit), &session)
+        }
     };
     session.exit(status);
     0
 }
 
 /// Hand the waiting payload its command and see the run to its end.
+#[allow(clippy::too_many_arguments)]
 fn commit(
     mut child: crate::Child,
     spec: &RunSpec,
@@ -277,6 +298,7 @@ fn commit(
     audit: Option<std::fs::File>,
     sock: &OwnedFd,
     session: &Session,
+    committed: Instant,
 ) -> Result<i32, (String, i32)> {
     let refused = |err: crate::SpawnError| (err.to_string(), err.exit_status());
     let commit = crate::spawn::warm::Commit::resolve(
@@ -295,5 +317,5 @@ fn commit(
     commit
         .send(sock.as_fd(), [Some(stdin.as_fd()), None, None])
         .map_err(refused)?;
-    Ok(supervisor::drive(child, session, true))
+    Ok(supervisor::drive(child, session, Some(committed)))
 }
