@@ -3,6 +3,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+use crate::broker::terminal::{NestedCommand, NestedExit, NestedFailure, NestedRun, NestedRunner};
 use crate::profile::policy::{Enforcement, Policy};
 use crate::spawn::channel::PayloadExit;
 use crate::spawn::measure::{Measured, NamespaceState, View};
@@ -305,6 +306,10 @@ impl Command {
             secrets: self.secrets.clone(),
             skill: self.skill.clone(),
             verbose: self.verbose,
+            // terminal.run gets the same sandbox, never a weaker one.
+            nested: Some(std::sync::Arc::new(NestedSandbox {
+                policy: policy.clone(),
+            })),
         };
         let prepared = Prepared::new(&policy, spec, supervision)?;
         let inputs = StartInputs {
@@ -411,6 +416,59 @@ impl Child {
         Finished {
             result: outcome.map(|o| ExitStatus(o.exit)),
             report: Some(report),
+        }
+    }
+}
+
+/// The broker's `terminal.run` commands, each in a sandbox of the run's
+/// own policy.
+#[derive(Debug)]
+struct NestedSandbox {
+    policy: Policy,
+}
+
+impl NestedRunner for NestedSandbox {
+    fn start(&self, nested: NestedCommand<'_>) -> Result<Box<dyn NestedRun>, String> {
+        let Some((program, args)) = nested.argv.split_first() else {
+            return Err("the command is empty".into());
+        };
+        let mut command = Command::new(program, self.policy.clone());
+        command.args(args).project(nested.project);
+        if let Some(cwd) = nested.cwd {
+            command.current_dir(cwd);
+        }
+        for (name, value) in nested.env {
+            command.env(name, value);
+        }
+        let [stdin, stdout, stderr] = nested.stdio;
+        command
+            .stdin(Stdio::Fd(stdin))
+            .stdout(Stdio::Fd(stdout))
+            .stderr(Stdio::Fd(stderr));
+        match command.spawn() {
+            Ok(child) => Ok(Box::new(child)),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+}
+
+impl NestedRun for Child {
+    fn id(&self) -> u32 {
+        Child::id(self)
+    }
+
+    fn kill(&mut self) {
+        let _ = Child::kill(self);
+    }
+
+    fn wait(self: Box<Self>) -> Result<NestedExit, NestedFailure> {
+        match Child::wait(*self).result {
+            Ok(status) => Ok(NestedExit {
+                code: status.code(),
+                signal: status.signal(),
+            }),
+            Err(err @ SpawnError::Exec { .. }) => Err(NestedFailure::NotFound(err.to_string())),
+            Err(err) => Err(NestedFailure::Failed(err.to_string())),
         }
     }
 }

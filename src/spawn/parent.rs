@@ -649,7 +649,9 @@ fn start_cloned(
         }
     }
     broker.use_secrets(config.supervision.secrets.clone());
-    broker.use_nested_policy(config.policy.clone());
+    if let Some(runner) = &config.supervision.nested {
+        broker.use_nested_runner(runner.clone());
+    }
     // Far above any real client, low enough that a flooding sandbox cannot
     // keep the supervisor's core busy for free.
     broker.set_rate_limit(100_000.0, 200_000.0);

@@ -245,6 +245,9 @@ pub struct Supervision {
     pub skill: Option<SkillCaller>,
     /// Print each setup step on stderr as it happens (`sandbox run -v`).
     pub verbose: bool,
+    /// Who starts the broker's `terminal.run` commands (None: the broker
+    /// refuses them as not set up).
+    pub nested: Option<std::sync::Arc<dyn crate::broker::terminal::NestedRunner>>,
 }
 
 /// The supervisor's own configuration of a run: broker, audit, grants,
@@ -254,9 +257,7 @@ pub struct Supervision {
 pub struct RunConfig {
     /// The run's policy (tools exposed): its name for the report, the
     /// broker's decisions and hidden paths, the limits the supervisor
-    /// enforces (timeout, output cap, cgroup), and the policy of commands
-    /// the broker runs on the run's behalf (terminal.run gets the same
-    /// sandbox, never a weaker one).
+    /// enforces (timeout, output cap, cgroup).
     pub policy: Policy,
     /// How the caller wants the run supervised.
     pub supervision: Supervision,
