@@ -3,10 +3,12 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
+use crate::broker::terminal::{NestedCommand, NestedExit, NestedFailure, NestedRun, NestedRunner};
 use crate::profile::policy::{Enforcement, Policy};
 use crate::spawn::channel::PayloadExit;
 use crate::spawn::measure::{Measured, NamespaceState, View};
 use crate::spawn::parent::{self, Outcome};
+use crate::spawn::prepare::{StartInputs, Supervision};
 use crate::spawn::report::{
     CgroupReport, Enforced, ExitInfo, LandlockReport, Namespaces, Report, Resources, SeccompReport,
     UserReport,
@@ -258,8 +260,8 @@ impl Command {
     /// `std::process::Child`, dropping the handle without waiting kills the
     /// run: nothing of a sandboxed run outlives it.
     pub fn spawn(&mut self) -> Result<Child, SpawnError> {
-        let mut prepared = self.prepare()?;
-        let running = parent::start(&mut prepared)?;
+        let (mut prepared, inputs) = self.prepare()?;
+        let running = parent::start(&mut prepared, inputs)?;
         Ok(Child {
             running,
             prepared,
@@ -268,7 +270,9 @@ impl Command {
         })
     }
 
-    fn prepare(&mut self) -> Result<Prepared, SpawnError> {
+    /// The run's plan and configuration, and what its start consumes (the
+    /// descriptors and one-use handles given to this command).
+    fn prepare(&mut self) -> Result<(Prepared, StartInputs), SpawnError> {
         let project_explicit = self.project.is_some();
         let project = match self.project.clone() {
             Some(project) => project,
@@ -285,7 +289,7 @@ impl Command {
             project_explicit,
             cwd: self.cwd.clone(),
             env: self.env.clone(),
-            stdio: std::mem::take(&mut self.stdio),
+            dry_run: self.dry_run,
             read_only_extra: self.read_only_extra.clone(),
         };
         // Toolchains named in the profile become concrete read paths and
@@ -293,24 +297,33 @@ impl Command {
         let mut policy = self.policy.clone();
         crate::profile::tools::expose(&mut policy, crate::profile::tools::home().as_deref())
             .map_err(|err| SpawnError::Invalid(err.to_string()))?;
-        let mut prepared = Prepared::new(&policy, spec)?;
-        prepared.cgroup_parent = self.cgroup_parent.clone();
-        prepared.audit = self.audit.clone();
-        prepared.interactive = self.interactive;
-        prepared.asker = self.asker.take();
-        prepared.audit_file = self.audit_file.take();
-        prepared.grant_store = self.grant_store.clone();
-        prepared.secrets = self.secrets.clone();
-        prepared.skill = self.skill.clone();
-        prepared.verbose = self.verbose;
-        prepared.dry_run = self.dry_run;
-        prepared.warm_commit = self.warm_commit.take();
-        Ok(prepared)
+        let stdio = std::mem::take(&mut self.stdio);
+        let supervision = Supervision {
+            cgroup_parent: self.cgroup_parent.clone(),
+            audit: self.audit.clone(),
+            interactive: self.interactive,
+            grant_store: self.grant_store.clone(),
+            secrets: self.secrets.clone(),
+            skill: self.skill.clone(),
+            verbose: self.verbose,
+            // terminal.run gets the same sandbox, never a weaker one.
+            nested: Some(std::sync::Arc::new(NestedSandbox {
+                policy: policy.clone(),
+            })),
+        };
+        let prepared = Prepared::new(&policy, spec, supervision)?;
+        let inputs = StartInputs {
+            stdio,
+            warm_commit: self.warm_commit.take(),
+            asker: self.asker.take(),
+            audit_file: self.audit_file.take(),
+        };
+        Ok((prepared, inputs))
     }
 
     /// Run to completion and return the status with the full report.
     pub fn run(&mut self) -> Finished {
-        let mut prepared = match self.prepare() {
+        let (mut prepared, inputs) = match self.prepare() {
             Ok(prepared) => prepared,
             Err(err) => {
                 return Finished {
@@ -319,7 +332,7 @@ impl Command {
                 }
             }
         };
-        let (outcome, measured) = parent::run_measured(&mut prepared);
+        let (outcome, measured) = parent::run_measured(&mut prepared, inputs);
         let outcome = outcome.map_err(|err| where_on_host(err, &prepared));
         let report = build_report(
             &self.policy,
@@ -387,15 +400,7 @@ impl Child {
         self.command = commit.command_line();
         self.policy.limits.timeout = limits.timeout;
         self.policy.limits.output = limits.output;
-        let prepared = &mut self.prepared;
-        prepared.argv.clone_from(&commit.argv);
-        prepared.envp.clone_from(&commit.envp);
-        prepared.exec_candidates.clone_from(&commit.exec_candidates);
-        prepared.cwd.clone_from(&commit.cwd);
-        prepared.program = commit.program();
-        prepared.timeout = limits.timeout;
-        prepared.output_cap = limits.output;
-        self.running.commit_warm(prepared, audit);
+        self.running.commit_warm(commit, limits, audit);
     }
 
     fn finish(self, driver: Option<&mut dyn parent::Driver>) -> Finished {
@@ -411,6 +416,59 @@ impl Child {
         Finished {
             result: outcome.map(|o| ExitStatus(o.exit)),
             report: Some(report),
+        }
+    }
+}
+
+/// The broker's `terminal.run` commands, each in a sandbox of the run's
+/// own policy.
+#[derive(Debug)]
+struct NestedSandbox {
+    policy: Policy,
+}
+
+impl NestedRunner for NestedSandbox {
+    fn start(&self, nested: NestedCommand<'_>) -> Result<Box<dyn NestedRun>, String> {
+        let Some((program, args)) = nested.argv.split_first() else {
+            return Err("the command is empty".into());
+        };
+        let mut command = Command::new(program, self.policy.clone());
+        command.args(args).project(nested.project);
+        if let Some(cwd) = nested.cwd {
+            command.current_dir(cwd);
+        }
+        for (name, value) in nested.env {
+            command.env(name, value);
+        }
+        let [stdin, stdout, stderr] = nested.stdio;
+        command
+            .stdin(Stdio::Fd(stdin))
+            .stdout(Stdio::Fd(stdout))
+            .stderr(Stdio::Fd(stderr));
+        match command.spawn() {
+            Ok(child) => Ok(Box::new(child)),
+            Err(err) => Err(err.to_string()),
+        }
+    }
+}
+
+impl NestedRun for Child {
+    fn id(&self) -> u32 {
+        Child::id(self)
+    }
+
+    fn kill(&mut self) {
+        let _ = Child::kill(self);
+    }
+
+    fn wait(self: Box<Self>) -> Result<NestedExit, NestedFailure> {
+        match Child::wait(*self).result {
+            Ok(status) => Ok(NestedExit {
+                code: status.code(),
+                signal: status.signal(),
+            }),
+            Err(err @ SpawnError::Exec { .. }) => Err(NestedFailure::NotFound(err.to_string())),
+            Err(err) => Err(NestedFailure::Failed(err.to_string())),
         }
     }
 }
@@ -463,7 +521,7 @@ fn where_on_host(err: SpawnError, prepared: &Prepared) -> SpawnError {
                     "; it is {} on the host, outside the sandbox's view: add --tool {tool} (or `[tools] expose = [\"{tool}\"]` in the profile) to expose that toolchain read-only",
                     found.display()
                 ),
-                None if prepared.policy.filesystem.read.iter().any(|r| found.starts_with(r)) => {
+                None if prepared.config.policy.filesystem.read.iter().any(|r| found.starts_with(r)) => {
                     String::new()
                 }
                 None => format!(
@@ -499,10 +557,11 @@ fn build_report(
     // The payload set itself up up to exec: what it did is real even when
     // exec then failed.
     let reached_payload = view.is_some();
-    let mut warnings = prepared.warnings.clone();
+    let plan = prepared.plan();
+    let mut warnings = prepared.warnings();
     // What the run insisted on, which a run without namespaces raises to
     // required (Landlock is its only filesystem boundary).
-    let landlock = match (prepared.landlock, ok.and_then(|o| o.landlock)) {
+    let landlock = match (plan.landlock, ok.and_then(|o| o.landlock)) {
         (Enforcement::Off, _) => LandlockReport {
             requested: Enforcement::Off,
             abi: None,
@@ -520,7 +579,7 @@ fn build_report(
                 requested,
                 abi: Some(abi),
                 status: crate::landlock::status_name(status).into(),
-                rules: prepared.landlock_rules.len(),
+                rules: plan.landlock_rules.len(),
             }
         }
         (requested, None) => LandlockReport {
@@ -551,16 +610,16 @@ fn build_report(
             ));
         }
     }
-    let seccomp = match &prepared.seccomp {
+    let seccomp = match &plan.seccomp {
         None => SeccompReport {
-            requested: prepared.seccomp_enforcement,
+            requested: plan.seccomp_enforcement,
             mode: None,
             filter_sha256: None,
             instructions: 0,
             status: "off".into(),
         },
         Some(filter) => SeccompReport {
-            requested: prepared.seccomp_enforcement,
+            requested: plan.seccomp_enforcement,
             mode: filter.mode(),
             filter_sha256: Some(filter.sha256().to_string()),
             instructions: filter.instruction_count(),
@@ -589,7 +648,7 @@ fn build_report(
             path.display()
         ));
     }
-    if let Some(scan) = &prepared.scan {
+    if let Some(scan) = &prepared.config.scan {
         if !scan.outside_links.is_empty() {
             warnings.push(format!(
                 "{} file(s) hard-linked outside the project are read-only in this run (e.g. {})",
@@ -604,7 +663,7 @@ fn build_report(
             path.display()
         ));
     }
-    let host = prepared.confinement.host.as_ref();
+    let host = prepared.started.confinement.host.as_ref();
     let measured = view.map(|view| Measured::new(view, host));
     if let Some(measured) = &measured {
         warnings.extend(measurement_warnings(prepared, measured, &seccomp));
@@ -629,22 +688,23 @@ fn build_report(
         isolation: reached_payload.then(|| crate::spawn::no_namespaces::Isolation::of(prepared)),
         namespaces,
         user: view.map(|view| UserReport {
-            inside_uid: view.uid.map_or(prepared.ids.inside_uid, |uid| uid as u32),
-            host_uid: prepared.ids.host_uid,
-            inside_gid: view.gid.map_or(prepared.ids.inside_gid, |gid| gid as u32),
-            host_gid: prepared.ids.host_gid,
-            idmapped_trees: prepared.idmapped.len(),
+            inside_uid: view.uid.map_or(plan.ids.inside_uid, |uid| uid as u32),
+            host_uid: plan.ids.host_uid,
+            inside_gid: view.gid.map_or(plan.ids.inside_gid, |gid| gid as u32),
+            host_gid: plan.ids.host_gid,
+            idmapped_trees: plan.idmapped.len(),
         }),
-        network: reached_payload.then_some(prepared.network),
+        network: reached_payload.then_some(plan.network),
         landlock,
         seccomp,
         capabilities: view.and_then(Measured::capability_names),
         no_new_privs: measured.as_ref().and_then(|m| m.no_new_privs),
         // The payload sets them before it measures; a run that stopped
         // earlier applied none.
-        rlimits: prepared
+        rlimits: plan
             .rlimits
             .iter()
+            .chain(&prepared.started.fallback_rlimits)
             .filter(|_| reached_payload)
             .map(|(r, v)| (format!("{r:?}"), *v))
             .collect(),
@@ -653,15 +713,18 @@ fn build_report(
             version: c.version,
             controllers: c.controllers.clone(),
             paths: c.paths.clone(),
-            memory: prepared.cgroup_limits.memory,
-            pids: prepared.cgroup_limits.pids,
-            cpu: prepared.cgroup_limits.cpu,
+            memory: prepared.config.cgroup_limits().memory,
+            pids: prepared.config.cgroup_limits().pids,
+            cpu: prepared.config.cgroup_limits().cpu,
         }),
-        timeout_s: prepared
+        // The caller's policy: a warm run's limits are its commit's.
+        timeout_s: policy
+            .limits
             .timeout
             .filter(|_| started || reached_payload)
             .map(|t| t.as_secs_f64()),
         project_view: prepared
+            .config
             .scan
             .as_ref()
             .filter(|_| reached_payload)
@@ -695,9 +758,9 @@ fn build_report(
     };
     Report {
         version: 1,
-        profile: prepared.profile_name.clone(),
+        profile: prepared.config.policy.name.clone(),
         command,
-        project: prepared.project.clone(),
+        project: plan.project.clone(),
         exit,
         error,
         wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
@@ -721,7 +784,7 @@ fn measurement_warnings(
     seccomp: &SeccompReport,
 ) -> Vec<String> {
     let mut warnings = Vec::new();
-    let expected = &prepared.confinement;
+    let expected = &prepared.started.confinement;
     for (i, (name, _)) in crate::spawn::measure::NAMESPACES.iter().enumerate() {
         match measured.namespaces.get(*name) {
             Some(NamespaceState::Shared) if expected.new_namespaces[i] => warnings.push(format!(

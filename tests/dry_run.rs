@@ -1,10 +1,11 @@
-//! The dry run `doctor` relies on ([`sandbox::spawn::Prepared::dry_run`]):
+//! The dry run `doctor` relies on ([`sandbox::spawn::SpawnSpec::dry_run`]):
 //! every step is set up and nothing is executed.
 //!
 //! Cloning is only sound from a single-threaded process and libtest runs
 //! tests on threads, so this binary has no harness: `main` runs the test
 //! on the main thread.
 use sandbox::spawn::channel::PayloadExit;
+use sandbox::spawn::prepare::StartInputs;
 use sandbox::spawn::{parent, Prepared, SpawnSpec};
 
 /// A command that would leave a file in the project leaves none, and the
@@ -19,16 +20,19 @@ fn dry_run_sets_up_and_never_executes() {
         project_explicit: true,
         cwd: None,
         env: Vec::new(),
+        dry_run: true,
+        read_only_extra: Vec::new(),
+    };
+    let mut prepared = Prepared::new(&policy, spec, Default::default()).expect("prepares");
+    let inputs = StartInputs {
         stdio: [
             sandbox::Stdio::Null,
             sandbox::Stdio::Null,
             sandbox::Stdio::Null,
         ],
-        read_only_extra: Vec::new(),
+        ..Default::default()
     };
-    let mut prepared = Prepared::new(&policy, spec).expect("prepares");
-    prepared.dry_run = true;
-    let outcome = match parent::run(&mut prepared) {
+    let outcome = match parent::run(&mut prepared, inputs) {
         Ok(outcome) => outcome,
         Err(err) => {
             assert!(

@@ -132,7 +132,7 @@ pub struct Broker {
     pub by_action: BTreeMap<String, u64>,
     program: Option<Program>,
     secrets: Secrets,
-    nested: Option<crate::profile::policy::Policy>,
+    nested: Option<std::sync::Arc<dyn super::terminal::NestedRunner>>,
     rate: Option<RateLimit>,
     invocations: Invocations,
     /// Prefix for the peer's `log` notifications on stderr; None: not shown.
@@ -254,9 +254,10 @@ impl Broker {
         });
     }
 
-    /// Run terminal.run commands in sandboxes of this policy (the caller's).
-    pub fn use_nested_policy(&mut self, policy: crate::profile::policy::Policy) {
-        self.nested = Some(policy);
+    /// Run terminal.run commands with `runner` (sandboxes of the caller's
+    /// own policy).
+    pub fn use_nested_runner(&mut self, runner: std::sync::Arc<dyn super::terminal::NestedRunner>) {
+        self.nested = Some(runner);
     }
 
     /// No job of this broker runs past `deadline` (the run's timeout).
@@ -792,7 +793,7 @@ impl Broker {
                 let run: RunParams = typed(action, params)?;
                 record.target = run.argv.first().cloned();
                 self.gate(action, record.target.clone().as_deref(), record)?;
-                let policy = self
+                let runner = self
                     .nested
                     .clone()
                     .ok_or_else(|| fail(code::INTERNAL_ERROR, "terminal.run is not set up"))?;
@@ -806,7 +807,7 @@ impl Broker {
                     None => None,
                 };
                 let job = Job::start(
-                    policy,
+                    runner,
                     self.resolver.project_path(),
                     cwd,
                     run,

@@ -4,10 +4,14 @@
 //! timeout or the run's deadline (whichever is first), and its output is
 //! capped; meanwhile the run's timeout, signal forwarding and output relay
 //! go on.
+//!
+//! The broker does not start sandboxes itself: whoever runs the broker
+//! gives it a [`NestedRunner`] (the library's `Command`, with the run's own
+//! policy), so the broker stays below the spawn path it serves.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -43,6 +47,57 @@ pub struct RunParams {
     /// Fed to the command's stdin.
     #[serde(default)]
     pub stdin: String,
+}
+
+/// A command `terminal.run` starts: the broker has checked and resolved it.
+#[derive(Debug)]
+pub struct NestedCommand<'a> {
+    /// Program and arguments (never empty).
+    pub argv: &'a [String],
+    /// The project root, the nested sandbox's project too.
+    pub project: &'a Path,
+    /// The working directory, beneath the project root.
+    pub cwd: Option<PathBuf>,
+    /// Extra environment (no variable that loads code).
+    pub env: &'a BTreeMap<String, String>,
+    /// stdin, stdout and stderr: the job's pipes.
+    pub stdio: [OwnedFd; 3],
+}
+
+/// Starts `terminal.run` commands, each in a sandbox no weaker than the
+/// caller's own.
+pub trait NestedRunner: std::fmt::Debug + Send + Sync {
+    /// Start `command`; the error says why it did not start.
+    fn start(&self, command: NestedCommand<'_>) -> Result<Box<dyn NestedRun>, String>;
+}
+
+/// A started nested command.
+pub trait NestedRun: Send {
+    /// The host pid to wait on: every process of the nested run is gone
+    /// once it has exited.
+    fn id(&self) -> u32;
+    /// End the nested run now (its timeout).
+    fn kill(&mut self);
+    /// Wait for the end of the nested run (it has exited).
+    fn wait(self: Box<Self>) -> Result<NestedExit, NestedFailure>;
+}
+
+/// How a nested command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NestedExit {
+    /// Its exit code, unless a signal ended it.
+    pub code: Option<i32>,
+    /// The signal that ended it.
+    pub signal: Option<i32>,
+}
+
+/// Why a nested command did not run to its end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NestedFailure {
+    /// The program was not found or could not be executed.
+    NotFound(String),
+    /// Anything else (a layer the policy requires, a setup step).
+    Failed(String),
 }
 
 /// One captured stream.
@@ -90,7 +145,7 @@ impl Capture {
 
 /// A running `terminal.run`.
 pub struct Job {
-    child: Option<crate::Child>,
+    child: Option<Box<dyn NestedRun>>,
     pid: Pid,
     stdout: Capture,
     stderr: Capture,
@@ -128,11 +183,11 @@ fn set_nonblocking(fd: &OwnedFd) -> Result<(), Failure> {
 }
 
 impl Job {
-    /// Start `params.argv` under `policy` in `project` (working directory
+    /// Start `params.argv` with `runner` in `project` (working directory
     /// `cwd`, already resolved beneath it), ending by `run_deadline` at the latest.
     pub fn start(
-        policy: crate::profile::policy::Policy,
-        project: &std::path::Path,
+        runner: std::sync::Arc<dyn NestedRunner>,
+        project: &Path,
         cwd: Option<PathBuf>,
         params: RunParams,
         run_deadline: Option<Instant>,
@@ -162,30 +217,26 @@ impl Job {
         if let Some(run) = run_deadline {
             deadline = deadline.min(run);
         }
-        let mut command = crate::Command::new(&params.argv[0], policy);
-        command.args(&params.argv[1..]).project(project);
-        if let Some(cwd) = cwd {
-            command.current_dir(cwd);
-        }
-        for (name, value) in &params.env {
-            command.env(name, value);
-        }
         let (out_r, out_w) = nonblocking_pipe()?;
         let (err_r, err_w) = nonblocking_pipe()?;
         let (in_r, in_w) = nonblocking_pipe()?;
         for fd in [&out_r, &err_r, &in_w] {
             set_nonblocking(fd)?;
         }
-        command
-            .stdin(crate::Stdio::Fd(in_r))
-            .stdout(crate::Stdio::Fd(out_w))
-            .stderr(crate::Stdio::Fd(err_w));
-        let child = command.spawn().map_err(|e| {
-            fail(
-                code::INTERNAL_ERROR,
-                format!("starting {}: {e}", params.argv[0]),
-            )
-        })?;
+        let child = runner
+            .start(NestedCommand {
+                argv: &params.argv,
+                project,
+                cwd,
+                env: &params.env,
+                stdio: [in_r, out_w, err_w],
+            })
+            .map_err(|e| {
+                fail(
+                    code::INTERNAL_ERROR,
+                    format!("starting {}: {e}", params.argv[0]),
+                )
+            })?;
         let pid = Pid::from_raw(child.id() as i32);
         Ok(Job {
             child: Some(child),
@@ -245,7 +296,7 @@ impl Job {
         if !self.timed_out && Instant::now() >= self.deadline {
             self.timed_out = true;
             if let Some(child) = &mut self.child {
-                let _ = child.kill();
+                child.kill();
             }
         }
         // WNOWAIT: only look; the run's own wait below reaps init.
@@ -266,14 +317,14 @@ impl Job {
         Some(self.result(finished))
     }
 
-    fn result(&self, finished: crate::Finished) -> Result<Value, Failure> {
-        let status = finished.result.map_err(|e| match &e {
-            crate::SpawnError::Exec { .. } => fail(code::NOT_FOUND, e.to_string()),
-            _ => fail(code::INTERNAL_ERROR, e.to_string()),
+    fn result(&self, finished: Result<NestedExit, NestedFailure>) -> Result<Value, Failure> {
+        let status = finished.map_err(|e| match e {
+            NestedFailure::NotFound(message) => fail(code::NOT_FOUND, message),
+            NestedFailure::Failed(message) => fail(code::INTERNAL_ERROR, message),
         })?;
         Ok(json!({
-            "exit_code": status.code(),
-            "signal": status.signal(),
+            "exit_code": status.code,
+            "signal": status.signal,
             "timed_out": self.timed_out,
             "stdout": String::from_utf8_lossy(&self.stdout.data),
             "stderr": String::from_utf8_lossy(&self.stderr.data),

@@ -2,7 +2,7 @@
 //! profile can run here.
 //!
 //! The verdict is not a guess from the probes: each profile is started on
-//! the real spawn path with a dry run ([`Prepared::dry_run`]): every
+//! the real spawn path with a dry run ([`ChildPlan::dry_run`](crate::spawn::prepare::ChildPlan::dry_run)): every
 //! namespace, mount, id map, cgroup, Landlock rule and the seccomp filter is
 //! set up as for `sandbox run`, and the payload exits instead of executing.
 //! A profile "can run" only when that succeeded; otherwise doctor prints the

@@ -18,7 +18,7 @@ use nix::sys::stat::Mode;
 use super::channel;
 use super::failed::{Failed, StepExt, SETUP_FAILED};
 use super::measure;
-use super::prepare::{Prepared, Stdio};
+use super::prepare::{ChildPlan, Handover, Stdio};
 use super::Step;
 use crate::profile::policy::Enforcement;
 use crate::sys::clone::ClonedChild;
@@ -27,7 +27,12 @@ use crate::sys::clone::ClonedChild;
 pub const EXEC_FAILED: i32 = 127;
 
 /// The payload's entry point after fork. Never returns on success (execve).
-pub fn main(prepared: &Prepared, report: BorrowedFd<'_>, cloned: &ClonedChild) -> i32 {
+pub fn main(
+    plan: &ChildPlan,
+    handover: &Handover,
+    report: BorrowedFd<'_>,
+    cloned: &ClonedChild,
+) -> i32 {
     // Fds 0 to 3 are about to be overwritten (stdio, the broker channel at
     // 3): the report pipe must not be one of them.
     let moved;
@@ -42,7 +47,7 @@ pub fn main(prepared: &Prepared, report: BorrowedFd<'_>, cloned: &ClonedChild) -
     } else {
         report
     };
-    match run(prepared, report, cloned) {
+    match run(plan, handover, report, cloned) {
         Ok(Ready::DryRun) => 0,
         Err(failed) => {
             channel::report_failure(report, failed.step, failed.errno, failed.detail);
@@ -57,12 +62,13 @@ pub fn main(prepared: &Prepared, report: BorrowedFd<'_>, cloned: &ClonedChild) -
 
 /// How the setup ended without an error (a successful execve never returns).
 enum Ready {
-    /// [`Prepared::dry_run`]: set up, not executed.
+    /// [`ChildPlan::dry_run`]: set up, not executed.
     DryRun,
 }
 
 fn run<'a>(
-    prepared: &'a Prepared,
+    plan: &'a ChildPlan,
+    handover: &'a Handover,
     report: BorrowedFd<'_>,
     cloned: &ClonedChild,
 ) -> Result<Ready, Failed<'a>> {
@@ -73,7 +79,7 @@ fn run<'a>(
     sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None)
         .step(Step::SignalReset, b"")?;
 
-    for (target, stdio) in prepared.stdio.iter().enumerate() {
+    for (target, stdio) in handover.stdio.iter().enumerate() {
         let target = target as i32;
         match stdio {
             // The supervisor turned SupervisorStderr into a descriptor.
@@ -93,21 +99,21 @@ fn run<'a>(
             Stdio::Fd(fd) => redirect(fd.as_fd(), target)?,
         }
     }
-    if let Some(ipc) = &prepared.ipc {
+    if let Some(ipc) = &handover.ipc {
         cloned
             .place(ipc.as_fd(), 3)
             .step(Step::CloseDescriptors, b"broker")?;
     }
     // Anything else the supervisor's own parent leaked to it must not reach
     // the command (the report pipe is already close-on-exec).
-    let first_closed = if prepared.ipc.is_some() { 4 } else { 3 };
+    let first_closed = if handover.ipc.is_some() { 4 } else { 3 };
     crate::sys::fd::cloexec_from(first_closed).step(Step::CloseDescriptors, b"")?;
 
-    nix::unistd::chdir(prepared.cwd.as_c_str()).step(Step::Chdir, prepared.cwd.to_bytes())?;
-    if let Some(cpus) = prepared.cgroup_limits.cpu {
+    nix::unistd::chdir(plan.cwd.as_c_str()).step(Step::Chdir, plan.cwd.to_bytes())?;
+    if let Some(cpus) = plan.cpu_share {
         visible_cpus(cpus);
     }
-    for (resource, limit) in &prepared.rlimits {
+    for (resource, limit) in plan.rlimits.iter().chain(&handover.fallback_rlimits) {
         // An unprivileged caller cannot raise a hard limit: a limit above
         // the inherited one (`--pids 4194304` as RLIMIT_NPROC) is already
         // stricter than asked, so keep the inherited one instead of failing.
@@ -119,7 +125,7 @@ fn run<'a>(
             .step(Step::Rlimit, resource_name(*resource))?;
     }
 
-    let dropped = if prepared.no_namespaces.is_some() {
+    let dropped = if !plan.namespaces {
         crate::caps::drop_all_available().map(drop)
     } else {
         crate::caps::drop_all()
@@ -134,11 +140,11 @@ fn run<'a>(
     })?;
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).step(Step::ParentDeathSignal, b"")?;
 
-    if prepared.landlock != Enforcement::Off {
-        match crate::landlock::apply(&prepared.landlock_rules) {
+    if plan.landlock != Enforcement::Off {
+        match crate::landlock::apply(&plan.landlock_rules) {
             Ok(applied) => {
                 channel::report_landlock(report, applied.abi, applied.status);
-                if prepared.landlock == Enforcement::Required && applied.status != 2 {
+                if plan.landlock == Enforcement::Required && applied.status != 2 {
                     return Err(Failed {
                         step: Step::LandlockNotEnforced,
                         errno: Errno::EPERM,
@@ -146,7 +152,7 @@ fn run<'a>(
                     });
                 }
             }
-            Err(failure) if prepared.landlock == Enforcement::Required => {
+            Err(failure) if plan.landlock == Enforcement::Required => {
                 return Err(Failed {
                     step: Step::Landlock,
                     errno: failure.errno,
@@ -158,10 +164,10 @@ fn run<'a>(
     }
 
     let mut seccomp_installed = false;
-    if let Some(filter) = &prepared.seccomp {
+    if let Some(filter) = &plan.seccomp {
         match crate::sys::seccomp::install_filters(filter.programs()) {
             Ok(()) => seccomp_installed = true,
-            Err(errno) if prepared.seccomp_enforcement == Enforcement::Required => {
+            Err(errno) if plan.seccomp_enforcement == Enforcement::Required => {
                 return Err(Failed {
                     step: Step::Seccomp,
                     errno,
@@ -173,12 +179,12 @@ fn run<'a>(
     }
 
     // A warm sandbox learns its command only now, under every layer.
-    let command = match &prepared.warm_commit {
-        Some(sock) => super::warm::wait_for_commit(sock.as_fd(), &prepared.project)?.command(),
-        None => prepared.command(),
+    let command = match &handover.warm_commit {
+        Some(sock) => super::warm::wait_for_commit(sock.as_fd(), &plan.project)?.command(),
+        None => plan.command(),
     };
-    measure_and_verify(prepared, report, seccomp_installed)?;
-    if prepared.dry_run {
+    measure_and_verify(handover, report, seccomp_installed)?;
+    if plan.dry_run {
         // Every step that could refuse has run; init's _exit takes this status.
         return Ok(Ready::DryRun);
     }
@@ -208,13 +214,13 @@ fn run<'a>(
 /// contradicts what every run requires. Last before execve, after seccomp,
 /// so the view is the one the command starts with.
 fn measure_and_verify<'a>(
-    prepared: &'a Prepared,
+    handover: &'a Handover,
     report: BorrowedFd<'_>,
     seccomp_installed: bool,
 ) -> Result<(), Failed<'a>> {
     let view = measure::read_own_view();
     channel::report_view(report, &view);
-    let mut expected = prepared.confinement;
+    let mut expected = handover.confinement;
     if !seccomp_installed {
         expected.seccomp_programs = 0;
     }

@@ -20,7 +20,7 @@ use nix::unistd::{Gid, Pid, Uid};
 
 use super::channel::{self, PayloadExit, MAX_PASSED_FDS};
 use super::failed::{Failed, StepExt, SETUP_FAILED};
-use super::prepare::{MountOp, NodeKind, Prepared};
+use super::prepare::{ChildPlan, Handover, MountOp, NodeKind};
 use super::Step;
 use crate::profile::policy::NetworkMode;
 use crate::sys::clone::ClonedChild;
@@ -41,11 +41,11 @@ pub struct InitFds<'a> {
 }
 
 /// Init's entry point after clone. Returns its exit status.
-pub fn main(prepared: &Prepared, fds: &InitFds<'_>, cloned: &ClonedChild) -> i32 {
+pub fn main(plan: &ChildPlan, handover: &Handover, fds: &InitFds<'_>, cloned: &ClonedChild) -> i32 {
     for fd in fds.supervisor_ends {
         let _ = nix::unistd::close(fd);
     }
-    match run(prepared, fds, cloned) {
+    match run(plan, handover, fds, cloned) {
         Ok(status) => status,
         Err(Some(failed)) => {
             channel::report_failure(fds.report, failed.step, failed.errno, failed.detail);
@@ -57,7 +57,8 @@ pub fn main(prepared: &Prepared, fds: &InitFds<'_>, cloned: &ClonedChild) -> i32
 }
 
 fn run<'a>(
-    prepared: &'a Prepared,
+    plan: &'a ChildPlan,
+    handover: &'a Handover,
     fds: &InitFds<'_>,
     cloned: &ClonedChild,
 ) -> Result<i32, Option<Failed<'a>>> {
@@ -80,13 +81,13 @@ fn run<'a>(
         }
     }
 
-    if prepared.ids.root_mode {
+    if plan.ids.root_mode {
         // A map alone does not change the credentials of a running process:
         // until these calls, this process still has host uid 0 and host
         // root's supplementary groups.
         nix::unistd::setgroups(&[]).step(Step::DropGroups, b"")?;
-        let gid = Gid::from_raw(prepared.ids.inside_gid);
-        let uid = Uid::from_raw(prepared.ids.inside_uid);
+        let gid = Gid::from_raw(plan.ids.inside_gid);
+        let uid = Uid::from_raw(plan.ids.inside_uid);
         nix::unistd::setresgid(gid, gid, gid).step(Step::SetIds, b"gid")?;
         nix::unistd::setresuid(uid, uid, uid).step(Step::SetIds, b"uid")?;
         nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).step(Step::ParentDeathSignal, b"")?;
@@ -105,13 +106,13 @@ fn run<'a>(
     // Its own process group, so a terminal's ^C reaches only the supervisor,
     // which forwards it once (the payload would otherwise see it twice).
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).step(Step::ProcessGroup, b"")?;
-    let without_namespaces = prepared.no_namespaces.is_some();
+    let without_namespaces = !plan.namespaces;
     if without_namespaces {
         prepare_reaper(fds.sync)?;
     } else {
-        build_root(prepared, &mut trees)?;
+        build_root(plan, &mut trees)?;
 
-        if prepared.network == NetworkMode::Loopback {
+        if plan.network == NetworkMode::Loopback {
             crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
         }
         if let Err(errno) = nix::unistd::sethostname("sandbox") {
@@ -149,7 +150,7 @@ fn run<'a>(
     // before clone) until forwarding is in place, so none is lost.
     let (payload, _pidfd) =
         crate::sys::clone::clone_into_namespaces(CloneFlags::empty(), |payload_child| {
-            super::child::main(prepared, fds.report, payload_child)
+            super::child::main(plan, handover, fds.report, payload_child)
         })
         .step(Step::ForkPayload, b"")?;
     crate::sys::signal::forward_signals_to(payload).step(Step::SignalForwarding, b"")?;
@@ -468,7 +469,7 @@ const DEV_LINKS: [(&CStr, &CStr); 4] = [
 /// at /newroot; a final pivot_root(".", ".") plus a lazy unmount removes the
 /// host tree from this mount namespace entirely.
 fn build_root<'a>(
-    prepared: &'a Prepared,
+    plan: &'a ChildPlan,
     trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
 ) -> Result<(), Failed<'a>> {
     let rec_private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
@@ -496,7 +497,7 @@ fn build_root<'a>(
     for dir in [c"/newroot/tmp", c"/newroot/proc", c"/newroot/dev"] {
         mkdir_if_missing(dir)?;
     }
-    tmpfs(c"/newroot/tmp", nosuid_nodev, &prepared.tmp_options).step(Step::MountTmp, b"/tmp")?;
+    tmpfs(c"/newroot/tmp", nosuid_nodev, &plan.tmp_options).step(Step::MountTmp, b"/tmp")?;
     mount(
         Some("proc"),
         "/newroot/proc",
@@ -505,9 +506,9 @@ fn build_root<'a>(
         NONE,
     )
     .step(Step::MountProc, b"/proc")?;
-    build_dev(prepared)?;
+    build_dev(plan)?;
 
-    for dir in &prepared.mount_dirs {
+    for dir in &plan.mount_dirs {
         mkdir_if_missing(dir)?;
     }
     let read_only = MountAttrs {
@@ -522,7 +523,7 @@ fn build_root<'a>(
         nodev: true,
         noexec: false,
     };
-    for op in &prepared.mounts {
+    for op in &plan.mounts {
         match op {
             MountOp::Bind {
                 source,
@@ -610,7 +611,7 @@ fn build_root<'a>(
         }
     }
 
-    provide_etc(prepared)?;
+    provide_etc(plan)?;
 
     mount(
         NONE,
@@ -632,11 +633,11 @@ fn build_root<'a>(
 /// of whatever the profile shows in /etc; and `/etc/mtab`, which `df` and
 /// `mount` read, as the link to the run's own mount table that it is on
 /// current distributions.
-fn provide_etc(prepared: &Prepared) -> Result<(), Failed<'static>> {
+fn provide_etc(plan: &ChildPlan) -> Result<(), Failed<'static>> {
     use nix::fcntl::{open, OFlag};
     mkdir_if_missing(c"/newroot/etc")?;
     let ro = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
-    for file in &prepared.etc {
+    for file in &plan.etc {
         let target = file.target;
         let failed = |step, errno| Failed {
             step,
@@ -699,7 +700,7 @@ fn write_file(path: &CStr, content: &[u8]) -> Result<(), Errno> {
     Ok(())
 }
 
-fn build_dev<'a>(prepared: &'a Prepared) -> Result<(), Failed<'a>> {
+fn build_dev<'a>(plan: &'a ChildPlan) -> Result<(), Failed<'a>> {
     let flags = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
     tmpfs(c"/newroot/dev", flags, c"mode=0755,size=64k").step(Step::MountDev, b"/dev")?;
     for (source, target) in DEV_NODES {
@@ -716,7 +717,7 @@ fn build_dev<'a>(prepared: &'a Prepared) -> Result<(), Failed<'a>> {
     tmpfs(
         c"/newroot/dev/shm",
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-        &prepared.tmp_options,
+        &plan.tmp_options,
     )
     .step(Step::MountDev, b"/dev/shm")?;
     // A devpts instance of the run's own (`newinstance`): programs that

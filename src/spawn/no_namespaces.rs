@@ -40,7 +40,7 @@ use nix::errno::Errno;
 use nix::sched::CloneFlags;
 use serde::Serialize;
 
-use super::prepare::{NoNamespaces, Prepared, SANDBOX_BIN_DIR};
+use super::prepare::{ChildPlan, NoNamespaces, Prepared, SANDBOX_BIN_DIR};
 use super::SpawnError;
 use crate::landlock::LandlockAccess;
 use crate::profile::policy::{Enforcement, NetworkMode, ProjectAccess};
@@ -114,7 +114,7 @@ pub struct Isolation {
 impl Isolation {
     /// The isolation of the run `prepared` describes.
     pub fn of(prepared: &Prepared) -> Isolation {
-        match &prepared.no_namespaces {
+        match &prepared.started.no_namespaces {
             None => Isolation {
                 namespaces: "all",
                 view: "mount-namespace",
@@ -173,22 +173,24 @@ fn name_paths(paths: &[PathBuf]) -> String {
     out.join(", ")
 }
 
-/// Turn `prepared`, planned for namespaces, into a run without them, or
-/// refuse. `reason` says why there are none (for messages and the report).
-pub fn enter(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> {
-    let policy = prepared.policy.clone();
+/// The run without namespaces that stands in for `prepared`'s planned one,
+/// with a plan of its own, or a refusal. `reason` says why there are none
+/// (for messages and the report). The planned run is left as it is.
+pub fn plan_without(prepared: &Prepared, reason: String) -> Result<NoNamespaces, SpawnError> {
+    let policy = &prepared.config.policy;
+    let planned = &prepared.planned;
     check_landlock(&reason)?;
     refuse_what_cannot_be_hidden(prepared, &reason)?;
 
     let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
-    let snapshot = match (&prepared.scan, project_writable) {
+    let snapshot = match (&prepared.config.scan, project_writable) {
         (Some(scan), true) => {
             let mut paths: Vec<PathBuf> = scan.protected.iter().map(|f| f.path.clone()).collect();
             paths.extend(scan.protected_links.iter().cloned());
             if paths.is_empty() {
                 None
             } else {
-                let snapshot = crate::project::quarantine::snapshot(&prepared.project, &paths)
+                let snapshot = crate::project::quarantine::snapshot(&planned.project, &paths)
                     .map_err(|source| NoNamespacesError::Snapshot {
                         why: reason.clone(),
                         source,
@@ -201,11 +203,18 @@ pub fn enter(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> 
 
     let private_tmp = private_tmp()?;
     // From here on a failure must not leave the directory behind.
-    let result = plan(prepared, &policy, &private_tmp, &reason);
-    if let Err(err) = result {
-        let _ = std::fs::remove_dir_all(&private_tmp);
-        return Err(err);
-    }
+    let plan = match plan(
+        planned,
+        &prepared.config.read_only_extra,
+        policy,
+        &private_tmp,
+    ) {
+        Ok(plan) => plan,
+        Err(err) => {
+            let _ = std::fs::remove_dir_all(&private_tmp);
+            return Err(err);
+        }
+    };
     let mut not_promised = vec![
         "pid isolation: host processes are visible in /proc (their command lines; Landlock keeps their memory, environment and descriptors closed and blocks signals to them)".to_owned(),
         format!(
@@ -234,18 +243,25 @@ pub fn enter(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> 
             "a separate uid: the command runs as your uid {uid}"
         ));
     }
-    prepared.warnings.push(format!(
-        "running without namespaces ({reason}): the filesystem view is Landlock rules only; not promised: {}. For full isolation: {}",
-        not_promised.join("; "),
-        enable_userns_fix()
-    ));
-    prepared.no_namespaces = Some(NoNamespaces {
+    Ok(NoNamespaces {
+        plan,
         reason,
         private_tmp,
         snapshot,
         not_promised,
-    });
-    Ok(())
+    })
+}
+
+impl NoNamespaces {
+    /// What the run's report and output say about it.
+    pub fn warning(&self) -> String {
+        format!(
+            "running without namespaces ({}): the filesystem view is Landlock rules only; not promised: {}. For full isolation: {}",
+            self.reason,
+            self.not_promised.join("; "),
+            enable_userns_fix()
+        )
+    }
 }
 
 fn check_landlock(reason: &str) -> Result<(), SpawnError> {
@@ -275,10 +291,10 @@ fn check_landlock(reason: &str) -> Result<(), SpawnError> {
 /// Secrets, hidden paths inside what the run can reach, and hard links out
 /// of the project: none can be kept from the payload by Landlock alone.
 fn refuse_what_cannot_be_hidden(prepared: &Prepared, reason: &str) -> Result<(), SpawnError> {
-    let policy = &prepared.policy;
-    let project = &prepared.project;
+    let policy = &prepared.config.policy;
+    let project = &prepared.planned.project;
     let mut secrets: Vec<PathBuf> = Vec::new();
-    if let Some(scan) = &prepared.scan {
+    if let Some(scan) = &prepared.config.scan {
         secrets.extend(scan.secrets.iter().map(|f| f.path.clone()));
     }
     let reachable: Vec<&PathBuf> = std::iter::once(project)
@@ -314,7 +330,7 @@ fn refuse_what_cannot_be_hidden(prepared: &Prepared, reason: &str) -> Result<(),
         }
         .into());
     }
-    if let Some(scan) = &prepared.scan {
+    if let Some(scan) = &prepared.config.scan {
         let writable = policy.filesystem.project == ProjectAccess::ReadWrite;
         if writable
             && policy.filesystem.hardlinks != HardlinkPolicy::Allow
@@ -392,12 +408,16 @@ fn grant_except(
     Ok(())
 }
 
+/// The plan of a run without namespaces, from `planned`: host paths under
+/// Landlock instead of a root of mounts, /tmp and the sandbox binary at
+/// their places in the private directory, the filter standing in for the
+/// namespaces.
 fn plan(
-    prepared: &mut Prepared,
+    planned: &ChildPlan,
+    read_only_extra: &[(PathBuf, PathBuf)],
     policy: &crate::profile::policy::Policy,
     private_tmp: &Path,
-    _reason: &str,
-) -> Result<(), SpawnError> {
+) -> Result<ChildPlan, SpawnError> {
     let hidden: Vec<PathBuf> = policy
         .filesystem
         .hide
@@ -416,15 +436,15 @@ fn plan(
     for path in readable {
         grant_except(path, LandlockAccess::ReadExec, &hidden, &mut rules)?;
     }
-    for (host, _) in &prepared.read_only_extra {
+    for (host, _) in read_only_extra {
         rules.push((cstring(host)?, LandlockAccess::ReadExec));
     }
     match policy.filesystem.project {
         ProjectAccess::ReadWrite => {
-            rules.push((cstring(&prepared.project)?, LandlockAccess::ReadWrite))
+            rules.push((cstring(&planned.project)?, LandlockAccess::ReadWrite))
         }
         ProjectAccess::ReadOnly => {
-            rules.push((cstring(&prepared.project)?, LandlockAccess::ReadExec))
+            rules.push((cstring(&planned.project)?, LandlockAccess::ReadExec))
         }
         ProjectAccess::Empty => {}
     }
@@ -454,12 +474,10 @@ fn plan(
             rules.push((cstring(&exe)?, LandlockAccess::ReadExec));
         }
     }
-    prepared.landlock_rules = rules;
-    prepared.landlock = Enforcement::Required;
-
     // Environment: /tmp and the binary's directory are elsewhere now.
     let tmp_bytes = private_tmp.as_os_str().as_bytes();
-    for entry in prepared.envp.iter_mut() {
+    let mut envp = planned.envp.clone();
+    for entry in envp.iter_mut() {
         let bytes = entry.as_bytes();
         let replaced: Option<Vec<u8>> = if bytes.starts_with(b"TMPDIR=") {
             Some([b"TMPDIR=", tmp_bytes].concat())
@@ -476,23 +494,19 @@ fn plan(
             })?;
         }
     }
-    if !prepared
-        .envp
-        .iter()
-        .any(|e| e.as_bytes().starts_with(b"TMPDIR="))
-    {
-        prepared.envp.push(cstring(Path::new(OsStr::from_bytes(
+    if !envp.iter().any(|e| e.as_bytes().starts_with(b"TMPDIR=")) {
+        envp.push(cstring(Path::new(OsStr::from_bytes(
             &[b"TMPDIR=", tmp_bytes].concat(),
         )))?);
     }
     // A path shown at another path inside (a skill's client libraries at
     // /run/sandbox/lib) stays at its host path, which Landlock grants
     // read-only above: variables that name the inside path name it instead.
-    for (host, inside) in &prepared.read_only_extra {
+    for (host, inside) in read_only_extra {
         if host == inside {
             continue;
         }
-        for entry in prepared.envp.iter_mut() {
+        for entry in envp.iter_mut() {
             if let Some(bytes) = relocate_paths(entry.as_bytes(), inside, host) {
                 *entry = CString::new(bytes).map_err(|err| SpawnError::NulByte {
                     what: "environment variable",
@@ -502,7 +516,8 @@ fn plan(
         }
     }
     let old_bin = format!("{SANDBOX_BIN_DIR}/");
-    for candidate in prepared.exec_candidates.iter_mut() {
+    let mut exec_candidates = planned.exec_candidates.clone();
+    for candidate in exec_candidates.iter_mut() {
         if let Some(rest) = candidate.as_bytes().strip_prefix(old_bin.as_bytes()) {
             *candidate = cstring(&bin_dir.join(OsStr::from_bytes(rest)))?;
         }
@@ -511,25 +526,44 @@ fn plan(
     // Network and IPC: the filter stands in for the namespaces.
     let deny_sockets = policy.network.mode != NetworkMode::Host;
     let syscalls = (policy.enforce.seccomp != Enforcement::Off).then_some(&policy.syscalls);
-    prepared.seccomp = Some(crate::seccomp::compile_without_namespaces(
+    let seccomp = Some(crate::seccomp::compile_without_namespaces(
         syscalls,
         crate::seccomp::SharedHost { deny_sockets },
     )?);
-    // Without it the host's network and IPC would be open: not best-effort.
-    prepared.seccomp_enforcement = Enforcement::Required;
-    if policy.network.mode == NetworkMode::Loopback {
-        prepared.network = NetworkMode::None;
-    }
+    let network = match policy.network.mode {
+        NetworkMode::Loopback => NetworkMode::None,
+        mode => mode,
+    };
 
-    prepared.clone_flags = CloneFlags::empty();
-    prepared.mounts.clear();
-    prepared.mount_dirs.clear();
-    prepared.idmapped.clear();
-    prepared.ids = super::ids::IdMapping::unprivileged(
-        nix::unistd::geteuid().as_raw(),
-        nix::unistd::getegid().as_raw(),
-    );
-    Ok(())
+    Ok(ChildPlan {
+        argv: planned.argv.clone(),
+        envp,
+        program: planned.program.clone(),
+        exec_candidates,
+        cwd: planned.cwd.clone(),
+        project: planned.project.clone(),
+        // No root of its own: the host's, seen through Landlock.
+        mount_dirs: Vec::new(),
+        mounts: Vec::new(),
+        idmapped: Vec::new(),
+        landlock_rules: rules,
+        landlock: Enforcement::Required,
+        seccomp,
+        // Without it the host's network and IPC would be open: not best-effort.
+        seccomp_enforcement: Enforcement::Required,
+        cpu_share: planned.cpu_share,
+        rlimits: planned.rlimits.clone(),
+        clone_flags: CloneFlags::empty(),
+        namespaces: false,
+        network,
+        tmp_options: planned.tmp_options.clone(),
+        ids: super::ids::IdMapping::unprivileged(
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        ),
+        etc: Vec::new(),
+        dry_run: planned.dry_run,
+    })
 }
 
 impl Drop for NoNamespaces {

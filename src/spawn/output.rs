@@ -24,7 +24,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::PollFlags;
 
-use super::prepare::Prepared;
+use super::ids::IdMapping;
 pub use super::stdio::{OutputLog, OutputStream, SharedLog, Stdio};
 use super::terminal::{is_tty, SavedTerminal};
 use super::SpawnError;
@@ -119,24 +119,25 @@ fn in_foreground(tty: BorrowedFd<'_>) -> bool {
 /// owned, inside, by an unmapped id, so a root-mode payload could use the
 /// descriptor but not reopen it through /proc (`echo x > /dev/stderr`,
 /// `cat /dev/stdin`: EACCES). The payload's end is given to its host ids.
-fn give_to_sandbox(end: &OwnedFd, prepared: &Prepared) -> Result<(), SpawnError> {
-    if !prepared.ids.root_mode {
+fn give_to_sandbox(end: &OwnedFd, ids: &IdMapping) -> Result<(), SpawnError> {
+    if !ids.root_mode {
         return Ok(());
     }
-    let uid = nix::unistd::Uid::from_raw(prepared.ids.host_uid);
-    let gid = nix::unistd::Gid::from_raw(prepared.ids.host_gid);
+    let uid = nix::unistd::Uid::from_raw(ids.host_uid);
+    let gid = nix::unistd::Gid::from_raw(ids.host_gid);
     nix::unistd::fchown(end.as_fd(), Some(uid), Some(gid)).map_err(sys("fchown(stdio pipe)"))
 }
 
 /// Give the payload a pipe as its stream `target`, relayed to `to`.
 fn relayed_output(
-    prepared: &mut Prepared,
+    stdio: &mut [Stdio; 3],
+    ids: &IdMapping,
     target: usize,
     to: Target,
 ) -> Result<Stream, SpawnError> {
     let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(output)"))?;
-    give_to_sandbox(&write, prepared)?;
-    prepared.stdio[target] = Stdio::Fd(write);
+    give_to_sandbox(&write, ids)?;
+    stdio[target] = Stdio::Fd(write);
     Ok(Stream {
         pipe: Some(read),
         direction: Direction::Out {
@@ -148,19 +149,22 @@ fn relayed_output(
 
 /// Replace the payload's standard streams that need relaying by pipes:
 /// every terminal, and stdout and stderr under an output cap. Returns the
-/// relay, or None when nothing is relayed.
-pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay>>, SpawnError> {
-    let cap = prepared.output_cap;
-    for target in 0..3 {
-        if matches!(prepared.stdio[target], Stdio::SupervisorStderr)
-            && (target == 0 || cap.is_none())
-        {
-            prepared.stdio[target] = Stdio::Fd(dup(std::io::stderr().as_fd())?);
+/// relay, or None when nothing is relayed. `ids`: whose the payload's pipe
+/// ends become; what the cap cannot cover is said in `warnings`.
+pub fn relay_stdio(
+    stdio: &mut [Stdio; 3],
+    cap: Option<u64>,
+    ids: &IdMapping,
+    warnings: &mut Vec<String>,
+) -> Result<Option<RefCell<OutputRelay>>, SpawnError> {
+    for (target, given) in stdio.iter_mut().enumerate() {
+        if matches!(given, Stdio::SupervisorStderr) && (target == 0 || cap.is_none()) {
+            *given = Stdio::Fd(dup(std::io::stderr().as_fd())?);
         }
     }
     let mut streams = Vec::new();
     for target in 0..3usize {
-        if let Stdio::Log(log) = &prepared.stdio[target] {
+        if let Stdio::Log(log) = &stdio[target] {
             let stream = match target {
                 1 => OutputStream::Stdout,
                 2 => OutputStream::Stderr,
@@ -171,14 +175,16 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                 }
             };
             let log = log.clone();
-            streams.push(relayed_output(prepared, target, Target::Log(log, stream))?);
+            streams.push(relayed_output(
+                stdio,
+                ids,
+                target,
+                Target::Log(log, stream),
+            )?);
             continue;
         }
-        let inherited = matches!(
-            prepared.stdio[target],
-            Stdio::Inherit | Stdio::SupervisorStderr
-        );
-        let given = match &prepared.stdio[target] {
+        let inherited = matches!(stdio[target], Stdio::Inherit | Stdio::SupervisorStderr);
+        let given = match &stdio[target] {
             Stdio::Inherit => crate::sys::fd::standard_stream(target as RawFd),
             Stdio::SupervisorStderr => crate::sys::fd::standard_stream(2),
             Stdio::Fd(fd) => Some(fd.as_fd()),
@@ -197,7 +203,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
             (Some(source), _) => {
                 let (read, write) =
                     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(stdin)"))?;
-                give_to_sandbox(&read, prepared)?;
+                give_to_sandbox(&read, ids)?;
                 // Only the supervisor's end: a payload that does not read
                 // must not stall the loop; its own end blocks, as a terminal would.
                 nix::fcntl::fcntl(
@@ -205,7 +211,7 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                     nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK),
                 )
                 .map_err(sys("fcntl(stdin pipe)"))?;
-                prepared.stdio[0] = Stdio::Fd(read);
+                stdio[0] = Stdio::Fd(read);
                 streams.push(Stream {
                     pipe: Some(write),
                     direction: Direction::In {
@@ -215,10 +221,10 @@ pub fn relay_stdio(prepared: &mut Prepared) -> Result<Option<RefCell<OutputRelay
                 });
             }
             (None, Some(to)) => {
-                streams.push(relayed_output(prepared, target, Target::Fd(to))?);
+                streams.push(relayed_output(stdio, ids, target, Target::Fd(to))?);
             }
             _ if target > 0 && cap.is_some() => {
-                prepared.warnings.push(format!(
+                warnings.push(format!(
                     "the output cap of {} bytes does not apply to {}, which the caller redirected",
                     cap.unwrap_or(0),
                     if target == 1 { "stdout" } else { "stderr" }

@@ -19,7 +19,7 @@ use nix::unistd::Pid;
 use super::channel::{self, PayloadExit, Record};
 use super::init::InitFds;
 use super::measure::View;
-use super::prepare::Prepared;
+use super::prepare::{ChildPlan, Handover, Prepared, RunConfig, StartInputs};
 use super::{SpawnError, Step};
 use crate::sys::mount_api::{self, MountAttrs};
 
@@ -146,6 +146,11 @@ pub struct Running {
     broker: Option<(OwnedFd, std::cell::RefCell<crate::broker::server::Broker>)>,
     broker_closed: std::cell::Cell<bool>,
     sweep: Option<SweepPlan>,
+    /// The program the run executes, as an exec failure names it (a warm
+    /// run's changes when it gets its command).
+    program: String,
+    /// The wall-clock limit, from the clone (a warm run's: from its commit).
+    timeout: Option<Duration>,
 }
 
 /// What the sweep after a run needs: it runs once every process of the run
@@ -165,10 +170,10 @@ struct SweepPlan {
 
 impl SweepPlan {
     fn for_run(prepared: &Prepared) -> Option<SweepPlan> {
-        let without = prepared.no_namespaces.as_ref();
-        let scan = prepared.scan.as_ref();
-        let writable =
-            prepared.policy.filesystem.project == crate::profile::policy::ProjectAccess::ReadWrite;
+        let without = prepared.started.no_namespaces.as_ref();
+        let scan = prepared.config.scan.as_ref();
+        let writable = prepared.config.policy.filesystem.project
+            == crate::profile::policy::ProjectAccess::ReadWrite;
         if without.is_none() && !(writable && scan.is_some()) {
             return None;
         }
@@ -177,8 +182,8 @@ impl SweepPlan {
             .map(|d| d.as_micros())
             .unwrap_or(0);
         Some(SweepPlan {
-            root: prepared.project.clone(),
-            rules: prepared.project_rules.clone(),
+            root: prepared.planned.project.clone(),
+            rules: prepared.config.project_rules.clone(),
             before: scan
                 .filter(|_| writable)
                 .map(|s| s.protected_before.clone())
@@ -223,19 +228,21 @@ impl SweepPlan {
 /// The tree the payload can write (the project, a profile write path) that
 /// holds `path`, judged by the real path of its nearest existing ancestor.
 fn writable_tree_holding(
-    prepared: &Prepared,
+    config: &RunConfig,
+    project: &std::path::Path,
     path: &std::path::Path,
 ) -> Option<std::path::PathBuf> {
     use crate::profile::policy::ProjectAccess;
     let real = path
         .ancestors()
         .find_map(|a| std::fs::canonicalize(a).ok())?;
-    let project_writable = prepared.policy.filesystem.project == ProjectAccess::ReadWrite;
-    std::iter::once(&prepared.project)
+    let policy = &config.policy;
+    let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
+    std::iter::once(project)
         .filter(|_| project_writable)
-        .chain(&prepared.policy.filesystem.write)
+        .chain(policy.filesystem.write.iter().map(PathBuf::as_path))
         .find(|tree| std::fs::canonicalize(tree).is_ok_and(|tree| real.starts_with(tree)))
-        .cloned()
+        .map(std::path::Path::to_path_buf)
 }
 
 fn children_cpu() -> (Duration, Duration) {
@@ -355,21 +362,29 @@ impl Janitor {
 /// Distinct names for the runs of one supervisor process.
 static RUN_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// The rlimits that stand in for a cgroup that could not be had; the
+/// payload applies them after the plan's own.
+type FallbackRlimits = Vec<(nix::sys::resource::Resource, u64)>;
+
 /// Create the run's cgroup before clone. Without one, a best-effort layer
-/// falls back to rlimits, which must be in the plan before the child is
-/// cloned (the child runs on a copy of it).
-fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgroup>, SpawnError> {
+/// falls back to rlimits, which the child gets with its handover.
+fn setup_cgroup(
+    config: &RunConfig,
+    warnings: &mut Vec<String>,
+) -> Result<(Option<crate::cgroup::RunCgroup>, FallbackRlimits), SpawnError> {
     use crate::profile::policy::Enforcement;
     use nix::sys::resource::Resource;
-    let limits = prepared.cgroup_limits;
+    let limits = config.cgroup_limits();
+    let enforcement = config.policy.enforce.cgroups;
+    let cgroup_parent = config.supervision.cgroup_parent.as_deref();
     if !limits.any() {
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
-    if prepared.cgroup_enforcement == Enforcement::Off {
-        prepared.warnings.push(
+    if enforcement == Enforcement::Off {
+        warnings.push(
             "cgroups are off in this profile: memory, pids and cpu limits are not applied".into(),
         );
-        return Ok(None);
+        return Ok((None, Vec::new()));
     }
     let info = crate::cgroup::detect();
     let name = format!(
@@ -377,27 +392,25 @@ fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgro
         std::process::id(),
         RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
     );
-    match crate::cgroup::RunCgroup::create(&info, prepared.cgroup_parent.as_deref(), &name, &limits)
-    {
-        Ok(cgroup) => Ok(Some(cgroup)),
-        Err(err) if prepared.cgroup_enforcement == Enforcement::Required => {
-            Err(SpawnError::LayerUnavailable {
-                layer: "cgroups",
-                reason: crate::cgroup::refusal(&err, crate::cgroup::FixContext::current()),
-            })
-        }
+    match crate::cgroup::RunCgroup::create(&info, cgroup_parent, &name, &limits) {
+        Ok(cgroup) => Ok((Some(cgroup), Vec::new())),
+        Err(err) if enforcement == Enforcement::Required => Err(SpawnError::LayerUnavailable {
+            layer: "cgroups",
+            reason: crate::cgroup::refusal(&err, crate::cgroup::FixContext::current()),
+        }),
         Err(err) => {
+            let mut rlimits = Vec::new();
             let mut applied = Vec::new();
             if let Some(memory) = limits.memory {
                 // RLIMIT_DATA, not RLIMIT_AS: since Linux 4.7 it counts private
                 // writable mappings, so the large PROT_NONE reservations of V8
                 // or a JVM do not count until committed. RLIMIT_AS at the
                 // memory limit made Node abort at start-up.
-                prepared.rlimits.push((Resource::RLIMIT_DATA, memory));
+                rlimits.push((Resource::RLIMIT_DATA, memory));
                 applied.push("memory as RLIMIT_DATA (per process, committed private memory)");
             }
             if let Some(pids) = limits.pids {
-                prepared.rlimits.push((Resource::RLIMIT_NPROC, pids));
+                rlimits.push((Resource::RLIMIT_NPROC, pids));
                 applied.push("pids as RLIMIT_NPROC");
             }
             let cpu = if limits.cpu.is_some() {
@@ -405,25 +418,28 @@ fn setup_cgroup(prepared: &mut Prepared) -> Result<Option<crate::cgroup::RunCgro
             } else {
                 ""
             };
-            prepared.warnings.push(format!(
+            warnings.push(format!(
                 "no cgroup for this run ({err}{}); falling back to rlimits: {}{cpu}",
-                crate::cgroup::scope_note(&info, &limits, prepared.cgroup_parent.is_some()),
+                crate::cgroup::scope_note(&info, &limits, cgroup_parent.is_some()),
                 applied.join(", ")
             ));
-            Ok(None)
+            Ok((None, rlimits))
         }
     }
 }
 
 /// Run a prepared sandbox to completion.
-pub fn run(prepared: &mut Prepared) -> Result<Outcome, SpawnError> {
-    run_measured(prepared).0
+pub fn run(prepared: &mut Prepared, inputs: StartInputs) -> Result<Outcome, SpawnError> {
+    run_measured(prepared, inputs).0
 }
 
 /// [`run`], with the payload's own view of its confinement when it got as
 /// far as reading it (also when the run failed afterwards, at exec).
-pub fn run_measured(prepared: &mut Prepared) -> (Result<Outcome, SpawnError>, Option<View>) {
-    match start(prepared) {
+pub fn run_measured(
+    prepared: &mut Prepared,
+    inputs: StartInputs,
+) -> (Result<Outcome, SpawnError>, Option<View>) {
+    match start(prepared, inputs) {
         Ok(running) => running.wait_measured(prepared, None),
         Err(err) => (Err(err), None),
     }
@@ -432,16 +448,16 @@ pub fn run_measured(prepared: &mut Prepared) -> (Result<Outcome, SpawnError>, Op
 /// What the payload must find before exec: the namespaces it is cloned
 /// into differ from the supervisor's, and the filters it installs sit on
 /// top of the ones the supervisor inherited.
-fn expected_confinement(prepared: &Prepared) -> super::measure::Expected {
+fn expected_confinement(plan: &ChildPlan) -> super::measure::Expected {
     use nix::sched::CloneFlags as F;
-    let flags = prepared.clone_flags;
+    let flags = plan.clone_flags;
     let host = super::measure::read_own_view();
     // Without a user namespace of its own the payload can clear its bounding
     // set only where the supervisor holds CAP_SETPCAP (root in a container
     // often does not); with no_new_privs an exec cannot use what remains.
     const CAP_SETPCAP: u64 = 1 << 8;
-    let bounding_set_cleared = prepared.no_namespaces.is_none()
-        || host.capabilities[2].is_some_and(|eff| eff & CAP_SETPCAP != 0);
+    let bounding_set_cleared =
+        plan.namespaces || host.capabilities[2].is_some_and(|eff| eff & CAP_SETPCAP != 0);
     super::measure::Expected {
         host: Some(host),
         bounding_set_cleared,
@@ -456,7 +472,7 @@ fn expected_confinement(prepared: &Prepared) -> super::measure::Expected {
             // user namespace it owns.
             flags.contains(F::CLONE_NEWUSER),
         ],
-        seccomp_programs: prepared
+        seccomp_programs: plan
             .seccomp
             .as_ref()
             .map_or(0, |filter| filter.programs().len() as u64),
@@ -465,7 +481,7 @@ fn expected_confinement(prepared: &Prepared) -> super::measure::Expected {
 
 /// `sandbox run -v`: one setup step on stderr, as it happens.
 fn step_note(prepared: &Prepared, what: std::fmt::Arguments<'_>) {
-    if prepared.verbose {
+    if prepared.config.supervision.verbose {
         eprintln!("sandbox: setup: {what}");
     }
 }
@@ -475,18 +491,28 @@ fn step_note(prepared: &Prepared, what: std::fmt::Arguments<'_>) {
 /// The signals init forwards stay blocked in the calling process until
 /// [`Running::wait`] returns (they are read from a signalfd and forwarded),
 /// so a SIGTERM to the supervisor reaches the sandboxed command.
-pub fn start(prepared: &mut Prepared) -> Result<Running, SpawnError> {
-    start_unexplained(prepared).map_err(SpawnError::explained)
+pub fn start(prepared: &mut Prepared, inputs: StartInputs) -> Result<Running, SpawnError> {
+    start_unexplained(prepared, inputs).map_err(SpawnError::explained)
 }
 
-fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
+/// The run goes on without namespaces, on a plan of its own (or is refused).
+fn fall_back(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> {
+    let without = super::no_namespaces::plan_without(prepared, reason)?;
+    prepared.started.warnings.push(without.warning());
+    prepared.started.no_namespaces = Some(without);
+    Ok(())
+}
+
+fn start_unexplained(prepared: &mut Prepared, inputs: StartInputs) -> Result<Running, SpawnError> {
     super::check_single_threaded()?;
-    if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::Off
-        && prepared.no_namespaces.is_none()
+    if prepared.config.policy.enforce.userns == crate::profile::policy::Enforcement::Off
+        && prepared.started.no_namespaces.is_none()
     {
-        super::no_namespaces::enter(prepared, "the profile sets enforce.userns = \"off\"".into())?;
+        fall_back(prepared, "the profile sets enforce.userns = \"off\"".into())?;
     }
-    let cgroup = setup_cgroup(prepared)?;
+    let (cgroup, fallback_rlimits) =
+        setup_cgroup(&prepared.config, &mut prepared.started.warnings)?;
+    prepared.started.fallback_rlimits = fallback_rlimits;
     match &cgroup {
         Some(cgroup) => step_note(
             prepared,
@@ -494,7 +520,7 @@ fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
         ),
         None => step_note(prepared, format_args!("no cgroup for this run")),
     }
-    prepared.confinement = expected_confinement(prepared);
+    prepared.started.confinement = expected_confinement(prepared.plan());
     let sweep = SweepPlan::for_run(prepared);
     let janitor = match &cgroup {
         Some(cgroup) => match spawn_janitor(RunEnd::Cgroup(cgroup), sweep.as_ref()) {
@@ -506,13 +532,13 @@ fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
         },
         None => None,
     };
-    let planned_without = prepared.no_namespaces.is_some();
-    match start_cloned(prepared, cgroup.as_ref()) {
+    let planned_without = prepared.started.no_namespaces.is_some();
+    match start_cloned(prepared, inputs, cgroup.as_ref()) {
         Ok(mut running) => {
             running.cgroup = cgroup;
             running.janitor = janitor;
             running.sweep = sweep;
-            if !planned_without && prepared.no_namespaces.is_some() {
+            if !planned_without && prepared.started.no_namespaces.is_some() {
                 // The run fell back to no namespaces at clone: its sweep now
                 // also restores and cleans up, and a janitor forked before
                 // must know that too.
@@ -548,10 +574,23 @@ fn start_unexplained(prepared: &mut Prepared) -> Result<Running, SpawnError> {
 
 fn start_cloned(
     prepared: &mut Prepared,
+    inputs: StartInputs,
     cgroup: Option<&crate::cgroup::RunCgroup>,
 ) -> Result<Running, SpawnError> {
     let rusage_before = children_cpu();
-    let output = super::output::relay_stdio(prepared)?;
+    let StartInputs {
+        mut stdio,
+        warm_commit,
+        asker,
+        audit_file,
+    } = inputs;
+    let ids = prepared.plan().ids;
+    let output = super::output::relay_stdio(
+        &mut stdio,
+        prepared.config.policy.limits.output,
+        &ids,
+        &mut prepared.started.warnings,
+    )?;
     let (broker_end, payload_end) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -564,31 +603,34 @@ fn start_cloned(
         std::process::id(),
         RUN_COUNTER.load(std::sync::atomic::Ordering::Relaxed)
     );
-    let audit = match (prepared.audit_file.take(), &prepared.audit) {
+    let config = &prepared.config;
+    let project = &prepared.planned.project;
+    let warnings = &mut prepared.started.warnings;
+    let audit = match (audit_file, &config.supervision.audit) {
         (Some(file), _) => Some(file),
         (None, Some(path)) => Some(crate::safe_file::open_audit(
             path,
-            &prepared.project,
-            &prepared.policy.filesystem.write,
-            &mut prepared.warnings,
+            project,
+            &config.policy.filesystem.write,
+            warnings,
         )?),
         (None, None) => None,
     };
     let broker = crate::broker::server::Broker::new(
-        prepared.broker.clone(),
-        &prepared.project,
-        &prepared.hidden,
-        prepared.project_rules.clone(),
+        config.policy.broker.clone(),
+        project,
+        &config.policy.filesystem.hide,
+        config.project_rules.clone(),
         audit,
         run_id,
     )
     .map_err(|source| SpawnError::Path {
         what: "opening the project root for the broker",
-        path: prepared.project.clone(),
+        path: project.clone(),
         source,
     })?;
     let mut broker = broker;
-    match &prepared.skill {
+    match &config.supervision.skill {
         Some(skill) => {
             let program = crate::broker::identity::Program::Skill {
                 dir: skill.dir.clone(),
@@ -597,50 +639,57 @@ fn start_cloned(
             broker.restrict_to_declared(skill.permissions.clone());
             broker.show_logs(format!("skill {}", skill.name));
         }
-        None => set_command_caller(&mut broker, prepared),
+        None => {
+            // The plan so far: a profile without namespaces has its own.
+            let plan = match &prepared.started.no_namespaces {
+                Some(without) => &without.plan,
+                None => &prepared.planned,
+            };
+            set_command_caller(&mut broker, plan.command(), &plan.cwd)
+        }
     }
-    broker.use_secrets(std::mem::take(&mut prepared.secrets));
-    broker.use_nested_policy(prepared.policy.clone());
+    broker.use_secrets(config.supervision.secrets.clone());
+    if let Some(runner) = &config.supervision.nested {
+        broker.use_nested_runner(runner.clone());
+    }
     // Far above any real client, low enough that a flooding sandbox cannot
     // keep the supervisor's core busy for free.
     broker.set_rate_limit(100_000.0, 200_000.0);
-    if let Some(scan) = &prepared.scan {
+    if let Some(scan) = &config.scan {
         let paths = |found: &[crate::project::scan::Found]| -> Vec<std::path::PathBuf> {
             found.iter().map(|f| f.path.clone()).collect()
         };
         broker.cover(&paths(&scan.secrets), &paths(&scan.protected));
     }
-    let store = match &prepared.grant_store {
+    let store = match &config.supervision.grant_store {
         crate::broker::grants::StoreChoice::Default => Some(crate::broker::grants::default_path()),
         crate::broker::grants::StoreChoice::Without => None,
         crate::broker::grants::StoreChoice::At(path) => Some(path.clone()),
     };
-    match store.as_ref().map(|store| (store, writable_tree_holding(prepared, store))) {
+    match store.as_ref().map(|store| (store, writable_tree_holding(config, project, store))) {
         None => {}
         // The payload could plant grants there for a later run.
-        Some((store, Some(tree))) => prepared.warnings.push(format!(
+        Some((store, Some(tree))) => warnings.push(format!(
             "stored grants are not used: the grant store {} is inside {}, which the sandboxed command can write; set SANDBOX_STATE_DIR or XDG_STATE_HOME to a directory outside it",
             store.display(),
             tree.display()
         )),
         Some((store, None)) => match crate::broker::grants::GrantStore::load(store) {
             Ok(store) => broker.use_grants(store),
-            Err(err) => prepared
-                .warnings
-                .push(format!("stored grants are not used: {err}")),
+            Err(err) => warnings.push(format!("stored grants are not used: {err}")),
         },
     }
-    if let Some(asker) = prepared.asker.take() {
+    if let Some(asker) = asker {
         broker.use_asker(asker);
-    } else if prepared.interactive {
+    } else if config.supervision.interactive {
         if let Some(prompter) = crate::broker::prompt::Prompter::open() {
             broker.use_prompter(prompter);
         }
     }
     // Before the clone: what the payload runs is hashed before it exists.
     broker.bind_caller();
-    broker.set_deadline(prepared.timeout.map(|t| Instant::now() + t));
-    prepared.ipc = Some(payload_end);
+    let timeout = config.policy.limits.timeout;
+    broker.set_deadline(timeout.map(|t| Instant::now() + t));
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
     let (sync_parent, sync_child) = socketpair(
         AddressFamily::Unix,
@@ -676,21 +725,23 @@ fn start_cloned(
         await_cgroup: cgroup.is_some(),
     };
     crate::sys::proctitle::remember();
-    if prepared.no_namespaces.is_none()
+    let userns = prepared.config.policy.enforce.userns;
+    if prepared.started.no_namespaces.is_none()
         && prepared
+            .planned
             .clone_flags
             .contains(nix::sched::CloneFlags::CLONE_NEWPID)
         && crate::environment::proc_is_masked()
     {
         // Known before clone, so a best-effort profile runs without
         // namespaces instead of failing at init's /proc mount.
-        if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort {
-            super::no_namespaces::enter(
+        if userns == crate::profile::policy::Enforcement::BestEffort {
+            fall_back(
                 prepared,
                 "/proc here has paths mounted over it (a container's masked paths), and the kernel refuses a fresh /proc for a new pid namespace then".into(),
             )
             .map_err(restore)?;
-            prepared.confinement = expected_confinement(prepared);
+            prepared.started.confinement = expected_confinement(prepared.plan());
         } else {
             return Err(restore(SpawnError::Setup {
                 step: Step::MountProc,
@@ -699,28 +750,37 @@ fn start_cloned(
             }));
         }
     }
-    if prepared.no_namespaces.is_none()
+    if prepared.started.no_namespaces.is_none()
         && prepared
+            .planned
             .clone_flags
             .contains(nix::sched::CloneFlags::CLONE_NEWUSER)
-        && !prepared.ids.root_mode
-        && prepared.ids.host_uid == 0
-        && prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort
+        && !prepared.planned.ids.root_mode
+        && prepared.planned.ids.host_uid == 0
+        && userns == crate::profile::policy::Enforcement::BestEffort
         && !super::ids::may_map_root(supervisor_effective_capabilities(prepared))
     {
         // No user namespace can be had (see CANNOT_MAP_ROOT): known before
         // clone, so a best-effort profile runs without one. A required one
         // goes on to clone, where an outer sandbox's refusal is the more
         // precise message, else the id map names this.
-        super::no_namespaces::enter(prepared, CANNOT_MAP_ROOT.into()).map_err(restore)?;
-        prepared.confinement = expected_confinement(prepared);
+        fall_back(prepared, CANNOT_MAP_ROOT.into()).map_err(restore)?;
+        prepared.started.confinement = expected_confinement(prepared.plan());
     }
-    let mut cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, |init| {
-        super::init::main(prepared, &fds, init)
-    });
+    let mut handover = Handover {
+        stdio,
+        ipc: Some(payload_end),
+        warm_commit,
+        fallback_rlimits: prepared.started.fallback_rlimits.clone(),
+        confinement: prepared.started.confinement,
+    };
+    let mut cloned =
+        crate::sys::clone::clone_into_namespaces(prepared.plan().clone_flags, |init| {
+            super::init::main(prepared.plan(), &handover, &fds, init)
+        });
     if let Err(errno) = cloned {
-        if prepared.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort
-            && prepared.no_namespaces.is_none()
+        if userns == crate::profile::policy::Enforcement::BestEffort
+            && prepared.started.no_namespaces.is_none()
             && super::no_namespaces::means_unavailable(errno)
         {
             let why = crate::probe::userns_unavailable_reason()
@@ -729,12 +789,14 @@ fn start_cloned(
                     ": a seccomp filter or security module refuses it (a container engine's default profile, a Kubernetes pod, or another sandbox)".into()
                 });
             let reason = format!("creating a user namespace failed with {errno}{why}");
-            super::no_namespaces::enter(prepared, reason).map_err(restore)?;
+            fall_back(prepared, reason).map_err(restore)?;
             // The payload is now checked against the run it will really get.
-            prepared.confinement = expected_confinement(prepared);
-            cloned = crate::sys::clone::clone_into_namespaces(prepared.clone_flags, |init| {
-                super::init::main(prepared, &fds, init)
-            });
+            prepared.started.confinement = expected_confinement(prepared.plan());
+            handover.confinement = prepared.started.confinement;
+            cloned =
+                crate::sys::clone::clone_into_namespaces(prepared.plan().clone_flags, |init| {
+                    super::init::main(prepared.plan(), &handover, &fds, init)
+                });
         }
     }
     let (init_pid, pidfd) = match cloned {
@@ -751,14 +813,11 @@ fn start_cloned(
         prepared,
         format_args!(
             "cloned init (host pid {init_pid}) into new namespaces: {}",
-            namespace_names(prepared.clone_flags)
+            namespace_names(prepared.plan().clone_flags)
         ),
     );
-    for stdio in prepared.stdio.iter_mut() {
-        *stdio = super::Stdio::Inherit;
-    }
-    prepared.ipc = None;
-    prepared.warm_commit = None;
+    // The child holds its copies: the supervisor's close here.
+    drop(handover);
     // Init is released first and moved while it builds the root (see
     // `InitFds::await_cgroup`).
     let joined = || match cgroup {
@@ -771,7 +830,14 @@ fn start_cloned(
             .and_then(|()| Ok(channel::send_cgroup_joined(sync_parent.as_fd())?)),
         None => Ok(()),
     };
-    if let Err(err) = release_init(prepared, init_pid, &sync_parent).and_then(|()| joined()) {
+    if let Err(err) = release_init(
+        prepared.plan(),
+        supervisor_effective_capabilities(prepared),
+        init_pid,
+        &sync_parent,
+    )
+    .and_then(|()| joined())
+    {
         let _ = kill(init_pid, Signal::SIGKILL);
         let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
         return Err(restore(err));
@@ -780,13 +846,13 @@ fn start_cloned(
         prepared,
         format_args!(
             "id maps written (uid {} inside is {} outside), {} idmapped tree(s); init released to build the root",
-            prepared.ids.inside_uid,
-            prepared.ids.host_uid,
-            prepared.idmapped.len()
+            prepared.plan().ids.inside_uid,
+            prepared.plan().ids.host_uid,
+            prepared.plan().idmapped.len()
         ),
     );
     Ok(Running {
-        without_namespaces: prepared.no_namespaces.is_some(),
+        without_namespaces: !prepared.plan().namespaces,
         init_pid,
         pidfd,
         sync: sync_parent,
@@ -802,20 +868,26 @@ fn start_cloned(
         broker,
         broker_closed: std::cell::Cell::new(false),
         sweep: None,
+        program: prepared.plan().program.clone(),
+        timeout,
     })
 }
 
 /// The broker's caller is the command the payload runs.
-fn set_command_caller(broker: &mut crate::broker::server::Broker, prepared: &Prepared) {
-    let cwd = PathBuf::from(std::ffi::OsStr::from_bytes(prepared.cwd.to_bytes()));
+fn set_command_caller(
+    broker: &mut crate::broker::server::Broker,
+    command: super::warm::PayloadCommand<'_>,
+    cwd: &std::ffi::CStr,
+) {
+    let cwd = PathBuf::from(std::ffi::OsStr::from_bytes(cwd.to_bytes()));
     let program = crate::broker::identity::Program::Command {
         // Relative programs (./tool) run from the working directory.
-        candidates: prepared
+        candidates: command
             .exec_candidates
             .iter()
             .map(|c| cwd.join(std::ffi::OsStr::from_bytes(c.to_bytes())))
             .collect(),
-        args: prepared
+        args: command
             .argv
             .iter()
             .skip(1)
@@ -823,26 +895,36 @@ fn set_command_caller(broker: &mut crate::broker::server::Broker, prepared: &Pre
             .collect(),
         cwd,
     };
-    broker.set_caller(format!("command:{}", prepared.program), program);
+    broker.set_caller(
+        format!("command:{}", String::from_utf8_lossy(command.program)),
+        program,
+    );
 }
 
 impl Running {
-    /// A warm run got its command (already in `prepared`): the broker
-    /// names and hashes it, and the run's clock, timeout and output cap
-    /// start now, as they would have at a cold run's clone.
-    pub(crate) fn commit_warm(&mut self, prepared: &Prepared, audit: Option<std::fs::File>) {
+    /// A warm run got its command: the broker names and hashes it, and the
+    /// run's clock, timeout and output cap start now, as they would have at
+    /// a cold run's clone.
+    pub(crate) fn commit_warm(
+        &mut self,
+        commit: &super::warm::Commit,
+        limits: &crate::profile::policy::Limits,
+        audit: Option<std::fs::File>,
+    ) {
         self.started = Instant::now();
+        self.program = commit.program();
+        self.timeout = limits.timeout;
         if let Some((_, broker)) = &self.broker {
             let mut broker = broker.borrow_mut();
-            set_command_caller(&mut broker, prepared);
+            set_command_caller(&mut broker, commit.command(), &commit.cwd);
             broker.bind_caller();
-            broker.set_deadline(prepared.timeout.map(|t| self.started + t));
+            broker.set_deadline(self.timeout.map(|t| self.started + t));
             if let Some(audit) = audit {
                 broker.use_audit(audit);
             }
         }
         if let Some(output) = &self.output {
-            output.borrow_mut().set_cap(prepared.output_cap);
+            output.borrow_mut().set_cap(limits.output);
         }
     }
 
@@ -955,7 +1037,7 @@ impl Running {
         // Checked: a policy built in code may hold a timeout past the
         // clock's range (profiles and flags cap it at a year); that is no
         // deadline, not a panic of the supervisor.
-        let mut timeout_at = prepared.timeout.and_then(|t| self.started.checked_add(t));
+        let mut timeout_at = self.timeout.and_then(|t| self.started.checked_add(t));
         // Once the run was told to end (its timeout, a driver's cancel):
         // when the grace is over and every process is killed.
         let mut kill_at: Option<Instant> = None;
@@ -1111,7 +1193,7 @@ impl Running {
                         .iter()
                         .any(|r| matches!(r, channel::Record::Failed { .. }));
                 if executing {
-                    step_note(prepared, format_args!("executed {}", prepared.program));
+                    step_note(prepared, format_args!("executed {}", self.program));
                 }
             }
             if let (Some(driver), Some((sock, broker))) = (driver.as_deref_mut(), &self.broker) {
@@ -1179,7 +1261,7 @@ impl Running {
             .any(|r| matches!(r, channel::Record::Failed { .. }));
         if !executing && !failed {
             // The exec and the end of the run were seen at once.
-            step_note(prepared, format_args!("executed {}", prepared.program));
+            step_note(prepared, format_args!("executed {}", self.program));
         }
         *measured = records.iter().find_map(|record| match record {
             Record::Measured(view) => Some(**view),
@@ -1194,7 +1276,7 @@ impl Running {
                 limits_hit.push(LimitHit::Output);
             }
         }
-        let mut outcome = outcome(prepared, records, reported_exit, init_status, wall)?;
+        let mut outcome = outcome(&self.program, records, reported_exit, init_status, wall)?;
         if let Some(cgroup) = &self.cgroup {
             let stats = cgroup.stats();
             if stats.oom_kills > 0 {
@@ -1269,7 +1351,7 @@ fn note_record(prepared: &Prepared, record: &Record) {
             format_args!(
                 "Landlock ABI {abi}: {} ({} rules)",
                 crate::landlock::status_name(*status),
-                prepared.landlock_rules.len()
+                prepared.plan().landlock_rules.len()
             ),
         ),
         Record::Skipped { step, errno } => step_note(
@@ -1281,7 +1363,8 @@ fn note_record(prepared: &Prepared, record: &Record) {
             ),
         ),
         Record::Measured(view) => {
-            let measured = super::measure::Measured::new(view, prepared.confinement.host.as_ref());
+            let measured =
+                super::measure::Measured::new(view, prepared.started.confinement.host.as_ref());
             let show =
                 |value: Option<u64>| value.map_or("unmeasured".to_string(), |v| v.to_string());
             let namespaces: Vec<String> = measured
@@ -1341,7 +1424,7 @@ fn read_one_record(fd: &OwnedFd, records: &mut Vec<Record>) -> Result<bool, Spaw
 }
 
 fn outcome(
-    prepared: &Prepared,
+    program: &str,
     records: Vec<Record>,
     reported_exit: Option<PayloadExit>,
     init_status: WaitStatus,
@@ -1379,7 +1462,7 @@ fn outcome(
                 ..
             } => {
                 return Err(SpawnError::Exec {
-                    program: prepared.program.clone(),
+                    program: program.to_owned(),
                     errno,
                     hint: String::new(),
                 })
@@ -1436,6 +1519,7 @@ fn outcome(
 /// just before clone.
 fn supervisor_effective_capabilities(prepared: &Prepared) -> Option<u64> {
     prepared
+        .started
         .confinement
         .host
         .as_ref()
@@ -1452,8 +1536,14 @@ const CANNOT_MAP_ROOT: &str = "this is uid 0 of a user namespace without CAP_SET
 
 /// Write the id maps, idmap the writable trees (root supervisor), and tell
 /// init to go on.
-fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<(), SpawnError> {
-    let ids = prepared.ids;
+/// `supervisor_capabilities`: see [`supervisor_effective_capabilities`].
+fn release_init(
+    plan: &ChildPlan,
+    supervisor_capabilities: Option<u64>,
+    init_pid: Pid,
+    sync: &OwnedFd,
+) -> Result<(), SpawnError> {
+    let ids = plan.ids;
     let proc_dir = std::path::PathBuf::from(format!("/proc/{init_pid}"));
     let write = |name: &str, data: String| -> Result<(), SpawnError> {
         let path = proc_dir.join(name);
@@ -1461,7 +1551,7 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
             if source.raw_os_error() == Some(libc::EPERM)
                 && !ids.root_mode
                 && ids.host_uid == 0
-                && !super::ids::may_map_root(supervisor_effective_capabilities(prepared))
+                && !super::ids::may_map_root(supervisor_capabilities)
             {
                 return SpawnError::LayerUnavailable {
                     layer: "userns",
@@ -1480,7 +1570,7 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
     // Unprivileged writers must deny setgroups before writing gid_map
     // (CVE-2014-8989: dropping groups could bypass negative group ACLs). Root
     // keeps it allowed so init can shed host root's supplementary groups.
-    if !prepared
+    if !plan
         .clone_flags
         .contains(nix::sched::CloneFlags::CLONE_NEWUSER)
     {
@@ -1505,8 +1595,8 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
         format!("{} {} 1\n", ids.inside_gid, ids.host_gid),
     )?;
 
-    let mut trees = Vec::with_capacity(prepared.idmapped.len());
-    if !prepared.idmapped.is_empty() {
+    let mut trees = Vec::with_capacity(plan.idmapped.len());
+    if !plan.idmapped.is_empty() {
         let userns_path = proc_dir.join("ns/user");
         let userns = std::fs::File::open(&userns_path).map_err(|source| SpawnError::Path {
             what: "opening",
@@ -1518,7 +1608,7 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
         // id, so the sandbox may do to it what its owner may, as in every
         // other writable tree; one namespace per distinct owner.
         let mut owner_namespaces: Vec<((u32, u32), std::fs::File)> = Vec::new();
-        for (uid, gid) in prepared.idmapped.iter().filter_map(|tree| tree.owner) {
+        for (uid, gid) in plan.idmapped.iter().filter_map(|tree| tree.owner) {
             if owner_namespaces
                 .iter()
                 .any(|(owner, _)| *owner == (uid, gid))
@@ -1537,7 +1627,7 @@ fn release_init(prepared: &Prepared, init_pid: Pid, sync: &OwnedFd) -> Result<()
             })?;
             owner_namespaces.push(((uid, gid), namespace));
         }
-        for tree in &prepared.idmapped {
+        for tree in &plan.idmapped {
             let path = tree.host_path.to_string_lossy().into_owned();
             let fd = mount_api::clone_tree(&tree.host_path)
                 .map_err(sys(format!("open_tree({path})")))?;

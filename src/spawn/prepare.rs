@@ -49,8 +49,9 @@ pub struct SpawnSpec {
     pub cwd: Option<PathBuf>,
     /// Environment entries on top of the profile's: `Some` sets, `None` removes.
     pub env: Vec<(OsString, Option<OsString>)>,
-    /// stdin, stdout, stderr.
-    pub stdio: [Stdio; 3],
+    /// Do every setup step up to and including seccomp, then exit 0
+    /// instead of executing the program.
+    pub dry_run: bool,
     /// Host paths (first) made visible read-only at a path inside (second),
     /// mounted by the supervisor's hand so that they work even where the
     /// sandbox's user could not reach them: a skill's directory, the
@@ -119,12 +120,14 @@ pub enum MountOp {
     },
 }
 
-/// What a run without namespaces carries besides the plan. Dropping it
+/// A run without namespaces: its own plan, and what it costs. Dropping it
 /// removes the private temporary directory: the supervisor drops it after
 /// the run (the processes that inherit a copy exit or exec without
 /// dropping anything).
 #[derive(Debug)]
 pub struct NoNamespaces {
+    /// The plan the child executes instead of the one with namespaces.
+    pub plan: ChildPlan,
     /// Why the run has no namespaces.
     pub reason: String,
     /// The private temporary directory (TMPDIR), removed after the run.
@@ -153,11 +156,26 @@ pub struct IdmappedTree {
     pub owner: Option<(u32, u32)>,
 }
 
-/// Everything prepared before clone.
+/// Everything prepared before clone: the plan the child executes and the
+/// supervisor's own configuration, each built once by [`Prepared::new`];
+/// what one start decides and learns lives in [`Started`].
 #[derive(Debug)]
 pub struct Prepared {
-    /// Policy name, for the report.
-    pub profile_name: String,
+    /// The plan for a run with namespaces (see [`Prepared::plan`] for the
+    /// one a start really executes).
+    pub planned: ChildPlan,
+    /// The supervisor's side of the run.
+    pub config: RunConfig,
+    /// What the start decided (a run without namespaces) and learned (its
+    /// warnings, the confinement the payload must find).
+    pub started: Started,
+}
+
+/// What init and the payload execute. Built before clone, read-only after
+/// it: the child runs on a copy of the supervisor's memory, so nothing the
+/// supervisor changes later could reach it anyway.
+#[derive(Debug)]
+pub struct ChildPlan {
     /// argv.
     pub argv: Vec<CString>,
     /// envp (`NAME=VALUE`).
@@ -185,79 +203,151 @@ pub struct Prepared {
     pub seccomp: Option<CompiledFilter>,
     /// How hard seccomp is insisted on.
     pub seccomp_enforcement: Enforcement,
-    /// Limits for the run's cgroup.
-    pub cgroup_limits: crate::cgroup::CgroupLimits,
-    /// How hard cgroups are insisted on.
-    pub cgroup_enforcement: Enforcement,
-    /// A delegated cgroup to create the run's cgroup in, instead of the supervisor's own.
-    pub cgroup_parent: Option<PathBuf>,
-    /// The child's end of the broker channel, set when the run starts; the
-    /// payload gets it as fd 3.
-    pub ipc: Option<std::os::fd::OwnedFd>,
-    /// The profile's broker decisions.
-    pub broker: crate::profile::policy::BrokerPolicy,
-    /// The profile's hidden paths (the broker refuses them too).
-    pub hidden: Vec<PathBuf>,
-    /// Where the broker writes one JSON line per request.
-    pub audit: Option<PathBuf>,
-    /// The same, already open (a daemon run's spool file, opened before the
-    /// supervisor became the caller); wins over `audit`.
-    pub audit_file: Option<std::fs::File>,
-    /// Whether "ask" may prompt on the supervisor's terminal.
-    pub interactive: bool,
-    /// Who answers "ask" instead of the terminal (the daemon's approvals).
-    pub asker: Option<Box<dyn crate::broker::prompt::Asker>>,
-    /// Which stored grants apply.
-    pub grant_store: crate::broker::grants::StoreChoice,
-    /// The run's policy, for commands the broker runs on its behalf
-    /// (terminal.run gets the same sandbox, never a weaker one).
-    pub policy: Policy,
-    /// Secrets the broker may hand out (name, value), read from the user's side.
-    pub secrets: Vec<(String, String)>,
-    /// Set when the run is a skill: the broker serves it by name and never
-    /// allows more than it declared.
-    pub skill: Option<SkillCaller>,
-    /// Combined stdout and stderr cap, relayed by the supervisor.
-    pub output_cap: Option<u64>,
-    /// Wall-clock limit, enforced by the supervisor.
-    pub timeout: Option<std::time::Duration>,
+    /// The cgroup's cpu share: the payload narrows its CPU affinity to it.
+    pub cpu_share: Option<f64>,
     /// Resource limits applied with setrlimit in the payload.
     pub rlimits: Vec<(Resource, u64)>,
     /// Namespaces to create with clone.
     pub clone_flags: CloneFlags,
+    /// Whether the run has namespaces at all (false: see
+    /// [`super::no_namespaces`]).
+    pub namespaces: bool,
     /// Network mode.
     pub network: NetworkMode,
     /// `size=...,mode=1777` for the private /tmp.
     pub tmp_options: CString,
     /// Id mapping.
     pub ids: IdMapping,
-    /// stdin, stdout, stderr of the payload.
-    pub stdio: [Stdio; 3],
-    /// Things that are weaker than a user might assume, to print and report.
+    /// The files init writes as `/etc/passwd`, `/etc/group` and
+    /// `/etc/hosts` (see [`super::etc`]).
+    pub etc: Vec<super::etc::EtcFile>,
+    /// Do every step up to and including seccomp, then exit 0 instead of
+    /// executing the command: `doctor`'s verdict is the real spawn path's.
+    pub dry_run: bool,
+}
+
+/// How the caller wants the run supervised: the part of the supervisor's
+/// configuration that does not come from the profile.
+#[derive(Debug, Clone, Default)]
+pub struct Supervision {
+    /// A delegated cgroup to create the run's cgroup in, instead of the supervisor's own.
+    pub cgroup_parent: Option<PathBuf>,
+    /// Where the broker writes one JSON line per request.
+    pub audit: Option<PathBuf>,
+    /// Whether "ask" may prompt on the supervisor's terminal.
+    pub interactive: bool,
+    /// Which stored grants apply.
+    pub grant_store: crate::broker::grants::StoreChoice,
+    /// Secrets the broker may hand out (name, value), read from the user's side.
+    pub secrets: Vec<(String, String)>,
+    /// Set when the run is a skill: the broker serves it by name and never
+    /// allows more than it declared.
+    pub skill: Option<SkillCaller>,
+    /// Print each setup step on stderr as it happens (`sandbox run -v`).
+    pub verbose: bool,
+    /// Who starts the broker's `terminal.run` commands (None: the broker
+    /// refuses them as not set up).
+    pub nested: Option<std::sync::Arc<dyn crate::broker::terminal::NestedRunner>>,
+}
+
+/// The supervisor's own configuration of a run: broker, audit, grants,
+/// limits it enforces itself, and the report's inputs. Never seen by the
+/// child.
+#[derive(Debug)]
+pub struct RunConfig {
+    /// The run's policy (tools exposed): its name for the report, the
+    /// broker's decisions and hidden paths, the limits the supervisor
+    /// enforces (timeout, output cap, cgroup).
+    pub policy: Policy,
+    /// How the caller wants the run supervised.
+    pub supervision: Supervision,
+    /// What preparing the plan found weaker than a user might assume.
     pub warnings: Vec<String>,
     /// The project's secrets and protected entries, as patterns (the broker
     /// and the sweep after the run apply them too).
     pub project_rules: crate::project::Rules,
     /// What the walk of the project found (None: the project is not visible).
     pub scan: Option<crate::project::scan::Scan>,
-    /// Do every step up to and including seccomp, then exit 0 instead of
-    /// executing the command: `doctor`'s verdict is the real spawn path's.
-    pub dry_run: bool,
-    /// What the payload must see of itself before exec (filled by the
-    /// supervisor just before clone, from its own view).
-    pub confinement: super::measure::Expected,
-    /// Print each setup step on stderr as it happens (`sandbox run -v`).
-    pub verbose: bool,
     /// Host paths shown read-only at a path inside (from [`SpawnSpec`]).
     pub read_only_extra: Vec<(PathBuf, PathBuf)>,
-    /// Set when the run has no namespaces (see [`super::no_namespaces`]).
-    pub no_namespaces: Option<NoNamespaces>,
-    /// The files init writes as `/etc/passwd`, `/etc/group` and
-    /// `/etc/hosts` (see [`super::etc`]).
-    pub etc: Vec<super::etc::EtcFile>,
+}
+
+impl RunConfig {
+    /// Limits for the run's cgroup.
+    pub fn cgroup_limits(&self) -> crate::cgroup::CgroupLimits {
+        crate::cgroup::CgroupLimits {
+            memory: self.policy.limits.memory,
+            pids: self.policy.limits.pids,
+            cpu: self.policy.limits.cpu,
+        }
+    }
+}
+
+/// What one start consumes: the descriptors the payload gets, and the
+/// supervisor's one-use handles. Closed in the supervisor once the child
+/// holds its copies.
+#[derive(Debug, Default)]
+pub struct StartInputs {
+    /// stdin, stdout, stderr of the payload.
+    pub stdio: [Stdio; 3],
     /// A warm run: P2's end of the socket its command comes on (see
     /// [`super::warm`]).
     pub warm_commit: Option<std::os::fd::OwnedFd>,
+    /// Who answers "ask" instead of the terminal (the daemon's approvals).
+    pub asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+    /// The broker's audit file, already open (a daemon run's spool file,
+    /// opened before the supervisor became the caller); wins over
+    /// [`Supervision::audit`].
+    pub audit_file: Option<std::fs::File>,
+}
+
+/// What the child gets from one start besides its plan, set up just before
+/// clone.
+#[derive(Debug)]
+pub struct Handover {
+    /// stdin, stdout, stderr of the payload, relays already in place.
+    pub stdio: [Stdio; 3],
+    /// The payload's end of the broker channel: fd 3.
+    pub ipc: Option<std::os::fd::OwnedFd>,
+    /// A warm run: the socket its command comes on.
+    pub warm_commit: Option<std::os::fd::OwnedFd>,
+    /// Limits standing in for a cgroup that could not be had.
+    pub fallback_rlimits: Vec<(Resource, u64)>,
+    /// What the payload must see of itself before exec.
+    pub confinement: super::measure::Expected,
+}
+
+/// What a start decided and learned, for the supervision and the report.
+#[derive(Debug, Default)]
+pub struct Started {
+    /// Set when the run has no namespaces: its own plan, and what it costs.
+    pub no_namespaces: Option<NoNamespaces>,
+    /// Limits standing in for a cgroup that could not be had (the payload
+    /// gets a copy with its [`Handover`]).
+    pub fallback_rlimits: Vec<(Resource, u64)>,
+    /// What the start found weaker than a user might assume.
+    pub warnings: Vec<String>,
+    /// What the payload must see of itself before exec (from the
+    /// supervisor's own view just before clone).
+    pub confinement: super::measure::Expected,
+}
+
+impl Prepared {
+    /// The plan a start executes: the one without namespaces once the run
+    /// fell back to it, else the one planned.
+    pub fn plan(&self) -> &ChildPlan {
+        match &self.started.no_namespaces {
+            Some(without) => &without.plan,
+            None => &self.planned,
+        }
+    }
+
+    /// Every warning, preparation's first.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut all = self.config.warnings.clone();
+        all.extend(self.started.warnings.iter().cloned());
+        all
+    }
 }
 
 /// Where the sandbox's own binary appears inside (appended to PATH).
@@ -418,7 +508,11 @@ impl NodeKind {
 impl Prepared {
     /// Build the plan for running `spec` under `policy`. Pure apart from
     /// reading host metadata (the paths the plan mounts).
-    pub fn new(policy: &Policy, spec: SpawnSpec) -> Result<Prepared, SpawnError> {
+    pub fn new(
+        policy: &Policy,
+        spec: SpawnSpec,
+        supervision: Supervision,
+    ) -> Result<Prepared, SpawnError> {
         let mut warnings = Vec::new();
         let project = std::fs::canonicalize(&spec.project).map_err(|source| SpawnError::Path {
             what: "project root",
@@ -762,8 +856,7 @@ impl Prepared {
             "tmp size",
             format!("size={},mode=1777", policy.filesystem.tmp_size),
         )?;
-        let prepared = Prepared {
-            profile_name: policy.name.clone(),
+        let planned = ChildPlan {
             argv,
             envp,
             program,
@@ -777,44 +870,29 @@ impl Prepared {
             landlock: policy.enforce.landlock,
             seccomp,
             seccomp_enforcement: policy.enforce.seccomp,
-            cgroup_limits: crate::cgroup::CgroupLimits {
-                memory: policy.limits.memory,
-                pids: policy.limits.pids,
-                cpu: policy.limits.cpu,
-            },
-            cgroup_enforcement: policy.enforce.cgroups,
-            cgroup_parent: None,
-            ipc: None,
-            broker: policy.broker.clone(),
-            hidden: policy.filesystem.hide.clone(),
-            audit: None,
-            interactive: false,
-            asker: None,
-            audit_file: None,
-            grant_store: crate::broker::grants::StoreChoice::Default,
-            secrets: Vec::new(),
-            skill: None,
-            policy: policy.clone(),
-            output_cap: policy.limits.output,
-            timeout: policy.limits.timeout,
+            cpu_share: policy.limits.cpu,
             rlimits,
             clone_flags,
+            namespaces: true,
             network: policy.network.mode,
             tmp_options,
             ids,
-            stdio: spec.stdio,
+            etc,
+            dry_run: spec.dry_run,
+        };
+        let config = RunConfig {
+            policy: policy.clone(),
+            supervision,
             warnings,
             project_rules,
             scan,
-            dry_run: false,
-            confinement: Default::default(),
-            verbose: false,
             read_only_extra,
-            no_namespaces: None,
-            etc,
-            warm_commit: None,
         };
-        Ok(prepared)
+        Ok(Prepared {
+            planned,
+            config,
+            started: Started::default(),
+        })
     }
 }
 

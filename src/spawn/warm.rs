@@ -28,9 +28,9 @@ use nix::errno::Errno;
 use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, MsgFlags};
 
 use super::failed::{Failed, StepExt};
+use super::SpawnError;
 use super::Step;
 use crate::profile::policy::Policy;
-use crate::SpawnError;
 
 const MAGIC: [u8; 4] = *b"WARM";
 /// Magic, body length (u32), stdio mask (which of 0, 1, 2 travel).
@@ -64,7 +64,7 @@ pub struct PayloadCommand<'a> {
     pub program: &'a [u8],
 }
 
-impl super::Prepared {
+impl super::prepare::ChildPlan {
     /// A cold run's command, from its plan.
     pub fn command(&self) -> PayloadCommand<'_> {
         PayloadCommand {
@@ -449,10 +449,12 @@ mod tests {
             project_explicit: true,
             cwd: None,
             env: vec![("CI".into(), Some("1".into()))],
-            stdio: Default::default(),
+            dry_run: false,
             read_only_extra: vec![],
         };
-        let cold = super::super::Prepared::new(&policy, spec).unwrap();
+        let cold = super::super::Prepared::new(&policy, spec, Default::default())
+            .unwrap()
+            .planned;
         assert_eq!(commit.argv, cold.argv);
         assert_eq!(commit.envp, cold.envp);
         assert_eq!(commit.exec_candidates, cold.exec_candidates);
