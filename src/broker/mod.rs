@@ -7,7 +7,7 @@ pub mod fs;
 pub mod grants;
 pub mod identity;
 pub mod invoke;
-pub mod permission;
+pub use crate::profile::permission;
 pub mod prompt;
 pub mod protocol;
 pub mod secrets;

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 pub mod builtin;
 mod error;
 pub mod narrow;
+pub mod permission;
 pub mod policy;
 pub mod raw;
 pub mod size;

@@ -186,8 +186,8 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
             Some((action, pattern)) => (action, Some(pattern)),
             None => (key, None),
         };
-        let asked = crate::broker::permission::decide_for(&inner.broker, action, target).decision;
-        let allowed = crate::broker::permission::decide_for(&outer.broker, action, target).decision;
+        let asked = super::permission::decide_for(&inner.broker, action, target).decision;
+        let allowed = super::permission::decide_for(&outer.broker, action, target).decision;
         if permissiveness(asked) > permissiveness(allowed) {
             over(
                 &format!("broker.rules.\"{key}\""),

@@ -1,12 +1,12 @@
 //! Decisions: allow, ask or deny, and the rule that decided.
 //!
-//! Order (DESIGN.md §6): profile rules, then the action's risk default.
+//! Order: profile rules, then the action's risk default.
 //! Skills' declared permissions and stored grants slot in before the rules
 //! when they arrive. Without a person to ask (CI, daemon), ask means deny.
 
 use serde::Serialize;
 
-use crate::profile::policy::{BrokerPolicy, Decision};
+use super::policy::{BrokerPolicy, Decision};
 
 pub use crate::action::{glob_matches, Risk};
 
