@@ -380,28 +380,17 @@ impl SpawnError {
 
 /// Cloning with the raw system call is only sound from a single-threaded process.
 pub fn check_single_threaded() -> Result<(), SpawnError> {
-    // A thread that was just joined (the project walk's) wakes its joiner
-    // before the kernel takes it off the count, so a second thread may be
-    // seen for a few microseconds: look again briefly before refusing.
-    let mut threads = 0;
-    for attempt in 0..50 {
-        if attempt > 0 {
-            std::thread::sleep(std::time::Duration::from_micros(100));
-        }
-        let status =
-            std::fs::read_to_string("/proc/self/status").map_err(|source| SpawnError::Path {
-                what: "reading",
-                path: "/proc/self/status".into(),
-                source,
-            })?;
-        threads = status
-            .lines()
-            .find_map(|line| line.strip_prefix("Threads:"))
-            .and_then(|value| value.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        if threads == 1 {
-            return Ok(());
-        }
+    // The same check the clone wrapper makes (one stat of /proc/self/task),
+    // made first so that the refusal names the thread count.
+    match crate::sys::thread::require_single_thread() {
+        Ok(()) => Ok(()),
+        Err(nix::errno::Errno::EDEADLK) => Err(SpawnError::NotSingleThreaded {
+            threads: crate::sys::thread::count().unwrap_or(0),
+        }),
+        Err(errno) => Err(SpawnError::Path {
+            what: "reading",
+            path: "/proc/self/task".into(),
+            source: std::io::Error::from(errno),
+        }),
     }
-    Err(SpawnError::NotSingleThreaded { threads })
 }
