@@ -117,9 +117,10 @@ pub fn apply(rules: &[(std::ffi::CString, LandlockAccess)]) -> Result<Applied, F
             errno: errno_of(&e),
             path: path.to_bytes(),
         })?;
-        let is_dir = std::fs::metadata(path_ref)
-            .map(|m| m.is_dir())
-            .unwrap_or(false);
+        // The opened object's own type: a second lookup by path costs a
+        // walk and could meet another object than the one the rule holds.
+        let is_dir = nix::sys::stat::fstat(std::os::fd::AsFd::as_fd(&fd))
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
         ruleset = ruleset
             .add_rule(PathBeneath::new(fd, rights(*access, is_dir)))
             .map_err(|e| Failure {
