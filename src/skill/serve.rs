@@ -153,6 +153,45 @@ struct Slot {
     consecutive: usize,
     not_before: Option<Instant>,
     stale: bool,
+    /// The last [`Server::refusal`] and what it was decided on.
+    refusal: Option<(ProfileSource, Option<String>)>,
+}
+
+/// What a skill's refusal depends on besides its manifest and the person's
+/// profile (both fixed for a slot: a changed skill gets a fresh cache): the
+/// installed profile file it names, if any, as last seen. Comparing this is
+/// one `stat`; deciding again parses and compares two whole policies, which
+/// was most of a persistent call's round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ProfileSource {
+    /// Its own profile is the person's or a built-in one.
+    Fixed,
+    /// An installed profile: the file's identity and times, None when absent.
+    Installed(Option<(u64, u64, u64, i64, i64, i64, i64)>),
+}
+
+impl ProfileSource {
+    fn of(skill: &Skill) -> ProfileSource {
+        use std::os::unix::fs::MetadataExt;
+        let Some(profile) = &skill.profile else {
+            return ProfileSource::Fixed;
+        };
+        if crate::profile::builtin_names().contains(&profile.as_str()) {
+            return ProfileSource::Fixed;
+        }
+        let file = manifest::installed_profiles().map(|dir| dir.join(format!("{profile}.toml")));
+        ProfileSource::Installed(file.and_then(|f| std::fs::metadata(f).ok()).map(|m| {
+            (
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            )
+        }))
+    }
 }
 
 impl Slot {
@@ -170,6 +209,7 @@ impl Slot {
             consecutive: 0,
             not_before: None,
             stale: false,
+            refusal: None,
         }
     }
 }
@@ -335,6 +375,7 @@ impl Server {
                     if print != slot.fingerprint || skill != slot.skill {
                         slot.skill = skill;
                         slot.fingerprint = print;
+                        slot.refusal = None;
                         slot.crashes.clear();
                         slot.consecutive = 0;
                         slot.not_before = None;
@@ -493,6 +534,23 @@ impl Server {
             .map(|e| e.to_string())
     }
 
+    /// [`Server::refusal`] of skill `name`, decided again only when the
+    /// installed profile it names changed since the last call.
+    fn cached_refusal(&mut self, name: &str) -> Option<String> {
+        let slot = self.slots.get(name)?;
+        let source = ProfileSource::of(&slot.skill);
+        if let Some((seen, refusal)) = &slot.refusal {
+            if *seen == source {
+                return refusal.clone();
+            }
+        }
+        let refusal = self.refusal(&slot.skill);
+        if let Some(slot) = self.slots.get_mut(name) {
+            slot.refusal = Some((source, refusal.clone()));
+        }
+        refusal
+    }
+
     fn on_request(&mut self, line: &[u8]) -> Result<(), ServeError> {
         let (id, method, params) = match protocol::parse(line, &self.limits) {
             Ok(Message::Request { id, method, params }) => (id, method, params),
@@ -545,7 +603,7 @@ impl Server {
     fn invoke(&mut self, id: Id, name: &str, params: Value) -> Result<(), ServeError> {
         // Checked at every call, not once: the person's profile directory
         // can change between calls, and a refused skill never starts.
-        if let Some(refusal) = self.slots.get(name).and_then(|s| self.refusal(&s.skill)) {
+        if let Some(refusal) = self.cached_refusal(name) {
             self.respond(
                 &id,
                 Err(error_object(code::SKILL_UNAVAILABLE, refusal.clone())),
