@@ -29,13 +29,16 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 use super::host::{error_object, ACTIVATION_TIMEOUT};
 use super::manifest::{self, Activation, ExecutionMode, Skill};
 use crate::broker::protocol::{self, code, Fill, Frame, Framer, Id, Limits, Message};
+use crate::sys::fork::ForkError;
 
 /// Waits before restarting a skill after its 1st, 2nd, ... crash.
 pub const BACKOFF: [Duration; 5] = [
@@ -123,7 +126,7 @@ struct Call {
 
 /// A running host process.
 struct HostProc {
-    child: std::process::Child,
+    pid: Pid,
     control: UnixStream,
     framer: Framer,
     /// Killed by the loop on purpose (reload, removal): not a crash.
@@ -793,10 +796,13 @@ impl Server {
         let Some(slot) = self.slots.get_mut(name) else {
             return Ok(());
         };
-        let Some(mut host) = slot.host.take() else {
+        let Some(host) = slot.host.take() else {
             return Ok(());
         };
-        let status = host.child.wait().ok();
+        let status = match waitpid(host.pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => Some(code),
+            _ => None,
+        };
         let persistent = slot.skill.activation == Activation::Persistent;
         let exit_error = match &host.exited {
             Some(exited) if exited["signal"].is_number() => {
@@ -804,7 +810,7 @@ impl Server {
             }
             Some(exited) if exited["code"] != 0 => Some(format!("exit status {}", exited["code"])),
             Some(_) => None,
-            None => Some(match status.and_then(|s| s.code()) {
+            None => Some(match status {
                 Some(code) => format!("its host exited with status {code}"),
                 None => "its host was killed".into(),
             }),
@@ -923,7 +929,7 @@ impl Server {
         for slot in self.slots.values_mut() {
             if let Some(host) = &mut slot.host {
                 kill_host(host);
-                let _ = host.child.wait();
+                let _ = waitpid(host.pid, None);
             }
         }
     }
@@ -1051,11 +1057,66 @@ fn no_such_skill(name: &str) -> Value {
 fn kill_host(host: &mut HostProc) {
     // The host's death takes its sandbox with it (parent-death signal of
     // the sandbox's init), and its janitor removes the cgroup.
-    let _ = host.child.kill();
+    let _ = kill(host.pid, Signal::SIGKILL);
 }
 
 fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc> {
     let (ours, theirs) = UnixStream::pair()?;
+    let (ours, pid) = match fork_host(options, skill, theirs) {
+        Ok(pid) => (ours, pid),
+        // A thread was started in this process (an embedder's): forking
+        // is unsafe there, so a fresh host is executed instead.
+        Err(ForkError::Threaded(_)) => {
+            let (ours, theirs) = UnixStream::pair()?;
+            (ours, exec_host(options, skill, theirs)?)
+        }
+        Err(ForkError::Fork(errno)) => return Err(errno.into()),
+        Err(ForkError::Status(err)) => return Err(err),
+    };
+    Ok(HostProc {
+        pid,
+        control: ours,
+        framer: Framer::new(64 << 20),
+        stopping: false,
+        spent: false,
+        timed_out: false,
+        failed: None,
+        exited: None,
+        watchdog: None,
+    })
+}
+
+/// The host as a fork of this process, running [`super::host_process`] on
+/// the skill and profile this loop already holds: no exec of this binary,
+/// no second parse of the manifest, its parameter schema and the profile
+/// (about 2 ms of each activation), and the host runs exactly the manifest
+/// and profile this loop checked. The copy of this process's descriptors it
+/// holds is never used and goes with it; it dies with this process.
+fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Result<Pid, ForkError> {
+    let parent = nix::unistd::getpid();
+    let launch = super::Launch {
+        profile: options.profile.clone(),
+        project: options.project.clone(),
+        grants: options.grants.clone(),
+        audit: options.audit.clone(),
+        interactive: false,
+    };
+    crate::sys::fork::fork_single_threaded(move || {
+        if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+            || nix::unistd::getppid() != parent
+        {
+            return 125;
+        }
+        // The loop's own signals (its signalfd's) are blocked here; the
+        // host's supervisor sets up its own.
+        if SigSet::empty().thread_set_mask().is_err() {
+            return 125;
+        }
+        super::host_process(skill, &launch, control)
+    })
+}
+
+fn exec_host(options: &ServeOptions, skill: &Skill, theirs: UnixStream) -> std::io::Result<Pid> {
     let mut command = std::process::Command::new(&options.host_program);
     command
         .arg0("sandbox")
@@ -1077,18 +1138,10 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
     if let Some(audit) = &options.audit {
         command.arg("--audit").arg(audit);
     }
+    // Reaped by pid in on_host_gone (dropping a std Child neither kills
+    // nor waits for it).
     let child = command.spawn()?;
-    Ok(HostProc {
-        child,
-        control: ours,
-        framer: Framer::new(64 << 20),
-        stopping: false,
-        spent: false,
-        timed_out: false,
-        failed: None,
-        exited: None,
-        watchdog: None,
-    })
+    Ok(Pid::from_raw(child.id() as i32))
 }
 
 use std::os::unix::process::CommandExt;
