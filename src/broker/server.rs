@@ -53,6 +53,12 @@ pub struct BrokerCounts {
     pub errors: u64,
 }
 
+/// The rate limit of a run's broker (requests a second, and the burst
+/// answered before it applies): far above any real client, low enough that
+/// a flooding sandbox cannot keep the supervisor's core busy for free.
+/// `scripts/bench-broker` measures throughput under it.
+pub const RATE_LIMIT: (f64, f64) = (100_000.0, 200_000.0);
+
 /// A token bucket.
 #[derive(Debug)]
 struct RateLimit {
