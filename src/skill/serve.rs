@@ -7,11 +7,12 @@
 //! disabled (and removed, when a skill's directory goes away).
 //!
 //! One loop, one thread: it only reads, writes and waits. Each skill
-//! process lives in its own host process (`sandbox __skill-host`), which
-//! supervises the sandbox and runs its broker; so a skill's slow broker
-//! work, crash or hang never holds up another skill, and invocations of
-//! different skills run at the same time. A host dies with this process
-//! (parent-death signal), and its sandbox with the host.
+//! process lives in its own host process (a fork of this one, or
+//! `sandbox __skill-host` where forking is unsafe), which supervises the
+//! sandbox and runs its broker; so a skill's slow broker work, crash or
+//! hang never holds up another skill, and invocations of different skills
+//! run at the same time. A host dies with this process (parent-death
+//! signal), and its sandbox with the host.
 //!
 //! Every skill runs within the person's profile ([`ServeOptions::profile`]):
 //! one that asks for more is listed as failed with the reason and every
