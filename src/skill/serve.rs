@@ -1113,6 +1113,18 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         if SigSet::empty().thread_set_mask().is_err() {
             return 125;
         }
+        // The agent's streams are the loop's alone: a host holding its
+        // stdout would keep the agent from reading end-of-file after serve.
+        let Ok(null) = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        else {
+            return 125;
+        };
+        if nix::unistd::dup2_stdin(&null).is_err() || nix::unistd::dup2_stdout(&null).is_err() {
+            return 125;
+        }
         super::host_process(skill, &launch, control)
     })
 }
