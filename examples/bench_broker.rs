@@ -52,6 +52,10 @@ fn main() {
         "bench".into(),
     )
     .unwrap();
+    let mut broker = broker;
+    // The production configuration: the supervisor's rate limit.
+    let (per_second, burst) = sandbox::broker::server::RATE_LIMIT;
+    broker.set_rate_limit(per_second, burst);
     let (client, server) = UnixStream::pair().unwrap();
     let handle = std::thread::spawn(move || broker_loop(broker, server));
     let mut reader = BufReader::new(client.try_clone().unwrap());
@@ -87,15 +91,19 @@ fn main() {
             percentile(&times, 0.99)
         );
 
-        let total = 200_000;
+        // More than the rate limit's burst, so that the sustained rate shows.
+        let total = 400_000;
         let reader_thread = {
             let mut reader = BufReader::new(writer.try_clone().unwrap());
             std::thread::spawn(move || {
                 let mut line = String::new();
+                let mut served = 0u64;
                 for _ in 0..total {
                     line.clear();
                     reader.read_line(&mut line).unwrap();
+                    served += u64::from(line.contains("\"result\""));
                 }
+                served
             })
         };
         let started = Instant::now();
@@ -103,9 +111,14 @@ fn main() {
         for _ in 0..total / 100 {
             writer.write_all(batch.as_bytes()).unwrap();
         }
-        reader_thread.join().unwrap();
-        let rate = total as f64 / started.elapsed().as_secs_f64();
-        println!("{name:18} pipelined:     {rate:9.0} requests/s");
+        let served = reader_thread.join().unwrap();
+        let elapsed = started.elapsed().as_secs_f64();
+        println!(
+            "{name:18} pipelined:     {:9.0} answers/s, {:9.0} served/s ({} refused by the rate limit)",
+            total as f64 / elapsed,
+            served as f64 / elapsed,
+            total - served as usize
+        );
     }
     drop(writer);
     drop(reader);

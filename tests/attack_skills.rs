@@ -460,3 +460,67 @@ fn a_planted_project_skill_never_replaces_the_persons_own() {
         );
     });
 }
+
+#[test]
+fn an_installed_profile_widened_while_serving_refuses_the_next_call() {
+    each_identity("an_installed_profile_widened_while_serving", |who| {
+        let project = Project::new(who);
+        let config = config_home();
+        let victim = victim_dir();
+        let profiles = config.path().join("sandbox/profiles");
+        std::fs::create_dir_all(&profiles).unwrap();
+        let installed = profiles.join("mine.toml");
+        std::fs::write(&installed, "version = 1\nextends = \"strict\"\n").unwrap();
+        let skills = project.path().join(".skills");
+        write_skill(
+            &skills,
+            "mine",
+            "mine",
+            "profile: mine\nactivation: persistent\n",
+            &skill_script(&json!({"ran": true}), victim.path()),
+        );
+        open_up(config.path());
+        open_up(&skills);
+        project.write(".keep", "");
+
+        let mut cmd = project.command();
+        cmd.env("XDG_CONFIG_HOME", config.path())
+            .args(["serve", "--stdio", "--project"])
+            .arg(project.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut call = |id: u64| -> Value {
+            let request = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke",
+                                 "params": {"name": "mine", "params": {}}});
+            stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
+            loop {
+                let mut line = String::new();
+                assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "serve ended");
+                let message: Value = serde_json::from_str(&line).unwrap();
+                if message["id"] == id {
+                    return message;
+                }
+            }
+        };
+        // Served twice under the narrow profile: the second call's check
+        // is the one decided on what the first one saw.
+        for id in [1, 2] {
+            let answer = call(id);
+            assert_eq!(answer["result"]["ran"], true, "{who:?}: {answer}");
+        }
+        let wide = "version = 1\nextends = \"permissive\"\n";
+        std::fs::write(&installed, wide).unwrap();
+        let answer = call(3);
+        let error = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("asks for more than your profile strict allows"),
+            "{who:?}: the widened profile was not seen: {answer}"
+        );
+        let _ = child.kill();
+        let _ = child.wait();
+    });
+}

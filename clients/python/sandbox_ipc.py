@@ -19,6 +19,10 @@ import socket
 
 __all__ = ["connect", "Client", "SandboxError"]
 
+# Made once: json.dumps with any option builds a new encoder on every call,
+# which cost more than the rest of a request's Python side.
+_encode = json.JSONEncoder(separators=(",", ":")).encode
+
 
 class SandboxError(Exception):
     """An error answer: code (JSON-RPC), message, and the rule that decided."""
@@ -67,17 +71,24 @@ class Client:
 
     def __init__(self, fd):
         self._sock = socket.socket(fileno=fd)
-        self._file = self._sock.makefile("rwb", buffering=0)
+        # Buffered: an unbuffered readline asks the kernel for one byte at
+        # a time, a system call per byte of every answer.
+        self._reader = self._sock.makefile("rb")
         self._ids = itertools.count(1)
         self._requests = []
         self.fs = _Fs(self)
 
+    def _send(self, message):
+        self._sock.sendall(_encode(message).encode() + b"\n")
+
     def call(self, method, params=None):
         request_id = next(self._ids)
-        message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params or {}}
-        self._file.write(json.dumps(message).encode() + b"\n")
+        # Formatted around the encoded parts: a quarter cheaper than encoding
+        # the whole request as one object, on the path of every request.
+        self._sock.sendall(b'{"jsonrpc":"2.0","id":%d,"method":%s,"params":%s}\n' % (
+            request_id, _encode(method).encode(), _encode(params or {}).encode()))
         while True:
-            line = self._file.readline()
+            line = self._reader.readline()
             if not line:
                 raise SandboxError(-32603, "the broker closed the channel")
             answer = json.loads(line)
@@ -92,8 +103,7 @@ class Client:
             return answer.get("result")
 
     def notify(self, method, params=None):
-        message = {"jsonrpc": "2.0", "method": method, "params": params or {}}
-        self._file.write(json.dumps(message).encode() + b"\n")
+        self._send({"jsonrpc": "2.0", "method": method, "params": params or {}})
 
     def serve(self, handler):
         """Answer skill.invoke requests with handler(params) until the
@@ -102,7 +112,7 @@ class Client:
             if self._requests:
                 request = self._requests.pop(0)
             else:
-                line = self._file.readline()
+                line = self._reader.readline()
                 if not line:
                     return
                 request = json.loads(line)
@@ -114,8 +124,7 @@ class Client:
                 answer = {"error": {"code": err.code, "message": err.message}}
             except Exception as err:  # the skill's own failure, reported to the caller
                 answer = {"error": {"code": -32000, "message": f"{type(err).__name__}: {err}"}}
-            message = {"jsonrpc": "2.0", "id": request["id"], **answer}
-            self._file.write(json.dumps(message).encode() + b"\n")
+            self._send({"jsonrpc": "2.0", "id": request["id"], **answer})
 
     def query(self, action):
         """What the broker would decide for `action`, without asking anyone."""

@@ -72,24 +72,52 @@ pub struct Entry<'a> {
     pub duration_us: u64,
 }
 
-/// Where audit lines go.
+/// Where audit lines go. Lines wait in memory only until [`Audit::flush`],
+/// which the broker calls before it sends any answer and at the end of
+/// every turn: an answer never reaches the sandbox before the line that
+/// audits it is in the file, and a burst of pipelined requests costs one
+/// write instead of one per request.
 #[derive(Debug)]
 pub struct Audit {
     file: std::fs::File,
+    pending: Vec<u8>,
 }
+
+/// Lines held before they are written even within one turn.
+const PENDING_LIMIT: usize = 64 << 10;
 
 impl Audit {
     /// Audit into `file` (opened for appending).
     pub fn new(file: std::fs::File) -> Audit {
-        Audit { file }
+        Audit {
+            file,
+            pending: Vec::new(),
+        }
     }
 
-    /// Append one line. A line that cannot be written is dropped: the
-    /// broker keeps answering.
+    /// Add one line. A line that cannot be written is dropped: the broker
+    /// keeps answering.
     pub fn write(&mut self, entry: &Entry<'_>) {
         let mut line = to_line(entry);
         line.push(b'\n');
-        let _ = self.file.write_all(&line);
+        self.pending.extend_from_slice(&line);
+        if self.pending.len() >= PENDING_LIMIT {
+            self.flush();
+        }
+    }
+
+    /// Write the lines added since the last flush.
+    pub fn flush(&mut self) {
+        if !self.pending.is_empty() {
+            let _ = self.file.write_all(&self.pending);
+            self.pending.clear();
+        }
+    }
+}
+
+impl Drop for Audit {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 

@@ -89,6 +89,12 @@ pub struct Framer {
     max: usize,
     /// Bytes of an over-long line dropped so far (None: not dropping).
     dropping: Option<usize>,
+    /// Where reads land, kept between reads: a fresh zeroed 64 KiB per
+    /// read was a memset on every message of the round trip.
+    scratch: Vec<u8>,
+    /// The descriptor said it is no socket (a pipe): read(2) it directly
+    /// instead of failing recv(2) first on every read.
+    not_socket: bool,
 }
 
 impl Framer {
@@ -98,6 +104,8 @@ impl Framer {
             buffer: Vec::new(),
             max,
             dropping: None,
+            scratch: Vec::new(),
+            not_socket: false,
         }
     }
 
@@ -106,16 +114,24 @@ impl Framer {
     /// complete frames to `out`.
     pub fn fill(&mut self, fd: std::os::fd::BorrowedFd<'_>, out: &mut Vec<Frame>) -> Fill {
         use std::os::fd::AsRawFd;
-        let mut buf = [0u8; 64 * 1024];
-        let read = match nix::sys::socket::recv(
-            fd.as_raw_fd(),
-            &mut buf,
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        ) {
-            Err(nix::errno::Errno::ENOTSOCK) => nix::unistd::read(fd, &mut buf),
-            other => other,
+        let mut buf = std::mem::take(&mut self.scratch);
+        buf.resize(64 * 1024, 0);
+        let read = if self.not_socket {
+            nix::unistd::read(fd, &mut buf)
+        } else {
+            match nix::sys::socket::recv(
+                fd.as_raw_fd(),
+                &mut buf,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            ) {
+                Err(nix::errno::Errno::ENOTSOCK) => {
+                    self.not_socket = true;
+                    nix::unistd::read(fd, &mut buf)
+                }
+                other => other,
+            }
         };
-        match read {
+        let filled = match read {
             Ok(0) => Fill::Closed,
             Ok(n) => {
                 self.push(&buf[..n], out);
@@ -123,7 +139,9 @@ impl Framer {
             }
             Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Fill::WouldBlock,
             Err(_) => Fill::Closed,
-        }
+        };
+        self.scratch = buf;
+        filled
     }
 
     /// Feed bytes; complete frames are appended to `out`.

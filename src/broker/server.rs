@@ -53,6 +53,12 @@ pub struct BrokerCounts {
     pub errors: u64,
 }
 
+/// The rate limit of a run's broker (requests a second, and the burst
+/// answered before it applies): far above any real client, low enough that
+/// a flooding sandbox cannot keep the supervisor's core busy for free.
+/// `scripts/bench-broker` measures throughput under it.
+pub const RATE_LIMIT: (f64, f64) = (100_000.0, 200_000.0);
+
 /// A token bucket.
 #[derive(Debug)]
 struct RateLimit {
@@ -407,6 +413,7 @@ impl Broker {
                     );
                 }
                 self.handle_pending();
+                self.flush_audit();
             }
         }
         self.transport.wants_output()
@@ -416,11 +423,21 @@ impl Broker {
     pub fn on_readable(&mut self, sock: BorrowedFd<'_>) -> bool {
         self.handle_pending();
         if !self.wants_input() {
+            self.flush_audit();
             return true;
         }
         let filled = self.transport.read(sock);
         self.handle_pending();
+        self.flush_audit();
         filled != Fill::Closed
+    }
+
+    /// Write the audit lines of the requests handled so far: before any
+    /// answer is sent, and at the end of each turn.
+    fn flush_audit(&mut self) {
+        if let Some(audit) = &mut self.audit {
+            audit.flush();
+        }
     }
 
     /// Read what the peer left in the channel (it has exited): answers to
@@ -437,14 +454,17 @@ impl Broker {
                 break;
             }
         }
+        self.flush_audit();
     }
 
     /// Write queued answers, then handle the frames that waited for room.
     /// False when the peer is gone.
     pub fn on_writable(&mut self, sock: BorrowedFd<'_>) -> bool {
+        self.flush_audit();
         let alive = self.transport.write(sock);
         if alive && self.transport.has_pending() && self.transport.has_room() {
             self.handle_pending();
+            self.flush_audit();
             return self.transport.write(sock);
         }
         alive
@@ -554,7 +574,12 @@ impl Broker {
                 return;
             }
         };
-        *self.by_action.entry(method.clone()).or_default() += 1;
+        match self.by_action.get_mut(&method) {
+            Some(count) => *count += 1,
+            None => {
+                self.by_action.insert(method.clone(), 1);
+            }
+        }
         let mut record = Record::default();
         let Ok(action) = method.parse::<Action>() else {
             record.rule = "broker.default".into();
@@ -876,6 +901,50 @@ mod tests {
             "{answers:?}"
         );
         assert_eq!(broker.counts.errors, 2);
+    }
+
+    #[test]
+    fn every_audit_line_is_in_the_file_before_its_answer_is_sent() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsFd;
+        let project = tempfile::tempdir().unwrap();
+        let audit_path = project.path().join("audit.jsonl");
+        let audit = std::fs::File::create(&audit_path).unwrap();
+        let policy = crate::profile::load("strict").unwrap();
+        let mut broker = Broker::new(
+            policy.broker,
+            project.path(),
+            &[],
+            Default::default(),
+            Some(audit),
+            "t".into(),
+        )
+        .unwrap();
+        let (mut peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
+        let request =
+            r#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#;
+        peer.write_all(format!("{request}\n").repeat(50).as_bytes())
+            .unwrap();
+        assert!(broker.on_readable(ours.as_fd()));
+        let lines = || {
+            std::fs::read_to_string(&audit_path)
+                .unwrap()
+                .lines()
+                .count()
+        };
+        assert_eq!(lines(), 50, "handled: audited, though nothing is sent yet");
+        peer.set_nonblocking(true).unwrap();
+        let mut buf = [0u8; 1];
+        assert!(peer.read(&mut buf).is_err(), "no answer before on_writable");
+        assert!(broker.on_writable(ours.as_fd()));
+        peer.set_nonblocking(false).unwrap();
+        let mut answers = String::new();
+        let mut reader = std::io::BufReader::new(&peer);
+        for _ in 0..50 {
+            std::io::BufRead::read_line(&mut reader, &mut answers).unwrap();
+        }
+        assert_eq!(answers.matches("\"result\"").count(), 50);
+        assert_eq!(lines(), 50);
     }
 
     #[test]

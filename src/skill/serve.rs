@@ -7,11 +7,12 @@
 //! disabled (and removed, when a skill's directory goes away).
 //!
 //! One loop, one thread: it only reads, writes and waits. Each skill
-//! process lives in its own host process (`sandbox __skill-host`), which
-//! supervises the sandbox and runs its broker; so a skill's slow broker
-//! work, crash or hang never holds up another skill, and invocations of
-//! different skills run at the same time. A host dies with this process
-//! (parent-death signal), and its sandbox with the host.
+//! process lives in its own host process (a fork of this one, or
+//! `sandbox __skill-host` where forking is unsafe), which supervises the
+//! sandbox and runs its broker; so a skill's slow broker work, crash or
+//! hang never holds up another skill, and invocations of different skills
+//! run at the same time. A host dies with this process (parent-death
+//! signal), and its sandbox with the host.
 //!
 //! Every skill runs within the person's profile ([`ServeOptions::profile`]):
 //! one that asks for more is listed as failed with the reason and every
@@ -29,13 +30,16 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
 use serde_json::{json, Value};
 
 use super::host::{error_object, ACTIVATION_TIMEOUT};
 use super::manifest::{self, Activation, ExecutionMode, Skill};
 use crate::broker::protocol::{self, code, Fill, Frame, Framer, Id, Limits, Message};
+use crate::sys::fork::ForkError;
 
 /// Waits before restarting a skill after its 1st, 2nd, ... crash.
 pub const BACKOFF: [Duration; 5] = [
@@ -123,7 +127,7 @@ struct Call {
 
 /// A running host process.
 struct HostProc {
-    child: std::process::Child,
+    pid: Pid,
     control: UnixStream,
     framer: Framer,
     /// Killed by the loop on purpose (reload, removal): not a crash.
@@ -153,6 +157,45 @@ struct Slot {
     consecutive: usize,
     not_before: Option<Instant>,
     stale: bool,
+    /// The last [`Server::refusal`] and what it was decided on.
+    refusal: Option<(ProfileSource, Option<String>)>,
+}
+
+/// What a skill's refusal depends on besides its manifest and the person's
+/// profile (both fixed for a slot: a changed skill gets a fresh cache): the
+/// installed profile file it names, if any, as last seen. Comparing this is
+/// one `stat`; deciding again parses and compares two whole policies, which
+/// was most of a persistent call's round trip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ProfileSource {
+    /// Its own profile is the person's or a built-in one.
+    Fixed,
+    /// An installed profile: the file's identity and times, None when absent.
+    Installed(Option<(u64, u64, u64, i64, i64, i64, i64)>),
+}
+
+impl ProfileSource {
+    fn of(skill: &Skill) -> ProfileSource {
+        use std::os::unix::fs::MetadataExt;
+        let Some(profile) = &skill.profile else {
+            return ProfileSource::Fixed;
+        };
+        if crate::profile::builtin_names().contains(&profile.as_str()) {
+            return ProfileSource::Fixed;
+        }
+        let file = manifest::installed_profiles().map(|dir| dir.join(format!("{profile}.toml")));
+        ProfileSource::Installed(file.and_then(|f| std::fs::metadata(f).ok()).map(|m| {
+            (
+                m.dev(),
+                m.ino(),
+                m.size(),
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec(),
+            )
+        }))
+    }
 }
 
 impl Slot {
@@ -170,6 +213,7 @@ impl Slot {
             consecutive: 0,
             not_before: None,
             stale: false,
+            refusal: None,
         }
     }
 }
@@ -335,6 +379,7 @@ impl Server {
                     if print != slot.fingerprint || skill != slot.skill {
                         slot.skill = skill;
                         slot.fingerprint = print;
+                        slot.refusal = None;
                         slot.crashes.clear();
                         slot.consecutive = 0;
                         slot.not_before = None;
@@ -493,6 +538,23 @@ impl Server {
             .map(|e| e.to_string())
     }
 
+    /// [`Server::refusal`] of skill `name`, decided again only when the
+    /// installed profile it names changed since the last call.
+    fn cached_refusal(&mut self, name: &str) -> Option<String> {
+        let slot = self.slots.get(name)?;
+        let source = ProfileSource::of(&slot.skill);
+        if let Some((seen, refusal)) = &slot.refusal {
+            if *seen == source {
+                return refusal.clone();
+            }
+        }
+        let refusal = self.refusal(&slot.skill);
+        if let Some(slot) = self.slots.get_mut(name) {
+            slot.refusal = Some((source, refusal.clone()));
+        }
+        refusal
+    }
+
     fn on_request(&mut self, line: &[u8]) -> Result<(), ServeError> {
         let (id, method, params) = match protocol::parse(line, &self.limits) {
             Ok(Message::Request { id, method, params }) => (id, method, params),
@@ -545,7 +607,7 @@ impl Server {
     fn invoke(&mut self, id: Id, name: &str, params: Value) -> Result<(), ServeError> {
         // Checked at every call, not once: the person's profile directory
         // can change between calls, and a refused skill never starts.
-        if let Some(refusal) = self.slots.get(name).and_then(|s| self.refusal(&s.skill)) {
+        if let Some(refusal) = self.cached_refusal(name) {
             self.respond(
                 &id,
                 Err(error_object(code::SKILL_UNAVAILABLE, refusal.clone())),
@@ -735,10 +797,13 @@ impl Server {
         let Some(slot) = self.slots.get_mut(name) else {
             return Ok(());
         };
-        let Some(mut host) = slot.host.take() else {
+        let Some(host) = slot.host.take() else {
             return Ok(());
         };
-        let status = host.child.wait().ok();
+        let status = match waitpid(host.pid, None) {
+            Ok(WaitStatus::Exited(_, code)) => Some(code),
+            _ => None,
+        };
         let persistent = slot.skill.activation == Activation::Persistent;
         let exit_error = match &host.exited {
             Some(exited) if exited["signal"].is_number() => {
@@ -746,7 +811,7 @@ impl Server {
             }
             Some(exited) if exited["code"] != 0 => Some(format!("exit status {}", exited["code"])),
             Some(_) => None,
-            None => Some(match status.and_then(|s| s.code()) {
+            None => Some(match status {
                 Some(code) => format!("its host exited with status {code}"),
                 None => "its host was killed".into(),
             }),
@@ -865,7 +930,7 @@ impl Server {
         for slot in self.slots.values_mut() {
             if let Some(host) = &mut slot.host {
                 kill_host(host);
-                let _ = host.child.wait();
+                let _ = waitpid(host.pid, None);
             }
         }
     }
@@ -993,11 +1058,78 @@ fn no_such_skill(name: &str) -> Value {
 fn kill_host(host: &mut HostProc) {
     // The host's death takes its sandbox with it (parent-death signal of
     // the sandbox's init), and its janitor removes the cgroup.
-    let _ = host.child.kill();
+    let _ = kill(host.pid, Signal::SIGKILL);
 }
 
 fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc> {
     let (ours, theirs) = UnixStream::pair()?;
+    let (ours, pid) = match fork_host(options, skill, theirs) {
+        Ok(pid) => (ours, pid),
+        // A thread was started in this process (an embedder's): forking
+        // is unsafe there, so a fresh host is executed instead.
+        Err(ForkError::Threaded(_)) => {
+            let (ours, theirs) = UnixStream::pair()?;
+            (ours, exec_host(options, skill, theirs)?)
+        }
+        Err(ForkError::Fork(errno)) => return Err(errno.into()),
+        Err(ForkError::Status(err)) => return Err(err),
+    };
+    Ok(HostProc {
+        pid,
+        control: ours,
+        framer: Framer::new(64 << 20),
+        stopping: false,
+        spent: false,
+        timed_out: false,
+        failed: None,
+        exited: None,
+        watchdog: None,
+    })
+}
+
+/// The host as a fork of this process, running [`super::host_process`] on
+/// the skill and profile this loop already holds: no exec of this binary,
+/// no second parse of the manifest, its parameter schema and the profile
+/// (about 2 ms of each activation), and the host runs exactly the manifest
+/// and profile this loop checked. The copy of this process's descriptors it
+/// holds is never used and goes with it; it dies with this process.
+fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Result<Pid, ForkError> {
+    let parent = nix::unistd::getpid();
+    let launch = super::Launch {
+        profile: options.profile.clone(),
+        project: options.project.clone(),
+        grants: options.grants.clone(),
+        audit: options.audit.clone(),
+        interactive: false,
+    };
+    crate::sys::fork::fork_single_threaded(move || {
+        if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+            || nix::unistd::getppid() != parent
+        {
+            return 125;
+        }
+        // The loop's own signals (its signalfd's) are blocked here; the
+        // host's supervisor sets up its own.
+        if SigSet::empty().thread_set_mask().is_err() {
+            return 125;
+        }
+        // The agent's streams are the loop's alone: a host holding its
+        // stdout would keep the agent from reading end-of-file after serve.
+        let Ok(null) = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+        else {
+            return 125;
+        };
+        if nix::unistd::dup2_stdin(&null).is_err() || nix::unistd::dup2_stdout(&null).is_err() {
+            return 125;
+        }
+        super::host_process(skill, &launch, control)
+    })
+}
+
+fn exec_host(options: &ServeOptions, skill: &Skill, theirs: UnixStream) -> std::io::Result<Pid> {
     let mut command = std::process::Command::new(&options.host_program);
     command
         .arg0("sandbox")
@@ -1019,18 +1151,10 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
     if let Some(audit) = &options.audit {
         command.arg("--audit").arg(audit);
     }
+    // Reaped by pid in on_host_gone (dropping a std Child neither kills
+    // nor waits for it).
     let child = command.spawn()?;
-    Ok(HostProc {
-        child,
-        control: ours,
-        framer: Framer::new(64 << 20),
-        stopping: false,
-        spent: false,
-        timed_out: false,
-        failed: None,
-        exited: None,
-        watchdog: None,
-    })
+    Ok(Pid::from_raw(child.id() as i32))
 }
 
 use std::os::unix::process::CommandExt;
