@@ -654,7 +654,10 @@ fn start_cloned(
     }
     // Far above any real client, low enough that a flooding sandbox cannot
     // keep the supervisor's core busy for free.
-    broker.set_rate_limit(100_000.0, 200_000.0);
+    broker.set_rate_limit(
+        crate::broker::server::RATE_LIMIT.0,
+        crate::broker::server::RATE_LIMIT.1,
+    );
     if let Some(scan) = &config.scan {
         let paths = |found: &[crate::project::scan::Found]| -> Vec<std::path::PathBuf> {
             found.iter().map(|f| f.path.clone()).collect()
