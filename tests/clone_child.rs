@@ -104,8 +104,73 @@ fn cloning_a_threaded_process_is_refused() {
     );
 }
 
+/// The cgroup v2 directory this process is in, when cgroup2 is mounted
+/// (alone or beside v1 hierarchies) and root may create cgroups below it.
+fn own_cgroup2_dir() -> Option<std::path::PathBuf> {
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mount = mountinfo.lines().find_map(|line| {
+        let (before, after) = line.split_once(" - ")?;
+        (after.split_whitespace().next() == Some("cgroup2"))
+            .then(|| before.split_whitespace().nth(4).map(str::to_owned))
+            .flatten()
+    })?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = own.lines().find_map(|line| line.strip_prefix("0::"))?;
+    let dir = std::path::Path::new(&mount).join(path.trim_start_matches('/'));
+    (nix::unistd::geteuid().is_root() && dir.join("cgroup.procs").exists()).then_some(dir)
+}
+
+/// A child cloned into a cgroup v2 directory starts there: its own
+/// /proc/self/cgroup names that directory before it does anything, so no
+/// move was needed (and none could have been missed).
+fn a_child_cloned_into_a_cgroup_starts_in_it() {
+    let Some(parent) = own_cgroup2_dir() else {
+        if std::env::var_os("SANDBOX_TEST_REQUIRE").is_some_and(|v| v == "1") {
+            panic!("cgroup v2 (writable, as root) unavailable and SANDBOX_TEST_REQUIRE=1");
+        }
+        eprintln!(
+            "SKIP a_child_cloned_into_a_cgroup_starts_in_it: no writable cgroup v2 directory"
+        );
+        return;
+    };
+    let name = format!("sandbox-clone-test-{}", std::process::id());
+    let dir = parent.join(&name);
+    std::fs::create_dir(&dir).expect("create the test cgroup");
+    let target = std::fs::File::open(&dir).expect("open the test cgroup");
+    let expected = format!("/{name}");
+    let cloned = sandbox::sys::clone::clone_into_cgroup(
+        CloneFlags::empty(),
+        std::os::fd::AsFd::as_fd(&target),
+        |_| {
+            let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+            let here = own
+                .lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .unwrap_or("");
+            if here.ends_with(&expected) {
+                0
+            } else {
+                3
+            }
+        },
+    );
+    let status = cloned.map(|(pid, _pidfd)| waitpid(pid, None));
+    let _ = std::fs::remove_dir(&dir);
+    let status = status
+        .expect("clone3 with CLONE_INTO_CGROUP")
+        .expect("waitpid");
+    assert!(
+        matches!(status, WaitStatus::Exited(_, 0)),
+        "the child's status (3: not in the cgroup): {status:?}"
+    );
+}
+
 fn main() {
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
+        (
+            "a_child_cloned_into_a_cgroup_starts_in_it",
+            a_child_cloned_into_a_cgroup_starts_in_it,
+        ),
         (
             "a_panicking_child_exits_125_without_unwinding_its_parents_frames",
             a_panicking_child_exits_125_without_unwinding_its_parents_frames,

@@ -487,3 +487,72 @@ fn killing_serve_kills_every_skill_process() {
     let left = support::wait_until_gone(&mark, 5);
     assert!(left.is_empty(), "still running: {left:?}");
 }
+
+/// `socket:[…]` and `pipe:[…]` objects behind descriptor 3 and up of `pid`.
+fn shared_objects(pid: u32) -> std::collections::BTreeSet<String> {
+    let mut objects = std::collections::BTreeSet::new();
+    let Ok(entries) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return objects;
+    };
+    for entry in entries.flatten() {
+        let number: i32 = entry.file_name().to_string_lossy().parse().unwrap_or(-1);
+        let Ok(target) = std::fs::read_link(entry.path()) else {
+            continue;
+        };
+        let target = target.to_string_lossy().into_owned();
+        if number > 2 && (target.starts_with("socket:") || target.starts_with("pipe:")) {
+            objects.insert(target);
+        }
+    }
+    objects
+}
+
+/// A skill's host is a fork of serve: it must not keep serve's end of
+/// another host's control socket, through which it could read that skill's
+/// results or answer for it.
+#[test]
+fn a_skill_host_holds_none_of_serves_sockets() {
+    if !sandbox_runs("a_skill_host_holds_none_of_serves_sockets") {
+        return;
+    }
+    let project = project();
+    let mark = support::marker("fds");
+    for name in ["first", "second"] {
+        write_skill(
+            project.path(),
+            &format!("{name}{mark}"),
+            "activation: persistent\n",
+            ("k.js", "require('sandbox-ipc').onInvoke(() => 'up');\n"),
+        );
+    }
+    let mut serve = Serve::start(project.path());
+    for name in ["first", "second"] {
+        let answer = serve.invoke(&format!("{name}{mark}"), json!({}));
+        assert_eq!(answer["result"], "up", "{answer}");
+    }
+    let serve_pid = serve.child.id();
+    let serves = shared_objects(serve_pid);
+    assert!(serves.len() >= 2, "serve's own sockets: {serves:?}");
+    let hosts: Vec<u32> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = stat.rsplit_once(')')?.1.to_owned();
+                    after.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(serve_pid)
+        })
+        .collect();
+    assert_eq!(hosts.len(), 2, "one host per skill: {hosts:?}");
+    for host in hosts {
+        let held: Vec<_> = shared_objects(host)
+            .intersection(&serves)
+            .cloned()
+            .collect();
+        assert!(held.is_empty(), "host {host} holds serve's {held:?}");
+    }
+}

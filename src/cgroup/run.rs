@@ -5,6 +5,7 @@
 //! controllers for children in the parent on cgroup v2, which the kernel
 //! requires.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use super::{CgroupInfo, CgroupMode};
@@ -745,6 +746,24 @@ impl RunCgroup {
             }
         }
         Ok(())
+    }
+
+    /// cgroup v2: the run's directory, opened for a clone that creates the
+    /// run's first process in it (`clone3` with `CLONE_INTO_CGROUP`) rather
+    /// than moving it there with [`RunCgroup::add`]. None on cgroup v1, where
+    /// each hierarchy needs its own move, or when the directory cannot be
+    /// opened (the caller then moves the process).
+    pub fn clone_target(&self) -> Option<std::os::fd::OwnedFd> {
+        if self.version != 2 {
+            return None;
+        }
+        let (_, dir) = self.dirs.first()?;
+        std::fs::File::options()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+            .open(dir)
+            .ok()
+            .map(std::os::fd::OwnedFd::from)
     }
 
     /// Put `pid` (and so everything it will fork) into the cgroup.

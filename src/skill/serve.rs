@@ -1091,8 +1091,8 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
 /// the skill and profile this loop already holds: no exec of this binary,
 /// no second parse of the manifest, its parameter schema and the profile
 /// (about 2 ms of each activation), and the host runs exactly the manifest
-/// and profile this loop checked. The copy of this process's descriptors it
-/// holds is never used and goes with it; it dies with this process.
+/// and profile this loop checked. Of this process's descriptors it keeps
+/// only its own control socket; it dies with this process.
 fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Result<Pid, ForkError> {
     let parent = nix::unistd::getpid();
     let launch = super::Launch {
@@ -1102,7 +1102,7 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         audit: options.audit.clone(),
         interactive: false,
     };
-    crate::sys::fork::fork_single_threaded(move || {
+    crate::sys::fork::fork_single_threaded_with(move |forked| {
         if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
             || nix::unistd::getppid() != parent
         {
@@ -1125,7 +1125,23 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         if nix::unistd::dup2_stdin(&null).is_err() || nix::unistd::dup2_stdout(&null).is_err() {
             return 125;
         }
-        super::host_process(skill, &launch, control)
+        drop(null);
+        // The copies of this loop's descriptors go: the other hosts' control
+        // sockets (a host holding one could read another skill's results
+        // or speak for it), the agent's input, the loop's signalfd and
+        // watches. Only the host's own control socket stays, at 3.
+        let Ok(placed) = forked.place(std::os::fd::AsFd::as_fd(&control), 3) else {
+            return 125;
+        };
+        // Its old number is closed next; the object must not close it again.
+        std::mem::forget(control);
+        if forked.close_from(4).is_err() {
+            return 125;
+        }
+        let Ok(own) = placed.try_clone_to_owned() else {
+            return 125;
+        };
+        super::host_process(skill, &launch, UnixStream::from(own))
     })
 }
 

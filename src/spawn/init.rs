@@ -27,6 +27,7 @@ use crate::sys::clone::ClonedChild;
 use crate::sys::mount_api::{self, MountAttrs};
 
 /// Descriptors init works with.
+#[derive(Clone, Copy)]
 pub struct InitFds<'a> {
     /// Init's end of the sync socket.
     pub sync: BorrowedFd<'a>,

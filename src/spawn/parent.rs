@@ -777,10 +777,32 @@ fn start_cloned(
         fallback_rlimits: prepared.started.fallback_rlimits.clone(),
         confinement: prepared.started.confinement,
     };
-    let mut cloned =
-        crate::sys::clone::clone_into_namespaces(prepared.plan().clone_flags, |init| {
-            super::init::main(prepared.plan(), &handover, &fds, init)
-        });
+    // cgroup v2: init is created in the run's cgroup and never moved.
+    let cgroup_dir = cgroup.and_then(crate::cgroup::RunCgroup::clone_target);
+    let mut created_in_cgroup = false;
+    let mut cloned = match &cgroup_dir {
+        Some(dir) => {
+            let in_cgroup = InitFds {
+                await_cgroup: false,
+                ..fds
+            };
+            crate::sys::clone::clone_into_cgroup(prepared.plan().clone_flags, dir.as_fd(), |init| {
+                super::init::main(prepared.plan(), &handover, &in_cgroup, init)
+            })
+        }
+        None => Err(Errno::ENOSYS),
+    };
+    match &cloned {
+        Ok(_) => created_in_cgroup = true,
+        // Without clone3 (a kernel before 5.7, a container's seccomp
+        // profile) or when it refuses: the classic clone, then the move. A
+        // refusal of the namespaces themselves comes again from it.
+        Err(_) => {
+            cloned = crate::sys::clone::clone_into_namespaces(prepared.plan().clone_flags, |init| {
+                super::init::main(prepared.plan(), &handover, &fds, init)
+            })
+        }
+    }
     if let Err(errno) = cloned {
         if userns == crate::profile::policy::Enforcement::BestEffort
             && prepared.started.no_namespaces.is_none()
@@ -815,8 +837,13 @@ fn start_cloned(
     step_note(
         prepared,
         format_args!(
-            "cloned init (host pid {init_pid}) into new namespaces: {}",
-            namespace_names(prepared.plan().clone_flags)
+            "cloned init (host pid {init_pid}) into new namespaces: {}{}",
+            namespace_names(prepared.plan().clone_flags),
+            if created_in_cgroup {
+                ", created in its cgroup (CLONE_INTO_CGROUP)"
+            } else {
+                ""
+            }
         ),
     );
     // The child holds its copies: the supervisor's close here.
@@ -824,6 +851,7 @@ fn start_cloned(
     // Init is released first and moved while it builds the root (see
     // `InitFds::await_cgroup`).
     let joined = || match cgroup {
+        Some(_) if created_in_cgroup => Ok(()),
         Some(cgroup) => cgroup
             .add(init_pid.as_raw())
             .map_err(|err| SpawnError::LayerUnavailable {

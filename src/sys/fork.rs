@@ -28,6 +28,16 @@ fn thread_count() -> Result<u64, ForkError> {
         .unwrap_or(0))
 }
 
+/// [`fork_single_threaded`], with the child given the handle through which
+/// it may rearrange and close the descriptors it copied (see
+/// [`super::clone::ClonedChild`]: the same contract holds, the child never
+/// returns into the parent's frames).
+pub fn fork_single_threaded_with(
+    child: impl FnOnce(&super::clone::ClonedChild) -> i32,
+) -> Result<Pid, ForkError> {
+    fork_single_threaded(|| child(&super::clone::ClonedChild::new()))
+}
+
 /// Fork a child that runs `child` and exits with its return value (or
 /// [`super::clone::CHILD_PANICKED`] if it panicked), without unwinding into
 /// the parent's frames. Refused unless this process has exactly one thread.
