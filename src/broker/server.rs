@@ -861,6 +861,20 @@ impl Broker {
 mod tests {
     use super::*;
 
+    /// A broker with strict's rules over `project`, auditing to `audit`.
+    fn strict_broker(project: &Path, audit: Option<std::fs::File>) -> Broker {
+        let policy = crate::profile::load("strict").unwrap();
+        Broker::new(
+            policy.broker,
+            project,
+            &[],
+            Default::default(),
+            audit,
+            "t".into(),
+        )
+        .unwrap()
+    }
+
     fn answers(broker: &Broker) -> Vec<Value> {
         broker
             .transport
@@ -874,16 +888,7 @@ mod tests {
     #[test]
     fn the_rate_limit_answers_excess_requests_with_an_error() {
         let project = tempfile::tempdir().unwrap();
-        let policy = crate::profile::load("strict").unwrap();
-        let mut broker = Broker::new(
-            policy.broker,
-            project.path(),
-            &[],
-            Default::default(),
-            None,
-            "t".into(),
-        )
-        .unwrap();
+        let mut broker = strict_broker(project.path(), None);
         broker.set_rate_limit(1.0, 3.0);
         for _ in 0..5 {
             broker.feed(br#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#);
@@ -910,16 +915,7 @@ mod tests {
         let project = tempfile::tempdir().unwrap();
         let audit_path = project.path().join("audit.jsonl");
         let audit = std::fs::File::create(&audit_path).unwrap();
-        let policy = crate::profile::load("strict").unwrap();
-        let mut broker = Broker::new(
-            policy.broker,
-            project.path(),
-            &[],
-            Default::default(),
-            Some(audit),
-            "t".into(),
-        )
-        .unwrap();
+        let mut broker = strict_broker(project.path(), Some(audit));
         let (mut peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
         let request =
             r#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#;
@@ -950,16 +946,7 @@ mod tests {
     #[test]
     fn unknown_parameters_are_refused_by_name() {
         let project = tempfile::tempdir().unwrap();
-        let policy = crate::profile::load("strict").unwrap();
-        let mut broker = Broker::new(
-            policy.broker,
-            project.path(),
-            &[],
-            Default::default(),
-            None,
-            "t".into(),
-        )
-        .unwrap();
+        let mut broker = strict_broker(project.path(), None);
         broker.feed(br#"{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"x","recursive":true}}"#);
         broker.feed(br#"{"jsonrpc":"2.0","id":2,"method":"fs.write","params":{"path":"x","content":"y","mode":2559}}"#);
         let answers = answers(&broker);
