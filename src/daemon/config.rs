@@ -148,8 +148,9 @@ pub struct PoolConfig {
     pub enabled: bool,
     /// A warm sandbox unused this long is discarded.
     pub idle: Duration,
-    /// Projects with more directories than this are never pooled (one
-    /// inotify watch each, from the caller's `max_user_watches`).
+    /// Projects with more directories and files than this are never
+    /// pooled (one inotify watch each, from the caller's
+    /// `max_user_watches`).
     pub budget: usize,
 }
 

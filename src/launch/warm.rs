@@ -77,10 +77,10 @@ pub fn fits(warm: &RunSpec, run: &RunSpec) -> bool {
     !ours.is_null() && ours == without_command(run)
 }
 
-/// inotify watches on every directory of a project, set before the
-/// sandbox's walk of it: any creation, removal, rename or attribute change
-/// (a link count is one) after that is pending when the sandbox is
-/// committed, and discards it.
+/// inotify watches on every directory and regular file of a project, set
+/// before the sandbox's walk of it: any creation, removal, rename or
+/// attribute change (a file's link count is one) after that is pending
+/// when the sandbox is committed, and discards it.
 pub struct Freshness {
     inotify: inotify::Inotify,
 }
@@ -88,13 +88,13 @@ pub struct Freshness {
 /// Why a project cannot be watched.
 #[derive(Debug, thiserror::Error)]
 pub enum FreshnessError {
-    /// More directories than the budget.
-    #[error("the project has more than {0} directories, the budget of watches for a warm sandbox")]
+    /// More directories and files than the budget.
+    #[error("the project has more than {0} directories and files, the budget of watches for a warm sandbox")]
     TooLarge(usize),
     /// inotify refused.
     #[error("watching {path}: {source}")]
     Watch {
-        /// The directory.
+        /// The directory or file.
         path: PathBuf,
         /// The error.
         #[source]
@@ -103,9 +103,9 @@ pub enum FreshnessError {
 }
 
 impl Freshness {
-    /// Watch `project` and every directory below it (never through a
-    /// link). Each directory is watched before it is listed, so one
-    /// created meanwhile is an event of its watched parent.
+    /// Watch `project` and every directory and regular file below it
+    /// (never through a link). Each directory is watched before it is
+    /// listed, so one created meanwhile is an event of its watched parent.
     pub fn watch(project: &Path, budget: usize) -> Result<Freshness, FreshnessError> {
         use inotify::WatchMask;
         let watch = |path: &Path, source| FreshnessError::Watch {
@@ -136,8 +136,25 @@ impl Freshness {
             let entries = std::fs::read_dir(&dir).map_err(|source| watch(&dir, source))?;
             for entry in entries {
                 let entry = entry.map_err(|source| watch(&dir, source))?;
-                if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                let Ok(kind) = entry.file_type() else {
+                    continue;
+                };
+                if kind.is_dir() {
                     pending.push(entry.path());
+                } else if kind.is_file() {
+                    // A hard link made outside the project changes only
+                    // the file's link count, an event of the file's own
+                    // watch and never of its directory's: without this a
+                    // file a cold run mounts read-only stayed writable.
+                    watched += 1;
+                    if watched > budget {
+                        return Err(FreshnessError::TooLarge(budget));
+                    }
+                    let path = entry.path();
+                    inotify
+                        .watches()
+                        .add(&path, WatchMask::ATTRIB | WatchMask::DONT_FOLLOW)
+                        .map_err(|source| watch(&path, source))?;
                 }
             }
         }
