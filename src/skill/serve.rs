@@ -1141,6 +1141,16 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         let Ok(own) = placed.try_clone_to_owned() else {
             return 125;
         };
+        // The copy at 3 stays open for `placed`'s sake, but nothing the host
+        // executes may inherit it.
+        if nix::fcntl::fcntl(
+            placed,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+        )
+        .is_err()
+        {
+            return 125;
+        }
         super::host_process(skill, &launch, UnixStream::from(own))
     })
 }
