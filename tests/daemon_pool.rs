@@ -10,47 +10,11 @@ mod support;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use daemon_support::Daemon;
+use daemon_support::{pooled_daemon, run_to_end, wait_for_warm_sandbox, Daemon};
 use serde_json::{json, Value};
 
 fn my_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
-}
-
-fn pooled_daemon() -> Daemon {
-    Daemon::start(&format!(
-        "[daemon]\nmax_concurrent = 4\n[pool]\nenabled = true\nidle = \"60s\"\n[[allow]]\nuids = [{}]\nprojects = [\"/tmp\"]\n",
-        my_uid()
-    ))
-}
-
-/// Submit, wait for the end, and return (run object, stdout, stderr).
-fn run(daemon: &Daemon, project: &Path, command: &[&str]) -> (Value, String, String) {
-    let body = json!({"command": command, "project": project});
-    let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
-    assert_eq!(status, 202, "{answer}\n{}", daemon.log());
-    let id = answer["id"].as_str().expect("run id").to_string();
-    let finished = daemon.wait_finished(&id);
-    let (stdout, stderr, _) = daemon.output(&id);
-    (
-        finished,
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
-}
-
-/// A warm sandbox of the caller's is ready: the daemon says so in
-/// `/v1/info` (`pool.ready`) once the launcher reported it built.
-fn wait_for_warm_sandbox(daemon: &Daemon) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
-        let (_, info) = daemon.request("GET", "/v1/info", None);
-        if info["pool"]["ready"].as_u64().unwrap_or(0) > 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("no warm sandbox was prepared:\n{}", daemon.log());
 }
 
 /// The daemon's warm supervisors (`sandbox-warm`, children of its
@@ -90,10 +54,10 @@ fn a_second_run_is_warm_and_behaves_as_a_cold_one() {
     }
     let daemon = pooled_daemon();
     let project = tempfile::tempdir_in("/tmp").expect("project");
-    let (cold, cold_out, _) = run(&daemon, project.path(), &["sh", "-c", PROBE]);
+    let (cold, cold_out, _) = run_to_end(&daemon, project.path(), &["sh", "-c", PROBE]);
     assert_eq!(cold["report"]["warm"], false, "{cold}");
     wait_for_warm_sandbox(&daemon);
-    let (warm, warm_out, warm_err) = run(&daemon, project.path(), &["sh", "-c", PROBE]);
+    let (warm, warm_out, warm_err) = run_to_end(&daemon, project.path(), &["sh", "-c", PROBE]);
     assert_eq!(warm["report"]["warm"], true, "{warm}\n{}", daemon.log());
     assert_eq!(warm["status"], 7, "{warm}\n{warm_err}");
     assert_eq!(cold["status"], 7, "{cold}");
@@ -118,10 +82,10 @@ fn a_second_run_is_warm_and_behaves_as_a_cold_one() {
     assert_eq!(other["report"]["warm"], false, "{other}");
     // Each warm sandbox serves one run: the next warm run has a sandbox
     // (an init) of its own.
-    let (third, _, _) = run(&daemon, project.path(), &["true"]);
+    let (third, _, _) = run_to_end(&daemon, project.path(), &["true"]);
     let _ = third;
     wait_for_warm_sandbox(&daemon);
-    let (fourth, _, _) = run(&daemon, project.path(), &["true"]);
+    let (fourth, _, _) = run_to_end(&daemon, project.path(), &["true"]);
     assert_eq!(fourth["report"]["warm"], true, "{fourth}\n{}", daemon.log());
     assert_ne!(init_pid(&daemon, &warm), init_pid(&daemon, &fourth));
 }
@@ -145,13 +109,13 @@ fn a_file_created_after_the_sandbox_was_prepared_sends_the_run_cold() {
     let daemon = pooled_daemon();
     let project = tempfile::tempdir_in("/tmp").expect("project");
     std::fs::create_dir(project.path().join("sub")).expect("sub");
-    let (first, _, _) = run(&daemon, project.path(), &["true"]);
+    let (first, _, _) = run_to_end(&daemon, project.path(), &["true"]);
     assert_eq!(first["report"]["warm"], false, "{first}");
     wait_for_warm_sandbox(&daemon);
     // A `.env` a cold run would hide, created below the project after the
     // warm sandbox's walk.
     std::fs::write(project.path().join("sub/.env"), "TOKEN=secret\n").expect(".env");
-    let (second, out, err) = run(&daemon, project.path(), &["sh", "-c", "cat sub/.env"]);
+    let (second, out, err) = run_to_end(&daemon, project.path(), &["sh", "-c", "cat sub/.env"]);
     assert_eq!(
         second["report"]["warm"],
         false,
@@ -272,7 +236,7 @@ fn another_caller_never_gets_the_first_callers_warm_sandbox() {
     assert_eq!(theirs["report"]["warm"], false, "{theirs}");
     // The first caller's warm sandbox was there all along, untouched: its
     // next run takes it, and sees nothing of the run before it either.
-    let (mine, out, _) = run(&daemon, project.path(), &["env"]);
+    let (mine, out, _) = run_to_end(&daemon, project.path(), &["env"]);
     assert_eq!(mine["report"]["warm"], true, "{mine}\n{}", daemon.log());
     assert!(!out.contains("root-only-value"), "{out}");
     assert!(
@@ -294,7 +258,7 @@ fn an_idle_warm_sandbox_is_discarded_with_its_processes_and_cgroups() {
         my_uid()
     ));
     let project = tempfile::tempdir_in("/tmp").expect("project");
-    let (first, _, _) = run(&daemon, project.path(), &["true"]);
+    let (first, _, _) = run_to_end(&daemon, project.path(), &["true"]);
     assert_eq!(first["status"], 0, "{first}");
     wait_for_warm_sandbox(&daemon);
     let processes: Vec<(u32, Option<u64>)> = warm_processes(&daemon)
@@ -328,7 +292,7 @@ fn an_idle_warm_sandbox_is_discarded_with_its_processes_and_cgroups() {
     let (_, info) = daemon.request("GET", "/v1/info", None);
     assert_eq!(info["pool"]["ready"], 0, "{info}");
     // The key's next run is cold, and runs.
-    let (next, out, err) = run(&daemon, project.path(), &["echo", "after-idle"]);
+    let (next, out, err) = run_to_end(&daemon, project.path(), &["echo", "after-idle"]);
     assert_eq!(next["report"]["warm"], false, "{next}");
     assert_eq!(out, "after-idle\n", "{err}");
 }
@@ -347,7 +311,7 @@ fn warm_sandboxes_are_drained_for_a_queued_run_and_leave_nothing() {
         my_uid()
     ));
     let project = tempfile::tempdir_in("/tmp").expect("project");
-    run(&daemon, project.path(), &["true"]);
+    run_to_end(&daemon, project.path(), &["true"]);
     wait_for_warm_sandbox(&daemon);
     let processes: Vec<(u32, Option<u64>)> = warm_processes(&daemon)
         .into_iter()
@@ -378,7 +342,7 @@ fn a_timeout_given_at_commit_ends_the_warm_run() {
     }
     let daemon = pooled_daemon();
     let project = tempfile::tempdir_in("/tmp").expect("project");
-    run(&daemon, project.path(), &["true"]);
+    run_to_end(&daemon, project.path(), &["true"]);
     wait_for_warm_sandbox(&daemon);
     let body = json!({"command": ["sleep", "30"], "project": project.path(),
                       "limits": {"timeout": "1s"}});
@@ -407,10 +371,10 @@ fn a_warm_payload_holds_exactly_the_descriptors_of_a_cold_one() {
     let daemon = pooled_daemon();
     let project = tempfile::tempdir_in("/tmp").expect("project");
     let list = "for fd in /proc/self/fd/*; do echo \"${fd##*/} $(readlink $fd | sed 's/[0-9]\\+/N/g')\"; done";
-    let (cold, cold_out, _) = run(&daemon, project.path(), &["sh", "-c", list]);
+    let (cold, cold_out, _) = run_to_end(&daemon, project.path(), &["sh", "-c", list]);
     assert_eq!(cold["report"]["warm"], false, "{cold}");
     wait_for_warm_sandbox(&daemon);
-    let (warm, warm_out, warm_err) = run(&daemon, project.path(), &["sh", "-c", list]);
+    let (warm, warm_out, warm_err) = run_to_end(&daemon, project.path(), &["sh", "-c", list]);
     assert_eq!(warm["report"]["warm"], true, "{warm}");
     assert_eq!(warm_out, cold_out, "{warm_err}");
     assert!(

@@ -235,6 +235,45 @@ impl Daemon {
     }
 }
 
+/// Warm sandboxes: the daemon with `[pool] enabled` and a rule for the
+/// caller over projects below /tmp.
+pub fn pooled_daemon() -> Daemon {
+    Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 4\n[pool]\nenabled = true\nidle = \"60s\"\n[[allow]]\nuids = [{}]\nprojects = [\"/tmp\"]\n",
+        nix::unistd::geteuid().as_raw()
+    ))
+}
+
+/// Submit `command` in `project`, wait for the end, and return (run
+/// object, stdout, stderr).
+pub fn run_to_end(daemon: &Daemon, project: &Path, command: &[&str]) -> (Value, String, String) {
+    let body = serde_json::json!({"command": command, "project": project});
+    let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
+    assert_eq!(status, 202, "{answer}\n{}", daemon.log());
+    let id = answer["id"].as_str().expect("run id").to_string();
+    let finished = daemon.wait_finished(&id);
+    let (stdout, stderr, _) = daemon.output(&id);
+    (
+        finished,
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// A warm sandbox of the caller's is ready: the daemon says so in
+/// `/v1/info` (`pool.ready`) once the launcher reported it built.
+pub fn wait_for_warm_sandbox(daemon: &Daemon) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let (_, info) = daemon.request("GET", "/v1/info", None);
+        if info["pool"]["ready"].as_u64().unwrap_or(0) > 0 {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("no warm sandbox was prepared:\n{}", daemon.log());
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let launcher = self.child.as_ref().and_then(|_| self.launcher_pid());
