@@ -49,8 +49,10 @@ pub struct BrokerCounts {
     pub allowed: u64,
     /// Denied (including ask without anyone to ask).
     pub denied: u64,
-    /// Malformed or unknown requests.
+    /// Malformed or unknown requests, and those the rate limit refused.
     pub errors: u64,
+    /// Refused by the rate limit (counted in `errors` too).
+    pub rate_limited: u64,
 }
 
 /// The rate limit of a run's broker (requests a second, and the burst
@@ -140,6 +142,8 @@ pub struct Broker {
     secrets: Secrets,
     nested: Option<std::sync::Arc<dyn super::terminal::NestedRunner>>,
     rate: Option<RateLimit>,
+    /// Requests the rate limit refused since the last audit line about it.
+    rate_refused: u64,
     invocations: Invocations,
     /// Prefix for the peer's `log` notifications on stderr; None: not shown.
     log_label: Option<String>,
@@ -236,6 +240,7 @@ impl Broker {
             secrets: Secrets::default(),
             nested: None,
             rate: None,
+            rate_refused: 0,
             invocations: Invocations::default(),
             log_label: None,
             run_deadline: None,
@@ -436,6 +441,31 @@ impl Broker {
     /// answer is sent, and at the end of each turn.
     fn flush_audit(&mut self) {
         if let Some(audit) = &mut self.audit {
+            // One line for all the refusals since the last: a flood is
+            // audited without a line per request it sends.
+            if self.rate_refused > 0 {
+                let per_second = self.rate.as_ref().map_or(0.0, |r| r.per_second);
+                let rule = format!(
+                    "rate limit ({per_second} requests a second): {} refused",
+                    self.rate_refused
+                );
+                audit.write(&Entry {
+                    time: SystemTime::now()
+                        .duration_since(UNIX_EPOCH)
+                        .map(|d| d.as_secs_f64())
+                        .unwrap_or(0.0),
+                    run: &self.run_id,
+                    caller: &self.decider.caller,
+                    caller_hash: self.decider.caller_hash.as_deref(),
+                    method: "rate_limit",
+                    target: None,
+                    requested: None,
+                    decision: "deny",
+                    rule: &rule,
+                    duration_us: 0,
+                });
+                self.rate_refused = 0;
+            }
             audit.flush();
         }
     }
@@ -531,6 +561,8 @@ impl Broker {
         if let Some(rate) = &mut self.rate {
             if !rate.take() {
                 self.counts.errors += 1;
+                self.counts.rate_limited += 1;
+                self.rate_refused += 1;
                 let id = protocol::parse(line, &self.transport.limits)
                     .ok()
                     .and_then(|m| match m {
@@ -906,6 +938,44 @@ mod tests {
             "{answers:?}"
         );
         assert_eq!(broker.counts.errors, 2);
+    }
+
+    /// A flood past the rate limit is audited (one line per turn, not per
+    /// request, so the flood cannot fill the disk through the audit) and
+    /// counted for the report, before any refusal is sent.
+    #[test]
+    fn requests_the_rate_limit_refuses_are_audited_and_counted() {
+        use std::os::fd::AsFd;
+        let project = tempfile::tempdir().unwrap();
+        let audit_path = project.path().join("audit.jsonl");
+        let audit = std::fs::File::create(&audit_path).unwrap();
+        let mut broker = strict_broker(project.path(), Some(audit));
+        broker.set_rate_limit(1.0, 3.0);
+        let (peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
+        let request =
+            r#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#;
+        std::io::Write::write_all(&mut &peer, format!("{request}\n").repeat(10).as_bytes())
+            .unwrap();
+        assert!(broker.on_readable(ours.as_fd()));
+        let text = std::fs::read_to_string(&audit_path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(
+            lines.len(),
+            4,
+            "three served and one for the refusals: {text}"
+        );
+        let refused = &lines[3];
+        assert_eq!(refused["method"], "rate_limit", "{refused}");
+        assert_eq!(refused["decision"], "deny", "{refused}");
+        assert!(
+            refused["rule"].as_str().unwrap().ends_with(": 7 refused"),
+            "{refused}"
+        );
+        assert_eq!(broker.counts.rate_limited, 7);
+        assert_eq!(broker.counts.errors, 7);
     }
 
     #[test]
