@@ -355,6 +355,104 @@ pub const SANDBOX_BIN_DIR: &str = "/run/sandbox/bin";
 
 const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
+/// A run's command as the sandbox will execute it: arguments, the
+/// environment (the profile's, then the caller's changes, then the broker's
+/// variables), the PATH lookup and the working directory (canonical, inside
+/// the project). One resolution for a cold plan and a warm sandbox's commit,
+/// so a warm run can never be resolved more loosely than a cold one.
+pub(crate) struct CommandPlan {
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    /// The same environment as pairs (the run's /etc files read it).
+    pub env: Vec<(OsString, OsString)>,
+    /// The program as the caller gave it, for messages.
+    pub program: String,
+    pub exec_candidates: Vec<CString>,
+    pub cwd: PathBuf,
+}
+
+/// Resolve a command (see [`CommandPlan`]); `project` is canonical.
+pub(crate) fn plan_command(
+    policy: &Policy,
+    program: &OsStr,
+    args: &[OsString],
+    env_changes: &[(OsString, Option<OsString>)],
+    cwd: Option<&Path>,
+    project: &Path,
+) -> Result<CommandPlan, SpawnError> {
+    let cwd = match cwd {
+        Some(cwd) => {
+            let cwd = std::fs::canonicalize(cwd).map_err(|source| SpawnError::Path {
+                what: "working directory",
+                path: cwd.to_path_buf(),
+                source,
+            })?;
+            if !cwd.starts_with(project) {
+                return Err(SpawnError::Invalid(format!(
+                    "the working directory {} is outside the project root {}",
+                    cwd.display(),
+                    project.display()
+                )));
+            }
+            cwd
+        }
+        None => project.to_path_buf(),
+    };
+
+    // Environment: exactly the profile's, then the caller's additions.
+    let mut env: Vec<(OsString, OsString)> = policy.env.resolve(|name| std::env::var_os(name));
+    for (name, value) in env_changes {
+        env.retain(|(n, _)| n != name);
+        if let Some(value) = value {
+            env.push((name.clone(), value.clone()));
+        }
+    }
+    // The broker channel is fd 3; Node programs get it as their IPC
+    // channel too (process.send / process.on('message')).
+    for (name, value) in [
+        ("SANDBOX_IPC_FD", "3"),
+        ("NODE_CHANNEL_FD", "3"),
+        ("NODE_CHANNEL_SERIALIZATION_MODE", "json"),
+    ] {
+        env.retain(|(n, _)| n != name);
+        env.push((OsString::from(name), OsString::from(value)));
+    }
+    if let Some((_, path)) = env.iter_mut().find(|(n, _)| n == "PATH") {
+        path.push(":");
+        path.push(SANDBOX_BIN_DIR);
+    }
+    let mut envp = Vec::with_capacity(env.len());
+    for (name, value) in &env {
+        if name.is_empty() || name.as_bytes().contains(&b'=') {
+            return Err(SpawnError::Invalid(format!(
+                "invalid environment variable name {name:?}"
+            )));
+        }
+        let mut entry = name.as_bytes().to_vec();
+        entry.push(b'=');
+        entry.extend_from_slice(value.as_bytes());
+        envp.push(cstring("environment variable", entry)?);
+    }
+
+    let program_name = program.to_string_lossy().into_owned();
+    if program.is_empty() {
+        return Err(SpawnError::Invalid("the command is empty".into()));
+    }
+    let mut argv = vec![cstring("argument", program.as_bytes())?];
+    for arg in args {
+        argv.push(cstring("argument", arg.as_bytes())?);
+    }
+    let exec_candidates = exec_candidates(program, &env)?;
+    Ok(CommandPlan {
+        argv,
+        envp,
+        env,
+        program: program_name,
+        exec_candidates,
+        cwd,
+    })
+}
+
 fn cstring(what: &'static str, bytes: impl Into<Vec<u8>>) -> Result<CString, SpawnError> {
     CString::new(bytes).map_err(|err| SpawnError::NulByte {
         what,
@@ -546,69 +644,21 @@ impl Prepared {
                 )));
             }
         }
-        let cwd = match &spec.cwd {
-            Some(cwd) => {
-                let cwd = std::fs::canonicalize(cwd).map_err(|source| SpawnError::Path {
-                    what: "working directory",
-                    path: cwd.clone(),
-                    source,
-                })?;
-                if !cwd.starts_with(&project) {
-                    return Err(SpawnError::Invalid(format!(
-                        "the working directory {} is outside the project root {}",
-                        cwd.display(),
-                        project.display()
-                    )));
-                }
-                cwd
-            }
-            None => project.clone(),
-        };
-
-        // Environment: exactly the profile's, then the caller's additions.
-        let mut env: Vec<(OsString, OsString)> = policy.env.resolve(|name| std::env::var_os(name));
-        for (name, value) in &spec.env {
-            env.retain(|(n, _)| n != name);
-            if let Some(value) = value {
-                env.push((name.clone(), value.clone()));
-            }
-        }
-        // The broker channel is fd 3; Node programs get it as their IPC
-        // channel too (process.send / process.on('message')).
-        for (name, value) in [
-            ("SANDBOX_IPC_FD", "3"),
-            ("NODE_CHANNEL_FD", "3"),
-            ("NODE_CHANNEL_SERIALIZATION_MODE", "json"),
-        ] {
-            env.retain(|(n, _)| n != name);
-            env.push((OsString::from(name), OsString::from(value)));
-        }
-        if let Some((_, path)) = env.iter_mut().find(|(n, _)| n == "PATH") {
-            path.push(":");
-            path.push(SANDBOX_BIN_DIR);
-        }
-        let mut envp = Vec::with_capacity(env.len());
-        for (name, value) in &env {
-            if name.is_empty() || name.as_bytes().contains(&b'=') {
-                return Err(SpawnError::Invalid(format!(
-                    "invalid environment variable name {name:?}"
-                )));
-            }
-            let mut entry = name.as_bytes().to_vec();
-            entry.push(b'=');
-            entry.extend_from_slice(value.as_bytes());
-            envp.push(cstring("environment variable", entry)?);
-        }
-
-        let program = spec.program.to_string_lossy().into_owned();
-        if spec.program.is_empty() {
-            return Err(SpawnError::Invalid("the command is empty".into()));
-        }
-        let mut argv = vec![cstring("argument", spec.program.as_bytes())?];
-        for arg in &spec.args {
-            argv.push(cstring("argument", arg.as_bytes())?);
-        }
-        let exec_candidates = exec_candidates(&spec.program, &env)?;
+        let CommandPlan {
+            argv,
+            envp,
+            env,
+            program,
+            exec_candidates,
+            cwd,
+        } = plan_command(
+            policy,
+            &spec.program,
+            &spec.args,
+            &spec.env,
+            spec.cwd.as_deref(),
+            &project,
+        )?;
 
         // Mount plan.
         let mut planner = Planner {

@@ -100,66 +100,24 @@ impl Commit {
         cwd: Option<&Path>,
         project: &Path,
     ) -> Result<Commit, SpawnError> {
-        let Some(program) = argv.first().filter(|p| !p.is_empty()) else {
+        let Some((program, args)) = argv.split_first() else {
             return Err(SpawnError::Invalid("the command is empty".into()));
         };
-        let cwd = match cwd {
-            Some(cwd) => {
-                let canonical = std::fs::canonicalize(cwd).map_err(|source| SpawnError::Path {
-                    what: "working directory",
-                    path: cwd.to_path_buf(),
-                    source,
-                })?;
-                if !canonical.starts_with(project) {
-                    return Err(SpawnError::Invalid(format!(
-                        "the working directory {} is outside the project root {}",
-                        canonical.display(),
-                        project.display()
-                    )));
-                }
-                canonical
-            }
-            None => project.to_path_buf(),
-        };
-        let mut vars: Vec<(OsString, OsString)> = policy.env.resolve(|name| std::env::var_os(name));
-        for (name, value) in env {
-            if name.is_empty() || name.contains('=') {
-                return Err(SpawnError::Invalid(format!(
-                    "invalid environment variable name {name:?}"
-                )));
-            }
-            vars.retain(|(n, _)| n != name.as_str());
-            vars.push((name.into(), value.into()));
-        }
-        for (name, value) in [
-            ("SANDBOX_IPC_FD", "3"),
-            ("NODE_CHANNEL_FD", "3"),
-            ("NODE_CHANNEL_SERIALIZATION_MODE", "json"),
-        ] {
-            vars.retain(|(n, _)| n != name);
-            vars.push((name.into(), value.into()));
-        }
-        if let Some((_, path)) = vars.iter_mut().find(|(n, _)| n == "PATH") {
-            path.push(":");
-            path.push(super::prepare::SANDBOX_BIN_DIR);
-        }
-        let mut envp = Vec::with_capacity(vars.len());
-        for (name, value) in &vars {
-            let mut entry = name.as_bytes().to_vec();
-            entry.push(b'=');
-            entry.extend_from_slice(value.as_bytes());
-            envp.push(c_string("environment variable", entry)?);
-        }
-        let argv = argv
+        let args: Vec<OsString> = args.iter().map(OsString::from).collect();
+        let env: Vec<(OsString, Option<OsString>)> = env
             .iter()
-            .map(|arg| c_string("argument", arg.as_bytes().to_vec()))
-            .collect::<Result<Vec<_>, _>>()?;
-        let exec_candidates = super::prepare::exec_candidates(OsStr::new(program), &vars)?;
+            .map(|(name, value)| (name.into(), Some(value.into())))
+            .collect();
+        let plan =
+            super::prepare::plan_command(policy, OsStr::new(program), &args, &env, cwd, project)?;
         Ok(Commit {
-            argv,
-            envp,
-            exec_candidates,
-            cwd: c_string("working directory", cwd.as_os_str().as_bytes().to_vec())?,
+            argv: plan.argv,
+            envp: plan.envp,
+            exec_candidates: plan.exec_candidates,
+            cwd: c_string(
+                "working directory",
+                plan.cwd.as_os_str().as_bytes().to_vec(),
+            )?,
         })
     }
 
