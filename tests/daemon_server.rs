@@ -856,14 +856,6 @@ fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
     assert_ne!(replacement, launcher);
 }
 
-/// The payload asks the broker to write a file; strict asks a person.
-const ASK_FS_WRITE: &str = r#"
-import socket
-s = socket.socket(fileno=3)
-s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"granted.txt","content":"yes"}}\n')
-print(s.recv(65536).decode().strip())
-"#;
-
 #[test]
 fn a_question_is_answered_through_the_api_by_its_owner_only() {
     let test = "a_question_is_answered_through_the_api_by_its_owner_only";
@@ -890,7 +882,7 @@ fn a_question_is_answered_through_the_api_by_its_owner_only() {
         "/v1/runs",
         Some(&submit(
             &project,
-            &["/usr/bin/python3", "-c", ASK_FS_WRITE],
+            &["/usr/bin/python3", "-c", support::ASK_FS_WRITE],
             false,
         )),
     );

@@ -251,13 +251,6 @@ fn cancel_ends_the_run_with_sigterm() {
     assert_eq!(status, 128 + 9, "killed after the grace");
 }
 
-const ASK_FS_WRITE: &str = r#"
-import socket, sys
-s = socket.socket(fileno=3)
-s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"granted.txt","content":"yes"}}\n')
-print(s.recv(65536).decode().strip())
-"#;
-
 #[test]
 fn an_ask_waits_for_the_daemons_answer() {
     if !support::require_root_sandbox("launcher") {
@@ -268,7 +261,10 @@ fn an_ask_waits_for_the_daemons_answer() {
     let mut run = spawn(
         &launcher,
         "r4",
-        spec(project.path(), &["/usr/bin/python3", "-c", ASK_FS_WRITE]),
+        spec(
+            project.path(),
+            &["/usr/bin/python3", "-c", support::ASK_FS_WRITE],
+        ),
     );
     assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
     match run.next_event() {
@@ -299,7 +295,10 @@ fn an_ask_waits_for_the_daemons_answer() {
         }));
 
     // Unanswered: denied at the deadline, nothing written.
-    let mut denied = spec(project.path(), &["/usr/bin/python3", "-c", ASK_FS_WRITE]);
+    let mut denied = spec(
+        project.path(),
+        &["/usr/bin/python3", "-c", support::ASK_FS_WRITE],
+    );
     denied.ask_deadline_ms = 300;
     expect_exited(&launcher, "r4");
     std::fs::remove_file(project.path().join("granted.txt")).unwrap();

@@ -357,3 +357,12 @@ pub fn marker(tag: &str) -> String {
         NEXT.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// A Python payload that asks the broker (fd 3) to write `granted.txt` and
+/// prints the answer; strict puts the write to a person.
+pub const ASK_FS_WRITE: &str = r#"
+import socket
+s = socket.socket(fileno=3)
+s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"granted.txt","content":"yes"}}\n')
+print(s.recv(65536).decode().strip())
+"#;
