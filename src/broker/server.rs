@@ -907,6 +907,32 @@ mod tests {
         .unwrap()
     }
 
+    const QUERY: &str =
+        r#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#;
+
+    /// A strict broker over `project` auditing to a file in it, and the file.
+    fn audited_broker(project: &Path) -> (Broker, PathBuf) {
+        let path = project.join("audit.jsonl");
+        let audit = std::fs::File::create(&path).unwrap();
+        (strict_broker(project, Some(audit)), path)
+    }
+
+    /// `count` queries sent at once on a fresh channel and read by `broker`
+    /// in one turn; (the peer's end, the broker's end).
+    fn one_turn_of_queries(
+        broker: &mut Broker,
+        count: usize,
+    ) -> (
+        std::os::unix::net::UnixStream,
+        std::os::unix::net::UnixStream,
+    ) {
+        let (peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
+        std::io::Write::write_all(&mut &peer, format!("{QUERY}\n").repeat(count).as_bytes())
+            .unwrap();
+        assert!(broker.on_readable(std::os::fd::AsFd::as_fd(&ours)));
+        (peer, ours)
+    }
+
     fn answers(broker: &Broker) -> Vec<Value> {
         broker
             .transport
@@ -923,7 +949,7 @@ mod tests {
         let mut broker = strict_broker(project.path(), None);
         broker.set_rate_limit(1.0, 3.0);
         for _ in 0..5 {
-            broker.feed(br#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#);
+            broker.feed(QUERY.as_bytes());
         }
         let answers = answers(&broker);
         assert_eq!(answers.len(), 5);
@@ -945,18 +971,10 @@ mod tests {
     /// counted for the report, before any refusal is sent.
     #[test]
     fn requests_the_rate_limit_refuses_are_audited_and_counted() {
-        use std::os::fd::AsFd;
         let project = tempfile::tempdir().unwrap();
-        let audit_path = project.path().join("audit.jsonl");
-        let audit = std::fs::File::create(&audit_path).unwrap();
-        let mut broker = strict_broker(project.path(), Some(audit));
+        let (mut broker, audit_path) = audited_broker(project.path());
         broker.set_rate_limit(1.0, 3.0);
-        let (peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
-        let request =
-            r#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#;
-        std::io::Write::write_all(&mut &peer, format!("{request}\n").repeat(10).as_bytes())
-            .unwrap();
-        assert!(broker.on_readable(ours.as_fd()));
+        let _channel = one_turn_of_queries(&mut broker, 10);
         let text = std::fs::read_to_string(&audit_path).unwrap();
         let lines: Vec<Value> = text
             .lines()
@@ -980,18 +998,11 @@ mod tests {
 
     #[test]
     fn every_audit_line_is_in_the_file_before_its_answer_is_sent() {
-        use std::io::{Read, Write};
+        use std::io::Read;
         use std::os::fd::AsFd;
         let project = tempfile::tempdir().unwrap();
-        let audit_path = project.path().join("audit.jsonl");
-        let audit = std::fs::File::create(&audit_path).unwrap();
-        let mut broker = strict_broker(project.path(), Some(audit));
-        let (mut peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
-        let request =
-            r#"{"jsonrpc":"2.0","id":1,"method":"permission.query","params":{"action":"fs.read"}}"#;
-        peer.write_all(format!("{request}\n").repeat(50).as_bytes())
-            .unwrap();
-        assert!(broker.on_readable(ours.as_fd()));
+        let (mut broker, audit_path) = audited_broker(project.path());
+        let (mut peer, ours) = one_turn_of_queries(&mut broker, 50);
         let lines = || {
             std::fs::read_to_string(&audit_path)
                 .unwrap()
