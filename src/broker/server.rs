@@ -440,33 +440,48 @@ impl Broker {
     /// Write the audit lines of the requests handled so far: before any
     /// answer is sent, and at the end of each turn.
     fn flush_audit(&mut self) {
+        // One line for all the refusals since the last: a flood is audited
+        // without a line per request it sends.
+        if self.rate_refused > 0 {
+            let per_second = self.rate.as_ref().map_or(0.0, |r| r.per_second);
+            let rule = format!(
+                "rate limit ({per_second} requests a second): {} refused",
+                self.rate_refused
+            );
+            self.audit_line("rate_limit", None, None, "deny", &rule, 0);
+            self.rate_refused = 0;
+        }
         if let Some(audit) = &mut self.audit {
-            // One line for all the refusals since the last: a flood is
-            // audited without a line per request it sends.
-            if self.rate_refused > 0 {
-                let per_second = self.rate.as_ref().map_or(0.0, |r| r.per_second);
-                let rule = format!(
-                    "rate limit ({per_second} requests a second): {} refused",
-                    self.rate_refused
-                );
-                audit.write(&Entry {
-                    time: SystemTime::now()
-                        .duration_since(UNIX_EPOCH)
-                        .map(|d| d.as_secs_f64())
-                        .unwrap_or(0.0),
-                    run: &self.run_id,
-                    caller: &self.decider.caller,
-                    caller_hash: self.decider.caller_hash.as_deref(),
-                    method: "rate_limit",
-                    target: None,
-                    requested: None,
-                    decision: "deny",
-                    rule: &rule,
-                    duration_us: 0,
-                });
-                self.rate_refused = 0;
-            }
             audit.flush();
+        }
+    }
+
+    /// One audit line for this run's caller (none without an audit file).
+    fn audit_line(
+        &mut self,
+        method: &str,
+        target: Option<&str>,
+        requested: Option<&str>,
+        decision: &str,
+        rule: &str,
+        duration_us: u64,
+    ) {
+        if let Some(audit) = &mut self.audit {
+            audit.write(&Entry {
+                time: SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs_f64())
+                    .unwrap_or(0.0),
+                run: &self.run_id,
+                caller: &self.decider.caller,
+                caller_hash: self.decider.caller_hash.as_deref(),
+                method,
+                target,
+                requested,
+                decision,
+                rule,
+                duration_us,
+            });
         }
     }
 
@@ -665,23 +680,14 @@ impl Broker {
             _ => record.rule.clone(),
         };
         let rule = rule.as_str();
-        if let Some(audit) = &mut self.audit {
-            audit.write(&Entry {
-                time: SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_secs_f64())
-                    .unwrap_or(0.0),
-                run: &self.run_id,
-                caller: &self.decider.caller,
-                caller_hash: self.decider.caller_hash.as_deref(),
-                method,
-                target: record.target.as_deref(),
-                requested: record.requested.as_deref(),
-                decision,
-                rule,
-                duration_us: started.elapsed().as_micros() as u64,
-            });
-        }
+        self.audit_line(
+            method,
+            record.target.as_deref(),
+            record.requested.as_deref(),
+            decision,
+            rule,
+            started.elapsed().as_micros() as u64,
+        );
         let Some(id) = id else { return };
         match result {
             Ok(value) => self.transport.answer(&id, &value),
