@@ -100,16 +100,6 @@ struct WarmSandbox {
 }
 
 impl Children {
-    /// The launcher's ends of the warm supervisors' sockets: a forked
-    /// supervisor closes its copies, or a drained warm sandbox would never
-    /// see its socket close.
-    fn pool_fds(&self) -> Vec<std::os::fd::RawFd> {
-        self.pool
-            .iter()
-            .map(|warm| std::os::fd::AsRawFd::as_raw_fd(&warm.sock))
-            .collect()
-    }
-
     /// Take a warm supervisor out of the pool: it ends by itself (its
     /// socket closes with `warm`), and is reaped as a supervisor without
     /// a run.
@@ -233,7 +223,7 @@ fn serve_loop(
                     for _ in 0..count {
                         let idle = std::time::Duration::from_millis(idle_ms);
                         if let Err(reason) =
-                            start_warm(children, control, old_mask, &key, gen, &spec, idle, budget)
+                            start_warm(children, old_mask, &key, gen, &spec, idle, budget)
                         {
                             wire::send(
                                 control.as_fd(),
@@ -356,27 +346,24 @@ fn spawn(
         .run_as
         .as_ref()
         .map(|run_as| super::protocol::delegated_cgroup_name(&run_as.run));
-    let inherited = children.pool_fds();
-    Ok(
-        match start_supervisor(spec, fds, control, old_mask, &inherited) {
-            Ok(pid) => {
-                children.supervisors.insert(
-                    pid,
-                    Supervisor {
-                        run: Some(run.clone()),
-                        delegated,
-                    },
-                );
-                FromLauncher::Started {
-                    run,
-                    pid: pid.as_raw(),
-                    // Not reaped before this loop's next turn.
-                    start: super::protocol::process_start_time(pid.as_raw()),
-                }
+    Ok(match start_supervisor(spec, fds, old_mask) {
+        Ok(pid) => {
+            children.supervisors.insert(
+                pid,
+                Supervisor {
+                    run: Some(run.clone()),
+                    delegated,
+                },
+            );
+            FromLauncher::Started {
+                run,
+                pid: pid.as_raw(),
+                // Not reaped before this loop's next turn.
+                start: super::protocol::process_start_time(pid.as_raw()),
             }
-            Err(error) => FromLauncher::Refused { run, error },
-        },
-    )
+        }
+        Err(error) => FromLauncher::Refused { run, error },
+    })
 }
 
 /// Give a warm supervisor its run: the spawn request's descriptors, and
@@ -409,10 +396,8 @@ fn hand_over(
     wire::send(warm.sock.as_fd(), &commit, &passed).map_err(|err| err.to_string())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn start_warm(
     children: &mut Children,
-    control: &OwnedFd,
     old_mask: &SigSet,
     key: &str,
     gen: u64,
@@ -428,12 +413,12 @@ fn start_warm(
         SockFlag::SOCK_CLOEXEC,
     )
     .map_err(|errno| format!("socketpair: {errno}"))?;
-    let mut inherited = children.pool_fds();
-    inherited.push(std::os::fd::AsRawFd::as_raw_fd(&ours));
-    inherited.push(std::os::fd::AsRawFd::as_raw_fd(control));
     let warm_spec = spec.clone();
-    let pid = crate::sys::fork::fork_single_threaded(move || {
-        if !detach_from_launcher(&inherited, old_mask) {
+    let pid = crate::sys::fork::fork_keeping_only(vec![theirs], move |kept| {
+        let Some(theirs) = kept.into_iter().next() else {
+            return 125;
+        };
+        if !detach_from_launcher(old_mask) {
             return 125;
         }
         super::warm::serve(warm_spec, theirs, idle, budget)
@@ -455,13 +440,11 @@ fn start_warm(
     Ok(())
 }
 
-/// In a forked supervisor: hold nothing of the launcher's (its sockets,
-/// whose ends the daemon and the warm supervisors must see close; its
-/// blocked SIGCHLD), and die with it. False when the launcher is gone.
-fn detach_from_launcher(inherited: &[std::os::fd::RawFd], old_mask: &SigSet) -> bool {
-    for fd in inherited {
-        let _ = nix::unistd::close(*fd);
-    }
+/// In a forked supervisor, which holds none of the launcher's descriptors
+/// (`fork_keeping_only`: the daemon and the warm supervisors must see the
+/// launcher's sockets close): drop the launcher's blocked SIGCHLD, and die
+/// with it. False when the launcher is gone.
+fn detach_from_launcher(old_mask: &SigSet) -> bool {
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old_mask), None);
     let launcher = nix::unistd::getppid();
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_ok() && nix::unistd::getppid() == launcher
@@ -516,9 +499,7 @@ fn reap(control: &OwnedFd, children: &mut Children) -> Result<(), LaunchError> {
 fn start_supervisor(
     spec: super::protocol::RunSpec,
     fds: Vec<OwnedFd>,
-    control: &OwnedFd,
     old_mask: &SigSet,
-    pool_fds: &[std::os::fd::RawFd],
 ) -> Result<Pid, String> {
     let wanted = if spec.stdin { 3 } else { 2 };
     if fds.len() != wanted {
@@ -528,10 +509,8 @@ fn start_supervisor(
             if spec.stdin { ", stdin" } else { "" }
         ));
     }
-    let mut inherited = pool_fds.to_vec();
-    inherited.push(std::os::fd::AsRawFd::as_raw_fd(control));
-    crate::sys::fork::fork_single_threaded(move || {
-        if !detach_from_launcher(&inherited, old_mask) {
+    crate::sys::fork::fork_keeping_only(fds, move |fds| {
+        if !detach_from_launcher(old_mask) {
             return 125;
         }
         super::supervisor::run(spec, fds)

@@ -1102,7 +1102,11 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         audit: options.audit.clone(),
         interactive: false,
     };
-    crate::sys::fork::fork_single_threaded_with(move |forked| {
+    // Of this loop's descriptors the host keeps only its own control
+    // socket: not the other hosts' (a host holding one could read another
+    // skill's results or speak for it), nor the agent's input, nor the
+    // loop's signalfd and watches.
+    crate::sys::fork::fork_keeping_only(vec![OwnedFd::from(control)], move |kept| {
         if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
             || nix::unistd::getppid() != parent
         {
@@ -1126,32 +1130,10 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
             return 125;
         }
         drop(null);
-        // The copies of this loop's descriptors go: the other hosts' control
-        // sockets (a host holding one could read another skill's results
-        // or speak for it), the agent's input, the loop's signalfd and
-        // watches. Only the host's own control socket stays, at 3.
-        let Ok(placed) = forked.place(std::os::fd::AsFd::as_fd(&control), 3) else {
+        let Some(control) = kept.into_iter().next() else {
             return 125;
         };
-        // Its old number is closed next; the object must not close it again.
-        std::mem::forget(control);
-        if forked.close_from(4).is_err() {
-            return 125;
-        }
-        let Ok(own) = placed.try_clone_to_owned() else {
-            return 125;
-        };
-        // The copy at 3 stays open for `placed`'s sake, but nothing the host
-        // executes may inherit it.
-        if nix::fcntl::fcntl(
-            placed,
-            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
-        )
-        .is_err()
-        {
-            return 125;
-        }
-        super::host_process(skill, &launch, UnixStream::from(own))
+        super::host_process(skill, &launch, UnixStream::from(control))
     })
 }
 

@@ -1,7 +1,10 @@
 //! `fork(2)` for a process that is single-threaded by construction (the
 //! daemon's launcher), checked at the call.
 
+use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
+
 use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, FdFlag};
 use nix::unistd::{ForkResult, Pid};
 
 /// Why no child was forked.
@@ -28,14 +31,54 @@ fn thread_count() -> Result<u64, ForkError> {
         .unwrap_or(0))
 }
 
-/// [`fork_single_threaded`], with the child given the handle through which
-/// it may rearrange and close the descriptors it copied (see
-/// [`super::clone::ClonedChild`]: the same contract holds, the child never
-/// returns into the parent's frames).
-pub fn fork_single_threaded_with(
-    child: impl FnOnce(&super::clone::ClonedChild) -> i32,
+/// [`fork_single_threaded`] for a child that holds nothing of this process's
+/// descriptors but standard input, output and error and `keep`: a forked
+/// server's child (a skill host, a run's supervisor) must not keep the
+/// other children's sockets, whose peers then never see them close and
+/// which would let it speak for them. `child` gets `keep` back, in order,
+/// close-on-exec, at new numbers.
+pub fn fork_keeping_only(
+    keep: Vec<OwnedFd>,
+    child: impl FnOnce(Vec<OwnedFd>) -> i32,
 ) -> Result<Pid, ForkError> {
-    fork_single_threaded(|| child(&super::clone::ClonedChild::new()))
+    fork_single_threaded(move || {
+        let cloned = super::clone::ClonedChild::new();
+        let count = keep.len() as RawFd;
+        let first: RawFd = 3;
+        // Copies above the numbers they will take, so that placing one
+        // never replaces another that is still to be placed.
+        let mut lifted = Vec::with_capacity(keep.len());
+        for fd in &keep {
+            match super::fd::dup_at_or_above(fd.as_fd(), first + count) {
+                Ok(copy) => lifted.push(copy),
+                Err(_) => return super::clone::CHILD_PANICKED,
+            }
+        }
+        for (target, fd) in (first..).zip(&lifted) {
+            if cloned.place(fd.as_fd(), target).is_err() {
+                return super::clone::CHILD_PANICKED;
+            }
+        }
+        // Their numbers are replaced or closed below: no owner may close
+        // them again.
+        std::mem::forget(keep);
+        std::mem::forget(lifted);
+        if cloned.close_from((first + count) as u32).is_err() {
+            return super::clone::CHILD_PANICKED;
+        }
+        let mut kept = Vec::with_capacity(count as usize);
+        for target in first..first + count {
+            // SAFETY: `place` put a descriptor at `target` above and
+            // `close_from` left it open; the owners of what stood there
+            // before were forgotten, so this is its only owner.
+            let fd = unsafe { OwnedFd::from_raw_fd(target) };
+            if nix::fcntl::fcntl(&fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).is_err() {
+                return super::clone::CHILD_PANICKED;
+            }
+            kept.push(fd);
+        }
+        child(kept)
+    })
 }
 
 /// Fork a child that runs `child` and exits with its return value (or
