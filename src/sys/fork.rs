@@ -15,7 +15,7 @@ pub enum ForkError {
     #[error("this process has {0} threads; a child is forked only from a single-threaded process")]
     Threaded(u64),
     /// The thread count could not be read.
-    #[error("reading /proc/self/status: {0}")]
+    #[error("reading the thread count (/proc/self/task): {0}")]
     Status(std::io::Error),
     /// fork failed.
     #[error("fork: {0}")]
@@ -23,12 +23,7 @@ pub enum ForkError {
 }
 
 fn thread_count() -> Result<u64, ForkError> {
-    let status = std::fs::read_to_string("/proc/self/status").map_err(ForkError::Status)?;
-    Ok(status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|value| value.trim().parse::<u64>().ok())
-        .unwrap_or(0))
+    super::thread::count().map_err(|errno| ForkError::Status(errno.into()))
 }
 
 /// [`fork_single_threaded`] for a child that holds nothing of this process's
