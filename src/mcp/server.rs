@@ -503,7 +503,10 @@ fn to_tool(tool: Value) -> Result<Tool, McpError> {
         .map_err(|err| McpError::internal_error(format!("building a tool: {err}"), None))
 }
 
-fn to_result(result: Value) -> Result<CallToolResult, McpError> {
+/// A complete result; rmcp drops `resultType` again for a 2025-11-25 peer,
+/// to which the field is unknown.
+fn to_result(mut result: Value) -> Result<CallToolResult, McpError> {
+    result["resultType"] = json!("complete");
     serde_json::from_value(result)
         .map_err(|err| McpError::internal_error(format!("building a result: {err}"), None))
 }
