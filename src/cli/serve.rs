@@ -33,6 +33,15 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    // Agent hosts start MCP servers with almost no environment. Skill
+    // roots, the grant store and the client libraries' cache all live
+    // below the person's home, so without HOME it is the account's own
+    // (set while this process still has one thread).
+    if std::env::var_os("HOME").is_none() {
+        if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {
+            std::env::set_var("HOME", &user.dir);
+        }
+    }
     for grant in &args.grants {
         super::run::check_grant(grant)?;
     }

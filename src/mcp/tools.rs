@@ -172,5 +172,9 @@ pub fn failure_message(name: &str, error: &Value) -> String {
         Some(code::TIMEOUT) => " (the skill's manifest sets its timeout)",
         _ => "",
     };
-    format!("skill {name}: {message}{hint}")
+    if message.starts_with("skill ") {
+        format!("{message}{hint}")
+    } else {
+        format!("skill {name}: {message}{hint}")
+    }
 }
