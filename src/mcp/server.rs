@@ -438,7 +438,7 @@ fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
 /// among [`CHOICES`], the question shown exactly as the terminal shows it.
 fn elicitation_request(ask: &Ask) -> Value {
     let message = format!(
-        "{}\nAnswer once (this request only), session (every such request while this server runs), \
+        "{}\nAnswer once (this request only), session (every such request of this skill's process until it ends), \
          always (stored as a grant for this skill and project) or deny.",
         ask.question
     );
