@@ -1,0 +1,2 @@
+//! The Model Context Protocol face of `sandbox serve --mcp`.
+pub mod shell;
