@@ -394,6 +394,23 @@ fn the_description_says_what_the_profile_allows() {
         .expect("permissive loads");
     let text = shell::description(&permissive);
     assert!(text.contains("host's network is available"), "{text}");
+    // A profile that passes a credential from the host makes no promise
+    // that it cannot keep.
+    let profile = project.path().join("token.toml");
+    std::fs::write(
+        &profile,
+        "version = 1\nextends = \"strict\"\n[env]\npass = [\"LANG\", \"GITHUB_TOKEN\"]\n",
+    )
+    .expect("profile");
+    let passing = ShellConfig::new(
+        support::sandbox_bin(),
+        profile.to_str().expect("UTF-8"),
+        project.path(),
+    )
+    .expect("the profile loads");
+    let text = shell::description(&passing);
+    assert!(text.contains("passes the host's GITHUB_TOKEN"), "{text}");
+    assert!(!text.contains("no host secrets"), "{text}");
 
     // The structured result of any outcome fits the declared output schema's fields.
     let schema = shell::output_schema();

@@ -423,13 +423,13 @@ pub fn description(config: &ShellConfig) -> String {
         ));
     }
     out.push_str(". ");
-    let mut readable: Vec<String> = fs.read.iter().map(|p| p.display().to_string()).collect();
-    readable.extend(
-        fs.read_if_exists
-            .iter()
-            .filter(|path| path.exists())
-            .map(|path| path.display().to_string()),
-    );
+    let readable: Vec<&Path> = fs
+        .read
+        .iter()
+        .chain(fs.read_if_exists.iter().filter(|path| path.exists()))
+        .map(PathBuf::as_path)
+        .collect();
+    let readable = path_summary(&readable);
     if !readable.is_empty() {
         out.push_str(&format!(
             "Also readable, never writable: {}",
@@ -460,10 +460,25 @@ pub fn description(config: &ShellConfig) -> String {
     env.extend(policy.env.pass.iter().map(String::as_str));
     env.sort_unstable();
     env.dedup();
-    out.push_str(&format!(
-        "Environment: only {} (no host secrets, tokens or credentials). ",
-        env.join(", ")
-    ));
+    // A profile may pass any variable of the host: the promise of no host
+    // secrets holds only while every name it passes is of the kind that
+    // never carries one.
+    let passed_secrets: Vec<&str> = policy
+        .env
+        .pass
+        .iter()
+        .map(String::as_str)
+        .filter(|name| !policy.env.set.contains_key(*name) && !is_harmless_variable(name))
+        .collect();
+    out.push_str(&format!("Environment: only {}", env.join(", ")));
+    if passed_secrets.is_empty() {
+        out.push_str(" (no host secrets, tokens or credentials). ");
+    } else {
+        out.push_str(&format!(
+            " (the profile passes the host's {} as they are). ",
+            passed_secrets.join(", ")
+        ));
+    }
     let mut limits = vec![format!(
         "timeout {} by default, at most {} with timeout_ms",
         format_duration(config.effective_default_timeout()),
@@ -483,10 +498,63 @@ pub fn description(config: &ShellConfig) -> String {
         format_size(config.output_cap as u64)
     ));
     out.push_str(&format!("Limits: {}. ", limits.join("; ")));
-    out.push_str(
-        "There is no input and no terminal; nothing persists outside the project between calls.",
-    );
+    out.push_str("There is no input and no terminal; the command's processes end with the call.");
     out
+}
+
+/// Paths for a description: each one, except that many single entries
+/// below one top directory (strict's files of /etc) are counted instead of
+/// listed, which would cost an agent's context for little.
+fn path_summary(paths: &[&Path]) -> Vec<String> {
+    const LISTED_BELOW_ONE_TOP: usize = 3;
+    let top = |path: &Path| -> Option<PathBuf> {
+        let mut components = path.components();
+        let root = components.next()?;
+        let first = components.next()?;
+        components.next()?;
+        Some(Path::new(root.as_os_str()).join(first.as_os_str()))
+    };
+    let mut out = Vec::new();
+    let mut counted: Vec<PathBuf> = Vec::new();
+    for path in paths {
+        match top(path) {
+            Some(dir) if !paths.contains(&dir.as_path()) => {
+                let below = paths
+                    .iter()
+                    .filter(|p| top(p).as_ref() == Some(&dir))
+                    .count();
+                if below <= LISTED_BELOW_ONE_TOP {
+                    out.push(path.display().to_string());
+                } else if !counted.contains(&dir) {
+                    out.push(format!("{below} entries of {}", dir.display()));
+                    counted.push(dir);
+                }
+            }
+            // Already covered by its readable top directory.
+            Some(_) => {}
+            None => out.push(path.display().to_string()),
+        }
+    }
+    out
+}
+
+/// Variables that say how to display text or where things are, never a credential.
+fn is_harmless_variable(name: &str) -> bool {
+    name.starts_with("LC_")
+        || matches!(
+            name,
+            "LANG"
+                | "LANGUAGE"
+                | "TERM"
+                | "COLORTERM"
+                | "TZ"
+                | "PATH"
+                | "HOME"
+                | "TMPDIR"
+                | "USER"
+                | "LOGNAME"
+                | "SHELL"
+        )
 }
 
 fn pattern_list(patterns: &[String]) -> String {
@@ -749,7 +817,9 @@ pub async fn run(config: &ShellConfig, request: &ShellRequest) -> Result<ShellOu
     let timeout = request
         .timeout
         .unwrap_or_else(|| config.effective_default_timeout())
-        .min(config.timeout_ceiling());
+        .min(config.timeout_ceiling())
+        // `sandbox run --timeout` counts whole milliseconds, from 1.
+        .max(Duration::from_millis(1));
     let report_dir = ReportDir::create()?;
     let report_path = report_dir.report();
 
