@@ -303,6 +303,50 @@ fn dropping_the_call_kills_the_whole_run() {
     assert!(!landed.exists(), "the dropped command ran to its end");
 }
 
+#[test]
+fn concurrent_calls_on_a_multi_threaded_runtime_keep_their_own_results() {
+    if !support::require_root_sandbox("shell concurrent calls") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let config = config(project.path());
+    let request = |n: u32| {
+        ShellRequest::from_arguments(
+            &arguments(json!({"command": format!("echo call-{n}; echo err-{n} >&2; exit {n}")})),
+            &config,
+        )
+        .expect("valid")
+    };
+    let requests: Vec<ShellRequest> = (1..=3).map(request).collect();
+    // As the MCP front runs them: several calls at once on worker threads.
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let outcomes = runtime.block_on(async {
+        let config = std::sync::Arc::new(config.clone());
+        let tasks: Vec<_> = requests
+            .into_iter()
+            .map(|request| {
+                let config = config.clone();
+                tokio::spawn(async move { shell::run(&config, &request).await })
+            })
+            .collect();
+        let mut outcomes = Vec::new();
+        for task in tasks {
+            outcomes.push(task.await.expect("task").expect("the call runs"));
+        }
+        outcomes
+    });
+    for (n, outcome) in (1..=3).zip(&outcomes) {
+        assert_eq!(outcome.exit_code, Some(n), "{}", outcome.text());
+        assert_eq!(outcome.stdout.text, format!("call-{n}\n"));
+        assert_eq!(outcome.stderr.text, format!("err-{n}\n"));
+        assert_eq!(outcome.sandbox_error, None);
+    }
+}
+
 /// Whether a process runs `sleep DURATION` exactly (not a command line
 /// that merely contains it).
 fn sleep_running(duration: &str) -> bool {
