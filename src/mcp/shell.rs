@@ -673,7 +673,7 @@ impl ShellOutcome {
     }
 
     /// The result as text for clients without structured content: the
-    /// status, then stdout, then stderr, each cut one said so.
+    /// status, then stdout, then stderr, with a line saying where a stream was cut.
     pub fn text(&self) -> String {
         let mut out = self.status_line();
         out.push('\n');
