@@ -282,7 +282,7 @@ impl McpServer {
         arguments: &serde_json::Map<String, Value>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let request = match super::shell::ShellRequest::from_arguments(arguments) {
+        let request = match super::shell::ShellRequest::from_arguments(arguments, shell) {
             Ok(request) => request,
             Err(err) => {
                 let text = format!("shell: {err}");
