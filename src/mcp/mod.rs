@@ -41,7 +41,10 @@ pub struct ShellTool {
 impl ShellTool {
     /// The shell tool for runs under the profile `profile_spec` (each run
     /// loads it again) in `project`.
-    pub fn new(profile_spec: &str, project: &std::path::Path) -> Result<ShellTool, shell::ShellError> {
+    pub fn new(
+        profile_spec: &str,
+        project: &std::path::Path,
+    ) -> Result<ShellTool, shell::ShellError> {
         let config = shell::ShellConfig::new("/proc/self/exe", profile_spec, project)?;
         let network_is_open =
             config.policy.network.mode == crate::profile::policy::NetworkMode::Host;

@@ -141,8 +141,11 @@ impl McpServer {
         };
         let progress_token = context.meta.get_progress_token();
         let started = Instant::now();
-        let mut ticks =
-            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
+        // A timer only for a call that asked for progress: arming one costs
+        // a call without it several microseconds.
+        let mut ticks = progress_token.as_ref().map(|_| {
+            tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY)
+        });
         loop {
             tokio::select! {
                 answer = &mut invocation.answer => {
@@ -176,7 +179,7 @@ impl McpServer {
                         "skill {tool}: cancelled by the client"
                     )))?));
                 }
-                _ = ticks.tick(), if progress_token.is_some() => {
+                () = tick(&mut ticks) => {
                     let Some(token) = progress_token.clone() else { continue };
                     let elapsed = started.elapsed();
                     let mut param = ProgressNotificationParam::new(token, elapsed.as_secs_f64());
@@ -414,6 +417,16 @@ impl Drop for CancelOnDrop {
                 engine.forget(id);
             });
         }
+    }
+}
+
+/// The next progress tick, never when the call has no timer.
+async fn tick(ticks: &mut Option<tokio::time::Interval>) {
+    match ticks {
+        Some(ticks) => {
+            ticks.tick().await;
+        }
+        None => std::future::pending().await,
     }
 }
 
