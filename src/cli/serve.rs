@@ -21,6 +21,10 @@ pub struct ServeArgs {
     /// Append one JSON line per broker request of any skill to FILE.
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
+    /// Put questions ("ask" decisions) to the client as `skill.ask`
+    /// requests instead of denying them.
+    #[arg(long)]
+    pub ask_client: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
@@ -43,6 +47,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         audit,
         // The running binary, even if the file was replaced since it started.
         host_program: PathBuf::from("/proc/self/exe"),
+        ask_client: args.ask_client,
     };
     let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
     let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
