@@ -509,9 +509,8 @@ mod tests {
             Choice::Always
         );
         let mut line = String::new();
-        BufReader::new(peer.try_clone().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let mut from_host = BufReader::new(peer.try_clone().unwrap());
+        from_host.read_line(&mut line).unwrap();
         let event: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(event["event"], "ask");
         assert_eq!(event["ask"], 1);
@@ -531,7 +530,15 @@ mod tests {
             .unwrap();
         assert!(host.read_control(true));
         assert_eq!(host.queue.len(), 1);
-        assert!(host.replies.is_empty());
+        // Nor is it answered as a malformed one.
+        peer.set_nonblocking(true).unwrap();
+        let mut more = String::new();
+        let read = from_host.read_line(&mut more);
+        assert!(
+            read.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the host wrote {more:?}"
+        );
     }
 
     #[test]
