@@ -620,3 +620,115 @@ fn skill_list_gives_the_declared_output_schema_only() {
     let untyped = skills.iter().find(|s| s["name"] == "untyped").unwrap();
     assert!(untyped.get("outputSchema").is_none(), "{untyped}");
 }
+
+/// A persistent skill's work between calls has no call to put a question
+/// with: it is denied at once, and its broker (which the next call needs)
+/// is not held up until the question's deadline.
+#[test]
+fn a_question_between_calls_is_denied_at_once() {
+    if !sandbox_runs("a_question_between_calls_is_denied_at_once") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let audit = state.path().join("audit.jsonl");
+    let script = "sandbox ipc --invocation >/dev/null\n\
+sandbox ipc --result '\"first\"'\n\
+if sandbox ipc fs.write '{\"path\": \"between.txt\", \"content\": \"x\"}' >/dev/null 2>&1; \
+then r=written; else r=denied; fi\n\
+sandbox ipc --invocation >/dev/null\n\
+sandbox ipc --result \"\\\"$r\\\"\"\n";
+    write_skill(
+        project.path(),
+        "busy",
+        "activation: persistent\npermissions: [\"fs.write:between.txt\"]\n",
+        ("main.sh", script),
+    );
+    let mut serve = Serve::start(
+        project.path(),
+        &["--ask-client", "--audit", audit.to_str().unwrap()],
+        state.path(),
+    );
+    let first = serve.invoke("busy", json!({}));
+    assert_eq!(serve.wait_for(first)["result"], "first");
+    // The write between the calls is decided (the audit says so) before
+    // the next call is sent, so no call is running when it asks.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&audit).is_ok_and(|a| a.contains("between.txt")) {
+        assert!(
+            Instant::now() < until,
+            "the write between calls was not decided: its question waits"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = serve.invoke("busy", json!({}));
+    assert_eq!(serve.wait_for(second)["result"], "denied");
+    assert!(!serve.seen.iter().any(|m| m["method"] == "skill.ask"));
+    assert!(!project.path().join("between.txt").exists());
+}
+
+/// The host as `sandbox __skill-host --ask-client` (what serve executes
+/// when it cannot fork) asks over its control socket too.
+#[test]
+fn an_executed_host_asks_over_its_control_socket() {
+    if !sandbox_runs("an_executed_host_asks_over_its_control_socket") {
+        return;
+    }
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let dir = write_skill(
+        project.path(),
+        "writer",
+        "permissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let mut host = Command::new(support::sandbox_bin())
+        .arg("__skill-host")
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--project")
+        .arg(project.path())
+        .args(["--profile", "strict", "--ask-client", "--parent"])
+        .arg(std::process::id().to_string())
+        .env("SANDBOX_STATE_DIR", state.path())
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to_host = ours.try_clone().unwrap();
+    to_host
+        .write_all(b"{\"id\":1,\"params\":{\"path\":\"exec.txt\"}}\n")
+        .unwrap();
+    let mut from_host = BufReader::new(ours);
+    let mut next = || {
+        let mut line = String::new();
+        from_host.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap_or(Value::Null)
+    };
+    let ask = loop {
+        let event = next();
+        assert!(!event.is_null(), "the host ended without asking");
+        if event["event"] == "ask" {
+            break event;
+        }
+    };
+    assert_eq!(ask["action"], "fs.write", "{ask}");
+    assert_eq!(ask["target"], "exec.txt", "{ask}");
+    assert_eq!(ask["caller"], "skill:writer", "{ask}");
+    let answer = json!({"answer": ask["ask"], "choice": "once"});
+    to_host.write_all(format!("{answer}\n").as_bytes()).unwrap();
+    let result = loop {
+        let line = next();
+        assert!(!line.is_null(), "the host ended without answering");
+        if line["id"] == 1 {
+            break line;
+        }
+    };
+    assert_eq!(result["result"]["written"], true, "{result}");
+    assert!(project.path().join("exec.txt").exists());
+    let _ = host.kill();
+    let _ = host.wait();
+}

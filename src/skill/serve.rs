@@ -995,15 +995,17 @@ impl Server {
         let Some(slot) = self.slots.get_mut(name) else {
             return Ok(());
         };
-        let (Some(host), Some(call)) = (&mut slot.host, &slot.inflight) else {
+        let Some(host) = &mut slot.host else {
             return Ok(());
         };
-        if !ask_client {
-            // A host only asks when told to; deny rather than leave it
-            // waiting until its deadline.
+        // A host only asks when told to; and a persistent skill's work
+        // between calls has no call to show the question with. Denied at
+        // once rather than left waiting (its broker, and so its next
+        // call, waits with it).
+        let Some(call) = slot.inflight.as_ref().filter(|_| ask_client) else {
             write_answer(host, ask, "deny");
             return Ok(());
-        }
+        };
         // The host's own deadline, never more than the terminal's.
         let until_ms = event["deadline_ms"].as_u64().unwrap_or(0);
         let left = Duration::from_millis(until_ms.saturating_sub(unix_ms()))
