@@ -632,8 +632,13 @@ fn a_question_between_calls_is_denied_at_once() {
     let project = project();
     let state = tempfile::tempdir().unwrap();
     let audit = state.path().join("audit.jsonl");
+    // It writes only once `go.txt` exists, which the test makes after the
+    // first answer arrived: no call runs when it asks. (Sent right after
+    // its answer, the write could be read by the host before that answer,
+    // and be put to the client for the call still in flight.)
     let script = "sandbox ipc --invocation >/dev/null\n\
 sandbox ipc --result '\"first\"'\n\
+until sandbox ipc fs.stat '{\"path\": \"go.txt\"}' >/dev/null 2>&1; do sleep 0.05; done\n\
 if sandbox ipc fs.write '{\"path\": \"between.txt\", \"content\": \"x\"}' >/dev/null 2>&1; \
 then r=written; else r=denied; fi\n\
 sandbox ipc --invocation >/dev/null\n\
@@ -641,7 +646,7 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
     write_skill(
         project.path(),
         "busy",
-        "activation: persistent\npermissions: [\"fs.write:between.txt\"]\n",
+        "activation: persistent\npermissions: [\"fs.write:between.txt\", \"fs.stat:go.txt\"]\n",
         ("main.sh", script),
     );
     let mut serve = Serve::start(
@@ -651,8 +656,9 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
     );
     let first = serve.invoke("busy", json!({}));
     assert_eq!(serve.wait_for(first)["result"], "first");
+    std::fs::write(project.path().join("go.txt"), "").unwrap();
     // The write between the calls is decided (the audit says so) before
-    // the next call is sent, so no call is running when it asks.
+    // the next call is sent.
     let until = Instant::now() + Duration::from_secs(30);
     while !std::fs::read_to_string(&audit).is_ok_and(|a| a.contains("between.txt")) {
         assert!(
