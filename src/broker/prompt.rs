@@ -84,17 +84,35 @@ pub fn shorten(text: &str, max: usize) -> String {
     format!("…{tail}")
 }
 
-/// The question, as shown.
-pub fn question(caller: &str, action: &str, target: Option<&str>, code: &str) -> String {
+/// The choices a question offers.
+const CHOICES: &str = "allow [o]nce, for this [r]un, [a]lways for this project, or [D]eny?";
+
+/// Who wants what, escaped and shortened as the question shows it.
+fn wants(caller: &str, action: &str, target: Option<&str>) -> String {
     let target = target
         .map(|t| format!(" {}", shorten(&escape(t), MAX_SHOWN)))
         .unwrap_or_default();
     format!(
-        "sandbox: {} wants {}{target}\r\n  allow [o]nce, for this [r]un, [a]lways for this project, or [D]eny?\r\n  \
-         type the letter, a space and the code {code} (anything else denies): ",
+        "sandbox: {} wants {}{target}",
         shorten(&escape(caller), MAX_SHOWN),
         escape(action)
     )
+}
+
+/// The question, as shown.
+pub fn question(caller: &str, action: &str, target: Option<&str>, code: &str) -> String {
+    format!(
+        "{}\r\n  {CHOICES}\r\n  \
+         type the letter, a space and the code {code} (anything else denies): ",
+        wants(caller, action, target)
+    )
+}
+
+/// The question as put to someone who answers by other means than typing
+/// on this terminal (an agent host's client): the same text without the
+/// code line, lines ending in `\n`.
+pub fn question_without_code(caller: &str, action: &str, target: Option<&str>) -> String {
+    format!("{}\n  {CHOICES}", wants(caller, action, target))
 }
 
 /// Read the answer from a line: a choice, then the code.
@@ -337,6 +355,18 @@ mod tests {
             question("command:x", "fs.write", Some(&path), "1234").contains(&path),
             "a path of 400 characters is shown whole"
         );
+    }
+
+    #[test]
+    fn the_question_without_its_code_is_the_terminals_first_two_lines() {
+        let target = Some("a\u{202E}b");
+        let shown = question("skill:x", "fs.write", target, "1234");
+        let lines: Vec<&str> = shown.split("\r\n").take(2).collect();
+        assert_eq!(
+            question_without_code("skill:x", "fs.write", target),
+            lines.join("\n")
+        );
+        assert!(lines[0].ends_with("fs.write a\\u{202e}b"), "{shown:?}");
     }
 
     #[test]

@@ -39,6 +39,9 @@ pub mod code {
     pub const SKILL_DISABLED: i64 = -32012;
     /// The skill could not be started (its profile, its sandbox, a template).
     pub const SKILL_UNAVAILABLE: i64 = -32013;
+    /// The client cancelled the request (LSP's RequestCancelled, which MCP
+    /// clients know).
+    pub const CANCELLED: i64 = -32800;
 }
 
 /// Limits of one channel.
@@ -195,7 +198,8 @@ pub enum Id {
 }
 
 impl Id {
-    fn to_value(&self) -> Value {
+    /// The id as JSON.
+    pub fn to_value(&self) -> Value {
         match self {
             Id::Number(n) => Value::Number(n.clone()),
             Id::String(s) => Value::String(s.clone()),
@@ -303,7 +307,8 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::E
     Value::deserialize(d).map(Some)
 }
 
-fn parse_id(raw: &Value) -> Option<Id> {
+/// An id given as JSON (a string, a number or null); None for anything else.
+pub fn parse_id(raw: &Value) -> Option<Id> {
     match raw.clone() {
         Value::Number(n) => Some(Id::Number(n)),
         Value::String(s) => Some(Id::String(s)),

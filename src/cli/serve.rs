@@ -30,6 +30,10 @@ pub struct ServeArgs {
     /// Append one JSON line per broker request of any skill to FILE.
     #[arg(long, value_name = "FILE")]
     pub audit: Option<PathBuf>,
+    /// Put questions ("ask" decisions) to the client as `skill.ask`
+    /// requests instead of denying them.
+    #[arg(long)]
+    pub ask_client: bool,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
@@ -61,7 +65,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         audit,
         // The running binary, even if the file was replaced since it started.
         host_program: PathBuf::from("/proc/self/exe"),
-        ask_client: false,
+        ask_client: args.ask_client,
     };
     if args.mcp {
         let shell = if args.shell {

@@ -239,6 +239,9 @@ pub struct HostArgs {
     /// The process that started this host: if it is gone already, exit.
     #[arg(long)]
     pub parent: i32,
+    /// Put "ask" decisions to `serve` over the control socket.
+    #[arg(long)]
+    pub ask_client: bool,
 }
 
 pub fn host(args: HostArgs) -> anyhow::Result<i32> {
@@ -261,6 +264,7 @@ pub fn host(args: HostArgs) -> anyhow::Result<i32> {
         grants: args.grants,
         audit: args.audit,
         interactive: false,
+        ask_client: args.ask_client,
     };
     Ok(sandbox::skill::host_process(&skill, &launch, control))
 }
@@ -428,6 +432,7 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                 grants,
                 audit,
                 interactive: !non_interactive,
+                ask_client: false,
             };
             run_skill(skill, &launch, params, json)
         }

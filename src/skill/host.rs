@@ -9,15 +9,27 @@
 //! in `{"id": ID, "params": {...}}`; out `{"id": ID, "result": ...}` or
 //! `{"id": ID, "error": {...}}`, and the events `{"event": "active"}` and
 //! `{"event": "exited", ...}`.
+//!
+//! When `serve` puts questions to its client, the skill's broker asks
+//! through [`ControlAsker`]: out `{"event": "ask", "ask": K, "caller",
+//! "action", "target", "question", "deadline_ms"}`, in `{"answer": K,
+//! "choice": "once" | "session" | "always" | "deny"}`. The broker's loop
+//! (and with it this host's) waits meanwhile, so the asker reads the
+//! control socket itself, through the same [`Framer`] as the host: a line
+//! that is not its answer stays queued for the host, and an answer that
+//! arrives after its question ended is dropped by both.
 
 use std::collections::VecDeque;
 use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use nix::poll::{PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Value};
 
+use crate::broker::prompt::{self, Answer as Choice, Asker};
 use crate::broker::protocol::{code, Fill, Frame, Framer};
 use crate::spawn::parent::{Driver, Steer, Turn};
 
@@ -44,12 +56,51 @@ struct Current {
     deadline: Option<Instant>,
 }
 
+/// The control socket, shared by a host and its [`ControlAsker`] (both
+/// run on the supervisor's one thread; the lock only makes the asker
+/// `Send`, as the broker requires).
+#[derive(Debug)]
+struct Control {
+    stream: UnixStream,
+    framer: Framer,
+    /// Frames the asker read while waiting that are not its answer.
+    held: VecDeque<Frame>,
+    /// Time spent waiting for answers since the host last looked: it does
+    /// not count against the invocation's timeout (a person was reading).
+    asking: Duration,
+}
+
+type SharedControl = Arc<Mutex<Control>>;
+
+fn lock(control: &SharedControl) -> MutexGuard<'_, Control> {
+    // A panic while holding it cannot leave a half-written line behind
+    // (write_all is one call); the data stays usable.
+    control
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Control {
+    fn write_line(&mut self, line: &Value) {
+        // A control peer that is gone shows as end-of-file on the next
+        // read, which ends the run.
+        let _ = self.stream.write_all(format!("{line}\n").as_bytes());
+    }
+}
+
+/// An answer to an ask, as a line of the control socket says it.
+fn is_answer(line: &[u8]) -> Option<(Value, Value)> {
+    let value: Value = serde_json::from_slice(line).ok()?;
+    let ask = value.get("answer")?.clone();
+    Some((ask, value.get("choice").cloned().unwrap_or(Value::Null)))
+}
+
 /// The [`Driver`] of a skill's run.
 pub struct Host {
     name: String,
     timeout: Duration,
     once: bool,
-    control: Option<(UnixStream, Framer)>,
+    control: Option<(SharedControl, OwnedFd)>,
     queue: VecDeque<(Value, Value)>,
     current: Option<Current>,
     executing: bool,
@@ -90,9 +141,30 @@ impl Host {
     }
 
     /// Take invocations from `control` and send answers and events there.
-    pub fn with_control(mut self, control: UnixStream) -> Host {
-        self.control = Some((control, Framer::new(CONTROL_LINE_LIMIT)));
-        self
+    pub fn with_control(mut self, control: UnixStream) -> std::io::Result<Host> {
+        // Polled by the supervisor's loop while the stream itself sits
+        // behind the lock the asker shares.
+        let polled = OwnedFd::from(control.try_clone()?);
+        let control = Control {
+            stream: control,
+            framer: Framer::new(CONTROL_LINE_LIMIT),
+            held: VecDeque::new(),
+            asking: Duration::ZERO,
+        };
+        self.control = Some((Arc::new(Mutex::new(control)), polled));
+        Ok(self)
+    }
+
+    /// An asker that puts the broker's questions to the control socket's
+    /// peer (None without a control socket).
+    pub fn asker(&self) -> Option<ControlAsker> {
+        let (control, _) = self.control.as_ref()?;
+        Some(ControlAsker {
+            control: control.clone(),
+            deadline: prompt::DEFAULT_DEADLINE,
+            not_after: None,
+            asked: 0,
+        })
     }
 
     /// Queue one invocation (its answer comes back under `id`).
@@ -117,34 +189,40 @@ impl Host {
 
     /// Send an event line on the control socket (no-op without one).
     pub fn event(&mut self, event: Value) {
-        if let Some((stream, _)) = &mut self.control {
-            let _ = stream.write_all(format!("{event}\n").as_bytes());
+        if let Some((control, _)) = &self.control {
+            lock(control).write_line(&event);
         }
     }
 
     fn reply(&mut self, id: Value, answer: Answer) {
-        match &mut self.control {
-            Some((stream, _)) => {
+        match &self.control {
+            Some((control, _)) => {
                 let line = match &answer {
                     Ok(result) => json!({ "id": id, "result": result }),
                     Err(error) => json!({ "id": id, "error": error }),
                 };
-                // A control peer that is gone shows as end-of-file on the
-                // next read, which ends the run.
-                let _ = stream.write_all(format!("{line}\n").as_bytes());
+                lock(control).write_line(&line);
             }
             None => self.replies.push((id, answer)),
         }
     }
 
-    /// Read invocations from the control socket; false at end-of-file.
-    fn read_control(&mut self) -> bool {
-        let Some((stream, framer)) = &mut self.control else {
+    /// Read invocations from the control socket (and those the asker held
+    /// for this host); false at end-of-file.
+    fn read_control(&mut self, readable: bool) -> bool {
+        let Some((control, _)) = &self.control else {
             return true;
         };
-        let mut frames = Vec::new();
-        if framer.fill(stream.as_fd(), &mut frames) == Fill::Closed {
-            return false;
+        let mut frames: Vec<Frame>;
+        {
+            let mut control = lock(control);
+            frames = control.held.drain(..).collect();
+            if readable {
+                let control = &mut *control;
+                if control.framer.fill(control.stream.as_fd(), &mut frames) == Fill::Closed {
+                    return false;
+                }
+            }
         }
         let mut bad = Vec::new();
         for frame in frames {
@@ -152,6 +230,11 @@ impl Host {
                 bad.push((Value::Null, "an invocation over the size limit".to_string()));
                 continue;
             };
+            // An answer to a question that ended (its deadline passed):
+            // nobody waits for it, and it is no invocation.
+            if is_answer(&line).is_some() {
+                continue;
+            }
             match serde_json::from_slice::<Value>(&line) {
                 Ok(request) if request.get("id").is_some() => {
                     let params = request.get("params").cloned().unwrap_or(json!({}));
@@ -200,7 +283,7 @@ impl Host {
 
 impl Driver for Host {
     fn input(&self) -> Option<BorrowedFd<'_>> {
-        self.control.as_ref().map(|(stream, _)| stream.as_fd())
+        self.control.as_ref().map(|(_, polled)| polled.as_fd())
     }
 
     fn deadline(&self) -> Option<Instant> {
@@ -225,7 +308,16 @@ impl Driver for Host {
             }
             self.event(json!({ "event": "active" }));
         }
-        if turn.input_ready && !self.read_control() {
+        let asked_for = self
+            .control
+            .as_ref()
+            .map_or(Duration::ZERO, |(control, _)| {
+                std::mem::take(&mut lock(control).asking)
+            });
+        if let Some(current) = &mut self.current {
+            current.deadline = current.deadline.and_then(|d| d.checked_add(asked_for));
+        }
+        if !self.read_control(turn.input_ready) {
             // The caller is gone: nobody is left to answer.
             self.queue.clear();
             self.current = None;
@@ -283,5 +375,204 @@ impl Driver for Host {
             return Steer::Kill;
         }
         Steer::Continue
+    }
+}
+
+/// Puts a skill's broker questions to `serve`, which asks its client (see
+/// the module docs for the lines). No answer by the deadline (the
+/// default one of the terminal's question, never past the run's end), an
+/// answer that is not one of the four choices, or the control socket's
+/// end is a deny.
+#[derive(Debug)]
+pub struct ControlAsker {
+    control: SharedControl,
+    deadline: Duration,
+    not_after: Option<Instant>,
+    asked: u64,
+}
+
+impl ControlAsker {
+    /// Deny when no answer came within `deadline`.
+    pub fn with_deadline(mut self, deadline: Duration) -> ControlAsker {
+        self.deadline = deadline;
+        self
+    }
+
+    fn wait_for(&mut self, ask: u64, until: Instant) -> Choice {
+        loop {
+            let mut frames = Vec::new();
+            let filled = {
+                let mut control = lock(&self.control);
+                let control = &mut *control;
+                control.framer.fill(control.stream.as_fd(), &mut frames)
+            };
+            let mut answer = None;
+            for frame in frames {
+                match &frame {
+                    Frame::Line(line) => match is_answer(line) {
+                        Some((answered, choice)) if answered == ask && answer.is_none() => {
+                            answer = Some(match choice.as_str() {
+                                Some("once") => Choice::Once,
+                                Some("session") => Choice::Run,
+                                Some("always") => Choice::Always,
+                                _ => Choice::Deny,
+                            });
+                        }
+                        // An earlier question's late answer.
+                        Some(_) => {}
+                        None => lock(&self.control).held.push_back(frame),
+                    },
+                    Frame::TooLarge { .. } => lock(&self.control).held.push_back(frame),
+                }
+            }
+            if let Some(answer) = answer {
+                return answer;
+            }
+            if filled == Fill::Closed {
+                return Choice::Deny;
+            }
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Choice::Deny;
+            }
+            let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
+                .unwrap_or(PollTimeout::MAX);
+            let control = lock(&self.control);
+            let mut fds = [PollFd::new(control.stream.as_fd(), PollFlags::POLLIN)];
+            match nix::poll::poll(&mut fds, wait) {
+                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                Err(_) => return Choice::Deny,
+            }
+        }
+    }
+}
+
+impl Asker for ControlAsker {
+    fn ask(&mut self, caller: &str, action: &str, target: Option<&str>) -> Choice {
+        let started = Instant::now();
+        self.asked += 1;
+        let ask = self.asked;
+        let mut until = started + self.deadline;
+        if let Some(end) = self.not_after {
+            until = until.min(end);
+        }
+        let left = until.saturating_duration_since(started);
+        let now_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        let event = json!({
+            "event": "ask",
+            "ask": ask,
+            "caller": caller,
+            "action": action,
+            // From the sandbox: escaped as the terminal's question shows it.
+            "target": target.map(prompt::escape),
+            "question": prompt::question_without_code(caller, action, target),
+            "deadline_ms": u64::try_from(now_ms + left.as_millis()).unwrap_or(u64::MAX),
+        });
+        lock(&self.control).write_line(&event);
+        let answer = self.wait_for(ask, until);
+        lock(&self.control).asking += started.elapsed();
+        answer
+    }
+
+    fn not_after(&mut self, at: Option<Instant>) {
+        self.not_after = at;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{BufRead, BufReader};
+
+    fn host_and_peer() -> (Host, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let host = Host::new("t", DEFAULT_TIMEOUT, false)
+            .with_control(ours)
+            .unwrap();
+        (host, theirs)
+    }
+
+    #[test]
+    fn only_the_answer_to_this_ask_counts_and_other_lines_stay_the_hosts() {
+        let (mut host, mut peer) = host_and_peer();
+        let mut asker = host.asker().unwrap();
+        // Before the question is even read: an invocation (the host's), a
+        // late answer to another question, then this question's answer.
+        peer.write_all(
+            b"{\"id\":7,\"params\":{}}\n{\"answer\":9,\"choice\":\"once\"}\n{\"answer\":1,\"choice\":\"always\"}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            asker.ask("skill:t", "fs.write", Some("/p/a\u{1b}[2J")),
+            Choice::Always
+        );
+        let mut line = String::new();
+        let mut from_host = BufReader::new(peer.try_clone().unwrap());
+        from_host.read_line(&mut line).unwrap();
+        let event: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(event["event"], "ask");
+        assert_eq!(event["ask"], 1);
+        assert_eq!(event["target"], "/p/a\\u{1b}[2J", "escaped: {event}");
+        assert!(event["question"]
+            .as_str()
+            .unwrap()
+            .starts_with("sandbox: skill:t wants fs.write /p/a\\u{1b}[2J\n"));
+        assert!(!event["question"].as_str().unwrap().contains("code"));
+        assert!(event["deadline_ms"].as_u64().unwrap() > 0);
+        // The invocation the asker read is the host's, and nothing else.
+        assert!(host.read_control(false));
+        let ids: Vec<&Value> = host.queue.iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, [&json!(7)]);
+        // An answer arriving after its question ended is no invocation.
+        peer.write_all(b"{\"answer\":1,\"choice\":\"once\"}\n")
+            .unwrap();
+        assert!(host.read_control(true));
+        assert_eq!(host.queue.len(), 1);
+        // Nor is it answered as a malformed one.
+        peer.set_nonblocking(true).unwrap();
+        let mut more = String::new();
+        let read = from_host.read_line(&mut more);
+        assert!(
+            read.as_ref()
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::WouldBlock),
+            "the host wrote {more:?}"
+        );
+    }
+
+    #[test]
+    fn anything_but_one_of_the_four_choices_denies() {
+        let (host, mut peer) = host_and_peer();
+        let mut asker = host.asker().unwrap();
+        for (n, choice) in ["\"yes\"", "null", "1", "\"ONCE\""].iter().enumerate() {
+            let line = format!("{{\"answer\":{},\"choice\":{choice}}}\n", n + 1);
+            peer.write_all(line.as_bytes()).unwrap();
+            assert_eq!(
+                asker.ask("skill:t", "fs.write", None),
+                Choice::Deny,
+                "{choice}"
+            );
+        }
+        peer.write_all(b"{\"answer\":5,\"choice\":\"session\"}\n")
+            .unwrap();
+        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Run);
+    }
+
+    #[test]
+    fn no_answer_by_the_deadline_or_a_closed_socket_denies() {
+        let (host, peer) = host_and_peer();
+        let mut asker = host
+            .asker()
+            .unwrap()
+            .with_deadline(Duration::from_millis(50));
+        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Deny);
+        // Never past the run's end, even with a long deadline.
+        let mut asker = host.asker().unwrap();
+        asker.not_after(Some(Instant::now()));
+        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Deny);
+        drop(peer);
+        let mut asker = host.asker().unwrap();
+        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Deny);
     }
 }

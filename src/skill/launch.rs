@@ -338,6 +338,7 @@ mod tests {
             execution_mode: ExecutionMode::Direct,
             activation: Default::default(),
             input_schema: Some(schema.clone()),
+            output_schema: None,
             params_validator: Some(super::super::manifest::ParamsValidator(
                 std::sync::Arc::new(super::super::params::ParamsSchema::compile(&schema).unwrap()),
             )),

@@ -145,6 +145,8 @@ struct RawManifest {
     activation: Activation,
     #[serde(default)]
     input_schema: Option<serde_json::Value>,
+    #[serde(default)]
+    output_schema: Option<serde_json::Value>,
 }
 
 /// A validated skill.
@@ -176,6 +178,9 @@ pub struct Skill {
     pub activation: Activation,
     /// JSON Schema of the parameters.
     pub input_schema: Option<serde_json::Value>,
+    /// JSON Schema of the result, for agent hosts (MCP's `outputSchema`);
+    /// not checked against results.
+    pub output_schema: Option<serde_json::Value>,
     /// `input_schema`, compiled once when the manifest loads.
     #[serde(skip)]
     pub params_validator: Option<ParamsValidator>,
@@ -367,6 +372,18 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
             }
         }
     }
+    // MCP's structured results are objects, and so is the schema a host
+    // checks them against.
+    if let Some(schema) = &raw.output_schema {
+        if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
+            return Err(err(
+                at("output-schema"),
+                "output-schema must be a JSON Schema object with `type: object` \
+                 (agent hosts take structured results as objects)"
+                    .into(),
+            ));
+        }
+    }
     let _ = (&raw.allowed_tools, &raw.metadata);
     Ok(Skill {
         name: raw.name,
@@ -381,6 +398,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         execution_mode: raw.execution_mode,
         activation: raw.activation,
         input_schema: raw.input_schema,
+        output_schema: raw.output_schema,
         params_validator,
         license: raw.license,
         instructions: body.to_string(),
@@ -556,6 +574,17 @@ input-schema: {type: object, properties: {path: {type: string}}, required: [path
         assert_eq!(s.profile, None);
         assert_eq!(s.instructions, "# How to use\nCall it.\n");
         assert_eq!(s.input_schema.unwrap()["required"][0], "path");
+        assert_eq!(s.output_schema, None);
+        let with_output = GOOD.replacen(
+            "---\n# How",
+            "output-schema: {type: object, properties: {n: {type: integer}}}\n---\n# How",
+            1,
+        );
+        let s = load(&skill(root.path(), "b", &with_output)).unwrap();
+        assert_eq!(
+            s.output_schema.unwrap()["properties"]["n"]["type"],
+            "integer"
+        );
     }
 
     #[test]
@@ -593,6 +622,16 @@ metadata: {version: 1}\nexecution-mode: template\n---\nSteps...\n";
                 "input-schema: {type: 12}",
                 4,
                 "input-schema is not a valid JSON Schema",
+            ),
+            (
+                "output-schema: [1]",
+                4,
+                "output-schema must be a JSON Schema object with `type: object`",
+            ),
+            (
+                "output-schema: {type: string}",
+                4,
+                "output-schema must be a JSON Schema object with `type: object`",
             ),
         ];
         for (i, (line, at, message)) in cases.iter().enumerate() {

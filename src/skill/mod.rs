@@ -27,11 +27,24 @@ pub struct Launch {
     pub audit: Option<PathBuf>,
     /// Whether "ask" may prompt on this terminal.
     pub interactive: bool,
+    /// Whether "ask" goes to the peer of a host's control socket (`serve`,
+    /// which asks its client): see [`host::ControlAsker`]. Only
+    /// [`host_process`] has that socket; elsewhere an ask is denied.
+    pub ask_client: bool,
 }
 
 /// Start `skill`'s runtime in its sandbox; its prints go to this
 /// process's stderr.
 pub fn start(skill: &manifest::Skill, launch: &Launch) -> Result<crate::Child, StartError> {
+    start_asking(skill, launch, None)
+}
+
+/// [`start`], with `asker` answering the broker's "ask" decisions.
+fn start_asking(
+    skill: &manifest::Skill,
+    launch: &Launch,
+    asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+) -> Result<crate::Child, StartError> {
     let mut policy = launch::policy_for(skill, &launch.profile)?;
     for grant in &launch.grants {
         policy
@@ -41,6 +54,9 @@ pub fn start(skill: &manifest::Skill, launch: &Launch) -> Result<crate::Child, S
     }
     let mut command = launch::command(skill, policy, &launch.project)?;
     command.interactive(launch.interactive);
+    if let Some(asker) = asker {
+        command.asker(asker);
+    }
     if let Some(audit) = &launch.audit {
         command.audit(audit);
     }
@@ -106,8 +122,22 @@ pub fn host_process(
     use serde_json::json;
     let once = skill.activation == manifest::Activation::OnDemand;
     let mut host =
-        host::Host::new(&skill.name, invocation_timeout(skill), once).with_control(control);
-    let child = match start(skill, launch) {
+        match host::Host::new(&skill.name, invocation_timeout(skill), once).with_control(control) {
+            Ok(host) => host,
+            Err(err) => {
+                eprintln!(
+                    "sandbox: skill {}: cannot duplicate its control socket: {err}",
+                    skill.name
+                );
+                return 125;
+            }
+        };
+    let asker = launch
+        .ask_client
+        .then(|| host.asker())
+        .flatten()
+        .map(|asker| Box::new(asker) as Box<dyn crate::broker::prompt::Asker>);
+    let child = match start_asking(skill, launch, asker) {
         Ok(child) => child,
         Err(err) => {
             host.event(json!({ "event": "failed", "error": err.to_string() }));

@@ -2,9 +2,33 @@
 //! stdin and stdout, one message per line.
 //!
 //! Requests: `skill.list`, `skill.invoke {name, params}`, `skill.enable
-//! {name}`, `skill.reload`. Notifications: `skill.stateChanged {name,
-//! state, error}` with the states inactive, activating, active, failed,
-//! disabled (and removed, when a skill's directory goes away).
+//! {name}`, `skill.reload`, `skill.cancel {id}`. Notifications:
+//! `skill.stateChanged {name, state, error}` with the states inactive,
+//! activating, active, failed, disabled (and removed, when a skill's
+//! directory goes away), then, after every reload that changed anything,
+//! `skill.listChanged {added, removed, changed}` (names).
+//!
+//! `skill.list` gives each skill's `inputSchema`, and its `outputSchema`
+//! when the manifest declares one.
+//!
+//! `skill.cancel {"id": ID}` names an earlier `skill.invoke` by its id. A
+//! queued call is dropped; a running one's host is killed (on purpose: no
+//! crash, no back-off; the next call starts a fresh host). Either way that
+//! `skill.invoke` is answered with error -32800 "cancelled by the client",
+//! and the cancel with `{"cancelled": true}`; `false` when no call of that
+//! id waits or runs (unknown, or already answered).
+//!
+//! Questions ([`ServeOptions::ask_client`], `serve --stdio --ask-client`):
+//! when a skill's broker decides "ask", serve sends the client a request
+//! `{"id": "ask-N", "method": "skill.ask", "params": {"skill", "call" (the
+//! invoke's id), "caller", "action", "target" (or null), "question" (the
+//! terminal's question without its code line), "deadline_ms" (Unix time)}}`
+//! and the client answers `{"answer": "once" | "session" | "always" |
+//! "deny"}`. An error response, any other answer, one after the deadline,
+//! or none is a deny; "always" stores a grant as the terminal's question
+//! does. The answer goes to the host that asked, for the call that is
+//! running, and nowhere else. Without `ask_client` nobody is asked: "ask"
+//! is denied with the broker's message naming the grant to add.
 //!
 //! One loop, one thread: it only reads, writes and waits. Each skill
 //! process lives in its own host process (a fork of this one, or
@@ -79,7 +103,8 @@ pub struct ServeOptions {
     pub audit: Option<PathBuf>,
     /// The program started as each skill's host (this binary).
     pub host_program: PathBuf,
-    /// Whether the client answers `skill.ask` requests.
+    /// Put the broker's "ask" decisions to the client as `skill.ask`
+    /// requests (off: they are denied).
     pub ask_client: bool,
 }
 
@@ -127,9 +152,25 @@ struct Call {
     params: Value,
 }
 
+/// A question of a host, put to the client as `skill.ask`.
+#[derive(Debug)]
+struct PendingAsk {
+    skill: String,
+    /// [`HostProc::serial`] of the host that asked.
+    host: u64,
+    /// The host's number for it.
+    ask: u64,
+    /// The invocation running when it asked.
+    call: Id,
+    /// After this, the host has denied by itself.
+    deadline: Instant,
+}
+
 /// A running host process.
 struct HostProc {
     pid: Pid,
+    /// Unique within this server's life: a pid can be reused, this not.
+    serial: u64,
     control: UnixStream,
     framer: Framer,
     /// Killed by the loop on purpose (reload, removal): not a crash.
@@ -267,6 +308,10 @@ pub struct Server {
     watcher: Option<inotify::Inotify>,
     reload_at: Option<Instant>,
     limits: Limits,
+    /// Questions put to the client, by request id (`ask-N`).
+    asks: BTreeMap<String, PendingAsk>,
+    next_ask: u64,
+    next_host: u64,
 }
 
 impl Server {
@@ -290,6 +335,9 @@ impl Server {
             watcher,
             reload_at: None,
             limits: Limits::default(),
+            asks: BTreeMap::new(),
+            next_ask: 0,
+            next_host: 0,
         };
         server.rescan();
         server
@@ -455,6 +503,7 @@ impl Server {
             self.announce(name)?;
         }
         for name in &removed {
+            self.asks.retain(|_, ask| ask.skill != *name);
             if let Some(mut slot) = self.slots.remove(name) {
                 if let Some(host) = &mut slot.host {
                     kill_host(host);
@@ -491,7 +540,15 @@ impl Server {
             }
             self.set_state(name, State::Inactive, None)?;
         }
-        Ok(json!({ "added": added, "removed": removed, "changed": changed }))
+        let differences = json!({ "added": added, "removed": removed, "changed": changed });
+        if !(added.is_empty() && removed.is_empty() && changed.is_empty()) {
+            // Also for a changed skill that was inactive and stays so, of
+            // which no stateChanged tells.
+            self.send(
+                &json!({"jsonrpc": "2.0", "method": "skill.listChanged", "params": differences}),
+            )?;
+        }
+        Ok(differences)
     }
 
     fn list(&self) -> Value {
@@ -512,6 +569,9 @@ impl Server {
                     "inputSchema": s.input_schema.clone().unwrap_or_else(|| json!({"type": "object"})),
                     "state": slot.state.name(),
                 });
+                if let Some(schema) = &s.output_schema {
+                    entry["outputSchema"] = schema.clone();
+                }
                 if let Some(error) = &slot.error {
                     entry["error"] = json!(error);
                 }
@@ -560,7 +620,8 @@ impl Server {
     fn on_request(&mut self, line: &[u8]) -> Result<(), ServeError> {
         let (id, method, params) = match protocol::parse(line, &self.limits) {
             Ok(Message::Request { id, method, params }) => (id, method, params),
-            Ok(Message::Notification { .. } | Message::Response { .. }) => return Ok(()),
+            Ok(Message::Response { id, outcome }) => return self.on_client_answer(&id, outcome),
+            Ok(Message::Notification { .. }) => return Ok(()),
             Err(err) => {
                 let line = protocol::error_response(&err.id, err.code, &err.message, None);
                 return self.output.write_all(&line).map_err(ServeError::Output);
@@ -573,6 +634,13 @@ impl Server {
         let answer = match (method.as_str(), name) {
             ("skill.list", _) => Ok(self.list()),
             ("skill.reload", _) => Ok(self.reload()?),
+            ("skill.cancel", _) => match params.get("id").and_then(protocol::parse_id) {
+                Some(call) => Ok(json!({ "cancelled": self.cancel(&call)? })),
+                None => Err(error_object(
+                    code::INVALID_PARAMS,
+                    "skill.cancel needs {\"id\": ID}, the id of an earlier skill.invoke",
+                )),
+            },
             ("skill.invoke", Some(name)) => {
                 let call_params = params.get("params").cloned().unwrap_or(json!({}));
                 return self.invoke(id, &name, call_params);
@@ -599,7 +667,8 @@ impl Server {
             _ => Err(error_object(
                 code::METHOD_NOT_FOUND,
                 format!(
-                    "no method {method:?} (skill.list, skill.invoke, skill.enable, skill.reload)"
+                    "no method {method:?} (skill.list, skill.invoke, skill.enable, skill.reload, \
+                     skill.cancel)"
                 ),
             )),
         };
@@ -679,7 +748,11 @@ impl Server {
                 return Ok(());
             }
             match start_host(&self.options, &slot.skill) {
-                Ok(host) => slot.host = Some(host),
+                Ok(mut host) => {
+                    self.next_host += 1;
+                    host.serial = self.next_host;
+                    slot.host = Some(host);
+                }
                 Err(err) => {
                     let message = format!("skill {name}: cannot start its host: {err}");
                     let calls: Vec<Call> = slot.queue.drain(..).collect();
@@ -724,6 +797,7 @@ impl Server {
         };
         match message.get("event").and_then(Value::as_str) {
             Some("active") => return self.set_state(name, State::Active, None),
+            Some("ask") => return self.on_ask(name, &message),
             Some("failed") => {
                 if let Some(host) = self.slots.get_mut(name).and_then(|s| s.host.as_mut()) {
                     host.failed = Some(message["error"].as_str().unwrap_or("failed").into());
@@ -802,6 +876,11 @@ impl Server {
         let Some(host) = slot.host.take() else {
             return Ok(());
         };
+        // Its questions died with it: an answer now reaches nobody.
+        self.asks.retain(|_, ask| ask.host != host.serial);
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
         let status = match waitpid(host.pid, None) {
             Ok(WaitStatus::Exited(_, code)) => Some(code),
             _ => None,
@@ -873,8 +952,144 @@ impl Server {
         self.pump(name)
     }
 
+    /// `skill.cancel`: drop the queued call `id`, or kill the host running
+    /// it; either way answer it as cancelled. Whether there was one.
+    fn cancel(&mut self, id: &Id) -> Result<bool, ServeError> {
+        let mut cancelled = None;
+        for (name, slot) in &mut self.slots {
+            if let Some(at) = slot.queue.iter().position(|call| call.id == *id) {
+                cancelled = slot.queue.remove(at);
+                break;
+            }
+            if slot.inflight.as_ref().is_some_and(|call| call.id == *id) {
+                cancelled = slot.inflight.take();
+                if let Some(host) = &mut slot.host {
+                    // On purpose: its end is no crash (no back-off), and
+                    // the next call starts a fresh host. Its answer, if it
+                    // is already on the way, finds no call in flight.
+                    host.stopping = true;
+                    host.watchdog = None;
+                    kill_host(host);
+                }
+                let name = name.clone();
+                self.asks.retain(|_, ask| ask.skill != name);
+                break;
+            }
+        }
+        let Some(call) = cancelled else {
+            return Ok(false);
+        };
+        let error = error_object(code::CANCELLED, "cancelled by the client");
+        self.respond(&call.id, Err(error))?;
+        Ok(true)
+    }
+
+    /// A host asks: put the question to the client, or deny it at once
+    /// when nobody is to be asked.
+    fn on_ask(&mut self, name: &str, event: &Value) -> Result<(), ServeError> {
+        let Some(ask) = event["ask"].as_u64() else {
+            return Ok(());
+        };
+        let now = Instant::now();
+        let ask_client = self.options.ask_client;
+        let Some(slot) = self.slots.get_mut(name) else {
+            return Ok(());
+        };
+        let Some(host) = &mut slot.host else {
+            return Ok(());
+        };
+        // A host only asks when told to; and a persistent skill's work
+        // between calls has no call to show the question with. Denied at
+        // once rather than left waiting (its broker, and so its next
+        // call, waits with it).
+        let Some(call) = slot.inflight.as_ref().filter(|_| ask_client) else {
+            write_answer(host, ask, "deny");
+            return Ok(());
+        };
+        // The host's own deadline, never more than the terminal's.
+        let until_ms = event["deadline_ms"].as_u64().unwrap_or(0);
+        let left = Duration::from_millis(until_ms.saturating_sub(unix_ms()))
+            .min(crate::broker::prompt::DEFAULT_DEADLINE);
+        let deadline = now + left;
+        // Waiting for a person is no hang: the host gets its invocation's
+        // time again after the answer.
+        let watchdog = super::invocation_timeout(&slot.skill)
+            .checked_add(left + WATCHDOG_SLACK)
+            .and_then(|wait| now.checked_add(wait));
+        host.watchdog = host.watchdog.max(watchdog);
+        self.next_ask += 1;
+        let request = format!("ask-{}", self.next_ask);
+        let params = json!({
+            "skill": name,
+            "call": call.id.to_value(),
+            "caller": event["caller"],
+            "action": event["action"],
+            "target": event["target"],
+            "question": event["question"],
+            "deadline_ms": until_ms,
+        });
+        self.asks.insert(
+            request.clone(),
+            PendingAsk {
+                skill: name.to_string(),
+                host: host.serial,
+                ask,
+                call: call.id.clone(),
+                deadline,
+            },
+        );
+        self.send(&json!({
+            "jsonrpc": "2.0",
+            "id": request,
+            "method": "skill.ask",
+            "params": params,
+        }))
+    }
+
+    /// The client's response to a request of ours: a `skill.ask`'s answer
+    /// goes to the host that asked, if it still runs the call that asked.
+    fn on_client_answer(
+        &mut self,
+        id: &Id,
+        outcome: Result<Value, Value>,
+    ) -> Result<(), ServeError> {
+        let Id::String(request) = id else {
+            return Ok(());
+        };
+        let Some(pending) = self.asks.remove(request) else {
+            return Ok(());
+        };
+        if Instant::now() >= pending.deadline {
+            return Ok(());
+        }
+        let choice = match outcome
+            .as_ref()
+            .ok()
+            .and_then(|result| result.get("answer"))
+            .and_then(Value::as_str)
+        {
+            Some("once") => "once",
+            Some("session") => "session",
+            Some("always") => "always",
+            _ => "deny",
+        };
+        let Some(slot) = self.slots.get_mut(&pending.skill) else {
+            return Ok(());
+        };
+        let running = slot.inflight.as_ref().is_some_and(|c| c.id == pending.call);
+        if let Some(host) = slot.host.as_mut().filter(|h| h.serial == pending.host) {
+            if running && !host.stopping {
+                write_answer(host, pending.ask, choice);
+            }
+        }
+        Ok(())
+    }
+
     fn next_wakeup(&self) -> Option<Instant> {
         let mut next = self.reload_at;
+        if let Some(at) = self.asks.values().map(|a| a.deadline).min() {
+            next = Some(next.map_or(at, |n: Instant| n.min(at)));
+        }
         for slot in self.slots.values() {
             let candidates = [
                 slot.not_before.filter(|_| !slot.queue.is_empty()),
@@ -889,6 +1104,9 @@ impl Server {
 
     fn on_timers(&mut self) -> Result<(), ServeError> {
         let now = Instant::now();
+        // Its host denied by itself at this deadline; a later answer is
+        // nobody's.
+        self.asks.retain(|_, ask| now < ask.deadline);
         if self.reload_at.is_some_and(|t| now >= t) {
             self.reload_at = None;
             self.reload()?;
@@ -1057,6 +1275,19 @@ fn no_such_skill(name: &str) -> Value {
     )
 }
 
+/// Answer a host's question `ask`.
+fn write_answer(host: &mut HostProc, ask: u64, choice: &str) {
+    let line = json!({ "answer": ask, "choice": choice });
+    // A host that is gone shows as its end-of-file.
+    let _ = host.control.write_all(format!("{line}\n").as_bytes());
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 fn kill_host(host: &mut HostProc) {
     // The host's death takes its sandbox with it (parent-death signal of
     // the sandbox's init), and its janitor removes the cgroup.
@@ -1078,6 +1309,7 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
     };
     Ok(HostProc {
         pid,
+        serial: 0,
         control: ours,
         framer: Framer::new(64 << 20),
         stopping: false,
@@ -1103,6 +1335,7 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         grants: options.grants.clone(),
         audit: options.audit.clone(),
         interactive: false,
+        ask_client: options.ask_client,
     };
     // Of this loop's descriptors the host keeps only its own control
     // socket: not the other hosts' (a host holding one could read another
@@ -1160,6 +1393,9 @@ fn exec_host(options: &ServeOptions, skill: &Skill, theirs: UnixStream) -> std::
     }
     if let Some(audit) = &options.audit {
         command.arg("--audit").arg(audit);
+    }
+    if options.ask_client {
+        command.arg("--ask-client");
     }
     // Reaped by pid in on_host_gone (dropping a std Child neither kills
     // nor waits for it).

@@ -1,0 +1,740 @@
+//! `sandbox serve --stdio` for agent-host front ends: `skill.cancel` of a
+//! running and of a queued call, questions put to the client as
+//! `skill.ask` requests (answered once, always, denied, answered under a
+//! wrong id, answered for another skill, left open by a cancel) and without
+//! `--ask-client`, `skill.listChanged` on reloads, and `outputSchema`.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+fn sandbox_runs(test: &str) -> bool {
+    let project = tempfile::tempdir().unwrap();
+    let out = Command::new(support::sandbox_bin())
+        .args(["run", "--project"])
+        .arg(project.path())
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    support::require(test, "a working sandbox", out.status.success())
+}
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-serve-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn write_skill(project: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) -> PathBuf {
+    let dir = project.join(".skills").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let runtime = match Path::new(main.0).extension().and_then(|e| e.to_str()) {
+        Some("py") => "python",
+        _ => "sh",
+    };
+    std::fs::write(
+        dir.join("SKILL.md"),
+        format!(
+            "---\nname: {name}\ndescription: test skill {name}\nruntime: {runtime}\nmain: {}\n{manifest_extra}---\nTest.\n",
+            main.0
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join(main.0), main.1).unwrap();
+    dir
+}
+
+/// Sleeps `sleep` seconds, then writes `mark` (if given) through the
+/// broker; answers with a token of its process (pids repeat: each sandbox
+/// has its own pid namespace).
+const SLEEPER: &str = "import os, time, sandbox_ipc\n\
+token = os.urandom(8).hex()\n\
+c = sandbox_ipc.connect()\n\
+def handle(p):\n    \
+time.sleep(p.get('sleep', 0))\n    \
+if p.get('mark'):\n        c.fs.write(p['mark'], 'late')\n    \
+return {'process': token}\n\
+c.serve(handle)\n";
+
+/// Writes `path` through the broker; answers whether it could.
+const WRITER: &str = "import sandbox_ipc\n\
+c = sandbox_ipc.connect()\n\
+def handle(p):\n    \
+try:\n        c.fs.write(p['path'], 'yes')\n        return {'written': True}\n    \
+except sandbox_ipc.SandboxError as e:\n        \
+return {'written': False, 'code': e.code, 'message': e.message}\n\
+c.serve(handle)\n";
+
+/// `sandbox serve --stdio` driven like a front end: it sends requests and
+/// answers serve's own requests.
+struct Serve {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<Value>,
+    /// Messages read while waiting for something else.
+    seen: Vec<Value>,
+    next: u64,
+}
+
+impl Serve {
+    fn start(project: &Path, extra: &[&str], state: &Path) -> Serve {
+        let mut child = Command::new(support::sandbox_bin())
+            .args(["serve", "--stdio", "--project"])
+            .arg(project)
+            .args(extra)
+            .env("SANDBOX_STATE_DIR", state)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                    break;
+                }
+            }
+        });
+        Serve {
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+            next: 1,
+        }
+    }
+
+    fn line(&mut self, message: Value) {
+        self.stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .unwrap();
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.line(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    fn invoke(&mut self, name: &str, params: Value) -> u64 {
+        self.send("skill.invoke", json!({"name": name, "params": params}))
+    }
+
+    /// The first message (seen or next) that `wanted` picks.
+    fn wait_until(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
+        if let Some(at) = self.seen.iter().position(&wanted) {
+            return self.seen.remove(at);
+        }
+        loop {
+            let message = self
+                .lines
+                .recv_timeout(Duration::from_secs(60))
+                .unwrap_or_else(|_| panic!("no {what} from serve; seen {:?}", self.seen));
+            if wanted(&message) {
+                return message;
+            }
+            self.seen.push(message);
+        }
+    }
+
+    /// The response to our request `id`.
+    fn wait_for(&mut self, id: u64) -> Value {
+        self.wait_until(&format!("response {id}"), |m| {
+            m["id"] == id && m.get("method").is_none()
+        })
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        self.wait_for(id)
+    }
+
+    /// Serve's next `skill.ask` request.
+    fn next_ask(&mut self) -> Value {
+        self.wait_until("skill.ask", |m| m["method"] == "skill.ask")
+    }
+
+    fn answer(&mut self, ask: &Value, choice: &str) {
+        let id = ask["id"].clone();
+        self.line(json!({"jsonrpc": "2.0", "id": id, "result": {"answer": choice}}));
+    }
+
+    /// Whether a message `wanted` picks arrives within `wait` (for what
+    /// must not happen: the wait only bounds how long the test looks).
+    fn arrives_within(&mut self, wait: Duration, wanted: impl Fn(&Value) -> bool) -> bool {
+        if self.seen.iter().any(&wanted) {
+            return true;
+        }
+        let until = Instant::now() + wait;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match self.lines.recv_timeout(left) {
+                Ok(message) => {
+                    let hit = wanted(&message);
+                    self.seen.push(message);
+                    if hit {
+                        return true;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+        false
+    }
+
+    fn states(&self, name: &str) -> Vec<String> {
+        self.seen
+            .iter()
+            .filter(|n| n["method"] == "skill.stateChanged" && n["params"]["name"] == name)
+            .map(|n| n["params"]["state"].as_str().unwrap_or("").to_string())
+            .collect()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
+    if !sandbox_runs("cancelling_a_running_call_kills_its_host") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let mark = support::marker("cancel");
+    let name = format!("slow{mark}");
+    write_skill(
+        project.path(),
+        &name,
+        "activation: persistent\npermissions: [fs.write]\ntimeout: 30s\n",
+        ("main.py", SLEEPER),
+    );
+    let mut serve = Serve::start(project.path(), &["--grant", "fs.write"], state.path());
+    let first = serve.invoke(&name, json!({}));
+    let first = serve.wait_for(first);
+    let first_process = first["result"]["process"].clone();
+    assert!(first_process.is_string(), "{first}");
+
+    let slow = serve.invoke(&name, json!({"sleep": 3, "mark": "late.txt"}));
+    // Running: the skill's process holds the call (it is persistent and
+    // already active, so the call went to it at once).
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!support::host_pids_with(&mark).is_empty());
+    let cancel = serve.call("skill.cancel", json!({"id": slow}));
+    assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
+    let answered = serve.wait_for(slow);
+    assert_eq!(answered["error"]["code"], -32800, "{answered}");
+    assert_eq!(
+        answered["error"]["message"], "cancelled by the client",
+        "{answered}"
+    );
+    let left = support::wait_until_gone(&mark, 10);
+    assert!(left.is_empty(), "the skill still runs: {left:?}");
+    // Past the end of its sleep: the write it would have made never came.
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(!project.path().join("late.txt").exists());
+
+    // No crash, no back-off: the next call gets a fresh process at once.
+    let next = serve.invoke(&name, json!({}));
+    let next = serve.wait_for(next);
+    assert!(next["result"]["process"].is_string(), "{next}");
+    assert_ne!(next["result"]["process"], first_process, "a fresh process");
+    let states = serve.states(&name);
+    assert!(
+        !states.iter().any(|s| s == "failed" || s == "disabled"),
+        "{states:?}"
+    );
+    // Answered already: nothing to cancel.
+    let again = serve.call("skill.cancel", json!({"id": slow}));
+    assert_eq!(again["result"], json!({"cancelled": false}), "{again}");
+}
+
+#[test]
+fn cancelling_a_queued_call_drops_it_and_an_unknown_id_cancels_nothing() {
+    if !sandbox_runs("cancelling_a_queued_call_drops_it") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    write_skill(
+        project.path(),
+        "queue",
+        "activation: persistent\npermissions: [fs.write]\ntimeout: 30s\n",
+        ("main.py", SLEEPER),
+    );
+    let mut serve = Serve::start(project.path(), &["--grant", "fs.write"], state.path());
+    let running = serve.invoke("queue", json!({"sleep": 2, "mark": "first.txt"}));
+    let queued = serve.invoke("queue", json!({"mark": "second.txt"}));
+    let cancel = serve.call("skill.cancel", json!({"id": queued}));
+    assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
+    let dropped = serve.wait_for(queued);
+    assert_eq!(dropped["error"]["code"], -32800, "{dropped}");
+    // The running call is untouched.
+    let done = serve.wait_for(running);
+    assert!(done["result"]["process"].is_string(), "{done}");
+    assert!(project.path().join("first.txt").exists());
+    // The dropped call never ran (a later call's write shows the queue
+    // has moved past where it stood).
+    let after = serve.invoke("queue", json!({"mark": "third.txt"}));
+    let after = serve.wait_for(after);
+    assert!(after["result"]["process"].is_string(), "{after}");
+    assert!(project.path().join("third.txt").exists());
+    assert!(!project.path().join("second.txt").exists());
+
+    for id in [json!(999), json!("nope"), json!(null)] {
+        let unknown = serve.call("skill.cancel", json!({"id": id}));
+        assert_eq!(unknown["result"], json!({"cancelled": false}), "{unknown}");
+    }
+    let bad = serve.call("skill.cancel", json!({}));
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+}
+
+fn asking_serve(project: &Path, state: &Path) -> Serve {
+    write_skill(
+        project,
+        "writer",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    Serve::start(project, &["--ask-client"], state)
+}
+
+#[test]
+fn a_question_answered_once_allows_that_write_only() {
+    if !sandbox_runs("a_question_answered_once_allows_that_write_only") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let mut serve = asking_serve(project.path(), state.path());
+    let call = serve.invoke("writer", json!({"path": "once.txt"}));
+    let ask = serve.next_ask();
+    assert_eq!(ask["jsonrpc"], "2.0");
+    assert_eq!(ask["id"], "ask-1", "{ask}");
+    let params = &ask["params"];
+    assert_eq!(params["skill"], "writer", "{ask}");
+    assert_eq!(params["call"], call, "{ask}");
+    assert_eq!(params["caller"], "skill:writer", "{ask}");
+    assert_eq!(params["action"], "fs.write", "{ask}");
+    assert_eq!(params["target"], "once.txt", "{ask}");
+    let question = params["question"].as_str().unwrap();
+    assert!(
+        question.starts_with("sandbox: skill:writer wants fs.write once.txt\n"),
+        "{question:?}"
+    );
+    assert!(!question.contains("code"), "{question:?}");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(params["deadline_ms"].as_u64().unwrap() > now_ms, "{ask}");
+    serve.answer(&ask, "once");
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], true, "{answer}");
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("once.txt")).unwrap(),
+        "yes"
+    );
+    // Once is once: the next write is asked again, under a fresh id.
+    let call = serve.invoke("writer", json!({"path": "twice.txt"}));
+    let ask = serve.next_ask();
+    assert_eq!(ask["id"], "ask-2", "{ask}");
+    serve.answer(&ask, "deny");
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], false, "{answer}");
+    assert!(!project.path().join("twice.txt").exists());
+}
+
+/// The target comes from the sandbox: its control and bidi characters
+/// reach the client escaped, as the terminal's question shows them.
+#[test]
+fn a_denied_question_refuses_and_its_target_is_escaped() {
+    if !sandbox_runs("a_denied_question_refuses") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let mut serve = asking_serve(project.path(), state.path());
+    let sneaky = "a\u{1b}[2Jb\u{202e}txt.exe";
+    let call = serve.invoke("writer", json!({"path": sneaky}));
+    let ask = serve.next_ask();
+    let target = ask["params"]["target"].as_str().unwrap().to_string();
+    assert_eq!(target, "a\\u{1b}[2Jb\\u{202e}txt.exe");
+    let question = ask["params"]["question"].as_str().unwrap();
+    assert!(
+        !question.contains('\u{1b}') && !question.contains('\u{202e}'),
+        "{question:?}"
+    );
+    serve.answer(&ask, "deny");
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], false, "{answer}");
+    assert_eq!(answer["result"]["code"], -32001, "{answer}");
+    assert!(!project.path().join(sneaky).exists());
+}
+
+#[test]
+fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
+    if !sandbox_runs("an_always_answer_stores_a_grant") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let mut serve = asking_serve(project.path(), state.path());
+    let call = serve.invoke("writer", json!({"path": "kept.txt"}));
+    let ask = serve.next_ask();
+    serve.answer(&ask, "always");
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], true, "{answer}");
+    let listed = Command::new(support::sandbox_bin())
+        .args(["grants", "list", "--json"])
+        .env("SANDBOX_STATE_DIR", state.path())
+        .output()
+        .unwrap();
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let grants = listed.as_array().unwrap();
+    assert_eq!(grants.len(), 1, "{listed}");
+    assert_eq!(grants[0]["caller"], "skill:writer", "{listed}");
+    assert_eq!(grants[0]["action"], "fs.write", "{listed}");
+    assert_eq!(grants[0]["pattern"], "kept.txt", "{listed}");
+    assert_eq!(grants[0]["by_person"], true, "{listed}");
+    // The same write again: the grant decides, nobody is asked.
+    std::fs::remove_file(project.path().join("kept.txt")).unwrap();
+    let call = serve.invoke("writer", json!({"path": "kept.txt"}));
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], true, "{answer}");
+    assert!(!serve.seen.iter().any(|m| m["method"] == "skill.ask"));
+}
+
+/// A response under an id serve never used, or under the id of the invoke
+/// itself, answers nothing; an error response to the real question is a
+/// deny.
+#[test]
+fn only_a_response_to_the_questions_own_id_answers_it() {
+    if !sandbox_runs("only_a_response_to_the_questions_own_id_answers_it") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let mut serve = asking_serve(project.path(), state.path());
+    let call = serve.invoke("writer", json!({"path": "forged.txt"}));
+    let ask = serve.next_ask();
+    for id in [json!("ask-999"), json!(call), json!("ask-0"), json!(1)] {
+        serve.line(json!({"jsonrpc": "2.0", "id": id, "result": {"answer": "once"}}));
+    }
+    assert!(
+        !serve.arrives_within(Duration::from_secs(2), |m| m["id"] == call),
+        "a forged answer unblocked the question: {:?}",
+        serve.seen
+    );
+    assert!(!project.path().join("forged.txt").exists());
+    serve.line(json!({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -1, "message": "no"}}));
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], false, "{answer}");
+    assert!(!project.path().join("forged.txt").exists());
+    // Garbage is a deny too.
+    let call = serve.invoke("writer", json!({"path": "garbage.txt"}));
+    let ask = serve.next_ask();
+    serve.line(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"answer": "yes please"}}));
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], false, "{answer}");
+    assert!(!project.path().join("garbage.txt").exists());
+}
+
+/// Two skills ask at once: each answer reaches only the skill it was
+/// given to.
+#[test]
+fn answers_reach_only_the_skill_that_asked() {
+    if !sandbox_runs("answers_reach_only_the_skill_that_asked") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    write_skill(
+        project.path(),
+        "other",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let mut serve = asking_serve(project.path(), state.path());
+    let writer = serve.invoke("writer", json!({"path": "writer.txt"}));
+    let other = serve.invoke("other", json!({"path": "other.txt"}));
+    let first = serve.next_ask();
+    let second = serve.next_ask();
+    let (to_writer, to_other) = if first["params"]["skill"] == "writer" {
+        (first, second)
+    } else {
+        (second, first)
+    };
+    assert_eq!(to_other["params"]["skill"], "other", "{to_other}");
+    assert_eq!(to_other["params"]["call"], other, "{to_other}");
+    serve.answer(&to_other, "once");
+    let answered = serve.wait_for(other);
+    assert_eq!(answered["result"]["written"], true, "{answered}");
+    assert!(
+        !serve.arrives_within(Duration::from_secs(1), |m| m["id"] == writer),
+        "the other skill's answer reached writer"
+    );
+    assert!(!project.path().join("writer.txt").exists());
+    serve.answer(&to_writer, "deny");
+    let answered = serve.wait_for(writer);
+    assert_eq!(answered["result"]["written"], false, "{answered}");
+    assert!(!project.path().join("writer.txt").exists());
+    assert!(project.path().join("other.txt").exists());
+}
+
+/// A call cancelled while its question is open: the question's late
+/// answer allows nothing, and the next call is asked afresh.
+#[test]
+fn an_answer_to_a_cancelled_calls_question_allows_nothing() {
+    if !sandbox_runs("an_answer_to_a_cancelled_calls_question_allows_nothing") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let mut serve = asking_serve(project.path(), state.path());
+    let call = serve.invoke("writer", json!({"path": "cancelled.txt"}));
+    let ask = serve.next_ask();
+    let cancel = serve.call("skill.cancel", json!({"id": call}));
+    assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
+    assert_eq!(serve.wait_for(call)["error"]["code"], -32800);
+    serve.answer(&ask, "always");
+    let next = serve.invoke("writer", json!({"path": "next.txt"}));
+    let asked = serve.next_ask();
+    assert_ne!(asked["id"], ask["id"]);
+    assert_eq!(asked["params"]["call"], next, "{asked}");
+    serve.answer(&asked, "deny");
+    let answer = serve.wait_for(next);
+    assert_eq!(answer["result"]["written"], false, "{answer}");
+    assert!(!project.path().join("cancelled.txt").exists());
+    assert!(!project.path().join("next.txt").exists());
+}
+
+#[test]
+fn without_ask_client_nobody_is_asked_and_the_broker_says_which_grant_to_add() {
+    if !sandbox_runs("without_ask_client_nobody_is_asked") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    write_skill(
+        project.path(),
+        "writer",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let mut serve = Serve::start(project.path(), &[], state.path());
+    let call = serve.invoke("writer", json!({"path": "plain.txt"}));
+    let answer = serve.wait_for(call);
+    assert_eq!(answer["result"]["written"], false, "{answer}");
+    assert_eq!(answer["result"]["code"], -32002, "{answer}");
+    let message = answer["result"]["message"].as_str().unwrap();
+    assert!(message.contains("fs.write"), "{message}");
+    assert!(!serve.seen.iter().any(|m| m["method"] == "skill.ask"));
+    assert!(!project.path().join("plain.txt").exists());
+}
+
+/// The listChanged notification that tells `changes` (the field and the
+/// skill's name), from a file watch or the reload itself.
+fn list_changed(serve: &mut Serve, field: &str, name: &str) -> Value {
+    let reload = serve.call("skill.reload", json!({}));
+    assert!(reload["result"].is_object(), "{reload}");
+    serve.wait_until(&format!("listChanged {field} {name}"), |m| {
+        m["method"] == "skill.listChanged"
+            && m["params"][field]
+                .as_array()
+                .is_some_and(|names| names.iter().any(|n| n == name))
+    })
+}
+
+#[test]
+fn reloads_announce_added_changed_and_removed_skills() {
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(project.path().join(".skills")).unwrap();
+    let mut serve = Serve::start(project.path(), &[], state.path());
+    assert_eq!(
+        serve.call("skill.list", json!({}))["result"]["skills"],
+        json!([])
+    );
+    let dir = write_skill(
+        project.path(),
+        "fresh",
+        "",
+        ("main.sh", "sandbox ipc --invocation >/dev/null\n"),
+    );
+    let added = list_changed(&mut serve, "added", "fresh");
+    assert_eq!(added["jsonrpc"], "2.0");
+    assert!(added.get("id").is_none(), "a notification: {added}");
+    // Never started, so inactive before and after: only listChanged tells.
+    std::fs::write(dir.join("main.sh"), "sandbox ipc --invocation\n").unwrap();
+    list_changed(&mut serve, "changed", "fresh");
+    std::fs::remove_dir_all(&dir).unwrap();
+    list_changed(&mut serve, "removed", "fresh");
+    // A reload that changes nothing says nothing.
+    let quiet = serve.call("skill.reload", json!({}));
+    assert_eq!(
+        quiet["result"],
+        json!({"added": [], "removed": [], "changed": []})
+    );
+    assert!(!serve.arrives_within(Duration::from_millis(500), |m| {
+        m["method"] == "skill.listChanged"
+    }));
+}
+
+#[test]
+fn skill_list_gives_the_declared_output_schema_only() {
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    write_skill(
+        project.path(),
+        "typed",
+        "output-schema: {type: object, properties: {n: {type: integer}}, required: [n]}\n",
+        ("main.sh", "true\n"),
+    );
+    write_skill(project.path(), "untyped", "", ("main.sh", "true\n"));
+    let mut serve = Serve::start(project.path(), &[], state.path());
+    let list = serve.call("skill.list", json!({}));
+    let skills = list["result"]["skills"].as_array().unwrap();
+    let typed = skills.iter().find(|s| s["name"] == "typed").unwrap();
+    assert_eq!(
+        typed["outputSchema"],
+        json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]})
+    );
+    let untyped = skills.iter().find(|s| s["name"] == "untyped").unwrap();
+    assert!(untyped.get("outputSchema").is_none(), "{untyped}");
+}
+
+/// A persistent skill's work between calls has no call to put a question
+/// with: it is denied at once, and its broker (which the next call needs)
+/// is not held up until the question's deadline.
+#[test]
+fn a_question_between_calls_is_denied_at_once() {
+    if !sandbox_runs("a_question_between_calls_is_denied_at_once") {
+        return;
+    }
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let audit = state.path().join("audit.jsonl");
+    // It writes only once `go.txt` exists, which the test makes after the
+    // first answer arrived: no call runs when it asks. (Sent right after
+    // its answer, the write could be read by the host before that answer,
+    // and be put to the client for the call still in flight.)
+    let script = "sandbox ipc --invocation >/dev/null\n\
+sandbox ipc --result '\"first\"'\n\
+until sandbox ipc fs.stat '{\"path\": \"go.txt\"}' >/dev/null 2>&1; do sleep 0.05; done\n\
+if sandbox ipc fs.write '{\"path\": \"between.txt\", \"content\": \"x\"}' >/dev/null 2>&1; \
+then r=written; else r=denied; fi\n\
+sandbox ipc --invocation >/dev/null\n\
+sandbox ipc --result \"\\\"$r\\\"\"\n";
+    write_skill(
+        project.path(),
+        "busy",
+        "activation: persistent\npermissions: [\"fs.write:between.txt\", \"fs.stat:go.txt\"]\n",
+        ("main.sh", script),
+    );
+    let mut serve = Serve::start(
+        project.path(),
+        &["--ask-client", "--audit", audit.to_str().unwrap()],
+        state.path(),
+    );
+    let first = serve.invoke("busy", json!({}));
+    assert_eq!(serve.wait_for(first)["result"], "first");
+    std::fs::write(project.path().join("go.txt"), "").unwrap();
+    // The write between the calls is decided (the audit says so) before
+    // the next call is sent.
+    let until = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&audit).is_ok_and(|a| a.contains("between.txt")) {
+        assert!(
+            Instant::now() < until,
+            "the write between calls was not decided: its question waits"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = serve.invoke("busy", json!({}));
+    assert_eq!(serve.wait_for(second)["result"], "denied");
+    assert!(!serve.seen.iter().any(|m| m["method"] == "skill.ask"));
+    assert!(!project.path().join("between.txt").exists());
+}
+
+/// The host as `sandbox __skill-host --ask-client` (what serve executes
+/// when it cannot fork) asks over its control socket too.
+#[test]
+fn an_executed_host_asks_over_its_control_socket() {
+    if !sandbox_runs("an_executed_host_asks_over_its_control_socket") {
+        return;
+    }
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let project = project();
+    let state = tempfile::tempdir().unwrap();
+    let dir = write_skill(
+        project.path(),
+        "writer",
+        "permissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let (ours, theirs) = UnixStream::pair().unwrap();
+    let mut host = Command::new(support::sandbox_bin())
+        .arg("__skill-host")
+        .arg("--dir")
+        .arg(&dir)
+        .arg("--project")
+        .arg(project.path())
+        .args(["--profile", "strict", "--ask-client", "--parent"])
+        .arg(std::process::id().to_string())
+        .env("SANDBOX_STATE_DIR", state.path())
+        .stdin(Stdio::from(OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to_host = ours.try_clone().unwrap();
+    to_host
+        .write_all(b"{\"id\":1,\"params\":{\"path\":\"exec.txt\"}}\n")
+        .unwrap();
+    let mut from_host = BufReader::new(ours);
+    let mut next = || {
+        let mut line = String::new();
+        from_host.read_line(&mut line).unwrap();
+        serde_json::from_str::<Value>(&line).unwrap_or(Value::Null)
+    };
+    let ask = loop {
+        let event = next();
+        assert!(!event.is_null(), "the host ended without asking");
+        if event["event"] == "ask" {
+            break event;
+        }
+    };
+    assert_eq!(ask["action"], "fs.write", "{ask}");
+    assert_eq!(ask["target"], "exec.txt", "{ask}");
+    assert_eq!(ask["caller"], "skill:writer", "{ask}");
+    let answer = json!({"answer": ask["ask"], "choice": "once"});
+    to_host.write_all(format!("{answer}\n").as_bytes()).unwrap();
+    let result = loop {
+        let line = next();
+        assert!(!line.is_null(), "the host ended without answering");
+        if line["id"] == 1 {
+            break line;
+        }
+    };
+    assert_eq!(result["result"]["written"], true, "{result}");
+    assert!(project.path().join("exec.txt").exists());
+    let _ = host.kill();
+    let _ = host.wait();
+}
