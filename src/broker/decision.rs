@@ -146,6 +146,7 @@ impl Decider {
                     rule,
                 }
             }
+            Answer::Unasked => verdict,
             Answer::Deny => Verdict {
                 decision: Decision::Deny,
                 rule: "a person's answer".into(),

@@ -38,6 +38,9 @@ pub enum Answer {
     Always,
     /// No.
     Deny,
+    /// Nobody could be asked (a client that cannot show questions): the
+    /// decision stays "ask", which the broker refuses naming the grant to add.
+    Unasked,
 }
 
 /// Longest shown target; longer ones keep their end.

@@ -162,7 +162,8 @@ impl McpServer {
                 }
                 Some(ask) = invocation.asks.recv() => {
                     if !can_elicit(context) {
-                        self.engine.answer(&ask, "deny").await;
+                        // The broker's refusal then names the grant to add.
+                        self.engine.answer(&ask, "unasked").await;
                         continue;
                     }
                     if is_modern(context.protocol_version().as_ref()) {

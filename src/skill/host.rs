@@ -415,6 +415,7 @@ impl ControlAsker {
                                 Some("once") => Choice::Once,
                                 Some("session") => Choice::Run,
                                 Some("always") => Choice::Always,
+                                Some("unasked") => Choice::Unasked,
                                 _ => Choice::Deny,
                             });
                         }

@@ -24,7 +24,9 @@
 //! invoke's id), "caller", "action", "target" (or null), "question" (the
 //! terminal's question without its code line), "deadline_ms" (Unix time)}}`
 //! and the client answers `{"answer": "once" | "session" | "always" |
-//! "deny"}`. An error response, any other answer, one after the deadline,
+//! "deny"}`, or `"unasked"` when it has nobody to put the question to (the
+//! broker then refuses with its message naming the grant to add, as without
+//! `ask_client`). An error response, any other answer, one after the deadline,
 //! or none is a deny; "always" stores a grant as the terminal's question
 //! does. The answer goes to the host that asked, for the call that is
 //! running, and nowhere else. Without `ask_client` nobody is asked: "ask"
@@ -1071,6 +1073,7 @@ impl Server {
             Some("once") => "once",
             Some("session") => "session",
             Some("always") => "always",
+            Some("unasked") => "unasked",
             _ => "deny",
         };
         let Some(slot) = self.slots.get_mut(&pending.skill) else {
