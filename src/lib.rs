@@ -16,6 +16,7 @@ pub mod cgroup;
 pub mod daemon;
 pub mod landlock;
 pub mod launch;
+pub mod mcp;
 pub mod probe;
 pub mod profile;
 pub mod project;

@@ -731,9 +731,16 @@ impl Broker {
                 code: code::NEEDS_APPROVAL,
                 message: format!(
                     "{action} needs approval ({}) and nobody can be asked in this run; \
-                     pre-approve it with `sandbox run --grant {action}`, or allow it in the profile: \
+                     pre-approve it with `{} --grant {action}`, or allow it in the profile: \
                      [broker] rules = {{ \"{action}\" = \"allow\" }}",
-                    verdict.rule
+                    verdict.rule,
+                    // A skill is served (`serve --stdio`, `serve --mcp`) or
+                    // run by hand; either takes the same --grant.
+                    if self.decider.caller.starts_with("skill:") {
+                        "sandbox serve"
+                    } else {
+                        "sandbox run"
+                    }
                 ),
                 rule: Some(verdict.rule.clone()),
             }),

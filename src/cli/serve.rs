@@ -1,4 +1,5 @@
-//! `sandbox serve --stdio`: skills for an agent host over stdin and stdout.
+//! `sandbox serve --stdio` and `sandbox serve --mcp`: skills for an agent
+//! host over stdin and stdout.
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 
@@ -9,9 +10,17 @@ use sandbox::skill::{manifest, serve};
 /// Arguments of `sandbox serve`.
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Speak JSON-RPC 2.0 on stdin and stdout, one message per line (the only transport so far).
-    #[arg(long, required = true)]
+    /// Speak serve's own JSON-RPC 2.0 on stdin and stdout, one message per line.
+    #[arg(long, required_unless_present = "mcp", conflicts_with = "mcp")]
     pub stdio: bool,
+    /// Speak the Model Context Protocol on stdin and stdout: every skill is
+    /// a tool, and questions go to the person through the host.
+    #[arg(long)]
+    pub mcp: bool,
+    /// With --mcp: also offer the `shell` tool, which runs a command line
+    /// under the profile with the project as working directory.
+    #[arg(long, requires = "mcp")]
+    pub shell: bool,
     #[command(flatten)]
     pub roots: super::skill::Roots,
     /// Pre-approve a broker action for every skill (repeatable); each skill
@@ -24,6 +33,15 @@ pub struct ServeArgs {
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    // Agent hosts start MCP servers with almost no environment. Skill
+    // roots, the grant store and the client libraries' cache all live
+    // below the person's home, so without HOME it is the account's own
+    // (set while this process still has one thread).
+    if std::env::var_os("HOME").is_none() {
+        if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {
+            std::env::set_var("HOME", &user.dir);
+        }
+    }
     for grant in &args.grants {
         super::run::check_grant(grant)?;
     }
@@ -43,7 +61,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         audit,
         // The running binary, even if the file was replaced since it started.
         host_program: PathBuf::from("/proc/self/exe"),
+        ask_client: false,
     };
+    if args.mcp {
+        let shell = args.shell.then(|| {
+            sandbox::mcp::ShellTool::new(&options.profile, &options.profile_spec, &options.project)
+        });
+        sandbox::mcp::serve(options, shell).context("serving skills over MCP")?;
+        return Ok(0);
+    }
     let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
     let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
     let server = serve::Server::new(options, stdout);

@@ -79,6 +79,8 @@ pub struct ServeOptions {
     pub audit: Option<PathBuf>,
     /// The program started as each skill's host (this binary).
     pub host_program: PathBuf,
+    /// Whether the client answers `skill.ask` requests.
+    pub ask_client: bool,
 }
 
 /// Why serving stopped early.
