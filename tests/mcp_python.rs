@@ -183,17 +183,6 @@ fn the_tools_are_the_skills_with_their_schemas_and_annotations() {
     let test = "mcp_python::the_tools_are_the_skills";
     let Some(python) = client(test) else { return };
     let project = project();
-    let output_schema = json!({
-        "type": "object",
-        "properties": {"n": {"type": "integer"}},
-        "required": ["n"]
-    });
-    write_skill(
-        project.path(),
-        "shaped",
-        &format!("output-schema: {output_schema}\n"),
-        ("main.py", &python_skill("return {'n': 1}")),
-    );
     write_skill(
         project.path(),
         "remover",
@@ -256,8 +245,6 @@ fn the_tools_are_the_skills_with_their_schemas_and_annotations() {
         assert_eq!(remover["annotations"]["destructiveHint"], true, "{remover}");
         // A manifest without input-schema still gives MCP an object schema.
         assert_eq!(remover["inputSchema"]["type"], "object", "{remover}");
-
-        assert_eq!(tool(&seen, "shaped")["outputSchema"], output_schema);
     });
 }
 
@@ -275,15 +262,6 @@ fn each_example_skill_answers_with_structured_content_and_text() {
         "",
         ("main.py", &python_skill("return 'hello'")),
     );
-    write_skill(
-        project.path(),
-        "shaped",
-        "output-schema: {type: object, properties: {n: {type: integer}}, required: [n]}\n",
-        (
-            "main.py",
-            &python_skill("return {'n': 41 + p.get('add', 0)}"),
-        ),
-    );
     let examples = examples();
     let spec = json!({"calls": [
         {"tool": "wordcount", "arguments": {"path": "notes.txt"}},
@@ -291,7 +269,6 @@ fn each_example_skill_answers_with_structured_content_and_text() {
         {"tool": "files", "arguments": {"op": "list", "path": "docs"}},
         {"tool": "files", "arguments": {"op": "read", "path": "docs/a.txt"}},
         {"tool": "greet", "arguments": {}},
-        {"tool": "shaped", "arguments": {"add": 1}},
     ]});
     each_era(|era| {
         let seen = serve(
@@ -321,8 +298,35 @@ fn each_example_skill_answers_with_structured_content_and_text() {
         assert!(call(&seen, 4)["text"]
             .as_str()
             .is_some_and(|t| t.contains("hello")));
-        // Checked by the SDK against the declared output schema too.
-        assert_eq!(assert_success(&seen, 5), &json!({"n": 42}));
+    });
+}
+
+#[test]
+fn a_declared_output_schema_is_listed_and_results_conform_to_it() {
+    let test = "mcp_python::a_declared_output_schema";
+    let Some(python) = client(test) else { return };
+    let project = project();
+    let output_schema = json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer"}},
+        "required": ["n"]
+    });
+    write_skill(
+        project.path(),
+        "shaped",
+        &format!("output-schema: {output_schema}\n"),
+        (
+            "main.py",
+            &python_skill("return {'n': 41 + p.get('add', 0)}"),
+        ),
+    );
+    let spec = json!({"calls": [{"tool": "shaped", "arguments": {"add": 1}}]});
+    each_era(|era| {
+        let seen = serve(&python, era, "list", json!({}), project.path(), &[]);
+        assert_eq!(tool(&seen, "shaped")["outputSchema"], output_schema);
+        // The SDK checks the structured content against the listed schema.
+        let seen = serve(&python, era, "calls", spec.clone(), project.path(), &[]);
+        assert_eq!(assert_success(&seen, 0), &json!({"n": 42}));
     });
 }
 
@@ -370,7 +374,8 @@ fn invalid_params_a_denied_write_and_a_timeout_are_tool_errors_naming_the_cause(
         assert_tool_error(&seen, 0, &["/path"]);
         assert_tool_error(&seen, 1, &["path"]);
         assert_tool_error(&seen, 2, &["fs.write", "declared permissions"]);
-        assert_tool_error(&seen, 3, &["timed out"]);
+        // Said the way serve says it: the limit, and where it is set.
+        assert_tool_error(&seen, 3, &["did not answer within 1s", "timeout"]);
         // None of that broke the session.
         assert_eq!(assert_success(&seen, 4)["words"], 2);
     });
