@@ -64,9 +64,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         ask_client: false,
     };
     if args.mcp {
-        let shell = args.shell.then(|| {
-            sandbox::mcp::ShellTool::new(&options.profile, &options.profile_spec, &options.project)
-        });
+        let shell = if args.shell {
+            Some(
+                sandbox::mcp::ShellTool::new(&options.profile_spec, &options.project)
+                    .context("--shell")?,
+            )
+        } else {
+            None
+        };
         sandbox::mcp::serve(options, shell).context("serving skills over MCP")?;
         return Ok(0);
     }

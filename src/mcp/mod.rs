@@ -27,7 +27,7 @@ use nix::sys::signal::Signal;
 use crate::skill::serve::{self, ServeOptions};
 
 /// Name of the shell tool.
-pub const SHELL_TOOL: &str = "shell";
+pub const SHELL_TOOL: &str = shell::TOOL_NAME;
 
 /// The shell tool as offered: how it runs and how it is listed.
 #[derive(Debug)]
@@ -39,32 +39,26 @@ pub struct ShellTool {
 }
 
 impl ShellTool {
-    /// The shell tool for runs under `profile` (loaded again by each run
-    /// from `profile_spec`) in `project`.
-    pub fn new(
-        profile: &crate::Policy,
-        profile_spec: &str,
-        project: &std::path::Path,
-    ) -> ShellTool {
-        let config = shell::ShellConfig::new(
-            std::path::PathBuf::from("/proc/self/exe"),
-            profile_spec.to_string(),
-            project.to_path_buf(),
-        );
+    /// The shell tool for runs under the profile `profile_spec` (each run
+    /// loads it again) in `project`.
+    pub fn new(profile_spec: &str, project: &std::path::Path) -> Result<ShellTool, shell::ShellError> {
+        let config = shell::ShellConfig::new("/proc/self/exe", profile_spec, project)?;
+        let network_is_open =
+            config.policy.network.mode == crate::profile::policy::NetworkMode::Host;
         let tool = serde_json::json!({
             "name": SHELL_TOOL,
             "title": "Sandboxed shell",
-            "description": shell::description(profile),
-            "inputSchema": shell::input_schema(),
+            "description": shell::description(&config),
+            "inputSchema": shell::input_schema(&config),
             "outputSchema": shell::output_schema(),
             "annotations": {
                 "title": "Sandboxed shell",
                 "readOnlyHint": false,
                 "destructiveHint": true,
-                "openWorldHint": profile.network.mode == crate::profile::policy::NetworkMode::Host,
+                "openWorldHint": network_is_open,
             },
         });
-        ShellTool { config, tool }
+        Ok(ShellTool { config, tool })
     }
 }
 

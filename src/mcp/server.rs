@@ -282,7 +282,7 @@ impl McpServer {
         arguments: &serde_json::Map<String, Value>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let request = match super::shell::ShellRequest::from_arguments(arguments) {
+        let request = match super::shell::ShellRequest::from_arguments(arguments, shell) {
             Ok(request) => request,
             Err(err) => {
                 let text = format!("shell: {err}");
@@ -438,7 +438,7 @@ fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
 /// among [`CHOICES`], the question shown exactly as the terminal shows it.
 fn elicitation_request(ask: &Ask) -> Value {
     let message = format!(
-        "{}\nAnswer once (this request only), session (every such request while this server runs), \
+        "{}\nAnswer once (this request only), session (every such request of this skill's process until it ends), \
          always (stored as a grant for this skill and project) or deny.",
         ask.question
     );
