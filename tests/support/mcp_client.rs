@@ -117,7 +117,13 @@ fn venv() -> Result<PathBuf, Missing> {
     // Built aside and renamed into place, so that a venv at `dir` is always
     // complete (an interrupted build leaves only a stale .building-PID).
     let building = target.join(format!("mcp-venv-{short}.building-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&building);
+    // Builds that died half-way: none can be running, this process holds the lock.
+    let stale = format!("mcp-venv-{short}.building-");
+    for entry in std::fs::read_dir(&target).into_iter().flatten().flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&stale) {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
     let made = Command::new("python3")
         .args(["-m", "venv"])
         .arg(&building)
