@@ -16,14 +16,19 @@ use support::mcp_client::{self, Era, Observed};
 /// What a test needs before it can start: a sandbox that runs at all and
 /// the SDK's venv; a loud skip otherwise.
 fn client(test: &str) -> Option<PathBuf> {
-    let project = project();
-    let out = Command::new(support::sandbox_bin())
-        .args(["run", "--project"])
-        .arg(project.path())
-        .args(["--", "/bin/true"])
-        .output()
-        .expect("sandbox starts");
-    if !support::require(test, "a working sandbox", out.status.success()) {
+    static SANDBOX_RUNS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let runs = *SANDBOX_RUNS.get_or_init(|| {
+        let project = project();
+        Command::new(support::sandbox_bin())
+            .args(["run", "--project"])
+            .arg(project.path())
+            .args(["--", "/bin/true"])
+            .output()
+            .expect("sandbox starts")
+            .status
+            .success()
+    });
+    if !support::require(test, "a working sandbox", runs) {
         return None;
     }
     mcp_client::python(test)
