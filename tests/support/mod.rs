@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+pub mod mcp_client;
+
 /// The binary under test.
 pub fn sandbox_bin() -> &'static str {
     env!("CARGO_BIN_EXE_sandbox")
