@@ -1,32 +1,44 @@
-//! The front's end of the engine: `sandbox serve --stdio`'s loop, forked
-//! before the front starts its runtime, spoken to over a socketpair with
-//! serve's own JSON-RPC lines.
+//! The engine: `sandbox serve --stdio`'s server ([`Server`]), in this
+//! process, driven by a task of the front's runtime and spoken to with
+//! serve's own JSON-RPC lines, in memory.
 //!
-//! The engine stays single-threaded (it forks a host per skill, which a
-//! threaded process may not), so this process holds no skill state of its
-//! own: every answer about skills is the engine's.
+//! The first version ran the engine as a forked process behind a
+//! socketpair; that hop (two more wake-ups and sleeps of two processes per
+//! call) cost about 45 µs of each call on a 2-core VM, most of what the MCP
+//! layer added. Here a message to the engine is a function call and its
+//! answer is read from a buffer. The runtime is single-threaded and no
+//! transport here starts a thread, so the server can still fork a host per
+//! skill; should a thread exist, it executes `sandbox __skill-host` instead
+//! (serve's own fallback).
 
 use std::collections::HashMap;
-use std::os::fd::OwnedFd;
+use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
-/// Longest line read from the engine: a skill's result can be large, and
-/// serve's own limit on a host's line is 64 MiB.
-const MAX_LINE: usize = 64 << 20;
+use crate::skill::serve::{ServeError, ServeOptions, Server};
+use crate::sys::epoll::WaitSet;
 
-/// Why talking to the engine failed.
+/// Why the engine failed.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
-    /// The socket could not be used.
-    #[error("the skill engine's socket: {0}")]
-    Io(#[from] std::io::Error),
-    /// The engine ended (it crashed, or this process is shutting down).
+    /// Waiting for its hosts.
+    #[error("the skill engine's wait set ({op}): {source}")]
+    Wait {
+        /// What was attempted.
+        op: &'static str,
+        /// Why it failed.
+        source: std::io::Error,
+    },
+    /// The server itself.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// It ended (after an error, or the session is over).
     #[error("the skill engine ended")]
     Gone,
 }
@@ -34,8 +46,7 @@ pub enum EngineError {
 /// Something the engine said on its own.
 #[derive(Debug, Clone)]
 pub enum EngineEvent {
-    /// Skills were added, removed or changed (or a skill's state moved in a
-    /// way that changes what is listed).
+    /// Skills were added, removed or changed.
     ListChanged,
     /// A skill's state: `inactive`, `activating`, `active`, `failed`,
     /// `disabled`, `removed`.
@@ -67,14 +78,38 @@ pub struct Ask {
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, Value>>>>>;
 type AskRoutes = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Ask>>>>;
 
-/// A connection to the engine, shared by every request handler.
-#[derive(Debug, Clone)]
+/// What the server writes for the client: whole lines, read back by
+/// [`Engine::flush`].
+#[derive(Clone, Default)]
+struct Lines(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Lines {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        lock(&self.0).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The engine, shared by every request handler.
+#[derive(Clone)]
 pub struct Engine {
-    writer: Arc<tokio::sync::Mutex<OwnedWriteHalf>>,
+    server: Arc<Mutex<Server>>,
+    lines: Lines,
+    /// The server's descriptors or deadlines may have changed.
+    changed: Arc<Notify>,
     pending: Pending,
     asks: AskRoutes,
     events: broadcast::Sender<EngineEvent>,
     next_id: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").finish_non_exhaustive()
+    }
 }
 
 /// One `skill.invoke` in flight.
@@ -89,23 +124,36 @@ pub struct Invocation {
 }
 
 impl Engine {
-    /// Speak to the engine on `socket`; its lines are read by a task of
-    /// the current runtime.
-    pub fn start(socket: OwnedFd) -> Result<Engine, EngineError> {
-        let socket = std::os::unix::net::UnixStream::from(socket);
-        socket.set_nonblocking(true)?;
-        let socket = tokio::net::UnixStream::from_std(socket)?;
-        let (reader, writer) = socket.into_split();
+    /// Serve `options`' skills (discovered now) and drive the server from
+    /// a task of the current runtime.
+    pub fn start(options: ServeOptions) -> Engine {
+        let lines = Lines::default();
+        let server = Server::writing_to(options, Box::new(lines.clone()));
         let (events, _) = broadcast::channel(64);
         let engine = Engine {
-            writer: Arc::new(tokio::sync::Mutex::new(writer)),
+            server: Arc::new(Mutex::new(server)),
+            lines,
+            changed: Arc::new(Notify::new()),
             pending: Arc::default(),
             asks: Arc::default(),
             events,
             next_id: Arc::new(AtomicU64::new(1)),
         };
-        tokio::spawn(engine.clone().read_lines(reader));
-        Ok(engine)
+        tokio::spawn({
+            let engine = engine.clone();
+            async move {
+                if let Err(err) = engine.drive().await {
+                    eprintln!("sandbox serve --mcp: the skill engine stopped: {err}");
+                }
+                engine.fail_waiters();
+            }
+        });
+        engine
+    }
+
+    /// Kill every skill's host (the session is over).
+    pub fn shutdown(&self) {
+        lock(&self.server).shutdown();
     }
 
     /// Engine events from now on.
@@ -120,14 +168,21 @@ impl Engine {
         method: &str,
         params: Value,
     ) -> Result<Result<Value, Value>, EngineError> {
-        let (id, answer) = self.send_request(method, params).await?;
-        let answer = answer.await.map_err(|_| EngineError::Gone);
-        self.pending_remove(id);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.pending).insert(id, tx);
+        let sent =
+            self.feed(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let answer = match sent {
+            Ok(()) => rx.await.map_err(|_| EngineError::Gone),
+            Err(err) => Err(err),
+        };
+        lock(&self.pending).remove(&id);
         answer
     }
 
     /// Start `skill.invoke` of `name`.
-    pub async fn invoke(&self, name: &str, params: Value) -> Result<Invocation, EngineError> {
+    pub fn invoke(&self, name: &str, params: Value) -> Result<Invocation, EngineError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let (ask_tx, asks) = mpsc::unbounded_channel();
         lock(&self.asks).insert(id, ask_tx);
@@ -135,7 +190,7 @@ impl Engine {
         lock(&self.pending).insert(id, tx);
         let line = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke",
                           "params": {"name": name, "params": params}});
-        if let Err(err) = self.write_line(&line).await {
+        if let Err(err) = self.feed(&line) {
             self.forget(id);
             return Err(err);
         }
@@ -144,83 +199,112 @@ impl Engine {
 
     /// Stop routing anything to invocation `id` (it ended or was abandoned).
     pub fn forget(&self, id: u64) {
-        self.pending_remove(id);
+        lock(&self.pending).remove(&id);
         lock(&self.asks).remove(&id);
     }
 
     /// Cancel invocation `id`: the engine drops it or kills its host.
-    pub async fn cancel(&self, id: u64) {
-        // Fire and forget: the invocation's own answer says how it ended.
+    pub fn cancel(&self, id: u64) {
+        // Its own answer says how it ended; the cancel's is not awaited.
         let next = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let line =
-            json!({"jsonrpc": "2.0", "id": next, "method": "skill.cancel", "params": {"id": id}});
-        let _ = self.write_line(&line).await;
+        let _ = self.feed(
+            &json!({"jsonrpc": "2.0", "id": next, "method": "skill.cancel",
+                                  "params": {"id": id}}),
+        );
     }
 
-    /// Answer a skill's question: `once`, `session`, `always` or `deny`.
-    pub async fn answer(&self, ask: &Ask, answer: &str) {
-        let line = json!({"jsonrpc": "2.0", "id": ask.id, "result": {"answer": answer}});
-        let _ = self.write_line(&line).await;
+    /// Answer a skill's question: `once`, `session`, `always`, `deny` or
+    /// `unasked`.
+    pub fn answer(&self, ask: &Ask, answer: &str) {
+        let _ = self.feed(&json!({"jsonrpc": "2.0", "id": ask.id, "result": {"answer": answer}}));
     }
 
-    async fn send_request(
-        &self,
-        method: &str,
-        params: Value,
-    ) -> Result<(u64, oneshot::Receiver<Result<Value, Value>>), EngineError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        lock(&self.pending).insert(id, tx);
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        if let Err(err) = self.write_line(&line).await {
-            self.pending_remove(id);
-            return Err(err);
-        }
-        Ok((id, rx))
+    /// Give the server one message, then pass on what it said.
+    fn feed(&self, message: &Value) -> Result<(), EngineError> {
+        let line = message.to_string();
+        let handled = lock(&self.server).on_input_line(line.as_bytes());
+        // It may have started a host or set a deadline.
+        self.changed.notify_one();
+        self.flush();
+        handled.map_err(EngineError::from)
     }
 
-    fn pending_remove(&self, id: u64) {
-        lock(&self.pending).remove(&id);
-    }
-
-    async fn write_line(&self, message: &Value) -> Result<(), EngineError> {
-        let mut line = message.to_string().into_bytes();
-        line.push(b'\n');
-        let mut writer = self.writer.lock().await;
-        writer.write_all(&line).await?;
-        Ok(())
-    }
-
-    async fn read_lines(self, reader: OwnedReadHalf) {
-        let mut reader = BufReader::with_capacity(64 << 10, reader);
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match (&mut reader)
-                .take(MAX_LINE as u64)
-                .read_until(b'\n', &mut line)
-                .await
-            {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
-            }
-            if line.last() != Some(&b'\n') && line.len() >= MAX_LINE {
-                eprintln!("sandbox serve --mcp: the skill engine sent a line over {MAX_LINE} bytes; stopping");
-                break;
-            }
-            match serde_json::from_slice::<Value>(&line) {
-                Ok(message) => self.dispatch(message).await,
+    /// Pass on every line the server wrote. Called with the server
+    /// unlocked: answering a question feeds the server again.
+    fn flush(&self) {
+        let written = std::mem::take(&mut *lock(&self.lines.0));
+        for line in written.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+            match serde_json::from_slice::<Value>(line) {
+                Ok(message) => self.dispatch(message),
                 Err(err) => {
                     eprintln!("sandbox serve --mcp: unreadable line from the skill engine: {err}")
                 }
             }
         }
-        // Every waiter learns the engine is gone.
+    }
+
+    /// Wait for the server's hosts, its file watch and its deadlines, and
+    /// let it work whenever one of them is due.
+    async fn drive(&self) -> Result<(), EngineError> {
+        let mut wait_set: Option<(Vec<RawFd>, u64, AsyncFd<WaitSet>)> = None;
+        loop {
+            let wakeup = {
+                let server = lock(&self.server);
+                let fds: Vec<RawFd> = server.watched().iter().map(|fd| fd.as_raw_fd()).collect();
+                let started = server.hosts_started();
+                let current = wait_set.as_ref().is_some_and(|(seen, seen_started, _)| {
+                    *seen == fds && *seen_started == started
+                });
+                if !current {
+                    // Rebuilt rather than edited: a host's descriptor is
+                    // closed (and may be reused) before this task sees it.
+                    let set =
+                        WaitSet::of(server.watched()).map_err(|source| EngineError::Wait {
+                            op: "epoll",
+                            source,
+                        })?;
+                    wait_set = Some((fds, started, set));
+                }
+                server.next_wakeup()
+            };
+            let Some((_, _, waiting)) = &wait_set else {
+                return Err(EngineError::Gone);
+            };
+            let due = async {
+                match wakeup {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ready = waiting.readable() => {
+                    let mut guard = ready.map_err(|source| EngineError::Wait { op: "wait", source })?;
+                    self.step()?;
+                    // The call this answered runs before the wait set is
+                    // looked at again: that is off its path.
+                    tokio::task::yield_now().await;
+                    if !guard.get_inner().any_ready() {
+                        guard.clear_ready();
+                    }
+                }
+                () = due => self.step()?,
+                () = self.changed.notified() => {}
+            }
+        }
+    }
+
+    fn step(&self) -> Result<(), EngineError> {
+        let stepped = lock(&self.server).step();
+        self.flush();
+        Ok(stepped?)
+    }
+
+    fn fail_waiters(&self) {
         lock(&self.pending).clear();
         lock(&self.asks).clear();
     }
 
-    async fn dispatch(&self, message: Value) {
+    fn dispatch(&self, message: Value) {
         let method = message.get("method").and_then(Value::as_str);
         match (method, message.get("id")) {
             (None, Some(id)) => {
@@ -234,7 +318,7 @@ impl Engine {
                 }
                 lock(&self.asks).remove(&id);
             }
-            (Some("skill.ask"), Some(id)) => self.route_ask(id.clone(), &message["params"]).await,
+            (Some("skill.ask"), Some(id)) => self.route_ask(id.clone(), &message["params"]),
             (Some("skill.listChanged"), None) => {
                 let _ = self.events.send(EngineEvent::ListChanged);
             }
@@ -248,7 +332,7 @@ impl Engine {
         }
     }
 
-    async fn route_ask(&self, id: Value, params: &Value) {
+    fn route_ask(&self, id: Value, params: &Value) {
         let text = |key: &str| params.get(key).and_then(Value::as_str).map(str::to_owned);
         let ask = Ask {
             id,
@@ -265,11 +349,11 @@ impl Engine {
         match route {
             Some(route) => {
                 if let Err(unrouted) = route.send(ask) {
-                    self.answer(&unrouted.0, "deny").await;
+                    self.answer(&unrouted.0, "deny");
                 }
             }
             // Its call is over or unknown: nobody can answer for it.
-            None => self.answer(&ask, "deny").await,
+            None => self.answer(&ask, "deny"),
         }
     }
 }

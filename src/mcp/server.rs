@@ -163,7 +163,7 @@ impl McpServer {
                 Some(ask) = invocation.asks.recv() => {
                     if !can_elicit(context) {
                         // The broker's refusal then names the grant to add.
-                        self.engine.answer(&ask, "unasked").await;
+                        self.engine.answer(&ask, "unasked");
                         continue;
                     }
                     if is_modern(context.protocol_version().as_ref()) {
@@ -171,7 +171,7 @@ impl McpServer {
                         return Ok(CallToolResponse::InputRequired(self.suspend(tool, invocation, ask)?));
                     }
                     let answer = elicit(&context.peer, &ask).await;
-                    self.engine.answer(&ask, answer).await;
+                    self.engine.answer(&ask, answer);
                 }
                 () = context.ct.cancelled() => {
                     // The client gave up on the call: free the skill's host
@@ -234,8 +234,8 @@ impl McpServer {
         for call in expired {
             let engine = self.engine.clone();
             tokio::spawn(async move {
-                engine.answer(&call.ask, "deny").await;
-                engine.cancel(call.invocation.id).await;
+                engine.answer(&call.ask, "deny");
+                engine.cancel(call.invocation.id);
                 engine.forget(call.invocation.id);
             });
         }
@@ -259,8 +259,8 @@ impl McpServer {
         if call.tool != request.name {
             // A client answering for another tool: the suspended call is
             // denied and cancelled rather than kept for a matching retry.
-            self.engine.answer(&call.ask, "deny").await;
-            self.engine.cancel(call.invocation.id).await;
+            self.engine.answer(&call.ask, "deny");
+            self.engine.cancel(call.invocation.id);
             self.engine.forget(call.invocation.id);
             let text = format!(
                 "tool {}: the requestState belongs to a call of {}",
@@ -276,7 +276,7 @@ impl McpServer {
             .and_then(|r| serde_json::to_value(r).ok())
             .unwrap_or(Value::Null);
         let answer = decision_of(&responses["decision"]);
-        self.engine.answer(&call.ask, answer).await;
+        self.engine.answer(&call.ask, answer);
         self.drive(call.tool, call.invocation, context).await
     }
 
@@ -369,7 +369,6 @@ impl ServerHandler for McpServer {
         let invocation = self
             .engine
             .invoke(&tool, Value::Object(arguments))
-            .await
             .map_err(|err| McpError::internal_error(err.to_string(), None))?;
         self.drive(tool, invocation, &context).await
     }
@@ -414,7 +413,7 @@ impl Drop for CancelOnDrop {
         if let Some(id) = self.id.take() {
             let engine = self.engine.clone();
             tokio::spawn(async move {
-                engine.cancel(id).await;
+                engine.cancel(id);
                 engine.forget(id);
             });
         }

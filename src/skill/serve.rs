@@ -306,7 +306,7 @@ pub struct Server {
     slots: BTreeMap<String, Slot>,
     invalid: Vec<manifest::ManifestError>,
     shadowed: Vec<String>,
-    output: std::fs::File,
+    output: Box<dyn Write + Send>,
     watcher: Option<inotify::Inotify>,
     reload_at: Option<Instant>,
     limits: Limits,
@@ -319,6 +319,13 @@ pub struct Server {
 impl Server {
     /// A server writing to `output`; skills are discovered at once.
     pub fn new(options: ServeOptions, output: OwnedFd) -> Server {
+        Server::writing_to(options, Box::new(std::fs::File::from(output)))
+    }
+
+    /// A server whose messages to the client go to `output`, one line per
+    /// write (`serve --mcp` keeps them in memory and drives the server with
+    /// [`Server::on_input_line`] and [`Server::step`] instead of [`Server::run`]).
+    pub fn writing_to(options: ServeOptions, output: Box<dyn Write + Send>) -> Server {
         let watcher = match inotify::Inotify::init() {
             Ok(watcher) => Some(watcher),
             Err(err) => {
@@ -333,7 +340,7 @@ impl Server {
             slots: BTreeMap::new(),
             invalid: Vec::new(),
             shadowed: Vec::new(),
-            output: std::fs::File::from(output),
+            output,
             watcher,
             reload_at: None,
             limits: Limits::default(),
@@ -1088,7 +1095,9 @@ impl Server {
         Ok(())
     }
 
-    fn next_wakeup(&self) -> Option<Instant> {
+    /// When the server next has something to do on its own (a reload,
+    /// a deadline, a back-off ending), if ever.
+    pub fn next_wakeup(&self) -> Option<Instant> {
         let mut next = self.reload_at;
         if let Some(at) = self.asks.values().map(|a| a.deadline).min() {
             next = Some(next.map_or(at, |n: Instant| n.min(at)));
@@ -1149,7 +1158,8 @@ impl Server {
         }
     }
 
-    fn shutdown(&mut self) {
+    /// Kill every skill's host and reap it.
+    pub fn shutdown(&mut self) {
         for slot in self.slots.values_mut() {
             if let Some(host) = &mut slot.host {
                 kill_host(host);
@@ -1176,6 +1186,90 @@ impl Server {
         let result = self.serve_loop(&input, &signalfd, &mut framer);
         self.shutdown();
         result
+    }
+
+    /// One message (a line without its newline) from the client.
+    pub fn on_input_line(&mut self, line: &[u8]) -> Result<(), ServeError> {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        self.on_request(line)
+    }
+
+    /// A message from the client over the size limit (it was dropped).
+    pub fn on_input_too_large(&mut self, bytes: usize) -> Result<(), ServeError> {
+        let message = format!(
+            "message of {bytes} bytes is over the {} byte limit",
+            self.limits.max_message
+        );
+        let line = protocol::error_response(&Id::Null, code::TOO_LARGE, &message, None);
+        self.output.write_all(&line).map_err(ServeError::Output)
+    }
+
+    /// The descriptors whose readiness gives the server work: the skill
+    /// roots' watch and every host's control socket.
+    pub fn watched(&self) -> Vec<BorrowedFd<'_>> {
+        let mut fds: Vec<BorrowedFd<'_>> = self.watcher.iter().map(|w| w.as_fd()).collect();
+        for slot in self.slots.values() {
+            if let Some(host) = &slot.host {
+                fds.push(host.control.as_fd());
+            }
+        }
+        fds
+    }
+
+    /// How many hosts were ever started: with [`Server::watched`], what
+    /// tells a caller's own poll set is stale (a new host may reuse a
+    /// closed one's descriptor number).
+    pub fn hosts_started(&self) -> u64 {
+        self.next_host
+    }
+
+    /// Do what is ready now without waiting: hosts' messages and ends,
+    /// file changes, then whatever is due.
+    pub fn step(&mut self) -> Result<(), ServeError> {
+        let names: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.host.is_some())
+            .map(|(n, _)| n.clone())
+            .collect();
+        let (watch_ready, hosts_ready) = {
+            let watch_fd: Option<BorrowedFd<'_>> = self.watcher.as_ref().map(|w| w.as_fd());
+            let mut fds: Vec<PollFd<'_>> = watch_fd
+                .iter()
+                .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
+                .collect();
+            let first_host = fds.len();
+            for name in &names {
+                if let Some(host) = self.slots.get(name).and_then(|s| s.host.as_ref()) {
+                    fds.push(PollFd::new(host.control.as_fd(), PollFlags::POLLIN));
+                }
+            }
+            match poll(&mut fds, PollTimeout::ZERO) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(source) => return Err(ServeError::Sys { op: "poll", source }),
+            }
+            let ready = |i: usize| {
+                fds.get(i)
+                    .and_then(|p| p.revents())
+                    .is_some_and(|r| !r.is_empty())
+            };
+            let hosts: Vec<String> = names
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| ready(first_host + i))
+                .map(|(_, n)| n.clone())
+                .collect();
+            (watch_fd.is_some() && ready(0), hosts)
+        };
+        for name in hosts_ready {
+            self.on_host_readable(&name)?;
+        }
+        if watch_ready {
+            self.on_watch_events();
+        }
+        self.on_timers()
     }
 
     fn serve_loop(
@@ -1248,21 +1342,8 @@ impl Server {
                 }
                 for frame in frames {
                     match frame {
-                        Frame::Line(line) if line.iter().all(u8::is_ascii_whitespace) => {}
-                        Frame::Line(line) => self.on_request(&line)?,
-                        Frame::TooLarge { bytes } => {
-                            let message = format!(
-                                "message of {bytes} bytes is over the {} byte limit",
-                                self.limits.max_message
-                            );
-                            let line = protocol::error_response(
-                                &Id::Null,
-                                code::TOO_LARGE,
-                                &message,
-                                None,
-                            );
-                            self.output.write_all(&line).map_err(ServeError::Output)?;
-                        }
+                        Frame::Line(line) => self.on_input_line(&line)?,
+                        Frame::TooLarge { bytes } => self.on_input_too_large(bytes)?,
                     }
                 }
             }

@@ -1,0 +1,217 @@
+//! The shape of `sandbox serve --mcp` as a process, whatever kind of
+//! stdio the agent host gives it: one thread, so that skill hosts are
+//! forked from it (an executed `sandbox __skill-host` would cost each
+//! activation a second start of the binary), and nothing but protocol
+//! messages on stdout.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+
+fn sandbox_runs(test: &str) -> bool {
+    let project = tempfile::tempdir().unwrap();
+    let out = Command::new(support::sandbox_bin())
+        .args(["run", "--project"])
+        .arg(project.path())
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    support::require(test, "a working sandbox", out.status.success())
+}
+
+/// A project with one persistent Python skill that prints to stdout
+/// (which must never reach the protocol) and answers.
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-mcp-process-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let skill = dir.path().join(".skills/noisy");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: noisy\ndescription: prints, then answers\nruntime: python\nmain: main.py\n\
+         activation: persistent\n---\nTest.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        skill.join("main.py"),
+        "import sys, sandbox_ipc\n\
+         print('{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"forged\":true}}', flush=True)\n\
+         def handle(p):\n    print('noise on stdout', flush=True)\n    return {'n': p.get('n')}\n\
+         sandbox_ipc.connect().serve(handle)\n",
+    )
+    .unwrap();
+    dir
+}
+
+/// One JSON-RPC session over whatever `stdin`/`stdout` the server got.
+struct Session {
+    child: Child,
+    input: Box<dyn Write>,
+    output: BufReader<Box<dyn std::io::Read>>,
+}
+
+impl Session {
+    fn start(project: &std::path::Path, sockets: bool) -> Session {
+        let mut command = Command::new(support::sandbox_bin());
+        command
+            .args(["serve", "--mcp", "--project"])
+            .arg(project)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .stderr(Stdio::inherit());
+        if sockets {
+            // What a Node host (libuv) gives a child for `stdio: 'pipe'`.
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            command
+                .stdin(Stdio::from(OwnedFd::from(theirs.try_clone().unwrap())))
+                .stdout(Stdio::from(OwnedFd::from(theirs)));
+            let child = command.spawn().unwrap();
+            let reader: Box<dyn std::io::Read> = Box::new(ours.try_clone().unwrap());
+            Session {
+                child,
+                input: Box::new(ours),
+                output: BufReader::new(reader),
+            }
+        } else {
+            command.stdin(Stdio::piped()).stdout(Stdio::piped());
+            let mut child = command.spawn().unwrap();
+            let input: Box<dyn Write> = Box::new(child.stdin.take().unwrap());
+            let reader: Box<dyn std::io::Read> = Box::new(child.stdout.take().unwrap());
+            Session {
+                child,
+                input,
+                output: BufReader::new(reader),
+            }
+        }
+    }
+
+    fn send(&mut self, message: Value) {
+        let mut line = message.to_string();
+        line.push('\n');
+        self.input.write_all(line.as_bytes()).unwrap();
+        self.input.flush().unwrap();
+    }
+
+    /// The next line, which must be a protocol message.
+    fn receive(&mut self) -> Value {
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        serde_json::from_str(&line)
+            .unwrap_or_else(|err| panic!("not a protocol message on stdout: {line:?} ({err})"))
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        let answer = self.receive();
+        assert_eq!(answer["id"], id, "answers come in order here: {answer}");
+        answer
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The server's threads, and the command lines of its descendants.
+fn shape(pid: u32) -> (usize, Vec<String>) {
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .count();
+    let mut descendants = Vec::new();
+    let mut parents = vec![pid.to_string()];
+    while let Some(parent) = parents.pop() {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if !name.bytes().all(|b| b.is_ascii_digit()) {
+                continue;
+            }
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{name}/stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit(')')
+                .next()
+                .unwrap_or("")
+                .split_whitespace()
+                .nth(1);
+            if ppid == Some(parent.as_str()) {
+                let cmdline = std::fs::read(format!("/proc/{name}/cmdline")).unwrap_or_default();
+                descendants.push(String::from_utf8_lossy(&cmdline).replace('\0', " "));
+                parents.push(name);
+            }
+        }
+    }
+    (threads, descendants)
+}
+
+fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, sockets: bool) {
+    if !sandbox_runs(test) {
+        return;
+    }
+    let project = project();
+    let mut session = Session::start(project.path(), sockets);
+    let init = session.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "test", "version": "1"}}),
+    );
+    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+    session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    for n in 0..3 {
+        let answer = session.request(
+            10 + n,
+            "tools/call",
+            json!({"name": "noisy", "arguments": {"n": n}}),
+        );
+        assert_eq!(answer["result"]["structuredContent"]["n"], n, "{answer}");
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+    }
+    let (threads, descendants) = shape(session.child.id());
+    assert_eq!(
+        threads, 1,
+        "serve --mcp must stay single-threaded to fork its hosts"
+    );
+    assert!(
+        !descendants.is_empty(),
+        "the persistent skill's host is running"
+    );
+    assert!(
+        descendants
+            .iter()
+            .all(|args| !args.contains("__skill-host")),
+        "a host was executed instead of forked: {descendants:?}"
+    );
+    // The skill's prints (one of them a forged response) never reached
+    // stdout: the next message is the answer to the next request.
+    let answer = session.request(20, "ping", json!({}));
+    assert!(answer.get("result").is_some(), "{answer}");
+}
+
+#[test]
+fn over_pipes_one_thread_forked_hosts_and_a_clean_stdout() {
+    one_thread_forked_hosts_and_a_clean_stdout(
+        "over_pipes_one_thread_forked_hosts_and_a_clean_stdout",
+        false,
+    );
+}
+
+#[test]
+fn over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout() {
+    one_thread_forked_hosts_and_a_clean_stdout(
+        "over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout",
+        true,
+    );
+}
