@@ -170,7 +170,20 @@ impl McpServer {
                         guard.id = None;
                         return Ok(CallToolResponse::InputRequired(self.suspend(tool, invocation, ask)?));
                     }
-                    let answer = elicit(&context.peer, &ask).await;
+                    // rmcp only cancels the call's token: a question left
+                    // open would keep the skill running (and its host
+                    // taken) until the question's deadline, and an answer
+                    // given after the cancel would still be obeyed.
+                    let answer = tokio::select! {
+                        biased;
+                        () = context.ct.cancelled() => {
+                            self.engine.answer(&ask, "deny").await;
+                            return Ok(CallToolResponse::Complete(to_result(tools::failure(&format!(
+                                "skill {tool}: cancelled by the client"
+                            )))?));
+                        }
+                        answer = elicit(&context.peer, &ask) => answer,
+                    };
                     self.engine.answer(&ask, answer).await;
                 }
                 () = context.ct.cancelled() => {
