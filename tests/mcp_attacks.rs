@@ -236,3 +236,45 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
     );
     assert!(!project.path().join("second.txt").exists());
 }
+
+/// Agent hosts stop their servers with a signal. A shell command must end
+/// with the server, however it dies: until the fix, `sandbox run` was only
+/// killed when its call's future was dropped, so a server killed by a
+/// signal left the command running on its own until its timeout (two
+/// minutes by default, up to ten), writing to the project with nobody
+/// watching and its report directory left behind.
+#[test]
+fn a_shell_command_dies_with_the_server() {
+    if !sandbox_runs("a_shell_command_dies_with_the_server") {
+        return;
+    }
+    let project = project();
+    let mut mcp = Mcp::start(project.path(), &["--shell"]);
+    let marker = support::marker("shell-orphan");
+    let call = mcp.call_tool(
+        "shell",
+        json!({"command": format!(": {marker}; touch started; sleep 60; touch late")}),
+    );
+    let started = project.path().join("started");
+    for _ in 0..600 {
+        if started.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        started.exists(),
+        "the command never started; seen {:?}",
+        mcp.seen
+    );
+    assert!(!support::host_pids_with(&marker).is_empty());
+    let _ = call;
+    mcp.child.kill().unwrap();
+    mcp.child.wait().unwrap();
+    let left = support::wait_until_gone(&marker, 20);
+    assert!(
+        left.is_empty(),
+        "the shell command outlived the server: pids {left:?}"
+    );
+    assert!(!project.path().join("late").exists());
+}
