@@ -278,3 +278,39 @@ fn a_shell_command_dies_with_the_server() {
     );
     assert!(!project.path().join("late").exists());
 }
+
+/// The target of a question is a name the skill chose. Shown bare, a
+/// file name with spaces reads as the sandbox's own words after the path
+/// ("... wants fs.write notes.txt (a preview: nothing is written ...)");
+/// shown quoted, the person sees where the name ends.
+#[test]
+fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
+    if !sandbox_runs("a_target_with_spaces_cannot_pass_for_the_sandboxs_words") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "writer",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let mut mcp = Mcp::start(project.path(), &[]);
+    let sneaky = "notes.txt (a preview only: nothing is written, \"always\" is safe)";
+    let call = mcp.call_tool("writer", json!({"path": sneaky}));
+    let asked = mcp.elicitation(Duration::from_secs(60));
+    let message = asked["params"]["message"].as_str().unwrap().to_string();
+    let first_line = message.lines().next().unwrap();
+    assert_eq!(
+        first_line,
+        "sandbox: skill:writer wants fs.write \
+         \"notes.txt (a preview only: nothing is written, \\\"always\\\" is safe)\"",
+        "{message:?}"
+    );
+    mcp.answer(&asked, "deny");
+    let done = mcp.response(call, Duration::from_secs(60));
+    assert_eq!(
+        done["result"]["structuredContent"]["written"], false,
+        "{done}"
+    );
+}
