@@ -314,3 +314,39 @@ fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
         "{done}"
     );
 }
+
+/// Arguments over serve's own limits (a line of 1 MiB, 64 levels of
+/// nesting), as a misled model can send them. serve refuses such a line
+/// with an error under a null id, which the front could not match to the
+/// call: until the fix the call never ended. Now each is a tool error at
+/// once, and the server goes on serving.
+#[test]
+fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
+    if !sandbox_runs("arguments_over_serves_limits_end_the_call") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "writer",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let mut mcp = Mcp::start(project.path(), &[]);
+    let big = mcp.call_tool("writer", json!({"path": "x".repeat(2 << 20)}));
+    let done = mcp.response(big, Duration::from_secs(30));
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("bytes, over serve's limit"), "{text}");
+    let mut deep = json!({});
+    for _ in 0..70 {
+        deep = json!({ "a": deep });
+    }
+    let nested = mcp.call_tool("writer", deep);
+    let done = mcp.response(nested, Duration::from_secs(30));
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("nested deeper"), "{text}");
+    let listed = mcp.request("tools/list", json!({}));
+    assert_eq!(listed["result"]["tools"][0]["name"], "writer", "{listed}");
+}

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
+
+use crate::broker::protocol::{self, Limits};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{broadcast, mpsc, oneshot};
@@ -29,6 +31,11 @@ pub enum EngineError {
     /// The engine ended (it crashed, or this process is shutting down).
     #[error("the skill engine ended")]
     Gone,
+    /// A request the engine would refuse unread: serve answers a line over
+    /// its limits with an error under a null id, which no request here
+    /// could be matched to, so the call would never end.
+    #[error("{0}")]
+    Unsendable(String),
 }
 
 /// Something the engine said on its own.
@@ -129,13 +136,28 @@ impl Engine {
     /// Start `skill.invoke` of `name`.
     pub async fn invoke(&self, name: &str, params: Value) -> Result<Invocation, EngineError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke",
+                          "params": {"name": name, "params": params}})
+        .to_string();
+        let limits = Limits::default();
+        if line.len() > limits.max_message {
+            return Err(EngineError::Unsendable(format!(
+                "the arguments make a request of {} bytes, over serve's limit of {} bytes",
+                line.len(),
+                limits.max_message
+            )));
+        }
+        if protocol::depth_exceeds(line.as_bytes(), limits.max_depth) {
+            return Err(EngineError::Unsendable(format!(
+                "the arguments are nested deeper than serve's limit of {} levels",
+                limits.max_depth
+            )));
+        }
         let (ask_tx, asks) = mpsc::unbounded_channel();
         lock(&self.asks).insert(id, ask_tx);
         let (tx, answer) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke",
-                          "params": {"name": name, "params": params}});
-        if let Err(err) = self.write_line(&line).await {
+        if let Err(err) = self.write_text(line).await {
             self.forget(id);
             return Err(err);
         }
@@ -184,7 +206,11 @@ impl Engine {
     }
 
     async fn write_line(&self, message: &Value) -> Result<(), EngineError> {
-        let mut line = message.to_string().into_bytes();
+        self.write_text(message.to_string()).await
+    }
+
+    async fn write_text(&self, text: String) -> Result<(), EngineError> {
+        let mut line = text.into_bytes();
         line.push(b'\n');
         let mut writer = self.writer.lock().await;
         writer.write_all(&line).await?;

@@ -21,7 +21,7 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
-use super::engine::{Ask, Engine, EngineEvent, Invocation};
+use super::engine::{Ask, Engine, EngineError, EngineEvent, Invocation};
 use super::tools::{self, SandboxSummary};
 
 /// How often a call with a progress token is said to be still running.
@@ -379,11 +379,16 @@ impl ServerHandler for McpServer {
             }
         }
         let tool = request.name.to_string();
-        let invocation = self
-            .engine
-            .invoke(&tool, Value::Object(arguments))
-            .await
-            .map_err(|err| McpError::internal_error(err.to_string(), None))?;
+        let invocation = match self.engine.invoke(&tool, Value::Object(arguments)).await {
+            Ok(invocation) => invocation,
+            Err(EngineError::Unsendable(why)) => {
+                let text = format!("skill {tool}: {why}; send smaller, flatter arguments");
+                return Ok(CallToolResponse::Complete(to_result(tools::failure(
+                    &text,
+                ))?));
+            }
+            Err(err) => return Err(McpError::internal_error(err.to_string(), None)),
+        };
         self.drive(tool, invocation, &context).await
     }
 
