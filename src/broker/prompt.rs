@@ -90,10 +90,23 @@ pub fn shorten(text: &str, max: usize) -> String {
 /// The choices a question offers.
 const CHOICES: &str = "allow [o]nce, for this [r]un, [a]lways for this project, or [D]eny?";
 
+/// A target as shown: escaped, shortened, and quoted when it holds a
+/// blank or a quote. The sandbox chooses its file names: bare, a name with
+/// spaces would read as the question's own words after the path ("wants
+/// fs.write notes.txt (a preview: nothing is written)").
+fn shown_target(target: &str) -> String {
+    let shown = shorten(&escape(target), MAX_SHOWN);
+    if shown.chars().any(|c| c.is_whitespace() || c == '"') {
+        format!("\"{}\"", shown.replace('"', "\\\""))
+    } else {
+        shown
+    }
+}
+
 /// Who wants what, escaped and shortened as the question shows it.
 fn wants(caller: &str, action: &str, target: Option<&str>) -> String {
     let target = target
-        .map(|t| format!(" {}", shorten(&escape(t), MAX_SHOWN)))
+        .map(|t| format!(" {}", shown_target(t)))
         .unwrap_or_default();
     format!(
         "sandbox: {} wants {}{target}",
@@ -344,6 +357,20 @@ mod tests {
         assert_eq!(escape("c1\u{9b}31m"), "c1\\u{9b}31m");
         assert_eq!(escape("tag\u{E0041}"), "tag\\u{e0041}");
         assert_eq!(escape("plain/path ü"), "plain/path ü");
+    }
+
+    #[test]
+    fn a_target_with_blanks_or_quotes_is_quoted() {
+        assert_eq!(
+            question_without_code("skill:x", "fs.write", Some("a b (safe)")),
+            format!("sandbox: skill:x wants fs.write \"a b (safe)\"\n  {CHOICES}")
+        );
+        assert!(question_without_code("skill:x", "fs.write", Some("a\"b"))
+            .starts_with("sandbox: skill:x wants fs.write \"a\\\"b\"\n"));
+        assert!(
+            question_without_code("skill:x", "fs.write", Some("plain.txt"))
+                .starts_with("sandbox: skill:x wants fs.write plain.txt\n")
+        );
     }
 
     #[test]

@@ -257,7 +257,7 @@ fn error(code: i64, message: impl Into<String>, id: Id) -> ProtocolError {
 
 /// Nesting depth of arrays and objects, counted outside strings, without
 /// recursion; stops counting past `limit`.
-fn depth_exceeds(line: &[u8], limit: usize) -> bool {
+pub fn depth_exceeds(line: &[u8], limit: usize) -> bool {
     let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
     for &b in line {
         if in_string {

@@ -21,6 +21,7 @@ use serde_json::{json, Value};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
+use crate::broker::protocol::{self, Limits};
 use crate::skill::serve::{ServeError, ServeOptions, Server};
 use crate::sys::epoll::WaitSet;
 
@@ -41,6 +42,11 @@ pub enum EngineError {
     /// It ended (after an error, or the session is over).
     #[error("the skill engine ended")]
     Gone,
+    /// A request the engine would refuse unread: serve answers a line over
+    /// its limits with an error under a null id, which no request here
+    /// could be matched to, so the call would never end.
+    #[error("{0}")]
+    Unsendable(String),
 }
 
 /// Something the engine said on its own.
@@ -184,13 +190,28 @@ impl Engine {
     /// Start `skill.invoke` of `name`.
     pub fn invoke(&self, name: &str, params: Value) -> Result<Invocation, EngineError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let line = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke",
+                          "params": {"name": name, "params": params}})
+        .to_string();
+        let limits = Limits::default();
+        if line.len() > limits.max_message {
+            return Err(EngineError::Unsendable(format!(
+                "the arguments make a request of {} bytes, over serve's limit of {} bytes",
+                line.len(),
+                limits.max_message
+            )));
+        }
+        if protocol::depth_exceeds(line.as_bytes(), limits.max_depth) {
+            return Err(EngineError::Unsendable(format!(
+                "the arguments are nested deeper than serve's limit of {} levels",
+                limits.max_depth
+            )));
+        }
         let (ask_tx, asks) = mpsc::unbounded_channel();
         lock(&self.asks).insert(id, ask_tx);
         let (tx, answer) = oneshot::channel();
         lock(&self.pending).insert(id, tx);
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke",
-                          "params": {"name": name, "params": params}});
-        if let Err(err) = self.feed(&line) {
+        if let Err(err) = self.feed_text(&line) {
             self.forget(id);
             return Err(err);
         }
@@ -221,7 +242,11 @@ impl Engine {
 
     /// Give the server one message, then pass on what it said.
     fn feed(&self, message: &Value) -> Result<(), EngineError> {
-        let line = message.to_string();
+        self.feed_text(&message.to_string())
+    }
+
+    /// [`Engine::feed`] of a message already written out.
+    fn feed_text(&self, line: &str) -> Result<(), EngineError> {
         let handled = lock(&self.server).on_input_line(line.as_bytes());
         // It may have started a host or set a deadline.
         self.changed.notify_one();

@@ -21,7 +21,7 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
-use super::engine::{Ask, Engine, EngineEvent, Invocation};
+use super::engine::{Ask, Engine, EngineError, EngineEvent, Invocation};
 use super::tools::{self, SandboxSummary};
 
 /// How often a call with a progress token is said to be still running.
@@ -170,7 +170,20 @@ impl McpServer {
                         guard.id = None;
                         return Ok(CallToolResponse::InputRequired(self.suspend(tool, invocation, ask)?));
                     }
-                    let answer = elicit(&context.peer, &ask).await;
+                    // rmcp only cancels the call's token: a question left
+                    // open would keep the skill running (and its host
+                    // taken) until the question's deadline, and an answer
+                    // given after the cancel would still be obeyed.
+                    let answer = tokio::select! {
+                        biased;
+                        () = context.ct.cancelled() => {
+                            self.engine.answer(&ask, "deny");
+                            return Ok(CallToolResponse::Complete(to_result(tools::failure(&format!(
+                                "skill {tool}: cancelled by the client"
+                            )))?));
+                        }
+                        answer = elicit(&context.peer, &ask) => answer,
+                    };
                     self.engine.answer(&ask, answer);
                 }
                 () = context.ct.cancelled() => {
@@ -366,10 +379,16 @@ impl ServerHandler for McpServer {
             }
         }
         let tool = request.name.to_string();
-        let invocation = self
-            .engine
-            .invoke(&tool, Value::Object(arguments))
-            .map_err(|err| McpError::internal_error(err.to_string(), None))?;
+        let invocation = match self.engine.invoke(&tool, Value::Object(arguments)) {
+            Ok(invocation) => invocation,
+            Err(EngineError::Unsendable(why)) => {
+                let text = format!("skill {tool}: {why}; send smaller, flatter arguments");
+                return Ok(CallToolResponse::Complete(to_result(tools::failure(
+                    &text,
+                ))?));
+            }
+            Err(err) => return Err(McpError::internal_error(err.to_string(), None)),
+        };
         self.drive(tool, invocation, &context).await
     }
 

@@ -849,6 +849,10 @@ pub async fn run(config: &ShellConfig, request: &ShellRequest) -> Result<ShellOu
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    // An agent host stops its server with a signal: `sandbox run` (and
+    // with it the command) must end with this process, not run on to its
+    // timeout unwatched. The front spawns from its runtime's one thread.
+    crate::sys::fork::die_with_spawner(command.as_std_mut());
     let mut child = command.spawn().map_err(|source| ShellError::Spawn {
         program: config.program.clone(),
         source,

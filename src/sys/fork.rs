@@ -93,3 +93,29 @@ pub fn fork_single_threaded(child: impl FnOnce() -> i32) -> Result<Pid, ForkErro
         ForkResult::Parent { child } => Ok(child),
     }
 }
+
+/// Have the program `command` starts killed (SIGKILL) when the thread
+/// that spawns it ends, and not started at all if this process is gone by
+/// then. For a spawn from the main thread, that is the end of this
+/// process however it ends: a SIGTERM or SIGKILL runs no destructor, so a
+/// kill-on-drop alone would leave the program running.
+pub fn die_with_spawner(command: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    let spawner = nix::unistd::getpid();
+    // SAFETY: the closure runs in the child between fork and exec, where
+    // only async-signal-safe calls are sound: prctl and getppid are bare
+    // system calls, and the errors are built from an errno without
+    // allocating.
+    unsafe {
+        command.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            // The spawner died before the line above: nothing would kill
+            // this child any more.
+            if nix::unistd::getppid() != spawner {
+                return Err(std::io::Error::from(Errno::ESRCH));
+            }
+            Ok(())
+        });
+    }
+}

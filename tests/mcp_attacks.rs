@@ -1,0 +1,352 @@
+//! Attacks on `sandbox serve --mcp` by what it serves: a hostile skill, or
+//! a command of the shell tool, against the person answering questions
+//! through the host and against the host's control of what runs. The
+//! client here is raw JSON-RPC lines over pipes (the 2025-11-25
+//! `initialize` session), so that the test decides exactly when each
+//! message goes out, which a full SDK does not let it.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+fn sandbox_runs(test: &str) -> bool {
+    let project = tempfile::tempdir().unwrap();
+    let out = Command::new(support::sandbox_bin())
+        .args(["run", "--project"])
+        .arg(project.path())
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    support::require(test, "a working sandbox", out.status.success())
+}
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-mcp-attack-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+fn write_skill(project: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) {
+    let dir = project.join(".skills").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("SKILL.md"),
+        format!(
+            "---\nname: {name}\ndescription: test skill {name}\nruntime: python\nmain: {}\n{manifest_extra}---\nTest.\n",
+            main.0
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join(main.0), main.1).unwrap();
+}
+
+/// Writes `path` through the broker (strict asks a person for that);
+/// answers whether it could.
+const WRITER: &str = "import sandbox_ipc\n\
+c = sandbox_ipc.connect()\n\
+def handle(p):\n    \
+try:\n        c.fs.write(p['path'], 'yes')\n        return {'written': True}\n    \
+except sandbox_ipc.SandboxError as e:\n        \
+return {'written': False, 'code': e.code, 'message': e.message}\n\
+c.serve(handle)\n";
+
+/// `sandbox serve --mcp` and a client speaking raw JSON-RPC lines to it.
+struct Mcp {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    lines: mpsc::Receiver<Value>,
+    seen: Vec<Value>,
+    next: u64,
+    _home: tempfile::TempDir,
+    _state: tempfile::TempDir,
+}
+
+impl Mcp {
+    /// Start the server for `project` and complete the 2025-11-25
+    /// handshake, declaring form elicitation.
+    fn start(project: &Path, extra: &[&str]) -> Mcp {
+        let home = tempfile::tempdir().unwrap();
+        let state = tempfile::tempdir().unwrap();
+        let mut child = Command::new(support::sandbox_bin())
+            .args(["serve", "--mcp", "--project"])
+            .arg(project)
+            .args(extra)
+            .env("HOME", home.path())
+            .env("SANDBOX_STATE_DIR", state.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let message = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"));
+                if tx.send(message).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut mcp = Mcp {
+            child,
+            stdin,
+            lines,
+            seen: Vec::new(),
+            next: 1,
+            _home: home,
+            _state: state,
+        };
+        let init = mcp.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"elicitation": {"form": {}}},
+                "clientInfo": {"name": "attacks", "version": "1"},
+            }),
+        );
+        assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
+        mcp.line(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        mcp
+    }
+
+    fn line(&mut self, message: Value) {
+        self.stdin
+            .write_all(format!("{message}\n").as_bytes())
+            .unwrap();
+    }
+
+    fn send(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        self.line(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send(method, params);
+        self.response(id, Duration::from_secs(60))
+    }
+
+    fn call_tool(&mut self, name: &str, arguments: Value) -> u64 {
+        self.send("tools/call", json!({"name": name, "arguments": arguments}))
+    }
+
+    /// The first message (seen or next, within `wait`) that `wanted` picks.
+    fn wait_until(&mut self, what: &str, wait: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
+        if let Some(at) = self.seen.iter().position(&wanted) {
+            return self.seen.remove(at);
+        }
+        let until = std::time::Instant::now() + wait;
+        loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            let message = self
+                .lines
+                .recv_timeout(left)
+                .unwrap_or_else(|_| panic!("no {what} within {wait:?}; seen {:?}", self.seen));
+            if wanted(&message) {
+                return message;
+            }
+            self.seen.push(message);
+        }
+    }
+
+    fn response(&mut self, id: u64, wait: Duration) -> Value {
+        self.wait_until(&format!("response {id}"), wait, |m| {
+            m["id"] == id && m.get("method").is_none()
+        })
+    }
+
+    fn elicitation(&mut self, wait: Duration) -> Value {
+        self.wait_until("elicitation/create", wait, |m| {
+            m["method"] == "elicitation/create"
+        })
+    }
+
+    fn answer(&mut self, elicitation: &Value, decision: &str) {
+        let id = elicitation["id"].clone();
+        self.line(json!({"jsonrpc": "2.0", "id": id,
+                         "result": {"action": "accept", "content": {"decision": decision}}}));
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The person cancels a call while its skill's question is on the screen:
+/// the skill must stop then, not when the question times out. Until the
+/// fix, the front kept waiting for the question (a minute), the skill
+/// kept running and held its host (the next call of that skill waited
+/// behind it), and an answer given after the cancel still let the action
+/// through.
+#[test]
+fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
+    if !sandbox_runs("cancelling_a_call_while_its_question_is_open") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "writer",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let mut mcp = Mcp::start(project.path(), &[]);
+    let first = mcp.call_tool("writer", json!({"path": "after-cancel.txt"}));
+    let asked = mcp.elicitation(Duration::from_secs(60));
+    mcp.line(
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                    "params": {"requestId": first, "reason": "the person pressed stop"}}),
+    );
+    // The next call of the same skill gets its own question long before
+    // the first question's deadline (60 s) would have freed the skill.
+    let second = mcp.call_tool("writer", json!({"path": "second.txt"}));
+    let asked_again = mcp.elicitation(Duration::from_secs(30));
+    assert_ne!(asked["id"], asked_again["id"]);
+    let message = asked_again["params"]["message"].as_str().unwrap();
+    assert!(message.contains("second.txt"), "{message:?}");
+    // The first question answered now, after its call was cancelled:
+    // nobody is listening for it any more.
+    mcp.answer(&asked, "always");
+    mcp.answer(&asked_again, "deny");
+    let done = mcp.response(second, Duration::from_secs(60));
+    assert_eq!(
+        done["result"]["structuredContent"]["written"], false,
+        "{done}"
+    );
+    assert!(
+        !project.path().join("after-cancel.txt").exists(),
+        "an answer given after the cancel let the cancelled call write"
+    );
+    assert!(!project.path().join("second.txt").exists());
+}
+
+/// Agent hosts stop their servers with a signal. A shell command must end
+/// with the server, however it dies: until the fix, `sandbox run` was only
+/// killed when its call's future was dropped, so a server killed by a
+/// signal left the command running on its own until its timeout (two
+/// minutes by default, up to ten), writing to the project with nobody
+/// watching and its report directory left behind.
+#[test]
+fn a_shell_command_dies_with_the_server() {
+    if !sandbox_runs("a_shell_command_dies_with_the_server") {
+        return;
+    }
+    let project = project();
+    let mut mcp = Mcp::start(project.path(), &["--shell"]);
+    let marker = support::marker("shell-orphan");
+    let call = mcp.call_tool(
+        "shell",
+        json!({"command": format!(": {marker}; touch started; sleep 60; touch late")}),
+    );
+    let started = project.path().join("started");
+    for _ in 0..600 {
+        if started.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        started.exists(),
+        "the command never started; seen {:?}",
+        mcp.seen
+    );
+    assert!(!support::host_pids_with(&marker).is_empty());
+    let _ = call;
+    mcp.child.kill().unwrap();
+    mcp.child.wait().unwrap();
+    let left = support::wait_until_gone(&marker, 20);
+    assert!(
+        left.is_empty(),
+        "the shell command outlived the server: pids {left:?}"
+    );
+    assert!(!project.path().join("late").exists());
+}
+
+/// The target of a question is a name the skill chose. Shown bare, a
+/// file name with spaces reads as the sandbox's own words after the path
+/// ("... wants fs.write notes.txt (a preview: nothing is written ...)");
+/// shown quoted, the person sees where the name ends.
+#[test]
+fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
+    if !sandbox_runs("a_target_with_spaces_cannot_pass_for_the_sandboxs_words") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "writer",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let mut mcp = Mcp::start(project.path(), &[]);
+    let sneaky = "notes.txt (a preview only: nothing is written, \"always\" is safe)";
+    let call = mcp.call_tool("writer", json!({"path": sneaky}));
+    let asked = mcp.elicitation(Duration::from_secs(60));
+    let message = asked["params"]["message"].as_str().unwrap().to_string();
+    let first_line = message.lines().next().unwrap();
+    assert_eq!(
+        first_line,
+        "sandbox: skill:writer wants fs.write \
+         \"notes.txt (a preview only: nothing is written, \\\"always\\\" is safe)\"",
+        "{message:?}"
+    );
+    mcp.answer(&asked, "deny");
+    let done = mcp.response(call, Duration::from_secs(60));
+    assert_eq!(
+        done["result"]["structuredContent"]["written"], false,
+        "{done}"
+    );
+}
+
+/// Arguments over serve's own limits (a line of 1 MiB, 64 levels of
+/// nesting), as a misled model can send them. serve refuses such a line
+/// with an error under a null id, which the front could not match to the
+/// call: until the fix the call never ended. Now each is a tool error at
+/// once, and the server goes on serving.
+#[test]
+fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
+    if !sandbox_runs("arguments_over_serves_limits_end_the_call") {
+        return;
+    }
+    let project = project();
+    write_skill(
+        project.path(),
+        "writer",
+        "activation: persistent\npermissions: [fs.write]\n",
+        ("main.py", WRITER),
+    );
+    let mut mcp = Mcp::start(project.path(), &[]);
+    let big = mcp.call_tool("writer", json!({"path": "x".repeat(2 << 20)}));
+    let done = mcp.response(big, Duration::from_secs(30));
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("bytes, over serve's limit"), "{text}");
+    let mut deep = json!({});
+    for _ in 0..70 {
+        deep = json!({ "a": deep });
+    }
+    let nested = mcp.call_tool("writer", deep);
+    let done = mcp.response(nested, Duration::from_secs(30));
+    assert_eq!(done["result"]["isError"], true, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("nested deeper"), "{text}");
+    let listed = mcp.request("tools/list", json!({}));
+    assert_eq!(listed["result"]["tools"][0]["name"], "writer", "{listed}");
+}
