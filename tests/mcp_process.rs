@@ -60,7 +60,8 @@ struct Session {
 }
 
 impl Session {
-    fn start(project: &std::path::Path, sockets: bool) -> Session {
+    /// `extra`: more arguments, and `--tmpdir DIR` for the server's TMPDIR.
+    fn start(project: &std::path::Path, extra: &[&str], sockets: bool) -> Session {
         let mut command = Command::new(support::sandbox_bin());
         command
             .args(["serve", "--mcp", "--project"])
@@ -68,6 +69,17 @@ impl Session {
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .stderr(Stdio::inherit());
+        let mut extra = extra.iter();
+        while let Some(arg) = extra.next() {
+            match *arg {
+                "--tmpdir" => {
+                    command.env("TMPDIR", extra.next().copied().unwrap_or("/tmp"));
+                }
+                other => {
+                    command.arg(other);
+                }
+            }
+        }
         if sockets {
             // What a Node host (libuv) gives a child for `stdio: 'pipe'`.
             let (ours, theirs) = UnixStream::pair().unwrap();
@@ -161,7 +173,7 @@ fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, sockets: bool) {
         return;
     }
     let project = project();
-    let mut session = Session::start(project.path(), sockets);
+    let mut session = Session::start(project.path(), &[], sockets);
     let init = session.request(
         1,
         "initialize",
@@ -213,5 +225,76 @@ fn over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout() {
     one_thread_forked_hosts_and_a_clean_stdout(
         "over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout",
         true,
+    );
+}
+
+#[test]
+fn an_unknown_tool_is_a_protocol_error() {
+    let test = "an_unknown_tool_is_a_protocol_error";
+    if !sandbox_runs(test) {
+        return;
+    }
+    let project = project();
+    let mut session = Session::start(project.path(), &[], false);
+    session.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "test", "version": "1"}}),
+    );
+    session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let answer = session.request(
+        2,
+        "tools/call",
+        json!({"name": "no-such-tool", "arguments": {}}),
+    );
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("no-such-tool"), "{answer}");
+}
+
+#[test]
+fn sigterm_ends_the_server_and_its_shell_commands_cleanly() {
+    let test = "sigterm_ends_the_server_and_its_shell_commands_cleanly";
+    if !sandbox_runs(test) {
+        return;
+    }
+    let project = project();
+    let tmp = tempfile::tempdir().unwrap();
+    let tmpdir = tmp.path().to_str().unwrap().to_string();
+    let mut session = Session::start(project.path(), &["--shell", "--tmpdir", &tmpdir], false);
+    session.request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "test", "version": "1"}}),
+    );
+    session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    session.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                        "params": {"name": "shell", "arguments": {"command": "sleep 30"}}}));
+    // The command is running once its report directory exists.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::fs::read_dir(tmp.path()).unwrap().count() == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the shell command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let pid = nix::unistd::Pid::from_raw(session.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = session.child.wait().unwrap();
+    assert!(
+        status.success(),
+        "SIGTERM is a clean end, not a kill: {status:?}"
+    );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert!(
+        left.is_empty(),
+        "the shell command's files were left behind: {left:?}"
     );
 }

@@ -102,7 +102,13 @@ pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), 
         };
         let result = match session {
             Ok(running) => {
-                let _ = running.waiting().await;
+                // Hosts stop servers with SIGTERM (or SIGINT, SIGHUP): end
+                // as when stdin closes, so skills and shell commands are
+                // killed and their files removed by this process.
+                tokio::select! {
+                    _ = running.waiting() => {}
+                    () = stop_signal() => {}
+                }
                 Ok(())
             }
             Err(err) => Err(McpError::Session(err.to_string())),
@@ -110,4 +116,23 @@ pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), 
         engine.shutdown();
         result
     })
+}
+
+/// The first of SIGTERM, SIGINT and SIGHUP (never, if they cannot be
+/// watched: the default action then ends the process, and the skills'
+/// parent-death signals end them).
+async fn stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut interrupt), Ok(mut hangup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = interrupt.recv() => {}
+        _ = hangup.recv() => {}
+    }
 }

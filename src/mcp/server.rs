@@ -379,7 +379,7 @@ impl ServerHandler for McpServer {
             }
         }
         let tool = request.name.to_string();
-        let invocation = match self.engine.invoke(&tool, Value::Object(arguments)) {
+        let mut invocation = match self.engine.invoke(&tool, Value::Object(arguments)) {
             Ok(invocation) => invocation,
             Err(EngineError::Unsendable(why)) => {
                 let text = format!("skill {tool}: {why}; send smaller, flatter arguments");
@@ -389,6 +389,30 @@ impl ServerHandler for McpServer {
             }
             Err(err) => return Err(McpError::internal_error(err.to_string(), None)),
         };
+        // The engine refuses some calls at once (an unknown name, invalid
+        // params, a disabled skill); MCP wants an unknown tool as a
+        // protocol error, not a tool's failure.
+        match invocation.answer.try_recv() {
+            Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
+            Ok(Err(error))
+                if error["code"].as_i64() == Some(crate::broker::protocol::code::NO_SUCH_SKILL) =>
+            {
+                self.engine.forget(invocation.id);
+                return Err(McpError::invalid_params(
+                    format!("no tool named {tool:?} (tools/list shows them)"),
+                    None,
+                ));
+            }
+            answered => {
+                self.engine.forget(invocation.id);
+                let result = match answered {
+                    Ok(Ok(result)) => tools::success(result),
+                    Ok(Err(error)) => tools::failure(&tools::failure_message(&tool, &error)),
+                    Err(_) => tools::failure(&format!("skill {tool}: the skill engine ended")),
+                };
+                return Ok(CallToolResponse::Complete(to_result(result)?));
+            }
+        }
         self.drive(tool, invocation, &context).await
     }
 
@@ -470,9 +494,10 @@ fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
 /// among [`CHOICES`], the question shown exactly as the terminal shows it.
 fn elicitation_request(ask: &Ask) -> Value {
     let message = format!(
-        "{}\nAnswer once (this request only), session (every such request of this skill's process until it ends), \
-         always (stored as a grant for this skill and project) or deny.",
-        ask.question
+        "{}\nAnswer once (this request only), session (every {} of this skill, any target, \
+         until its process ends), always (stored as a grant for this skill and exactly this \
+         target) or deny.",
+        ask.question, ask.action
     );
     json!({
         "method": "elicitation/create",

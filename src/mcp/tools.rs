@@ -81,13 +81,16 @@ pub fn tool_of(entry: &Value, summary: &SandboxSummary) -> Option<Value> {
             permissions.join(", ")
         )
     };
+    // The sandbox's words first and the skill's own after, marked as its:
+    // a project skill's description comes from whoever wrote the project.
     let description = format!(
-        "{}\n\nRuns sandboxed (profile {}): the project {} is its working directory and the only \
-         place it can write; it sees no home directory or host secrets, has {}, and {declared}.",
-        entry["description"].as_str().unwrap_or_default(),
+        "Runs sandboxed (profile {}): the project {} is its working directory and the only \
+         place it can write; it sees no home directory or host secrets, has {}, and {declared}.\n\n\
+         The skill's own description: {}",
         summary.profile,
         summary.project,
         summary.network_sentence(),
+        entry["description"].as_str().unwrap_or_default(),
     );
     let mut description = description;
     if entry["state"] == "failed" || entry["state"] == "disabled" {
