@@ -16,6 +16,7 @@ use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::io::unix::AsyncFd;
@@ -106,6 +107,8 @@ pub struct Engine {
     lines: Lines,
     /// The server's descriptors or deadlines may have changed.
     changed: Arc<Notify>,
+    /// What the driver waits for now.
+    armed: Arc<Mutex<Armed>>,
     pending: Pending,
     asks: AskRoutes,
     events: broadcast::Sender<EngineEvent>,
@@ -116,6 +119,20 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine").finish_non_exhaustive()
     }
+}
+
+/// How often the driver looks at the server while a host runs, at least.
+/// Shorter than any call's watchdog (its timeout plus 5 s), so that setting
+/// one never needs to wake the driver.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+
+/// What the driver last armed: its wake-up and the descriptors it waits
+/// for (as the count and the hosts started so far).
+#[derive(Debug, Clone, Copy, Default)]
+struct Armed {
+    at: Option<Instant>,
+    started: u64,
+    fds: usize,
 }
 
 /// One `skill.invoke` in flight.
@@ -140,6 +157,7 @@ impl Engine {
             server: Arc::new(Mutex::new(server)),
             lines,
             changed: Arc::new(Notify::new()),
+            armed: Arc::default(),
             pending: Arc::default(),
             asks: Arc::default(),
             events,
@@ -247,9 +265,21 @@ impl Engine {
 
     /// [`Engine::feed`] of a message already written out.
     fn feed_text(&self, line: &str) -> Result<(), EngineError> {
-        let handled = lock(&self.server).on_input_line(line.as_bytes());
-        // It may have started a host or set a deadline.
-        self.changed.notify_one();
+        let (handled, moved) = {
+            let mut server = lock(&self.server);
+            let handled = server.on_input_line(line.as_bytes());
+            // The driver looks again only when what it waits for changed:
+            // a host started or ended, or something is due before it wakes.
+            let armed = *lock(&self.armed);
+            let due = server.next_wakeup();
+            let moved = server.hosts_started() != armed.started
+                || server.watched().len() != armed.fds
+                || due.is_some_and(|at| armed.at.is_none_or(|armed| at < armed));
+            (handled, moved)
+        };
+        if moved {
+            self.changed.notify_one();
+        }
         self.flush();
         handled.map_err(EngineError::from)
     }
@@ -272,6 +302,11 @@ impl Engine {
     /// let it work whenever one of them is due.
     async fn drive(&self) -> Result<(), EngineError> {
         let mut wait_set: Option<(Vec<RawFd>, u64, AsyncFd<WaitSet>)> = None;
+        // One timer, moved rather than made again: registering a timer
+        // earlier than the runtime's next wake-up costs a wake-up of its own.
+        let timer = tokio::time::sleep(Duration::ZERO);
+        tokio::pin!(timer);
+        let mut timer_at: Option<tokio::time::Instant> = None;
         loop {
             let wakeup = {
                 let server = lock(&self.server);
@@ -288,38 +323,57 @@ impl Engine {
                             op: "epoll",
                             source,
                         })?;
-                    wait_set = Some((fds, started, set));
+                    wait_set = Some((fds.clone(), started, set));
                 }
-                server.next_wakeup()
+                let mut wakeup = server.next_wakeup();
+                // While a host runs, look again at least every HEARTBEAT, so
+                // that a call's watchdog (always further off) needs no
+                // wake-up of this task when it is set: see `feed_text`.
+                if fds.len() > usize::from(server.watched_file_changes()) {
+                    let beat = Instant::now() + HEARTBEAT;
+                    wakeup = Some(wakeup.map_or(beat, |at| at.min(beat)));
+                }
+                *lock(&self.armed) = Armed {
+                    at: wakeup,
+                    started,
+                    fds: fds.len(),
+                };
+                wakeup
             };
             let Some((_, _, waiting)) = &wait_set else {
                 return Err(EngineError::Gone);
             };
-            let due = async {
-                match wakeup {
-                    Some(at) => tokio::time::sleep_until(at.into()).await,
-                    None => std::future::pending().await,
+            let wanted = wakeup.map(tokio::time::Instant::from_std);
+            if wanted != timer_at {
+                if let Some(at) = wanted {
+                    timer.as_mut().reset(at);
                 }
-            };
+                timer_at = wanted;
+            }
             tokio::select! {
                 ready = waiting.readable() => {
                     let mut guard = ready.map_err(|source| EngineError::Wait { op: "wait", source })?;
-                    self.step()?;
-                    // The call this answered runs before the wait set is
-                    // looked at again: that is off its path.
-                    tokio::task::yield_now().await;
-                    if !guard.get_inner().any_ready() {
+                    let ready = guard.get_inner().ready();
+                    if ready.is_empty() {
                         guard.clear_ready();
+                        continue;
                     }
+                    self.step(Some(&ready))?;
+                    // The call this answered runs before the wait set is
+                    // looked at again: that work is off the call's path.
+                    tokio::task::yield_now().await;
                 }
-                () = due => self.step()?,
+                () = &mut timer, if timer_at.is_some() => {
+                    timer_at = None;
+                    self.step(None)?;
+                }
                 () = self.changed.notified() => {}
             }
         }
     }
 
-    fn step(&self) -> Result<(), EngineError> {
-        let stepped = lock(&self.server).step();
+    fn step(&self, ready: Option<&[RawFd]>) -> Result<(), EngineError> {
+        let stepped = lock(&self.server).step(ready);
         self.flush();
         Ok(stepped?)
     }

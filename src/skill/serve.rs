@@ -1218,6 +1218,12 @@ impl Server {
         fds
     }
 
+    /// Whether [`Server::watched`] includes the skill roots' file watch
+    /// (its first descriptor).
+    pub fn watched_file_changes(&self) -> bool {
+        self.watcher.is_some()
+    }
+
     /// How many hosts were ever started: with [`Server::watched`], what
     /// tells a caller's own poll set is stale (a new host may reuse a
     /// closed one's descriptor number).
@@ -1226,8 +1232,27 @@ impl Server {
     }
 
     /// Do what is ready now without waiting: hosts' messages and ends,
-    /// file changes, then whatever is due.
-    pub fn step(&mut self) -> Result<(), ServeError> {
+    /// file changes, then whatever is due. `ready`: the descriptors of
+    /// [`Server::watched`] the caller just saw readable (None: look).
+    pub fn step(&mut self, ready: Option<&[std::os::fd::RawFd]>) -> Result<(), ServeError> {
+        use std::os::fd::AsRawFd;
+        if let Some(ready) = ready {
+            let is_ready = |fd: BorrowedFd<'_>| ready.contains(&fd.as_raw_fd());
+            let hosts: Vec<String> = self
+                .slots
+                .iter()
+                .filter(|(_, s)| s.host.as_ref().is_some_and(|h| is_ready(h.control.as_fd())))
+                .map(|(n, _)| n.clone())
+                .collect();
+            let watch_ready = self.watcher.as_ref().is_some_and(|w| is_ready(w.as_fd()));
+            for name in hosts {
+                self.on_host_readable(&name)?;
+            }
+            if watch_ready {
+                self.on_watch_events();
+            }
+            return self.on_timers();
+        }
         let names: Vec<String> = self
             .slots
             .iter()

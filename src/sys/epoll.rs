@@ -33,12 +33,11 @@ impl WaitSet {
         Ok(registered?)
     }
 
-    /// Whether a member is readable now (level-triggered, nothing consumed).
-    pub fn any_ready(&self) -> bool {
-        let mut events = [EpollEvent::empty()];
-        self.0
-            .wait(&mut events, EpollTimeout::ZERO)
-            .is_ok_and(|n| n > 0)
+    /// The members readable now (level-triggered: nothing is consumed).
+    pub fn ready(&self) -> Vec<RawFd> {
+        let mut events = [EpollEvent::empty(); 32];
+        let count = self.0.wait(&mut events, EpollTimeout::ZERO).unwrap_or(0);
+        events[..count].iter().map(|e| e.data() as RawFd).collect()
     }
 }
 
