@@ -158,7 +158,7 @@ impl McpServer {
                             "skill {tool}: the skill engine ended before answering (see this server's stderr)"
                         )),
                     };
-                    return Ok(CallToolResponse::Complete(to_result(result)?));
+                    return Ok(CallToolResponse::Complete(result));
                 }
                 Some(ask) = invocation.asks.recv() => {
                     if !can_elicit(context) {
@@ -178,9 +178,9 @@ impl McpServer {
                         biased;
                         () = context.ct.cancelled() => {
                             self.engine.answer(&ask, "deny");
-                            return Ok(CallToolResponse::Complete(to_result(tools::failure(&format!(
+                            return Ok(CallToolResponse::Complete(tools::failure(&format!(
                                 "skill {tool}: cancelled by the client"
-                            )))?));
+                            ))));
                         }
                         answer = elicit(&context.peer, &ask) => answer,
                     };
@@ -189,9 +189,9 @@ impl McpServer {
                 () = context.ct.cancelled() => {
                     // The client gave up on the call: free the skill's host
                     // at once (the guard sends the cancel).
-                    return Ok(CallToolResponse::Complete(to_result(tools::failure(&format!(
+                    return Ok(CallToolResponse::Complete(tools::failure(&format!(
                         "skill {tool}: cancelled by the client"
-                    )))?));
+                    ))));
                 }
                 () = tick(&mut ticks) => {
                     let Some(token) = progress_token.clone() else { continue };
@@ -265,9 +265,7 @@ impl McpServer {
                 "tool {}: this call's question expired or was already answered; call the tool again",
                 request.name
             );
-            return Ok(CallToolResponse::Complete(to_result(tools::failure(
-                &text,
-            ))?));
+            return Ok(CallToolResponse::Complete(tools::failure(&text)));
         };
         if call.tool != request.name {
             // A client answering for another tool: the suspended call is
@@ -279,9 +277,7 @@ impl McpServer {
                 "tool {}: the requestState belongs to a call of {}",
                 request.name, call.tool
             );
-            return Ok(CallToolResponse::Complete(to_result(tools::failure(
-                &text,
-            ))?));
+            return Ok(CallToolResponse::Complete(tools::failure(&text)));
         }
         let responses = request
             .input_responses
@@ -303,9 +299,7 @@ impl McpServer {
             Ok(request) => request,
             Err(err) => {
                 let text = format!("shell: {err}");
-                return Ok(CallToolResponse::Complete(to_result(tools::failure(
-                    &text,
-                ))?));
+                return Ok(CallToolResponse::Complete(tools::failure(&text)));
             }
         };
         // Dropping the run's future kills it: a cancelled call leaves no
@@ -314,18 +308,22 @@ impl McpServer {
             outcome = super::shell::run(shell, &request) => outcome,
             () = context.ct.cancelled() => {
                 let text = "shell: cancelled by the client; the command was killed";
-                return Ok(CallToolResponse::Complete(to_result(tools::failure(text))?));
+                return Ok(CallToolResponse::Complete(tools::failure(text)));
             }
         };
         let result = match outcome {
-            Ok(outcome) => json!({
-                "content": [{"type": "text", "text": outcome.text()}],
-                "structuredContent": outcome.structured(),
-                "isError": outcome.is_error(),
-            }),
+            Ok(outcome) => {
+                let text = vec![rmcp::model::ContentBlock::text(outcome.text())];
+                let result = if outcome.is_error() {
+                    CallToolResult::error(text)
+                } else {
+                    CallToolResult::success(text)
+                };
+                tools::with_structured(result, outcome.structured())
+            }
             Err(err) => tools::failure(&format!("shell: {err}")),
         };
-        Ok(CallToolResponse::Complete(to_result(result)?))
+        Ok(CallToolResponse::Complete(result))
     }
 }
 
@@ -383,9 +381,7 @@ impl ServerHandler for McpServer {
             Ok(invocation) => invocation,
             Err(EngineError::Unsendable(why)) => {
                 let text = format!("skill {tool}: {why}; send smaller, flatter arguments");
-                return Ok(CallToolResponse::Complete(to_result(tools::failure(
-                    &text,
-                ))?));
+                return Ok(CallToolResponse::Complete(tools::failure(&text)));
             }
             Err(err) => return Err(McpError::internal_error(err.to_string(), None)),
         };
@@ -410,7 +406,7 @@ impl ServerHandler for McpServer {
                     Ok(Err(error)) => tools::failure(&tools::failure_message(&tool, &error)),
                     Err(_) => tools::failure(&format!("skill {tool}: the skill engine ended")),
                 };
-                return Ok(CallToolResponse::Complete(to_result(result)?));
+                return Ok(CallToolResponse::Complete(result));
             }
         }
         self.drive(tool, invocation, &context).await
@@ -558,14 +554,6 @@ fn decision_of(result: &Value) -> &'static str {
 fn to_tool(tool: Value) -> Result<Tool, McpError> {
     serde_json::from_value(tool)
         .map_err(|err| McpError::internal_error(format!("building a tool: {err}"), None))
-}
-
-/// A complete result; rmcp drops `resultType` again for a 2025-11-25 peer,
-/// to which the field is unknown.
-fn to_result(mut result: Value) -> Result<CallToolResult, McpError> {
-    result["resultType"] = json!("complete");
-    serde_json::from_value(result)
-        .map_err(|err| McpError::internal_error(format!("building a result: {err}"), None))
 }
 
 fn fresh_token() -> String {

@@ -2,6 +2,7 @@
 //! sandbox lets each skill do, annotations derived from its declared
 //! permissions) and the shape of a call's result.
 
+use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{json, Map, Value};
 
 /// What the person's profile lets any skill do, said once for every tool.
@@ -135,7 +136,7 @@ fn input_schema(declared: &Value) -> Value {
 /// A successful call: the skill's result as structured content (an object
 /// as it is, anything else under `result`) and as text for clients that
 /// read only text.
-pub fn success(result: Value) -> Value {
+pub fn success(result: Value) -> CallToolResult {
     let text = match &result {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -148,20 +149,22 @@ pub fn success(result: Value) -> Value {
             Value::Object(map)
         }
     };
-    json!({
-        "content": [{"type": "text", "text": text}],
-        "structuredContent": structured,
-        "isError": false,
-    })
+    with_structured(
+        CallToolResult::success(vec![ContentBlock::text(text)]),
+        structured,
+    )
 }
 
 /// A failed call, as a tool result the agent reads (not a protocol error:
 /// hosts show those as an opaque failure).
-pub fn failure(message: &str) -> Value {
-    json!({
-        "content": [{"type": "text", "text": message}],
-        "isError": true,
-    })
+pub fn failure(message: &str) -> CallToolResult {
+    CallToolResult::error(vec![ContentBlock::text(message)])
+}
+
+/// `result` with `structured` as its structured content.
+pub fn with_structured(mut result: CallToolResult, structured: Value) -> CallToolResult {
+    result.structured_content = Some(structured);
+    result
 }
 
 /// The message for an error object of serve's `skill.invoke`, saying what
