@@ -49,7 +49,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::io::Write;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -1235,66 +1235,59 @@ impl Server {
     /// file changes, then whatever is due. `ready`: the descriptors of
     /// [`Server::watched`] the caller just saw readable (None: look).
     pub fn step(&mut self, ready: Option<&[std::os::fd::RawFd]>) -> Result<(), ServeError> {
-        use std::os::fd::AsRawFd;
-        if let Some(ready) = ready {
-            let is_ready = |fd: BorrowedFd<'_>| ready.contains(&fd.as_raw_fd());
-            let hosts: Vec<String> = self
-                .slots
-                .iter()
-                .filter(|(_, s)| s.host.as_ref().is_some_and(|h| is_ready(h.control.as_fd())))
-                .map(|(n, _)| n.clone())
-                .collect();
-            let watch_ready = self.watcher.as_ref().is_some_and(|w| is_ready(w.as_fd()));
-            for name in hosts {
-                self.on_host_readable(&name)?;
+        let looked;
+        let ready = match ready {
+            Some(ready) => ready,
+            None => {
+                looked = self.readable(&[], PollTimeout::ZERO)?.1;
+                &looked
             }
-            if watch_ready {
-                self.on_watch_events();
-            }
-            return self.on_timers();
-        }
-        let names: Vec<String> = self
+        };
+        let is_ready = |fd: BorrowedFd<'_>| ready.contains(&fd.as_raw_fd());
+        let hosts: Vec<String> = self
             .slots
             .iter()
-            .filter(|(_, s)| s.host.is_some())
+            .filter(|(_, s)| s.host.as_ref().is_some_and(|h| is_ready(h.control.as_fd())))
             .map(|(n, _)| n.clone())
             .collect();
-        let (watch_ready, hosts_ready) = {
-            let watch_fd: Option<BorrowedFd<'_>> = self.watcher.as_ref().map(|w| w.as_fd());
-            let mut fds: Vec<PollFd<'_>> = watch_fd
-                .iter()
-                .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
-                .collect();
-            let first_host = fds.len();
-            for name in &names {
-                if let Some(host) = self.slots.get(name).and_then(|s| s.host.as_ref()) {
-                    fds.push(PollFd::new(host.control.as_fd(), PollFlags::POLLIN));
-                }
-            }
-            match poll(&mut fds, PollTimeout::ZERO) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(source) => return Err(ServeError::Sys { op: "poll", source }),
-            }
-            let ready = |i: usize| {
-                fds.get(i)
-                    .and_then(|p| p.revents())
-                    .is_some_and(|r| !r.is_empty())
-            };
-            let hosts: Vec<String> = names
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| ready(first_host + i))
-                .map(|(_, n)| n.clone())
-                .collect();
-            (watch_fd.is_some() && ready(0), hosts)
-        };
-        for name in hosts_ready {
+        let watch_ready = self.watcher.as_ref().is_some_and(|w| is_ready(w.as_fd()));
+        for name in hosts {
             self.on_host_readable(&name)?;
         }
         if watch_ready {
             self.on_watch_events();
         }
         self.on_timers()
+    }
+
+    /// Wait up to `timeout` for `extra` or [`Server::watched`] to be
+    /// readable: which of `extra` are, and which watched descriptors.
+    fn readable(
+        &self,
+        extra: &[BorrowedFd<'_>],
+        timeout: PollTimeout,
+    ) -> Result<(Vec<bool>, Vec<std::os::fd::RawFd>), ServeError> {
+        let watched = self.watched();
+        let mut fds: Vec<PollFd<'_>> = extra
+            .iter()
+            .chain(&watched)
+            .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
+            .collect();
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(source) => return Err(ServeError::Sys { op: "poll", source }),
+        }
+        let ready: Vec<bool> = fds
+            .iter()
+            .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        let watched_ready = watched
+            .iter()
+            .zip(&ready[extra.len()..])
+            .filter(|(_, ready)| **ready)
+            .map(|(fd, _)| fd.as_raw_fd())
+            .collect();
+        Ok((ready[..extra.len()].to_vec(), watched_ready))
     }
 
     fn serve_loop(
@@ -1304,62 +1297,21 @@ impl Server {
         framer: &mut Framer,
     ) -> Result<(), ServeError> {
         loop {
-            let names: Vec<String> = self
-                .slots
-                .iter()
-                .filter(|(_, s)| s.host.is_some())
-                .map(|(n, _)| n.clone())
-                .collect();
-            let (input_ready, signal_ready, watch_ready, hosts_ready) = {
-                let mut fds = vec![
-                    PollFd::new(input.as_fd(), PollFlags::POLLIN),
-                    PollFd::new(signalfd.as_fd(), PollFlags::POLLIN),
-                ];
-                let watch_fd: Option<BorrowedFd<'_>> = self.watcher.as_ref().map(|w| w.as_fd());
-                if let Some(fd) = watch_fd {
-                    fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            let timeout = match self.next_wakeup() {
+                None => PollTimeout::NONE,
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    // Round up: waking a millisecond early spins.
+                    let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
+                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
                 }
-                let first_host = fds.len();
-                for name in &names {
-                    if let Some(host) = self.slots.get(name).and_then(|s| s.host.as_ref()) {
-                        fds.push(PollFd::new(host.control.as_fd(), PollFlags::POLLIN));
-                    }
-                }
-                let timeout = match self.next_wakeup() {
-                    None => PollTimeout::NONE,
-                    Some(at) => {
-                        let left = at.saturating_duration_since(Instant::now());
-                        // Round up: waking a millisecond early spins.
-                        let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-                        PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-                    }
-                };
-                match poll(&mut fds, timeout) {
-                    Ok(_) | Err(Errno::EINTR) => {}
-                    Err(source) => return Err(ServeError::Sys { op: "poll", source }),
-                }
-                let ready = |i: usize| {
-                    fds.get(i)
-                        .and_then(|p| p.revents())
-                        .is_some_and(|r| !r.is_empty())
-                };
-                let hosts: Vec<String> = names
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| ready(first_host + i))
-                    .map(|(_, n)| n.clone())
-                    .collect();
-                (ready(0), ready(1), watch_fd.is_some() && ready(2), hosts)
             };
+            let (extra, watched) = self.readable(&[input.as_fd(), signalfd.as_fd()], timeout)?;
+            let (input_ready, signal_ready) = (extra[0], extra[1]);
             if signal_ready {
                 return Ok(());
             }
-            for name in hosts_ready {
-                self.on_host_readable(&name)?;
-            }
-            if watch_ready {
-                self.on_watch_events();
-            }
+            self.step(Some(&watched))?;
             if input_ready {
                 let mut frames = Vec::new();
                 if framer.fill(input.as_fd(), &mut frames) == Fill::Closed {
@@ -1371,8 +1323,8 @@ impl Server {
                         Frame::TooLarge { bytes } => self.on_input_too_large(bytes)?,
                     }
                 }
+                self.on_timers()?;
             }
-            self.on_timers()?;
         }
     }
 }
