@@ -15,41 +15,6 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-fn sandbox_runs(test: &str) -> bool {
-    let project = tempfile::tempdir().unwrap();
-    let out = Command::new(support::sandbox_bin())
-        .args(["run", "--project"])
-        .arg(project.path())
-        .args(["--", "/bin/true"])
-        .output()
-        .unwrap();
-    support::require(test, "a working sandbox", out.status.success())
-}
-
-fn project() -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("sandbox-mcp-attack-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-fn write_skill(project: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) {
-    let dir = project.join(".skills").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(
-        dir.join("SKILL.md"),
-        format!(
-            "---\nname: {name}\ndescription: test skill {name}\nruntime: python\nmain: {}\n{manifest_extra}---\nTest.\n",
-            main.0
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.join(main.0), main.1).unwrap();
-}
-
 /// Writes `path` through the broker (strict asks a person for that);
 /// answers whether it could.
 const WRITER: &str = "import sandbox_ipc\n\
@@ -197,11 +162,11 @@ impl Drop for Mcp {
 /// through.
 #[test]
 fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
-    if !sandbox_runs("cancelling_a_call_while_its_question_is_open") {
+    if !support::sandbox_runs("cancelling_a_call_while_its_question_is_open") {
         return;
     }
-    let project = project();
-    write_skill(
+    let project = support::skill_project("sandbox-mcp-attack-");
+    support::write_skill(
         project.path(),
         "writer",
         "activation: persistent\npermissions: [fs.write]\n",
@@ -245,10 +210,10 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
 /// watching and its report directory left behind.
 #[test]
 fn a_shell_command_dies_with_the_server() {
-    if !sandbox_runs("a_shell_command_dies_with_the_server") {
+    if !support::sandbox_runs("a_shell_command_dies_with_the_server") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-mcp-attack-");
     let mut mcp = Mcp::start(project.path(), &["--shell"]);
     let marker = support::marker("shell-orphan");
     let call = mcp.call_tool(
@@ -285,11 +250,11 @@ fn a_shell_command_dies_with_the_server() {
 /// shown quoted, the person sees where the name ends.
 #[test]
 fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
-    if !sandbox_runs("a_target_with_spaces_cannot_pass_for_the_sandboxs_words") {
+    if !support::sandbox_runs("a_target_with_spaces_cannot_pass_for_the_sandboxs_words") {
         return;
     }
-    let project = project();
-    write_skill(
+    let project = support::skill_project("sandbox-mcp-attack-");
+    support::write_skill(
         project.path(),
         "writer",
         "activation: persistent\npermissions: [fs.write]\n",
@@ -322,11 +287,11 @@ fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
 /// once, and the server goes on serving.
 #[test]
 fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
-    if !sandbox_runs("arguments_over_serves_limits_end_the_call") {
+    if !support::sandbox_runs("arguments_over_serves_limits_end_the_call") {
         return;
     }
-    let project = project();
-    write_skill(
+    let project = support::skill_project("sandbox-mcp-attack-");
+    support::write_skill(
         project.path(),
         "writer",
         "activation: persistent\npermissions: [fs.write]\n",

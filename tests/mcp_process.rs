@@ -13,17 +13,6 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
 
-fn sandbox_runs(test: &str) -> bool {
-    let project = tempfile::tempdir().unwrap();
-    let out = Command::new(support::sandbox_bin())
-        .args(["run", "--project"])
-        .arg(project.path())
-        .args(["--", "/bin/true"])
-        .output()
-        .unwrap();
-    support::require(test, "a working sandbox", out.status.success())
-}
-
 /// A project with one persistent Python skill that prints to stdout
 /// (which must never reach the protocol) and answers.
 fn project() -> tempfile::TempDir {
@@ -169,7 +158,7 @@ fn shape(pid: u32) -> (usize, Vec<String>) {
 }
 
 fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, sockets: bool) {
-    if !sandbox_runs(test) {
+    if !support::sandbox_runs(test) {
         return;
     }
     let project = project();
@@ -231,7 +220,7 @@ fn over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout() {
 #[test]
 fn an_unknown_tool_is_a_protocol_error() {
     let test = "an_unknown_tool_is_a_protocol_error";
-    if !sandbox_runs(test) {
+    if !support::sandbox_runs(test) {
         return;
     }
     let project = project();
@@ -256,7 +245,7 @@ fn an_unknown_tool_is_a_protocol_error() {
 #[test]
 fn sigterm_ends_the_server_and_its_shell_commands_cleanly() {
     let test = "sigterm_ends_the_server_and_its_shell_commands_cleanly";
-    if !sandbox_runs(test) {
+    if !support::sandbox_runs(test) {
         return;
     }
     let project = project();

@@ -7,52 +7,12 @@
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-
-fn sandbox_runs(test: &str) -> bool {
-    let project = tempfile::tempdir().unwrap();
-    let out = Command::new(support::sandbox_bin())
-        .args(["run", "--project"])
-        .arg(project.path())
-        .args(["--", "/bin/true"])
-        .output()
-        .unwrap();
-    support::require(test, "a working sandbox", out.status.success())
-}
-
-fn project() -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("sandbox-serve-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-fn write_skill(project: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) -> PathBuf {
-    let dir = project.join(".skills").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let runtime = match Path::new(main.0).extension().and_then(|e| e.to_str()) {
-        Some("py") => "python",
-        _ => "sh",
-    };
-    std::fs::write(
-        dir.join("SKILL.md"),
-        format!(
-            "---\nname: {name}\ndescription: test skill {name}\nruntime: {runtime}\nmain: {}\n{manifest_extra}---\nTest.\n",
-            main.0
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.join(main.0), main.1).unwrap();
-    dir
-}
 
 /// Sleeps `sleep` seconds, then writes `mark` (if given) through the
 /// broker; answers with a token of its process (pids repeat: each sandbox
@@ -213,14 +173,14 @@ impl Drop for Serve {
 
 #[test]
 fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
-    if !sandbox_runs("cancelling_a_running_call_kills_its_host") {
+    if !support::sandbox_runs("cancelling_a_running_call_kills_its_host") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     let mark = support::marker("cancel");
     let name = format!("slow{mark}");
-    write_skill(
+    support::write_skill(
         project.path(),
         &name,
         "activation: persistent\npermissions: [fs.write]\ntimeout: 30s\n",
@@ -268,12 +228,12 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
 
 #[test]
 fn cancelling_a_queued_call_drops_it_and_an_unknown_id_cancels_nothing() {
-    if !sandbox_runs("cancelling_a_queued_call_drops_it") {
+    if !support::sandbox_runs("cancelling_a_queued_call_drops_it") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
-    write_skill(
+    support::write_skill(
         project.path(),
         "queue",
         "activation: persistent\npermissions: [fs.write]\ntimeout: 30s\n",
@@ -307,7 +267,7 @@ fn cancelling_a_queued_call_drops_it_and_an_unknown_id_cancels_nothing() {
 }
 
 fn asking_serve(project: &Path, state: &Path) -> Serve {
-    write_skill(
+    support::write_skill(
         project,
         "writer",
         "activation: persistent\npermissions: [fs.write]\n",
@@ -318,10 +278,10 @@ fn asking_serve(project: &Path, state: &Path) -> Serve {
 
 #[test]
 fn a_question_answered_once_allows_that_write_only() {
-    if !sandbox_runs("a_question_answered_once_allows_that_write_only") {
+    if !support::sandbox_runs("a_question_answered_once_allows_that_write_only") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     let mut serve = asking_serve(project.path(), state.path());
     let call = serve.invoke("writer", json!({"path": "once.txt"}));
@@ -366,10 +326,10 @@ fn a_question_answered_once_allows_that_write_only() {
 /// reach the client escaped, as the terminal's question shows them.
 #[test]
 fn a_denied_question_refuses_and_its_target_is_escaped() {
-    if !sandbox_runs("a_denied_question_refuses") {
+    if !support::sandbox_runs("a_denied_question_refuses") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     let mut serve = asking_serve(project.path(), state.path());
     let sneaky = "a\u{1b}[2Jb\u{202e}txt.exe";
@@ -391,10 +351,10 @@ fn a_denied_question_refuses_and_its_target_is_escaped() {
 
 #[test]
 fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
-    if !sandbox_runs("an_always_answer_stores_a_grant") {
+    if !support::sandbox_runs("an_always_answer_stores_a_grant") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     let mut serve = asking_serve(project.path(), state.path());
     let call = serve.invoke("writer", json!({"path": "kept.txt"}));
@@ -427,10 +387,10 @@ fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
 /// deny.
 #[test]
 fn only_a_response_to_the_questions_own_id_answers_it() {
-    if !sandbox_runs("only_a_response_to_the_questions_own_id_answers_it") {
+    if !support::sandbox_runs("only_a_response_to_the_questions_own_id_answers_it") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     let mut serve = asking_serve(project.path(), state.path());
     let call = serve.invoke("writer", json!({"path": "forged.txt"}));
@@ -461,12 +421,12 @@ fn only_a_response_to_the_questions_own_id_answers_it() {
 /// given to.
 #[test]
 fn answers_reach_only_the_skill_that_asked() {
-    if !sandbox_runs("answers_reach_only_the_skill_that_asked") {
+    if !support::sandbox_runs("answers_reach_only_the_skill_that_asked") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
-    write_skill(
+    support::write_skill(
         project.path(),
         "other",
         "activation: persistent\npermissions: [fs.write]\n",
@@ -503,10 +463,10 @@ fn answers_reach_only_the_skill_that_asked() {
 /// answer allows nothing, and the next call is asked afresh.
 #[test]
 fn an_answer_to_a_cancelled_calls_question_allows_nothing() {
-    if !sandbox_runs("an_answer_to_a_cancelled_calls_question_allows_nothing") {
+    if !support::sandbox_runs("an_answer_to_a_cancelled_calls_question_allows_nothing") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     let mut serve = asking_serve(project.path(), state.path());
     let call = serve.invoke("writer", json!({"path": "cancelled.txt"}));
@@ -528,12 +488,12 @@ fn an_answer_to_a_cancelled_calls_question_allows_nothing() {
 
 #[test]
 fn without_ask_client_nobody_is_asked_and_the_broker_says_which_grant_to_add() {
-    if !sandbox_runs("without_ask_client_nobody_is_asked") {
+    if !support::sandbox_runs("without_ask_client_nobody_is_asked") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
-    write_skill(
+    support::write_skill(
         project.path(),
         "writer",
         "activation: persistent\npermissions: [fs.write]\n",
@@ -565,7 +525,7 @@ fn list_changed(serve: &mut Serve, field: &str, name: &str) -> Value {
 
 #[test]
 fn reloads_announce_added_changed_and_removed_skills() {
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(project.path().join(".skills")).unwrap();
     let mut serve = Serve::start(project.path(), &[], state.path());
@@ -573,7 +533,7 @@ fn reloads_announce_added_changed_and_removed_skills() {
         serve.call("skill.list", json!({}))["result"]["skills"],
         json!([])
     );
-    let dir = write_skill(
+    let dir = support::write_skill(
         project.path(),
         "fresh",
         "",
@@ -600,15 +560,15 @@ fn reloads_announce_added_changed_and_removed_skills() {
 
 #[test]
 fn skill_list_gives_the_declared_output_schema_only() {
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
-    write_skill(
+    support::write_skill(
         project.path(),
         "typed",
         "output-schema: {type: object, properties: {n: {type: integer}}, required: [n]}\n",
         ("main.sh", "true\n"),
     );
-    write_skill(project.path(), "untyped", "", ("main.sh", "true\n"));
+    support::write_skill(project.path(), "untyped", "", ("main.sh", "true\n"));
     let mut serve = Serve::start(project.path(), &[], state.path());
     let list = serve.call("skill.list", json!({}));
     let skills = list["result"]["skills"].as_array().unwrap();
@@ -626,10 +586,10 @@ fn skill_list_gives_the_declared_output_schema_only() {
 /// is not held up until the question's deadline.
 #[test]
 fn a_question_between_calls_is_denied_at_once() {
-    if !sandbox_runs("a_question_between_calls_is_denied_at_once") {
+    if !support::sandbox_runs("a_question_between_calls_is_denied_at_once") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     let audit = state.path().join("audit.jsonl");
     // It writes only once `go.txt` exists, which the test makes after the
@@ -643,7 +603,7 @@ if sandbox ipc fs.write '{\"path\": \"between.txt\", \"content\": \"x\"}' >/dev/
 then r=written; else r=denied; fi\n\
 sandbox ipc --invocation >/dev/null\n\
 sandbox ipc --result \"\\\"$r\\\"\"\n";
-    write_skill(
+    support::write_skill(
         project.path(),
         "busy",
         "activation: persistent\npermissions: [\"fs.write:between.txt\", \"fs.stat:go.txt\"]\n",
@@ -677,14 +637,14 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
 /// when it cannot fork) asks over its control socket too.
 #[test]
 fn an_executed_host_asks_over_its_control_socket() {
-    if !sandbox_runs("an_executed_host_asks_over_its_control_socket") {
+    if !support::sandbox_runs("an_executed_host_asks_over_its_control_socket") {
         return;
     }
     use std::os::fd::OwnedFd;
     use std::os::unix::net::UnixStream;
-    let project = project();
+    let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
-    let dir = write_skill(
+    let dir = support::write_skill(
         project.path(),
         "writer",
         "permissions: [fs.write]\n",

@@ -12,47 +12,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-fn sandbox_runs(test: &str) -> bool {
-    let project = tempfile::tempdir().unwrap();
-    let out = Command::new(support::sandbox_bin())
-        .args(["run", "--project"])
-        .arg(project.path())
-        .args(["--", "/bin/true"])
-        .output()
-        .unwrap();
-    support::require(test, "a working sandbox", out.status.success())
-}
-
-fn project() -> tempfile::TempDir {
-    let dir = tempfile::Builder::new()
-        .prefix("sandbox-skills-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    dir
-}
-
-fn write_skill(project: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) -> PathBuf {
-    let dir = project.join(".skills").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
-    let runtime = match Path::new(main.0).extension().and_then(|e| e.to_str()) {
-        Some("js") => "node",
-        Some("py") => "python",
-        _ => "sh",
-    };
-    std::fs::write(
-        dir.join("SKILL.md"),
-        format!(
-            "---\nname: {name}\ndescription: test skill {name}\nruntime: {runtime}\nmain: {}\n{manifest_extra}---\nTest.\n",
-            main.0
-        ),
-    )
-    .unwrap();
-    std::fs::write(dir.join(main.0), main.1).unwrap();
-    dir
-}
-
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("skills")
 }
@@ -82,10 +41,10 @@ process.send({ content: await fs.readFile(params.path, 'utf8') });\n});\n";
 
 #[test]
 fn the_example_skills_run() {
-    if !sandbox_runs("the_example_skills_run") {
+    if !support::sandbox_runs("the_example_skills_run") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-skills-");
     std::fs::write(project.path().join("notes.txt"), "one two\nthree\n").unwrap();
     let skills = examples();
     let dir = ["--skills-dir", skills.to_str().unwrap()];
@@ -130,12 +89,12 @@ fn the_example_skills_run() {
 
 #[test]
 fn a_plain_node_skill_runs_unchanged_and_gets_only_what_it_declared() {
-    if !sandbox_runs("a_plain_node_skill_runs_unchanged") {
+    if !support::sandbox_runs("a_plain_node_skill_runs_unchanged") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-skills-");
     std::fs::write(project.path().join("note.txt"), "hello\n").unwrap();
-    write_skill(
+    support::write_skill(
         project.path(),
         "plain",
         "permissions: [fs.read]\nprofile: permissive\n",
@@ -159,7 +118,7 @@ s.onInvoke(async () => {\n  let broker, direct;\n  \
 try { await s.fs.write('x.txt', 'x'); broker = 'written'; } catch (e) { broker = e.message; }\n  \
 try { require('fs').writeFileSync('y.txt', 'y'); direct = 'written'; } catch (e) { direct = e.code; }\n  \
 return { broker, direct };\n});\n";
-    write_skill(
+    support::write_skill(
         project.path(),
         "writer",
         "permissions: [fs.read]\nprofile: permissive\n",
@@ -184,12 +143,12 @@ return { broker, direct };\n});\n";
 
 #[test]
 fn an_invocation_that_takes_too_long_times_out_and_its_process_is_killed() {
-    if !sandbox_runs("an_invocation_that_takes_too_long_times_out") {
+    if !support::sandbox_runs("an_invocation_that_takes_too_long_times_out") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-skills-");
     let mark = support::marker("slow");
-    write_skill(
+    support::write_skill(
         project.path(),
         "slow",
         "timeout: 1s\n",
@@ -294,11 +253,11 @@ impl Drop for Serve {
 
 #[test]
 fn serve_lists_and_invokes_skills_lazily() {
-    if !sandbox_runs("serve_lists_and_invokes_skills_lazily") {
+    if !support::sandbox_runs("serve_lists_and_invokes_skills_lazily") {
         return;
     }
-    let project = project();
-    write_skill(
+    let project = support::skill_project("sandbox-skills-");
+    support::write_skill(
         project.path(),
         "echo",
         "activation: persistent\ninput-schema: {type: object, properties: {n: {type: integer}}}\n",
@@ -330,11 +289,11 @@ fn serve_lists_and_invokes_skills_lazily() {
 
 #[test]
 fn an_on_demand_skill_answers_calls_sent_right_after_its_last_answer() {
-    if !sandbox_runs("an_on_demand_skill_answers_calls_sent_right_after_its_last_answer") {
+    if !support::sandbox_runs("an_on_demand_skill_answers_calls_sent_right_after_its_last_answer") {
         return;
     }
-    let project = project();
-    write_skill(
+    let project = support::skill_project("sandbox-skills-");
+    support::write_skill(
         project.path(),
         "once",
         "",
@@ -355,11 +314,11 @@ fn an_on_demand_skill_answers_calls_sent_right_after_its_last_answer() {
 
 #[test]
 fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaffected() {
-    if !sandbox_runs("a_crashing_skill_restarts_with_back_off") {
+    if !support::sandbox_runs("a_crashing_skill_restarts_with_back_off") {
         return;
     }
-    let project = project();
-    write_skill(
+    let project = support::skill_project("sandbox-skills-");
+    support::write_skill(
         project.path(),
         "crash",
         "activation: persistent\n",
@@ -368,7 +327,7 @@ fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaff
             "process.on('message', () => process.exit(3));\n",
         ),
     );
-    write_skill(
+    support::write_skill(
         project.path(),
         "steady",
         "activation: persistent\n",
@@ -414,11 +373,11 @@ fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaff
 
 #[test]
 fn editing_a_skill_while_serving_changes_the_next_result() {
-    if !sandbox_runs("editing_a_skill_while_serving") {
+    if !support::sandbox_runs("editing_a_skill_while_serving") {
         return;
     }
-    let project = project();
-    let dir = write_skill(
+    let project = support::skill_project("sandbox-skills-");
+    let dir = support::write_skill(
         project.path(),
         "greet",
         "activation: persistent\n",
@@ -444,7 +403,7 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // A new skill appears without a restart, and is announced.
-    write_skill(
+    support::write_skill(
         project.path(),
         "late",
         "",
@@ -467,12 +426,12 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
 
 #[test]
 fn killing_serve_kills_every_skill_process() {
-    if !sandbox_runs("killing_serve_kills_every_skill_process") {
+    if !support::sandbox_runs("killing_serve_kills_every_skill_process") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-skills-");
     let mark = support::marker("kill");
-    write_skill(
+    support::write_skill(
         project.path(),
         &format!("k{mark}"),
         "activation: persistent\n",
@@ -512,13 +471,13 @@ fn shared_objects(pid: u32) -> std::collections::BTreeSet<String> {
 /// results or answer for it.
 #[test]
 fn a_skill_host_holds_none_of_serves_sockets() {
-    if !sandbox_runs("a_skill_host_holds_none_of_serves_sockets") {
+    if !support::sandbox_runs("a_skill_host_holds_none_of_serves_sockets") {
         return;
     }
-    let project = project();
+    let project = support::skill_project("sandbox-skills-");
     let mark = support::marker("fds");
     for name in ["first", "second"] {
-        write_skill(
+        support::write_skill(
             project.path(),
             &format!("{name}{mark}"),
             "activation: persistent\n",

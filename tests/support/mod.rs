@@ -368,3 +368,55 @@ s = socket.socket(fileno=3)
 s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"granted.txt","content":"yes"}}\n')
 print(s.recv(65536).decode().strip())
 "#;
+
+/// Whether a trivial `sandbox run` starts here (skipped loudly, or failed
+/// under SANDBOX_TEST_REQUIRE=1, when it does not).
+pub fn sandbox_runs(test: &str) -> bool {
+    let project = tempfile::tempdir().unwrap();
+    let out = Command::new(sandbox_bin())
+        .args(["run", "--project"])
+        .arg(project.path())
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    require(test, "a working sandbox", out.status.success())
+}
+
+/// A temporary project under /tmp that every identity can enter (skills'
+/// hosts and sandboxes look at it).
+pub fn skill_project(prefix: &str) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// `.skills/NAME` in `project`: a manifest with `manifest_extra` lines and
+/// its main file `main` = (name, text); the runtime follows the file's
+/// extension (`.js` node, `.py` python, else sh).
+pub fn write_skill(
+    project: &Path,
+    name: &str,
+    manifest_extra: &str,
+    main: (&str, &str),
+) -> PathBuf {
+    let dir = project.join(".skills").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let runtime = match Path::new(main.0).extension().and_then(|e| e.to_str()) {
+        Some("js") => "node",
+        Some("py") => "python",
+        _ => "sh",
+    };
+    std::fs::write(
+        dir.join("SKILL.md"),
+        format!(
+            "---\nname: {name}\ndescription: test skill {name}\nruntime: {runtime}\nmain: {}\n{manifest_extra}---\nTest.\n",
+            main.0
+        ),
+    )
+    .unwrap();
+    std::fs::write(dir.join(main.0), main.1).unwrap();
+    dir
+}
