@@ -43,30 +43,6 @@ fn project() -> tempfile::TempDir {
     dir
 }
 
-/// A skill in the project's `.skills/` (one of the skill roots).
-fn write_skill(project: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) {
-    let dir = project.join(".skills").join(name);
-    write_skill_at(&dir, name, manifest_extra, main);
-}
-
-fn write_skill_at(dir: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) {
-    std::fs::create_dir_all(dir).expect("skill dir");
-    let runtime = match Path::new(main.0).extension().and_then(|e| e.to_str()) {
-        Some("js") => "node",
-        Some("py") => "python",
-        _ => "sh",
-    };
-    std::fs::write(
-        dir.join("SKILL.md"),
-        format!(
-            "---\nname: {name}\ndescription: test skill {name}\nruntime: {runtime}\nmain: {}\n{manifest_extra}---\nTest.\n",
-            main.0
-        ),
-    )
-    .expect("SKILL.md");
-    std::fs::write(dir.join(main.0), main.1).expect("skill main");
-}
-
 fn examples() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("skills")
@@ -188,7 +164,7 @@ fn the_tools_are_the_skills_with_their_schemas_and_annotations() {
     let test = "mcp_python::the_tools_are_the_skills";
     let Some(python) = client(test) else { return };
     let project = project();
-    write_skill(
+    support::write_skill(
         project.path(),
         "remover",
         "permissions: [fs.delete]\n",
@@ -261,7 +237,7 @@ fn each_example_skill_answers_with_structured_content_and_text() {
     std::fs::write(project.path().join("notes.txt"), "one two\nthree\n").expect("notes");
     std::fs::create_dir_all(project.path().join("docs")).expect("docs");
     std::fs::write(project.path().join("docs/a.txt"), "alpha").expect("docs/a.txt");
-    write_skill(
+    support::write_skill(
         project.path(),
         "greet",
         "",
@@ -316,7 +292,7 @@ fn a_declared_output_schema_is_listed_and_results_conform_to_it() {
         "properties": {"n": {"type": "integer"}},
         "required": ["n"]
     });
-    write_skill(
+    support::write_skill(
         project.path(),
         "shaped",
         &format!("output-schema: {output_schema}\n"),
@@ -342,7 +318,7 @@ fn invalid_params_a_denied_write_and_a_timeout_are_tool_errors_naming_the_cause(
     let project = project();
     std::fs::write(project.path().join("notes.txt"), "one two\n").expect("notes");
     // Writes through the broker without having declared fs.write.
-    write_skill(
+    support::write_skill(
         project.path(),
         "sneaky",
         "permissions: [fs.read]\n",
@@ -351,7 +327,7 @@ fn invalid_params_a_denied_write_and_a_timeout_are_tool_errors_naming_the_cause(
             &python_skill("return client.fs.write('sneaky.txt', 'x')"),
         ),
     );
-    write_skill(
+    support::write_skill(
         project.path(),
         "sleepy",
         "timeout: 1s\n",
@@ -400,7 +376,7 @@ fn a_cancelled_call_frees_the_skill_host() {
     let Some(python) = client(test) else { return };
     each_era(|era| {
         let project = project();
-        write_skill(
+        support::write_skill(
             project.path(),
             "nap",
             "activation: persistent\npermissions: [fs.write]\ntimeout: 60s\n",
@@ -449,7 +425,7 @@ fn a_skill_added_while_serving_reaches_the_client() {
     let Some(python) = client(test) else { return };
     each_era(|era| {
         let project = project();
-        write_skill(
+        support::write_skill(
             project.path(),
             "first",
             "",
@@ -457,7 +433,7 @@ fn a_skill_added_while_serving_reaches_the_client() {
         );
         // Made aside and renamed in, so the watcher never sees half a skill.
         let staged = project.path().join("staging/second");
-        write_skill_at(
+        support::write_skill_at(
             &staged,
             "second",
             "",
@@ -503,7 +479,7 @@ fn a_skill_added_while_serving_reaches_the_client() {
 /// every fs.write.
 fn asking_project() -> tempfile::TempDir {
     let project = project();
-    write_skill(
+    support::write_skill(
         project.path(),
         "asker",
         "permissions: [fs.write]\n",
@@ -585,7 +561,7 @@ fn a_long_call_reports_progress() {
     let test = "mcp_python::a_long_call_reports_progress";
     let Some(python) = client(test) else { return };
     let project = project();
-    write_skill(
+    support::write_skill(
         project.path(),
         "long",
         "timeout: 30s\n",

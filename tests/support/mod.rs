@@ -393,9 +393,7 @@ pub fn skill_project(prefix: &str) -> tempfile::TempDir {
     dir
 }
 
-/// `.skills/NAME` in `project`: a manifest with `manifest_extra` lines and
-/// its main file `main` = (name, text); the runtime follows the file's
-/// extension (`.js` node, `.py` python, else sh).
+/// `.skills/NAME` in `project`: see [`write_skill_at`]; returns its dir.
 pub fn write_skill(
     project: &Path,
     name: &str,
@@ -403,7 +401,15 @@ pub fn write_skill(
     main: (&str, &str),
 ) -> PathBuf {
     let dir = project.join(".skills").join(name);
-    std::fs::create_dir_all(&dir).unwrap();
+    write_skill_at(&dir, name, manifest_extra, main);
+    dir
+}
+
+/// Skill `name` in `dir`: a manifest with `manifest_extra` lines and its
+/// main file `main` = (name, text); the runtime follows the file's
+/// extension (`.js` node, `.py` python, else sh).
+pub fn write_skill_at(dir: &Path, name: &str, manifest_extra: &str, main: (&str, &str)) {
+    std::fs::create_dir_all(dir).unwrap();
     let runtime = match Path::new(main.0).extension().and_then(|e| e.to_str()) {
         Some("js") => "node",
         Some("py") => "python",
@@ -418,5 +424,4 @@ pub fn write_skill(
     )
     .unwrap();
     std::fs::write(dir.join(main.0), main.1).unwrap();
-    dir
 }
