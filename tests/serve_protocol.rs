@@ -322,6 +322,40 @@ fn a_question_answered_once_allows_that_write_only() {
     assert!(!project.path().join("twice.txt").exists());
 }
 
+/// A refusal holds for the rest of the skill's run: asking again for the
+/// same target, in a loop until a tired person approves one by mistake,
+/// gets the earlier answer without a question; another target is asked.
+#[test]
+fn a_denied_target_is_not_asked_again_in_the_same_run() {
+    if !support::sandbox_runs("a_denied_target_is_not_asked_again_in_the_same_run") {
+        return;
+    }
+    let project = support::skill_project("sandbox-serve-");
+    let state = tempfile::tempdir().unwrap();
+    let mut serve = asking_serve(project.path(), state.path());
+    let call = serve.invoke("writer", json!({"path": "no.txt"}));
+    let ask = serve.next_ask();
+    assert_eq!(ask["id"], "ask-1", "{ask}");
+    serve.answer(&ask, "deny");
+    assert_eq!(serve.wait_for(call)["result"]["written"], false);
+    for _ in 0..3 {
+        let call = serve.invoke("writer", json!({"path": "no.txt"}));
+        let answer = serve.wait_for(call);
+        assert_eq!(answer["result"]["written"], false, "{answer}");
+        let message = answer["result"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains("earlier answer"), "{answer}");
+    }
+    assert!(!project.path().join("no.txt").exists());
+    let call = serve.invoke("writer", json!({"path": "other.txt"}));
+    let ask = serve.next_ask();
+    assert_eq!(
+        ask["id"], "ask-2",
+        "a new target is asked, and only it: {ask}"
+    );
+    serve.answer(&ask, "once");
+    assert_eq!(serve.wait_for(call)["result"]["written"], true);
+}
+
 /// The target comes from the sandbox: its control and bidi characters
 /// reach the client escaped, as the terminal's question shows them.
 #[test]

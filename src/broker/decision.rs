@@ -25,6 +25,10 @@ pub struct Decider {
     pub declared: Option<Vec<Permission>>,
     /// Actions a person allowed for the rest of this run.
     run_allowed: BTreeSet<Action>,
+    /// What a person refused in this run (action and exact target): not
+    /// asked again, so a payload cannot wear the person down by asking in
+    /// a loop until one question is approved by mistake.
+    run_denied: BTreeSet<(Action, Option<String>)>,
     /// Stored grants.
     pub grants: Option<GrantStore>,
     /// A person to ask.
@@ -54,6 +58,7 @@ impl Decider {
             policy,
             declared: None,
             run_allowed: BTreeSet::new(),
+            run_denied: BTreeSet::new(),
             grants: None,
             prompter: None,
             project,
@@ -97,6 +102,15 @@ impl Decider {
         }
         if let Some(refusal) = self.undeclared(action, target) {
             return refusal;
+        }
+        if self
+            .run_denied
+            .contains(&(action, target.map(str::to_owned)))
+        {
+            return Verdict {
+                decision: Decision::Deny,
+                rule: "a person's earlier answer in this run".into(),
+            };
         }
         if self.run_allowed.contains(&action) {
             return Verdict {
@@ -147,10 +161,13 @@ impl Decider {
                 }
             }
             Answer::Unasked => verdict,
-            Answer::Deny => Verdict {
-                decision: Decision::Deny,
-                rule: "a person's answer".into(),
-            },
+            Answer::Deny => {
+                self.run_denied.insert((action, target.map(str::to_owned)));
+                Verdict {
+                    decision: Decision::Deny,
+                    rule: "a person's answer".into(),
+                }
+            }
         }
     }
 
