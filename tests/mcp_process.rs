@@ -259,8 +259,11 @@ fn sigterm_ends_the_server_and_its_shell_commands_cleanly() {
                "clientInfo": {"name": "test", "version": "1"}}),
     );
     session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // `sleep 30.MARKER` sleeps 30 s and names this test's process.
+    let marker = support::marker("sigterm");
+    let command = format!("sleep 30.{marker}");
     session.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                        "params": {"name": "shell", "arguments": {"command": "sleep 30"}}}));
+                        "params": {"name": "shell", "arguments": {"command": command}}}));
     // The command is running once its report directory exists.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     while std::fs::read_dir(tmp.path()).unwrap().count() == 0 {
@@ -276,6 +279,11 @@ fn sigterm_ends_the_server_and_its_shell_commands_cleanly() {
     assert!(
         status.success(),
         "SIGTERM is a clean end, not a kill: {status:?}"
+    );
+    let alive = support::wait_until_gone(&marker, 10);
+    assert!(
+        alive.is_empty(),
+        "the shell command outlived the server: {alive:?}"
     );
     let left: Vec<_> = std::fs::read_dir(tmp.path())
         .unwrap()

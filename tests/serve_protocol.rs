@@ -636,6 +636,10 @@ until sandbox ipc fs.stat '{\"path\": \"go.txt\"}' >/dev/null 2>&1; do sleep 0.0
 if sandbox ipc fs.write '{\"path\": \"between.txt\", \"content\": \"x\"}' >/dev/null 2>&1; \
 then r=written; else r=denied; fi\n\
 sandbox ipc --invocation >/dev/null\n\
+sandbox ipc --result \"\\\"$r\\\"\"\n\
+sandbox ipc --invocation >/dev/null\n\
+if sandbox ipc fs.write '{\"path\": \"between.txt\", \"content\": \"x\"}' >/dev/null 2>&1; \
+then r=written; else r=denied; fi\n\
 sandbox ipc --result \"\\\"$r\\\"\"\n";
     support::write_skill(
         project.path(),
@@ -665,6 +669,13 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
     assert_eq!(serve.wait_for(second)["result"], "denied");
     assert!(!serve.seen.iter().any(|m| m["method"] == "skill.ask"));
     assert!(!project.path().join("between.txt").exists());
+    // Nobody said no to that question: within a call, the same write is
+    // asked (a person's explicit deny alone holds for the run).
+    let third = serve.invoke("busy", json!({}));
+    let ask = serve.next_ask();
+    assert_eq!(ask["params"]["target"], "between.txt", "{ask}");
+    serve.answer(&ask, "once");
+    assert_eq!(serve.wait_for(third)["result"], "written");
 }
 
 /// The host as `sandbox __skill-host --ask-client` (what serve executes

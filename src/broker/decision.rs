@@ -161,6 +161,10 @@ impl Decider {
                 }
             }
             Answer::Unasked => verdict,
+            Answer::Unanswered => Verdict {
+                decision: Decision::Deny,
+                rule: "no answer in time".into(),
+            },
             Answer::Deny => {
                 self.run_denied.insert((action, target.map(str::to_owned)));
                 Verdict {

@@ -41,6 +41,10 @@ pub enum Answer {
     /// Nobody could be asked (a client that cannot show questions): the
     /// decision stays "ask", which the broker refuses naming the grant to add.
     Unasked,
+    /// No answer came (the deadline passed, the channel closed, the asker
+    /// failed): refused this time, but nobody said no, so it is asked again
+    /// next time (an explicit [`Answer::Deny`] holds for the run).
+    Unanswered,
 }
 
 /// Longest shown target; longer ones keep their end.
@@ -263,7 +267,7 @@ impl Prompter {
         let code = fresh_code();
         let text = format!("{RESET}\r\n{}", question(caller, action, target, &code));
         let answer = if self.tty.write_all(text.as_bytes()).is_err() {
-            Answer::Deny
+            Answer::Unanswered
         } else {
             match self.read_line() {
                 Some(line) => parse_answer(&line, &code),
@@ -274,7 +278,7 @@ impl Prompter {
                     );
                     let _ = self.tty.write_all(format!("\r\n{said}\r\n").as_bytes());
                     eprintln!("{said}");
-                    Answer::Deny
+                    Answer::Unanswered
                 }
             }
         };
@@ -427,12 +431,12 @@ mod tests {
     }
 
     #[test]
-    fn no_answer_before_the_deadline_is_a_deny() {
+    fn no_answer_before_the_deadline_is_refused_as_unanswered() {
         let (_master, slave) = pty();
         let mut prompter = Prompter::on(slave).with_deadline(Duration::from_millis(50));
         assert_eq!(
             prompter.ask("command:x", "fs.write", Some("f")),
-            Answer::Deny
+            Answer::Unanswered
         );
     }
 

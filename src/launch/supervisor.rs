@@ -203,7 +203,7 @@ impl Asker for DaemonAsker {
         {
             let mut events = lock(&self.events);
             if events.closed || events.cancel.is_some() {
-                return Answer::Deny;
+                return Answer::Unanswered;
             }
             events.send(&FromSupervisor::Ask {
                 id,
@@ -221,12 +221,13 @@ impl Asker for DaemonAsker {
         let approval = self.wait_for(id, until);
         let _ = lock(&self.log).record(LogEvent::Answer {
             id,
-            answer: approval,
+            answer: approval.unwrap_or(Approval::Deny),
         });
         match approval {
-            Approval::Once => Answer::Once,
-            Approval::Run => Answer::Run,
-            Approval::Deny => Answer::Deny,
+            Some(Approval::Once) => Answer::Once,
+            Some(Approval::Run) => Answer::Run,
+            Some(Approval::Deny) => Answer::Deny,
+            None => Answer::Unanswered,
         }
     }
 
@@ -236,7 +237,9 @@ impl Asker for DaemonAsker {
 }
 
 impl DaemonAsker {
-    fn wait_for(&mut self, id: u64, until: Instant) -> Approval {
+    /// The answer to question `id`, or None when none came (closed, cancelled,
+    /// past `until`).
+    fn wait_for(&mut self, id: u64, until: Instant) -> Option<Approval> {
         let mut events = lock(&self.events);
         loop {
             for message in events.read() {
@@ -246,23 +249,23 @@ impl DaemonAsker {
                 } = message
                 {
                     if answered == id {
-                        return answer;
+                        return Some(answer);
                     }
                 }
             }
             if events.closed || events.cancel.is_some() {
-                return Approval::Deny;
+                return None;
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Approval::Deny;
+                return None;
             }
             let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
                 .unwrap_or(PollTimeout::MAX);
             let mut fds = [PollFd::new(events.sock.as_fd(), PollFlags::POLLIN)];
             match poll(&mut fds, wait) {
                 Ok(_) | Err(Errno::EINTR) => {}
-                Err(_) => return Approval::Deny,
+                Err(_) => return None,
             }
         }
     }

@@ -109,6 +109,9 @@ pub struct Engine {
     changed: Arc<Notify>,
     /// What the driver waits for now.
     armed: Arc<Mutex<Armed>>,
+    /// The driver stopped: nobody would read the hosts' answers, so no
+    /// call is taken any more.
+    stopped: Arc<std::sync::atomic::AtomicBool>,
     pending: Pending,
     asks: AskRoutes,
     events: broadcast::Sender<EngineEvent>,
@@ -158,6 +161,7 @@ impl Engine {
             lines,
             changed: Arc::new(Notify::new()),
             armed: Arc::default(),
+            stopped: Arc::default(),
             pending: Arc::default(),
             asks: Arc::default(),
             events,
@@ -169,6 +173,7 @@ impl Engine {
                 if let Err(err) = engine.drive().await {
                     eprintln!("sandbox serve --mcp: the skill engine stopped: {err}");
                 }
+                engine.stopped.store(true, Ordering::SeqCst);
                 engine.fail_waiters();
             }
         });
@@ -265,6 +270,9 @@ impl Engine {
 
     /// [`Engine::feed`] of a message already written out.
     fn feed_text(&self, line: &str) -> Result<(), EngineError> {
+        if self.stopped.load(Ordering::SeqCst) {
+            return Err(EngineError::Gone);
+        }
         let (handled, moved) = {
             let mut server = lock(&self.server);
             let handled = server.on_input_line(line.as_bytes());
@@ -428,11 +436,11 @@ impl Engine {
         match route {
             Some(route) => {
                 if let Err(unrouted) = route.send(ask) {
-                    self.answer(&unrouted.0, "deny");
+                    self.answer(&unrouted.0, "unanswered");
                 }
             }
             // Its call is over or unknown: nobody can answer for it.
-            None => self.answer(&ask, "deny"),
+            None => self.answer(&ask, "unanswered"),
         }
     }
 }

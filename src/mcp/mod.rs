@@ -12,8 +12,9 @@
 //! protocol messages (each skill host's stdout is /dev/null); every log
 //! line goes to stderr.
 //!
-//! The handshake never waits for skills: the engine discovers them while
-//! the front answers `initialize` or `server/discover`.
+//! Skills are discovered (manifests read, schemas compiled) before the
+//! first message is read: the handshake is answered about 2 ms after start
+//! with the example skills; hosts start only on a skill's first call.
 
 pub mod engine;
 pub mod server;
@@ -85,7 +86,7 @@ pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), 
         .enable_all()
         .build()
         .map_err(McpError::Runtime)?;
-    runtime.block_on(async move {
+    let result = runtime.block_on(async move {
         let engine = engine::Engine::start(options);
         let server = server::McpServer::new(engine.clone(), summary, shell);
         server.announce_list_changes();
@@ -115,7 +116,11 @@ pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), 
         };
         engine.shutdown();
         result
-    })
+    });
+    // A terminal's stdin is read by a blocking thread that a signal leaves
+    // in read(2): the runtime does not wait for it.
+    runtime.shutdown_background();
+    result
 }
 
 /// The first of SIGTERM, SIGINT and SIGHUP (never, if they cannot be

@@ -27,8 +27,9 @@ use super::tools::{self, SandboxSummary};
 /// How often a call with a progress token is said to be still running.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// How long a call suspended on a question (2026-07-28) waits for the
-/// client to call again before it is cancelled.
-const SUSPENDED_FOR: Duration = Duration::from_secs(120);
+/// client to call again before it is cancelled: the host stops waiting for
+/// the answer then anyway.
+const SUSPENDED_FOR: Duration = crate::broker::prompt::DEFAULT_DEADLINE;
 /// The answers a person can give, as the elicitation offers them.
 const CHOICES: [&str; 4] = ["once", "session", "always", "deny"];
 
@@ -151,16 +152,15 @@ impl McpServer {
                 answer = &mut invocation.answer => {
                     guard.id = None;
                     self.engine.forget(invocation.id);
-                    let result = match answer {
-                        Ok(Ok(result)) => tools::success(result),
-                        Ok(Err(error)) => tools::failure(&tools::failure_message(&tool, &error)),
-                        Err(_) => tools::failure(&format!(
-                            "skill {tool}: the skill engine ended before answering (see this server's stderr)"
-                        )),
-                    };
-                    return Ok(CallToolResponse::Complete(result));
+                    return Ok(CallToolResponse::Complete(finished(&tool, answer)));
                 }
                 Some(ask) = invocation.asks.recv() => {
+                    // Queued while the call waited for the client (its host
+                    // has stopped waiting for it): not put to the person.
+                    if ask.deadline_ms.is_some_and(|deadline| deadline <= now_ms()) {
+                        self.engine.answer(&ask, "unanswered");
+                        continue;
+                    }
                     if !can_elicit(context) {
                         // The broker's refusal then names the grant to add.
                         self.engine.answer(&ask, "unasked");
@@ -177,10 +177,16 @@ impl McpServer {
                     let answer = tokio::select! {
                         biased;
                         () = context.ct.cancelled() => {
-                            self.engine.answer(&ask, "deny");
+                            self.engine.answer(&ask, "unanswered");
                             return Ok(CallToolResponse::Complete(tools::failure(&format!(
                                 "skill {tool}: cancelled by the client"
                             ))));
+                        }
+                        // The skill ended (crashed, timed out) meanwhile.
+                        ended = &mut invocation.answer => {
+                            guard.id = None;
+                            self.engine.forget(invocation.id);
+                            return Ok(CallToolResponse::Complete(finished(&tool, ended)));
                         }
                         answer = elicit(&context.peer, &ask) => answer,
                     };
@@ -220,6 +226,14 @@ impl McpServer {
             "requestState": token,
         }))
         .map_err(|err| McpError::internal_error(format!("building the question: {err}"), None))?;
+        // Expired on time even if the client never calls again.
+        tokio::spawn({
+            let server = self.clone();
+            async move {
+                tokio::time::sleep(SUSPENDED_FOR).await;
+                server.expire_suspended();
+            }
+        });
         let mut suspended = lock(&self.suspended);
         suspended.insert(
             token,
@@ -239,7 +253,7 @@ impl McpServer {
             let mut suspended = lock(&self.suspended);
             let old: Vec<String> = suspended
                 .iter()
-                .filter(|(_, s)| s.since.elapsed() > SUSPENDED_FOR)
+                .filter(|(_, s)| s.since.elapsed() >= SUSPENDED_FOR)
                 .map(|(token, _)| token.clone())
                 .collect();
             old.iter().filter_map(|t| suspended.remove(t)).collect()
@@ -247,7 +261,7 @@ impl McpServer {
         for call in expired {
             let engine = self.engine.clone();
             tokio::spawn(async move {
-                engine.answer(&call.ask, "deny");
+                engine.answer(&call.ask, "unanswered");
                 engine.cancel(call.invocation.id);
                 engine.forget(call.invocation.id);
             });
@@ -270,7 +284,7 @@ impl McpServer {
         if call.tool != request.name {
             // A client answering for another tool: the suspended call is
             // denied and cancelled rather than kept for a matching retry.
-            self.engine.answer(&call.ask, "deny");
+            self.engine.answer(&call.ask, "unanswered");
             self.engine.cancel(call.invocation.id);
             self.engine.forget(call.invocation.id);
             let text = format!(
@@ -459,6 +473,20 @@ impl Drop for CancelOnDrop {
     }
 }
 
+/// The tool result of an invocation's end.
+fn finished(
+    tool: &str,
+    answer: Result<Result<Value, Value>, tokio::sync::oneshot::error::RecvError>,
+) -> CallToolResult {
+    match answer {
+        Ok(Ok(result)) => tools::success(result),
+        Ok(Err(error)) => tools::failure(&tools::failure_message(tool, &error)),
+        Err(_) => tools::failure(&format!(
+            "skill {tool}: the skill engine ended before answering (see this server's stderr)"
+        )),
+    }
+}
+
 /// The next progress tick, never when the call has no timer.
 async fn tick(ticks: &mut Option<tokio::time::Interval>) {
     match ticks {
@@ -515,14 +543,15 @@ fn elicitation_request(ask: &Ask) -> Value {
     })
 }
 
-/// Ask through a 2025-11-25 session; anything but an accepted choice is
-/// a deny, and so is no answer before the skill's deadline.
+/// Ask through a 2025-11-25 session: the person's choice, or `unanswered`
+/// when no valid answer came before the skill's deadline (refused this
+/// time, asked again next time).
 async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> &'static str {
     let request: ServerRequest = match serde_json::from_value(elicitation_request(ask)) {
         Ok(request) => request,
         Err(err) => {
             eprintln!("sandbox serve --mcp: building the question: {err}");
-            return "deny";
+            return "unanswered";
         }
     };
     let left = ask
@@ -534,21 +563,25 @@ async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> &'static str {
             let result = serde_json::to_value(result).unwrap_or(Value::Null);
             decision_of(&result)
         }
-        _ => "deny",
+        _ => "unanswered",
     }
 }
 
-/// The choice in an elicitation result: accepted with a known decision,
-/// or deny.
+/// The choice in an elicitation result: an accepted known decision, a
+/// decline (the person said no), or `unanswered` (dismissed, or a reply no
+/// person chose: refused this time without holding for the run).
 fn decision_of(result: &Value) -> &'static str {
-    if result["action"] != "accept" {
-        return "deny";
+    match result["action"].as_str() {
+        Some("accept") => {
+            let chosen = result["content"]["decision"].as_str().unwrap_or_default();
+            CHOICES
+                .into_iter()
+                .find(|choice| *choice == chosen)
+                .unwrap_or("unanswered")
+        }
+        Some("decline") => "deny",
+        _ => "unanswered",
     }
-    let chosen = result["content"]["decision"].as_str().unwrap_or("deny");
-    CHOICES
-        .into_iter()
-        .find(|choice| *choice == chosen)
-        .unwrap_or("deny")
 }
 
 fn to_tool(tool: Value) -> Result<Tool, McpError> {
@@ -624,13 +657,14 @@ mod tests {
         let accepted = |d: &str| json!({"action": "accept", "content": {"decision": d}});
         assert_eq!(decision_of(&accepted("once")), "once");
         assert_eq!(decision_of(&accepted("always")), "always");
-        assert_eq!(decision_of(&accepted("ONCE")), "deny");
-        assert_eq!(decision_of(&accepted("yes")), "deny");
+        assert_eq!(decision_of(&accepted("ONCE")), "unanswered");
+        assert_eq!(decision_of(&accepted("yes")), "unanswered");
+        assert_eq!(decision_of(&accepted("deny")), "deny");
         assert_eq!(
             decision_of(&json!({"action": "decline", "content": {"decision": "once"}})),
             "deny"
         );
-        assert_eq!(decision_of(&json!({"action": "cancel"})), "deny");
-        assert_eq!(decision_of(&Value::Null), "deny");
+        assert_eq!(decision_of(&json!({"action": "cancel"})), "unanswered");
+        assert_eq!(decision_of(&Value::Null), "unanswered");
     }
 }

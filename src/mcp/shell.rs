@@ -4,9 +4,10 @@
 //!
 //! The command runs in a separate `sandbox run` process (the real binary,
 //! `/proc/self/exe` in production) rather than through the library: the
-//! MCP front is a multi-threaded tokio process, and the spawn path clones
-//! with the raw system call, which is only sound from a single-threaded
-//! process. A separate process also gives cancellation for free: dropping
+//! spawn path clones with the raw system call, which is only sound from a
+//! single-threaded process, and the MCP server's runtime may not stay
+//! that (a blocking stdin reader). A separate process also gives
+//! cancellation for free: dropping
 //! the future kills the supervisor (`kill_on_drop`), whose death kills the
 //! sandbox's init (its parent-death signal) and with it every process of
 //! the run (the pid namespace).

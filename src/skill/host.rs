@@ -416,7 +416,8 @@ impl ControlAsker {
                                 Some("session") => Choice::Run,
                                 Some("always") => Choice::Always,
                                 Some("unasked") => Choice::Unasked,
-                                _ => Choice::Deny,
+                                Some("deny") => Choice::Deny,
+                                _ => Choice::Unanswered,
                             });
                         }
                         // An earlier question's late answer.
@@ -430,11 +431,11 @@ impl ControlAsker {
                 return answer;
             }
             if filled == Fill::Closed {
-                return Choice::Deny;
+                return Choice::Unanswered;
             }
             let left = until.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return Choice::Deny;
+                return Choice::Unanswered;
             }
             let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
                 .unwrap_or(PollTimeout::MAX);
@@ -442,7 +443,7 @@ impl ControlAsker {
             let mut fds = [PollFd::new(control.stream.as_fd(), PollFlags::POLLIN)];
             match nix::poll::poll(&mut fds, wait) {
                 Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(_) => return Choice::Deny,
+                Err(_) => return Choice::Unanswered,
             }
         }
     }
@@ -543,7 +544,7 @@ mod tests {
     }
 
     #[test]
-    fn anything_but_one_of_the_four_choices_denies() {
+    fn anything_but_one_of_the_choices_is_no_answer() {
         let (host, mut peer) = host_and_peer();
         let mut asker = host.asker().unwrap();
         for (n, choice) in ["\"yes\"", "null", "1", "\"ONCE\""].iter().enumerate() {
@@ -551,7 +552,7 @@ mod tests {
             peer.write_all(line.as_bytes()).unwrap();
             assert_eq!(
                 asker.ask("skill:t", "fs.write", None),
-                Choice::Deny,
+                Choice::Unanswered,
                 "{choice}"
             );
         }
@@ -561,19 +562,19 @@ mod tests {
     }
 
     #[test]
-    fn no_answer_by_the_deadline_or_a_closed_socket_denies() {
+    fn no_answer_by_the_deadline_or_a_closed_socket_is_no_answer() {
         let (host, peer) = host_and_peer();
         let mut asker = host
             .asker()
             .unwrap()
             .with_deadline(Duration::from_millis(50));
-        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Deny);
+        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Unanswered);
         // Never past the run's end, even with a long deadline.
         let mut asker = host.asker().unwrap();
         asker.not_after(Some(Instant::now()));
-        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Deny);
+        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Unanswered);
         drop(peer);
         let mut asker = host.asker().unwrap();
-        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Deny);
+        assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Unanswered);
     }
 }

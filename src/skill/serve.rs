@@ -27,8 +27,9 @@
 //! "deny"}`, or `"unasked"` when it has nobody to put the question to (the
 //! broker then refuses with its message naming the grant to add, as without
 //! `ask_client`). An error response, any other answer, one after the deadline,
-//! or none is a deny; "always" stores a grant as the terminal's question
-//! does. The answer goes to the host that asked, for the call that is
+//! or none is refused as unanswered (asked again next time), while "deny"
+//! holds for that action and target for the rest of the skill's run;
+//! "always" stores a grant as the terminal's question does. The answer goes to the host that asked, for the call that is
 //! running, and nowhere else. Without `ask_client` nobody is asked: "ask"
 //! is denied with the broker's message naming the grant to add.
 //!
@@ -1012,7 +1013,7 @@ impl Server {
         // once rather than left waiting (its broker, and so its next
         // call, waits with it).
         let Some(call) = slot.inflight.as_ref().filter(|_| ask_client) else {
-            write_answer(host, ask, "deny");
+            write_answer(host, ask, "unanswered");
             return Ok(());
         };
         // The host's own deadline, never more than the terminal's.
@@ -1081,7 +1082,9 @@ impl Server {
             Some("session") => "session",
             Some("always") => "always",
             Some("unasked") => "unasked",
-            _ => "deny",
+            Some("deny") => "deny",
+            // An error, a malformed or unknown answer: nobody said no.
+            _ => "unanswered",
         };
         let Some(slot) = self.slots.get_mut(&pending.skill) else {
             return Ok(());
@@ -1408,9 +1411,12 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         {
             return 125;
         }
-        // The loop's own signals (its signalfd's) are blocked here; the
-        // host's supervisor sets up its own.
-        if SigSet::empty().thread_set_mask().is_err() {
+        // The loop's own signals (its signalfd's) are blocked here, and
+        // `serve --mcp`'s runtime has handlers that write to its own
+        // descriptors: both undone; the host's supervisor sets up its own.
+        if SigSet::empty().thread_set_mask().is_err()
+            || crate::sys::signal::reset_all_dispositions().is_err()
+        {
             return 125;
         }
         // The agent's streams are the loop's alone: a host holding its
