@@ -383,6 +383,16 @@ fn a_denied_question_refuses_and_its_target_is_escaped() {
     assert!(!project.path().join(sneaky).exists());
 }
 
+/// The grants stored in the state directory `state`.
+fn stored_grants(state: &Path) -> Value {
+    let listed = Command::new(support::sandbox_bin())
+        .args(["grants", "list", "--json"])
+        .env("SANDBOX_STATE_DIR", state)
+        .output()
+        .unwrap();
+    serde_json::from_slice(&listed.stdout).unwrap()
+}
+
 #[test]
 fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
     if !support::sandbox_runs("an_always_answer_stores_a_grant") {
@@ -396,12 +406,7 @@ fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
     serve.answer(&ask, "always");
     let answer = serve.wait_for(call);
     assert_eq!(answer["result"]["written"], true, "{answer}");
-    let listed = Command::new(support::sandbox_bin())
-        .args(["grants", "list", "--json"])
-        .env("SANDBOX_STATE_DIR", state.path())
-        .output()
-        .unwrap();
-    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let listed = stored_grants(state.path());
     let grants = listed.as_array().unwrap();
     assert_eq!(grants.len(), 1, "{listed}");
     assert_eq!(grants[0]["caller"], "skill:writer", "{listed}");
@@ -518,6 +523,8 @@ fn an_answer_to_a_cancelled_calls_question_allows_nothing() {
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert!(!project.path().join("cancelled.txt").exists());
     assert!(!project.path().join("next.txt").exists());
+    // The late "always" reached no host: nothing was stored either.
+    assert_eq!(stored_grants(state.path()), json!([]));
 }
 
 #[test]
