@@ -78,6 +78,7 @@ pub fn receive<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, Vec<Owne
     let mut buffer = vec![0u8; MAX_MESSAGE + 1];
     let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let mut iov = [IoSliceMut::new(&mut buffer)];
+    let mut reset = false;
     let (len, truncated, fds) = loop {
         match recvmsg::<()>(
             sock.as_raw_fd(),
@@ -86,6 +87,12 @@ pub fn receive<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, Vec<Owne
             MsgFlags::MSG_CMSG_CLOEXEC,
         ) {
             Err(Errno::EINTR) => continue,
+            // A peer that closes with our messages unread in its queue
+            // leaves ECONNRESET here, reported before what it sent us and
+            // we have not read yet (a launcher handing a warm supervisor a
+            // run, then closing with the supervisor's discard unread). The
+            // error is cleared by reporting it: read once more for them.
+            Err(Errno::ECONNRESET) if !reset => reset = true,
             Err(Errno::ECONNRESET) => return Err(WireError::Closed),
             Err(source) => {
                 return Err(WireError::Io {
@@ -113,4 +120,34 @@ pub fn receive<T: DeserializeOwned>(sock: BorrowedFd<'_>) -> Result<(T, Vec<Owne
     let message = serde_json::from_slice(&buffer[..len])
         .map_err(|err| WireError::Malformed(err.to_string()))?;
     Ok((message, fds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    use std::os::fd::AsFd;
+
+    /// The launcher hands a warm supervisor a run and closes its end with
+    /// the supervisor's own message unread: the run must still be read.
+    #[test]
+    fn a_message_sent_before_the_peer_closed_with_ours_unread_is_received() {
+        let (launcher, warm) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .unwrap();
+        send(warm.as_fd(), &"discarded", &[]).unwrap();
+        send(launcher.as_fd(), &"commit", &[]).unwrap();
+        drop(launcher);
+        let (message, fds): (String, _) = receive(warm.as_fd()).unwrap();
+        assert_eq!(message, "commit");
+        assert!(fds.is_empty());
+        assert!(matches!(
+            receive::<String>(warm.as_fd()),
+            Err(WireError::Closed)
+        ));
+    }
 }
