@@ -162,7 +162,7 @@ impl Drop for Mcp {
 /// through.
 #[test]
 fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
-    if !support::sandbox_runs("cancelling_a_call_while_its_question_is_open") {
+    if !support::require_root_sandbox("cancelling_a_call_while_its_question_is_open") {
         return;
     }
     let project = support::skill_project("sandbox-mcp-attack-");
@@ -210,7 +210,7 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
 /// watching and its report directory left behind.
 #[test]
 fn a_shell_command_dies_with_the_server() {
-    if !support::sandbox_runs("a_shell_command_dies_with_the_server") {
+    if !support::require_root_sandbox("a_shell_command_dies_with_the_server") {
         return;
     }
     let project = support::skill_project("sandbox-mcp-attack-");
@@ -250,7 +250,7 @@ fn a_shell_command_dies_with_the_server() {
 /// shown quoted, the person sees where the name ends.
 #[test]
 fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
-    if !support::sandbox_runs("a_target_with_spaces_cannot_pass_for_the_sandboxs_words") {
+    if !support::require_root_sandbox("a_target_with_spaces_cannot_pass_for_the_sandboxs_words") {
         return;
     }
     let project = support::skill_project("sandbox-mcp-attack-");
@@ -287,7 +287,7 @@ fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
 /// once, and the server goes on serving.
 #[test]
 fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
-    if !support::sandbox_runs("arguments_over_serves_limits_end_the_call") {
+    if !support::require_root_sandbox("arguments_over_serves_limits_end_the_call") {
         return;
     }
     let project = support::skill_project("sandbox-mcp-attack-");

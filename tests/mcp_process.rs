@@ -158,7 +158,7 @@ fn shape(pid: u32) -> (usize, Vec<String>) {
 }
 
 fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, sockets: bool) {
-    if !support::sandbox_runs(test) {
+    if !support::require_root_sandbox(test) {
         return;
     }
     let project = project();
@@ -220,7 +220,7 @@ fn over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout() {
 #[test]
 fn an_unknown_tool_is_a_protocol_error() {
     let test = "an_unknown_tool_is_a_protocol_error";
-    if !support::sandbox_runs(test) {
+    if !support::require_root_sandbox(test) {
         return;
     }
     let project = project();
@@ -245,7 +245,7 @@ fn an_unknown_tool_is_a_protocol_error() {
 #[test]
 fn sigterm_ends_the_server_and_its_shell_commands_cleanly() {
     let test = "sigterm_ends_the_server_and_its_shell_commands_cleanly";
-    if !support::sandbox_runs(test) {
+    if !support::require_root_sandbox(test) {
         return;
     }
     let project = project();

@@ -173,7 +173,7 @@ impl Drop for Serve {
 
 #[test]
 fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
-    if !support::sandbox_runs("cancelling_a_running_call_kills_its_host") {
+    if !support::require_root_sandbox("cancelling_a_running_call_kills_its_host") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -228,7 +228,7 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
 
 #[test]
 fn cancelling_a_queued_call_drops_it_and_an_unknown_id_cancels_nothing() {
-    if !support::sandbox_runs("cancelling_a_queued_call_drops_it") {
+    if !support::require_root_sandbox("cancelling_a_queued_call_drops_it") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -278,7 +278,7 @@ fn asking_serve(project: &Path, state: &Path) -> Serve {
 
 #[test]
 fn a_question_answered_once_allows_that_write_only() {
-    if !support::sandbox_runs("a_question_answered_once_allows_that_write_only") {
+    if !support::require_root_sandbox("a_question_answered_once_allows_that_write_only") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -327,7 +327,7 @@ fn a_question_answered_once_allows_that_write_only() {
 /// gets the earlier answer without a question; another target is asked.
 #[test]
 fn a_denied_target_is_not_asked_again_in_the_same_run() {
-    if !support::sandbox_runs("a_denied_target_is_not_asked_again_in_the_same_run") {
+    if !support::require_root_sandbox("a_denied_target_is_not_asked_again_in_the_same_run") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -360,7 +360,7 @@ fn a_denied_target_is_not_asked_again_in_the_same_run() {
 /// reach the client escaped, as the terminal's question shows them.
 #[test]
 fn a_denied_question_refuses_and_its_target_is_escaped() {
-    if !support::sandbox_runs("a_denied_question_refuses") {
+    if !support::require_root_sandbox("a_denied_question_refuses") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -395,7 +395,7 @@ fn stored_grants(state: &Path) -> Value {
 
 #[test]
 fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
-    if !support::sandbox_runs("an_always_answer_stores_a_grant") {
+    if !support::require_root_sandbox("an_always_answer_stores_a_grant") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -426,7 +426,7 @@ fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
 /// deny.
 #[test]
 fn only_a_response_to_the_questions_own_id_answers_it() {
-    if !support::sandbox_runs("only_a_response_to_the_questions_own_id_answers_it") {
+    if !support::require_root_sandbox("only_a_response_to_the_questions_own_id_answers_it") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -460,7 +460,7 @@ fn only_a_response_to_the_questions_own_id_answers_it() {
 /// given to.
 #[test]
 fn answers_reach_only_the_skill_that_asked() {
-    if !support::sandbox_runs("answers_reach_only_the_skill_that_asked") {
+    if !support::require_root_sandbox("answers_reach_only_the_skill_that_asked") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -502,7 +502,7 @@ fn answers_reach_only_the_skill_that_asked() {
 /// answer allows nothing, and the next call is asked afresh.
 #[test]
 fn an_answer_to_a_cancelled_calls_question_allows_nothing() {
-    if !support::sandbox_runs("an_answer_to_a_cancelled_calls_question_allows_nothing") {
+    if !support::require_root_sandbox("an_answer_to_a_cancelled_calls_question_allows_nothing") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -529,7 +529,7 @@ fn an_answer_to_a_cancelled_calls_question_allows_nothing() {
 
 #[test]
 fn without_ask_client_nobody_is_asked_and_the_broker_says_which_grant_to_add() {
-    if !support::sandbox_runs("without_ask_client_nobody_is_asked") {
+    if !support::require_root_sandbox("without_ask_client_nobody_is_asked") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -627,7 +627,7 @@ fn skill_list_gives_the_declared_output_schema_only() {
 /// is not held up until the question's deadline.
 #[test]
 fn a_question_between_calls_is_denied_at_once() {
-    if !support::sandbox_runs("a_question_between_calls_is_denied_at_once") {
+    if !support::require_root_sandbox("a_question_between_calls_is_denied_at_once") {
         return;
     }
     let project = support::skill_project("sandbox-serve-");
@@ -689,7 +689,7 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
 /// when it cannot fork) asks over its control socket too.
 #[test]
 fn an_executed_host_asks_over_its_control_socket() {
-    if !support::sandbox_runs("an_executed_host_asks_over_its_control_socket") {
+    if !support::require_root_sandbox("an_executed_host_asks_over_its_control_socket") {
         return;
     }
     use std::os::fd::OwnedFd;

@@ -41,7 +41,7 @@ process.send({ content: await fs.readFile(params.path, 'utf8') });\n});\n";
 
 #[test]
 fn the_example_skills_run() {
-    if !support::sandbox_runs("the_example_skills_run") {
+    if !support::require_root_sandbox("the_example_skills_run") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -89,7 +89,7 @@ fn the_example_skills_run() {
 
 #[test]
 fn a_plain_node_skill_runs_unchanged_and_gets_only_what_it_declared() {
-    if !support::sandbox_runs("a_plain_node_skill_runs_unchanged") {
+    if !support::require_root_sandbox("a_plain_node_skill_runs_unchanged") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -143,7 +143,7 @@ return { broker, direct };\n});\n";
 
 #[test]
 fn an_invocation_that_takes_too_long_times_out_and_its_process_is_killed() {
-    if !support::sandbox_runs("an_invocation_that_takes_too_long_times_out") {
+    if !support::require_root_sandbox("an_invocation_that_takes_too_long_times_out") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -253,7 +253,7 @@ impl Drop for Serve {
 
 #[test]
 fn serve_lists_and_invokes_skills_lazily() {
-    if !support::sandbox_runs("serve_lists_and_invokes_skills_lazily") {
+    if !support::require_root_sandbox("serve_lists_and_invokes_skills_lazily") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -289,7 +289,9 @@ fn serve_lists_and_invokes_skills_lazily() {
 
 #[test]
 fn an_on_demand_skill_answers_calls_sent_right_after_its_last_answer() {
-    if !support::sandbox_runs("an_on_demand_skill_answers_calls_sent_right_after_its_last_answer") {
+    if !support::require_root_sandbox(
+        "an_on_demand_skill_answers_calls_sent_right_after_its_last_answer",
+    ) {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -314,7 +316,7 @@ fn an_on_demand_skill_answers_calls_sent_right_after_its_last_answer() {
 
 #[test]
 fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaffected() {
-    if !support::sandbox_runs("a_crashing_skill_restarts_with_back_off") {
+    if !support::require_root_sandbox("a_crashing_skill_restarts_with_back_off") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -373,7 +375,7 @@ fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaff
 
 #[test]
 fn editing_a_skill_while_serving_changes_the_next_result() {
-    if !support::sandbox_runs("editing_a_skill_while_serving") {
+    if !support::require_root_sandbox("editing_a_skill_while_serving") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -426,7 +428,7 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
 
 #[test]
 fn killing_serve_kills_every_skill_process() {
-    if !support::sandbox_runs("killing_serve_kills_every_skill_process") {
+    if !support::require_root_sandbox("killing_serve_kills_every_skill_process") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
@@ -471,7 +473,7 @@ fn shared_objects(pid: u32) -> std::collections::BTreeSet<String> {
 /// results or answer for it.
 #[test]
 fn a_skill_host_holds_none_of_serves_sockets() {
-    if !support::sandbox_runs("a_skill_host_holds_none_of_serves_sockets") {
+    if !support::require_root_sandbox("a_skill_host_holds_none_of_serves_sockets") {
         return;
     }
     let project = support::skill_project("sandbox-skills-");

@@ -369,19 +369,6 @@ s.sendall(b'{"jsonrpc":"2.0","id":1,"method":"fs.write","params":{"path":"grante
 print(s.recv(65536).decode().strip())
 "#;
 
-/// Whether a trivial `sandbox run` starts here (skipped loudly, or failed
-/// under SANDBOX_TEST_REQUIRE=1, when it does not).
-pub fn sandbox_runs(test: &str) -> bool {
-    let project = tempfile::tempdir().unwrap();
-    let out = Command::new(sandbox_bin())
-        .args(["run", "--project"])
-        .arg(project.path())
-        .args(["--", "/bin/true"])
-        .output()
-        .unwrap();
-    require(test, "a working sandbox", out.status.success())
-}
-
 /// A temporary project under /tmp that every identity can enter (skills'
 /// hosts and sandboxes look at it).
 pub fn skill_project(prefix: &str) -> tempfile::TempDir {
