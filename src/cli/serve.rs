@@ -70,8 +70,12 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
     if args.mcp {
         let shell = if args.shell {
             Some(
-                sandbox::mcp::ShellTool::new(&options.profile_spec, &options.project)
-                    .context("--shell")?,
+                sandbox::mcp::ShellTool::new(
+                    &options.profile,
+                    &options.profile_spec,
+                    &options.project,
+                )
+                .context("--shell")?,
             )
         } else {
             None

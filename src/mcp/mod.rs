@@ -37,13 +37,19 @@ pub struct ShellTool {
 }
 
 impl ShellTool {
-    /// The shell tool for runs under the profile `profile_spec` (each run
-    /// loads it again) in `project`.
+    /// The shell tool for runs under `profile`, loaded from `profile_spec`
+    /// (each run loads it again), in `project`.
     pub fn new(
+        profile: &crate::Policy,
         profile_spec: &str,
         project: &std::path::Path,
     ) -> Result<ShellTool, shell::ShellError> {
-        let config = shell::ShellConfig::new("/proc/self/exe", profile_spec, project)?;
+        let config = shell::ShellConfig::for_loaded(
+            "/proc/self/exe",
+            profile_spec.to_string(),
+            profile.clone(),
+            project,
+        )?;
         let network_is_open =
             config.policy.network.mode == crate::profile::policy::NetworkMode::Host;
         let tool = serde_json::json!({

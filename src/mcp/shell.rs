@@ -231,6 +231,18 @@ impl ShellConfig {
             spec: profile_spec.clone(),
             source,
         })?;
+        ShellConfig::for_loaded(program, profile_spec, policy, project)
+    }
+
+    /// The same for a profile already loaded from `profile_spec` (a
+    /// built-in name or an absolute path, as `serve` keeps it): not read
+    /// and checked a second time at start-up.
+    pub fn for_loaded(
+        program: impl Into<PathBuf>,
+        profile_spec: String,
+        policy: crate::Policy,
+        project: &Path,
+    ) -> Result<ShellConfig, ShellError> {
         let project = std::fs::canonicalize(project).map_err(|source| ShellError::Project {
             path: project.to_path_buf(),
             source,
