@@ -17,6 +17,7 @@ pub mod daemon;
 pub mod landlock;
 pub mod launch;
 pub mod mcp;
+pub mod net;
 pub mod probe;
 pub mod profile;
 pub mod project;

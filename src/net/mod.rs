@@ -1,0 +1,26 @@
+//! The run's way out: a domain allowlist nobody bypasses.
+//!
+//! A sandbox with an allowlist keeps its own network namespace, whose only
+//! interface is loopback. Init listens there on [`PROXY_PORT`] and hands
+//! the listening socket to the run's *net process*, a child of the
+//! supervisor that lives in the supervisor's network namespace. That
+//! process accepts the sandbox's connections, speaks HTTP CONNECT, plain
+//! HTTP forwarding and SOCKS5 ([`proxy`]), decides on the name the client
+//! asked for ([`allow`]), resolves it itself and refuses addresses a name
+//! must not lead to ([`address`], [`resolve`]), and performs the broker's
+//! `net.http` requests ([`fetch`]). Names that are not listed are decided
+//! by the run's broker (rules, grants, a person), which also audits and
+//! counts every decision.
+//!
+//! A client that ignores the proxy variables has no route at all: nothing
+//! but the proxy leads out of the namespace.
+
+pub mod address;
+pub mod allow;
+pub mod fetch;
+pub mod proxy;
+pub mod resolve;
+
+/// The port the proxy listens on inside the sandbox, on 127.0.0.1 (the
+/// sandbox's own loopback: a fresh namespace, so it is always free).
+pub const PROXY_PORT: u16 = 3128;
