@@ -11,7 +11,6 @@
 //! where the person did not say.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use base64::Engine;
@@ -351,21 +350,17 @@ fn parse_url(url: &str) -> Result<Url, Failure> {
     })
 }
 
-/// The host of a URL as the allowlist compares it.
-// Stands in for `net::allow::Host::parse` until that lands; the lead
-// switches this one function over.
+/// The host of a URL as the allowlist compares it: a normalized name, or an
+/// address's text (IPv6 without brackets).
 fn normalize_host(host: &str, bracketed: bool) -> Result<String, Failure> {
-    if bracketed {
-        return match host.parse::<std::net::Ipv6Addr>() {
-            Ok(address) => Ok(address.to_string()),
-            Err(_) => Err(invalid(format!("url host [{host}] is not an IPv6 address"))),
-        };
-    }
-    if let Ok(address) = host.parse::<IpAddr>() {
-        return Ok(address.to_string());
-    }
-    super::secrets::normalize_name(host)
-        .map_err(|reason| invalid(format!("url host {host:?}: {reason}")))
+    let text = if bracketed {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    crate::net::allow::Host::parse(&text)
+        .map(|host| host.to_string())
+        .map_err(|err| invalid(format!("url {err}")))
 }
 
 fn is_token_byte(b: u8) -> bool {
