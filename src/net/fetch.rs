@@ -785,6 +785,21 @@ mod tests {
     }
 
     #[test]
+    fn the_system_roots_load_or_the_error_says_how_to_fix_it() {
+        match client_config() {
+            Ok(config) => assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]),
+            Err(err) => {
+                assert!(matches!(err, FetchError::NoRoots { .. }), "{err}");
+                assert!(err.to_string().contains("SSL_CERT_FILE"), "{err}");
+                assert!(
+                    !std::path::Path::new("/etc/ssl/certs/ca-certificates.crt").exists(),
+                    "the bundle exists but did not load: {err}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn requests_and_responses_cross_a_socket_as_json() {
         let mut req = request(Scheme::Https, "api.test", 443);
         req.body = vec![0, 159, 146, 150];
