@@ -107,12 +107,12 @@ fn check_unknown_key() {
     let (code, err, path) = check(
         dir.path(),
         "p.toml",
-        "version = 1\n[network]\nmode = \"none\"\nallow = [\"example.com:443\"]\n",
+        "version = 1\n[network]\nmode = \"none\"\nports = [443]\n",
     );
     assert_eq!(code, Some(2));
     assert_eq!(
         err,
-        format!("{path}:4:1: unknown field `allow`, expected `mode`\n")
+        format!("{path}:4:1: unknown field `ports`, expected one of `mode`, `allow`, `resolve`\n")
     );
 }
 

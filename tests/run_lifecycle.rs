@@ -227,7 +227,7 @@ fn a_broken_profile_stops_the_run_before_anything_starts() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         stderr.contains(
-            "profile.toml:4:8: unknown variant `lan`, expected one of `none`, `loopback`, `host`"
+            "profile.toml:4:8: unknown variant `lan`, expected one of `none`, `loopback`, `allowlist`, `host`"
         ),
         "{stderr}"
     );

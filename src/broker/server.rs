@@ -990,6 +990,9 @@ impl Broker {
                 Ok(Served::Started(Work::Terminal(Box::new(job))))
             }
             Action::NetHttp => {
+                // Refused before any decision: the request itself is bad,
+                // or names a secret where its bindings do not let it go.
+                record.rule = "net.http request checks and secret bindings".into();
                 let prepared = super::http::prepare(params, &self.secrets)?;
                 record.target = Some(prepared.target.clone());
                 let Some(network) = &self.network else {

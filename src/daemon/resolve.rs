@@ -796,6 +796,13 @@ mod tests {
         let mut req = request(&root);
         req.network = Some("wifi".into());
         assert_eq!(refused(&config, req).code, "bad_request");
+        // An allowlist is a network the rule must list like any other.
+        let mut req = request(&root);
+        req.network = Some("allow:api.example.com".into());
+        assert_eq!(refused(&config, req).code, "network_not_allowed");
+        let mut req = request(&root);
+        req.network = Some("allow:api example".into());
+        assert_eq!(refused(&config, req).code, "bad_request");
 
         for limits in [
             RequestLimits {
