@@ -19,7 +19,7 @@ use tokio::signal::unix::Signal;
 
 use super::client::{segment, Client, ClientError, EventFollower};
 use super::run::limit_messages;
-use super::run::{NetArg, RunArgs};
+use super::run::RunArgs;
 use super::UsageError;
 use sandbox::launch::protocol::LogEvent;
 
@@ -664,13 +664,14 @@ fn run_request(
     if !limits.is_empty() {
         body.insert("limits".into(), Value::Object(limits));
     }
-    if let Some(net) = args.net {
-        let name = match net {
-            NetArg::None => "none",
-            NetArg::Loopback => "loopback",
-            NetArg::Host => "host",
+    if let Some(net) = &args.net {
+        let spec = match net.mode {
+            sandbox::profile::policy::NetworkMode::Allowlist => {
+                format!("allow:{}", net.allow.join(","))
+            }
+            mode => mode.name().to_string(),
         };
-        body.insert("network".into(), json!(name));
+        body.insert("network".into(), json!(spec));
     }
     if !args.grants.is_empty() {
         for grant in &args.grants {
@@ -728,6 +729,9 @@ fn refuse_unsendable(args: &RunArgs) -> Result<(), UsageError> {
     }
     if args.cgroup_parent.is_some() {
         refused.push("--cgroup-parent");
+    }
+    if !args.resolve.is_empty() {
+        refused.push("--resolve");
     }
     if let Some(flag) = refused.first() {
         return Err(UsageError(format!(

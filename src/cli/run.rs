@@ -3,21 +3,10 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::{Args, ValueEnum};
-use sandbox::profile::policy::NetworkMode;
+use clap::Args;
+use sandbox::profile::policy::{NetworkMode, NetworkPolicy};
 
 use super::UsageError;
-
-/// Network choices on the command line.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum NetArg {
-    /// No network (a new namespace with loopback down).
-    None,
-    /// Only the sandbox's own loopback.
-    Loopback,
-    /// The host's network (no isolation).
-    Host,
-}
 
 /// Arguments of `sandbox run`.
 #[derive(Debug, Args)]
@@ -68,9 +57,15 @@ pub struct RunArgs {
     /// Create the run's cgroup below this (delegated) cgroup directory instead of the supervisor's own.
     #[arg(long = "cgroup-parent", value_name = "PATH")]
     pub cgroup_parent: Option<PathBuf>,
-    /// Override the profile's network mode.
-    #[arg(long, value_enum)]
-    pub net: Option<NetArg>,
+    /// Override the profile's network: none, loopback (the sandbox's own only), host (no
+    /// isolation), or allow:HOST[,HOST...] (a proxy to those hosts only; HOST is api.example.com,
+    /// *.example.com, HOST:PORT or an address range such as 10.0.0.0/8:5432).
+    #[arg(long, value_name = "MODE", value_parser = NetworkPolicy::from_spec)]
+    pub net: Option<NetworkPolicy>,
+    /// Resolve NAME to ADDRESS in the allowlist's proxy instead of asking DNS (repeatable);
+    /// the address still passes the proxy's checks.
+    #[arg(long = "resolve", value_name = "NAME=ADDRESS", value_parser = parse_pin)]
+    pub resolve: Vec<(String, std::net::IpAddr)>,
     /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
@@ -115,6 +110,41 @@ pub struct RunArgs {
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
+}
+
+/// A `--resolve NAME=ADDRESS`.
+pub(crate) fn parse_pin(spec: &str) -> Result<(String, std::net::IpAddr), String> {
+    let (name, address) = spec
+        .split_once('=')
+        .ok_or_else(|| format!("{spec:?}: expected NAME=ADDRESS, e.g. api.test=127.0.0.1"))?;
+    sandbox::net::allow::check_name(name).map_err(|err| format!("{spec:?}: {err}"))?;
+    let ip = address
+        .parse()
+        .map_err(|_| format!("{spec:?}: {address:?} is not an IP address"))?;
+    Ok((name.to_ascii_lowercase(), ip))
+}
+
+/// `--net` over the profile's network, then the `--resolve` pins.
+pub(crate) fn apply_network(
+    network: &mut NetworkPolicy,
+    flag: Option<NetworkPolicy>,
+    pins: &[(String, std::net::IpAddr)],
+) -> Result<(), UsageError> {
+    if let Some(flag) = flag {
+        let pinned = std::mem::take(&mut network.resolve);
+        *network = flag;
+        if network.mode == NetworkMode::Allowlist {
+            network.resolve = pinned;
+        }
+    }
+    if !pins.is_empty() && network.mode != NetworkMode::Allowlist {
+        return Err(UsageError(format!(
+            "--resolve pins names for the allowlist's proxy, and the network is {}; add --net allow:HOST[,HOST...]",
+            network.mode.name()
+        )));
+    }
+    network.resolve.extend(pins.iter().cloned());
+    Ok(())
 }
 
 pub(crate) fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
@@ -243,13 +273,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(timeout) = args.timeout {
         policy.limits.timeout = Some(timeout);
     }
-    if let Some(net) = args.net {
-        policy.network.mode = match net {
-            NetArg::None => NetworkMode::None,
-            NetArg::Loopback => NetworkMode::Loopback,
-            NetArg::Host => NetworkMode::Host,
-        };
-    }
+    apply_network(&mut policy.network, args.net.clone(), &args.resolve)?;
     // Before anything is opened: a supervisor that re-executes itself in a
     // delegated systemd scope must not leave half-prepared state behind.
     let limits = sandbox::cgroup::CgroupLimits {

@@ -251,21 +251,19 @@ pub fn default_max_concurrent() -> usize {
 
 /// Parse a network mode as profiles spell it.
 pub fn parse_network(name: &str) -> Option<NetworkMode> {
-    match name {
-        "none" => Some(NetworkMode::None),
-        "loopback" => Some(NetworkMode::Loopback),
-        "host" => Some(NetworkMode::Host),
-        _ => None,
-    }
+    [
+        NetworkMode::None,
+        NetworkMode::Loopback,
+        NetworkMode::Allowlist,
+        NetworkMode::Host,
+    ]
+    .into_iter()
+    .find(|mode| mode.name() == name)
 }
 
 /// The name of a network mode.
 pub fn network_name(mode: NetworkMode) -> &'static str {
-    match mode {
-        NetworkMode::None => "none",
-        NetworkMode::Loopback => "loopback",
-        NetworkMode::Host => "host",
-    }
+    mode.name()
 }
 
 impl Config {
@@ -488,7 +486,7 @@ fn rule_from_raw(raw: RawRule, index: usize, file: &Path) -> Result<Rule, Config
                 parse_network(name).ok_or_else(|| {
                     bad(
                         "networks",
-                        format!("{name:?} is not a network mode (none, loopback, host)"),
+                        format!("{name:?} is not a network mode (none, loopback, allowlist, host)"),
                     )
                 })
             })

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::config::{network_name, parse_network, Config, Rule};
+use super::config::{network_name, Config, Rule};
 use super::error::ApiError;
 use crate::action::Permission;
 use crate::launch::protocol::RunSpec;
@@ -419,13 +419,17 @@ fn apply_network(
     policy: &mut Policy,
     requested: Option<&str>,
 ) -> Result<(), ApiError> {
-    if let Some(name) = requested {
-        policy.network.mode = parse_network(name).ok_or_else(|| {
+    if let Some(spec) = requested {
+        let pins = std::mem::take(&mut policy.network.resolve);
+        policy.network = crate::profile::policy::NetworkPolicy::from_spec(spec).map_err(|err| {
             ApiError::bad_request(
-                format!("network: {name:?} is not a network mode"),
-                "use none, loopback or host",
+                format!("network: {err}"),
+                "use none, loopback, host or allow:HOST[,HOST...]",
             )
         })?;
+        if policy.network.mode == crate::profile::policy::NetworkMode::Allowlist {
+            policy.network.resolve = pins;
+        }
     }
     let mode = policy.network.mode;
     if !rule.networks.contains(&mode) {

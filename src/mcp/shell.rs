@@ -467,6 +467,9 @@ pub fn description(config: &ShellConfig) -> String {
         NetworkMode::Loopback => {
             "No network beyond the sandbox's own loopback (127.0.0.1 inside; nothing leaves the sandbox). "
         }
+        NetworkMode::Allowlist => {
+            "No network but a proxy (HTTP_PROXY, HTTPS_PROXY and ALL_PROXY are set) to the hosts the profile lists and those a person approves. "
+        }
         NetworkMode::Host => "The host's network is available (no network isolation). ",
     });
     let mut env: Vec<&str> = policy.env.set.keys().map(String::as_str).collect();

@@ -19,16 +19,10 @@ pub struct SandboxSummary {
 impl SandboxSummary {
     /// The summary of `profile` for runs in `project`.
     pub fn of(profile: &crate::Policy, project: &std::path::Path) -> SandboxSummary {
-        use crate::profile::policy::NetworkMode;
-        let network = match profile.network.mode {
-            NetworkMode::None => "none",
-            NetworkMode::Loopback => "loopback",
-            NetworkMode::Host => "host",
-        };
         SandboxSummary {
             profile: profile.name.clone(),
             project: project.display().to_string(),
-            network: network.to_string(),
+            network: profile.network.mode.name().to_string(),
         }
     }
 
@@ -36,6 +30,7 @@ impl SandboxSummary {
         match self.network.as_str() {
             "none" => "no network",
             "loopback" => "only its own loopback network",
+            "allowlist" => "a proxy to the hosts its profile lists",
             _ => "the host's network",
         }
     }

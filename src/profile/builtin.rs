@@ -166,9 +166,7 @@ pub(crate) fn defaults() -> Policy {
             hardlinks: crate::project::HardlinkPolicy::ReadOnly,
             tmp_size: 128 << 20,
         },
-        network: NetworkPolicy {
-            mode: NetworkMode::Loopback,
-        },
+        network: NetworkPolicy::of_mode(NetworkMode::Loopback),
         limits: Limits {
             memory: Some(1 << 30),
             pids: Some(512),

@@ -127,12 +127,17 @@ pub fn to_toml(policy: &Policy) -> String {
     line(&mut out, "hardlinks", quote(hardlinks));
     line(&mut out, "tmp", quote(&size::format_size(fs.tmp_size)));
     out.push_str("\n[network]\n");
-    let mode = match policy.network.mode {
-        NetworkMode::None => "none",
-        NetworkMode::Loopback => "loopback",
-        NetworkMode::Host => "host",
-    };
-    line(&mut out, "mode", quote(mode));
+    line(&mut out, "mode", quote(policy.network.mode.name()));
+    if policy.network.mode == NetworkMode::Allowlist {
+        line(&mut out, "allow", strings(&policy.network.allow));
+        let pins: Vec<String> = policy
+            .network
+            .resolve
+            .iter()
+            .map(|(name, ip)| format!("{} = {}", quote(name), quote(&ip.to_string())))
+            .collect();
+        line(&mut out, "resolve", format!("{{ {} }}", pins.join(", ")));
+    }
     out.push_str("\n[limits]\n");
     let unlimited = || quote("unlimited");
     let size_or = |v: Option<u64>| v.map_or_else(unlimited, |b| quote(&size::format_size(b)));
@@ -565,7 +570,9 @@ mod tests {
             ("version = 2", "p.toml:1:11: unsupported profile version 2: this sandbox reads version 1 only"),
             ("version = \"1\"", "p.toml:1:11: unsupported profile version \"1\": this sandbox reads version 1 only"),
             ("version = 1\ncolour = 1", "p.toml:2:1: unknown field `colour`, expected one of `version`, `extends`, `filesystem`, `network`, `limits`, `syscalls`, `env`, `broker`, `enforce`, `tools`"),
-            ("version = 1\n[network]\nmode = \"wifi\"", "p.toml:3:8: unknown variant `wifi`, expected one of `none`, `loopback`, `host`"),
+            ("version = 1\n[network]\nmode = \"host\"\nallow = [\"a.test\"]", "p.toml:4:10: `network.allow` goes with the proxy of mode \"allowlist\", not mode \"host\"; drop `mode` (a list implies the allowlist) or the list"),
+            ("version = 1\n[network]\nresolve = { \"a.test\" = \"nowhere\" }", "p.toml:3:24: `network.resolve`: \"nowhere\" is not an IP address (write e.g. \"10.0.0.5\" or \"fd00::5\")"),
+            ("version = 1\n[network]\nmode = \"wifi\"", "p.toml:3:8: unknown variant `wifi`, expected one of `none`, `loopback`, `allowlist`, `host`"),
             ("version = 1\n[filesystem]\nread = [\"usr\"]", "p.toml:3:9: `filesystem.read` paths must be absolute: \"usr\" does not start with '/'"),
             ("version = 1\n[filesystem]\nread_if_exists = [\"/a/../etc\"]", "p.toml:3:19: `filesystem.read_if_exists` paths cannot contain `..`: \"/a/../etc\""),
             ("version = 1\n[filesystem]\nwrite = [\"/proc/self/\"]", "p.toml:3:10: `filesystem.write` cannot contain \"/proc/self\": /proc and everything under it stay read-only"),
@@ -750,5 +757,38 @@ mod tests {
         let p = dir.path().join("bin.toml");
         std::fs::write(&p, b"version = 1\n\xff\xfe").unwrap();
         assert!(matches!(load_file(&p), Err(ProfileError::Read { .. })));
+    }
+
+    #[test]
+    fn a_network_list_implies_the_allowlist_and_a_child_without_a_proxy_drops_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let parent = dir.path().join("parent.toml");
+        std::fs::write(
+            &parent,
+            "version = 1\n[network]\nallow = [\"registry.npmjs.org\", \"*.pythonhosted.org:443\"]\nresolve = { \"API.test\" = \"127.0.0.1\" }\n",
+        )
+        .unwrap();
+        let p = load_file(&parent).unwrap();
+        assert_eq!(p.network.mode, NetworkMode::Allowlist);
+        assert_eq!(
+            p.network.allow,
+            ["registry.npmjs.org", "*.pythonhosted.org:443"]
+        );
+        assert_eq!(
+            p.network.resolve.get("api.test"),
+            Some(&"127.0.0.1".parse().unwrap())
+        );
+        let child = dir.path().join("child.toml");
+        std::fs::write(
+            &child,
+            format!(
+                "version = 1\nextends = {:?}\n[network]\nmode = \"none\"\n",
+                parent.display().to_string()
+            ),
+        )
+        .unwrap();
+        let p = load_file(&child).unwrap();
+        assert_eq!(p.network.mode, NetworkMode::None);
+        assert!(p.network.allow.is_empty() && p.network.resolve.is_empty());
     }
 }

@@ -96,6 +96,32 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
             network_name(outer.network.mode).into(),
         );
     }
+    if inner.network.mode == NetworkMode::Allowlist && outer.network.mode == NetworkMode::Allowlist
+    {
+        for entry in &inner.network.allow {
+            if !crate::net::allow::entry_within(entry, &outer.network.allow) {
+                over(
+                    "network.allow",
+                    format!("{entry:?}"),
+                    format!("{:?}", outer.network.allow),
+                );
+            }
+        }
+    }
+    // A pin decides where a name's connections (and the secrets bound to
+    // that name) go: only the outer profile's own pins are taken.
+    for (name, ip) in &inner.network.resolve {
+        if outer.network.resolve.get(name) != Some(ip) {
+            over(
+                "network.resolve",
+                format!("{name} = {ip}"),
+                match outer.network.resolve.get(name) {
+                    Some(theirs) => format!("{name} = {theirs}"),
+                    None => format!("no pin for {name}"),
+                },
+            );
+        }
+    }
 
     let (l, ol) = (&inner.limits, &outer.limits);
     let size = |v: Option<u64>| v.map_or_else(|| "unlimited".into(), format_size);
@@ -244,7 +270,7 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
     narrowed.filesystem.write.clone_from(&fs.write);
     narrowed.filesystem.hide.clone_from(&fs.hide);
     narrowed.filesystem.tmp_size = fs.tmp_size;
-    narrowed.network.mode = inner.network.mode;
+    narrowed.network = inner.network.clone();
     narrowed.limits = inner.limits.clone();
     narrowed.syscalls = inner.syscalls.clone();
     narrowed.env.pass.clone_from(&inner.env.pass);
@@ -307,16 +333,13 @@ fn network_rank(mode: NetworkMode) -> u8 {
     match mode {
         NetworkMode::None => 0,
         NetworkMode::Loopback => 1,
-        NetworkMode::Host => 2,
+        NetworkMode::Allowlist => 2,
+        NetworkMode::Host => 3,
     }
 }
 
 fn network_name(mode: NetworkMode) -> &'static str {
-    match mode {
-        NetworkMode::None => "none",
-        NetworkMode::Loopback => "loopback",
-        NetworkMode::Host => "host",
-    }
+    mode.name()
 }
 
 fn permissiveness(decision: Decision) -> u8 {

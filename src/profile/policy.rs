@@ -48,8 +48,29 @@ pub enum NetworkMode {
     None,
     /// A new network namespace with its own loopback interface up.
     Loopback,
+    /// Like `Loopback`, plus a proxy the supervisor runs outside that
+    /// leads to the hosts [`NetworkPolicy::allow`] lists (and to those the
+    /// broker allows), and nowhere else.
+    Allowlist,
     /// The host's network namespace (no network isolation).
     Host,
+}
+
+impl NetworkMode {
+    /// The name profiles, flags and reports use.
+    pub fn name(self) -> &'static str {
+        match self {
+            NetworkMode::None => "none",
+            NetworkMode::Loopback => "loopback",
+            NetworkMode::Allowlist => "allowlist",
+            NetworkMode::Host => "host",
+        }
+    }
+
+    /// Whether the sandbox has a loopback interface of its own that is up.
+    pub fn has_loopback(self) -> bool {
+        matches!(self, NetworkMode::Loopback | NetworkMode::Allowlist)
+    }
 }
 
 /// What the sandbox may do with the project root.
@@ -111,6 +132,55 @@ pub struct FilesystemPolicy {
 pub struct NetworkPolicy {
     /// Which network namespace the sandbox gets.
     pub mode: NetworkMode,
+    /// In `Allowlist` mode, what the proxy lets through without asking:
+    /// entries as `crate::net::allow` parses them (`api.example.com`,
+    /// `*.pythonhosted.org:443`, `10.0.0.0/8:5432`), checked when the
+    /// profile was loaded. Empty in the other modes.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Names the proxy resolves to fixed addresses instead of asking DNS
+    /// (like curl's `--resolve`); the addresses still pass its checks.
+    #[serde(default)]
+    pub resolve: BTreeMap<String, std::net::IpAddr>,
+}
+
+impl NetworkPolicy {
+    /// The network a flag or an API request names: `none`, `loopback`,
+    /// `host`, or `allow:HOST[,HOST...]` (the allowlist; `allow:` alone
+    /// lists nothing, so every host is decided by the broker). The error
+    /// names what is wrong and the accepted forms.
+    pub fn from_spec(spec: &str) -> Result<NetworkPolicy, String> {
+        if let Some(list) = spec.strip_prefix("allow:") {
+            let mut policy = NetworkPolicy::of_mode(NetworkMode::Allowlist);
+            for entry in list.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                crate::net::allow::check_entry(entry)
+                    .map_err(|err| format!("allow:{list}: {err}"))?;
+                policy.allow.push(entry.to_string());
+            }
+            return Ok(policy);
+        }
+        [
+            NetworkMode::None,
+            NetworkMode::Loopback,
+            NetworkMode::Allowlist,
+            NetworkMode::Host,
+        ]
+        .into_iter()
+        .find(|mode| mode.name() == spec)
+        .map(NetworkPolicy::of_mode)
+        .ok_or_else(|| {
+            format!("{spec:?} is not a network: use none, loopback, host or allow:HOST[,HOST...]")
+        })
+    }
+
+    /// A policy with `mode` and nothing listed.
+    pub fn of_mode(mode: NetworkMode) -> NetworkPolicy {
+        NetworkPolicy {
+            mode,
+            allow: Vec::new(),
+            resolve: BTreeMap::new(),
+        }
+    }
 }
 
 /// Resource limits. `None` means "no limit from this profile".

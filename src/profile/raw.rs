@@ -123,6 +123,10 @@ pub enum RawProject {
 pub struct RawNetwork {
     /// Which network the sandbox sees.
     pub mode: Option<RawNetworkMode>,
+    /// Hosts the proxy lets through (implies `mode = "allowlist"`).
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// Names pinned to addresses.
+    pub resolve: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
 }
 
 /// Network mode, as spelled in a file.
@@ -133,6 +137,8 @@ pub enum RawNetworkMode {
     None,
     /// A private loopback interface.
     Loopback,
+    /// A private loopback interface and the proxy to the listed hosts.
+    Allowlist,
     /// The host's network.
     Host,
 }
@@ -337,6 +343,8 @@ pub(crate) struct Layer {
     pub hardlinks: Option<crate::project::HardlinkPolicy>,
     pub tmp_size: Option<u64>,
     pub network: Option<NetworkMode>,
+    pub network_allow: Option<Vec<String>>,
+    pub network_resolve: Option<BTreeMap<String, std::net::IpAddr>>,
     pub memory: Option<Option<u64>>,
     pub pids: Option<Option<u64>>,
     pub cpu: Option<Option<f64>>,
@@ -403,6 +411,15 @@ impl Layer {
         set(&mut fs.hardlinks, self.hardlinks);
         set(&mut fs.tmp_size, self.tmp_size);
         set(&mut policy.network.mode, self.network);
+        set(&mut policy.network.allow, self.network_allow);
+        set(&mut policy.network.resolve, self.network_resolve);
+        // A mode without a proxy has nothing to list: a layer that turns
+        // the proxy off (`mode = "none"` over a parent's allowlist) gets
+        // exactly the mode it names.
+        if policy.network.mode != NetworkMode::Allowlist {
+            policy.network.allow.clear();
+            policy.network.resolve.clear();
+        }
         let limits = &mut policy.limits;
         set(&mut limits.memory, self.memory);
         set(&mut limits.pids, self.pids);
@@ -469,11 +486,7 @@ impl RawProfile {
             }
         }
         if let Some(net) = self.network {
-            layer.network = net.mode.map(|m| match m {
-                RawNetworkMode::None => NetworkMode::None,
-                RawNetworkMode::Loopback => NetworkMode::Loopback,
-                RawNetworkMode::Host => NetworkMode::Host,
-            });
+            check_network(src, net, &mut layer)?;
         }
         if let Some(limits) = self.limits {
             check_limits(src, limits, &mut layer)?;
@@ -519,6 +532,63 @@ impl RawProfile {
         }
         Ok(layer)
     }
+}
+
+fn check_network(src: &Source, net: RawNetwork, layer: &mut Layer) -> Result<(), ProfileError> {
+    let mode = net.mode.map(|m| match m {
+        RawNetworkMode::None => NetworkMode::None,
+        RawNetworkMode::Loopback => NetworkMode::Loopback,
+        RawNetworkMode::Allowlist => NetworkMode::Allowlist,
+        RawNetworkMode::Host => NetworkMode::Host,
+    });
+    let listed = net.allow.is_some() || net.resolve.is_some();
+    if let (Some(mode), true) = (mode, listed) {
+        if mode != NetworkMode::Allowlist {
+            let (key, span) = match (&net.allow, &net.resolve) {
+                (Some(allow), _) => ("allow", allow.first().map(|a| a.span())),
+                (None, Some(resolve)) => ("resolve", resolve.keys().next().map(|k| k.span())),
+                (None, None) => ("allow", None),
+            };
+            return Err(src.error(
+                span.unwrap_or(0..0),
+                format!(
+                    "`network.{key}` goes with the proxy of mode \"allowlist\", not mode \"{}\"; \
+                     drop `mode` (a list implies the allowlist) or the list",
+                    mode.name()
+                ),
+            ));
+        }
+    }
+    layer.network = match (mode, listed) {
+        (None, true) => Some(NetworkMode::Allowlist),
+        (mode, _) => mode,
+    };
+    if let Some(allow) = net.allow {
+        layer.network_allow = check_list(Some(allow), |entry| {
+            crate::net::allow::check_entry(entry.get_ref())
+                .map(|()| entry.get_ref().trim().to_string())
+                .map_err(|err| src.error(entry.span(), format!("`network.allow`: {err}")))
+        })?;
+    }
+    if let Some(resolve) = net.resolve {
+        let mut pins = BTreeMap::new();
+        for (name, address) in resolve {
+            crate::net::allow::check_name(name.get_ref())
+                .map_err(|err| src.error(name.span(), format!("`network.resolve`: {err}")))?;
+            let ip = address.get_ref().parse::<std::net::IpAddr>().map_err(|_| {
+                src.error(
+                    address.span(),
+                    format!(
+                        "`network.resolve`: {:?} is not an IP address (write e.g. \"10.0.0.5\" or \"fd00::5\")",
+                        address.get_ref()
+                    ),
+                )
+            })?;
+            pins.insert(name.get_ref().to_ascii_lowercase(), ip);
+        }
+        layer.network_resolve = Some(pins);
+    }
+    Ok(())
 }
 
 fn decision(d: RawDecision) -> Decision {

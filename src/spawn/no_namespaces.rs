@@ -231,6 +231,9 @@ pub fn plan_without(prepared: &Prepared, reason: String) -> Result<NoNamespaces,
         NetworkMode::Loopback => not_promised.push(
             "a private loopback: `loopback` needs a network namespace, so the run gets no network at all (socket() is refused)".into(),
         ),
+        NetworkMode::Allowlist => not_promised.push(
+            "the proxy to the allowlist: it needs a network namespace, so the run gets no network at all (socket() is refused); the broker's net.http still reaches the listed hosts".into(),
+        ),
         NetworkMode::None => {}
     }
     let uid = nix::unistd::geteuid();
@@ -531,7 +534,7 @@ fn plan(
         crate::seccomp::SharedHost { deny_sockets },
     )?);
     let network = match policy.network.mode {
-        NetworkMode::Loopback => NetworkMode::None,
+        NetworkMode::Loopback | NetworkMode::Allowlist => NetworkMode::None,
         mode => mode,
     };
 
