@@ -625,38 +625,44 @@ fn a_profiles_network_allow_works_like_the_flag() {
             &format!("http://other.test:{}/profile", b.port())
         ),
     );
-    let mut cmd = project.command();
-    cmd.args([
-        "run",
-        "--non-interactive",
-        "--audit",
-        "audit.jsonl",
-        "--report",
-        "report.json",
-    ])
-    .arg("--profile")
-    .arg(&profile)
-    .args(["--", "/bin/sh", "-c", &script]);
-    let output = cmd.output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("listed code=200"), "{stdout}\n{stderr}");
-    assert!(stdout.contains("unlisted code=403"), "{stdout}\n{stderr}");
+    let args = [
+        "--profile".to_string(),
+        profile.to_str().expect("UTF-8 temp path").to_string(),
+    ];
+    let run = run_sandbox(&project, &args, &[], &sh(&script));
+    run.assert_ok("profile run");
+    assert_eq!(
+        curl_code(&run, "listed", "code"),
+        "200",
+        "{}",
+        run.streams()
+    );
+    assert_eq!(
+        curl_code(&run, "unlisted", "code"),
+        "403",
+        "{}",
+        run.streams()
+    );
     assert!(a.received().contains("/profile"));
     b.assert_saw_nothing("unlisted in the profile");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(project.path().join("report.json")).unwrap())
-            .unwrap();
-    assert_eq!(report["enforced"]["network"], "allowlist");
-    assert!(
-        report["enforced"]["network_allow"]
-            .to_string()
-            .contains(&format!("api.test:{}", a.port())),
-        "{report}"
+    assert_eq!(
+        run.report["enforced"]["network"], "allowlist",
+        "{}",
+        run.report_text
     );
-    let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
-    assert!(audit.contains("\"net.connect\""), "{audit}");
+    assert!(
+        run.report["enforced"]["network_allow"]
+            .to_string()
+            .contains(&format!("\"api.test:{}\"", a.port())),
+        "{}",
+        run.report_text
+    );
+    run.assert_connect(&format!("api.test:{}", a.port()), "allow", "profile listed");
+    run.assert_connect(
+        &format!("other.test:{}", b.port()),
+        "deny",
+        "profile unlisted",
+    );
 }
 
 #[test]

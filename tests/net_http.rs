@@ -117,7 +117,7 @@ fn assert_value_nowhere(project: &Project, run: &NetRun) {
             }
         }
     }
-    assert!(files >= 3, "the answers, audit and report were written");
+    assert!(files >= 1, "the answers were written");
 }
 
 fn error_code(answer: &Value) -> i64 {

@@ -286,18 +286,26 @@ impl NetRun {
 }
 
 /// `sandbox run --profile strict --non-interactive --audit F --report F
-/// [args] -- argv` in `project`, with `env` set for the supervisor.
+/// [args] -- argv` in `project` (without `--profile strict` when `args`
+/// name a profile), with `env` set for the supervisor. The audit and the
+/// report go to a directory outside the project.
 pub fn run_sandbox(
     project: &Project,
     args: &[String],
     env: &[(&str, &str)],
     argv: &[&str],
 ) -> NetRun {
-    let tag = super::marker("netrun");
-    let audit = project.path().join(format!("audit-{tag}.jsonl"));
-    let report = project.path().join(format!("report-{tag}.json"));
+    // Outside the project, which the payload can write: a test must not
+    // read an audit or report the attack could have rewritten.
+    let outside = Project::new(project.who);
+    let audit = outside.path().join("audit.jsonl");
+    let report = outside.path().join("report.json");
     let mut cmd = project.command();
-    cmd.args(["run", "--profile", "strict", "--non-interactive"])
+    cmd.arg("run");
+    if !args.iter().any(|arg| arg == "--profile") {
+        cmd.args(["--profile", "strict"]);
+    }
+    cmd.arg("--non-interactive")
         .arg("--audit")
         .arg(&audit)
         .arg("--report")
