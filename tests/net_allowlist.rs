@@ -267,14 +267,19 @@ fn a_listed_name_resolving_to_cloud_metadata_is_refused() {
         return;
     }
     let project = Project::new(Who::Root);
+    // The IPv4-mapped IPv6 form of the same address must not pass either.
     let args = net_args(
-        &["meta.test".to_string()],
-        &[("meta.test", "169.254.169.254")],
+        &["meta.test".to_string(), "meta6.test".to_string()],
+        &[
+            ("meta.test", "169.254.169.254"),
+            ("meta6.test", "::ffff:169.254.169.254"),
+        ],
     );
     let script = format!(
-        "{}{}",
+        "{}{}{}",
         curl("meta", "http://meta.test/latest/meta-data/"),
         curl("metatunnel", "-p http://meta.test/latest/meta-data/"),
+        curl("mapped", "-p http://meta6.test/latest/meta-data/"),
     );
     let run = run_sandbox(&project, &args, &[], &sh(&script));
     assert_eq!(curl_code(&run, "meta", "code"), "403", "{}", run.streams());
@@ -289,7 +294,49 @@ fn a_listed_name_resolving_to_cloud_metadata_is_refused() {
         "the refusal names the address: {}",
         run.streams()
     );
+    assert_eq!(
+        curl_code(&run, "mapped", "connect"),
+        "403",
+        "{}",
+        run.streams()
+    );
     run.assert_connect("meta.test:80", "deny", "link-local address");
+    run.assert_connect("meta6.test:80", "deny", "IPv4-mapped link-local address");
+}
+
+#[test]
+fn connect_and_forwarding_decide_on_the_target_not_on_the_host_header() {
+    if !support::require_root_sandbox(
+        "connect_and_forwarding_decide_on_the_target_not_on_the_host_header",
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let a = TestServer::start("a");
+    let b = TestServer::start("b");
+    let script = format!(
+        "{PY_PROXY}
+a, b = sys.argv[1], sys.argv[2]
+s, f = proxy()
+send(s, f'CONNECT other.test:{{b}} HTTP/1.1\\nHost: api.test:{{a}}\\n\\n')
+print('connect', head(f), flush=True)
+s, f = proxy()
+send(s, f'GET http://other.test:{{b}}/x HTTP/1.1\\nHost: api.test:{{a}}\\n\\n')
+print('forward', response(f)[0], flush=True)
+"
+    );
+    let (pa, pb) = (a.port().to_string(), b.port().to_string());
+    let run = run_sandbox(
+        &project,
+        &two_servers_args(&a, &b),
+        &[],
+        &["python3", "-c", &script, &pa, &pb],
+    );
+    run.assert_ok("raw proxy client");
+    assert!(run.stdout().contains("connect 403"), "{}", run.streams());
+    assert!(run.stdout().contains("forward 403"), "{}", run.streams());
+    b.assert_saw_nothing("an unlisted target behind a listed Host header");
+    a.assert_saw_nothing("the Host header names a but the target is b");
 }
 
 #[test]
@@ -510,8 +557,9 @@ fn socks5_reaches_a_listed_host_and_is_refused_for_others() {
     let project = Project::new(Who::Root);
     let a = TestServer::start("a");
     let b = TestServer::start("b");
+    let raw = TestServer::start_on("raw", "127.0.0.2");
     let script = format!(
-        "{}{}",
+        "{}{}{}",
         curl(
             "listed",
             &format!(
@@ -525,6 +573,11 @@ fn socks5_reaches_a_listed_host_and_is_refused_for_others() {
                 "--socks5-hostname 127.0.0.1:3128 http://other.test:{}/socks",
                 b.port()
             )
+        ),
+        // curl --socks5 sends an IPv4 address (ATYP 1), not a name.
+        curl(
+            "address",
+            &format!("--socks5 127.0.0.1:3128 http://{}/socks", raw.addr())
         ),
     );
     let run = run_sandbox(&project, &two_servers_args(&a, &b), &[], &sh(&script));
@@ -543,6 +596,9 @@ fn socks5_reaches_a_listed_host_and_is_refused_for_others() {
         run.streams()
     );
     b.assert_saw_nothing("SOCKS5 to an unlisted host");
+    assert_ne!(curl_code(&run, "address", "exit"), "0", "{}", run.streams());
+    raw.assert_saw_nothing("SOCKS5 to an IP literal nobody listed");
+    run.assert_connect(&raw.addr(), "deny", "SOCKS5 IP literal");
     run.assert_connect(&format!("api.test:{}", a.port()), "allow", "SOCKS5 listed");
     run.assert_connect(
         &format!("other.test:{}", b.port()),
