@@ -24,3 +24,25 @@ pub mod resolve;
 /// The port the proxy listens on inside the sandbox, on 127.0.0.1 (the
 /// sandbox's own loopback: a fresh namespace, so it is always free).
 pub const PROXY_PORT: u16 = 3128;
+
+/// The variables that point a sandboxed program's clients at the proxy:
+/// HTTP(S) through CONNECT or forwarding, SOCKS5 with names resolved by
+/// the proxy (`socks5h`), and the sandbox's own loopback left direct.
+/// Both spellings: curl reads only the lowercase `http_proxy`, Go and
+/// Python read either.
+pub fn proxy_environment() -> Vec<(&'static str, String)> {
+    let http = format!("http://127.0.0.1:{PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+    let direct = "localhost,127.0.0.1,::1".to_string();
+    let mut vars = Vec::new();
+    for (upper, lower, value) in [
+        ("HTTP_PROXY", "http_proxy", &http),
+        ("HTTPS_PROXY", "https_proxy", &http),
+        ("ALL_PROXY", "all_proxy", &socks),
+        ("NO_PROXY", "no_proxy", &direct),
+    ] {
+        vars.push((upper, value.clone()));
+        vars.push((lower, value.clone()));
+    }
+    vars
+}

@@ -97,6 +97,17 @@ impl PayloadExit {
     }
 }
 
+/// P1: hand one descriptor to the peer of `sock` (the proxy's listening
+/// socket, to the net process).
+pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> nix::Result<()> {
+    let raw = [fd.as_raw_fd()];
+    let payload = [TAG_GO];
+    let iov = [IoSlice::new(&payload)];
+    let cmsgs = [ControlMessage::ScmRights(&raw)];
+    sendmsg::<()>(sock.as_raw_fd(), &iov, &cmsgs, MsgFlags::MSG_NOSIGNAL, None)?;
+    Ok(())
+}
+
 /// P0: tell init the id maps are in place, handing over the mount trees.
 pub fn send_go(sock: BorrowedFd<'_>, trees: &[OwnedFd]) -> Result<(), ChannelError> {
     if trees.len() > MAX_PASSED_FDS {

@@ -39,6 +39,8 @@ pub struct InitFds<'a> {
     /// The supervisor moves init into the run's cgroup while init builds
     /// the root, and says so on the sync socket; init forks nothing before.
     pub await_cgroup: bool,
+    /// Where the allowlist's listening socket goes (the net process).
+    pub net_handover: Option<BorrowedFd<'a>>,
 }
 
 /// Init's entry point after clone. Returns its exit status.
@@ -113,8 +115,16 @@ fn run<'a>(
     } else {
         build_root(plan, &mut trees)?;
 
-        if plan.network == NetworkMode::Loopback {
+        if plan.network.has_loopback() {
             crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
+        }
+        // The allowlist's proxy listens on the sandbox's own loopback; the
+        // socket goes to the net process outside, and init keeps no copy
+        // (the payload must never accept on it).
+        if let (NetworkMode::Allowlist, Some(to)) = (plan.network, fds.net_handover) {
+            let listener = crate::sys::net::listen_on_loopback(crate::net::PROXY_PORT)
+                .step(Step::ProxyListener, b"127.0.0.1:3128")?;
+            channel::send_fd(to, listener.as_fd()).step(Step::ProxyListener, b"handover")?;
         }
         if let Err(errno) = nix::unistd::sethostname("sandbox") {
             // Cosmetic (see COSMETIC_STEPS): said in the report, never fatal. A

@@ -58,6 +58,7 @@ pub enum Step {
     DetachOldRoot,
     Chdir,
     Loopback,
+    ProxyListener,
     Hostname,
     SignalForwarding,
     ForkPayload,
@@ -77,7 +78,7 @@ pub enum Step {
 }
 
 impl Step {
-    const ALL: [Step; 41] = [
+    const ALL: [Step; 42] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -103,6 +104,7 @@ impl Step {
         Step::DetachOldRoot,
         Step::Chdir,
         Step::Loopback,
+        Step::ProxyListener,
         Step::Hostname,
         Step::SignalForwarding,
         Step::ForkPayload,
@@ -153,6 +155,7 @@ impl Step {
             Step::DetachOldRoot => "detaching the old root",
             Step::Chdir => "changing to the working directory",
             Step::Loopback => "bringing up the loopback interface",
+            Step::ProxyListener => "opening the proxy's port on the sandbox's loopback",
             Step::Hostname => "setting the hostname",
             Step::SignalForwarding => "installing signal forwarding",
             Step::ForkPayload => "starting the payload process",

@@ -726,6 +726,7 @@ fn start_cloned(
         report: report_write.as_fd(),
         supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
         await_cgroup: cgroup.is_some(),
+        net_handover: None,
     };
     crate::sys::proctitle::remember();
     let userns = prepared.config.policy.enforce.userns;

@@ -417,6 +417,14 @@ pub(crate) fn plan_command(
         env.retain(|(n, _)| n != name);
         env.push((OsString::from(name), OsString::from(value)));
     }
+    // The proxy is the only way out: the run's own variables cannot point
+    // clients anywhere else (nothing else would answer anyway).
+    if policy.network.mode == NetworkMode::Allowlist {
+        for (name, value) in crate::net::proxy_environment() {
+            env.retain(|(n, _)| n != name);
+            env.push((OsString::from(name), OsString::from(value)));
+        }
+    }
     if let Some((_, path)) = env.iter_mut().find(|(n, _)| n == "PATH") {
         path.push(":");
         path.push(SANDBOX_BIN_DIR);

@@ -1,4 +1,5 @@
-//! Bring the loopback interface of a new network namespace up.
+//! Bring the loopback interface of a new network namespace up, and listen
+//! on it.
 
 use std::os::fd::AsRawFd;
 
@@ -28,4 +29,19 @@ pub fn loopback_up() -> nix::Result<()> {
     // SAFETY: SIOCSIFFLAGS reads `req` (interface name and flags) only.
     Errno::result(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) })?;
     Ok(())
+}
+
+/// A listening TCP socket on 127.0.0.1:`port` of the current network
+/// namespace, non-blocking and close-on-exec.
+pub fn listen_on_loopback(port: u16) -> nix::Result<std::os::fd::OwnedFd> {
+    use nix::sys::socket::{bind, listen, Backlog, SockaddrIn};
+    let sock = socket(
+        AddressFamily::Inet,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    bind(sock.as_raw_fd(), &SockaddrIn::new(127, 0, 0, 1, port))?;
+    listen(&sock, Backlog::new(1024).unwrap_or(Backlog::MAXCONN))?;
+    Ok(sock)
 }
