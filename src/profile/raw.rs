@@ -567,7 +567,7 @@ fn check_network(src: &Source, net: RawNetwork, layer: &mut Layer) -> Result<(),
         layer.network_allow = check_list(Some(allow), |entry| {
             crate::net::allow::check_entry(entry.get_ref())
                 .map(|()| entry.get_ref().trim().to_string())
-                .map_err(|err| src.error(entry.span(), format!("`network.allow`: {err}")))
+                .map_err(|err| src.error(entry.span(), err.to_string()))
         })?;
     }
     if let Some(resolve) = net.resolve {
