@@ -153,6 +153,26 @@ pub enum ActionError {
         /// What was given.
         given: String,
     },
+    /// A `net.http` pattern is a host as the allowlist writes one.
+    #[error("{given:?}: {source} (a net.http pattern is a host: api.example.com, *.example.com, HOST:PORT)")]
+    BadHostPattern {
+        /// What was given.
+        given: String,
+        /// Why the host pattern does not parse.
+        source: crate::net::allow::AllowError,
+    },
+}
+
+/// Whether a rule's, grant's or declaration's `pattern` covers `target`:
+/// paths and programs by glob ([`glob_matches`]); `net.http` targets
+/// (`host:port`) as an allowlist entry covers them, so that
+/// `net.http:api.example.com` means that host on ports 443 and 80, as it
+/// does in `network.allow`.
+pub fn pattern_matches(action: Action, pattern: &str, target: &str) -> bool {
+    match action {
+        Action::NetHttp => crate::net::allow::target_matches(pattern, target),
+        _ => glob_matches(pattern, target),
+    }
 }
 
 impl FromStr for Action {
@@ -198,7 +218,7 @@ impl Permission {
         self.action == action
             && match (&self.pattern, target) {
                 (None, _) => true,
-                (Some(pattern), Some(target)) => glob_matches(pattern, target),
+                (Some(pattern), Some(target)) => pattern_matches(action, pattern, target),
                 (Some(_), None) => false,
             }
     }
@@ -221,10 +241,16 @@ impl FromStr for Permission {
             Some((action, pattern)) => (action, Some(pattern.to_string())),
             None => (given, None),
         };
-        Ok(Permission {
-            action: action.parse()?,
-            pattern,
-        })
+        let action: Action = action.parse()?;
+        if let (Action::NetHttp, Some(pattern)) = (action, &pattern) {
+            crate::net::allow::check_entry(pattern).map_err(|source| {
+                ActionError::BadHostPattern {
+                    given: given.to_string(),
+                    source,
+                }
+            })?;
+        }
+        Ok(Permission { action, pattern })
     }
 }
 
@@ -264,5 +290,22 @@ mod tests {
             "fs.write:".parse::<Permission>(),
             Err(ActionError::EmptyPattern { .. })
         ));
+    }
+
+    #[test]
+    fn a_net_http_pattern_is_a_host_as_the_allowlist_writes_it() {
+        let p: Permission = "net.http:api.example.com".parse().unwrap();
+        assert!(p.covers(Action::NetHttp, Some("api.example.com:443")));
+        assert!(p.covers(Action::NetHttp, Some("api.example.com:80")));
+        assert!(!p.covers(Action::NetHttp, Some("api.example.com:8080")));
+        assert!(!p.covers(Action::NetHttp, Some("api.example.com.evil.test:443")));
+        let p: Permission = "net.http:*.example.com:8080".parse().unwrap();
+        assert!(p.covers(Action::NetHttp, Some("a.b.example.com:8080")));
+        assert!(!p.covers(Action::NetHttp, Some("example.com:8080")));
+        let err = "net.http:api example.com"
+            .parse::<Permission>()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("a net.http pattern is a host"), "{err}");
     }
 }

@@ -180,7 +180,10 @@ impl GrantStore {
                     && g.hash == hash
                     && g.action == action
                     && match target {
-                        Some(target) => super::permission::glob_matches(&g.pattern, target),
+                        Some(target) => match action.parse() {
+                            Ok(known) => crate::action::pattern_matches(known, &g.pattern, target),
+                            Err(_) => super::permission::glob_matches(&g.pattern, target),
+                        },
                         None => g.pattern == "*",
                     }
             })

@@ -50,7 +50,10 @@ pub fn decide_for(policy: &BrokerPolicy, action: &str, target: Option<&str>) -> 
             .rules
             .iter()
             .filter_map(|(key, d)| Some((key.strip_prefix(&prefix)?, *d)))
-            .filter(|(pattern, _)| glob_matches(pattern, target))
+            .filter(|(pattern, _)| match action.parse() {
+                Ok(known) => crate::action::pattern_matches(known, pattern, target),
+                Err(_) => glob_matches(pattern, target),
+            })
             .collect();
         let chosen = matching
             .iter()
