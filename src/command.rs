@@ -39,7 +39,7 @@ pub struct Command {
     cgroup_parent: Option<PathBuf>,
     audit: Option<PathBuf>,
     interactive: bool,
-    secrets: Vec<(String, String)>,
+    secrets: Vec<crate::broker::secrets::SecretSpec>,
     skill: Option<crate::spawn::prepare::SkillCaller>,
     read_only_extra: Vec<(PathBuf, PathBuf)>,
     verbose: bool,
@@ -181,7 +181,25 @@ impl Command {
     }
     /// Make a secret available to the broker's `secrets.get` under `name`.
     pub fn secret(&mut self, name: impl Into<String>, value: impl Into<String>) -> &mut Command {
-        self.secrets.push((name.into(), value.into()));
+        self.secrets
+            .push(crate::broker::secrets::SecretSpec::unbound(name, value));
+        self
+    }
+    /// Make a secret available as [`Command::secret`] does, and let the
+    /// broker's `net.http` put its value in place of its handle in request
+    /// headers sent to `hosts` (allowlist entries: `api.example.com`,
+    /// `*.example.com:8443`), and nowhere else.
+    pub fn secret_for_hosts(
+        &mut self,
+        name: impl Into<String>,
+        value: impl Into<String>,
+        hosts: Vec<String>,
+    ) -> &mut Command {
+        self.secrets.push(crate::broker::secrets::SecretSpec {
+            name: name.into(),
+            value: value.into(),
+            hosts,
+        });
         self
     }
     /// Print each setup step on stderr as it happens, and the payload's own

@@ -5,6 +5,7 @@ pub mod audit;
 pub mod decision;
 pub mod fs;
 pub mod grants;
+pub mod http;
 pub mod identity;
 pub mod invoke;
 pub use crate::profile::permission;

@@ -32,7 +32,7 @@ use super::invoke::{Invocations, Plain};
 use super::permission::{self, Verdict};
 use super::protocol::{self, code, Fill, Frame, Id, Message};
 use super::protocol::{fail, Failure};
-use super::secrets::{SecretParams, Secrets};
+use super::secrets::{SecretParams, SecretSpec, Secrets};
 use super::terminal::{Job, RunParams};
 use super::transport::Transport;
 use crate::action::{Action, Permission};
@@ -281,7 +281,7 @@ impl Broker {
 
     /// Secrets this run may hand out, by name: the values come from the
     /// user (environment or file), never from the sandbox.
-    pub fn use_secrets(&mut self, secrets: Vec<(String, String)>) {
+    pub fn use_secrets(&mut self, secrets: Vec<SecretSpec>) {
         self.secrets.add(secrets);
     }
 

@@ -682,8 +682,13 @@ fn run_request(
     if !args.secrets.is_empty() {
         let mut secrets = Map::new();
         for spec in &args.secrets {
-            let (name, value) = super::run::resolve_secret(spec)?;
-            secrets.insert(name, json!(value));
+            let secret = super::run::resolve_secret(spec)?;
+            let submitted = if secret.hosts.is_empty() {
+                json!(secret.value)
+            } else {
+                json!({"value": secret.value, "hosts": secret.hosts})
+            };
+            secrets.insert(secret.name, submitted);
         }
         body.insert("secrets".into(), Value::Object(secrets));
     }
@@ -1066,6 +1071,12 @@ mod tests {
         let spec = format!("F=file:{}", file.path().display());
         let body = request(&["--daemon", "--secret", &spec, "--", "true"], &[], None).unwrap();
         assert_eq!(body["secrets"], json!({"F": "from-file"}));
+        let bound = format!("{spec}@api.test");
+        let body = request(&["--daemon", "--secret", &bound, "--", "true"], &[], None).unwrap();
+        assert_eq!(
+            body["secrets"],
+            json!({"F": {"value": "from-file", "hosts": ["api.test"]}})
+        );
     }
 
     #[test]

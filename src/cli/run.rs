@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
+use sandbox::broker::secrets::SecretSpec;
 use sandbox::profile::policy::{NetworkMode, NetworkPolicy};
 
 use super::UsageError;
@@ -69,8 +70,10 @@ pub struct RunArgs {
     /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
     #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
     pub env: Vec<OsString>,
-    /// Offer a secret to the broker's secrets.get: NAME=env:VAR or NAME=file:PATH (repeatable).
-    #[arg(long = "secret", value_name = "NAME=SOURCE")]
+    /// Offer a secret to the broker: NAME=env:VAR or NAME=file:PATH, optionally @HOST[,HOST...]
+    /// (repeatable). The sandbox gets a handle; net.http puts the value in place of the handle in
+    /// request headers sent to those hosts only (entries as in --net allow:).
+    #[arg(long = "secret", value_name = "NAME=SOURCE[@HOSTS]")]
     pub secrets: Vec<String>,
     /// Never prompt: broker actions that would ask are denied (as without a terminal).
     #[arg(long = "non-interactive")]
@@ -313,8 +316,8 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     command.interactive(!args.non_interactive);
     command.verbose(args.verbose);
     for spec in &args.secrets {
-        let (name, value) = resolve_secret(spec)?;
-        command.secret(name, value);
+        let secret = resolve_secret(spec)?;
+        command.secret_for_hosts(secret.name, secret.value, secret.hosts);
     }
     if let Some(project) = &args.project {
         command.project(project);
@@ -407,12 +410,15 @@ pub(crate) fn failure_report(profile: &str, error: &str) -> serde_json::Value {
     })
 }
 
-/// A `--secret NAME=env:VAR|file:PATH`, read from this process's
-/// environment or files (the supervisor's, or the daemon client's).
-pub(crate) fn resolve_secret(spec: &str) -> anyhow::Result<(String, String)> {
+/// A `--secret NAME=env:VAR[@HOSTS]|file:PATH[@HOSTS]`, read from this
+/// process's environment or files (the supervisor's, or the daemon
+/// client's). HOSTS, after the last `@`, is a comma-separated list of
+/// allowlist entries `net.http` may send the value to; a file path that
+/// holds an `@` keeps working when what follows is no host list.
+pub(crate) fn resolve_secret(spec: &str) -> anyhow::Result<SecretSpec> {
     let (name, source) = spec.split_once('=').with_context(|| {
         usage(format!(
-            "--secret {spec}: expected NAME=env:VAR or NAME=file:PATH"
+            "--secret {spec}: expected NAME=env:VAR or NAME=file:PATH, each optionally @HOST[,HOST...]"
         ))
     })?;
     if name.is_empty()
@@ -425,21 +431,66 @@ pub(crate) fn resolve_secret(spec: &str) -> anyhow::Result<(String, String)> {
         ))
         .into());
     }
-    let value = if let Some(var) = source.strip_prefix("env:") {
-        std::env::var(var)
-            .with_context(|| usage(format!("--secret {name}: the variable {var} is not set")))?
-    } else if let Some(path) = source.strip_prefix("file:") {
-        std::fs::read_to_string(path)
-            .with_context(|| usage(format!("--secret {name}: reading {path}")))?
+    let (value, hosts) = if let Some(rest) = source.strip_prefix("env:") {
+        let (var, hosts) = match rest.rsplit_once('@') {
+            Some((var, list)) => (var, parse_secret_hosts(name, list)?),
+            None => (rest, Vec::new()),
+        };
+        let value = std::env::var(var)
+            .with_context(|| usage(format!("--secret {name}: the variable {var} is not set")))?;
+        (value, hosts)
+    } else if let Some(rest) = source.strip_prefix("file:") {
+        let (path, hosts, not_hosts) = match rest.rsplit_once('@') {
+            Some((path, list)) => match parse_secret_hosts(name, list) {
+                Ok(hosts) => (path, hosts, None),
+                Err(err) => (rest, Vec::new(), Some(err)),
+            },
+            None => (rest, Vec::new(), None),
+        };
+        let value = std::fs::read_to_string(path)
+            .with_context(|| {
+                usage(match &not_hosts {
+                    Some(err) => format!(
+                        "--secret {name}: reading {path} (what follows its last @ is not a host list either: {err:#})"
+                    ),
+                    None => format!("--secret {name}: reading {path}"),
+                })
+            })?
             .trim_end_matches('\n')
-            .to_string()
+            .to_string();
+        (value, hosts)
     } else {
         return Err(usage(format!(
             "--secret {spec}: the source must be env:VAR or file:PATH"
         ))
         .into());
     };
-    Ok((name.to_string(), value))
+    Ok(SecretSpec {
+        name: name.to_string(),
+        value,
+        hosts,
+    })
+}
+
+/// The hosts after a secret's `@`: allowlist entries, comma-separated.
+fn parse_secret_hosts(name: &str, list: &str) -> anyhow::Result<Vec<String>> {
+    if list.is_empty() {
+        return Err(usage(format!(
+            "--secret {name}: no host after @: write @HOST[,HOST...], e.g. @api.github.com"
+        ))
+        .into());
+    }
+    list.split(',')
+        .map(|entry| {
+            sandbox::broker::secrets::parse_binding(entry).map_err(|err| {
+                usage(format!(
+                    "--secret {name}: {err} (hosts are written as in --net allow:, e.g. \
+                     api.github.com, *.example.com, host:8443)"
+                ))
+                .into()
+            })
+        })
+        .collect()
 }
 
 /// Write the report where `--report` and `--report-fd` asked; its one-line
@@ -518,4 +569,56 @@ pub(crate) fn limit_messages(report: &serde_json::Value) -> Vec<String> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage_text(spec: &str) -> String {
+        let err = resolve_secret(spec).expect_err("refused");
+        assert!(
+            err.downcast_ref::<UsageError>().is_some(),
+            "a usage error: {err:#}"
+        );
+        format!("{err:#}")
+    }
+
+    #[test]
+    fn a_secret_takes_hosts_after_its_last_at() {
+        let path = std::env::var("PATH").unwrap();
+        let secret = resolve_secret("T=env:PATH@API.GitHub.com,*.example.com:8443").unwrap();
+        assert_eq!(secret.name, "T");
+        assert_eq!(secret.value, path);
+        assert_eq!(secret.hosts, ["api.github.com", "*.example.com:8443"]);
+        assert!(resolve_secret("T=env:PATH").unwrap().hosts.is_empty());
+    }
+
+    #[test]
+    fn a_bad_host_list_is_a_precise_usage_error() {
+        for (spec, says) in [
+            ("T=env:PATH@", "no host after @"),
+            ("T=env:PATH@bad host", "\"bad host\" is not a host entry"),
+            ("T=env:PATH@api.test,", "empty"),
+            ("T=env:PATH@api.test:0", "port"),
+            ("T=file:/nonexistent/tok@bad host", "not a host list either"),
+        ] {
+            let message = usage_text(spec);
+            assert!(message.contains(says), "{spec}: {message}");
+        }
+    }
+
+    #[test]
+    fn a_file_path_holding_an_at_keeps_working() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("me@host");
+        std::fs::create_dir(&folder).unwrap();
+        std::fs::write(folder.join("token"), "tok\n").unwrap();
+        let path = folder.join("token");
+        let secret = resolve_secret(&format!("T=file:{}", path.display())).unwrap();
+        assert_eq!((secret.value.as_str(), secret.hosts.len()), ("tok", 0));
+        let secret = resolve_secret(&format!("T=file:{}@api.test", path.display())).unwrap();
+        assert_eq!(secret.value, "tok");
+        assert_eq!(secret.hosts, ["api.test"]);
+    }
 }

@@ -45,6 +45,35 @@ pub struct RequestLimits {
     pub output: Option<String>,
 }
 
+/// A submitted secret: its value, or its value and the hosts `net.http`
+/// may send it to (`{"value": "...", "hosts": ["api.example.com"]}`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub enum SubmittedSecret {
+    /// Bound to no host.
+    Value(String),
+    /// Bound to hosts (allowlist entries).
+    Bound {
+        /// The value.
+        value: String,
+        /// The hosts.
+        hosts: Vec<String>,
+    },
+}
+
+// Requests are logged with `{:?}`: the value stays out.
+impl std::fmt::Debug for SubmittedSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubmittedSecret::Value(_) => f.write_str("SubmittedSecret"),
+            SubmittedSecret::Bound { hosts, .. } => f
+                .debug_struct("SubmittedSecret")
+                .field("hosts", hosts)
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
 /// `POST /v1/runs`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,9 +96,9 @@ pub struct SubmitRequest {
     /// Pre-approved broker actions, each within the rule's.
     #[serde(default)]
     pub grants: Vec<String>,
-    /// Secrets for the broker's `secrets.get`.
+    /// Secrets for the broker's `secrets.get` and `net.http`.
     #[serde(default)]
-    pub secrets: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, SubmittedSecret>,
     /// Text for stdin.
     pub stdin: Option<String>,
     /// Bytes for stdin, base64.
@@ -148,10 +177,24 @@ pub fn resolve(
     // caller's environment, and all of it is already in `env`.
     policy.env.pass.clear();
     let mut secrets = Vec::new();
-    for (name, value) in &request.secrets {
-        check_env_name("secrets", name)?;
-        no_nul(&format!("secrets.{name}"), value)?;
-        secrets.push((name.clone(), value.clone()));
+    for (name, secret) in request.secrets {
+        check_env_name("secrets", &name)?;
+        let (value, hosts) = match secret {
+            SubmittedSecret::Value(value) => (value, Vec::new()),
+            SubmittedSecret::Bound { value, hosts } => (value, hosts),
+        };
+        no_nul(&format!("secrets.{name}"), &value)?;
+        let hosts = hosts
+            .iter()
+            .map(|host| crate::broker::secrets::parse_binding(host))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|err| {
+                ApiError::bad_request(
+                    format!("secrets.{name}.hosts: {err}"),
+                    "list host entries such as api.example.com, *.example.com or host:8443",
+                )
+            })?;
+        secrets.push(crate::broker::secrets::SecretSpec { name, value, hosts });
     }
     let stdin = match (request.stdin, request.stdin_b64) {
         (Some(_), Some(_)) => {
@@ -640,6 +683,38 @@ mod tests {
         );
         assert!(resolved.spec.grant_store.is_none());
         assert!(resolved.spec.cgroup_parent.is_none());
+    }
+
+    #[test]
+    fn secrets_arrive_plain_or_bound_to_checked_hosts() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config_for(dir.path(), "");
+        let mut req = request(dir.path());
+        req.secrets = serde_json::from_value(serde_json::json!({
+            "PLAIN": "v1",
+            "BOUND": {"value": "v2", "hosts": ["API.GitHub.com", "*.example.com:8443"]},
+        }))
+        .unwrap();
+        let resolved = resolve(&config, &config.rules[0], caller(), req).unwrap();
+        let secrets = &resolved.spec.secrets;
+        assert_eq!(secrets.len(), 2);
+        assert_eq!(
+            (secrets[0].name.as_str(), secrets[0].value.as_str()),
+            ("BOUND", "v2")
+        );
+        assert_eq!(secrets[0].hosts, ["api.github.com", "*.example.com:8443"]);
+        assert_eq!(
+            (secrets[1].name.as_str(), secrets[1].value.as_str()),
+            ("PLAIN", "v1")
+        );
+        assert!(secrets[1].hosts.is_empty());
+
+        let mut req = request(dir.path());
+        req.secrets =
+            serde_json::from_value(serde_json::json!({"T": {"value": "v", "hosts": ["bad host"]}}))
+                .unwrap();
+        let err = refused(&config, req);
+        assert!(format!("{err:?}").contains("secrets.T.hosts"), "{err:?}");
     }
 
     #[test]

@@ -49,8 +49,8 @@ pub struct RunSpec {
     pub project: PathBuf,
     /// Working directory inside the project (absolute), if not the root.
     pub cwd: Option<PathBuf>,
-    /// Secrets offered to the broker's `secrets.get`.
-    pub secrets: Vec<(String, String)>,
+    /// Secrets offered to the broker's `secrets.get` and `net.http`.
+    pub secrets: Vec<crate::broker::secrets::SecretSpec>,
     /// The delegated cgroup to create the run's cgroup below.
     pub cgroup_parent: Option<PathBuf>,
     /// Where the broker appends its audit lines (in the daemon's spool).

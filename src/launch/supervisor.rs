@@ -496,8 +496,12 @@ pub(super) fn command_for(spec: &RunSpec, argv: &[String], session: &Session) ->
         }))
         .stdout(crate::Stdio::Log(SharedLog(session.log.clone())))
         .stderr(crate::Stdio::Log(SharedLog(session.log.clone())));
-    for (name, value) in &spec.secrets {
-        command.secret(name.clone(), value.clone());
+    for secret in &spec.secrets {
+        command.secret_for_hosts(
+            secret.name.clone(),
+            secret.value.clone(),
+            secret.hosts.clone(),
+        );
     }
     if let Some(parent) = &spec.cgroup_parent {
         command.cgroup_parent(parent);

@@ -18,6 +18,7 @@
 pub mod address;
 pub mod allow;
 pub mod fetch;
+pub mod link;
 pub mod proxy;
 pub mod resolve;
 

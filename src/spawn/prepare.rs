@@ -238,8 +238,9 @@ pub struct Supervision {
     pub interactive: bool,
     /// Which stored grants apply.
     pub grant_store: crate::broker::grants::StoreChoice,
-    /// Secrets the broker may hand out (name, value), read from the user's side.
-    pub secrets: Vec<(String, String)>,
+    /// Secrets the broker may hand out, read from the user's side, with
+    /// the hosts `net.http` may send each to.
+    pub secrets: Vec<crate::broker::secrets::SecretSpec>,
     /// Set when the run is a skill: the broker serves it by name and never
     /// allows more than it declared.
     pub skill: Option<SkillCaller>,

@@ -1,0 +1,749 @@
+//! `net.http`: one HTTP request the supervisor makes for the sandbox.
+//!
+//! [`prepare`] turns the sandbox's parameters into a checked
+//! [`FetchRequest`] and the `host:port` target the allowlist and the
+//! broker decide on, putting secret values in place of their handles in
+//! header values for the hosts each secret is bound to; the run's net
+//! process performs it ([`crate::net::fetch`]); [`answer`] turns the
+//! response into the result, with every used secret's value replaced by its
+//! handle. A handle anywhere else (the URL, the body), or for a host its
+//! secret is not bound to, refuses the request: the value is never sent
+//! where the person did not say.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::protocol::code;
+use super::protocol::{fail, Failure};
+use super::secrets::{Secret, Secrets};
+use crate::net::fetch::{FetchRequest, FetchResponse, Scheme};
+
+/// Default time for the whole exchange.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Longest time a request may ask for.
+pub const MAX_TIMEOUT_MS: u64 = 300_000;
+/// Default cap on the response body.
+pub const DEFAULT_MAX_BYTES: u64 = 10 << 20;
+/// Largest cap a request may ask for: the answer travels as one JSON line.
+pub const MAX_MAX_BYTES: u64 = 32 << 20;
+
+/// Headers the broker sets itself or that belong to one connection
+/// (RFC 9110 section 7.6.1): a request's own would frame the message
+/// differently from what is sent (request smuggling) or name another host.
+const REFUSED_HEADERS: &[&str] = &[
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+/// `net.http` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpParams {
+    /// `http://` or `https://` URL.
+    pub url: String,
+    /// Method (default GET).
+    pub method: Option<String>,
+    /// Request headers; a value may hold secret handles.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Body as text.
+    pub body: Option<String>,
+    /// Body as base64 bytes.
+    pub body_base64: Option<String>,
+    /// Time for the whole exchange in milliseconds (default 30000, at most 300000).
+    pub timeout_ms: Option<u64>,
+    /// Cap on the response body in bytes (default 10 MiB, at most 32 MiB).
+    pub max_bytes: Option<u64>,
+}
+
+/// A checked request, ready for the allowlist decision and the net process.
+#[derive(Debug)]
+pub struct Prepared {
+    /// `host:port` (`[v6]:port`) as the allowlist and the broker's rules see it.
+    pub target: String,
+    /// The request, secret values in place.
+    pub request: FetchRequest,
+    /// Names of the secrets put into it, for [`answer`].
+    pub used_secrets: Vec<String>,
+}
+
+/// Check `params` and build the request.
+pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
+    let params: HttpParams = serde_json::from_value(params)
+        .map_err(|err| fail(code::INVALID_PARAMS, format!("net.http: {err}")))?;
+    let url = parse_url(&params.url)?;
+    let target = url.target();
+
+    let method = params.method.unwrap_or_else(|| "GET".to_owned());
+    if method.is_empty() || method.len() > 32 || !method.bytes().all(is_token_byte) {
+        return Err(invalid(format!(
+            "method {method:?} is not an HTTP method token (e.g. GET, POST)"
+        )));
+    }
+    if method.eq_ignore_ascii_case("CONNECT") {
+        return Err(invalid(
+            "CONNECT opens a tunnel, not a request: net.http makes one request \
+             (for a tunnel, use the proxy at HTTPS_PROXY)",
+        ));
+    }
+
+    let body = match (params.body, params.body_base64) {
+        (Some(_), Some(_)) => {
+            return Err(invalid(
+                "body and body_base64 are both given: send text as body or bytes as body_base64",
+            ))
+        }
+        (Some(text), None) => text.into_bytes(),
+        (None, Some(encoded)) => base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|err| {
+                invalid(format!(
+                    "body_base64 is not base64 ({err}): encode the bytes in standard base64 with padding"
+                ))
+            })?,
+        (None, None) => Vec::new(),
+    };
+
+    let timeout_ms = params.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+        return Err(invalid(format!(
+            "timeout_ms {timeout_ms} is out of range: give 1 to {MAX_TIMEOUT_MS}"
+        )));
+    }
+    let max_bytes = params.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
+    if max_bytes > MAX_MAX_BYTES {
+        return Err(invalid(format!(
+            "max_bytes {max_bytes} is over the limit of {MAX_MAX_BYTES} (32 MiB)"
+        )));
+    }
+
+    // Handles go in header values only: a URL ends up in logs, the
+    // audit and Referer headers, and a body is often echoed back whole.
+    if let Some(secret) = secrets.find_handles_in(&params.url).first() {
+        return Err(misplaced(secret, "the URL"));
+    }
+    if let Some(secret) = secrets.find_handles_in_bytes(&body).first() {
+        return Err(misplaced(secret, "the body"));
+    }
+
+    let mut headers = Vec::with_capacity(params.headers.len());
+    let mut used_secrets: Vec<String> = Vec::new();
+    for (name, value) in params.headers {
+        if let Some(secret) = secrets.find_handles_in(&name).first() {
+            return Err(misplaced(secret, "a header name"));
+        }
+        if name.is_empty() || !name.bytes().all(is_token_byte) {
+            return Err(invalid(format!(
+                "header name {name:?} is not an HTTP token (letters, digits and !#$%&'*+-.^_`|~)"
+            )));
+        }
+        if REFUSED_HEADERS.contains(&name.to_ascii_lowercase().as_str()) {
+            return Err(invalid(format!(
+                "header {name} is set by the broker from the URL and the body: leave it out"
+            )));
+        }
+        if let Some(bad) = value.bytes().find(|b| matches!(b, b'\r' | b'\n' | 0)) {
+            return Err(invalid(format!(
+                "header {name}'s value holds byte {bad:#04x}: header values have no CR, LF or NUL"
+            )));
+        }
+        let mut value = value;
+        for secret in secrets.find_handles_in(&value) {
+            if !secret.bound_to(&target) {
+                return Err(not_bound(secret, &target));
+            }
+            if secret
+                .value()
+                .bytes()
+                .any(|b| matches!(b, b'\r' | b'\n' | 0))
+            {
+                return Err(fail(
+                    code::PERMISSION_DENIED,
+                    format!(
+                        "secret {} holds a line break or NUL, which a header value cannot carry: \
+                         give the secret without it",
+                        secret.name()
+                    ),
+                ));
+            }
+            value = value.replace(secret.handle(), secret.value());
+            if !used_secrets.iter().any(|used| used == secret.name()) {
+                used_secrets.push(secret.name().to_owned());
+            }
+        }
+        headers.push((name, value));
+    }
+
+    Ok(Prepared {
+        target,
+        request: FetchRequest {
+            method,
+            scheme: url.scheme,
+            host: url.host,
+            port: url.port,
+            path_and_query: url.path_and_query,
+            headers,
+            body,
+            timeout: Duration::from_millis(timeout_ms),
+            max_bytes,
+        },
+        used_secrets,
+    })
+}
+
+/// The `net.http` result for `response`: `status`, `headers` as
+/// `[name, value]` pairs, `body` (text) or `body_base64` (bytes that are
+/// not UTF-8), `truncated` when cut at the cap; every occurrence of the
+/// values of the `used` secrets replaced by their handles.
+pub fn answer(response: FetchResponse, secrets: &Secrets, used: &[String]) -> Value {
+    let headers: Vec<Value> = response
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            json!([
+                secrets.redact_text(name, used),
+                secrets.redact_text(value, used)
+            ])
+        })
+        .collect();
+    // Redact the bytes before choosing text or base64: a value inside
+    // base64 would no longer be found.
+    let body = secrets.redact_bytes(&response.body, used, response.truncated);
+    let mut result = json!({ "status": response.status, "headers": headers });
+    match String::from_utf8(body) {
+        Ok(text) => result["body"] = json!(text),
+        Err(err) => {
+            result["body_base64"] =
+                json!(base64::engine::general_purpose::STANDARD.encode(err.into_bytes()))
+        }
+    }
+    if response.truncated {
+        result["truncated"] = json!(true);
+    }
+    result
+}
+
+/// A parsed `net.http` URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Url {
+    scheme: Scheme,
+    /// A normalized name, or an IP address's text (IPv6 without brackets).
+    host: String,
+    port: u16,
+    path_and_query: String,
+}
+
+impl Url {
+    fn target(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+fn parse_url(url: &str) -> Result<Url, Failure> {
+    let (scheme, rest) = url.split_once("://").ok_or_else(|| {
+        invalid(format!(
+            "url {url:?} is not absolute: write https://HOST/PATH"
+        ))
+    })?;
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "http" => Scheme::Http,
+        "https" => Scheme::Https,
+        _ => {
+            return Err(invalid(format!(
+                "url scheme {scheme:?} is not http or https"
+            )))
+        }
+    };
+    // The fragment stays with the client; it is never sent.
+    let rest = rest.split('#').next().unwrap_or_default();
+    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path_and_query) = rest.split_at(authority_end);
+    if authority.contains('@') {
+        return Err(invalid(
+            "url holds a user name or password (user@host): put credentials in a header, \
+             e.g. Authorization with a secret handle",
+        ));
+    }
+    if let Some(bad) = path_and_query.bytes().find(|b| !(0x21..=0x7e).contains(b)) {
+        return Err(invalid(format!(
+            "url path holds byte {bad:#04x}: percent-encode spaces, controls and non-ASCII"
+        )));
+    }
+    let (host_text, port_text) = if let Some(inner) = authority.strip_prefix('[') {
+        let (host, after) = inner
+            .split_once(']')
+            .ok_or_else(|| invalid("url host [IPv6 lacks its closing ]"))?;
+        match after {
+            "" => (host, None),
+            _ => (
+                host,
+                Some(
+                    after
+                        .strip_prefix(':')
+                        .ok_or_else(|| invalid("url: after [IPv6] comes :PORT or the path"))?,
+                ),
+            ),
+        }
+    } else {
+        match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        }
+    };
+    let port = match port_text {
+        None | Some("") => match scheme {
+            Scheme::Http => 80,
+            Scheme::Https => 443,
+        },
+        Some(text) => match text.parse::<u16>() {
+            Ok(port) if port != 0 && text.bytes().all(|b| b.is_ascii_digit()) => port,
+            _ => return Err(invalid(format!("url port {text:?} is not 1 to 65535"))),
+        },
+    };
+    let host = normalize_host(host_text, authority.starts_with('['))?;
+    let path_and_query = if path_and_query.starts_with('/') {
+        path_and_query.to_owned()
+    } else {
+        format!("/{path_and_query}")
+    };
+    Ok(Url {
+        scheme,
+        host,
+        port,
+        path_and_query,
+    })
+}
+
+/// The host of a URL as the allowlist compares it.
+// Stands in for `net::allow::Host::parse` until that lands; the lead
+// switches this one function over.
+fn normalize_host(host: &str, bracketed: bool) -> Result<String, Failure> {
+    if bracketed {
+        return match host.parse::<std::net::Ipv6Addr>() {
+            Ok(address) => Ok(address.to_string()),
+            Err(_) => Err(invalid(format!("url host [{host}] is not an IPv6 address"))),
+        };
+    }
+    if let Ok(address) = host.parse::<IpAddr>() {
+        return Ok(address.to_string());
+    }
+    super::secrets::normalize_name(host)
+        .map_err(|reason| invalid(format!("url host {host:?}: {reason}")))
+}
+
+fn is_token_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+fn invalid(message: impl Into<String>) -> Failure {
+    fail(
+        code::INVALID_PARAMS,
+        format!("net.http: {}", message.into()),
+    )
+}
+
+fn misplaced(secret: &Secret, place: &str) -> Failure {
+    fail(
+        code::PERMISSION_DENIED,
+        format!(
+            "net.http: the handle of secret {name} is in {place}; a secret is sent only in a \
+             header value (e.g. \"Authorization\": \"Bearer <handle>\") to a host it is bound to \
+             (--secret {name}=env:VAR@HOST)",
+            name = secret.name()
+        ),
+    )
+}
+
+fn not_bound(secret: &Secret, target: &str) -> Failure {
+    let name = secret.name();
+    let host = target
+        .rsplit_once(':')
+        .map_or(target, |(host, _)| host)
+        .to_owned();
+    let message = if secret.hosts().is_empty() {
+        format!(
+            "net.http: secret {name} is bound to no host, so it is sent nowhere: \
+             pass it as --secret {name}=env:VAR@{host}"
+        )
+    } else {
+        format!(
+            "net.http: secret {name} is bound to {}, not to {target}: add the host to its \
+             binding, --secret {name}=env:VAR@{host}",
+            secret.hosts().join(", ")
+        )
+    };
+    fail(code::PERMISSION_DENIED, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::secrets::SecretSpec;
+
+    const VALUE: &str = "tok-3f9a-VALUE";
+
+    fn secrets() -> Secrets {
+        let mut secrets = Secrets::default();
+        secrets.add(vec![
+            SecretSpec {
+                name: "GH".into(),
+                value: VALUE.into(),
+                hosts: vec!["api.github.com".into(), "*.api.test:8443".into()],
+            },
+            SecretSpec::unbound("LOOSE", "loose-value"),
+        ]);
+        secrets
+    }
+
+    fn handle(secrets: &Secrets, name: &str) -> String {
+        secrets.named(name).unwrap().handle().to_owned()
+    }
+
+    fn refused(params: Value, secrets: &Secrets) -> Failure {
+        let failure = prepare(params, secrets).expect_err("refused");
+        assert!(
+            !failure.message.contains(VALUE) && !failure.message.contains("loose-value"),
+            "a failure never holds a value: {}",
+            failure.message
+        );
+        failure
+    }
+
+    #[test]
+    fn a_plain_get_gets_defaults() {
+        let p = prepare(
+            json!({"url": "https://API.Example.com./v1?q=1#frag"}),
+            &secrets(),
+        )
+        .unwrap();
+        assert_eq!(p.target, "api.example.com:443");
+        assert_eq!(p.request.method, "GET");
+        assert_eq!(p.request.scheme, Scheme::Https);
+        assert_eq!(p.request.host, "api.example.com");
+        assert_eq!(p.request.port, 443);
+        assert_eq!(p.request.path_and_query, "/v1?q=1");
+        assert_eq!(p.request.timeout, Duration::from_millis(DEFAULT_TIMEOUT_MS));
+        assert_eq!(p.request.max_bytes, DEFAULT_MAX_BYTES);
+        assert!(p.used_secrets.is_empty());
+    }
+
+    #[test]
+    fn urls_are_parsed_into_targets() {
+        for (url, target, path) in [
+            ("http://h.test", "h.test:80", "/"),
+            ("http://h.test:8080?x", "h.test:8080", "/?x"),
+            ("https://127.0.0.1:8443/a", "127.0.0.1:8443", "/a"),
+            ("https://[::1]/", "[::1]:443", "/"),
+            ("https://[0:0::1]:9/p", "[::1]:9", "/p"),
+        ] {
+            let p = prepare(json!({ "url": url }), &secrets()).unwrap();
+            assert_eq!(p.target, target, "{url}");
+            assert_eq!(p.request.path_and_query, path, "{url}");
+        }
+        for (url, why) in [
+            ("ftp://h.test/", "not http or https"),
+            ("h.test/x", "not absolute"),
+            ("https://user:pw@h.test/", "user name"),
+            ("https://h.test:0/", "port"),
+            ("https://h.test:99999/", "port"),
+            ("https://h.test:+80/", "port"),
+            ("https://h.test/a b", "percent-encode"),
+            ("https://bad_host!/", "letters, digits"),
+            ("https://0x7f.1/", "address"),
+            ("https://[::1/", "closing"),
+            ("https:///path", "empty"),
+        ] {
+            let failure = refused(json!({ "url": url }), &secrets());
+            assert_eq!(failure.code, code::INVALID_PARAMS, "{url}");
+            assert!(failure.message.contains(why), "{url}: {}", failure.message);
+        }
+    }
+
+    #[test]
+    fn params_are_checked() {
+        let s = secrets();
+        for (params, why) in [
+            (
+                json!({"url": "https://h.test/", "nope": 1}),
+                "unknown field",
+            ),
+            (
+                json!({"url": "https://h.test/", "method": "GE T"}),
+                "method",
+            ),
+            (
+                json!({"url": "https://h.test/", "method": "CONNECT"}),
+                "tunnel",
+            ),
+            (
+                json!({"url": "https://h.test/", "body": "a", "body_base64": "YQ=="}),
+                "both",
+            ),
+            (
+                json!({"url": "https://h.test/", "body_base64": "%%%"}),
+                "not base64",
+            ),
+            (
+                json!({"url": "https://h.test/", "timeout_ms": 0}),
+                "timeout_ms",
+            ),
+            (
+                json!({"url": "https://h.test/", "timeout_ms": 300_001}),
+                "timeout_ms",
+            ),
+            (
+                json!({"url": "https://h.test/", "max_bytes": (32u64 << 20) + 1}),
+                "max_bytes",
+            ),
+            (
+                json!({"url": "https://h.test/", "headers": {"Host": "other.test"}}),
+                "set by the broker",
+            ),
+            (
+                json!({"url": "https://h.test/", "headers": {"transfer-encoding": "chunked"}}),
+                "set by the broker",
+            ),
+            (
+                json!({"url": "https://h.test/", "headers": {"Content-Length": "5"}}),
+                "set by the broker",
+            ),
+            (
+                json!({"url": "https://h.test/", "headers": {"X-A": "a\r\nHost: evil"}}),
+                "CR, LF or NUL",
+            ),
+            (
+                json!({"url": "https://h.test/", "headers": {"X A": "a"}}),
+                "token",
+            ),
+        ] {
+            let failure = refused(params.clone(), &s);
+            assert_eq!(failure.code, code::INVALID_PARAMS, "{params}");
+            assert!(
+                failure.message.contains(why),
+                "{params}: {}",
+                failure.message
+            );
+        }
+        let p = prepare(
+            json!({"url": "http://h.test/", "method": "POST", "body_base64": "AP8=",
+                   "timeout_ms": 5, "max_bytes": 0}),
+            &s,
+        )
+        .unwrap();
+        assert_eq!(p.request.body, vec![0, 255]);
+        assert_eq!(p.request.timeout, Duration::from_millis(5));
+        assert_eq!(p.request.max_bytes, 0);
+    }
+
+    #[test]
+    fn a_handle_in_a_header_for_a_bound_host_is_replaced_by_the_value() {
+        let s = secrets();
+        let gh = handle(&s, "GH");
+        let p = prepare(
+            json!({"url": "https://api.github.com/user",
+                   "headers": {"Authorization": format!("Bearer {gh}"), "X-Twice": format!("{gh}/{gh}")}}),
+            &s,
+        )
+        .unwrap();
+        assert_eq!(p.used_secrets, vec!["GH".to_owned()]);
+        let headers: BTreeMap<_, _> = p.request.headers.iter().cloned().collect();
+        assert_eq!(headers["Authorization"], format!("Bearer {VALUE}"));
+        assert_eq!(headers["X-Twice"], format!("{VALUE}/{VALUE}"));
+        // A port-bound wildcard binding: that port, names below the suffix.
+        let p = prepare(
+            json!({"url": "https://x.api.test:8443/", "headers": {"A": gh}}),
+            &s,
+        )
+        .unwrap();
+        assert_eq!(p.request.headers[0].1, VALUE);
+    }
+
+    #[test]
+    fn a_handle_for_another_host_or_port_is_refused() {
+        let s = secrets();
+        let gh = handle(&s, "GH");
+        for url in [
+            "https://evil.test/",
+            "https://api.github.com:8443/",
+            "https://api.github.com.evil.test/",
+            "https://x.api.test/",
+            "https://api.test:8443/",
+            "https://140.82.112.6/",
+        ] {
+            let failure = refused(
+                json!({"url": url, "headers": {"Authorization": format!("Bearer {gh}")}}),
+                &s,
+            );
+            assert_eq!(failure.code, code::PERMISSION_DENIED, "{url}");
+            assert!(
+                failure
+                    .message
+                    .contains("secret GH is bound to api.github.com"),
+                "{}",
+                failure.message
+            );
+            assert!(
+                failure.message.contains("--secret GH=env:VAR@"),
+                "{}",
+                failure.message
+            );
+        }
+    }
+
+    #[test]
+    fn an_unbound_secret_is_sent_nowhere() {
+        let s = secrets();
+        let loose = handle(&s, "LOOSE");
+        let failure = refused(
+            json!({"url": "https://api.github.com/", "headers": {"X-Key": loose}}),
+            &s,
+        );
+        assert_eq!(failure.code, code::PERMISSION_DENIED);
+        assert!(
+            failure.message.contains("secret LOOSE is bound to no host")
+                && failure
+                    .message
+                    .contains("--secret LOOSE=env:VAR@api.github.com"),
+            "{}",
+            failure.message
+        );
+    }
+
+    #[test]
+    fn a_handle_in_the_url_or_body_is_refused_even_for_a_bound_host() {
+        let s = secrets();
+        let gh = handle(&s, "GH");
+        use base64::Engine;
+        let encoded = base64::engine::general_purpose::STANDARD.encode(format!("x{gh}"));
+        for (params, place) in [
+            (
+                json!({"url": format!("https://api.github.com/?token={gh}")}),
+                "the URL",
+            ),
+            (
+                json!({"url": "https://api.github.com/", "method": "POST", "body": format!("t={gh}")}),
+                "the body",
+            ),
+            (
+                json!({"url": "https://api.github.com/", "method": "POST", "body_base64": encoded}),
+                "the body",
+            ),
+        ] {
+            let failure = refused(params, &s);
+            assert_eq!(failure.code, code::PERMISSION_DENIED);
+            assert!(
+                failure
+                    .message
+                    .contains(&format!("secret GH is in {place}"))
+                    || failure.message.contains(place),
+                "{}",
+                failure.message
+            );
+            assert!(failure.message.contains("GH"), "{}", failure.message);
+        }
+    }
+
+    #[test]
+    fn a_value_with_a_line_break_is_never_put_in_a_header() {
+        let mut s = Secrets::default();
+        s.add(vec![SecretSpec {
+            name: "NL".into(),
+            value: "abc\r\nX-Injected: 1".into(),
+            hosts: vec!["api.test".into()],
+        }]);
+        let h = handle(&s, "NL");
+        let failure =
+            prepare(json!({"url": "https://api.test/", "headers": {"A": h}}), &s).unwrap_err();
+        assert_eq!(failure.code, code::PERMISSION_DENIED);
+        assert!(
+            !failure.message.contains("X-Injected"),
+            "{}",
+            failure.message
+        );
+    }
+
+    #[test]
+    fn the_answer_redacts_used_values_in_headers_and_body() {
+        let s = secrets();
+        let gh = handle(&s, "GH");
+        let used = vec!["GH".to_owned()];
+        let echoed = FetchResponse {
+            status: 200,
+            headers: vec![
+                ("x-echo".into(), format!("Bearer {VALUE}")),
+                ("content-type".into(), "application/json".into()),
+            ],
+            body: format!(r#"{{"headers": {{"Authorization": "Bearer {VALUE}"}}}}"#).into_bytes(),
+            truncated: false,
+        };
+        let result = answer(echoed, &s, &used);
+        let text = result.to_string();
+        assert!(!text.contains(VALUE), "{text}");
+        assert_eq!(result["status"], 200);
+        assert_eq!(
+            result["headers"][0],
+            json!(["x-echo", format!("Bearer {gh}")])
+        );
+        assert!(result["body"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("Bearer {gh}")));
+        assert!(result.get("truncated").is_none());
+
+        // Bytes that are not UTF-8 come back as base64, redacted before encoding.
+        let mut body = vec![0xff, 0xfe];
+        body.extend_from_slice(VALUE.as_bytes());
+        let result = answer(
+            FetchResponse {
+                status: 201,
+                headers: vec![],
+                body,
+                truncated: true,
+            },
+            &s,
+            &used,
+        );
+        use base64::Engine;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(result["body_base64"].as_str().unwrap())
+            .unwrap();
+        let mut expected = vec![0xff, 0xfe];
+        expected.extend_from_slice(gh.as_bytes());
+        assert_eq!(bytes, expected);
+        assert_eq!(result["truncated"], true);
+        assert!(result.get("body").is_none());
+    }
+
+    #[test]
+    fn a_body_cut_inside_a_value_does_not_leak_its_start() {
+        let s = secrets();
+        let used = vec!["GH".to_owned()];
+        let result = answer(
+            FetchResponse {
+                status: 200,
+                headers: vec![],
+                body: format!("token={}", &VALUE[..6]).into_bytes(),
+                truncated: true,
+            },
+            &s,
+            &used,
+        );
+        assert_eq!(result["body"], "token=");
+    }
+}

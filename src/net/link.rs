@@ -1,0 +1,211 @@
+//! The link between a run's broker (in the supervisor) and its net
+//! process: one JSON object per line each way on a socket pair.
+//!
+//! The net process asks the broker about names the allowlist does not
+//! list, and tells it how every proxied connection attempt ended (the
+//! broker audits and counts them with the run's other decisions). The
+//! broker hands it the `net.http` requests it allowed and gets their
+//! responses back. Both ends are ours, but the net process parses what the
+//! sandbox sends, so the supervisor's end still bounds what it reads and
+//! never blocks on it.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+
+use nix::errno::Errno;
+use serde::{Deserialize, Serialize};
+
+use super::fetch::{FetchRequest, FetchResponse};
+
+/// The longest line the supervisor takes from the net process: a
+/// response at `net.http`'s largest cap, base64-encoded, with room.
+pub const MAX_LINE: usize = 64 << 20;
+
+/// From the net process to the broker.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FromNet {
+    /// A proxied connection to a name the allowlist does not list: the
+    /// broker decides (rules, grants, a person).
+    Ask {
+        /// Echoed in the answer.
+        id: u64,
+        /// `host:port`.
+        target: String,
+        /// What the client sent (`CONNECT host:port`).
+        requested: String,
+    },
+    /// How one proxied connection attempt ended.
+    Connection {
+        /// `host:port`.
+        target: String,
+        /// The host alone (the report counts by host).
+        host: String,
+        /// What the client sent.
+        requested: String,
+        /// Whether it was let through.
+        allowed: bool,
+        /// What decided.
+        rule: String,
+    },
+    /// A `net.http` request ended.
+    Fetched {
+        /// The broker's id for it.
+        id: u64,
+        /// Its response or why there is none.
+        outcome: FetchOutcome,
+    },
+}
+
+/// How a `net.http` request the broker allowed ended in the net process.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum FetchOutcome {
+    /// The server answered.
+    Response {
+        /// What it answered.
+        response: FetchResponse,
+    },
+    /// The name resolved only to addresses the checks refuse.
+    Refused {
+        /// What refused it.
+        rule: String,
+        /// Why, and the fix.
+        message: String,
+    },
+    /// Resolution, connection, TLS or HTTP failed.
+    Failed {
+        /// What failed.
+        message: String,
+    },
+}
+
+/// From the broker to the net process.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToNet {
+    /// The decision on an [`FromNet::Ask`].
+    Answer {
+        /// The ask's id.
+        id: u64,
+        /// Let it through.
+        allow: bool,
+        /// What decided.
+        rule: String,
+    },
+    /// Perform a request the broker allowed.
+    Fetch {
+        /// Echoed in [`FromNet::Fetched`].
+        id: u64,
+        /// The request, secrets already in place.
+        request: FetchRequest,
+    },
+}
+
+/// The supervisor's end: non-blocking, buffered both ways.
+#[derive(Debug)]
+pub struct SupervisorEnd {
+    sock: OwnedFd,
+    read: Vec<u8>,
+    write: Vec<u8>,
+    closed: bool,
+}
+
+impl SupervisorEnd {
+    /// Takes over `sock` (read and written without waiting, whatever its
+    /// flags).
+    pub fn new(sock: OwnedFd) -> SupervisorEnd {
+        SupervisorEnd {
+            sock,
+            read: Vec::new(),
+            write: Vec::new(),
+            closed: false,
+        }
+    }
+
+    /// The socket, to poll.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.sock.as_fd()
+    }
+
+    /// Whether lines wait to be written.
+    pub fn wants_output(&self) -> bool {
+        !self.write.is_empty() && !self.closed
+    }
+
+    /// Whether the net process is gone (end of file, an error, or a line
+    /// over [`MAX_LINE`]).
+    pub fn is_closed(&self) -> bool {
+        self.closed
+    }
+
+    /// Queue a message and write what the socket takes now.
+    pub fn send(&mut self, message: &ToNet) {
+        if self.closed {
+            return;
+        }
+        match serde_json::to_vec(message) {
+            Ok(mut line) => {
+                line.push(b'\n');
+                self.write.extend_from_slice(&line);
+            }
+            Err(_) => return,
+        }
+        self.flush();
+    }
+
+    /// Write what the socket takes without waiting.
+    pub fn flush(&mut self) {
+        while !self.write.is_empty() && !self.closed {
+            match nix::sys::socket::send(
+                self.sock.as_raw_fd(),
+                &self.write,
+                nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(n) => {
+                    self.write.drain(..n);
+                }
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => break,
+                Err(_) => self.closed = true,
+            }
+        }
+    }
+
+    /// Every complete message that arrived, without waiting. A line that
+    /// does not parse ends the link: the net process is ours, so it is
+    /// broken, and nothing it says after can be trusted to line up.
+    pub fn receive(&mut self) -> Vec<FromNet> {
+        let mut buf = [0u8; 64 * 1024];
+        while !self.closed {
+            match nix::sys::socket::recv(
+                self.sock.as_raw_fd(),
+                &mut buf,
+                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(0) => self.closed = true,
+                Ok(n) => {
+                    self.read.extend_from_slice(&buf[..n]);
+                    if self.read.len() > MAX_LINE && !self.read.contains(&b'\n') {
+                        self.closed = true;
+                    }
+                }
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => break,
+                Err(_) => self.closed = true,
+            }
+        }
+        let mut messages = Vec::new();
+        while let Some(end) = self.read.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.read.drain(..=end).collect();
+            match serde_json::from_slice(&line[..end]) {
+                Ok(message) => messages.push(message),
+                Err(_) => {
+                    self.closed = true;
+                    self.read.clear();
+                    break;
+                }
+            }
+        }
+        messages
+    }
+}
