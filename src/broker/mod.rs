@@ -8,6 +8,7 @@ pub mod grants;
 pub mod http;
 pub mod identity;
 pub mod invoke;
+pub mod network;
 pub use crate::profile::permission;
 pub mod prompt;
 pub mod protocol;

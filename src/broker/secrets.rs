@@ -9,7 +9,6 @@
 //! each occurrence of a used value becomes the handle again.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -276,164 +275,20 @@ pub struct BindingError {
 /// Check a host binding written in allowlist-entry syntax (`host`,
 /// `*.suffix`, `*`, an IP literal or CIDR, each with an optional `:PORT`
 /// or `:*`) and give it back normalized (lower case, no trailing dot).
-// Stands in for `net::allow::AllowEntry` parsing until that lands; the
-// lead switches this one function over.
 pub fn parse_binding(entry: &str) -> Result<String, BindingError> {
-    let refuse = |reason: &str| BindingError {
-        entry: entry.to_owned(),
-        reason: reason.to_owned(),
-    };
-    let (host, port) =
-        split_entry(entry).ok_or_else(|| refuse("write HOST, HOST:PORT or [IPv6]:PORT"))?;
-    if let Some(port) = port {
-        if port != "*" && port.parse::<u16>().map_or(true, |p| p == 0) {
-            return Err(refuse("the port must be 1 to 65535 or *"));
-        }
-    }
-    let normalized_host = if host == "*" {
-        host.to_owned()
-    } else if let Some(suffix) = host.strip_prefix("*.") {
-        format!(
-            "*.{}",
-            normalize_name(suffix).map_err(|reason| refuse(&reason))?
-        )
-    } else if let Some((address, bits)) = host.split_once('/') {
-        let address: IpAddr = address
-            .parse()
-            .map_err(|_| refuse("a CIDR range is ADDRESS/BITS"))?;
-        let max = if address.is_ipv4() { 32 } else { 128 };
-        match bits.parse::<u8>() {
-            Ok(bits) if bits <= max => format!("{address}/{bits}"),
-            _ => return Err(refuse("the prefix length is out of range")),
-        }
-    } else if let Ok(address) = host.parse::<IpAddr>() {
-        address.to_string()
-    } else {
-        normalize_name(host).map_err(|reason| refuse(&reason))?
-    };
-    let bracketed = normalized_host.contains(':');
-    Ok(match (bracketed, port) {
-        (true, Some(port)) => format!("[{normalized_host}]:{port}"),
-        (true, None) => format!("[{normalized_host}]"),
-        (false, Some(port)) => format!("{normalized_host}:{port}"),
-        (false, None) => normalized_host,
-    })
+    entry
+        .parse::<crate::net::allow::AllowEntry>()
+        .map(|parsed| parsed.to_string())
+        .map_err(|err| BindingError {
+            entry: entry.to_owned(),
+            reason: err.problem.to_string(),
+        })
 }
 
-/// A host name as the allowlist compares it: lower case, no trailing dot,
-/// ASCII letters, digits, `-` and `_` in non-empty labels, at most 253
-/// characters.
-pub fn normalize_name(name: &str) -> Result<String, String> {
-    let name = name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase();
-    if name.is_empty() {
-        return Err("the name is empty".into());
-    }
-    if !name.is_ascii() {
-        return Err("a name must be ASCII: write an international name in its xn-- form".into());
-    }
-    if name.len() > 253 {
-        return Err("a name is at most 253 characters".into());
-    }
-    for label in name.split('.') {
-        if label.is_empty() {
-            return Err("a name has no empty labels".into());
-        }
-        if !label
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
-            return Err("a name holds letters, digits, - and _ only".into());
-        }
-    }
-    // Resolvers read `127.1` or `0x7f.1` as addresses: a name whose last
-    // label is numeric would be an address that escaped the IP checks.
-    let last = name.rsplit('.').next().unwrap_or_default();
-    if last.bytes().all(|b| b.is_ascii_digit())
-        || (last.starts_with("0x") && last[2..].bytes().all(|b| b.is_ascii_hexdigit()))
-    {
-        return Err(
-            "a name whose last label is a number is an address: write it as a.b.c.d".into(),
-        );
-    }
-    Ok(name)
-}
-
-/// Host and port of an entry or target: `host`, `host:port`, `[v6]`,
-/// `[v6]:port`, or a bare IPv6 address (no port).
-fn split_entry(text: &str) -> Option<(&str, Option<&str>)> {
-    if let Some(rest) = text.strip_prefix('[') {
-        let (host, after) = rest.split_once(']')?;
-        return match after {
-            "" => Some((host, None)),
-            _ => Some((host, Some(after.strip_prefix(':')?))),
-        };
-    }
-    if text.matches(':').count() > 1 {
-        return text.parse::<IpAddr>().ok().map(|_| (text, None));
-    }
-    match text.split_once(':') {
-        Some((host, port)) => Some((host, Some(port))),
-        None => Some((text, None)),
-    }
-}
-
-/// Whether the binding `entry` covers `target` (`host:port`): allowlist
-/// semantics, so an entry without a port covers 443 and 80.
-// Stands in for `net::allow::target_matches` until that lands; the lead
-// switches this one function over.
+/// Whether the binding `entry` covers `target` (`host:port`): the
+/// allowlist's own matching, so an entry without a port covers 443 and 80.
 pub fn binding_covers(entry: &str, target: &str) -> bool {
-    let (Some((pattern, port)), Some((host, Some(target_port)))) =
-        (split_entry(entry), split_entry(target))
-    else {
-        return false;
-    };
-    let Ok(target_port) = target_port.parse::<u16>() else {
-        return false;
-    };
-    let port_ok = match port {
-        None => target_port == 443 || target_port == 80,
-        Some("*") => true,
-        Some(port) => port.parse::<u16>() == Ok(target_port),
-    };
-    if !port_ok {
-        return false;
-    }
-    let host_ip = host.parse::<IpAddr>().ok();
-    if pattern == "*" {
-        return host_ip.is_none();
-    }
-    if let Some(suffix) = pattern.strip_prefix("*.") {
-        return host_ip.is_none()
-            && host.len() > suffix.len() + 1
-            && host.ends_with(&format!(".{suffix}"));
-    }
-    if let Some((network, bits)) = pattern.split_once('/') {
-        let (Ok(network), Ok(bits), Some(ip)) =
-            (network.parse::<IpAddr>(), bits.parse::<u32>(), host_ip)
-        else {
-            return false;
-        };
-        return in_network(ip, network, bits);
-    }
-    match (pattern.parse::<IpAddr>(), host_ip) {
-        (Ok(listed), Some(ip)) => listed == ip,
-        (Ok(_), None) | (Err(_), Some(_)) => false,
-        (Err(_), None) => pattern == host,
-    }
-}
-
-fn in_network(ip: IpAddr, network: IpAddr, bits: u32) -> bool {
-    match (ip, network) {
-        (IpAddr::V4(ip), IpAddr::V4(network)) if bits <= 32 => {
-            let mask = u32::MAX.checked_shl(32 - bits).unwrap_or(0);
-            u32::from(ip) & mask == u32::from(network) & mask
-        }
-        (IpAddr::V6(ip), IpAddr::V6(network)) if bits <= 128 => {
-            let mask = u128::MAX.checked_shl(128 - bits).unwrap_or(0);
-            u128::from(ip) & mask == u128::from(network) & mask
-        }
-        _ => false,
-    }
+    crate::net::allow::target_matches(entry, target)
 }
 
 #[cfg(test)]
@@ -524,16 +379,17 @@ mod tests {
         }
         for (entry, reason) in [
             ("", "empty"),
-            ("a..b", "empty labels"),
-            ("bad host", "letters, digits"),
+            ("a..b", "empty label"),
+            ("bad host", "whitespace"),
+            ("bad!host", "letters, digits"),
             ("host:0", "port"),
             ("host:99999", "port"),
             ("host:http", "port"),
             ("ünïcode.de", "xn--"),
             ("0x7f.1", "address"),
             ("127.1", "address"),
-            ("10.0.0.0/33", "prefix length"),
-            ("[::1", "HOST:PORT"),
+            ("10.0.0.0/33", "range"),
+            ("[::1", "brackets"),
         ] {
             let err = parse_binding(entry).unwrap_err();
             assert!(err.to_string().contains(reason), "{entry}: {err}");

@@ -93,11 +93,28 @@ struct Record {
     rule: String,
 }
 
+/// What a request's answer waits for.
+#[derive(Debug)]
+enum Work {
+    /// A `terminal.run` job. Boxed: it holds a nested run, which holds a
+    /// broker.
+    Terminal(Box<Job>),
+    /// A `net.http` request in the net process.
+    Http {
+        /// Its id on the link.
+        fetch: u64,
+        /// The secrets put into it, redacted from its answer.
+        used_secrets: Vec<String>,
+        /// When it is answered with a timeout if the net process has not
+        /// answered (it keeps the request's own timeout; this is a bound).
+        deadline: Instant,
+    },
+}
+
 /// A request whose answer waits for a job.
 #[derive(Debug)]
 struct Waiting {
-    /// Boxed: the job holds a nested run, which holds a broker.
-    job: Box<Job>,
+    job: Work,
     id: Option<Id>,
     method: Action,
     record: Record,
@@ -106,7 +123,7 @@ struct Waiting {
 
 enum Served {
     Done(Value),
-    Started(Box<Job>),
+    Started(Work),
 }
 
 /// `permission.query` parameters.
@@ -150,6 +167,7 @@ pub struct Broker {
     /// The run's own deadline: no job outlives it.
     run_deadline: Option<Instant>,
     waiting: Option<Waiting>,
+    network: Option<super::network::Network>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -245,6 +263,7 @@ impl Broker {
             log_label: None,
             run_deadline: None,
             waiting: None,
+            network: None,
         })
     }
 
@@ -390,24 +409,109 @@ impl Broker {
         self.transport.wants_output()
     }
 
-    /// Descriptors of a running job, to poll with the run's own.
+    /// Descriptors of a running job and of the net process's link, to
+    /// poll with the run's own.
     pub fn poll_fds(&self) -> Vec<(BorrowedFd<'_>, PollFlags)> {
-        self.waiting
-            .as_ref()
-            .map(|w| w.job.poll_fds())
-            .unwrap_or_default()
+        let mut fds = match self.waiting.as_ref().map(|w| &w.job) {
+            Some(Work::Terminal(job)) => job.poll_fds(),
+            _ => Vec::new(),
+        };
+        fds.extend(self.network.as_ref().and_then(|n| n.poll_fd()));
+        fds
     }
 
     /// When a running job needs a turn even if nothing is ready.
     pub fn deadline(&self) -> Option<Instant> {
-        self.waiting.as_ref().map(|w| w.job.deadline())
+        self.waiting.as_ref().map(|w| match &w.job {
+            Work::Terminal(job) => job.deadline(),
+            Work::Http { deadline, .. } => *deadline,
+        })
+    }
+
+    /// The run's network: its allowlist, and proxied connections by host.
+    pub fn use_network(&mut self, network: super::network::Network) {
+        self.network = Some(network);
+    }
+
+    /// Proxied connections by host, for the report (empty without a
+    /// proxy).
+    pub fn connections(&self) -> BTreeMap<String, super::network::HostCounts> {
+        self.network
+            .as_ref()
+            .map(|n| n.hosts.clone())
+            .unwrap_or_default()
+    }
+
+    /// Decide what the net process asks and audit the connections it
+    /// reports.
+    fn service_network(&mut self) {
+        let Some(network) = &mut self.network else {
+            return;
+        };
+        let records = network.service(&mut self.decider);
+        let any = !records.is_empty();
+        for record in records {
+            self.audit_line(
+                "net.connect",
+                Some(&record.target),
+                Some(&record.requested),
+                if record.allowed { "allow" } else { "deny" },
+                &record.rule,
+                0,
+            );
+        }
+        if any {
+            self.flush_audit();
+        }
+    }
+
+    /// A finished job's result, if it finished.
+    fn job_result(&mut self) -> Option<Result<Value, Failure>> {
+        let waiting = self.waiting.as_mut()?;
+        match &mut waiting.job {
+            Work::Terminal(job) => job.step(),
+            Work::Http {
+                fetch,
+                used_secrets,
+                deadline,
+            } => {
+                let outcome = match self.network.as_mut().and_then(|n| n.take_fetched(*fetch)) {
+                    Some(outcome) => outcome,
+                    None if Instant::now() >= *deadline => {
+                        return Some(Err(fail(
+                            code::TIMEOUT,
+                            "net.http: the network process did not answer in time",
+                        )))
+                    }
+                    None => return None,
+                };
+                Some(match outcome {
+                    crate::net::link::FetchOutcome::Response { response } => {
+                        Ok(super::http::answer(response, &self.secrets, used_secrets))
+                    }
+                    crate::net::link::FetchOutcome::Refused { rule, message } => Err(Failure {
+                        code: code::PERMISSION_DENIED,
+                        message: self.secrets.redact_text(&message, used_secrets),
+                        rule: Some(rule),
+                    }),
+                    crate::net::link::FetchOutcome::Failed { message } => Err(fail(
+                        code::INTERNAL_ERROR,
+                        format!(
+                            "net.http: {}",
+                            self.secrets.redact_text(&message, used_secrets)
+                        ),
+                    )),
+                })
+            }
+        }
     }
 
     /// Service a running job without waiting; when it ends, answer it and
     /// go on with the requests read meanwhile. True when answers are queued.
     pub fn step(&mut self) -> bool {
-        if let Some(waiting) = &mut self.waiting {
-            if let Some(result) = waiting.job.step() {
+        self.service_network();
+        if self.waiting.is_some() {
+            if let Some(result) = self.job_result() {
                 if let Some(waiting) = self.waiting.take() {
                     self.finish(
                         waiting.id,
@@ -883,9 +987,47 @@ impl Broker {
                     run,
                     self.run_deadline,
                 )?;
-                Ok(Served::Started(Box::new(job)))
+                Ok(Served::Started(Work::Terminal(Box::new(job))))
             }
-            Action::NetHttp | Action::SecretsRead => {
+            Action::NetHttp => {
+                let prepared = super::http::prepare(params, &self.secrets)?;
+                record.target = Some(prepared.target.clone());
+                let Some(network) = &self.network else {
+                    return Err(fail(
+                        code::INTERNAL_ERROR,
+                        "net.http is not set up in this broker",
+                    ));
+                };
+                let verdict = match crate::net::allow::split_target(&prepared.target) {
+                    Some((host, port)) => network.decide(&mut self.decider, &host, port),
+                    None => {
+                        return Err(fail(
+                            code::INVALID_PARAMS,
+                            format!("net.http: {:?} is not a host and port", prepared.target),
+                        ))
+                    }
+                };
+                record.rule = verdict.rule.clone();
+                self.refusal(action, &verdict, record)?;
+                let timeout = prepared.request.timeout;
+                let used_secrets = prepared.used_secrets;
+                let network = self
+                    .network
+                    .as_mut()
+                    .ok_or_else(|| fail(code::INTERNAL_ERROR, "net.http is not set up"))?;
+                let fetch = network
+                    .fetch(prepared.request)
+                    .map_err(|reason| fail(code::INTERNAL_ERROR, format!("net.http: {reason}")))?;
+                // The net process ends the exchange at its timeout; this
+                // bound only keeps a lost answer from holding the channel.
+                let deadline = Instant::now() + timeout + std::time::Duration::from_secs(5);
+                Ok(Served::Started(Work::Http {
+                    fetch,
+                    used_secrets,
+                    deadline,
+                }))
+            }
+            Action::SecretsRead => {
                 self.gate(action, None, record)?;
                 Err(fail(
                     code::METHOD_NOT_FOUND,

@@ -85,7 +85,7 @@ impl std::fmt::Debug for FetchRequest {
 }
 
 /// The response as read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FetchResponse {
     /// Status code.
     pub status: u16,
@@ -96,6 +96,19 @@ pub struct FetchResponse {
     pub body: Vec<u8>,
     /// The body was longer than `max_bytes` and was cut there.
     pub truncated: bool,
+}
+
+// Before the broker redacts it, a response may echo a secret's value.
+impl std::fmt::Debug for FetchResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let header_names: Vec<&str> = self.headers.iter().map(|(name, _)| name.as_str()).collect();
+        f.debug_struct("FetchResponse")
+            .field("status", &self.status)
+            .field("header_names", &header_names)
+            .field("body_bytes", &self.body.len())
+            .field("truncated", &self.truncated)
+            .finish()
+    }
 }
 
 /// Why a fetch failed, by step.
@@ -174,6 +187,13 @@ pub enum FetchError {
     /// The TLS configuration could not be built.
     #[error("building the TLS configuration: {0}")]
     TlsConfig(#[source] rustls::Error),
+}
+
+impl FetchError {
+    /// Whether the request ran out of time (the broker answers TIMEOUT).
+    pub fn timed_out(&self) -> bool {
+        matches!(self, FetchError::TimedOut { .. })
+    }
 }
 
 /// The TLS configuration for `https` requests: the system's roots
@@ -327,8 +347,9 @@ fn build(request: &FetchRequest) -> Result<hyper::Request<Full<Bytes>>, FetchErr
             }
             has_host = true;
         }
-        // The value is not echoed: it may be a secret's.
-        let value = hyper::header::HeaderValue::from_str(value).map_err(|_| {
+        // The value is not echoed: it may be a secret's. Bytes above 0x7f
+        // pass (obs-text): a JSON string's UTF-8 goes out as curl sends it.
+        let value = hyper::header::HeaderValue::from_bytes(value.as_bytes()).map_err(|_| {
             bad(format!(
                 "header {name}'s value has a byte headers cannot carry"
             ))
@@ -761,6 +782,21 @@ mod tests {
         .await
         .unwrap_err();
         assert!(matches!(err, FetchError::Tls { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_system_roots_load_or_the_error_says_how_to_fix_it() {
+        match client_config() {
+            Ok(config) => assert_eq!(config.alpn_protocols, vec![b"http/1.1".to_vec()]),
+            Err(err) => {
+                assert!(matches!(err, FetchError::NoRoots { .. }), "{err}");
+                assert!(err.to_string().contains("SSL_CERT_FILE"), "{err}");
+                assert!(
+                    !std::path::Path::new("/etc/ssl/certs/ca-certificates.crt").exists(),
+                    "the bundle exists but did not load: {err}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -19,6 +19,7 @@ pub mod address;
 pub mod allow;
 pub mod fetch;
 pub mod link;
+pub mod process;
 pub mod proxy;
 pub mod resolve;
 

@@ -212,6 +212,10 @@ pub enum SpawnError {
     /// A file the supervisor writes (the audit log) is unsafe or unusable.
     #[error("the audit log: {0}")]
     OutputFile(#[from] crate::safe_file::SafeFileError),
+    /// The allowlist's proxy could not be started: the run does not start
+    /// without the network it was given.
+    #[error("the allowlist's proxy: {0}")]
+    NetProcess(#[from] crate::net::process::NetProcessError),
     /// A system call in the supervisor failed.
     #[error("{op}: {source}")]
     Sys {

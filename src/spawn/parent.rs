@@ -649,6 +649,24 @@ fn start_cloned(
         }
     }
     broker.use_secrets(config.supervision.secrets.clone());
+    // The allowlist's proxy: init hands its listening socket to the net
+    // process over `handover`. Without namespaces there is no sandbox
+    // loopback to listen on; net.http still works, through a net process
+    // started when first needed.
+    let proxied = config.policy.network.mode == crate::profile::policy::NetworkMode::Allowlist
+        && prepared.started.no_namespaces.is_none();
+    let (net_process, handover) = if proxied {
+        let (send, receive) =
+            crate::broker::network::listener_handover().map_err(sys("socketpair(proxy)"))?;
+        let process = crate::net::process::start(&config.policy.network, Some(receive))?;
+        (Some(process), Some(send))
+    } else {
+        (None, None)
+    };
+    broker.use_network(crate::broker::network::Network::new(
+        config.policy.network.clone(),
+        net_process,
+    ));
     if let Some(runner) = &config.supervision.nested {
         broker.use_nested_runner(runner.clone());
     }
@@ -726,7 +744,7 @@ fn start_cloned(
         report: report_write.as_fd(),
         supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
         await_cgroup: cgroup.is_some(),
-        net_handover: None,
+        net_handover: handover.as_ref().map(|fd| fd.as_fd()),
     };
     crate::sys::proctitle::remember();
     let userns = prepared.config.policy.enforce.userns;

@@ -1,0 +1,237 @@
+//! The broker's side of the network: decisions on hosts, the run's net
+//! process, and the count of connections by host for the report.
+//!
+//! One order decides every target (`host:port`), for a connection the
+//! proxy relays and for a `net.http` request alike: a profile rule that
+//! denies it; the allowlist; an IP literal the allowlist does not name is
+//! refused (an address bypasses every name check); then the rules, the
+//! declared permissions, grants and a person, as for any other action.
+
+use std::collections::BTreeMap;
+use std::os::fd::{BorrowedFd, OwnedFd};
+
+use nix::poll::PollFlags;
+
+use super::decision::Decider;
+use super::permission::{self, Verdict};
+use crate::action::Action;
+use crate::net::allow::{Allowlist, Host};
+use crate::net::link::{FetchOutcome, FromNet, ToNet};
+use crate::net::process::NetProcess;
+use crate::profile::policy::{Decision, NetworkMode, NetworkPolicy};
+
+/// Connections to one host, for the report.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct HostCounts {
+    /// Let through.
+    pub allowed: u64,
+    /// Refused.
+    pub refused: u64,
+}
+
+/// A proxied connection attempt as the audit records it.
+#[derive(Debug)]
+pub struct ConnectionRecord {
+    /// `host:port`.
+    pub target: String,
+    /// What the client sent.
+    pub requested: String,
+    /// allow or deny.
+    pub allowed: bool,
+    /// What decided.
+    pub rule: String,
+}
+
+/// The run's network, seen from its broker.
+#[derive(Debug)]
+pub struct Network {
+    policy: NetworkPolicy,
+    allow: Allowlist,
+    process: Option<NetProcess>,
+    /// The process could not be started: `net.http` fails with this.
+    failed: Option<String>,
+    next_fetch: u64,
+    fetched: BTreeMap<u64, FetchOutcome>,
+    /// Proxied connections by host.
+    pub hosts: BTreeMap<String, HostCounts>,
+}
+
+impl Network {
+    /// The network of a run under `policy`; `process` is the net process
+    /// the supervisor started for the allowlist (None: started when the
+    /// first `net.http` is allowed).
+    pub fn new(policy: NetworkPolicy, process: Option<NetProcess>) -> Network {
+        // Entries were checked when the profile or flag was read.
+        let allow = Allowlist::parse(&policy.allow).unwrap_or_default();
+        Network {
+            policy,
+            allow,
+            process,
+            failed: None,
+            next_fetch: 1,
+            fetched: BTreeMap::new(),
+            hosts: BTreeMap::new(),
+        }
+    }
+
+    /// The link to poll, with the events it waits for.
+    pub fn poll_fd(&self) -> Option<(BorrowedFd<'_>, PollFlags)> {
+        let link = &self.process.as_ref()?.link;
+        if link.is_closed() {
+            return None;
+        }
+        let mut events = PollFlags::POLLIN;
+        if link.wants_output() {
+            events |= PollFlags::POLLOUT;
+        }
+        Some((link.fd(), events))
+    }
+
+    /// Decide `host` on `port` (see the module documentation).
+    pub fn decide(&self, decider: &mut Decider, host: &Host, port: u16) -> Verdict {
+        let target = host.with_port(port);
+        let from_profile = permission::decide_for(&decider.policy, "net.http", Some(&target));
+        if from_profile.decision == Decision::Deny && from_profile.rule.starts_with("broker.rules")
+        {
+            return from_profile;
+        }
+        if self.policy.mode == NetworkMode::Allowlist {
+            if let Some(entry) = self.allow.name_rule(host, port) {
+                return Verdict {
+                    decision: Decision::Allow,
+                    rule: format!("network.allow \"{entry}\""),
+                };
+            }
+        }
+        if let Host::Ip(_) = host {
+            return Verdict {
+                decision: Decision::Deny,
+                rule: crate::net::proxy::ADDRESS_LITERAL_RULE.to_string(),
+            };
+        }
+        decider.decide(Action::NetHttp, Some(&target))
+    }
+
+    /// Read what the net process sent: asks are decided at once (a person
+    /// may be asked, as for a request on the channel), connection records
+    /// are counted and returned for the audit, fetch results kept for
+    /// [`Network::take_fetched`].
+    pub fn service(&mut self, decider: &mut Decider) -> Vec<ConnectionRecord> {
+        let Some(process) = &mut self.process else {
+            return Vec::new();
+        };
+        let messages = process.link.receive();
+        let mut records = Vec::new();
+        let mut answers = Vec::new();
+        for message in messages {
+            match message {
+                FromNet::Ask {
+                    id,
+                    target,
+                    requested: _,
+                } => {
+                    let verdict = match crate::net::allow::split_target(&target) {
+                        Some((host, port)) => self.decide(decider, &host, port),
+                        None => Verdict {
+                            decision: Decision::Deny,
+                            rule: "network: not a host and port".into(),
+                        },
+                    };
+                    answers.push(ToNet::Answer {
+                        id,
+                        allow: verdict.decision == Decision::Allow,
+                        rule: verdict.rule,
+                    });
+                }
+                FromNet::Connection {
+                    target,
+                    host,
+                    requested,
+                    allowed,
+                    rule,
+                } => {
+                    let counts = self.hosts.entry(host).or_default();
+                    if allowed {
+                        counts.allowed += 1;
+                    } else {
+                        counts.refused += 1;
+                    }
+                    records.push(ConnectionRecord {
+                        target,
+                        requested,
+                        allowed,
+                        rule,
+                    });
+                }
+                FromNet::Fetched { id, outcome } => {
+                    self.fetched.insert(id, outcome);
+                }
+            }
+        }
+        if let Some(process) = &mut self.process {
+            for answer in &answers {
+                process.link.send(answer);
+            }
+            process.link.flush();
+        }
+        records
+    }
+
+    /// Hand a request the broker allowed to the net process, starting it
+    /// if this is the run's first. Returns its id.
+    pub fn fetch(&mut self, request: crate::net::fetch::FetchRequest) -> Result<u64, String> {
+        if let Some(reason) = &self.failed {
+            return Err(reason.clone());
+        }
+        if self.process.is_none() {
+            match crate::net::process::start(&self.policy, None) {
+                Ok(process) => self.process = Some(process),
+                Err(err) => {
+                    let reason = format!("the network process could not start: {err}");
+                    self.failed = Some(reason.clone());
+                    return Err(reason);
+                }
+            }
+        }
+        let Some(process) = &mut self.process else {
+            return Err("the network process is gone".into());
+        };
+        if process.link.is_closed() {
+            return Err("the network process ended".into());
+        }
+        let id = self.next_fetch;
+        self.next_fetch += 1;
+        process.link.send(&ToNet::Fetch { id, request });
+        Ok(id)
+    }
+
+    /// The outcome of fetch `id` once it arrived; a closed link ends every
+    /// fetch still out.
+    pub fn take_fetched(&mut self, id: u64) -> Option<FetchOutcome> {
+        if let Some(outcome) = self.fetched.remove(&id) {
+            return Some(outcome);
+        }
+        match &self.process {
+            Some(process) if !process.link.is_closed() => None,
+            _ => Some(FetchOutcome::Failed {
+                message: "the network process ended before it answered".into(),
+            }),
+        }
+    }
+
+    /// The entries in force, as written (for the report).
+    pub fn allowlist(&self) -> &[String] {
+        &self.policy.allow
+    }
+}
+
+/// The socket init hands the proxy's listener over on, and the net
+/// process's end of it: for a run in allowlist mode.
+pub fn listener_handover() -> nix::Result<(OwnedFd, OwnedFd)> {
+    nix::sys::socket::socketpair(
+        nix::sys::socket::AddressFamily::Unix,
+        nix::sys::socket::SockType::Stream,
+        None,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+    )
+}

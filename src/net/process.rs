@@ -1,0 +1,349 @@
+//! The run's net process: the proxy and `net.http`'s client, outside the
+//! sandbox, in a process of their own.
+//!
+//! It is forked from the supervisor, which must stay single-threaded (it
+//! clones the sandbox and nested runs), so the proxy's runtime and threads
+//! live here instead. It parses everything the sandbox sends to the
+//! proxy; a fault there ends this process, not the supervisor, whose
+//! broker then refuses what would have needed it. It dies with the
+//! supervisor (parent-death signal) and when its link closes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal};
+use nix::sys::socket::{socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::allow::{Allowlist, Host};
+use super::link::{FetchOutcome, FromNet, SupervisorEnd, ToNet};
+use super::proxy::{Gate, Record, Target, Verdict};
+use super::resolve::Resolver;
+use crate::profile::policy::NetworkPolicy;
+
+/// Why the net process could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum NetProcessError {
+    /// The link's socket pair.
+    #[error("creating the net process's link: {0}")]
+    Link(#[source] nix::Error),
+    /// The fork.
+    #[error("forking the net process: {0}")]
+    Fork(#[source] crate::sys::fork::ForkError),
+}
+
+/// A started net process, seen from the supervisor.
+#[derive(Debug)]
+pub struct NetProcess {
+    /// Its pid (killed and reaped on drop).
+    pub pid: Pid,
+    /// The supervisor's end of the link.
+    pub link: SupervisorEnd,
+}
+
+impl Drop for NetProcess {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(self.pid, None);
+    }
+}
+
+/// Start the net process for `network`. `listener_from` is the socket on
+/// which init hands over the proxy's listening socket (allowlist mode);
+/// without it, the process serves `net.http` alone.
+pub fn start(
+    network: &NetworkPolicy,
+    listener_from: Option<OwnedFd>,
+) -> Result<NetProcess, NetProcessError> {
+    let (supervisor_end, net_end) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(NetProcessError::Link)?;
+    let supervisor = nix::unistd::getpid();
+    let allow = network.allow.clone();
+    let pins = network.resolve.clone();
+    let mut keep = vec![net_end];
+    keep.extend(listener_from);
+    let pid = crate::sys::fork::fork_keeping_only(keep, move |mut fds| {
+        let listener_from = if fds.len() > 1 { fds.pop() } else { None };
+        let Some(link) = fds.pop() else {
+            return 1;
+        };
+        main(supervisor, &allow, pins, link, listener_from)
+    })
+    .map_err(NetProcessError::Fork)?;
+    Ok(NetProcess {
+        pid,
+        link: SupervisorEnd::new(supervisor_end),
+    })
+}
+
+fn main(
+    supervisor: Pid,
+    allow: &[String],
+    pins: BTreeMap<String, std::net::IpAddr>,
+    link: OwnedFd,
+    listener_from: Option<OwnedFd>,
+) -> i32 {
+    if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
+        || nix::unistd::getppid() != supervisor
+    {
+        return 1;
+    }
+    // Out of the terminal's process group: a ^C is the supervisor's to
+    // forward to the run, and the run's connections need this process
+    // until the run has ended.
+    let _ = nix::unistd::setsid();
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    if let Ok(null) = nix::fcntl::open(
+        c"/dev/null",
+        nix::fcntl::OFlag::O_RDWR,
+        nix::sys::stat::Mode::empty(),
+    ) {
+        for fd in 0..3 {
+            let _ = crate::sys::fd::redirect_standard_stream(std::os::fd::AsFd::as_fd(&null), fd);
+        }
+    }
+    // Profiles and flags checked every entry; one that does not parse here
+    // means the two disagree, and nothing is let through.
+    let Ok(allow) = Allowlist::parse(allow) else {
+        return 1;
+    };
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return 1;
+    };
+    runtime.block_on(serve(Arc::new(allow), pins, link, listener_from));
+    0
+}
+
+/// The decisions the proxy cannot take alone, asked of the broker over the
+/// link, and the records it keeps.
+struct LinkGate {
+    to_broker: mpsc::UnboundedSender<FromNet>,
+    asked: Mutex<HashMap<u64, oneshot::Sender<Verdict>>>,
+    next: AtomicU64,
+}
+
+impl Gate for LinkGate {
+    fn decide(
+        &self,
+        request: &Target,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send + '_>> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (answer, answered) = oneshot::channel();
+        if let Ok(mut asked) = self.asked.lock() {
+            asked.insert(id, answer);
+        }
+        let sent = self
+            .to_broker
+            .send(FromNet::Ask {
+                id,
+                target: request.host.with_port(request.port),
+                requested: request.requested.clone(),
+            })
+            .is_ok();
+        Box::pin(async move {
+            let gone = Verdict {
+                allow: false,
+                rule: "the run's supervisor is gone".into(),
+            };
+            if !sent {
+                return gone;
+            }
+            answered.await.unwrap_or(gone)
+        })
+    }
+
+    fn record(&self, record: Record) {
+        let _ = self.to_broker.send(FromNet::Connection {
+            target: record.target,
+            host: record.host,
+            requested: record.requested,
+            allowed: record.allowed,
+            rule: record.rule,
+        });
+    }
+}
+
+async fn serve(
+    allow: Arc<Allowlist>,
+    pins: BTreeMap<String, std::net::IpAddr>,
+    link: OwnedFd,
+    listener_from: Option<OwnedFd>,
+) {
+    let link = std::os::unix::net::UnixStream::from(link);
+    if link.set_nonblocking(true).is_err() {
+        return;
+    }
+    let Ok(link) = tokio::net::UnixStream::from_std(link) else {
+        return;
+    };
+    let (reader, mut writer) = link.into_split();
+    let (to_broker, mut outgoing) = mpsc::unbounded_channel::<FromNet>();
+    tokio::spawn(async move {
+        while let Some(message) = outgoing.recv().await {
+            let Ok(mut line) = serde_json::to_vec(&message) else {
+                continue;
+            };
+            line.push(b'\n');
+            if writer.write_all(&line).await.is_err() {
+                return;
+            }
+        }
+    });
+    // This host's own addresses, once: a name that resolves to one of
+    // them would reach the host's services from inside.
+    let own = super::address::host_addresses().unwrap_or_default();
+    let resolver = Arc::new(Resolver::new(Arc::clone(&allow), pins, own));
+    let gate = Arc::new(LinkGate {
+        to_broker: to_broker.clone(),
+        asked: Mutex::new(HashMap::new()),
+        next: AtomicU64::new(1),
+    });
+    if let Some(source) = listener_from {
+        let (allow, resolver, gate) = (Arc::clone(&allow), Arc::clone(&resolver), gate.clone());
+        tokio::spawn(async move {
+            let Ok(Some(listener)) =
+                tokio::task::spawn_blocking(move || receive_listener(&source)).await
+            else {
+                return;
+            };
+            let listener = std::net::TcpListener::from(listener);
+            if listener.set_nonblocking(true).is_err() {
+                return;
+            }
+            if let Ok(listener) = tokio::net::TcpListener::from_std(listener) {
+                super::proxy::serve(listener, allow, resolver, gate).await;
+            }
+        });
+    }
+    let tls = Arc::new(TlsConfigs::default());
+    let mut lines = tokio::io::BufReader::new(reader).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        match serde_json::from_str::<ToNet>(&line) {
+            Ok(ToNet::Answer { id, allow, rule }) => {
+                let answer = gate.asked.lock().ok().and_then(|mut a| a.remove(&id));
+                if let Some(answer) = answer {
+                    let _ = answer.send(Verdict { allow, rule });
+                }
+            }
+            Ok(ToNet::Fetch { id, request }) => {
+                let (resolver, tls, to_broker) =
+                    (Arc::clone(&resolver), Arc::clone(&tls), to_broker.clone());
+                tokio::spawn(async move {
+                    let outcome = fetch_one(&request, &resolver, &tls).await;
+                    let _ = to_broker.send(FromNet::Fetched { id, outcome });
+                });
+            }
+            // The broker is ours: a line it did not mean is a bug, and
+            // ending here makes its requests fail instead of hang.
+            Err(_) => return,
+        }
+    }
+}
+
+/// TLS configurations, made when first needed: reading the system's roots
+/// takes milliseconds that a run without `https` should not pay.
+#[derive(Default)]
+struct TlsConfigs {
+    system: tokio::sync::OnceCell<Result<Arc<rustls::ClientConfig>, String>>,
+}
+
+async fn fetch_one(
+    request: &super::fetch::FetchRequest,
+    resolver: &Resolver,
+    tls: &TlsConfigs,
+) -> FetchOutcome {
+    let host = match Host::parse(&request.host) {
+        Ok(host) => host,
+        Err(err) => {
+            return FetchOutcome::Failed {
+                message: err.to_string(),
+            }
+        }
+    };
+    let addrs = match resolver.resolve(&host, request.port).await {
+        Ok(addrs) => addrs,
+        Err(refusal) if refusal.unresolved => {
+            return FetchOutcome::Failed {
+                message: refusal.message,
+            }
+        }
+        Err(refusal) => {
+            return FetchOutcome::Refused {
+                rule: refusal.rule,
+                message: refusal.message,
+            }
+        }
+    };
+    let config = tls
+        .system
+        .get_or_init(|| async {
+            tokio::task::spawn_blocking(|| {
+                super::fetch::client_config().map_err(|err| err.to_string())
+            })
+            .await
+            .unwrap_or_else(|err| Err(err.to_string()))
+        })
+        .await;
+    let config = match config {
+        Ok(config) => Arc::clone(config),
+        Err(message) if request.scheme == super::fetch::Scheme::Https => {
+            return FetchOutcome::Failed {
+                message: message.clone(),
+            }
+        }
+        // Plain HTTP needs no roots; any configuration does.
+        Err(_) => match super::fetch::client_config_with_roots(rustls::RootCertStore::empty()) {
+            Ok(config) => config,
+            Err(err) => {
+                return FetchOutcome::Failed {
+                    message: err.to_string(),
+                }
+            }
+        },
+    };
+    match super::fetch::fetch(request, &addrs, config).await {
+        Ok(response) => FetchOutcome::Response { response },
+        Err(err) => FetchOutcome::Failed {
+            message: err.to_string(),
+        },
+    }
+}
+
+/// Wait for init's listening socket on `source` (blocking: a thread of
+/// the runtime's pool waits).
+fn receive_listener(source: &OwnedFd) -> Option<OwnedFd> {
+    let mut byte = [0u8; 1];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [std::io::IoSliceMut::new(&mut byte)];
+    let message = loop {
+        match nix::sys::socket::recvmsg::<()>(
+            source.as_raw_fd(),
+            &mut iov,
+            Some(&mut space),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+            Ok(message) => break message,
+        }
+    };
+    let mut received = None;
+    crate::sys::fd::for_each_received_fd(message, |fd| {
+        if received.is_none() {
+            received = Some(fd);
+        }
+    });
+    received
+}
