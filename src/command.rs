@@ -713,6 +713,9 @@ fn build_report(
             idmapped_trees: plan.idmapped.len(),
         }),
         network: reached_payload.then_some(plan.network),
+        network_allow: (reached_payload
+            && plan.network == crate::profile::policy::NetworkMode::Allowlist)
+            .then(|| policy.network.allow.clone()),
         landlock,
         seccomp,
         capabilities: view.and_then(Measured::capability_names),
@@ -784,6 +787,7 @@ fn build_report(
         wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
         resources,
         broker: ok.and_then(|o| o.broker.clone()),
+        connections: ok.map(|o| o.connections.clone()).unwrap_or_default(),
         limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
         enforced,
         measured,

@@ -131,7 +131,11 @@ impl Network {
                     requested: _,
                 } => {
                     let verdict = match crate::net::allow::split_target(&target) {
-                        Some((host, port)) => self.decide(decider, &host, port),
+                        Some((host, port)) => unanswered_is_refused(
+                            self.decide(decider, &host, port),
+                            &target,
+                            decider.caller.starts_with("skill:"),
+                        ),
                         None => Verdict {
                             decision: Decision::Deny,
                             rule: "network: not a host and port".into(),
@@ -222,6 +226,23 @@ impl Network {
     /// The entries in force, as written (for the report).
     pub fn allowlist(&self) -> &[String] {
         &self.policy.allow
+    }
+}
+
+/// A proxied connection cannot wait for an answer nobody will give: an
+/// "ask" that found nobody to ask is refused, and the rule says how to
+/// approve it ahead.
+fn unanswered_is_refused(verdict: Verdict, target: &str, skill: bool) -> Verdict {
+    if verdict.decision != Decision::Ask {
+        return verdict;
+    }
+    Verdict {
+        decision: Decision::Deny,
+        rule: format!(
+            "{}: needs approval and nobody can be asked in this run; pre-approve it with `{} --grant net.http:{target}`",
+            verdict.rule,
+            if skill { "sandbox serve" } else { "sandbox run" }
+        ),
     }
 }
 

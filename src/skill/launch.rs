@@ -116,7 +116,11 @@ fn declares_any(skill: &Skill, action: &str) -> bool {
 ///   `fs.mkdir` and `fs.delete` all declared without a pattern, readable in
 ///   place only with `fs.read` declared without one, and otherwise an empty
 ///   directory (files then go through the broker, which checks patterns);
-/// - the network is none unless `net.http` is declared;
+/// - the network is none unless `net.http` is declared; declared only
+///   for hosts (`net.http:api.example.com`), a profile with a network
+///   (the host's or an allowlist) gives the skill an allowlist of exactly
+///   those hosts, and a profile without one stays without (the broker's
+///   `net.http` can still reach them);
 /// - `memory` from the manifest replaces the profile's; the run itself has
 ///   no wall-clock limit (a persistent skill lives long), each invocation
 ///   has the manifest's `timeout` instead.
@@ -138,7 +142,20 @@ pub fn narrowed_policy(skill: &Skill, mut policy: Policy) -> Policy {
         (ProjectAccess::ReadWrite, ProjectAccess::ReadWrite) => ProjectAccess::ReadWrite,
     };
     if !declares_any(skill, "net.http") {
-        policy.network.mode = NetworkMode::None;
+        policy.network = crate::profile::policy::NetworkPolicy::of_mode(NetworkMode::None);
+    } else if skill.permissions.iter().all(|p| p != "net.http")
+        && matches!(
+            policy.network.mode,
+            NetworkMode::Host | NetworkMode::Allowlist
+        )
+    {
+        policy.network.mode = NetworkMode::Allowlist;
+        policy.network.allow = skill
+            .permissions
+            .iter()
+            .filter_map(|p| p.strip_prefix("net.http:"))
+            .map(str::to_string)
+            .collect();
     }
     if let Some(memory) = skill.memory {
         policy.limits.memory = Some(memory);
@@ -200,7 +217,7 @@ pub fn policy_for(skill: &Skill, allowed: &Policy) -> Result<Policy, SkillError>
     // profile with the host network but declaring no net.http gets none.
     let declared = narrowed_policy(skill, asked.clone());
     asked.filesystem.project = declared.filesystem.project;
-    asked.network.mode = declared.network.mode;
+    asked.network = declared.network.clone();
     let mut excess = Vec::new();
     let policy = match crate::profile::narrow::within(allowed, &asked) {
         Ok(policy) => policy,
@@ -386,8 +403,38 @@ mod tests {
         assert_eq!(policy.network.mode, NetworkMode::None);
         assert_eq!(policy.limits.memory, Some(64 << 20));
         assert_eq!(policy.limits.timeout, None);
+        // Hosts declared: exactly those, through the proxy.
         let policy = narrowed_policy(&skill(&["net.http:api.example.com"]), base.clone());
+        assert_eq!(policy.network.mode, NetworkMode::Allowlist);
+        assert_eq!(policy.network.allow, ["api.example.com"]);
+        // Any host declared: the profile's network.
+        let policy = narrowed_policy(&skill(&["net.http"]), base.clone());
         assert_eq!(policy.network.mode, base.network.mode);
+        // A profile without a network gives none, whatever is declared.
+        let strict = crate::profile::load("strict").unwrap();
+        let policy = narrowed_policy(&skill(&["net.http:api.example.com"]), strict.clone());
+        assert_eq!(policy.network.mode, strict.network.mode);
+        assert!(policy.network.allow.is_empty());
+    }
+
+    #[test]
+    fn a_declared_host_outside_the_persons_allowlist_is_refused() {
+        let mut allowed = crate::profile::load("strict").unwrap();
+        allowed.network =
+            crate::profile::policy::NetworkPolicy::from_spec("allow:api.example.com").unwrap();
+        let mut inside = skill(&["net.http:api.example.com"]);
+        inside.profile = None;
+        let policy = policy_for(&inside, &allowed).unwrap();
+        assert_eq!(policy.network.allow, ["api.example.com"]);
+        let mut outside = skill(&["net.http:evil.example.net"]);
+        outside.profile = None;
+        match policy_for(&outside, &allowed) {
+            Err(SkillError::Wider { excess, .. }) => assert!(
+                excess.iter().any(|e| e.contains("evil.example.net")),
+                "{excess:?}"
+            ),
+            other => panic!("expected a refusal, got {other:?}"),
+        }
     }
 
     #[test]

@@ -46,6 +46,8 @@ pub struct Outcome {
     pub cpu_system: Duration,
     /// What the broker decided.
     pub broker: Option<crate::broker::server::BrokerCounts>,
+    /// Proxied connections by host.
+    pub connections: std::collections::BTreeMap<String, crate::broker::network::HostCounts>,
     /// Protected entries the run created, moved aside after it ended.
     pub sweep: crate::project::quarantine::Sweep,
 }
@@ -1347,6 +1349,11 @@ impl Running {
         outcome.cpu_system = system.saturating_sub(self.rusage_before.1);
         outcome.limits_hit = limits_hit;
         outcome.broker = self.broker.as_ref().map(|(_, b)| b.borrow().counts.clone());
+        outcome.connections = self
+            .broker
+            .as_ref()
+            .map(|(_, b)| b.borrow().connections())
+            .unwrap_or_default();
         Ok(outcome)
     }
 }
@@ -1561,6 +1568,7 @@ fn outcome(
         cpu_user: Duration::ZERO,
         cpu_system: Duration::ZERO,
         broker: None,
+        connections: Default::default(),
         sweep: Default::default(),
     })
 }

@@ -134,6 +134,8 @@ pub struct Enforced {
     pub user: Option<UserReport>,
     /// Network mode (None: the payload never got that far).
     pub network: Option<NetworkMode>,
+    /// The allowlist in force, as written (None: no proxy in this run).
+    pub network_allow: Option<Vec<String>>,
     /// Landlock.
     pub landlock: LandlockReport,
     /// Seccomp.
@@ -198,6 +200,9 @@ pub struct Report {
     pub resources: Option<Resources>,
     /// Broker requests and decisions.
     pub broker: Option<crate::broker::server::BrokerCounts>,
+    /// Connections through the allowlist's proxy, allowed and refused, by
+    /// host (empty without a proxy).
+    pub connections: BTreeMap<String, crate::broker::network::HostCounts>,
     /// Limits that ended or cut the run (`timeout`, `memory`, `pids`).
     pub limits_hit: Vec<crate::spawn::parent::LimitHit>,
     /// Protected entries the run created, renamed out of use after it.
