@@ -162,7 +162,10 @@ fn a_bound_secret_reaches_its_host_and_never_comes_back() {
     assert!(body.contains("server=a"), "{body}");
     assert!(body.starts_with("server=a\nPOST /echo?q=1 "), "{body}");
     // Header names are case-insensitive; the client may send them lower-cased.
-    assert!(body.to_ascii_lowercase().contains("x-plain: visible"), "{body}");
+    assert!(
+        body.to_ascii_lowercase().contains("x-plain: visible"),
+        "{body}"
+    );
     assert!(
         body.contains(&format!("Bearer {}", result.handle)),
         "the echoed value comes back as the handle: {body}"
