@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 pub mod mcp_client;
+pub mod net;
 
 /// The binary under test.
 pub fn sandbox_bin() -> &'static str {
