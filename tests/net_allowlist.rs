@@ -773,3 +773,63 @@ fn a_broken_allow_entry_is_a_usage_error_naming_it() {
         );
     }
 }
+
+/// A skill that declares `net.http:HOST` gets exactly that host, even under
+/// a person's profile that lists more: the other listed host is refused
+/// and its server sees nothing.
+#[test]
+fn a_skill_declaring_a_host_reaches_that_host_and_no_other() {
+    if !support::require_root_sandbox("a_skill_declaring_a_host_reaches_that_host_and_no_other") {
+        return;
+    }
+    let project = support::skill_project("sandbox-net-skill-");
+    let a = TestServer::start("a");
+    let b = TestServer::start("b");
+    let profile = project.path().join("person.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "version = 1\nextends = \"strict\"\n[network]\n\
+             allow = [\"api.test:{pa}\", \"other.test:{pb}\", \"127.0.0.1:{pa}\", \"127.0.0.1:{pb}\"]\n\
+             resolve = {{ \"api.test\" = \"127.0.0.1\", \"other.test\" = \"127.0.0.1\" }}\n",
+            pa = a.port(),
+            pb = b.port()
+        ),
+    )
+    .unwrap();
+    support::write_skill(
+        project.path(),
+        "fetcher",
+        // A name resolving to a loopback or private address needs its
+        // address declared too, as in the person's list.
+        &format!(
+            "permissions: [\"net.http:api.test:{pa}\", \"net.http:127.0.0.1:{pa}\"]\n",
+            pa = a.port()
+        ),
+        (
+            "main.sh",
+            &format!(
+                "sandbox ipc --invocation >/dev/null\n\
+                 a=$(curl -s -o /dev/null -w '%{{http_code}}' http://api.test:{pa}/skill)\n\
+                 b=$(curl -s -o /dev/null -w '%{{http_code}}' http://other.test:{pb}/skill)\n\
+                 sandbox ipc --result \"\\\"$a $b\\\"\"\n",
+                pa = a.port(),
+                pb = b.port()
+            ),
+        ),
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["skill", "run", "fetcher", "--json", "--non-interactive", "--project"])
+        .arg(project.path())
+        .arg("--profile")
+        .arg(&profile)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("\"200 403\""),
+        "the skill should reach api.test only: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    b.assert_saw_nothing("a host the skill did not declare");
+}
