@@ -1012,7 +1012,10 @@ impl Request {
         );
         let mut has_host = false;
         for (name, value) in &head.headers {
-            if name.len() >= 6 && name[..6].eq_ignore_ascii_case("proxy-") {
+            if name
+                .get(..6)
+                .is_some_and(|p| p.eq_ignore_ascii_case("proxy-"))
+            {
                 continue;
             }
             has_host |= name.eq_ignore_ascii_case("host");
