@@ -819,7 +819,14 @@ fn a_skill_declaring_a_host_reaches_that_host_and_no_other() {
         ),
     );
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_sandbox"))
-        .args(["skill", "run", "fetcher", "--json", "--non-interactive", "--project"])
+        .args([
+            "skill",
+            "run",
+            "fetcher",
+            "--json",
+            "--non-interactive",
+            "--project",
+        ])
         .arg(project.path())
         .arg("--profile")
         .arg(&profile)

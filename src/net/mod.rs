@@ -22,6 +22,7 @@ pub mod link;
 pub mod process;
 pub mod proxy;
 pub mod resolve;
+pub mod splice;
 
 /// The port the proxy listens on inside the sandbox, on 127.0.0.1 (the
 /// sandbox's own loopback: a fresh namespace, so it is always free).

@@ -567,15 +567,8 @@ async fn relay(
     if !buf.is_empty() {
         upstream.write_all(&buf).await?;
     }
-    let mut client = io.reunite(write).map_err(io::Error::other)?;
-    tokio::io::copy_bidirectional_with_sizes(
-        &mut client,
-        &mut upstream,
-        RELAY_BUFFER,
-        RELAY_BUFFER,
-    )
-    .await?;
-    Ok(())
+    let client = io.reunite(write).map_err(io::Error::other)?;
+    super::splice::relay(&client, &upstream).await
 }
 
 // ---- SOCKS constants ----
