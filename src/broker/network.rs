@@ -188,7 +188,7 @@ impl Network {
             return Err(reason.clone());
         }
         if self.process.is_none() {
-            match crate::net::process::start(&self.policy, None) {
+            match crate::net::process::start(&self.policy.allow, &self.policy.resolve, None) {
                 Ok(process) => self.process = Some(process),
                 Err(err) => {
                     let reason = format!("the network process could not start: {err}");

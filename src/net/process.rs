@@ -23,7 +23,6 @@ use super::allow::{Allowlist, Host};
 use super::link::{FetchOutcome, FromNet, SupervisorEnd, ToNet};
 use super::proxy::{Gate, Record, Target, Verdict};
 use super::resolve::Resolver;
-use crate::profile::policy::NetworkPolicy;
 
 /// Why the net process could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -52,11 +51,13 @@ impl Drop for NetProcess {
     }
 }
 
-/// Start the net process for `network`. `listener_from` is the socket on
-/// which init hands over the proxy's listening socket (allowlist mode);
+/// Start the net process for the allowlist `allow` (entries as a profile
+/// writes them) with the names `pins` fixes. `listener_from` is the socket
+/// on which init hands over the proxy's listening socket (allowlist mode);
 /// without it, the process serves `net.http` alone.
 pub fn start(
-    network: &NetworkPolicy,
+    allow: &[String],
+    pins: &BTreeMap<String, std::net::IpAddr>,
     listener_from: Option<OwnedFd>,
 ) -> Result<NetProcess, NetProcessError> {
     let (supervisor_end, net_end) = socketpair(
@@ -67,8 +68,8 @@ pub fn start(
     )
     .map_err(NetProcessError::Link)?;
     let supervisor = nix::unistd::getpid();
-    let allow = network.allow.clone();
-    let pins = network.resolve.clone();
+    let allow = allow.to_vec();
+    let pins = pins.clone();
     let mut keep = vec![net_end];
     keep.extend(listener_from);
     let pid = crate::sys::fork::fork_keeping_only(keep, move |mut fds| {

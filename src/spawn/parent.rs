@@ -660,7 +660,8 @@ fn start_cloned(
     let (net_process, handover) = if proxied {
         let (send, receive) =
             crate::broker::network::listener_handover().map_err(sys("socketpair(proxy)"))?;
-        let process = crate::net::process::start(&config.policy.network, Some(receive))?;
+        let network = &config.policy.network;
+        let process = crate::net::process::start(&network.allow, &network.resolve, Some(receive))?;
         (Some(process), Some(send))
     } else {
         (None, None)
