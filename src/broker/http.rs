@@ -8,7 +8,10 @@
 //! response into the result, with every used secret's value replaced by its
 //! handle. A handle anywhere else (the URL, the body), or for a host its
 //! secret is not bound to, refuses the request: the value is never sent
-//! where the person did not say.
+//! where the person did not say. Redaction finds the value only as sent, so
+//! a request carrying a secret asks for its answer unencoded and whole
+//! (`Accept-Encoding: identity`, no `Range`), and an answer that is encoded
+//! all the same comes back without its body (`body_withheld` says why).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -184,6 +187,9 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
         }
         headers.push((name, value));
     }
+    if !used_secrets.is_empty() {
+        guard_echoes(&mut headers)?;
+    }
 
     Ok(Prepared {
         target,
@@ -202,6 +208,54 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
     })
 }
 
+/// Headers that make a server send back a transformed or partial copy of
+/// what it received: a secret's value echoed compressed or in slices would
+/// pass the literal redaction of [`answer`] and be decoded in the sandbox.
+const TRANSFORMING_HEADERS: &[&str] = &["range", "if-range"];
+
+/// A request carrying a secret asks for its answer unencoded
+/// (`Accept-Encoding: identity` in place of the sandbox's own) and may not
+/// ask for a part of it.
+fn guard_echoes(headers: &mut Vec<(String, String)>) -> Result<(), Failure> {
+    if let Some((name, _)) = headers
+        .iter()
+        .find(|(name, _)| TRANSFORMING_HEADERS.contains(&name.to_ascii_lowercase().as_str()))
+    {
+        return Err(invalid(format!(
+            "header {name} asks for a part of the answer, which could cut an echoed secret \
+             into pieces that are no longer recognized and replaced: a request carrying a \
+             secret gets whole answers only, so leave {name} out"
+        )));
+    }
+    headers.retain(|(name, _)| !name.eq_ignore_ascii_case("accept-encoding"));
+    headers.push(("Accept-Encoding".to_owned(), "identity".to_owned()));
+    Ok(())
+}
+
+/// The coding of a response body other than identity and chunked (which
+/// the client removes), when it has one: `Content-Encoding: gzip`, or a
+/// `Transfer-Encoding` naming another coding.
+fn body_coding(headers: &[(String, String)]) -> Option<String> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            name.eq_ignore_ascii_case("content-encoding")
+                || name.eq_ignore_ascii_case("transfer-encoding")
+        })
+        .flat_map(|(name, value)| {
+            value
+                .split(',')
+                .map(|coding| coding.trim().to_ascii_lowercase())
+                .filter(|coding| !coding.is_empty())
+                .filter(move |coding| {
+                    coding != "identity"
+                        && !(name.eq_ignore_ascii_case("transfer-encoding") && coding == "chunked")
+                })
+                .collect::<Vec<_>>()
+        })
+        .next()
+}
+
 /// The `net.http` result for `response`: `status`, `headers` as
 /// `[name, value]` pairs, `body` (text) or `body_base64` (bytes that are
 /// not UTF-8), `truncated` when cut at the cap; every occurrence of the
@@ -217,10 +271,26 @@ pub fn answer(response: FetchResponse, secrets: &Secrets, used: &[String]) -> Va
             ])
         })
         .collect();
+    let mut result = json!({ "status": response.status, "headers": headers });
+    // A request carrying a secret asked for identity; a server that still
+    // encodes its answer may hold the value compressed, where no literal
+    // redaction finds it. Decoding here instead would need a codec per
+    // coding (and a bound on decompression bombs) and still fail open on
+    // a coding it does not know, so the body is withheld.
+    if !used.is_empty() {
+        if let Some(coding) = body_coding(&response.headers) {
+            result["body"] = json!("");
+            result["body_withheld"] = json!(format!(
+                "the server answered with the coding {coding} although the request asked for \
+                 identity; a secret's value cannot be found and replaced in an encoded body, so \
+                 an answer to a request carrying a secret comes back only unencoded"
+            ));
+            return result;
+        }
+    }
     // Redact the bytes before choosing text or base64: a value inside
     // base64 would no longer be found.
     let body = secrets.redact_bytes(&response.body, used, response.truncated);
-    let mut result = json!({ "status": response.status, "headers": headers });
     match String::from_utf8(body) {
         Ok(text) => result["body"] = json!(text),
         Err(err) => {
@@ -760,6 +830,82 @@ mod tests {
             fetch_failure("timed out", true, &s, &used).code,
             code::TIMEOUT
         );
+    }
+
+    #[test]
+    fn a_request_with_a_secret_asks_for_identity_and_an_encoded_answer_is_withheld() {
+        let s = secrets();
+        let gh = handle(&s, "GH");
+        let p = prepare(
+            json!({"url": "https://api.github.com/",
+                   "headers": {"Authorization": gh.clone(), "accept-ENCODING": "gzip, br"}}),
+            &s,
+        )
+        .unwrap();
+        let codings: Vec<_> = p
+            .request
+            .headers
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("accept-encoding"))
+            .collect();
+        assert_eq!(
+            codings,
+            vec![&("Accept-Encoding".to_owned(), "identity".to_owned())]
+        );
+        let failure = refused(
+            json!({"url": "https://api.github.com/",
+                   "headers": {"Authorization": gh.clone(), "Range": "bytes=0-3"}}),
+            &s,
+        );
+        assert!(failure.message.contains("Range"), "{}", failure.message);
+        // Without a secret, the sandbox's own encoding and range stand.
+        let p = prepare(
+            json!({"url": "https://api.github.com/",
+                   "headers": {"Accept-Encoding": "gzip", "Range": "bytes=0-3"}}),
+            &s,
+        )
+        .unwrap();
+        assert!(p
+            .request
+            .headers
+            .contains(&("Accept-Encoding".into(), "gzip".into())));
+
+        let used = vec!["GH".to_owned()];
+        for (name, value) in [
+            ("content-encoding", "gzip"),
+            ("content-encoding", "identity, br"),
+            ("transfer-encoding", "gzip, chunked"),
+        ] {
+            let result = answer(
+                FetchResponse {
+                    status: 200,
+                    headers: vec![(name.into(), value.into())],
+                    body: b"\x1f\x8b compressed".to_vec(),
+                    truncated: false,
+                },
+                &s,
+                &used,
+            );
+            assert_eq!(result["body"], "", "{name}: {value}");
+            assert!(result["body_withheld"].is_string(), "{name}: {value}");
+        }
+        for headers in [
+            vec![],
+            vec![("content-encoding".into(), "identity".into())],
+            vec![("transfer-encoding".into(), "chunked".into())],
+        ] {
+            let result = answer(
+                FetchResponse {
+                    status: 200,
+                    headers,
+                    body: b"plain".to_vec(),
+                    truncated: false,
+                },
+                &s,
+                &used,
+            );
+            assert_eq!(result["body"], "plain");
+        }
     }
 
     #[test]
