@@ -17,7 +17,8 @@ const VALUE: &str = "s3cr3t-VALUE-attack-71d2";
 /// An HTTP server on 127.0.0.1 that answers every request with its head
 /// echoed back (so a header carrying a secret comes back in the body),
 /// gzip-compressed when the request accepts gzip or when the path starts
-/// with `/always-gzip`. Each request head is appended to the file in argv[1].
+/// with `/always-gzip`. Each request head is appended to the file in argv[1];
+/// it listens on argv[2] (default 127.0.0.1), port argv[3] (default: free).
 const GZIP_ECHO: &str = r#"
 import gzip, sys, http.server
 log = sys.argv[1]
@@ -40,7 +41,9 @@ class Echo(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *args):
         pass
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Echo)
+address = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+server = http.server.ThreadingHTTPServer((address, port), Echo)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
@@ -106,15 +109,16 @@ for i, (method, params) in enumerate(json.loads(sys.argv[1]), 2):
 "#;
 
 /// One run of [`CLIENT`]: secret TOKEN (= [`VALUE`]) bound to `binding`,
-/// secrets.get granted, `api.test` pinned to 127.0.0.1 and `allow` listed.
+/// secrets.get granted, `api.test` pinned to `ip` and `allow` listed.
 /// The answers, one per request, as `{"answer", "decoded"}`.
 fn secret_run(
     project: &Project,
     binding: &str,
     allow: &[String],
+    ip: &str,
     requests: &Value,
 ) -> (NetRun, Vec<Value>) {
-    let mut args = net_args(allow, &[("api.test", "127.0.0.1")]);
+    let mut args = net_args(allow, &[("api.test", ip)]);
     args.extend([
         "--grant".to_string(),
         "secrets.get".to_string(),
@@ -164,6 +168,7 @@ fn an_echoed_secret_does_not_come_back_compressed() {
         &project,
         &format!("api.test:{port}"),
         &allow,
+        "127.0.0.1",
         &json!([
             // The payload asks for gzip, in two spellings.
             ["net.http", {"url": format!("http://api.test:{port}/echo"),
@@ -233,5 +238,54 @@ fn an_echoed_secret_does_not_come_back_compressed() {
     assert!(
         !heads.to_ascii_lowercase().contains("range:"),
         "a refused request is never sent: {heads}"
+    );
+}
+
+#[test]
+fn a_secret_bound_without_a_port_is_never_sent_over_plain_http() {
+    if !support::require_root_sandbox("a_secret_bound_without_a_port_is_never_sent_over_plain_http")
+    {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let log_dir = tempfile::tempdir().expect("a directory for the server's log");
+    let log = log_dir.path().join("heads.txt");
+    // Port 80 itself: a binding without a port covers 443 and 80 as an
+    // allowlist entry does. An address of its own in 127/8 keeps it apart
+    // from anything else on the host's port 80.
+    let ip = "127.0.0.147";
+    let _server = Helper::start(GZIP_ECHO, &[log.to_str().expect("a UTF-8 path"), ip, "80"]);
+    let allow = vec!["api.test".to_string(), format!("{ip}:80")];
+    let (run, answers) = secret_run(
+        &project,
+        "api.test",
+        &allow,
+        ip,
+        &json!([
+            ["net.http", {"url": "http://api.test/user",
+                          "headers": {"Authorization": "Bearer {HANDLE}"}}],
+            ["net.http", {"url": "http://api.test/no-secret"}],
+        ]),
+    );
+    let streams = run.streams();
+    assert_value_nowhere(&run, "plain http");
+    assert_eq!(
+        answers[0]["answer"]["error"]["code"], -32001,
+        "a port-less binding is https only: {streams}"
+    );
+    assert!(
+        answers[0]["answer"]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("https") && m.contains("api.test:80")),
+        "the refusal names the fix: {streams}"
+    );
+    assert_eq!(
+        answers[1]["answer"]["result"]["status"], 200,
+        "the host itself is reachable over http: {streams}"
+    );
+    let heads = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !heads.contains(VALUE) && !heads.contains("/user"),
+        "the value went out in clear: {heads}"
     );
 }

@@ -8,7 +8,9 @@
 //! response into the result, with every used secret's value replaced by its
 //! handle. A handle anywhere else (the URL, the body), or for a host its
 //! secret is not bound to, refuses the request: the value is never sent
-//! where the person did not say. Redaction finds the value only as sent, so
+//! where the person did not say, and a binding without a port sends it
+//! over https only (the certificate proves the name; plain http needs the
+//! port bound, `api.test:80`). Redaction finds the value only as sent, so
 //! a request carrying a secret asks for its answer unencoded and whole
 //! (`Accept-Encoding: identity`, no `Range`), and an answer that is encoded
 //! all the same comes back without its body (`body_withheld` says why).
@@ -165,6 +167,9 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
         for secret in secrets.find_handles_in(&value) {
             if !secret.bound_to(&target) {
                 return Err(not_bound(secret, &target));
+            }
+            if url.scheme == Scheme::Http && !secret.bound_to_in_clear(&target) {
+                return Err(not_in_clear(secret, &target));
             }
             if secret
                 .value()
@@ -456,6 +461,20 @@ fn misplaced(secret: &Secret, place: &str) -> Failure {
     )
 }
 
+fn not_in_clear(secret: &Secret, target: &str) -> Failure {
+    let name = secret.name();
+    fail(
+        code::PERMISSION_DENIED,
+        format!(
+            "net.http: secret {name} is bound to {} without a port, which sends it over https \
+             only: over plain http anyone on the path, or whoever answers for the name, reads \
+             it; use an https:// URL, or bind the port to allow plain http \
+             (--secret {name}=env:VAR@{target})",
+            secret.hosts().join(", ")
+        ),
+    )
+}
+
 fn not_bound(secret: &Secret, target: &str) -> Failure {
     let name = secret.name();
     let host = target
@@ -690,6 +709,43 @@ mod tests {
                 failure.message
             );
         }
+    }
+
+    #[test]
+    fn a_binding_without_a_port_sends_the_value_over_https_only() {
+        let mut s = Secrets::default();
+        s.add(vec![SecretSpec {
+            name: "GH".into(),
+            value: VALUE.into(),
+            hosts: vec![
+                "api.github.com".into(),
+                "plain.test:80".into(),
+                "any.test:*".into(),
+            ],
+        }]);
+        let gh = handle(&s, "GH");
+        for url in [
+            "https://api.github.com/",
+            "https://api.github.com:80/",
+            "http://plain.test/",
+            "http://any.test:8080/",
+        ] {
+            let p = prepare(json!({"url": url, "headers": {"A": gh.clone()}}), &s).unwrap();
+            assert_eq!(p.used_secrets, vec!["GH".to_owned()], "{url}");
+        }
+        let failure = refused(
+            json!({"url": "http://api.github.com/", "headers": {"A": gh}}),
+            &s,
+        );
+        assert_eq!(failure.code, code::PERMISSION_DENIED);
+        assert!(
+            failure.message.contains("https only")
+                && failure
+                    .message
+                    .contains("--secret GH=env:VAR@api.github.com:80"),
+            "{}",
+            failure.message
+        );
     }
 
     #[test]
