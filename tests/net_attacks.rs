@@ -289,3 +289,75 @@ fn a_secret_bound_without_a_port_is_never_sent_over_plain_http() {
         "the value went out in clear: {heads}"
     );
 }
+
+/// Opens argv[1] connections to the proxy, each asking `CONNECT argv[2]`,
+/// and counts the tunnels opened until none more opens for two seconds;
+/// then closes ten of them and counts again. Prints both counts.
+const MANY_TUNNELS: &str = r#"
+import selectors, socket, sys
+count, target = int(sys.argv[1]), sys.argv[2]
+sel = selectors.DefaultSelector()
+socks = []
+for _ in range(count):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    s.setblocking(False)
+    sel.register(s, selectors.EVENT_READ)
+    socks.append(s)
+opened = []
+def settle():
+    while True:
+        ready = sel.select(timeout=2)
+        if not ready:
+            return
+        for key, _ in ready:
+            data = key.fileobj.recv(4096)
+            sel.unregister(key.fileobj)
+            if data.startswith(b"HTTP/1.1 200"):
+                opened.append(key.fileobj)
+settle()
+first = len(opened)
+for s in opened[:10]:
+    s.close()
+settle()
+print(first, len(opened) - 10, flush=True)
+"#;
+
+#[test]
+fn a_flood_of_tunnels_is_held_to_the_connection_bound() {
+    if !support::require_root_sandbox("a_flood_of_tunnels_is_held_to_the_connection_bound") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let server = support::net::TestServer::start("held");
+    let port = server.port();
+    let bound = 256;
+    let flood = bound + 64;
+    let run = run_sandbox(
+        &project,
+        &net_args(
+            &[format!("api.test:{port}"), format!("127.0.0.1:{port}")],
+            &[("api.test", "127.0.0.1")],
+        ),
+        &[],
+        &[
+            "python3",
+            "-c",
+            MANY_TUNNELS,
+            &flood.to_string(),
+            &format!("api.test:{port}"),
+        ],
+    );
+    run.assert_ok("many tunnels");
+    let counts: Vec<usize> = run
+        .stdout()
+        .split_whitespace()
+        .map(|n| n.parse().expect("a count"))
+        .collect();
+    assert_eq!(
+        counts,
+        vec![bound, bound],
+        "at most {bound} tunnels at once, and one that ends lets a waiting one in: {}",
+        run.streams()
+    );
+}
