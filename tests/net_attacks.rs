@@ -361,3 +361,54 @@ fn a_flood_of_tunnels_is_held_to_the_connection_bound() {
         run.streams()
     );
 }
+
+/// Asks `CONNECT hN.flood.test:443` for N in 0..argv[1], one connection
+/// each, and prints how many were refused.
+const MANY_NAMES: &str = r#"
+import socket, sys
+refused = 0
+for n in range(int(sys.argv[1])):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(f"CONNECT h{n}.flood.test:443 HTTP/1.1\r\n\r\n".encode())
+    if s.recv(64).startswith(b"HTTP/1.1 403"):
+        refused += 1
+    s.close()
+print(refused, flush=True)
+"#;
+
+#[test]
+fn a_flood_of_new_names_does_not_grow_the_report_without_end() {
+    if !support::require_root_sandbox("a_flood_of_new_names_does_not_grow_the_report_without_end") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let flood = 1200;
+    let run = run_sandbox(
+        &project,
+        &net_args(&["listed.test".to_string()], &[]),
+        &[],
+        &["python3", "-c", MANY_NAMES, &flood.to_string()],
+    );
+    run.assert_ok("many names");
+    assert_eq!(run.stdout().trim(), flood.to_string(), "{}", run.streams());
+    let connections = run.report["connections"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no connections in the report: {}", run.report_text));
+    assert!(
+        connections.len() <= 1001,
+        "{} hosts counted by name",
+        connections.len()
+    );
+    let total: u64 = connections
+        .values()
+        .map(|counts| counts["refused"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(total, flood as u64, "every attempt is still counted");
+    assert_eq!(run.connections("(other hosts)"), (0, 200));
+    let audited = run
+        .audit
+        .iter()
+        .filter(|line| line["method"] == "net.connect")
+        .count();
+    assert_eq!(audited, flood, "and audited");
+}
