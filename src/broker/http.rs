@@ -8,7 +8,12 @@
 //! response into the result, with every used secret's value replaced by its
 //! handle. A handle anywhere else (the URL, the body), or for a host its
 //! secret is not bound to, refuses the request: the value is never sent
-//! where the person did not say.
+//! where the person did not say, and a binding without a port sends it
+//! over https only (the certificate proves the name; plain http needs the
+//! port bound, `api.test:80`). Redaction finds the value only as sent, so
+//! a request carrying a secret asks for its answer unencoded and whole
+//! (`Accept-Encoding: identity`, no `Range`), and an answer that is encoded
+//! all the same comes back without its body (`body_withheld` says why).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -163,6 +168,9 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
             if !secret.bound_to(&target) {
                 return Err(not_bound(secret, &target));
             }
+            if url.scheme == Scheme::Http && !secret.bound_to_in_clear(&target) {
+                return Err(not_in_clear(secret, &target));
+            }
             if secret
                 .value()
                 .bytes()
@@ -184,6 +192,9 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
         }
         headers.push((name, value));
     }
+    if !used_secrets.is_empty() {
+        guard_echoes(&mut headers)?;
+    }
 
     Ok(Prepared {
         target,
@@ -202,6 +213,54 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
     })
 }
 
+/// Headers that make a server send back a transformed or partial copy of
+/// what it received: a secret's value echoed compressed or in slices would
+/// pass the literal redaction of [`answer`] and be decoded in the sandbox.
+const TRANSFORMING_HEADERS: &[&str] = &["range", "if-range"];
+
+/// A request carrying a secret asks for its answer unencoded
+/// (`Accept-Encoding: identity` in place of the sandbox's own) and may not
+/// ask for a part of it.
+fn guard_echoes(headers: &mut Vec<(String, String)>) -> Result<(), Failure> {
+    if let Some((name, _)) = headers
+        .iter()
+        .find(|(name, _)| TRANSFORMING_HEADERS.contains(&name.to_ascii_lowercase().as_str()))
+    {
+        return Err(invalid(format!(
+            "header {name} asks for a part of the answer, which could cut an echoed secret \
+             into pieces that are no longer recognized and replaced: a request carrying a \
+             secret gets whole answers only, so leave {name} out"
+        )));
+    }
+    headers.retain(|(name, _)| !name.eq_ignore_ascii_case("accept-encoding"));
+    headers.push(("Accept-Encoding".to_owned(), "identity".to_owned()));
+    Ok(())
+}
+
+/// The coding of a response body other than identity and chunked (which
+/// the client removes), when it has one: `Content-Encoding: gzip`, or a
+/// `Transfer-Encoding` naming another coding.
+fn body_coding(headers: &[(String, String)]) -> Option<String> {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            name.eq_ignore_ascii_case("content-encoding")
+                || name.eq_ignore_ascii_case("transfer-encoding")
+        })
+        .flat_map(|(name, value)| {
+            value
+                .split(',')
+                .map(|coding| coding.trim().to_ascii_lowercase())
+                .filter(|coding| !coding.is_empty())
+                .filter(move |coding| {
+                    coding != "identity"
+                        && !(name.eq_ignore_ascii_case("transfer-encoding") && coding == "chunked")
+                })
+                .collect::<Vec<_>>()
+        })
+        .next()
+}
+
 /// The `net.http` result for `response`: `status`, `headers` as
 /// `[name, value]` pairs, `body` (text) or `body_base64` (bytes that are
 /// not UTF-8), `truncated` when cut at the cap; every occurrence of the
@@ -217,10 +276,26 @@ pub fn answer(response: FetchResponse, secrets: &Secrets, used: &[String]) -> Va
             ])
         })
         .collect();
+    let mut result = json!({ "status": response.status, "headers": headers });
+    // A request carrying a secret asked for identity; a server that still
+    // encodes its answer may hold the value compressed, where no literal
+    // redaction finds it. Decoding here instead would need a codec per
+    // coding (and a bound on decompression bombs) and still fail open on
+    // a coding it does not know, so the body is withheld.
+    if !used.is_empty() {
+        if let Some(coding) = body_coding(&response.headers) {
+            result["body"] = json!("");
+            result["body_withheld"] = json!(format!(
+                "the server answered with the coding {coding} although the request asked for \
+                 identity; a secret's value cannot be found and replaced in an encoded body, so \
+                 an answer to a request carrying a secret comes back only unencoded"
+            ));
+            return result;
+        }
+    }
     // Redact the bytes before choosing text or base64: a value inside
     // base64 would no longer be found.
     let body = secrets.redact_bytes(&response.body, used, response.truncated);
-    let mut result = json!({ "status": response.status, "headers": headers });
     match String::from_utf8(body) {
         Ok(text) => result["body"] = json!(text),
         Err(err) => {
@@ -382,6 +457,20 @@ fn misplaced(secret: &Secret, place: &str) -> Failure {
              header value (e.g. \"Authorization\": \"Bearer <handle>\") to a host it is bound to \
              (--secret {name}=env:VAR@HOST)",
             name = secret.name()
+        ),
+    )
+}
+
+fn not_in_clear(secret: &Secret, target: &str) -> Failure {
+    let name = secret.name();
+    fail(
+        code::PERMISSION_DENIED,
+        format!(
+            "net.http: secret {name} is bound to {} without a port, which sends it over https \
+             only: over plain http anyone on the path, or whoever answers for the name, reads \
+             it; use an https:// URL, or bind the port to allow plain http \
+             (--secret {name}=env:VAR@{target})",
+            secret.hosts().join(", ")
         ),
     )
 }
@@ -623,6 +712,43 @@ mod tests {
     }
 
     #[test]
+    fn a_binding_without_a_port_sends_the_value_over_https_only() {
+        let mut s = Secrets::default();
+        s.add(vec![SecretSpec {
+            name: "GH".into(),
+            value: VALUE.into(),
+            hosts: vec![
+                "api.github.com".into(),
+                "plain.test:80".into(),
+                "any.test:*".into(),
+            ],
+        }]);
+        let gh = handle(&s, "GH");
+        for url in [
+            "https://api.github.com/",
+            "https://api.github.com:80/",
+            "http://plain.test/",
+            "http://any.test:8080/",
+        ] {
+            let p = prepare(json!({"url": url, "headers": {"A": gh.clone()}}), &s).unwrap();
+            assert_eq!(p.used_secrets, vec!["GH".to_owned()], "{url}");
+        }
+        let failure = refused(
+            json!({"url": "http://api.github.com/", "headers": {"A": gh}}),
+            &s,
+        );
+        assert_eq!(failure.code, code::PERMISSION_DENIED);
+        assert!(
+            failure.message.contains("https only")
+                && failure
+                    .message
+                    .contains("--secret GH=env:VAR@api.github.com:80"),
+            "{}",
+            failure.message
+        );
+    }
+
+    #[test]
     fn an_unbound_secret_is_sent_nowhere() {
         let s = secrets();
         let loose = handle(&s, "LOOSE");
@@ -760,6 +886,82 @@ mod tests {
             fetch_failure("timed out", true, &s, &used).code,
             code::TIMEOUT
         );
+    }
+
+    #[test]
+    fn a_request_with_a_secret_asks_for_identity_and_an_encoded_answer_is_withheld() {
+        let s = secrets();
+        let gh = handle(&s, "GH");
+        let p = prepare(
+            json!({"url": "https://api.github.com/",
+                   "headers": {"Authorization": gh.clone(), "accept-ENCODING": "gzip, br"}}),
+            &s,
+        )
+        .unwrap();
+        let codings: Vec<_> = p
+            .request
+            .headers
+            .iter()
+            .filter(|(name, _)| name.eq_ignore_ascii_case("accept-encoding"))
+            .collect();
+        assert_eq!(
+            codings,
+            vec![&("Accept-Encoding".to_owned(), "identity".to_owned())]
+        );
+        let failure = refused(
+            json!({"url": "https://api.github.com/",
+                   "headers": {"Authorization": gh.clone(), "Range": "bytes=0-3"}}),
+            &s,
+        );
+        assert!(failure.message.contains("Range"), "{}", failure.message);
+        // Without a secret, the sandbox's own encoding and range stand.
+        let p = prepare(
+            json!({"url": "https://api.github.com/",
+                   "headers": {"Accept-Encoding": "gzip", "Range": "bytes=0-3"}}),
+            &s,
+        )
+        .unwrap();
+        assert!(p
+            .request
+            .headers
+            .contains(&("Accept-Encoding".into(), "gzip".into())));
+
+        let used = vec!["GH".to_owned()];
+        for (name, value) in [
+            ("content-encoding", "gzip"),
+            ("content-encoding", "identity, br"),
+            ("transfer-encoding", "gzip, chunked"),
+        ] {
+            let result = answer(
+                FetchResponse {
+                    status: 200,
+                    headers: vec![(name.into(), value.into())],
+                    body: b"\x1f\x8b compressed".to_vec(),
+                    truncated: false,
+                },
+                &s,
+                &used,
+            );
+            assert_eq!(result["body"], "", "{name}: {value}");
+            assert!(result["body_withheld"].is_string(), "{name}: {value}");
+        }
+        for headers in [
+            vec![],
+            vec![("content-encoding".into(), "identity".into())],
+            vec![("transfer-encoding".into(), "chunked".into())],
+        ] {
+            let result = answer(
+                FetchResponse {
+                    status: 200,
+                    headers,
+                    body: b"plain".to_vec(),
+                    truncated: false,
+                },
+                &s,
+                &used,
+            );
+            assert_eq!(result["body"], "plain");
+        }
     }
 
     #[test]

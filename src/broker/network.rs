@@ -20,6 +20,11 @@ use crate::net::link::{FetchOutcome, FromNet, ToNet};
 use crate::net::process::NetProcess;
 use crate::profile::policy::{Decision, NetworkMode, NetworkPolicy};
 
+/// The most hosts the report counts connections for by name.
+pub const MAX_COUNTED_HOSTS: usize = 1000;
+/// The report's entry for the connections to hosts past that bound.
+pub const OTHER_HOSTS: &str = "(other hosts)";
+
 /// Connections to one host, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HostCounts {
@@ -154,7 +159,16 @@ impl Network {
                     allowed,
                     rule,
                 } => {
-                    let counts = self.hosts.entry(host).or_default();
+                    // A payload naming a new host in every attempt would
+                    // otherwise grow the supervisor and the report without
+                    // end; the audit still has every attempt.
+                    let key =
+                        if self.hosts.len() < MAX_COUNTED_HOSTS || self.hosts.contains_key(&host) {
+                            host
+                        } else {
+                            OTHER_HOSTS.to_string()
+                        };
+                    let counts = self.hosts.entry(key).or_default();
                     if allowed {
                         counts.allowed += 1;
                     } else {

@@ -94,6 +94,21 @@ impl Secret {
     pub fn bound_to(&self, target: &str) -> bool {
         self.hosts.iter().any(|entry| binding_covers(entry, target))
     }
+
+    /// Whether its bindings let the value go to `target` over plain http:
+    /// only a binding with its port written (`api.test:80`, `api.test:*`)
+    /// does. Over https the server's certificate proves the name the
+    /// person bound; over http whoever answers for the name (a spoofed DNS
+    /// answer) or sits on the path reads the value, so a binding without a
+    /// port means https only.
+    pub fn bound_to_in_clear(&self, target: &str) -> bool {
+        self.hosts.iter().any(|entry| {
+            entry
+                .parse::<crate::net::allow::AllowEntry>()
+                .is_ok_and(|parsed| parsed.port != crate::net::allow::PortPattern::Default)
+                && binding_covers(entry, target)
+        })
+    }
 }
 
 /// The secrets of one run, by name.

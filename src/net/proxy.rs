@@ -57,6 +57,13 @@ const REQUESTED_LIMIT: usize = 256;
 /// destroys the refusal before the client reads it.
 const LINGER: Duration = Duration::from_secs(2);
 
+/// The most client connections the proxy serves at once. The net process
+/// lives outside the run's cgroup, and each tunnel holds a relay buffer
+/// each way: without a bound, a payload opening thousands of tunnels to a
+/// listed host would spend the host's memory and descriptors, not its own.
+/// Beyond it, connections wait in the listen queue until one ends.
+pub const MAX_CONNECTIONS: usize = 256;
+
 /// The rule an unlisted IP literal is refused under.
 pub const ADDRESS_LITERAL_RULE: &str =
     "network: an address, not a name, and network.allow does not list it";
@@ -117,11 +124,16 @@ pub async fn serve(
         resolver,
         gate,
     });
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else {
+            return;
+        };
         match listener.accept().await {
             Ok((stream, _)) => {
                 let proxy = Arc::clone(&proxy);
                 tokio::spawn(async move {
+                    let _slot = slot;
                     // A connection's errors end that connection only; the
                     // client has had its answer or lost its peer.
                     let _ = proxy.connection(stream).await;

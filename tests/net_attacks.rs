@@ -1,0 +1,414 @@
+//! Attacks on the network allowlist and on bound secrets, each performed
+//! from inside a real sandbox against servers on the host's loopback. Each
+//! test names the bypass it tries; each failed before the fix it guards.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{json, Value};
+use support::net::{net_args, run_sandbox, NetRun};
+use support::{Project, Who};
+
+/// The secret's value: distinctive, so any copy of it anywhere is found.
+const VALUE: &str = "s3cr3t-VALUE-attack-71d2";
+
+/// An HTTP server on 127.0.0.1 that answers every request with its head
+/// echoed back (so a header carrying a secret comes back in the body),
+/// gzip-compressed when the request accepts gzip or when the path starts
+/// with `/always-gzip`. Each request head is appended to the file in argv[1];
+/// it listens on argv[2] (default 127.0.0.1), port argv[3] (default: free).
+const GZIP_ECHO: &str = r#"
+import gzip, sys, http.server
+log = sys.argv[1]
+class Echo(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        head = self.requestline + "\n" + "".join(f"{k}: {v}\n" for k, v in self.headers.items())
+        with open(log, "a") as out:
+            out.write(head + "--\n")
+        body = head.encode()
+        accepts = self.headers.get("Accept-Encoding", "")
+        compress = "gzip" in accepts or self.path.startswith("/always-gzip")
+        self.send_response(200)
+        if compress:
+            body = gzip.compress(body)
+            self.send_header("Content-Encoding", "gzip")
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+address = sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1"
+port = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+server = http.server.ThreadingHTTPServer((address, port), Echo)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// A helper server process, killed when dropped.
+struct Helper {
+    child: Child,
+    port: u16,
+}
+
+impl Helper {
+    /// Start `python3 -c script args...`, which prints its port first.
+    fn start(script: &str, args: &[&str]) -> Helper {
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("python3 starts a test server");
+        let stdout = child.stdout.take().expect("its stdout");
+        let mut line = String::new();
+        BufReader::new(stdout)
+            .read_line(&mut line)
+            .expect("the server prints its port");
+        let port = line.trim().parse().expect("a port number");
+        Helper { child, port }
+    }
+}
+
+impl Drop for Helper {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Gets the handle of secret TOKEN, then sends each `[method, params]` of
+/// argv[1] with `{HANDLE}` replaced by it; for each answer it prints one
+/// JSON line with the answer and, when the body came back as bytes, what
+/// gzip decompression of them gives: what a payload would do to read an
+/// echoed secret through compression.
+const CLIENT: &str = r#"
+import base64, gzip, json, os, socket, sys
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+def call(i, method, params):
+    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode() + b"\n")
+    return json.loads(f.readline())
+got = call(1, "secrets.get", {"name": "TOKEN"})
+handle = got["result"]["handle"]
+for i, (method, params) in enumerate(json.loads(sys.argv[1]), 2):
+    answer = call(i, method, json.loads(json.dumps(params).replace("{HANDLE}", handle)))
+    decoded = None
+    encoded = answer.get("result", {}).get("body_base64")
+    if encoded:
+        try:
+            decoded = gzip.decompress(base64.b64decode(encoded)).decode(errors="replace")
+        except Exception as err:
+            decoded = f"not gzip: {err}"
+    print(json.dumps({"answer": answer, "decoded": decoded}), flush=True)
+"#;
+
+/// One run of [`CLIENT`]: secret TOKEN (= [`VALUE`]) bound to `binding`,
+/// secrets.get granted, `api.test` pinned to `ip` and `allow` listed.
+/// The answers, one per request, as `{"answer", "decoded"}`.
+fn secret_run(
+    project: &Project,
+    binding: &str,
+    allow: &[String],
+    ip: &str,
+    requests: &Value,
+) -> (NetRun, Vec<Value>) {
+    let mut args = net_args(allow, &[("api.test", ip)]);
+    args.extend([
+        "--grant".to_string(),
+        "secrets.get".to_string(),
+        "--secret".to_string(),
+        format!("TOKEN=env:NET_ATTACK_TOKEN@{binding}"),
+    ]);
+    let requests = requests.to_string();
+    let run = run_sandbox(
+        project,
+        &args,
+        &[("NET_ATTACK_TOKEN", VALUE)],
+        &["python3", "-c", CLIENT, &requests],
+    );
+    run.assert_ok("net.http client");
+    let answers = run
+        .stdout()
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).expect("one JSON line"))
+        .collect();
+    (run, answers)
+}
+
+/// Panic if the value is anywhere the sandbox could read it back.
+fn assert_value_nowhere(run: &NetRun, what: &str) {
+    assert!(
+        !run.stdout().contains(VALUE) && !run.stderr().contains(VALUE),
+        "{what}: the secret's value reached the sandbox: {}",
+        run.streams()
+    );
+    assert!(!run.audit_text.contains(VALUE), "{what}: audit");
+    assert!(!run.report_text.contains(VALUE), "{what}: report");
+}
+
+#[test]
+fn an_echoed_secret_does_not_come_back_compressed() {
+    if !support::require_root_sandbox("an_echoed_secret_does_not_come_back_compressed") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let log_dir = tempfile::tempdir().expect("a directory for the server's log");
+    let log = log_dir.path().join("heads.txt");
+    let server = Helper::start(GZIP_ECHO, &[log.to_str().expect("a UTF-8 path")]);
+    let port = server.port;
+    let allow = vec![format!("api.test:{port}"), format!("127.0.0.1:{port}")];
+    let auth = "Bearer {HANDLE}";
+    let (run, answers) = secret_run(
+        &project,
+        &format!("api.test:{port}"),
+        &allow,
+        "127.0.0.1",
+        &json!([
+            // The payload asks for gzip, in two spellings.
+            ["net.http", {"url": format!("http://api.test:{port}/echo"),
+                          "headers": {"Authorization": auth, "Accept-Encoding": "gzip"}}],
+            ["net.http", {"url": format!("http://api.test:{port}/echo"),
+                          "headers": {"Authorization": auth, "accept-encoding": "gzip, deflate"}}],
+            // A server that compresses whatever was asked.
+            ["net.http", {"url": format!("http://api.test:{port}/always-gzip"),
+                          "headers": {"Authorization": auth}}],
+            // Slices of an echo would each be too short to be recognized.
+            ["net.http", {"url": format!("http://api.test:{port}/echo"),
+                          "headers": {"Authorization": auth, "Range": "bytes=40-45"}}],
+            // Without a secret, the payload's own Accept-Encoding is sent.
+            ["net.http", {"url": format!("http://api.test:{port}/plain"),
+                          "headers": {"Accept-Encoding": "gzip"}}],
+        ]),
+    );
+    let streams = run.streams();
+    assert_eq!(answers.len(), 5, "{streams}");
+    assert_value_nowhere(&run, "a compressed echo");
+    for answer in &answers[..2] {
+        let result = &answer["answer"]["result"];
+        assert_eq!(result["status"], 200, "{streams}");
+        let body = result["body"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{answer}"));
+        assert!(
+            body.to_ascii_lowercase()
+                .contains("authorization: bearer secret:token:"),
+            "asked for identity, the echo comes back readable and redacted: {answer}"
+        );
+    }
+    let withheld = &answers[2]["answer"]["result"];
+    assert_eq!(withheld["status"], 200, "{streams}");
+    assert_eq!(withheld["body"], "", "{streams}");
+    assert!(withheld.get("body_base64").is_none(), "{streams}");
+    assert!(
+        withheld["body_withheld"]
+            .as_str()
+            .is_some_and(|why| why.contains("gzip")),
+        "the note names the coding: {withheld}"
+    );
+    assert_eq!(
+        answers[3]["answer"]["error"]["code"], -32602,
+        "a Range with a secret is refused: {streams}"
+    );
+    assert!(
+        answers[4]["decoded"]
+            .as_str()
+            .is_some_and(|text| text.contains("GET /plain")),
+        "a request without a secret keeps its encoding: {streams}"
+    );
+    let heads = std::fs::read_to_string(&log).expect("the server's log");
+    let first = heads
+        .split("--\n")
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(
+        first.contains("accept-encoding: identity") && !first.contains("gzip"),
+        "the payload's Accept-Encoding was replaced: {heads}"
+    );
+    assert!(
+        heads.contains(&format!("Bearer {VALUE}")),
+        "the server got the value: {heads}"
+    );
+    assert!(
+        !heads.to_ascii_lowercase().contains("range:"),
+        "a refused request is never sent: {heads}"
+    );
+}
+
+#[test]
+fn a_secret_bound_without_a_port_is_never_sent_over_plain_http() {
+    if !support::require_root_sandbox("a_secret_bound_without_a_port_is_never_sent_over_plain_http")
+    {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let log_dir = tempfile::tempdir().expect("a directory for the server's log");
+    let log = log_dir.path().join("heads.txt");
+    // Port 80 itself: a binding without a port covers 443 and 80 as an
+    // allowlist entry does. An address of its own in 127/8 keeps it apart
+    // from anything else on the host's port 80.
+    let ip = "127.0.0.147";
+    let _server = Helper::start(GZIP_ECHO, &[log.to_str().expect("a UTF-8 path"), ip, "80"]);
+    let allow = vec!["api.test".to_string(), format!("{ip}:80")];
+    let (run, answers) = secret_run(
+        &project,
+        "api.test",
+        &allow,
+        ip,
+        &json!([
+            ["net.http", {"url": "http://api.test/user",
+                          "headers": {"Authorization": "Bearer {HANDLE}"}}],
+            ["net.http", {"url": "http://api.test/no-secret"}],
+        ]),
+    );
+    let streams = run.streams();
+    assert_value_nowhere(&run, "plain http");
+    assert_eq!(
+        answers[0]["answer"]["error"]["code"], -32001,
+        "a port-less binding is https only: {streams}"
+    );
+    assert!(
+        answers[0]["answer"]["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("https") && m.contains("api.test:80")),
+        "the refusal names the fix: {streams}"
+    );
+    assert_eq!(
+        answers[1]["answer"]["result"]["status"], 200,
+        "the host itself is reachable over http: {streams}"
+    );
+    let heads = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !heads.contains(VALUE) && !heads.contains("/user"),
+        "the value went out in clear: {heads}"
+    );
+}
+
+/// Opens argv[1] connections to the proxy, each asking `CONNECT argv[2]`,
+/// and counts the tunnels opened until none more opens for two seconds;
+/// then closes ten of them and counts again. Prints both counts.
+const MANY_TUNNELS: &str = r#"
+import selectors, socket, sys
+count, target = int(sys.argv[1]), sys.argv[2]
+sel = selectors.DefaultSelector()
+socks = []
+for _ in range(count):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    s.setblocking(False)
+    sel.register(s, selectors.EVENT_READ)
+    socks.append(s)
+opened = []
+def settle():
+    while True:
+        ready = sel.select(timeout=2)
+        if not ready:
+            return
+        for key, _ in ready:
+            data = key.fileobj.recv(4096)
+            sel.unregister(key.fileobj)
+            if data.startswith(b"HTTP/1.1 200"):
+                opened.append(key.fileobj)
+settle()
+first = len(opened)
+for s in opened[:10]:
+    s.close()
+settle()
+print(first, len(opened) - 10, flush=True)
+"#;
+
+#[test]
+fn a_flood_of_tunnels_is_held_to_the_connection_bound() {
+    if !support::require_root_sandbox("a_flood_of_tunnels_is_held_to_the_connection_bound") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let server = support::net::TestServer::start("held");
+    let port = server.port();
+    let bound = 256;
+    let flood = bound + 64;
+    let run = run_sandbox(
+        &project,
+        &net_args(
+            &[format!("api.test:{port}"), format!("127.0.0.1:{port}")],
+            &[("api.test", "127.0.0.1")],
+        ),
+        &[],
+        &[
+            "python3",
+            "-c",
+            MANY_TUNNELS,
+            &flood.to_string(),
+            &format!("api.test:{port}"),
+        ],
+    );
+    run.assert_ok("many tunnels");
+    let counts: Vec<usize> = run
+        .stdout()
+        .split_whitespace()
+        .map(|n| n.parse().expect("a count"))
+        .collect();
+    assert_eq!(
+        counts,
+        vec![bound, bound],
+        "at most {bound} tunnels at once, and one that ends lets a waiting one in: {}",
+        run.streams()
+    );
+}
+
+/// Asks `CONNECT hN.flood.test:443` for N in 0..argv[1], one connection
+/// each, and prints how many were refused.
+const MANY_NAMES: &str = r#"
+import socket, sys
+refused = 0
+for n in range(int(sys.argv[1])):
+    s = socket.create_connection(("127.0.0.1", 3128))
+    s.sendall(f"CONNECT h{n}.flood.test:443 HTTP/1.1\r\n\r\n".encode())
+    if s.recv(64).startswith(b"HTTP/1.1 403"):
+        refused += 1
+    s.close()
+print(refused, flush=True)
+"#;
+
+#[test]
+fn a_flood_of_new_names_does_not_grow_the_report_without_end() {
+    if !support::require_root_sandbox("a_flood_of_new_names_does_not_grow_the_report_without_end") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let flood = 1200;
+    let run = run_sandbox(
+        &project,
+        &net_args(&["listed.test".to_string()], &[]),
+        &[],
+        &["python3", "-c", MANY_NAMES, &flood.to_string()],
+    );
+    run.assert_ok("many names");
+    assert_eq!(run.stdout().trim(), flood.to_string(), "{}", run.streams());
+    let connections = run.report["connections"]
+        .as_object()
+        .unwrap_or_else(|| panic!("no connections in the report: {}", run.report_text));
+    assert!(
+        connections.len() <= 1001,
+        "{} hosts counted by name",
+        connections.len()
+    );
+    let total: u64 = connections
+        .values()
+        .map(|counts| counts["refused"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(total, flood as u64, "every attempt is still counted");
+    assert_eq!(run.connections("(other hosts)"), (0, 200));
+    let audited = run
+        .audit
+        .iter()
+        .filter(|line| line["method"] == "net.connect")
+        .count();
+    assert_eq!(audited, flood, "and audited");
+}
