@@ -347,6 +347,10 @@ fn net_http_cuts_a_body_at_max_bytes_and_says_so() {
         &json!([
             ["net.http", {"url": format!("http://api.test:{pa}/size/100000"), "max_bytes": 1000}],
             ["net.http", {"url": format!("http://api.test:{pa}/size/1000"), "max_bytes": 1000}],
+            // The largest cap on a body larger than the broker's 1 MiB
+            // answer line: the answer must still fit.
+            ["net.http", {"url": format!("http://api.test:{pa}/size/2000000"), "max_bytes": 655360}],
+            ["net.http", {"url": format!("http://api.test:{pa}/size/10"), "max_bytes": 655361}],
         ]),
     );
     let streams = result.run.streams();
@@ -359,5 +363,19 @@ fn net_http_cuts_a_body_at_max_bytes_and_says_so() {
     assert!(
         whole.get("truncated").is_none() || whole["truncated"] == false,
         "exactly max_bytes is not cut: {streams}"
+    );
+    let largest = &result.answers[2]["result"];
+    assert_eq!(largest["truncated"], true, "{streams}");
+    assert_eq!(
+        largest["body"].as_str().map(str::len),
+        Some(655360),
+        "{streams}"
+    );
+    let over = &result.answers[3]["error"];
+    assert!(
+        over["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("max_bytes")),
+        "a cap over the limit is refused naming it: {streams}"
     );
 }

@@ -25,6 +25,10 @@ pub struct Decider {
     pub declared: Option<Vec<Permission>>,
     /// Actions a person allowed for the rest of this run.
     run_allowed: BTreeSet<Action>,
+    /// Network targets (`host:port`) a person allowed for the rest of this
+    /// run: "for this run" on one host is not every host, since a payload
+    /// could then reach any name after one approval.
+    run_allowed_targets: BTreeSet<(Action, String)>,
     /// What a person refused in this run (action and exact target): not
     /// asked again, so a payload cannot wear the person down by asking in
     /// a loop until one question is approved by mistake.
@@ -58,6 +62,7 @@ impl Decider {
             policy,
             declared: None,
             run_allowed: BTreeSet::new(),
+            run_allowed_targets: BTreeSet::new(),
             run_denied: BTreeSet::new(),
             grants: None,
             prompter: None,
@@ -112,7 +117,9 @@ impl Decider {
                 rule: "a person's earlier answer in this run".into(),
             };
         }
-        if self.run_allowed.contains(&action) {
+        let target_approved =
+            target.is_some_and(|t| self.run_allowed_targets.contains(&(action, t.to_owned())));
+        if self.run_allowed.contains(&action) || target_approved {
             return Verdict {
                 decision: Decision::Allow,
                 rule: "approved for this run".into(),
@@ -147,7 +154,14 @@ impl Decider {
                 rule: "approved once".into(),
             },
             Answer::Run => {
-                self.run_allowed.insert(action);
+                match (action, target) {
+                    (Action::NetHttp, Some(target)) => {
+                        self.run_allowed_targets.insert((action, target.to_owned()));
+                    }
+                    _ => {
+                        self.run_allowed.insert(action);
+                    }
+                }
                 Verdict {
                     decision: Decision::Allow,
                     rule: "approved for this run".into(),

@@ -32,9 +32,12 @@ pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 /// Longest time a request may ask for.
 pub const MAX_TIMEOUT_MS: u64 = 300_000;
 /// Default cap on the response body.
-pub const DEFAULT_MAX_BYTES: u64 = 10 << 20;
-/// Largest cap a request may ask for: the answer travels as one JSON line.
-pub const MAX_MAX_BYTES: u64 = 32 << 20;
+pub const DEFAULT_MAX_BYTES: u64 = 512 << 10;
+/// Largest cap a request may ask for: the answer is one line on the
+/// broker channel, at most `transport::ANSWER_LIMIT` (1 MiB) encoded, and
+/// 640 KiB of body is at most 854 KiB as base64, leaving room for the
+/// headers. A larger download goes through the proxy (`--net allow:`).
+pub const MAX_MAX_BYTES: u64 = 640 << 10;
 
 /// Headers the broker sets itself or that belong to one connection
 /// (RFC 9110 section 7.6.1): a request's own would frame the message
@@ -68,7 +71,7 @@ pub struct HttpParams {
     pub body_base64: Option<String>,
     /// Time for the whole exchange in milliseconds (default 30000, at most 300000).
     pub timeout_ms: Option<u64>,
-    /// Cap on the response body in bytes (default 10 MiB, at most 32 MiB).
+    /// Cap on the response body in bytes (default 512 KiB, at most 640 KiB).
     pub max_bytes: Option<u64>,
 }
 
@@ -129,7 +132,7 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
     let max_bytes = params.max_bytes.unwrap_or(DEFAULT_MAX_BYTES);
     if max_bytes > MAX_MAX_BYTES {
         return Err(invalid(format!(
-            "max_bytes {max_bytes} is over the limit of {MAX_MAX_BYTES} (32 MiB)"
+            "max_bytes {max_bytes} is over the limit of {MAX_MAX_BYTES} (640 KiB: the answer is one line of at most 1 MiB; download more through the proxy, --net allow:HOST)"
         )));
     }
 
@@ -296,12 +299,16 @@ pub fn answer(response: FetchResponse, secrets: &Secrets, used: &[String]) -> Va
     // Redact the bytes before choosing text or base64: a value inside
     // base64 would no longer be found.
     let body = secrets.redact_bytes(&response.body, used, response.truncated);
+    // Text whose JSON escapes would outgrow base64 (control characters
+    // take six bytes each) goes as base64, so that a body under the cap
+    // always fits the answer.
+    let as_base64 = |bytes: Vec<u8>| json!(base64::engine::general_purpose::STANDARD.encode(bytes));
     match String::from_utf8(body) {
-        Ok(text) => result["body"] = json!(text),
-        Err(err) => {
-            result["body_base64"] =
-                json!(base64::engine::general_purpose::STANDARD.encode(err.into_bytes()))
+        Ok(text) if json!(text).to_string().len() <= text.len().div_ceil(3) * 4 + 2 => {
+            result["body"] = json!(text)
         }
+        Ok(text) => result["body_base64"] = as_base64(text.into_bytes()),
+        Err(err) => result["body_base64"] = as_base64(err.into_bytes()),
     }
     if response.truncated {
         result["truncated"] = json!(true);

@@ -185,10 +185,10 @@ impl Secrets {
     /// prefix of the value leaves.
     pub fn redact_bytes(&self, bytes: &[u8], names: &[String], cut: bool) -> Vec<u8> {
         let mut out = bytes.to_vec();
+        for (form, handle) in self.forms_longest_first(names) {
+            out = replace_all(&out, form.as_bytes(), handle.as_bytes());
+        }
         for secret in self.used(names) {
-            for form in value_forms(&secret.value) {
-                out = replace_all(&out, form.as_bytes(), secret.handle.as_bytes());
-            }
             if cut {
                 let value = secret.value.as_bytes();
                 let tail = (1..value.len())
@@ -206,12 +206,26 @@ impl Secrets {
     /// replaced by their handles.
     pub fn redact_text(&self, text: &str, names: &[String]) -> String {
         let mut out = text.to_owned();
-        for secret in self.used(names) {
-            for form in value_forms(&secret.value) {
-                out = out.replace(&form, &secret.handle);
-            }
+        for (form, handle) in self.forms_longest_first(names) {
+            out = out.replace(&form, handle);
         }
         out
+    }
+
+    /// Every form of the values of `names` with its handle, longest first:
+    /// a value that contains another must be replaced before the shorter
+    /// one breaks it up and leaves its rest in the clear.
+    fn forms_longest_first<'a>(&'a self, names: &'a [String]) -> Vec<(String, &'a str)> {
+        let mut forms: Vec<(String, &str)> = self
+            .used(names)
+            .flat_map(|secret| {
+                value_forms(&secret.value)
+                    .into_iter()
+                    .map(move |form| (form, secret.handle.as_str()))
+            })
+            .collect();
+        forms.sort_by_key(|form| std::cmp::Reverse(form.0.len()));
+        forms
     }
 
     fn used<'a>(&'a self, names: &'a [String]) -> impl Iterator<Item = &'a Secret> + 'a {
@@ -449,5 +463,19 @@ mod tests {
         let mut s = Secrets::default();
         s.add(vec![spec]);
         assert!(!format!("{s:?}").contains("hunter2"));
+    }
+
+    #[test]
+    fn a_value_inside_another_is_redacted_without_leaving_the_longer_ones_rest() {
+        let secrets = secrets(&[("A", "abc", &[]), ("B", "abcXYZ", &[])]);
+        let names = ["A".to_string(), "B".to_string()];
+        for out in [
+            String::from_utf8(secrets.redact_bytes(b"x abcXYZ y abc", &names, false)).unwrap(),
+            secrets.redact_text("x abcXYZ y abc", &names),
+        ] {
+            assert!(!out.contains("XYZ"), "{out}");
+            assert!(out.contains(secrets.named("B").unwrap().handle()), "{out}");
+            assert!(out.contains(secrets.named("A").unwrap().handle()), "{out}");
+        }
     }
 }

@@ -124,7 +124,7 @@ impl Transport {
                 code::TOO_LARGE,
                 &format!(
                     "the answer is over the {ANSWER_LIMIT} byte limit once encoded; \
-                     ask for less (fs.read: offset and length)"
+                     ask for less (fs.read: offset and length; net.http: max_bytes)"
                 ),
                 None,
             )),

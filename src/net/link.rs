@@ -17,8 +17,9 @@ use serde::{Deserialize, Serialize};
 use super::fetch::{FetchRequest, FetchResponse};
 
 /// The longest line the supervisor takes from the net process: a
-/// response at `net.http`'s largest cap, base64-encoded, with room.
-pub const MAX_LINE: usize = 64 << 20;
+/// response at `net.http`'s largest cap (640 KiB), base64-encoded, with
+/// room for its headers.
+pub const MAX_LINE: usize = 4 << 20;
 
 /// From the net process to the broker.
 #[derive(Debug, Serialize, Deserialize)]
@@ -106,6 +107,9 @@ pub enum ToNet {
 pub struct SupervisorEnd {
     sock: OwnedFd,
     read: Vec<u8>,
+    /// How much of `read` is known to hold no newline: a long line is
+    /// scanned once, not again on every read.
+    scanned: usize,
     write: Vec<u8>,
     closed: bool,
 }
@@ -117,6 +121,7 @@ impl SupervisorEnd {
         SupervisorEnd {
             sock,
             read: Vec::new(),
+            scanned: 0,
             write: Vec::new(),
             closed: false,
         }
@@ -185,7 +190,7 @@ impl SupervisorEnd {
                 Ok(0) => self.closed = true,
                 Ok(n) => {
                     self.read.extend_from_slice(&buf[..n]);
-                    if self.read.len() > MAX_LINE && !self.read.contains(&b'\n') {
+                    if self.read.len() > MAX_LINE && !self.read[self.scanned..].contains(&b'\n') {
                         self.closed = true;
                     }
                 }
@@ -195,7 +200,12 @@ impl SupervisorEnd {
             }
         }
         let mut messages = Vec::new();
-        while let Some(end) = self.read.iter().position(|b| *b == b'\n') {
+        while let Some(end) = self.read[self.scanned..]
+            .iter()
+            .position(|b| *b == b'\n')
+            .map(|at| at + self.scanned)
+        {
+            self.scanned = 0;
             let line: Vec<u8> = self.read.drain(..=end).collect();
             match serde_json::from_slice(&line[..end]) {
                 Ok(message) => messages.push(message),
@@ -206,6 +216,7 @@ impl SupervisorEnd {
                 }
             }
         }
+        self.scanned = self.read.len();
         messages
     }
 }
