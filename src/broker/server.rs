@@ -449,6 +449,42 @@ impl Broker {
             return;
         };
         let records = network.service(&mut self.decider);
+        self.audit_connections(records);
+    }
+
+    /// The run ended: a `net.http` still waiting is audited (its request
+    /// may have reached the server), and so is every connection the net
+    /// process still reports before it ends.
+    pub fn end_network(&mut self) {
+        /// How long the net process gets to report its last attempts.
+        const WIND_DOWN: std::time::Duration = std::time::Duration::from_millis(500);
+        let records = self
+            .network
+            .as_mut()
+            .map(|network| network.finish(WIND_DOWN))
+            .unwrap_or_default();
+        self.audit_connections(records);
+        if matches!(
+            self.waiting.as_ref().map(|w| &w.job),
+            Some(Work::Http { .. })
+        ) {
+            if let Some(waiting) = self.waiting.take() {
+                self.finish(
+                    waiting.id,
+                    waiting.method.as_str(),
+                    waiting.record,
+                    Err(fail(
+                        code::INTERNAL_ERROR,
+                        "net.http: the run ended before the answer came",
+                    )),
+                    waiting.started,
+                );
+            }
+        }
+        self.flush_audit();
+    }
+
+    fn audit_connections(&mut self, records: Vec<super::network::ConnectionRecord>) {
         let any = !records.is_empty();
         for record in records {
             self.audit_line(

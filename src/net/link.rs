@@ -48,6 +48,9 @@ pub enum FromNet {
         /// What decided.
         rule: String,
     },
+    /// The run ended (the broker shut its side): everything the process
+    /// had to say was said before this.
+    Closing,
     /// A `net.http` request ended.
     Fetched {
         /// The broker's id for it.
@@ -141,6 +144,14 @@ impl SupervisorEnd {
     /// over [`MAX_LINE`]).
     pub fn is_closed(&self) -> bool {
         self.closed
+    }
+
+    /// Say that nothing more will be sent (the net process then winds
+    /// down and ends with [`FromNet::Closing`]).
+    pub fn shut_down(&mut self) {
+        self.flush();
+        let _ =
+            nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Write);
     }
 
     /// Queue a message and write what the socket takes now.

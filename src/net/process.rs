@@ -133,6 +133,29 @@ struct LinkGate {
     to_broker: mpsc::UnboundedSender<FromNet>,
     asked: Mutex<HashMap<u64, oneshot::Sender<Verdict>>>,
     next: AtomicU64,
+    /// The run ended: nothing is asked any more.
+    closing: std::sync::atomic::AtomicBool,
+}
+
+/// Why a connection was refused once the run had ended.
+const RUN_ENDED: &str = "the run ended before this was decided";
+
+impl LinkGate {
+    /// Refuse every question still waiting and any to come, so that each
+    /// attempt is recorded before the process ends.
+    fn close(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let waiting: Vec<_> = match self.asked.lock() {
+            Ok(mut asked) => asked.drain().map(|(_, answer)| answer).collect(),
+            Err(_) => Vec::new(),
+        };
+        for answer in waiting {
+            let _ = answer.send(Verdict {
+                allow: false,
+                rule: RUN_ENDED.into(),
+            });
+        }
+    }
 }
 
 impl Gate for LinkGate {
@@ -140,6 +163,14 @@ impl Gate for LinkGate {
         &self,
         request: &Target,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Verdict> + Send + '_>> {
+        if self.closing.load(Ordering::SeqCst) {
+            return Box::pin(async {
+                Verdict {
+                    allow: false,
+                    rule: RUN_ENDED.into(),
+                }
+            });
+        }
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
         if let Ok(mut asked) = self.asked.lock() {
@@ -191,13 +222,14 @@ async fn serve(
     };
     let (reader, mut writer) = link.into_split();
     let (to_broker, mut outgoing) = mpsc::unbounded_channel::<FromNet>();
-    tokio::spawn(async move {
+    let written = tokio::spawn(async move {
         while let Some(message) = outgoing.recv().await {
+            let last = matches!(message, FromNet::Closing);
             let Ok(mut line) = serde_json::to_vec(&message) else {
                 continue;
             };
             line.push(b'\n');
-            if writer.write_all(&line).await.is_err() {
+            if writer.write_all(&line).await.is_err() || last {
                 return;
             }
         }
@@ -210,6 +242,7 @@ async fn serve(
         to_broker: to_broker.clone(),
         asked: Mutex::new(HashMap::new()),
         next: AtomicU64::new(1),
+        closing: std::sync::atomic::AtomicBool::new(false),
     });
     if let Some(source) = listener_from {
         let (allow, resolver, gate) = (Arc::clone(&allow), Arc::clone(&resolver), gate.clone());
@@ -248,9 +281,18 @@ async fn serve(
             }
             // The broker is ours: a line it did not mean is a bug, and
             // ending here makes its requests fail instead of hang.
-            Err(_) => return,
+            Err(_) => break,
         }
     }
+    // The run ended. Refused and waiting attempts are recorded before the
+    // process goes: the connections' tasks get a few turns to report (an
+    // attempt still connecting has sent nothing, and is not waited for).
+    gate.close();
+    for _ in 0..32 {
+        tokio::task::yield_now().await;
+    }
+    let _ = to_broker.send(FromNet::Closing);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(1), written).await;
 }
 
 /// TLS configurations, made when first needed: reading the system's roots

@@ -1300,6 +1300,11 @@ impl Running {
                 exited: true,
             });
         }
+        // The net process's last reports, and a net.http the run did not
+        // wait for, go into the audit before the report is made.
+        if let Some((_, broker)) = &self.broker {
+            broker.borrow_mut().end_network();
+        }
         // Every process of the run is gone now (init's exit tore down its pid
         // namespace), so the pipe has no writer left: read what remains.
         if report_open {
