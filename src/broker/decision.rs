@@ -220,3 +220,42 @@ impl Decider {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Answers every question "for this run" and counts them.
+    #[derive(Debug, Default)]
+    struct ForThisRun(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Asker for ForThisRun {
+        fn ask(&mut self, _: &str, _: &str, _: Option<&str>) -> Answer {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Answer::Run
+        }
+        fn not_after(&mut self, _: Option<std::time::Instant>) {}
+    }
+
+    #[test]
+    fn for_this_run_on_one_host_approves_that_host_only() {
+        let policy = crate::profile::load("strict").unwrap().broker;
+        let mut decider = Decider::new(policy, PathBuf::from("/p"));
+        let asked = ForThisRun::default();
+        let count = std::sync::Arc::clone(&asked.0);
+        decider.prompter = Some(Box::new(asked));
+        let first = decider.decide(Action::NetHttp, Some("tracker.test:443"));
+        assert_eq!(first.decision, Decision::Allow);
+        // The same host again: approved without a question.
+        let again = decider.decide(Action::NetHttp, Some("tracker.test:443"));
+        assert_eq!(again.rule, "approved for this run");
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // Another host is asked about, not let through.
+        decider.decide(Action::NetHttp, Some("other.test:443"));
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 2);
+        // Other actions keep "for this run" meaning the action.
+        decider.decide(Action::FsWrite, Some("a"));
+        decider.decide(Action::FsWrite, Some("b"));
+        assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 3);
+    }
+}

@@ -285,6 +285,7 @@ impl Network {
             Some(process) if !process.link.is_closed() => None,
             _ => Some(FetchOutcome::Failed {
                 message: "the network process ended before it answered".into(),
+                timed_out: false,
             }),
         }
     }

@@ -530,13 +530,14 @@ impl Broker {
                         message: self.secrets.redact_text(&message, used_secrets),
                         rule: Some(rule),
                     }),
-                    crate::net::link::FetchOutcome::Failed { message } => Err(fail(
-                        code::INTERNAL_ERROR,
-                        format!(
-                            "net.http: {}",
-                            self.secrets.redact_text(&message, used_secrets)
-                        ),
-                    )),
+                    crate::net::link::FetchOutcome::Failed { message, timed_out } => {
+                        Err(super::http::fetch_failure(
+                            &message,
+                            timed_out,
+                            &self.secrets,
+                            used_secrets,
+                        ))
+                    }
                 })
             }
         }
@@ -867,6 +868,26 @@ impl Broker {
                 },
                 rule: Some(verdict.rule.clone()),
             }),
+            Decision::Ask if action == Action::NetHttp && record.target.is_some() => {
+                let target = record.target.as_deref().unwrap_or_default();
+                let host = crate::net::allow::split_target(target)
+                    .map_or_else(|| target.to_string(), |(host, _)| host.to_string());
+                Err(Failure {
+                    code: code::NEEDS_APPROVAL,
+                    message: format!(
+                        "net.http to {target} needs approval ({}) and nobody can be asked in this run; \
+                         pre-approve it with `{} --grant net.http:{target}`, or list it: --net allow:{host} \
+                         or [network] allow = [\"{host}\"]",
+                        verdict.rule,
+                        if self.decider.caller.starts_with("skill:") {
+                            "sandbox serve"
+                        } else {
+                            "sandbox run"
+                        }
+                    ),
+                    rule: Some(verdict.rule.clone()),
+                })
+            }
             Decision::Ask => Err(Failure {
                 code: code::NEEDS_APPROVAL,
                 message: format!(

@@ -63,8 +63,8 @@ pub struct RunArgs {
     /// *.example.com, HOST:PORT or an address range such as 10.0.0.0/8:5432).
     #[arg(long, value_name = "MODE", value_parser = NetworkPolicy::from_spec)]
     pub net: Option<NetworkPolicy>,
-    /// Resolve NAME to ADDRESS in the allowlist's proxy instead of asking DNS (repeatable);
-    /// the address still passes the proxy's checks.
+    /// Resolve NAME to ADDRESS in the allowlist's proxy and the broker's net.http instead of
+    /// asking DNS (repeatable); the address still passes their checks.
     #[arg(long = "resolve", value_name = "NAME=ADDRESS", value_parser = parse_pin)]
     pub resolve: Vec<(String, std::net::IpAddr)>,
     /// Set NAME=VALUE, or pass NAME from this environment (repeatable).
@@ -140,12 +140,7 @@ pub(crate) fn apply_network(
             network.resolve = pinned;
         }
     }
-    if !pins.is_empty() && network.mode != NetworkMode::Allowlist {
-        return Err(UsageError(format!(
-            "--resolve pins names for the allowlist's proxy, and the network is {}; add --net allow:HOST[,HOST...]",
-            network.mode.name()
-        )));
-    }
+    // Pins serve the proxy and the broker's net.http, which every mode has.
     network.resolve.extend(pins.iter().cloned());
     Ok(())
 }

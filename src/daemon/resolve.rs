@@ -463,6 +463,8 @@ fn apply_network(
     requested: Option<&str>,
 ) -> Result<(), ApiError> {
     if let Some(spec) = requested {
+        let profile_list = (policy.network.mode == crate::profile::policy::NetworkMode::Allowlist)
+            .then(|| policy.network.allow.clone());
         let pins = std::mem::take(&mut policy.network.resolve);
         policy.network = crate::profile::policy::NetworkPolicy::from_spec(spec).map_err(|err| {
             ApiError::bad_request(
@@ -472,6 +474,25 @@ fn apply_network(
         })?;
         if policy.network.mode == crate::profile::policy::NetworkMode::Allowlist {
             policy.network.resolve = pins;
+            // A profile's own list is the most its runs may name: the
+            // rule's "allowlist" lets a caller narrow it, not replace it.
+            if let Some(list) = profile_list {
+                if let Some(entry) = policy
+                    .network
+                    .allow
+                    .iter()
+                    .find(|entry| !crate::net::allow::entry_within(entry, &list))
+                {
+                    return Err(ApiError::forbidden(
+                        "network_not_allowed",
+                        format!(
+                            "network: {entry} is not within the profile's allowlist ({})",
+                            list.join(", ")
+                        ),
+                        "name hosts the profile lists, or use a profile that lists this one",
+                    ));
+                }
+            }
         }
     }
     let mode = policy.network.mode;
@@ -910,6 +931,25 @@ mod tests {
         let mut req = request(dir.path());
         req.profile = Some("gone".into());
         assert_eq!(refused(&config, req).code, "bad_request");
+    }
+    #[test]
+    fn a_requested_allowlist_stays_within_the_profiles_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config_for(dir.path(), "networks = [\"allowlist\"]");
+        let rule = &config.rules[0];
+        let mut policy = crate::profile::load("strict").unwrap();
+        policy.network =
+            crate::profile::policy::NetworkPolicy::from_spec("allow:registry.npmjs.org").unwrap();
+        let mut narrowed = policy.clone();
+        apply_network(rule, &mut narrowed, Some("allow:registry.npmjs.org:443")).unwrap();
+        assert_eq!(narrowed.network.allow, ["registry.npmjs.org:443"]);
+        let mut widened = policy.clone();
+        let err = apply_network(rule, &mut widened, Some("allow:*")).unwrap_err();
+        assert_eq!(err.code, "network_not_allowed", "{err:?}");
+        // A profile without a list: the rule's "allowlist" lets the caller name hosts.
+        let mut open = crate::profile::load("strict").unwrap();
+        apply_network(rule, &mut open, Some("allow:api.example.com")).unwrap();
+        assert_eq!(open.network.allow, ["api.example.com"]);
     }
 }
 

@@ -195,6 +195,19 @@ pub fn target_matches(pattern: &str, target: &str) -> bool {
     split_target(target).is_some_and(|(host, port)| entry.covers_host(&host, port))
 }
 
+/// [`target_matches`] for a rule that refuses: a pattern without a port
+/// covers every port of its hosts, since `net.http:evil.example = deny`
+/// meant that host, and a deny that missed `:8080` would fail open.
+pub fn target_matches_any_port(pattern: &str, target: &str) -> bool {
+    let Ok(mut entry) = pattern.parse::<AllowEntry>() else {
+        return false;
+    };
+    if entry.port == PortPattern::Default {
+        entry.port = PortPattern::Any;
+    }
+    split_target(target).is_some_and(|(host, port)| entry.covers_host(&host, port))
+}
+
 /// An address range: an address and a prefix length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct IpRange {

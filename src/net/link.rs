@@ -80,6 +80,9 @@ pub enum FetchOutcome {
     Failed {
         /// What failed.
         message: String,
+        /// Whether the request's time ran out.
+        #[serde(default)]
+        timed_out: bool,
     },
 }
 

@@ -117,7 +117,10 @@ fn main(
     let Ok(allow) = Allowlist::parse(allow) else {
         return 1;
     };
+    // Name lookups are blocking calls on the runtime's pool: a bound keeps
+    // a flood of names from costing the host a thread each.
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .max_blocking_threads(16)
         .enable_all()
         .build()
     else {
@@ -275,7 +278,23 @@ async fn serve(
                 let (resolver, tls, to_broker) =
                     (Arc::clone(&resolver), Arc::clone(&tls), to_broker.clone());
                 tokio::spawn(async move {
-                    let outcome = fetch_one(&request, &resolver, &tls).await;
+                    // Resolution counts against the request's own time, as
+                    // the broker promised the sandbox.
+                    let outcome = match tokio::time::timeout(
+                        request.timeout,
+                        fetch_one(&request, &resolver, &tls),
+                    )
+                    .await
+                    {
+                        Ok(outcome) => outcome,
+                        Err(_) => FetchOutcome::Failed {
+                            message: format!(
+                                "timed out after {} ms (resolving, connecting and exchanging)",
+                                request.timeout.as_millis()
+                            ),
+                            timed_out: true,
+                        },
+                    };
                     let _ = to_broker.send(FromNet::Fetched { id, outcome });
                 });
             }
@@ -312,6 +331,7 @@ async fn fetch_one(
         Err(err) => {
             return FetchOutcome::Failed {
                 message: err.to_string(),
+                timed_out: false,
             }
         }
     };
@@ -320,6 +340,7 @@ async fn fetch_one(
         Err(refusal) if refusal.unresolved => {
             return FetchOutcome::Failed {
                 message: refusal.message,
+                timed_out: false,
             }
         }
         Err(refusal) => {
@@ -344,6 +365,7 @@ async fn fetch_one(
         Err(message) if request.scheme == super::fetch::Scheme::Https => {
             return FetchOutcome::Failed {
                 message: message.clone(),
+                timed_out: false,
             }
         }
         // Plain HTTP needs no roots; any configuration does.
@@ -352,6 +374,7 @@ async fn fetch_one(
             Err(err) => {
                 return FetchOutcome::Failed {
                     message: err.to_string(),
+                    timed_out: false,
                 }
             }
         },
@@ -360,6 +383,7 @@ async fn fetch_one(
         Ok(response) => FetchOutcome::Response { response },
         Err(err) => FetchOutcome::Failed {
             message: err.to_string(),
+            timed_out: err.timed_out(),
         },
     }
 }

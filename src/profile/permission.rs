@@ -50,7 +50,10 @@ pub fn decide_for(policy: &BrokerPolicy, action: &str, target: Option<&str>) -> 
             .rules
             .iter()
             .filter_map(|(key, d)| Some((key.strip_prefix(&prefix)?, *d)))
-            .filter(|(pattern, _)| match action.parse() {
+            .filter(|(pattern, decision)| match action.parse() {
+                Ok(crate::action::Action::NetHttp) if *decision == Decision::Deny => {
+                    crate::net::allow::target_matches_any_port(pattern, target)
+                }
                 Ok(known) => crate::action::pattern_matches(known, pattern, target),
                 Err(_) => glob_matches(pattern, target),
             })
@@ -181,6 +184,27 @@ mod tests {
                 decision: Decision::Deny,
                 rule: "broker.default".into()
             }
+        );
+    }
+
+    #[test]
+    fn a_net_http_deny_without_a_port_covers_every_port_of_its_host() {
+        let p = policy(&[
+            ("net.http", Decision::Allow),
+            ("net.http:evil.example", Decision::Deny),
+            ("net.http:api.example", Decision::Allow),
+        ]);
+        for target in ["evil.example:443", "evil.example:8080"] {
+            assert_eq!(
+                decide_for(&p, "net.http", Some(target)).decision,
+                Decision::Deny,
+                "{target}"
+            );
+        }
+        // An allow without a port stays at 443 and 80.
+        assert_eq!(
+            decide_for(&p, "net.http", Some("api.example:8080")).rule,
+            "broker.rules.\"net.http\""
         );
     }
 }
