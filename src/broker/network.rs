@@ -25,6 +25,9 @@ pub const MAX_COUNTED_HOSTS: usize = 1000;
 /// The report's entry for the connections to hosts past that bound.
 pub const OTHER_HOSTS: &str = "(other hosts)";
 
+/// Most hosts put to a person in one run.
+pub const MAX_QUESTIONS: u32 = 20;
+
 /// Connections to one host, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HostCounts {
@@ -56,6 +59,8 @@ pub struct Network {
     /// The process could not be started: `net.http` fails with this.
     failed: Option<String>,
     next_fetch: u64,
+    /// Hosts put to a person in this run (see [`MAX_QUESTIONS`]).
+    questions: u32,
     fetched: BTreeMap<u64, FetchOutcome>,
     /// Proxied connections by host.
     pub hosts: BTreeMap<String, HostCounts>,
@@ -74,6 +79,7 @@ impl Network {
             process,
             failed: None,
             next_fetch: 1,
+            questions: 0,
             fetched: BTreeMap::new(),
             hosts: BTreeMap::new(),
         }
@@ -93,7 +99,7 @@ impl Network {
     }
 
     /// Decide `host` on `port` (see the module documentation).
-    pub fn decide(&self, decider: &mut Decider, host: &Host, port: u16) -> Verdict {
+    pub fn decide(&mut self, decider: &mut Decider, host: &Host, port: u16) -> Verdict {
         let target = host.with_port(port);
         let from_profile = permission::decide_for(&decider.policy, "net.http", Some(&target));
         if from_profile.decision == Decision::Deny && from_profile.rule.starts_with("broker.rules")
@@ -113,6 +119,22 @@ impl Network {
                 decision: Decision::Deny,
                 rule: crate::net::proxy::ADDRESS_LITERAL_RULE.to_string(),
             };
+        }
+        // A payload naming a new host in every attempt would keep a
+        // person answering (and the supervisor waiting on them): after
+        // MAX_QUESTIONS hosts, the rest are refused without a question.
+        let settled = decider.settled(Action::NetHttp, Some(&target));
+        if settled.decision == Decision::Ask && decider.prompter.is_some() {
+            if self.questions >= MAX_QUESTIONS {
+                return Verdict {
+                    decision: Decision::Deny,
+                    rule: format!(
+                        "network: {MAX_QUESTIONS} hosts were already put to a person in this run; \
+                         approve more ahead (--grant net.http:HOST, --net allow:HOST)"
+                    ),
+                };
+            }
+            self.questions += 1;
         }
         decider.decide(Action::NetHttp, Some(&target))
     }
@@ -322,4 +344,40 @@ pub fn listener_handover() -> nix::Result<(OwnedFd, OwnedFd)> {
         None,
         nix::sys::socket::SockFlag::SOCK_CLOEXEC,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Refuses every question and counts them.
+    #[derive(Debug, Default)]
+    struct Refuses(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl super::super::prompt::Asker for Refuses {
+        fn ask(&mut self, _: &str, _: &str, _: Option<&str>) -> super::super::prompt::Answer {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            super::super::prompt::Answer::Deny
+        }
+        fn not_after(&mut self, _: Option<std::time::Instant>) {}
+    }
+
+    #[test]
+    fn a_new_host_in_every_attempt_stops_being_asked_after_the_cap() {
+        let policy = crate::profile::load("strict").unwrap();
+        let mut decider = Decider::new(policy.broker, std::path::PathBuf::from("/p"));
+        let asker = Refuses::default();
+        let asked = std::sync::Arc::clone(&asker.0);
+        decider.prompter = Some(Box::new(asker));
+        let mut network = Network::new(policy.network, None);
+        for n in 0..MAX_QUESTIONS + 5 {
+            let host = Host::parse(&format!("h{n}.flood.test")).unwrap();
+            let verdict = network.decide(&mut decider, &host, 443);
+            assert_eq!(verdict.decision, Decision::Deny);
+        }
+        assert_eq!(
+            asked.load(std::sync::atomic::Ordering::SeqCst),
+            MAX_QUESTIONS as usize
+        );
+    }
 }

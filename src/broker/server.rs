@@ -1052,7 +1052,7 @@ impl Broker {
                 record.rule = "net.http request checks and secret bindings".into();
                 let prepared = super::http::prepare(params, &self.secrets)?;
                 record.target = Some(prepared.target.clone());
-                let Some(network) = &self.network else {
+                let Some(network) = &mut self.network else {
                     return Err(fail(
                         code::INTERNAL_ERROR,
                         "net.http is not set up in this broker",
