@@ -8,7 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
 use serde_json::{json, Value};
-use support::net::{net_args, run_sandbox, NetRun};
+use support::net::{net_args, run_sandbox, secret_client_run, NetRun};
 use support::{Project, Who};
 
 /// The secret's value: distinctive, so any copy of it anywhere is found.
@@ -118,27 +118,14 @@ fn secret_run(
     ip: &str,
     requests: &Value,
 ) -> (NetRun, Vec<Value>) {
-    let mut args = net_args(allow, &[("api.test", ip)]);
-    args.extend([
-        "--grant".to_string(),
-        "secrets.get".to_string(),
-        "--secret".to_string(),
-        format!("TOKEN=env:NET_ATTACK_TOKEN@{binding}"),
-    ]);
-    let requests = requests.to_string();
-    let run = run_sandbox(
+    secret_client_run(
         project,
-        &args,
-        &[("NET_ATTACK_TOKEN", VALUE)],
-        &["python3", "-c", CLIENT, &requests],
-    );
-    run.assert_ok("net.http client");
-    let answers = run
-        .stdout()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("one JSON line"))
-        .collect();
-    (run, answers)
+        net_args(allow, &[("api.test", ip)]),
+        &format!("@{binding}"),
+        VALUE,
+        CLIENT,
+        requests,
+    )
 }
 
 /// Panic if the value is anywhere the sandbox could read it back.

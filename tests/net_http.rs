@@ -9,7 +9,7 @@
 mod support;
 
 use serde_json::{json, Value};
-use support::net::{net_args, run_sandbox, NetRun, TestServer};
+use support::net::{net_args, secret_client_run, NetRun, TestServer};
 use support::{Project, Who};
 
 /// The secret's value: distinctive, so any copy of it anywhere is found.
@@ -55,26 +55,14 @@ fn http_run(
     resolve: &[(&str, &str)],
     requests: &Value,
 ) -> HttpRun {
-    let mut args = net_args(allow, resolve);
-    args.extend([
-        "--grant".to_string(),
-        "secrets.get".to_string(),
-        "--secret".to_string(),
-        format!("TOKEN=env:NET_HTTP_TEST_TOKEN{binding}"),
-    ]);
-    let requests = requests.to_string();
-    let run = run_sandbox(
+    let (run, mut lines) = secret_client_run(
         project,
-        &args,
-        &[("NET_HTTP_TEST_TOKEN", VALUE)],
-        &["python3", "-c", CLIENT, &requests],
+        net_args(allow, resolve),
+        binding,
+        VALUE,
+        CLIENT,
+        requests,
     );
-    run.assert_ok("net.http client");
-    let mut lines = run
-        .stdout()
-        .lines()
-        .map(|line| serde_json::from_str::<Value>(line).expect("one JSON line"))
-        .collect::<Vec<_>>();
     assert!(!lines.is_empty(), "{}", run.streams());
     let handle = lines.remove(0)["handle"]
         .as_str()

@@ -854,6 +854,17 @@ impl Broker {
         self.refusal(action, &verdict, record)
     }
 
+    /// The command whose `--grant` approves ahead for this caller: a skill
+    /// is served (`serve --stdio`, `serve --mcp`) or run by hand, and
+    /// either takes the same `--grant`.
+    fn grant_command(&self) -> &'static str {
+        if self.decider.caller.starts_with("skill:") {
+            "sandbox serve"
+        } else {
+            "sandbox run"
+        }
+    }
+
     fn refusal(&self, action: Action, verdict: &Verdict, record: &Record) -> Result<(), Failure> {
         match verdict.decision {
             Decision::Allow => Ok(()),
@@ -879,11 +890,7 @@ impl Broker {
                          pre-approve it with `{} --grant net.http:{target}`, or list it: --net allow:{host} \
                          or [network] allow = [\"{host}\"]",
                         verdict.rule,
-                        if self.decider.caller.starts_with("skill:") {
-                            "sandbox serve"
-                        } else {
-                            "sandbox run"
-                        }
+                        self.grant_command()
                     ),
                     rule: Some(verdict.rule.clone()),
                 })
@@ -895,13 +902,7 @@ impl Broker {
                      pre-approve it with `{} --grant {action}`, or allow it in the profile: \
                      [broker] rules = {{ \"{action}\" = \"allow\" }}",
                     verdict.rule,
-                    // A skill is served (`serve --stdio`, `serve --mcp`) or
-                    // run by hand; either takes the same --grant.
-                    if self.decider.caller.starts_with("skill:") {
-                        "sandbox serve"
-                    } else {
-                        "sandbox run"
-                    }
+                    self.grant_command()
                 ),
                 rule: Some(verdict.rule.clone()),
             }),

@@ -385,3 +385,38 @@ def head(f):
             break
     return int(status.split()[1]) if status else 0
 "#;
+
+/// One run of the Python `client` with argv[1] = `requests` (JSON), the
+/// secret TOKEN = `value` given as `--secret TOKEN=env:VAR{binding}`
+/// (`binding` is `@HOST...` or empty), `secrets.get` granted and the
+/// network flags `network`; the client's stdout as JSON lines.
+pub fn secret_client_run(
+    project: &Project,
+    network: Vec<String>,
+    binding: &str,
+    value: &str,
+    client: &str,
+    requests: &serde_json::Value,
+) -> (NetRun, Vec<serde_json::Value>) {
+    let mut args = network;
+    args.extend([
+        "--grant".to_string(),
+        "secrets.get".to_string(),
+        "--secret".to_string(),
+        format!("TOKEN=env:NET_TEST_TOKEN{binding}"),
+    ]);
+    let requests = requests.to_string();
+    let run = run_sandbox(
+        project,
+        &args,
+        &[("NET_TEST_TOKEN", value)],
+        &["python3", "-c", client, &requests],
+    );
+    run.assert_ok("net.http client");
+    let lines = run
+        .stdout()
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON line"))
+        .collect();
+    (run, lines)
+}
