@@ -841,3 +841,97 @@ fn a_skill_declaring_a_host_reaches_that_host_and_no_other() {
     );
     b.assert_saw_nothing("a host the skill did not declare");
 }
+
+/// The net process holds the run's connections (socket and pipe buffers,
+/// lookup threads), so it is in the run's cgroup, counted against the
+/// run's limits, next to init.
+#[test]
+fn the_net_process_is_in_the_runs_cgroup() {
+    if !support::require_root_sandbox("the_net_process_is_in_the_runs_cgroup") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let mut child = project
+        .command()
+        .args([
+            "run",
+            "--profile",
+            "strict",
+            "-q",
+            "--net",
+            "allow:api.test",
+            "--",
+            "sleep",
+            "3",
+        ])
+        .stdin(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let supervisor = child.id() as i32;
+    let children_of = |parent: i32| -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .ok()
+                    .and_then(|s| {
+                        let rest = &s[s.rfind(')')? + 2..];
+                        rest.split(' ').nth(1)?.parse::<i32>().ok()
+                    })
+                    == Some(parent)
+            })
+            .collect()
+    };
+    let cmdline = |pid: i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    // The pids controller's line (v1) or the unified one (v2).
+    let cgroup_of = |pid: i32| -> Option<String> {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+        let line = text
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|c| c == "pids"))
+            })
+            .or_else(|| text.lines().find(|l| l.starts_with("0::")))?;
+        Some(line.splitn(3, ':').nth(2)?.to_string())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    let (init, others) = loop {
+        let children = children_of(supervisor);
+        let init = children
+            .iter()
+            .copied()
+            .find(|pid| cmdline(*pid).starts_with(b"sandbox-init"));
+        if let Some(init) = init {
+            if children_of(init)
+                .iter()
+                .any(|pid| cmdline(*pid).starts_with(b"sleep"))
+            {
+                let others: Vec<i32> = children.into_iter().filter(|p| *p != init).collect();
+                break (init, others);
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the run never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let run_cgroup = cgroup_of(init).expect("init's cgroup");
+    assert!(run_cgroup.contains("sandbox-"), "{run_cgroup}");
+    let in_run: Vec<i32> = others
+        .iter()
+        .copied()
+        .filter(|pid| cgroup_of(*pid).as_deref() == Some(run_cgroup.as_str()))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        in_run.len(),
+        1,
+        "exactly one other child of the supervisor (the net process) is in the run's cgroup {run_cgroup}: children {others:?}"
+    );
+}

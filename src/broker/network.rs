@@ -182,6 +182,9 @@ impl Network {
                 .unwrap_or(nix::poll::PollTimeout::ZERO);
             let _ = nix::poll::poll(&mut fds, wait);
         }
+        // Killed and reaped now, not when the broker goes: it is in the
+        // run's cgroup, which cannot be removed while it lives.
+        self.process = None;
         records
     }
 

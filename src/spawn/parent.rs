@@ -666,6 +666,7 @@ fn start_cloned(
     } else {
         (None, None)
     };
+    let net_pid = net_process.as_ref().map(|process| process.pid);
     broker.use_network(crate::broker::network::Network::new(
         config.policy.network.clone(),
         net_process,
@@ -894,6 +895,17 @@ fn start_cloned(
         let _ = kill(init_pid, Signal::SIGKILL);
         let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
         return Err(restore(err));
+    }
+    // The net process holds the run's connections (socket and pipe
+    // buffers, lookup threads): it is counted against the run's limits.
+    // Moved only now, while init builds the root: on cgroup v1 a move
+    // waits for an RCU grace period (1-10 ms) that must not delay init.
+    if let (Some(cgroup), Some(pid)) = (cgroup, net_pid) {
+        if let Err(err) = cgroup.add(pid.as_raw()) {
+            prepared.started.warnings.push(format!(
+                "the allowlist's proxy runs outside the run's cgroup, so its buffers are not counted against the run's limits: {err}"
+            ));
+        }
     }
     step_note(
         prepared,
