@@ -844,10 +844,10 @@ fn a_skill_declaring_a_host_reaches_that_host_and_no_other() {
 
 /// The net process holds the run's connections (socket and pipe buffers,
 /// lookup threads), so it is in the run's cgroup, counted against the
-/// run's limits, next to init.
+/// run's limits, next to init; and it is confined.
 #[test]
-fn the_net_process_is_in_the_runs_cgroup() {
-    if !support::require_root_sandbox("the_net_process_is_in_the_runs_cgroup") {
+fn the_net_process_is_in_the_runs_cgroup_and_confined() {
+    if !support::require_root_sandbox("the_net_process_is_in_the_runs_cgroup_and_confined") {
         return;
     }
     let project = Project::new(Who::Root);
@@ -927,6 +927,12 @@ fn the_net_process_is_in_the_runs_cgroup() {
         .copied()
         .filter(|pid| cgroup_of(*pid).as_deref() == Some(run_cgroup.as_str()))
         .collect();
+    // It parses what the sandbox sends: no capabilities, no_new_privs and
+    // a syscall filter, whatever the supervisor's own privileges.
+    let status = in_run
+        .first()
+        .and_then(|pid| std::fs::read_to_string(format!("/proc/{pid}/status")).ok())
+        .unwrap_or_default();
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(
@@ -934,4 +940,10 @@ fn the_net_process_is_in_the_runs_cgroup() {
         1,
         "exactly one other child of the supervisor (the net process) is in the run's cgroup {run_cgroup}: children {others:?}"
     );
+    for line in ["CapEff:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2"] {
+        assert!(
+            status.contains(line),
+            "the net process lacks {line:?}: {status}"
+        );
+    }
 }

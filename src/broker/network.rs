@@ -64,6 +64,8 @@ pub struct Network {
     fetched: BTreeMap<u64, FetchOutcome>,
     /// Proxied connections by host.
     pub hosts: BTreeMap<String, HostCounts>,
+    /// The run's syscall filter, which the net process runs under too.
+    syscalls: Option<crate::seccomp::policy::SyscallPolicy>,
 }
 
 impl Network {
@@ -80,9 +82,15 @@ impl Network {
             failed: None,
             next_fetch: 1,
             questions: 0,
+            syscalls: None,
             fetched: BTreeMap::new(),
             hosts: BTreeMap::new(),
         }
+    }
+
+    /// Run the net process under `syscalls` (the run's own filter) too.
+    pub fn confine_to(&mut self, syscalls: Option<crate::seccomp::policy::SyscallPolicy>) {
+        self.syscalls = syscalls;
     }
 
     /// The link to poll, with the events it waits for.
@@ -279,7 +287,12 @@ impl Network {
             return Err(reason.clone());
         }
         if self.process.is_none() {
-            match crate::net::process::start(&self.policy.allow, &self.policy.resolve, None) {
+            match crate::net::process::start(
+                &self.policy.allow,
+                &self.policy.resolve,
+                self.syscalls.as_ref(),
+                None,
+            ) {
                 Ok(process) => self.process = Some(process),
                 Err(err) => {
                     let reason = format!("the network process could not start: {err}");

@@ -58,6 +58,7 @@ impl Drop for NetProcess {
 pub fn start(
     allow: &[String],
     pins: &BTreeMap<String, std::net::IpAddr>,
+    syscalls: Option<&crate::seccomp::policy::SyscallPolicy>,
     listener_from: Option<OwnedFd>,
 ) -> Result<NetProcess, NetProcessError> {
     let (supervisor_end, net_end) = socketpair(
@@ -70,6 +71,7 @@ pub fn start(
     let supervisor = nix::unistd::getpid();
     let allow = allow.to_vec();
     let pins = pins.clone();
+    let syscalls = syscalls.cloned();
     let mut keep = vec![net_end];
     keep.extend(listener_from);
     let pid = crate::sys::fork::fork_keeping_only(keep, move |mut fds| {
@@ -77,7 +79,14 @@ pub fn start(
         let Some(link) = fds.pop() else {
             return 1;
         };
-        main(supervisor, &allow, pins, link, listener_from)
+        main(
+            supervisor,
+            &allow,
+            pins,
+            syscalls.as_ref(),
+            link,
+            listener_from,
+        )
     })
     .map_err(NetProcessError::Fork)?;
     Ok(NetProcess {
@@ -90,6 +99,7 @@ fn main(
     supervisor: Pid,
     allow: &[String],
     pins: BTreeMap<String, std::net::IpAddr>,
+    syscalls: Option<&crate::seccomp::policy::SyscallPolicy>,
     link: OwnedFd,
     listener_from: Option<OwnedFd>,
 ) -> i32 {
@@ -112,6 +122,7 @@ fn main(
             let _ = crate::sys::fd::redirect_standard_stream(std::os::fd::AsFd::as_fd(&null), fd);
         }
     }
+    confine(syscalls);
     // Profiles and flags checked every entry; one that does not parse here
     // means the two disagree, and nothing is let through.
     let Ok(allow) = Allowlist::parse(allow) else {
@@ -128,6 +139,48 @@ fn main(
     };
     runtime.block_on(serve(Arc::new(allow), pins, link, listener_from));
     0
+}
+
+/// What the net process may touch of the host once it serves: it parses
+/// everything the sandbox sends, so a fault there must not become the
+/// supervisor's user (root, for a root run) with a free hand. No
+/// capabilities and no_new_privs; files read-only, and only those name
+/// resolution and TLS read (configuration, libraries for NSS, the
+/// system's roots or the ones `SSL_CERT_FILE`/`SSL_CERT_DIR` name); the
+/// run's own syscall filter, plus no exec. Each layer is applied where
+/// the kernel allows: this process is a helper outside the sandbox, and
+/// the sandbox's own layers do not depend on it.
+fn confine(syscalls: Option<&crate::seccomp::policy::SyscallPolicy>) {
+    let _ = nix::sys::prctl::set_no_new_privs();
+    let _ = crate::caps::drop_all_available();
+    let mut readable: Vec<std::path::PathBuf> =
+        ["/etc", "/usr", "/lib", "/lib64", "/lib32", "/run"]
+            .iter()
+            .map(std::path::PathBuf::from)
+            .collect();
+    for name in ["SSL_CERT_FILE", "SSL_CERT_DIR"] {
+        if let Some(value) = std::env::var_os(name) {
+            readable.extend(std::env::split_paths(&value));
+        }
+    }
+    let rules: Vec<(std::ffi::CString, crate::landlock::LandlockAccess)> = readable
+        .into_iter()
+        .filter(|path| path.is_absolute() && path.exists())
+        .filter_map(|path| {
+            std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()
+        })
+        .map(|path| (path, crate::landlock::LandlockAccess::Read))
+        .collect();
+    let _ = crate::landlock::apply(&rules);
+    if let Some(policy) = syscalls {
+        let mut policy = policy.clone();
+        policy
+            .deny
+            .extend(["execve".to_string(), "execveat".to_string()]);
+        if let Ok(filter) = crate::seccomp::compile(&policy) {
+            let _ = crate::sys::seccomp::install_filters(filter.programs());
+        }
+    }
 }
 
 /// The decisions the proxy cannot take alone, asked of the broker over the

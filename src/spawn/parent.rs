@@ -361,6 +361,14 @@ impl Janitor {
     }
 }
 
+/// The syscall filter the run's helpers outside the sandbox (its net
+/// process) run under: the run's own, unless the profile turned it off.
+fn syscalls_for_helpers(
+    policy: &crate::profile::policy::Policy,
+) -> Option<&crate::seccomp::policy::SyscallPolicy> {
+    (policy.enforce.seccomp != crate::profile::policy::Enforcement::Off).then_some(&policy.syscalls)
+}
+
 /// Distinct names for the runs of one supervisor process.
 static RUN_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -661,16 +669,21 @@ fn start_cloned(
         let (send, receive) =
             crate::broker::network::listener_handover().map_err(sys("socketpair(proxy)"))?;
         let network = &config.policy.network;
-        let process = crate::net::process::start(&network.allow, &network.resolve, Some(receive))?;
+        let process = crate::net::process::start(
+            &network.allow,
+            &network.resolve,
+            syscalls_for_helpers(&config.policy),
+            Some(receive),
+        )?;
         (Some(process), Some(send))
     } else {
         (None, None)
     };
     let net_pid = net_process.as_ref().map(|process| process.pid);
-    broker.use_network(crate::broker::network::Network::new(
-        config.policy.network.clone(),
-        net_process,
-    ));
+    let mut network =
+        crate::broker::network::Network::new(config.policy.network.clone(), net_process);
+    network.confine_to(syscalls_for_helpers(&config.policy).cloned());
+    broker.use_network(network);
     if let Some(runner) = &config.supervision.nested {
         broker.use_nested_runner(runner.clone());
     }
