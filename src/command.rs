@@ -327,6 +327,8 @@ impl Command {
             // terminal.run gets the same sandbox, never a weaker one.
             nested: Some(std::sync::Arc::new(NestedSandbox {
                 policy: policy.clone(),
+                audit: self.audit.clone(),
+                audit_file: self.audit_file.as_ref().and_then(|f| f.try_clone().ok()),
             })),
         };
         let prepared = Prepared::new(&policy, spec, supervision)?;
@@ -443,6 +445,12 @@ impl Child {
 #[derive(Debug)]
 struct NestedSandbox {
     policy: Policy,
+    /// The run's audit, which the nested runs' decisions and connections
+    /// go into as well: a command run through the broker is no way around
+    /// the record.
+    audit: Option<std::path::PathBuf>,
+    /// The same, when the run's audit is an open file (the daemon's).
+    audit_file: Option<std::fs::File>,
 }
 
 impl NestedRunner for NestedSandbox {
@@ -452,6 +460,17 @@ impl NestedRunner for NestedSandbox {
         };
         let mut command = Command::new(program, self.policy.clone());
         command.args(args).project(nested.project);
+        match (&self.audit, &self.audit_file) {
+            (Some(path), _) => {
+                command.audit(path);
+            }
+            (None, Some(file)) => {
+                if let Ok(copy) = file.try_clone() {
+                    command.audit_file(copy);
+                }
+            }
+            (None, None) => {}
+        }
         if let Some(cwd) = nested.cwd {
             command.current_dir(cwd);
         }

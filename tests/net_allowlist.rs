@@ -947,3 +947,55 @@ fn the_net_process_is_in_the_runs_cgroup_and_confined() {
         );
     }
 }
+
+/// A command run through the broker (`terminal.run`) runs in a sandbox of
+/// the same policy, with its own proxy: an unlisted host is refused there
+/// too, and its connections are in the run's audit, so the broker is no
+/// way around the record.
+#[test]
+fn a_command_run_through_the_broker_is_held_and_audited_the_same() {
+    if !support::require_root_sandbox(
+        "a_command_run_through_the_broker_is_held_and_audited_the_same",
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let a = TestServer::start("a");
+    let b = TestServer::start("b");
+    let script = format!(
+        r#"
+import json, os, socket
+f = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"])).makefile("rwb", buffering=0)
+for i, url in enumerate(["http://api.test:{pa}/nested", "http://other.test:{pb}/nested"]):
+    argv = ["curl", "-s", "-o", "/dev/null", "-w", "%{{http_code}}", url]
+    params = {{"argv": argv, "timeout": 5}}
+    f.write((json.dumps({{"jsonrpc": "2.0", "id": i, "method": "terminal.run", "params": params}}) + "\n").encode())
+    print(json.dumps(json.loads(f.readline())), flush=True)
+"#,
+        pa = a.port(),
+        pb = b.port()
+    );
+    let mut args = two_servers_args(&a, &b);
+    args.extend(["--grant".to_string(), "terminal.run".to_string()]);
+    let run = run_sandbox(&project, &args, &[], &["python3", "-c", &script]);
+    run.assert_ok("terminal.run client");
+    let out = run.stdout();
+    assert!(
+        out.contains("200"),
+        "the listed host through the nested run: {}",
+        run.streams()
+    );
+    // The nested command's question about an unlisted host is answered
+    // when it ends (its broker is served then): refused either way.
+    b.assert_saw_nothing("an unlisted host through terminal.run");
+    run.assert_connect(
+        &format!("other.test:{}", b.port()),
+        "deny",
+        "the nested run's refusal",
+    );
+    run.assert_connect(
+        &format!("api.test:{}", a.port()),
+        "allow",
+        "the nested run's connection",
+    );
+}
