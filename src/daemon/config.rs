@@ -249,23 +249,6 @@ pub fn default_max_concurrent() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get()) * 2
 }
 
-/// Parse a network mode as profiles spell it.
-pub fn parse_network(name: &str) -> Option<NetworkMode> {
-    [
-        NetworkMode::None,
-        NetworkMode::Loopback,
-        NetworkMode::Allowlist,
-        NetworkMode::Host,
-    ]
-    .into_iter()
-    .find(|mode| mode.name() == name)
-}
-
-/// The name of a network mode.
-pub fn network_name(mode: NetworkMode) -> &'static str {
-    mode.name()
-}
-
 impl Config {
     /// The configuration used without a file: the daemon's own uid only,
     /// every built-in profile, projects it owns anywhere, no grants, `none`
@@ -483,7 +466,7 @@ fn rule_from_raw(raw: RawRule, index: usize, file: &Path) -> Result<Rule, Config
         Some(names) => names
             .iter()
             .map(|name| {
-                parse_network(name).ok_or_else(|| {
+                NetworkMode::from_name(name).ok_or_else(|| {
                     bad(
                         "networks",
                         format!("{name:?} is not a network mode (none, loopback, allowlist, host)"),

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::config::{network_name, Config, Rule};
+use super::config::{Config, Rule};
 use super::error::ApiError;
 use crate::action::Permission;
 use crate::launch::protocol::RunSpec;
@@ -497,12 +497,12 @@ fn apply_network(
     }
     let mode = policy.network.mode;
     if !rule.networks.contains(&mode) {
-        let allowed: Vec<&str> = rule.networks.iter().map(|m| network_name(*m)).collect();
+        let allowed: Vec<&str> = rule.networks.iter().map(|m| m.name()).collect();
         return Err(ApiError::forbidden(
             "network_not_allowed",
             format!(
                 "network: {} is not allowed for you (rule {}){}",
-                network_name(mode),
+                mode.name(),
                 rule.name(),
                 if requested.is_none() {
                     ", and it is the profile's default"

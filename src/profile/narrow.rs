@@ -92,8 +92,8 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
     if network_rank(inner.network.mode) > network_rank(outer.network.mode) {
         over(
             "network.mode",
-            network_name(inner.network.mode).into(),
-            network_name(outer.network.mode).into(),
+            inner.network.mode.name().into(),
+            outer.network.mode.name().into(),
         );
     }
     if inner.network.mode == NetworkMode::Allowlist && outer.network.mode == NetworkMode::Allowlist
@@ -336,10 +336,6 @@ fn network_rank(mode: NetworkMode) -> u8 {
         NetworkMode::Allowlist => 2,
         NetworkMode::Host => 3,
     }
-}
-
-fn network_name(mode: NetworkMode) -> &'static str {
-    mode.name()
 }
 
 fn permissiveness(decision: Decision) -> u8 {

@@ -67,6 +67,18 @@ impl NetworkMode {
         }
     }
 
+    /// The mode a profile, flag or request names, if it names one.
+    pub fn from_name(name: &str) -> Option<NetworkMode> {
+        [
+            NetworkMode::None,
+            NetworkMode::Loopback,
+            NetworkMode::Allowlist,
+            NetworkMode::Host,
+        ]
+        .into_iter()
+        .find(|mode| mode.name() == name)
+    }
+
     /// Whether the sandbox has a loopback interface of its own that is up.
     pub fn has_loopback(self) -> bool {
         matches!(self, NetworkMode::Loopback | NetworkMode::Allowlist)
@@ -159,18 +171,13 @@ impl NetworkPolicy {
             }
             return Ok(policy);
         }
-        [
-            NetworkMode::None,
-            NetworkMode::Loopback,
-            NetworkMode::Allowlist,
-            NetworkMode::Host,
-        ]
-        .into_iter()
-        .find(|mode| mode.name() == spec)
-        .map(NetworkPolicy::of_mode)
-        .ok_or_else(|| {
-            format!("{spec:?} is not a network: use none, loopback, host or allow:HOST[,HOST...]")
-        })
+        NetworkMode::from_name(spec)
+            .map(NetworkPolicy::of_mode)
+            .ok_or_else(|| {
+                format!(
+                    "{spec:?} is not a network: use none, loopback, host or allow:HOST[,HOST...]"
+                )
+            })
     }
 
     /// A policy with `mode` and nothing listed.
