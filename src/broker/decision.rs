@@ -72,6 +72,17 @@ impl Decider {
         }
     }
 
+    /// The command whose `--grant` approves ahead for this caller: a skill
+    /// is served (`serve --stdio`, `serve --mcp`) or run by hand, and
+    /// either takes the same `--grant`.
+    pub fn grant_command(&self) -> &'static str {
+        if self.caller.starts_with("skill:") {
+            "sandbox serve"
+        } else {
+            "sandbox run"
+        }
+    }
+
     /// Why the declared permissions refuse `action` on `target`, if they do.
     pub fn undeclared(&self, action: Action, target: Option<&str>) -> Option<Verdict> {
         let declared = self.declared.as_ref()?;

@@ -224,7 +224,7 @@ impl Network {
                         Some((host, port)) => unanswered_is_refused(
                             self.decide(decider, &host, port),
                             &target,
-                            decider.caller.starts_with("skill:"),
+                            decider.grant_command(),
                         ),
                         None => Verdict {
                             decision: Decision::Deny,
@@ -337,18 +337,35 @@ impl Network {
 /// A proxied connection cannot wait for an answer nobody will give: an
 /// "ask" that found nobody to ask is refused, and the rule says how to
 /// approve it ahead.
-fn unanswered_is_refused(verdict: Verdict, target: &str, skill: bool) -> Verdict {
+fn unanswered_is_refused(verdict: Verdict, target: &str, grant_command: &str) -> Verdict {
     if verdict.decision != Decision::Ask {
         return verdict;
     }
     Verdict {
         decision: Decision::Deny,
-        rule: format!(
-            "{}: needs approval and nobody can be asked in this run; pre-approve it with `{} --grant net.http:{target}`",
-            verdict.rule,
-            if skill { "sandbox serve" } else { "sandbox run" }
-        ),
+        rule: unanswerable(target, &verdict.rule, grant_command),
     }
+}
+
+/// Why a host that needs approval was refused without a person to ask,
+/// and how to approve that host ahead (never the whole network). The
+/// proxy's refusal adds the allowlist's own hint to this.
+fn unanswerable(target: &str, rule: &str, grant_command: &str) -> String {
+    format!(
+        "{rule}: needs approval and nobody can be asked in this run; \
+         pre-approve it with `{grant_command} --grant net.http:{target}`"
+    )
+}
+
+/// The broker's answer to a `net.http` that needs approval nobody can
+/// give: [`unanswerable`], and the allowlist entry that would list it.
+pub fn needs_approval(target: &str, rule: &str, grant_command: &str) -> String {
+    let host = crate::net::allow::split_target(target)
+        .map_or_else(|| target.to_string(), |(host, _)| host.to_string());
+    format!(
+        "net.http to {target}: {}, or list it: --net allow:{host} or [network] allow = [\"{host}\"]",
+        unanswerable(target, rule, grant_command)
+    )
 }
 
 /// The socket init hands the proxy's listener over on, and the net

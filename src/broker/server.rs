@@ -854,17 +854,6 @@ impl Broker {
         self.refusal(action, &verdict, record)
     }
 
-    /// The command whose `--grant` approves ahead for this caller: a skill
-    /// is served (`serve --stdio`, `serve --mcp`) or run by hand, and
-    /// either takes the same `--grant`.
-    fn grant_command(&self) -> &'static str {
-        if self.decider.caller.starts_with("skill:") {
-            "sandbox serve"
-        } else {
-            "sandbox run"
-        }
-    }
-
     fn refusal(&self, action: Action, verdict: &Verdict, record: &Record) -> Result<(), Failure> {
         match verdict.decision {
             Decision::Allow => Ok(()),
@@ -879,22 +868,15 @@ impl Broker {
                 },
                 rule: Some(verdict.rule.clone()),
             }),
-            Decision::Ask if action == Action::NetHttp && record.target.is_some() => {
-                let target = record.target.as_deref().unwrap_or_default();
-                let host = crate::net::allow::split_target(target)
-                    .map_or_else(|| target.to_string(), |(host, _)| host.to_string());
-                Err(Failure {
-                    code: code::NEEDS_APPROVAL,
-                    message: format!(
-                        "net.http to {target} needs approval ({}) and nobody can be asked in this run; \
-                         pre-approve it with `{} --grant net.http:{target}`, or list it: --net allow:{host} \
-                         or [network] allow = [\"{host}\"]",
-                        verdict.rule,
-                        self.grant_command()
-                    ),
-                    rule: Some(verdict.rule.clone()),
-                })
-            }
+            Decision::Ask if action == Action::NetHttp && record.target.is_some() => Err(Failure {
+                code: code::NEEDS_APPROVAL,
+                message: super::network::needs_approval(
+                    record.target.as_deref().unwrap_or_default(),
+                    &verdict.rule,
+                    self.decider.grant_command(),
+                ),
+                rule: Some(verdict.rule.clone()),
+            }),
             Decision::Ask => Err(Failure {
                 code: code::NEEDS_APPROVAL,
                 message: format!(
@@ -902,7 +884,7 @@ impl Broker {
                      pre-approve it with `{} --grant {action}`, or allow it in the profile: \
                      [broker] rules = {{ \"{action}\" = \"allow\" }}",
                     verdict.rule,
-                    self.grant_command()
+                    self.decider.grant_command()
                 ),
                 rule: Some(verdict.rule.clone()),
             }),
