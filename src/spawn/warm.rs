@@ -391,7 +391,10 @@ mod tests {
     #[test]
     fn resolve_matches_a_cold_plan() {
         let policy = crate::profile::load("strict").unwrap();
-        let project = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+        // A project of its own: the walk of all of /tmp met other tests'
+        // temporary directories vanishing under it (ENOENT, now and then).
+        let dir = tempfile::tempdir().unwrap();
+        let project = std::fs::canonicalize(dir.path()).unwrap();
         let commit = Commit::resolve(
             &policy,
             &["ls".into(), "-l".into()],
