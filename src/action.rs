@@ -175,6 +175,15 @@ pub fn pattern_matches(action: Action, pattern: &str, target: &str) -> bool {
     }
 }
 
+/// [`pattern_matches`] for an action named in a profile or a stored grant
+/// (an unknown name matches by glob).
+pub fn pattern_matches_named(action: &str, pattern: &str, target: &str) -> bool {
+    match action.parse() {
+        Ok(known) => pattern_matches(known, pattern, target),
+        Err(_) => glob_matches(pattern, target),
+    }
+}
+
 impl FromStr for Action {
     type Err = ActionError;
     fn from_str(name: &str) -> Result<Action, ActionError> {

@@ -180,10 +180,9 @@ impl GrantStore {
                     && g.hash == hash
                     && g.action == action
                     && match target {
-                        Some(target) => match action.parse() {
-                            Ok(known) => crate::action::pattern_matches(known, &g.pattern, target),
-                            Err(_) => super::permission::glob_matches(&g.pattern, target),
-                        },
+                        Some(target) => {
+                            crate::action::pattern_matches_named(action, &g.pattern, target)
+                        }
                         None => g.pattern == "*",
                     }
             })

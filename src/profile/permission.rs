@@ -50,12 +50,12 @@ pub fn decide_for(policy: &BrokerPolicy, action: &str, target: Option<&str>) -> 
             .rules
             .iter()
             .filter_map(|(key, d)| Some((key.strip_prefix(&prefix)?, *d)))
-            .filter(|(pattern, decision)| match action.parse() {
-                Ok(crate::action::Action::NetHttp) if *decision == Decision::Deny => {
+            .filter(|(pattern, decision)| {
+                if *decision == Decision::Deny && action == "net.http" {
                     crate::net::allow::target_matches_any_port(pattern, target)
+                } else {
+                    crate::action::pattern_matches_named(action, pattern, target)
                 }
-                Ok(known) => crate::action::pattern_matches(known, pattern, target),
-                Err(_) => glob_matches(pattern, target),
             })
             .collect();
         let chosen = matching
