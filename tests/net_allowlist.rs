@@ -867,26 +867,10 @@ fn the_net_process_is_in_the_runs_cgroup_and_confined() {
         .stdin(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let supervisor = child.id() as i32;
-    let children_of = |parent: i32| -> Vec<i32> {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .ok()
-                    .and_then(|s| {
-                        let rest = &s[s.rfind(')')? + 2..];
-                        rest.split(' ').nth(1)?.parse::<i32>().ok()
-                    })
-                    == Some(parent)
-            })
-            .collect()
-    };
-    let cmdline = |pid: i32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let supervisor = child.id();
+    let cmdline = |pid: u32| std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     // The pids controller's line (v1) or the unified one (v2).
-    let cgroup_of = |pid: i32| -> Option<String> {
+    let cgroup_of = |pid: u32| -> Option<String> {
         let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
         let line = text
             .lines()
@@ -900,17 +884,17 @@ fn the_net_process_is_in_the_runs_cgroup_and_confined() {
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
     let (init, others) = loop {
-        let children = children_of(supervisor);
+        let children = support::children_of(supervisor);
         let init = children
             .iter()
             .copied()
             .find(|pid| cmdline(*pid).starts_with(b"sandbox-init"));
         if let Some(init) = init {
-            if children_of(init)
+            if support::children_of(init)
                 .iter()
                 .any(|pid| cmdline(*pid).starts_with(b"sleep"))
             {
-                let others: Vec<i32> = children.into_iter().filter(|p| *p != init).collect();
+                let others: Vec<u32> = children.into_iter().filter(|p| *p != init).collect();
                 break (init, others);
             }
         }
@@ -922,7 +906,7 @@ fn the_net_process_is_in_the_runs_cgroup_and_confined() {
     };
     let run_cgroup = cgroup_of(init).expect("init's cgroup");
     assert!(run_cgroup.contains("sandbox-"), "{run_cgroup}");
-    let in_run: Vec<i32> = others
+    let in_run: Vec<u32> = others
         .iter()
         .copied()
         .filter(|pid| cgroup_of(*pid).as_deref() == Some(run_cgroup.as_str()))

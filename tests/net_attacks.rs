@@ -87,13 +87,8 @@ impl Drop for Helper {
 /// JSON line with the answer and, when the body came back as bytes, what
 /// gzip decompression of them gives: what a payload would do to read an
 /// echoed secret through compression.
+/// (After [`support::net::PY_BROKER`], which defines `call`.)
 const CLIENT: &str = r#"
-import base64, gzip, json, os, socket, sys
-s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
-f = s.makefile("rwb", buffering=0)
-def call(i, method, params):
-    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode() + b"\n")
-    return json.loads(f.readline())
 got = call(1, "secrets.get", {"name": "TOKEN"})
 handle = got["result"]["handle"]
 for i, (method, params) in enumerate(json.loads(sys.argv[1]), 2):

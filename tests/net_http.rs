@@ -19,13 +19,8 @@ const VALUE: &str = "s3cr3t-VALUE-4f0c9e";
 /// sends each `[method, params]` of argv[1] with `{HANDLE}` replaced by the
 /// handle, printing each answer on a line and keeping them all in
 /// `answers.json` in the project (a file the run wrote, searched later).
+/// (After [`support::net::PY_BROKER`], which defines `call`.)
 const CLIENT: &str = r#"
-import json, os, socket, sys
-s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
-f = s.makefile("rwb", buffering=0)
-def call(i, method, params):
-    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode() + b"\n")
-    return json.loads(f.readline())
 got = call(1, "secrets.get", {"name": "TOKEN"})
 if "result" not in got:
     print(json.dumps(got)); sys.exit(1)

@@ -494,20 +494,7 @@ fn a_skill_host_holds_none_of_serves_sockets() {
     let serve_pid = serve.child.id();
     let serves = shared_objects(serve_pid);
     assert!(serves.len() >= 2, "serve's own sockets: {serves:?}");
-    let hosts: Vec<u32> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                .ok()
-                .and_then(|stat| {
-                    let after = stat.rsplit_once(')')?.1.to_owned();
-                    after.split_whitespace().nth(1)?.parse::<u32>().ok()
-                })
-                == Some(serve_pid)
-        })
-        .collect();
+    let hosts = support::children_of(serve_pid);
     assert_eq!(hosts.len(), 2, "one host per skill: {hosts:?}");
     for host in hosts {
         let held: Vec<_> = shared_objects(host)

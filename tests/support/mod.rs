@@ -318,6 +318,25 @@ pub fn assert_ok(out: &Output, what: &str) {
     );
 }
 
+/// Host pids whose parent is `parent` (`/proc/PID/stat` field 4; the
+/// command name before it may hold spaces and parentheses).
+pub fn children_of(parent: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|stat| {
+                    let after = stat.rsplit_once(')')?.1.to_owned();
+                    after.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
 /// Host pids whose command line contains `marker`.
 pub fn host_pids_with(marker: &str) -> Vec<u32> {
     let mut pids = Vec::new();

@@ -386,7 +386,19 @@ def head(f):
     return int(status.split()[1]) if status else 0
 "#;
 
-/// One run of the Python `client` with argv[1] = `requests` (JSON), the
+/// The start of a Python client of the broker on fd 3: `call(id, method,
+/// params)` sends one request and returns its answer (the modules the
+/// clients use are imported).
+pub const PY_BROKER: &str = r#"
+import base64, gzip, json, os, socket, sys
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+def call(i, method, params):
+    f.write(json.dumps({"jsonrpc": "2.0", "id": i, "method": method, "params": params}).encode() + b"\n")
+    return json.loads(f.readline())
+"#;
+
+/// One run of the Python `client` (after [`PY_BROKER`]) with argv[1] = `requests` (JSON), the
 /// secret TOKEN = `value` given as `--secret TOKEN=env:VAR{binding}`
 /// (`binding` is `@HOST...` or empty), `secrets.get` granted and the
 /// network flags `network`; the client's stdout as JSON lines.
@@ -410,7 +422,7 @@ pub fn secret_client_run(
         project,
         &args,
         &[("NET_TEST_TOKEN", value)],
-        &["python3", "-c", client, &requests],
+        &["python3", "-c", &format!("{PY_BROKER}{client}"), &requests],
     );
     run.assert_ok("net.http client");
     let lines = run
