@@ -18,6 +18,7 @@ pub mod landlock;
 pub mod launch;
 pub mod mcp;
 pub mod net;
+pub mod oci;
 pub mod probe;
 pub mod profile;
 pub mod project;

@@ -50,6 +50,13 @@ enum Command {
     Cancel(daemon_client::CancelArgs),
     /// List the open questions of your daemon runs, or answer one.
     Approvals(daemon_client::ApprovalsArgs),
+    /// Be an OCI runtime (runc's command line) for Podman, containerd, CRI-O and Docker (docs/oci.md).
+    #[command(disable_help_flag = true)]
+    Oci {
+        /// runc's arguments: global flags, then create, start, state, kill, delete, exec, ...
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// The daemon's fork server (internal).
     #[command(name = "__launch", hide = true)]
     Launch(launch::LaunchArgs),
@@ -74,6 +81,18 @@ pub fn main() -> i32 {
         eprintln!("sandbox: cannot open /dev/null for a closed standard stream: {err}");
         return 125;
     }
+    // An engine runs its runtime by path with runc's command line: as the
+    // `sandbox-runc` link, or as `sandbox oci`, before clap sees anything.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .first()
+        .is_some_and(|a| sandbox::oci::started_as_runtime(a))
+    {
+        return sandbox::oci::main(args[1..].to_vec());
+    }
+    if args.get(1).is_some_and(|a| a == "oci") {
+        return sandbox::oci::main(args[2..].to_vec());
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => match daemon_client::daemon_of_run(&args) {
@@ -94,6 +113,7 @@ pub fn main() -> i32 {
         Command::Cancel(args) => daemon_client::cancel(args),
         Command::Approvals(args) => daemon_client::approvals(args),
         Command::Launch(args) => launch::run(args),
+        Command::Oci { args } => return sandbox::oci::main(args),
     };
     match result {
         Ok(code) => code,

@@ -241,3 +241,31 @@ pub unsafe fn close_from(first: u32) -> nix::Result<()> {
     let ret = unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
     Errno::result(ret).map(drop)
 }
+
+/// Execute `program` with `argv` and this process's environment, with each
+/// `(fd, number)` of `placed` open at `number` (not close-on-exec) in the
+/// new program: how `sandbox oci` hands runc the container's broker channel
+/// at the number `--preserve-fds` names. Never returns: if execve fails,
+/// the message is printed and the process exits with 125, because a
+/// number placed here may have replaced one an owner in this process still
+/// thinks it holds, and no such owner may run again.
+pub fn exec_with_placed(
+    program: &std::ffi::CStr,
+    argv: &[std::ffi::CString],
+    placed: &[(BorrowedFd<'_>, RawFd)],
+) -> ! {
+    for (fd, number) in placed {
+        // SAFETY: this process executes a new image (or exits) right after
+        // the loop; nothing of it uses a replaced number again.
+        if let Err(errno) = unsafe { dup_onto(*fd, *number) } {
+            eprintln!("sandbox: placing a descriptor at {number} for {program:?}: {errno}");
+            std::process::exit(125);
+        }
+    }
+    let errno = match nix::unistd::execv(program, argv) {
+        Err(errno) => errno,
+        Ok(never) => match never {},
+    };
+    eprintln!("sandbox: cannot execute {program:?}: {errno}");
+    std::process::exit(125)
+}

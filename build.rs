@@ -1,0 +1,60 @@
+//! Builds `oci-init` as a static program and hands its path to the crate
+//! (`SANDBOX_OCI_INIT`), which embeds it: `sandbox oci` mounts it into
+//! containers whose images have no compatible C library, and being static
+//! it loads nothing from the image before its layers are in force.
+//!
+//! A nested cargo, because rustflags cannot differ between the packages of
+//! one build: `+crt-static` with an explicit `--target` applies to the
+//! init alone (build scripts and proc macros stay dynamic).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn main() {
+    println!("cargo:rerun-if-changed=oci-init/src");
+    println!("cargo:rerun-if-changed=oci-init/Cargo.toml");
+    println!("cargo:rerun-if-changed=build.rs");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let target = std::env::var("TARGET").expect("cargo sets TARGET");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let target_dir = out.join("oci-init");
+    let mut build = Command::new(cargo);
+    build
+        .args(["build", "--release", "--locked", "--offline", "--quiet"])
+        .args(["--package", "sandbox-oci-init", "--bin", "sandbox-oci-init"])
+        .args(["--target", &target])
+        .arg("--target-dir")
+        .arg(&target_dir);
+    // The outer build's settings (its target directory, flags, clippy as
+    // the compiler wrapper) are not the init's.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        let outer =
+            (name.starts_with("CARGO_") && name != "CARGO_HOME" && name != "CARGO_MAKEFLAGS")
+                || name.starts_with("RUSTC_")
+                || name == "RUSTFLAGS"
+                || name == "RUSTDOCFLAGS";
+        if outer {
+            build.env_remove(name.as_ref());
+        }
+    }
+    build.env(
+        "CARGO_ENCODED_RUSTFLAGS",
+        "-Ctarget-feature=+crt-static\u{1f}-Crelocation-model=static",
+    );
+    match build.status() {
+        Ok(status) if status.success() => {}
+        Ok(status) => fail(&format!("building the static oci-init failed: {status}")),
+        Err(err) => fail(&format!("running cargo to build oci-init: {err}")),
+    }
+    let binary = target_dir
+        .join(&target)
+        .join("release")
+        .join("sandbox-oci-init");
+    println!("cargo:rustc-env=SANDBOX_OCI_INIT={}", binary.display());
+}
+
+fn fail(message: &str) -> ! {
+    eprintln!("{message}");
+    std::process::exit(1);
+}

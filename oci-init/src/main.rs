@@ -1,0 +1,236 @@
+//! `sandbox-oci-init PLAN`: the container's first program under
+//! `sandbox oci`. runc has already made the namespaces, mounts, cgroup,
+//! user, capabilities, no_new_privs and the engine's seccomp filter; this
+//! adds what runc cannot: Landlock scoped to the container's writable
+//! paths and the profile's seccomp filter on top of the engine's. Then it
+//! executes the container's own process in its place (same pid, so the
+//! engine's signals reach it).
+//!
+//! It is linked statically and started with an empty environment: nothing
+//! of the image (its dynamic loader, `/etc/ld.so.preload`, `LD_PRELOAD`,
+//! `GLIBC_TUNABLES`) runs before the layers are in force.
+
+use std::os::unix::process::CommandExt;
+
+use landlock::{
+    Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetStatus, ABI,
+};
+use sandbox_oci_init::{
+    decode_program, Enforced, LandlockPlan, Plan, Report, SeccompPlan, PLAN_VERSION, REPORT_METHOD,
+    SETUP_FAILED,
+};
+
+#[allow(unsafe_code)]
+mod sys;
+
+/// The rights asked for: ABI 5 has every filesystem right this init grants
+/// (truncate from 3, device ioctls from 5).
+const ABI_WANTED: ABI = ABI::V5;
+
+/// Why the container's process was not started.
+#[derive(Debug, thiserror::Error)]
+enum InitError {
+    #[error("usage: sandbox-oci-init PLAN (started by `sandbox oci`, not by hand)")]
+    Usage,
+    #[error("the plan is not valid: {0}")]
+    Plan(String),
+    #[error("setting no_new_privs: {0}")]
+    NoNewPrivs(std::io::Error),
+    #[error("Landlock: {0}")]
+    Landlock(#[from] landlock::RulesetError),
+    #[error("Landlock: opening {path}: {source}")]
+    LandlockPath {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("Landlock is required by the profile but this kernel enforces it {0}")]
+    LandlockShort(&'static str),
+    #[error("seccomp: installing program {index}: {source}")]
+    Seccomp {
+        index: usize,
+        source: std::io::Error,
+    },
+    #[error("writing the report to the broker channel (fd {fd}): {source}")]
+    Report { fd: i32, source: std::io::Error },
+}
+
+fn main() {
+    std::process::exit(run());
+}
+
+fn run() -> i32 {
+    let plan = match read_plan() {
+        Ok(plan) => plan,
+        Err(err) => return fail(&err),
+    };
+    let enforced = match apply(&plan) {
+        Ok(enforced) => enforced,
+        Err(err) => return fail(&err),
+    };
+    if let Some(fd) = plan.report_fd {
+        let report = Report {
+            method: REPORT_METHOD.to_owned(),
+            params: enforced,
+        };
+        let mut line = serde_json::to_vec(&report).unwrap_or_default();
+        line.push(b'\n');
+        if let Err(source) = sys::write_all_to(fd, &line) {
+            return fail(&InitError::Report { fd, source });
+        }
+    }
+    exec(&plan)
+}
+
+fn fail(err: &InitError) -> i32 {
+    eprintln!("sandbox-oci-init: {err}; the container's process was not started");
+    SETUP_FAILED
+}
+
+fn read_plan() -> Result<Plan, InitError> {
+    let mut args = std::env::args_os().skip(1);
+    let (Some(text), None) = (args.next(), args.next()) else {
+        return Err(InitError::Usage);
+    };
+    let text = text.into_string().map_err(|_| InitError::Usage)?;
+    let plan: Plan = serde_json::from_str(&text).map_err(|e| InitError::Plan(e.to_string()))?;
+    if plan.version != PLAN_VERSION {
+        return Err(InitError::Plan(format!(
+            "version {} (this init reads {PLAN_VERSION})",
+            plan.version
+        )));
+    }
+    if plan.args.is_empty() {
+        return Err(InitError::Plan("no process arguments".to_owned()));
+    }
+    if let Some(bad) = plan.env.iter().find(|e| !e.contains('=')) {
+        return Err(InitError::Plan(format!(
+            "environment entry {bad:?} has no '='"
+        )));
+    }
+    Ok(plan)
+}
+
+fn apply(plan: &Plan) -> Result<Enforced, InitError> {
+    sys::set_no_new_privs().map_err(InitError::NoNewPrivs)?;
+    let landlock = match &plan.landlock {
+        Some(rules) => restrict(rules)?,
+        None => "off",
+    };
+    let seccomp_programs = match &plan.seccomp {
+        Some(seccomp) => install(seccomp)?,
+        None => 0,
+    };
+    Ok(Enforced {
+        landlock: landlock.to_owned(),
+        seccomp_programs,
+        no_new_privs: true,
+        args: plan.args.clone(),
+    })
+}
+
+fn restrict(plan: &LandlockPlan) -> Result<&'static str, InitError> {
+    let level = if plan.required {
+        CompatLevel::HardRequirement
+    } else {
+        CompatLevel::BestEffort
+    };
+    let read = AccessFs::from_read(ABI_WANTED);
+    let write = AccessFs::from_all(ABI_WANTED);
+    let devices = AccessFs::ReadFile
+        | AccessFs::WriteFile
+        | AccessFs::Truncate
+        | AccessFs::IoctlDev
+        | AccessFs::ReadDir;
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(level)
+        .handle_access(write)?
+        .create()?;
+    let granted = [
+        (read, &plan.read),
+        (write, &plan.write),
+        (devices, &plan.devices),
+    ];
+    for (rights, paths) in granted {
+        for path in paths.iter() {
+            let Some(rule) = rule(path, rights)? else {
+                continue;
+            };
+            ruleset = ruleset.add_rule(rule)?;
+        }
+    }
+    let status = ruleset.restrict_self()?;
+    let name = match status.ruleset {
+        RulesetStatus::FullyEnforced => "full",
+        RulesetStatus::PartiallyEnforced => "partial",
+        RulesetStatus::NotEnforced => "none",
+    };
+    if plan.required && name != "full" {
+        return Err(InitError::LandlockShort(if name == "none" {
+            "not at all"
+        } else {
+            "only partially"
+        }));
+    }
+    Ok(name)
+}
+
+/// The rule for `path`, with the rights a file can carry when it is not a
+/// directory; None when the container has no such path or reaches it
+/// through a symbolic link (see [`sys::open_without_links`]).
+fn rule(
+    path: &str,
+    rights: BitFlags<AccessFs>,
+) -> Result<Option<PathBeneath<std::os::fd::OwnedFd>>, InitError> {
+    let opened = |source| InitError::LandlockPath {
+        path: path.to_owned(),
+        source,
+    };
+    let Some(fd) = sys::open_without_links(path).map_err(opened)? else {
+        return Ok(None);
+    };
+    let file = std::fs::File::from(fd);
+    let rights = if file.metadata().map_err(opened)?.is_dir() {
+        rights
+    } else {
+        rights & AccessFs::from_file(ABI_WANTED)
+    };
+    Ok(Some(PathBeneath::new(
+        std::os::fd::OwnedFd::from(file),
+        rights,
+    )))
+}
+
+fn install(plan: &SeccompPlan) -> Result<usize, InitError> {
+    let mut installed = 0;
+    for (index, text) in plan.programs.iter().enumerate() {
+        let program = decode_program(text)
+            .ok_or_else(|| InitError::Plan(format!("seccomp program {index} is damaged")))?;
+        match sys::install_filter(&program) {
+            Ok(()) => installed += 1,
+            Err(source) if plan.required => return Err(InitError::Seccomp { index, source }),
+            Err(_) => {}
+        }
+    }
+    Ok(installed)
+}
+
+/// Execute the container's process; returns only when that failed, with
+/// the status a shell gives (127 not found, 126 not executable).
+fn exec(plan: &Plan) -> i32 {
+    let program = &plan.args[0];
+    let mut command = std::process::Command::new(program);
+    command.arg0(program).args(&plan.args[1..]).env_clear();
+    for entry in &plan.env {
+        if let Some((name, value)) = entry.split_once('=') {
+            command.env(name, value);
+        }
+    }
+    let err = command.exec();
+    eprintln!("sandbox-oci-init: cannot execute {program:?}: {err}");
+    if err.kind() == std::io::ErrorKind::NotFound {
+        127
+    } else {
+        126
+    }
+}

@@ -1,0 +1,122 @@
+//! The init's system calls that std and the landlock crate do not wrap.
+
+use sandbox_oci_init::Instruction;
+
+/// Set no_new_privs: required before an unprivileged process may install a
+/// seccomp filter or restrict itself with Landlock.
+pub fn set_no_new_privs() -> std::io::Result<()> {
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments only and changes
+    // nothing but this process's no_new_privs bit.
+    let ret = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Install one seccomp program on this thread (the init has no other).
+pub fn install_filter(program: &[Instruction]) -> std::io::Result<()> {
+    let filter: Vec<libc::sock_filter> = program
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect();
+    // A length that does not fit would be truncated into a different,
+    // shorter program; the kernel's own limit is 4096 instructions.
+    let len = libc::c_ushort::try_from(filter.len())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: filter.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at `filter`, alive for the call; the kernel
+    // copies the program and keeps no pointer to it.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if ret == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Write all of `bytes` to descriptor `fd`, which this process did not open
+/// and must not close (the broker channel the container keeps).
+pub fn write_all_to(fd: i32, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        // SAFETY: `bytes` is a live slice of `bytes.len()` bytes; write(2)
+        // only reads it. A bad `fd` is an EBADF, not undefined behaviour.
+        let written = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+        if written < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(err);
+        }
+        bytes = bytes.get(written as usize..).unwrap_or_default();
+    }
+    Ok(())
+}
+
+/// Open `path` (absolute) with O_PATH, refusing a symbolic link at any
+/// component: the image decides what its `/tmp` or working directory is,
+/// and a link there (`/tmp -> /usr`) must not turn a write grant into one
+/// on what it points at. None when a component is missing or is a link.
+pub fn open_without_links(path: &str) -> std::io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let Some(relative) = path.strip_prefix('/') else {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    let open_at = |dir: libc::c_int, name: &[u8]| -> std::io::Result<Option<OwnedFd>> {
+        let name = std::ffi::CString::new(name)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `name` is a NUL-terminated string alive for the call and
+        // `dir` an open descriptor (or AT_FDCWD is never passed: the walk
+        // starts from "/" opened below).
+        let fd = unsafe {
+            libc::openat(
+                dir,
+                name.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let err = std::io::Error::last_os_error();
+            return match err.raw_os_error() {
+                Some(libc::ENOENT) | Some(libc::ENOTDIR) => Ok(None),
+                _ => Err(err),
+            };
+        }
+        // SAFETY: openat just returned this descriptor, owned by nobody else.
+        Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+    };
+    let Some(mut current) = open_at(libc::AT_FDCWD, b"/")? else {
+        return Ok(None);
+    };
+    for component in relative.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if component == ".." {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        let Some(next) = open_at(current.as_raw_fd(), component.as_bytes())? else {
+            return Ok(None);
+        };
+        let file = std::fs::File::from(next);
+        if file.metadata()?.file_type().is_symlink() {
+            return Ok(None);
+        }
+        current = OwnedFd::from(file);
+    }
+    Ok(Some(current))
+}

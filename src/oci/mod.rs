@@ -1,0 +1,407 @@
+//! `sandbox oci` (also run as `sandbox-runc`): an OCI runtime for Podman,
+//! containerd, CRI-O and Docker that puts a profile's layers on every
+//! container, by wrapping runc.
+//!
+//! runc makes the container: namespaces, mounts, cgroup, user, the
+//! engine's seccomp filter. `sandbox oci` rewrites what runc gets, then
+//! hands it over:
+//!
+//! - `create`/`run`: `config.json`'s process becomes our static init
+//!   (bind-mounted read-only at [`sandbox_oci_init::INIT_PATH`]) with the
+//!   real process in its plan; capabilities are emptied, no_new_privs set,
+//!   the profile's limits become ceilings. The init applies Landlock and
+//!   the profile's seccomp filter inside the container, reports on the
+//!   broker channel, and executes the real process in its place.
+//! - `exec --process`: the same init in front of the exec'd process, with
+//!   the layers decided at `create`: an exec is no way around them.
+//! - A per-container supervisor, forked before runc runs, serves the
+//!   broker on the channel (fd 3 in the container, after any descriptors
+//!   the engine preserves) and audits to the container's log.
+//! - Every other command goes to runc unchanged; `delete` also removes
+//!   the container's state, `features` adds this runtime's annotations.
+
+pub mod cli;
+pub mod payload;
+pub mod settings;
+pub mod spec;
+pub mod supervisor;
+
+use std::ffi::{CString, OsStr, OsString};
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+use crate::profile::policy::Policy;
+use settings::Settings;
+
+/// Why `sandbox oci` did not hand the command to runc.
+#[derive(Debug, thiserror::Error)]
+pub enum OciError {
+    /// A command line it cannot check.
+    #[error("{0}")]
+    Usage(String),
+    /// The runtime's own settings file.
+    #[error("{0}")]
+    Settings(String),
+    /// The container's spec cannot be read or rewritten.
+    #[error("config: {0}")]
+    Spec(String),
+    /// The profile cannot be loaded or compiled.
+    #[error("profile: {0}")]
+    Profile(String),
+    /// The container asks for something its profile does not allow.
+    #[error("refused: {0}")]
+    Refused(String),
+    /// A file of the runtime or of the bundle.
+    #[error("{what} ({path}): {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path involved.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The per-container supervisor could not be started.
+    #[error("starting the container's supervisor: {0}")]
+    Supervisor(String),
+    /// runc could not be found or run.
+    #[error("runc: {0}")]
+    Runc(String),
+}
+
+/// Exit status of a refused command: 1, as runc exits on any error, so an
+/// engine reports it as a failed create.
+const EXIT_REFUSED: i32 = 1;
+
+/// The largest `config.json` or process file read (a real one is a few KiB).
+const SPEC_MAX: u64 = 16 << 20;
+
+/// `sandbox oci ARGS` / `sandbox-runc ARGS`: returns the exit status when
+/// runc was not executed in this process's place.
+pub fn main(args: Vec<OsString>) -> i32 {
+    match dispatch(&args) {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("sandbox oci: {err}");
+            EXIT_REFUSED
+        }
+    }
+}
+
+fn dispatch(args: &[OsString]) -> Result<i32, OciError> {
+    let invocation = cli::split(args);
+    let wants_version = invocation
+        .global
+        .iter()
+        .any(|a| a == "--version" || a == "-v");
+    if wants_version && invocation.command.is_none() {
+        let settings = Settings::load()?;
+        return version(&settings);
+    }
+    let Some(command) = invocation.command.clone() else {
+        let settings = Settings::load()?;
+        pass_through(&settings, args);
+    };
+    let settings = Settings::load()?;
+    match command.as_str() {
+        "create" | "run" => create(&settings, &invocation, &command),
+        "exec" => exec(&settings, &invocation),
+        "delete" => delete(&settings, &invocation, args),
+        "features" => features(&settings, args),
+        _ => pass_through(&settings, args),
+    }
+}
+
+fn read_json(path: &Path, what: &'static str) -> Result<serde_json::Value, OciError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|source| OciError::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    })?;
+    let mut text = Vec::new();
+    file.take(SPEC_MAX + 1)
+        .read_to_end(&mut text)
+        .map_err(|source| OciError::Io {
+            what,
+            path: path.to_owned(),
+            source,
+        })?;
+    if text.len() as u64 > SPEC_MAX {
+        return Err(OciError::Spec(format!(
+            "{} is larger than 16 MiB",
+            path.display()
+        )));
+    }
+    serde_json::from_slice(&text)
+        .map_err(|err| OciError::Spec(format!("{} is not valid JSON: {err}", path.display())))
+}
+
+fn write_json(path: &Path, value: &serde_json::Value, what: &'static str) -> Result<(), OciError> {
+    let text = serde_json::to_vec(value)
+        .map_err(|err| OciError::Spec(format!("serializing {}: {err}", path.display())))?;
+    crate::safe_file::replace(path, &text).map_err(|err| OciError::Io {
+        what,
+        path: path.to_owned(),
+        source: std::io::Error::other(err.to_string()),
+    })
+}
+
+/// What `create` decided for a container, kept for its `exec`s.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Record {
+    policy: Policy,
+    layers: spec::Layers,
+    rootfs: PathBuf,
+}
+
+fn container_dir(settings: &Settings, id: &str) -> PathBuf {
+    settings.state_dir.join("containers").join(id)
+}
+
+fn create(
+    settings: &Settings,
+    invocation: &cli::Invocation,
+    command: &str,
+) -> Result<i32, OciError> {
+    let parsed = cli::parse(command, &invocation.rest)?;
+    let bundle = match parsed.value(&["bundle", "b"]) {
+        Some(bundle) => PathBuf::from(bundle),
+        None => std::env::current_dir().map_err(|source| OciError::Io {
+            what: "finding the bundle (the working directory)",
+            path: ".".into(),
+            source,
+        })?,
+    };
+    let config_path = bundle.join("config.json");
+    let mut spec = read_json(&config_path, "reading the bundle's config.json")?;
+    let policy = settings.profile_for(spec::requested_profile(&spec).as_deref())?;
+    let layers = spec::layers(&spec, &policy)?;
+    let rootfs = spec::rootfs(&spec, &bundle)?;
+    let init = payload::materialize(&settings.state_dir)?;
+    let broker_fd = 3 + parsed.preserved_fds()?;
+    let original = spec.clone();
+    spec::secure_config(&mut spec, &policy, &layers, &init, broker_fd)?;
+
+    let dir = container_dir(settings, &parsed.id);
+    settings::private_dir(&dir)?;
+    write_json(
+        &dir.join("config.original.json"),
+        &original,
+        "saving the original config.json",
+    )?;
+    let record = Record {
+        policy,
+        layers,
+        rootfs,
+    };
+    let record_json = serde_json::to_value(&record)
+        .map_err(|err| OciError::Spec(format!("recording the container: {err}")))?;
+    write_json(
+        &dir.join("record.json"),
+        &record_json,
+        "recording the container",
+    )?;
+    write_json(&config_path, &spec, "writing the bundle's config.json")?;
+
+    let mut runc_args = invocation.global.clone();
+    runc_args.push(command.into());
+    runc_args.extend(parsed.arguments_without(&["preserve-fds"]));
+    runc_args.push(format!("--preserve-fds={}", broker_fd - 2).into());
+    runc_args.push(parsed.id.clone().into());
+    runc_args.extend(parsed.trailing.iter().cloned());
+    start_with_supervisor(
+        settings, &parsed.id, &record, "create", broker_fd, &runc_args,
+    )
+}
+
+fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciError> {
+    let parsed = cli::parse("exec", &invocation.rest)?;
+    let Some(process_file) = parsed.value(&["process", "p"]) else {
+        return Err(OciError::Usage(
+            "exec needs --process FILE (the process as JSON, as engines pass it); a command \
+             line after the id is not checked, so it is refused"
+                .to_owned(),
+        ));
+    };
+    if !parsed.trailing.is_empty() {
+        return Err(OciError::Usage(
+            "exec with --process takes no command after the id".to_owned(),
+        ));
+    }
+    let dir = container_dir(settings, &parsed.id);
+    let record_path = dir.join("record.json");
+    if !record_path.exists() {
+        return Err(OciError::Refused(format!(
+            "container {} was not created by sandbox oci ({} is missing), so its layers are \
+             unknown; refusing to exec into it",
+            parsed.id,
+            record_path.display()
+        )));
+    }
+    let record: Record =
+        serde_json::from_value(read_json(&record_path, "reading the container's record")?)
+            .map_err(|err| OciError::Spec(format!("{}: {err}", record_path.display())))?;
+    let mut process = read_json(Path::new(process_file), "reading exec's process file")?;
+    let broker_fd = 3 + parsed.preserved_fds()?;
+    spec::secure_process(&mut process, &record.layers, broker_fd)?;
+    let ours = dir.join(format!("exec-{}.json", std::process::id()));
+    write_json(&ours, &process, "writing exec's process file")?;
+
+    let mut runc_args = invocation.global.clone();
+    runc_args.push("exec".into());
+    runc_args.extend(parsed.arguments_without(&["process", "p", "preserve-fds"]));
+    let mut process_arg = OsString::from("--process=");
+    process_arg.push(&ours);
+    runc_args.push(process_arg);
+    runc_args.push(format!("--preserve-fds={}", broker_fd - 2).into());
+    runc_args.push(parsed.id.clone().into());
+    start_with_supervisor(settings, &parsed.id, &record, "exec", broker_fd, &runc_args)
+}
+
+/// Fork the supervisor, then become runc with the channel at `broker_fd`.
+fn start_with_supervisor(
+    settings: &Settings,
+    id: &str,
+    record: &Record,
+    started_by: &str,
+    broker_fd: i32,
+    runc_args: &[OsString],
+) -> Result<i32, OciError> {
+    let runc = settings.runc()?;
+    let (host_end, container_end) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|errno| OciError::Supervisor(format!("socketpair: {errno}")))?;
+    settings::private_dir(&settings.audit_dir)?;
+    let audit = settings.audit_dir.join(format!("{id}.jsonl"));
+    supervisor::start(
+        &supervisor::Serving {
+            id,
+            policy: &record.policy,
+            rootfs: &record.rootfs,
+            audit: &audit,
+            started_by,
+        },
+        host_end,
+    )?;
+    let argv = argv(&runc, runc_args)?;
+    crate::sys::fd::exec_with_placed(&argv[0], &argv, &[(container_end.as_fd(), broker_fd)])
+}
+
+fn argv(runc: &Path, args: &[OsString]) -> Result<Vec<CString>, OciError> {
+    std::iter::once(runc.as_os_str())
+        .chain(args.iter().map(OsString::as_os_str))
+        .map(|arg| {
+            CString::new(arg.as_bytes())
+                .map_err(|_| OciError::Usage(format!("argument {arg:?} holds a NUL byte")))
+        })
+        .collect()
+}
+
+fn pass_through(settings: &Settings, args: &[OsString]) -> ! {
+    let argv = match settings.runc().and_then(|runc| argv(&runc, args)) {
+        Ok(argv) => argv,
+        Err(err) => {
+            eprintln!("sandbox oci: {err}");
+            std::process::exit(EXIT_REFUSED);
+        }
+    };
+    crate::sys::fd::exec_with_placed(&argv[0], &argv, &[])
+}
+
+fn run_runc(settings: &Settings, args: &[OsString]) -> Result<std::process::Output, OciError> {
+    let runc = settings.runc()?;
+    std::process::Command::new(&runc)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|err| OciError::Runc(format!("running {}: {err}", runc.display())))
+}
+
+fn delete(
+    settings: &Settings,
+    invocation: &cli::Invocation,
+    args: &[OsString],
+) -> Result<i32, OciError> {
+    let runc = settings.runc()?;
+    let status = std::process::Command::new(&runc)
+        .args(args)
+        .status()
+        .map_err(|err| OciError::Runc(format!("running {}: {err}", runc.display())))?;
+    let id = invocation
+        .rest
+        .iter()
+        .rev()
+        .find(|a| !a.as_bytes().starts_with(b"-"));
+    if status.success() {
+        if let Some(id) = id.and_then(|id| cli::checked_id(id).ok()) {
+            let dir = container_dir(settings, &id);
+            if let Err(err) = std::fs::remove_dir_all(&dir) {
+                if err.kind() != std::io::ErrorKind::NotFound {
+                    eprintln!("sandbox oci: removing {}: {err}", dir.display());
+                }
+            }
+        }
+    }
+    Ok(status.code().unwrap_or(EXIT_REFUSED))
+}
+
+fn features(settings: &Settings, args: &[OsString]) -> Result<i32, OciError> {
+    let output = run_runc(settings, args)?;
+    if !output.status.success() {
+        eprint!("{}", String::from_utf8_lossy(&output.stderr));
+        return Ok(output.status.code().unwrap_or(EXIT_REFUSED));
+    }
+    let mut features: serde_json::Value = serde_json::from_slice(&output.stdout)
+        .map_err(|err| OciError::Runc(format!("`runc features` printed no JSON: {err}")))?;
+    let annotations = features
+        .as_object_mut()
+        .ok_or_else(|| OciError::Runc("`runc features` printed no object".to_owned()))?
+        .entry("annotations")
+        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+    if let Some(annotations) = annotations.as_object_mut() {
+        for (key, value) in [
+            ("run.sandbox.version", env!("CARGO_PKG_VERSION").to_owned()),
+            ("run.sandbox.profile.default", settings.profile.clone()),
+            (
+                "run.sandbox.profile.annotation",
+                spec::PROFILE_ANNOTATION.to_owned(),
+            ),
+            (
+                "run.sandbox.profile.choices",
+                settings.annotation_profiles.join(","),
+            ),
+        ] {
+            annotations.insert(key.to_owned(), serde_json::Value::String(value));
+        }
+    }
+    let text =
+        serde_json::to_string_pretty(&features).map_err(|err| OciError::Runc(err.to_string()))?;
+    println!("{text}");
+    Ok(0)
+}
+
+fn version(settings: &Settings) -> Result<i32, OciError> {
+    println!(
+        "sandbox-runc version {} (sandbox oci)",
+        env!("CARGO_PKG_VERSION")
+    );
+    let output = run_runc(settings, &[OsString::from("--version")])?;
+    print!("{}", String::from_utf8_lossy(&output.stdout));
+    Ok(output.status.code().unwrap_or(EXIT_REFUSED))
+}
+
+/// Whether this program was started as `sandbox-runc` (a link to it), in
+/// which case its whole command line is runc's.
+pub fn started_as_runtime(argv0: &OsStr) -> bool {
+    Path::new(argv0)
+        .file_name()
+        .is_some_and(|name| name == "sandbox-runc")
+}

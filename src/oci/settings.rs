@@ -1,0 +1,233 @@
+//! The runtime's own settings: `/etc/sandbox/oci.toml`, or the file
+//! `SANDBOX_OCI_CONFIG` names. An engine starts its runtime by path with
+//! no flags of ours, so this file is where an operator says which profile
+//! containers get and which ones a container's annotation may choose.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use super::OciError;
+use crate::profile::policy::Policy;
+
+/// Where the settings are read from unless `SANDBOX_OCI_CONFIG` names a file.
+pub const DEFAULT_PATH: &str = "/etc/sandbox/oci.toml";
+
+/// The settings, defaults filled in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    /// runc (a path, or a name looked up on PATH).
+    pub runc: PathBuf,
+    /// The profile every container gets unless its annotation chooses another.
+    pub profile: String,
+    /// The profiles `run.sandbox.profile` may choose besides `profile`: who
+    /// writes a pod or a `podman run` line must not be able to pick a
+    /// looser one than the operator allowed.
+    pub annotation_profiles: Vec<String>,
+    /// Per-container records and the init binary.
+    pub state_dir: PathBuf,
+    /// Per-container audit logs (kept after the container is deleted).
+    pub audit_dir: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSettings {
+    runc: Option<PathBuf>,
+    profile: Option<String>,
+    annotation_profiles: Option<Vec<String>>,
+    state_dir: Option<PathBuf>,
+    audit_dir: Option<PathBuf>,
+}
+
+fn default_dirs() -> (PathBuf, PathBuf) {
+    if nix::unistd::geteuid().is_root() {
+        return ("/run/sandbox-oci".into(), "/var/log/sandbox-oci".into());
+    }
+    // Rootless engines run their runtime as the user.
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("sandbox-oci-{}", nix::unistd::geteuid()))
+        });
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| runtime.clone());
+    (runtime.join("sandbox-oci"), state.join("sandbox/oci-audit"))
+}
+
+impl Settings {
+    /// Read the settings file; a missing default file means the defaults,
+    /// a missing file named by `SANDBOX_OCI_CONFIG` is an error.
+    pub fn load() -> Result<Settings, OciError> {
+        match std::env::var_os("SANDBOX_OCI_CONFIG") {
+            Some(path) => Settings::read(Path::new(&path), true),
+            None => Settings::read(Path::new(DEFAULT_PATH), false),
+        }
+    }
+
+    fn read(path: &Path, must_exist: bool) -> Result<Settings, OciError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound && !must_exist => String::new(),
+            Err(source) => {
+                return Err(OciError::Io {
+                    what: "reading the runtime's settings",
+                    path: path.to_owned(),
+                    source,
+                })
+            }
+        };
+        Settings::parse(&text, path)
+    }
+
+    /// Parse settings text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Settings, OciError> {
+        let raw: RawSettings = toml::from_str(text)
+            .map_err(|err| OciError::Settings(format!("{}: {err}", path.display())))?;
+        let (state_dir, audit_dir) = default_dirs();
+        let settings = Settings {
+            runc: raw.runc.unwrap_or_else(|| "runc".into()),
+            profile: raw.profile.unwrap_or_else(|| "strict".to_owned()),
+            annotation_profiles: raw.annotation_profiles.unwrap_or_default(),
+            state_dir: raw.state_dir.unwrap_or(state_dir),
+            audit_dir: raw.audit_dir.unwrap_or(audit_dir),
+        };
+        for dir in [&settings.state_dir, &settings.audit_dir] {
+            if !dir.is_absolute() {
+                return Err(OciError::Settings(format!(
+                    "{}: {} is not an absolute path",
+                    path.display(),
+                    dir.display()
+                )));
+            }
+        }
+        Ok(settings)
+    }
+
+    /// The profile for a container whose annotation asks for `requested`.
+    pub fn profile_for(&self, requested: Option<&str>) -> Result<Policy, OciError> {
+        let name = match requested {
+            None => self.profile.as_str(),
+            Some(name)
+                if name == self.profile || self.annotation_profiles.iter().any(|p| p == name) =>
+            {
+                name
+            }
+            Some(name) => {
+                return Err(OciError::Refused(format!(
+                    "the container's {} annotation asks for profile {name:?}, which the runtime's \
+                     settings do not let an annotation choose (annotation_profiles = {:?}); add it \
+                     there ({}), or remove the annotation to get {:?}",
+                    super::spec::PROFILE_ANNOTATION,
+                    self.annotation_profiles,
+                    DEFAULT_PATH,
+                    self.profile
+                )))
+            }
+        };
+        crate::profile::load(name).map_err(|err| OciError::Profile(format!("{name}: {err}")))
+    }
+
+    /// runc's path, which must not be this program (a `runc` link to it
+    /// would run itself forever).
+    pub fn runc(&self) -> Result<PathBuf, OciError> {
+        let found = if self.runc.components().count() > 1 {
+            self.runc.clone()
+        } else {
+            let path = std::env::var_os("PATH").unwrap_or_else(|| {
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin".into()
+            });
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(&self.runc))
+                .find(|candidate| candidate.is_file())
+                .ok_or_else(|| {
+                    OciError::Runc(format!(
+                        "{} is not on PATH; install runc or set `runc = \"/path/to/runc\"` in {}",
+                        self.runc.display(),
+                        DEFAULT_PATH
+                    ))
+                })?
+        };
+        let ours = std::env::current_exe().and_then(std::fs::canonicalize).ok();
+        if ours.is_some() && std::fs::canonicalize(&found).ok() == ours {
+            return Err(OciError::Runc(format!(
+                "{} is sandbox itself; set `runc` in {} to the real runc",
+                found.display(),
+                DEFAULT_PATH
+            )));
+        }
+        Ok(found)
+    }
+}
+
+/// Create `dir` (and its parents) if missing; the last component is made
+/// private to this user (0700): it holds containers' records and logs.
+pub fn private_dir(dir: &Path) -> Result<(), OciError> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let io = |what, source| OciError::Io {
+        what,
+        path: dir.to_owned(),
+        source,
+    };
+    if let Some(parent) = dir.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io("creating a state directory", e))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(err) => return Err(io("creating a state directory", err)),
+    }
+    let metadata =
+        std::fs::symlink_metadata(dir).map_err(|e| io("checking a state directory", e))?;
+    if !metadata.is_dir() || metadata.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(OciError::Settings(format!(
+            "{} is not a directory of this user's: refusing to keep container state in it",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn annotations_choose_only_what_the_operator_listed() {
+        let settings = Settings::parse(
+            "profile = \"strict\"\nannotation_profiles = [\"standard\"]\n",
+            Path::new("t.toml"),
+        )
+        .unwrap();
+        assert_eq!(settings.profile_for(None).unwrap().name, "strict");
+        assert_eq!(
+            settings.profile_for(Some("standard")).unwrap().name,
+            "standard"
+        );
+        let err = settings
+            .profile_for(Some("permissive"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("permissive") && err.contains("annotation_profiles"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn broken_settings_name_the_file_and_the_field() {
+        let err = Settings::parse("profle = \"x\"\n", Path::new("/etc/x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/etc/x.toml") && err.contains("profle"),
+            "{err}"
+        );
+        let err = Settings::parse("state_dir = \"rel\"\n", Path::new("/etc/x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not an absolute path"), "{err}");
+    }
+}

@@ -1,0 +1,538 @@
+//! Rewriting a bundle's `config.json` (and `exec`'s process file) so that
+//! runc starts our init in front of the container's process, with the
+//! profile's layers on top of what the engine asked for.
+//!
+//! The spec is edited as JSON, not through typed structs: every field this
+//! code does not touch reaches runc byte for byte, including ones newer
+//! than this code.
+
+use std::path::{Path, PathBuf};
+
+use sandbox_oci_init::{LandlockPlan, Plan, SeccompPlan, INIT_PATH, PLAN_VERSION};
+use serde_json::{json, Map, Value};
+
+use super::OciError;
+use crate::profile::policy::{Enforcement, NetworkMode, Policy, ProjectAccess};
+
+/// The annotation that chooses a container's profile.
+pub const PROFILE_ANNOTATION: &str = "run.sandbox.profile";
+/// The annotation `sandbox oci` sets on a spec it rewrote (the profile's
+/// name): a spec carrying it is not rewritten twice.
+pub const ENFORCED_ANNOTATION: &str = "run.sandbox.enforced";
+
+/// System calls the init makes that an engine's filter may refuse: they
+/// only ever take rights away, so the engine's filter is made to allow
+/// them (the profile's own filter, installed after them, decides for the
+/// container's process).
+const INIT_CALLS: &[&str] = &[
+    "landlock_create_ruleset",
+    "landlock_add_rule",
+    "landlock_restrict_self",
+    "seccomp",
+];
+
+/// Always writable where the container has them: scratch space every
+/// profile gives a run.
+const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
+
+/// Files the engine bind-mounts read-write for its own bookkeeping; a
+/// container has no business writing them.
+const ENGINE_FILES: &[&str] = &[
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/run/.containerenv",
+    "/.dockerenv",
+    "/dev/termination-log",
+];
+
+/// The layers a container's processes get, decided once at `create` and
+/// reused by every `exec`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Layers {
+    /// Landlock rules; None when the profile turned Landlock off.
+    pub landlock: Option<LandlockPlan>,
+    /// Seccomp programs; None when the profile turned seccomp off.
+    pub seccomp: Option<SeccompPlan>,
+}
+
+fn field<'a>(value: &'a mut Value, name: &str) -> Result<&'a mut Map<String, Value>, OciError> {
+    let object = value
+        .as_object_mut()
+        .ok_or_else(|| OciError::Spec(format!("expected an object holding \"{name}\"")))?;
+    let entry = object
+        .entry(name.to_owned())
+        .or_insert_with(|| Value::Object(Map::new()));
+    entry
+        .as_object_mut()
+        .ok_or_else(|| OciError::Spec(format!("\"{name}\" is not an object")))
+}
+
+fn strings(value: Option<&Value>, what: &str) -> Result<Vec<String>, OciError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| {
+                item.as_str()
+                    .map(str::to_owned)
+                    .ok_or_else(|| OciError::Spec(format!("{what} holds a non-string")))
+            })
+            .collect(),
+        Some(_) => Err(OciError::Spec(format!("{what} is not a list"))),
+    }
+}
+
+/// The profile a spec asks for through [`PROFILE_ANNOTATION`], if any.
+pub fn requested_profile(spec: &Value) -> Option<String> {
+    spec.pointer(&format!(
+        "/annotations/{}",
+        PROFILE_ANNOTATION.replace('/', "~1")
+    ))
+    .and_then(Value::as_str)
+    .map(str::to_owned)
+}
+
+/// Decide the layers for a container of `spec` under `policy`, checking
+/// that what the spec asks for can be kept to the profile.
+pub fn layers(spec: &Value, policy: &Policy) -> Result<Layers, OciError> {
+    check_network(spec, policy)?;
+    let landlock = match policy.enforce.landlock {
+        Enforcement::Off => None,
+        level => Some(LandlockPlan {
+            required: level == Enforcement::Required,
+            read: vec!["/".to_owned()],
+            write: writable_paths(spec, policy)?,
+            devices: vec!["/dev".to_owned()],
+        }),
+    };
+    let seccomp = match policy.enforce.seccomp {
+        Enforcement::Off => None,
+        level => {
+            let compiled = crate::seccomp::compile(&policy.syscalls)
+                .map_err(|err| OciError::Profile(format!("compiling its seccomp filter: {err}")))?;
+            Some(SeccompPlan {
+                required: level == Enforcement::Required,
+                programs: compiled
+                    .programs()
+                    .iter()
+                    .map(|program| {
+                        let program: Vec<sandbox_oci_init::Instruction> = program
+                            .iter()
+                            .map(|i| sandbox_oci_init::Instruction {
+                                code: i.code,
+                                jt: i.jt,
+                                jf: i.jf,
+                                k: i.k,
+                            })
+                            .collect();
+                        sandbox_oci_init::encode_program(&program)
+                    })
+                    .collect(),
+            })
+        }
+    };
+    Ok(Layers { landlock, seccomp })
+}
+
+/// A container shares what its network namespace reaches; a profile that
+/// keeps runs off the network accepts only a fresh, empty one.
+fn check_network(spec: &Value, policy: &Policy) -> Result<(), OciError> {
+    let mode = policy.network.mode;
+    let namespaces = spec
+        .pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let network = namespaces
+        .iter()
+        .find(|ns| ns.get("type").and_then(Value::as_str) == Some("network"));
+    let joined = network
+        .and_then(|ns| ns.get("path"))
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty());
+    let fix = format!(
+        "run it with a network namespace of its own and nothing in it (podman and docker: \
+         --network none), or choose a profile with network mode \"host\" through the \
+         {PROFILE_ANNOTATION} annotation"
+    );
+    match mode {
+        NetworkMode::Host => Ok(()),
+        NetworkMode::Allowlist => Err(OciError::Refused(format!(
+            "profile {:?} has a network allowlist, which containers cannot have yet (the \
+             proxy needs the sandbox's own loopback); choose a profile with network mode \
+             \"none\", \"loopback\" or \"host\"",
+            policy.name
+        ))),
+        NetworkMode::None | NetworkMode::Loopback => match (network, joined) {
+            (Some(_), None) => Ok(()),
+            (Some(_), Some(path)) => Err(OciError::Refused(format!(
+                "profile {:?} keeps containers off the network (network mode {:?}), but this \
+                 container joins the network namespace {path}, which the engine connected: {fix}",
+                policy.name,
+                mode.name()
+            ))),
+            (None, _) => Err(OciError::Refused(format!(
+                "profile {:?} keeps containers off the network (network mode {:?}), but this \
+                 container shares the host's network: {fix}",
+                policy.name,
+                mode.name()
+            ))),
+        },
+    }
+}
+
+/// What the container's processes may write: its read-write volumes and
+/// tmpfs mounts (not the engine's bookkeeping files, /proc, /sys or /dev),
+/// scratch directories, the working directory when the profile's project is
+/// writable, and the profile's own `write` list read as container paths
+/// (`/` there makes the image's files writable too).
+fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError> {
+    let mut write: Vec<String> = SCRATCH.iter().map(|p| (*p).to_owned()).collect();
+    let mounts = spec
+        .get("mounts")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for mount in &mounts {
+        let Some(destination) = mount.get("destination").and_then(Value::as_str) else {
+            continue;
+        };
+        let options = strings(mount.get("options"), "a mount's options")?;
+        let read_only = options.iter().any(|o| o == "ro" || o == "rro");
+        let kind = mount.get("type").and_then(Value::as_str).unwrap_or("");
+        let system = ["proc", "sysfs", "cgroup", "cgroup2", "mqueue", "devpts"].contains(&kind)
+            || under(destination, "/proc")
+            || under(destination, "/sys")
+            || (under(destination, "/dev") && !under(destination, "/dev/shm"))
+            || ENGINE_FILES.contains(&destination);
+        if !read_only && !system && destination.starts_with('/') {
+            write.push(destination.to_owned());
+        }
+    }
+    if policy.filesystem.project == ProjectAccess::ReadWrite {
+        if let Some(cwd) = spec.pointer("/process/cwd").and_then(Value::as_str) {
+            if cwd.starts_with('/') && cwd != "/" {
+                write.push(cwd.to_owned());
+            }
+        }
+    }
+    for path in &policy.filesystem.write {
+        write.push(path.to_string_lossy().into_owned());
+    }
+    write.sort();
+    write.dedup();
+    Ok(write)
+}
+
+fn under(path: &str, dir: &str) -> bool {
+    path == dir
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Rewrite a container's `config.json`: our init in front of its process,
+/// mounted from `init` on the host; the profile's capabilities (none),
+/// no_new_privs and limits; the engine's filter letting the init restrict
+/// itself. The broker channel is at `broker_fd` in the container.
+pub fn secure_config(
+    spec: &mut Value,
+    policy: &Policy,
+    layers: &Layers,
+    init: &Path,
+    broker_fd: i32,
+) -> Result<(), OciError> {
+    if spec
+        .pointer(&format!("/annotations/{ENFORCED_ANNOTATION}"))
+        .is_some()
+    {
+        return Err(OciError::Spec(format!(
+            "this config.json was already rewritten by sandbox oci (it has the \
+             {ENFORCED_ANNOTATION} annotation); the engine must write a fresh one"
+        )));
+    }
+    let process = spec
+        .get_mut("process")
+        .ok_or_else(|| OciError::Spec("config.json has no \"process\"".to_owned()))?;
+    secure_process(process, layers, broker_fd)?;
+    field(spec, "annotations")?.insert(
+        ENFORCED_ANNOTATION.to_owned(),
+        Value::String(policy.name.clone()),
+    );
+    let mounts = spec
+        .as_object_mut()
+        .ok_or_else(|| OciError::Spec("config.json is not an object".to_owned()))?
+        .entry("mounts")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    let mounts = mounts
+        .as_array_mut()
+        .ok_or_else(|| OciError::Spec("\"mounts\" is not a list".to_owned()))?;
+    mounts.push(json!({
+        "destination": INIT_PATH,
+        "type": "bind",
+        "source": init,
+        "options": ["bind", "ro", "nosuid", "nodev"],
+    }));
+    let linux = field(spec, "linux")?;
+    if let Some(seccomp) = linux.get_mut("seccomp").filter(|s| !s.is_null()) {
+        let_the_init_restrict_itself(seccomp)?;
+    }
+    limit_resources(linux, policy)?;
+    Ok(())
+}
+
+/// Put the init in front of one process (`config.json`'s or `exec`'s).
+pub fn secure_process(
+    process: &mut Value,
+    layers: &Layers,
+    broker_fd: i32,
+) -> Result<(), OciError> {
+    let args = strings(process.get("args"), "process.args")?;
+    if args.is_empty() {
+        return Err(OciError::Spec(
+            "the process has no \"args\" (a command line is required)".to_owned(),
+        ));
+    }
+    if process.get("commandLine").is_some() {
+        return Err(OciError::Spec(
+            "process.commandLine (Windows) is not supported".to_owned(),
+        ));
+    }
+    let ipc = format!("SANDBOX_IPC_FD={broker_fd}");
+    let mut env: Vec<String> = strings(process.get("env"), "process.env")?
+        .into_iter()
+        .filter(|e| !e.starts_with("SANDBOX_IPC_FD="))
+        .collect();
+    env.push(ipc);
+    let plan = Plan {
+        version: PLAN_VERSION,
+        args,
+        env,
+        landlock: layers.landlock.clone(),
+        seccomp: layers.seccomp.clone(),
+        report_fd: Some(broker_fd),
+    };
+    let plan = serde_json::to_string(&plan)
+        .map_err(|err| OciError::Spec(format!("writing the init's plan: {err}")))?;
+    let object = process
+        .as_object_mut()
+        .ok_or_else(|| OciError::Spec("\"process\" is not an object".to_owned()))?;
+    object.insert("args".to_owned(), json!([INIT_PATH, plan]));
+    // The init starts with nothing of the image's environment (LD_PRELOAD,
+    // GLIBC_TUNABLES would steer a dynamic program; this one is static, and
+    // still reads none of it); the plan gives the process its own.
+    object.insert("env".to_owned(), json!([]));
+    object.insert("noNewPrivileges".to_owned(), Value::Bool(true));
+    let none: Vec<String> = Vec::new();
+    object.insert(
+        "capabilities".to_owned(),
+        json!({
+            "bounding": none,
+            "effective": none,
+            "inheritable": none,
+            "permitted": none,
+            "ambient": none,
+        }),
+    );
+    Ok(())
+}
+
+fn let_the_init_restrict_itself(seccomp: &mut Value) -> Result<(), OciError> {
+    let default = seccomp
+        .get("defaultAction")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let object = seccomp
+        .as_object_mut()
+        .ok_or_else(|| OciError::Spec("linux.seccomp is not an object".to_owned()))?;
+    let rules = object
+        .entry("syscalls")
+        .or_insert_with(|| Value::Array(Vec::new()))
+        .as_array_mut()
+        .ok_or_else(|| OciError::Spec("linux.seccomp.syscalls is not a list".to_owned()))?;
+    for rule in rules.iter_mut() {
+        if let Some(names) = rule.get_mut("names").and_then(Value::as_array_mut) {
+            names.retain(|name| !name.as_str().is_some_and(|n| INIT_CALLS.contains(&n)));
+        }
+    }
+    rules.retain(|rule| {
+        rule.get("names")
+            .and_then(Value::as_array)
+            .is_none_or(|names| !names.is_empty())
+    });
+    if default != "SCMP_ACT_ALLOW" {
+        rules.push(json!({ "names": INIT_CALLS, "action": "SCMP_ACT_ALLOW" }));
+    }
+    Ok(())
+}
+
+/// The profile's limits as ceilings on the spec's: a container gets the
+/// lower of the two.
+fn limit_resources(linux: &mut Map<String, Value>, policy: &Policy) -> Result<(), OciError> {
+    let limits = &policy.limits;
+    let resources = linux
+        .entry("resources")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Some(memory) = limits.memory {
+        let current = resources.pointer("/memory/limit").and_then(Value::as_i64);
+        let ceiling = i64::try_from(memory).unwrap_or(i64::MAX);
+        if current.is_none_or(|c| c <= 0 || c > ceiling) {
+            field(resources, "memory")?.insert("limit".to_owned(), json!(ceiling));
+        }
+    }
+    if let Some(pids) = limits.pids {
+        let current = resources.pointer("/pids/limit").and_then(Value::as_i64);
+        let ceiling = i64::try_from(pids).unwrap_or(i64::MAX);
+        if current.is_none_or(|c| c <= 0 || c > ceiling) {
+            field(resources, "pids")?.insert("limit".to_owned(), json!(ceiling));
+        }
+    }
+    if let Some(cores) = limits.cpu {
+        let quota = resources.pointer("/cpu/quota").and_then(Value::as_i64);
+        let period = resources.pointer("/cpu/period").and_then(Value::as_u64);
+        let current = match (quota, period) {
+            (Some(q), Some(p)) if q > 0 && p > 0 => Some(q as f64 / p as f64),
+            _ => None,
+        };
+        if current.is_none_or(|c| c > cores) {
+            let period: u64 = 100_000;
+            let cpu = field(resources, "cpu")?;
+            cpu.insert("period".to_owned(), json!(period));
+            cpu.insert(
+                "quota".to_owned(),
+                json!(((cores * period as f64) as i64).max(1000)),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The container's root on the host: `root.path`, relative to the bundle.
+pub fn rootfs(spec: &Value, bundle: &Path) -> Result<PathBuf, OciError> {
+    let path = spec
+        .pointer("/root/path")
+        .and_then(Value::as_str)
+        .ok_or_else(|| OciError::Spec("config.json has no root.path".to_owned()))?;
+    Ok(bundle.join(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> Value {
+        json!({
+            "ociVersion": "1.0.2",
+            "process": {
+                "args": ["/bin/sh", "-c", "true"],
+                "env": ["PATH=/bin", "LD_PRELOAD=/evil.so", "SANDBOX_IPC_FD=9"],
+                "cwd": "/work",
+                "capabilities": {"bounding": ["CAP_SYS_ADMIN"], "effective": ["CAP_SYS_ADMIN"]},
+                "noNewPrivileges": false,
+                "futureField": 7
+            },
+            "root": {"path": "rootfs"},
+            "mounts": [
+                {"destination": "/proc", "type": "proc", "source": "proc"},
+                {"destination": "/dev", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid"]},
+                {"destination": "/data", "type": "bind", "source": "/srv/data", "options": ["rbind", "rw"]},
+                {"destination": "/ro", "type": "bind", "source": "/srv/ro", "options": ["rbind", "ro"]},
+                {"destination": "/etc/hosts", "type": "bind", "source": "/x/hosts", "options": ["rbind"]}
+            ],
+            "linux": {
+                "namespaces": [{"type": "network"}, {"type": "pid"}],
+                "resources": {"memory": {"limit": 8_000_000_000_i64}, "pids": {"limit": 100}},
+                "seccomp": {
+                    "defaultAction": "SCMP_ACT_ERRNO",
+                    "syscalls": [
+                        {"names": ["read", "seccomp"], "action": "SCMP_ACT_ALLOW"},
+                        {"names": ["landlock_create_ruleset"], "action": "SCMP_ACT_ERRNO"}
+                    ]
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn the_init_goes_in_front_with_the_process_in_its_plan() {
+        let policy = crate::profile::load("strict").unwrap();
+        let mut spec = spec();
+        let layers = layers(&spec, &policy).unwrap();
+        secure_config(&mut spec, &policy, &layers, Path::new("/host/init"), 3).unwrap();
+        let args = spec.pointer("/process/args").unwrap().as_array().unwrap();
+        assert_eq!(args[0], INIT_PATH);
+        let plan: Plan = serde_json::from_str(args[1].as_str().unwrap()).unwrap();
+        assert_eq!(plan.args, ["/bin/sh", "-c", "true"]);
+        assert_eq!(
+            plan.env,
+            ["PATH=/bin", "LD_PRELOAD=/evil.so", "SANDBOX_IPC_FD=3"]
+        );
+        assert_eq!(plan.report_fd, Some(3));
+        let landlock = plan.landlock.unwrap();
+        assert!(landlock.required);
+        assert_eq!(
+            landlock.write,
+            ["/data", "/dev/shm", "/tmp", "/var/tmp", "/work"]
+        );
+        assert!(!plan.seccomp.unwrap().programs.is_empty());
+        // The init's own environment is empty; the rest of the process stays.
+        assert_eq!(spec.pointer("/process/env"), Some(&json!([])));
+        assert_eq!(spec.pointer("/process/futureField"), Some(&json!(7)));
+        assert_eq!(spec.pointer("/process/noNewPrivileges"), Some(&json!(true)));
+        assert_eq!(
+            spec.pointer("/process/capabilities/bounding"),
+            Some(&json!([]))
+        );
+        let mount = spec.pointer("/mounts/5").unwrap();
+        assert_eq!(mount["destination"], INIT_PATH);
+        assert_eq!(mount["source"], "/host/init");
+        // The profile's ceilings: 1 GiB and 512 tasks, one core.
+        assert_eq!(
+            spec.pointer("/linux/resources/memory/limit"),
+            Some(&json!(1_i64 << 30))
+        );
+        assert_eq!(
+            spec.pointer("/linux/resources/pids/limit"),
+            Some(&json!(100))
+        );
+        assert_eq!(
+            spec.pointer("/linux/resources/cpu/quota"),
+            Some(&json!(100_000))
+        );
+        let rules = spec.pointer("/linux/seccomp/syscalls").unwrap();
+        assert_eq!(
+            rules,
+            &json!([
+                {"names": ["read"], "action": "SCMP_ACT_ALLOW"},
+                {"names": INIT_CALLS, "action": "SCMP_ACT_ALLOW"}
+            ])
+        );
+        assert_eq!(
+            spec.pointer("/annotations/run.sandbox.enforced"),
+            Some(&json!("strict"))
+        );
+        let again = secure_config(&mut spec, &policy, &layers, Path::new("/host/init"), 3);
+        assert!(matches!(again, Err(OciError::Spec(_))));
+    }
+
+    #[test]
+    fn a_profile_off_the_network_refuses_the_engines_network() {
+        let policy = crate::profile::load("strict").unwrap();
+        let mut joined = spec();
+        joined["linux"]["namespaces"] = json!([{"type": "network", "path": "/run/netns/cni-1"}]);
+        let err = layers(&joined, &policy).unwrap_err().to_string();
+        assert!(
+            err.contains("/run/netns/cni-1") && err.contains("--network none"),
+            "{err}"
+        );
+        let mut host = spec();
+        host["linux"]["namespaces"] = json!([{"type": "pid"}]);
+        let err = layers(&host, &policy).unwrap_err().to_string();
+        assert!(err.contains("shares the host's network"), "{err}");
+        let mut permissive = crate::profile::load("permissive").unwrap();
+        permissive.network.mode = NetworkMode::Host;
+        assert!(layers(&host, &permissive).is_ok());
+    }
+}

@@ -1,0 +1,230 @@
+//! The per-container supervisor: a process forked by `sandbox oci create`
+//! (and by each `exec`) before runc runs, holding the host end of the
+//! container's broker channel. It serves the broker to the container's
+//! processes under the container's profile and ends when the last of them
+//! closed the channel (when the container is gone).
+//!
+//! Its first line from the channel is the init's report of what it
+//! applied, written before the container's process could write anything.
+
+use std::io::Write;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use serde::Serialize;
+
+use super::OciError;
+use crate::profile::policy::Policy;
+
+/// The longest report line the init writes (its process's arguments are in
+/// it); more is not a report.
+const REPORT_MAX: usize = 1 << 20;
+
+/// What a supervisor serves.
+pub struct Serving<'a> {
+    /// The container id, which names the run in the audit.
+    pub id: &'a str,
+    /// The container's profile.
+    pub policy: &'a Policy,
+    /// The container's root on the host: the broker's project.
+    pub rootfs: &'a Path,
+    /// Where the audit lines go (appended).
+    pub audit: &'a Path,
+    /// `create` or `exec`, for the audit.
+    pub started_by: &'a str,
+}
+
+/// Fork the supervisor for `serving` holding `host_end`. The caller then
+/// hands the container end to runc.
+pub fn start(serving: &Serving<'_>, host_end: OwnedFd) -> Result<nix::unistd::Pid, OciError> {
+    let audit = open_audit(serving.audit)?;
+    let null = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|source| OciError::Io {
+            what: "opening /dev/null for the supervisor",
+            path: "/dev/null".into(),
+            source,
+        })?;
+    let keep = vec![host_end, OwnedFd::from(audit), OwnedFd::from(null)];
+    crate::sys::fork::fork_keeping_only(keep, |mut fds| {
+        let (Some(null), Some(audit), Some(channel)) = (fds.pop(), fds.pop(), fds.pop()) else {
+            return 1;
+        };
+        // The engine waits for its runtime's output to end (conmon reads
+        // runc's stdout and stderr to EOF): the supervisor keeps none of it.
+        for stream in 0..=2 {
+            if crate::sys::fd::redirect_standard_stream(null.as_fd(), stream).is_err() {
+                return 1;
+            }
+        }
+        drop(null);
+        let _ = nix::unistd::setsid();
+        serve(serving, channel, std::fs::File::from(audit))
+    })
+    .map_err(|source| OciError::Supervisor(source.to_string()))
+}
+
+fn open_audit(path: &Path) -> Result<std::fs::File, OciError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|source| OciError::Io {
+            what: "opening the container's audit log",
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+#[derive(Serialize)]
+struct Event<'a> {
+    time: f64,
+    run: &'a str,
+    event: &'a str,
+    started_by: &'a str,
+    profile: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    enforced: Option<&'a serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    problem: Option<&'a str>,
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn serve(serving: &Serving<'_>, channel: OwnedFd, mut audit: std::fs::File) -> i32 {
+    let Ok(broker_audit) = audit.try_clone() else {
+        return 1;
+    };
+    let mut event = |event: &str, enforced: Option<&serde_json::Value>, problem: Option<&str>| {
+        let mut line = crate::broker::audit::to_line(&Event {
+            time: now(),
+            run: serving.id,
+            event,
+            started_by: serving.started_by,
+            profile: &serving.policy.name,
+            enforced,
+            problem,
+        });
+        line.push(b'\n');
+        let _ = audit.write_all(&line);
+    };
+    match read_report(&channel) {
+        Ok(Some(report)) => event("enforced", Some(&report), None),
+        // The process never started (deleted before `start`, or the init
+        // failed and said why on the container's stderr).
+        Ok(None) => {
+            event(
+                "ended",
+                None,
+                Some("the channel closed before the init reported"),
+            );
+            return 0;
+        }
+        Err(problem) => {
+            event("refused", None, Some(&problem));
+            return 1;
+        }
+    }
+    let mut broker = match crate::broker::server::Broker::new(
+        serving.policy.broker.clone(),
+        serving.rootfs,
+        &[],
+        crate::project::Rules::default(),
+        Some(broker_audit),
+        serving.id.to_owned(),
+    ) {
+        Ok(broker) => broker,
+        Err(err) => {
+            event(
+                "ended",
+                None,
+                Some(&format!("opening the container's root: {err}")),
+            );
+            return 1;
+        }
+    };
+    let mut network = crate::broker::network::Network::new(serving.policy.network.clone(), None);
+    if serving.policy.enforce.seccomp != crate::profile::policy::Enforcement::Off {
+        network.confine_to(Some(serving.policy.syscalls.clone()));
+    }
+    broker.use_network(network);
+    broker.set_rate_limit(
+        crate::broker::server::RATE_LIMIT.0,
+        crate::broker::server::RATE_LIMIT.1,
+    );
+    loop {
+        let mut events = PollFlags::POLLIN;
+        if broker.wants_output() {
+            events |= PollFlags::POLLOUT;
+        }
+        let timeout = broker
+            .deadline()
+            .map(|at| at.saturating_duration_since(Instant::now()))
+            .map(|left| u16::try_from(left.as_millis()).unwrap_or(u16::MAX))
+            .map_or(PollTimeout::NONE, PollTimeout::from);
+        let mut fds = [PollFd::new(channel.as_fd(), events)];
+        match nix::poll::poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => break,
+        }
+        let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+        if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
+            && !broker.on_readable(channel.as_fd())
+        {
+            break;
+        }
+        if broker.step() && !broker.on_writable(channel.as_fd()) {
+            break;
+        }
+        if broker.wants_output()
+            && revents.contains(PollFlags::POLLOUT)
+            && !broker.on_writable(channel.as_fd())
+        {
+            break;
+        }
+    }
+    broker.drain(channel.as_fd());
+    broker.end_network();
+    event("ended", None, None);
+    0
+}
+
+/// The init's first line, parsed; None when the channel closed first.
+fn read_report(channel: &OwnedFd) -> Result<Option<serde_json::Value>, String> {
+    let mut line = Vec::with_capacity(512);
+    let mut byte = [0u8; 1];
+    loop {
+        // One byte at a time: what follows the report is the broker's, and
+        // must stay in the channel for it.
+        match nix::unistd::read(channel.as_fd(), &mut byte) {
+            Ok(0) => return Ok(None),
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) => line.push(byte[0]),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(errno) => return Err(format!("reading the init's report: {errno}")),
+        }
+        if line.len() > REPORT_MAX {
+            return Err("the init's report is longer than 1 MiB".to_owned());
+        }
+    }
+    let report: sandbox_oci_init::Report = serde_json::from_slice(&line)
+        .map_err(|err| format!("the init's report is not one: {err}"))?;
+    if report.method != sandbox_oci_init::REPORT_METHOD {
+        return Err(format!("the init's report has method {:?}", report.method));
+    }
+    serde_json::to_value(report.params)
+        .map_err(|err| err.to_string())
+        .map(Some)
+}
