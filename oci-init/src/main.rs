@@ -226,6 +226,13 @@ fn exec(plan: &Plan) -> i32 {
             command.env(name, value);
         }
     }
+    // runc gives a process without HOME the user's home directory: it gave
+    // it to this init, whose environment is otherwise empty.
+    if !plan.env.iter().any(|e| e.starts_with("HOME=")) {
+        if let Some(home) = std::env::var_os("HOME") {
+            command.env("HOME", home);
+        }
+    }
     let err = command.exec();
     eprintln!("sandbox-oci-init: cannot execute {program:?}: {err}");
     if err.kind() == std::io::ErrorKind::NotFound {

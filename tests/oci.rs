@@ -1,0 +1,656 @@
+//! `sandbox oci` as Podman's runtime, and runc's command line through it.
+//!
+//! A real engine: Podman from the distribution's packages, pointed at the
+//! build with `--runtime`, on a root filesystem holding nothing but
+//! Debian's static busybox (no image registry is reachable), with its own
+//! storage (vfs) and the cgroupfs manager. Needs root, podman, runc and
+//! busybox-static (`.ci/run` installs them).
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// True when `path` is an ELF program with no interpreter (static).
+fn is_static_elf(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
+        return false;
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    (0..phnum).all(|n| {
+        let at = phoff + n * phentsize;
+        // PT_INTERP = 3
+        bytes.len() >= at + 4 && u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) != 3
+    })
+}
+
+fn usable(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let tools = ["podman", "runc"].iter().all(|tool| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    support::require(
+        test,
+        "root with podman, runc and a static /bin/busybox (apt-get install podman runc busybox-static)",
+        root && tools && is_static_elf(Path::new(BUSYBOX)),
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// One engine with its own storage, a busybox root, and `sandbox oci`
+/// behind a wrapper that names the runtime's settings (an engine passes
+/// its runtime no environment of its own choosing).
+struct Engine {
+    dir: tempfile::TempDir,
+}
+
+impl Engine {
+    fn new(settings: &str) -> Engine {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-oci-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let engine = Engine { dir };
+        let rootfs = engine.rootfs();
+        for sub in ["bin", "tmp", "etc", "work"] {
+            std::fs::create_dir_all(rootfs.join(sub)).expect("mkdir");
+        }
+        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).expect("busybox");
+        for applet in [
+            "sh", "cat", "echo", "touch", "grep", "head", "sleep", "tty", "ls", "id", "rm",
+        ] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
+        }
+        std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod");
+        let settings_path = engine.path().join("oci.toml");
+        std::fs::write(
+            &settings_path,
+            format!(
+                "state_dir = \"{0}/state\"\naudit_dir = \"{0}/audit\"\n{settings}",
+                engine.path().display()
+            ),
+        )
+        .expect("settings");
+        let wrapper = engine.runtime();
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nSANDBOX_OCI_CONFIG={} exec {} oci \"$@\"\n",
+                settings_path.display(),
+                support::sandbox_bin()
+            ),
+        )
+        .expect("wrapper");
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        engine
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.path().join("rootfs")
+    }
+
+    fn runtime(&self) -> PathBuf {
+        self.path().join("sandbox-runc")
+    }
+
+    /// `podman` with this engine's storage and `runtime`.
+    fn podman(&self, runtime: &Path) -> Command {
+        let mut command = Command::new("podman");
+        command
+            .arg("--root")
+            .arg(self.path().join("storage"))
+            .arg("--runroot")
+            .arg(self.path().join("runroot"))
+            .arg("--runtime")
+            .arg(runtime)
+            .args(["--cgroup-manager", "cgroupfs", "--storage-driver", "vfs"])
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// `podman run --rm` of `script` with `options`; `runtime` None is ours.
+    fn run_with(&self, runtime: Option<&Path>, options: &[&str], script: &str) -> Output {
+        let ours = self.runtime();
+        self.podman(runtime.unwrap_or(&ours))
+            .args(["run", "--rm"])
+            // Root here may lack CAP_SYS_RESOURCE: podman must not raise rlimits.
+            .args([
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=1024:1024",
+            ])
+            .args(options)
+            .arg("--rootfs")
+            .arg(self.rootfs())
+            .args(["/bin/sh", "-c", script])
+            .output()
+            .expect("podman runs")
+    }
+
+    fn run(&self, script: &str) -> Output {
+        self.run_with(None, &["--network", "none"], script)
+    }
+
+    /// Every audit line of every container, parsed.
+    fn audit(&self) -> Vec<serde_json::Value> {
+        let mut lines = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.path().join("audit")) else {
+            return lines;
+        };
+        for entry in entries.flatten() {
+            let content = std::fs::read_to_string(entry.path()).expect("audit");
+            lines.extend(
+                content
+                    .lines()
+                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit line")),
+            );
+        }
+        lines
+    }
+}
+
+/// What a process inside reports about itself and its writes.
+const PROBE: &str = "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; \
+    touch /etc/planted 2>/dev/null && echo etc=written || echo etc=denied; \
+    touch /tmp/scratch && echo tmp=written || echo tmp=denied";
+
+#[test]
+fn podman_run_gets_the_layers_and_keeps_the_exit_code() {
+    let test = "podman_run_gets_the_layers_and_keeps_the_exit_code";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    let out = engine.run(&format!("{PROBE}; echo home=$HOME; exit 7"));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    for expected in [
+        "CapEff:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "etc=denied",
+        "tmp=written",
+    ] {
+        assert!(stdout.contains(expected), "{expected}:\n{stdout}");
+    }
+    assert!(!engine.rootfs().join("etc/planted").exists());
+    let enforced = engine
+        .audit()
+        .into_iter()
+        .find(|l| l["event"] == "enforced")
+        .expect("the init's report in the audit");
+    assert_eq!(enforced["profile"], "strict");
+    assert_eq!(enforced["enforced"]["landlock"], "full");
+    assert_eq!(enforced["enforced"]["seccomp_programs"], 1);
+    let init = std::fs::read_dir(engine.path().join("state"))
+        .expect("state")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("init-")
+        })
+        .expect("the init in the state directory");
+    assert!(
+        is_static_elf(&init),
+        "the init must load nothing from the image"
+    );
+
+    // The same container under plain runc writes /etc: the denial above is
+    // this runtime's.
+    let plain = engine.run_with(
+        Some(Path::new("runc")),
+        &["--network", "none"],
+        &format!("{PROBE}; echo home=$HOME"),
+    );
+    let plain_stdout = text(&plain.stdout);
+    assert!(plain_stdout.contains("etc=written"), "{plain_stdout}");
+    // runc's HOME for a process without one reaches it through the init.
+    let home = |out: &str| {
+        out.lines()
+            .find(|l| l.starts_with("home="))
+            .map(str::to_owned)
+    };
+    assert!(home(&stdout).is_some());
+    assert_eq!(home(&stdout), home(&plain_stdout));
+}
+
+#[test]
+fn the_broker_answers_on_fd_3_and_audits_every_request() {
+    let test = "the_broker_answers_on_fd_3_and_audits_every_request";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    std::fs::write(engine.rootfs().join("etc/motd"), "hello from the image\n").expect("motd");
+    let out = engine.run(
+        r#"echo "fd=$SANDBOX_IPC_FD"
+echo '{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"etc/motd"}}' >&3
+head -n 1 <&3
+echo '{"jsonrpc":"2.0","id":2,"method":"fs.write","params":{"path":"etc/motd","content":"x"}}' >&3
+head -n 1 <&3"#,
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], "fd=3");
+    let read: serde_json::Value = serde_json::from_str(lines[1]).expect("an answer");
+    assert_eq!(read["id"], 1);
+    assert_eq!(
+        read["result"]["content"], "hello from the image\n",
+        "{read}"
+    );
+    // strict puts writes to a person; a container has nobody to ask.
+    let write: serde_json::Value = serde_json::from_str(lines[2]).expect("an answer");
+    assert_eq!(write["id"], 2);
+    assert!(write["error"].is_object(), "{write}");
+    assert_eq!(
+        std::fs::read_to_string(engine.rootfs().join("etc/motd")).unwrap(),
+        "hello from the image\n"
+    );
+    let audit = engine.audit();
+    let decisions: Vec<(&str, &str)> = audit
+        .iter()
+        .filter_map(|l| Some((l["method"].as_str()?, l["decision"].as_str()?)))
+        .collect();
+    assert!(decisions.contains(&("fs.read", "allow")), "{audit:?}");
+    assert!(
+        decisions
+            .iter()
+            .any(|(m, d)| *m == "fs.write" && *d != "allow"),
+        "{audit:?}"
+    );
+}
+
+#[test]
+fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
+    let test = "podman_exec_is_confined_tty_works_and_stop_leaves_nothing";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    let runtime = engine.runtime();
+    let start = |name: &str, script: &str| {
+        let out = engine
+            .podman(&runtime)
+            .args(["run", "-d", "--name", name, "--network", "none"])
+            .args([
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=1024:1024",
+            ])
+            .arg("--rootfs")
+            .arg(engine.rootfs())
+            .args(["/bin/sh", "-c", script])
+            .output()
+            .expect("podman run -d");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    let polite = start(
+        "polite",
+        "trap 'echo got-term; exit 0' TERM; while :; do sleep 0.1; done",
+    );
+    let exec = engine
+        .podman(&runtime)
+        .args(["exec", "polite", "/bin/sh", "-c", PROBE])
+        .output()
+        .expect("podman exec");
+    let stdout = text(&exec.stdout);
+    for expected in [
+        "CapEff:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "etc=denied",
+    ] {
+        assert!(stdout.contains(expected), "exec: {expected}:\n{stdout}");
+    }
+    let tty = engine
+        .podman(&runtime)
+        .args([
+            "exec",
+            "-t",
+            "polite",
+            "/bin/sh",
+            "-c",
+            "tty; echo $SANDBOX_IPC_FD",
+        ])
+        .output()
+        .expect("podman exec -t");
+    let tty_out = text(&tty.stdout);
+    assert!(
+        tty_out.contains("/dev/pts/"),
+        "{tty_out}\n{}",
+        text(&tty.stderr)
+    );
+    let run_tty = engine.run_with(None, &["--network", "none", "-t"], "tty");
+    assert!(
+        text(&run_tty.stdout).contains("/dev/pts/"),
+        "{}",
+        text(&run_tty.stderr)
+    );
+    let enforced: Vec<String> = engine
+        .audit()
+        .iter()
+        .filter(|l| l["event"] == "enforced")
+        .map(|l| l["started_by"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        enforced.iter().filter(|s| *s == "exec").count() >= 2,
+        "every exec reports its layers: {enforced:?}"
+    );
+
+    // TERM reaches the container's own process (the init is gone by then).
+    let stopped = engine
+        .podman(&runtime)
+        .args(["stop", "-t", "5", "polite"])
+        .output()
+        .expect("podman stop");
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    let logs = engine
+        .podman(&runtime)
+        .args(["logs", "polite"])
+        .output()
+        .expect("podman logs");
+    assert!(
+        text(&logs.stdout).contains("got-term"),
+        "{}",
+        text(&logs.stdout)
+    );
+    // A process that ignores TERM is killed after the grace.
+    let stubborn = start("stubborn", "trap '' TERM; while :; do sleep 0.1; done");
+    let began = std::time::Instant::now();
+    let stopped = engine
+        .podman(&runtime)
+        .args(["stop", "-t", "1", "stubborn"])
+        .output()
+        .expect("podman stop");
+    assert!(stopped.status.success(), "{}", text(&stopped.stderr));
+    assert!(began.elapsed() >= std::time::Duration::from_secs(1));
+    for (name, id) in [("polite", &polite), ("stubborn", &stubborn)] {
+        let removed = engine
+            .podman(&runtime)
+            .args(["rm", name])
+            .output()
+            .expect("podman rm");
+        assert!(removed.status.success(), "{}", text(&removed.stderr));
+        // No supervisor, runc or container process names it any more, and
+        // its state is gone.
+        let left = support::wait_until_gone(id, 10);
+        assert!(left.is_empty(), "{name}: processes left: {left:?}");
+        assert!(!engine.path().join("state/containers").join(id).exists());
+    }
+}
+
+#[test]
+fn a_symlinked_scratch_directory_in_the_image_grants_nothing() {
+    let test = "a_symlinked_scratch_directory_in_the_image_grants_nothing";
+    if !usable(test) {
+        return;
+    }
+    // The image decides what /tmp is. As a link to /etc, a write grant that
+    // followed it would make the image's /etc writable.
+    let engine = Engine::new("");
+    std::fs::remove_dir(engine.rootfs().join("tmp")).expect("rmdir");
+    std::os::unix::fs::symlink("/etc", engine.rootfs().join("tmp")).expect("symlink");
+    let out = engine.run("touch /tmp/through-link && echo link=written || echo link=denied");
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("link=denied"),
+        "{stdout}\n{}",
+        text(&out.stderr)
+    );
+    assert!(!engine.rootfs().join("etc/through-link").exists());
+}
+
+#[test]
+fn profiles_come_from_the_operator_not_from_the_container() {
+    let test = "profiles_come_from_the_operator_not_from_the_container";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("annotation_profiles = [\"standard\"]\n");
+    let looser = engine.run_with(
+        None,
+        &[
+            "--network",
+            "none",
+            "--annotation",
+            "run.sandbox.profile=permissive",
+        ],
+        "echo ran",
+    );
+    assert!(!looser.status.success());
+    assert!(!text(&looser.stdout).contains("ran"));
+    let stderr = text(&looser.stderr);
+    assert!(
+        stderr.contains("permissive") && stderr.contains("annotation_profiles"),
+        "{stderr}"
+    );
+    let listed = engine.run_with(
+        None,
+        &[
+            "--network",
+            "none",
+            "--annotation",
+            "run.sandbox.profile=standard",
+        ],
+        "echo ran",
+    );
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert!(engine
+        .audit()
+        .iter()
+        .any(|l| l["event"] == "enforced" && l["profile"] == "standard"));
+    // strict keeps containers off the network: the host's is refused.
+    let host = engine.run_with(None, &["--network", "host"], "echo ran");
+    assert!(!host.status.success());
+    assert!(
+        text(&host.stderr).contains("shares the host's network"),
+        "{}",
+        text(&host.stderr)
+    );
+}
+
+/// A bundle for runc's own command line: `runc spec`'s default with the
+/// busybox root and `args`.
+fn bundle(engine: &Engine, args: &[&str]) -> PathBuf {
+    let bundle = engine.path().join("bundle");
+    std::fs::create_dir_all(&bundle).expect("bundle");
+    let made = Command::new("runc")
+        .args(["spec", "--bundle"])
+        .arg(&bundle)
+        .status()
+        .expect("runc spec");
+    assert!(made.success());
+    let path = bundle.join("config.json");
+    let mut spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    spec["root"]["path"] = engine.rootfs().to_string_lossy().into();
+    spec["root"]["readonly"] = false.into();
+    spec["process"]["terminal"] = false.into();
+    spec["process"]["args"] = serde_json::json!(args);
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    bundle
+}
+
+fn oci(engine: &Engine, args: &[&str]) -> Output {
+    Command::new(engine.runtime())
+        .arg("--root")
+        .arg(engine.path().join("runc-root"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("sandbox oci")
+}
+
+fn status_of(engine: &Engine, id: &str) -> String {
+    let out = oci(engine, &["state", id]);
+    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    state["status"].as_str().unwrap_or("").to_owned()
+}
+
+#[test]
+fn runc_command_line_state_follows_the_container_and_features_are_well_formed() {
+    let test = "runc_command_line_state_follows_the_container_and_features_are_well_formed";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    let bundle = bundle(&engine, &["/bin/sleep", "30"]);
+    let id = format!("oci-{}", support::marker("state"));
+    // The container keeps runc's stdio: nothing to read from it here.
+    let created = Command::new(engine.runtime())
+        .arg("--root")
+        .arg(engine.path().join("runc-root"))
+        .args(["create", "--bundle"])
+        .arg(&bundle)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("create");
+    assert!(created.success());
+    assert_eq!(status_of(&engine, &id), "created");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["process"]["args"][0], "/dev/.sandbox-init");
+    assert!(oci(&engine, &["start", &id]).status.success());
+    assert_eq!(status_of(&engine, &id), "running");
+    assert!(oci(&engine, &["kill", &id, "KILL"]).status.success());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while status_of(&engine, &id) != "stopped" && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(status_of(&engine, &id), "stopped");
+    let deleted = oci(&engine, &["delete", &id]);
+    assert!(deleted.status.success(), "{}", text(&deleted.stderr));
+    assert!(!engine.path().join("state/containers").join(&id).exists());
+    assert!(support::wait_until_gone(&id, 10).is_empty());
+
+    let features = oci(&engine, &["features"]);
+    assert!(features.status.success(), "{}", text(&features.stderr));
+    let features: serde_json::Value = serde_json::from_slice(&features.stdout).expect("JSON");
+    check_features_document(&features);
+    assert_eq!(
+        features["annotations"]["run.sandbox.profile.annotation"],
+        "run.sandbox.profile"
+    );
+    let version = oci(&engine, &["--version"]);
+    assert!(text(&version.stdout).starts_with("sandbox-runc version"));
+    assert!(text(&version.stdout).contains("runc version"));
+}
+
+/// The features document's shape, field by field as the runtime spec's
+/// features.md defines it: required version strings, optional lists of
+/// strings, and objects where it says so.
+fn check_features_document(features: &serde_json::Value) {
+    let object = features.as_object().expect("an object");
+    for required in ["ociVersionMin", "ociVersionMax"] {
+        assert!(object[required].is_string(), "{required}");
+    }
+    let string_list = |value: &serde_json::Value, what: &str| {
+        let items = value.as_array().unwrap_or_else(|| panic!("{what}: a list"));
+        assert!(items.iter().all(serde_json::Value::is_string), "{what}");
+    };
+    let known = [
+        "ociVersionMin",
+        "ociVersionMax",
+        "hooks",
+        "mountOptions",
+        "linux",
+        "annotations",
+        "potentiallyUnsafeConfigAnnotations",
+    ];
+    for (key, value) in object {
+        assert!(known.contains(&key.as_str()), "unknown field {key}");
+        match key.as_str() {
+            "hooks" | "mountOptions" | "potentiallyUnsafeConfigAnnotations" => {
+                string_list(value, key)
+            }
+            "annotations" => assert!(value
+                .as_object()
+                .expect("annotations: an object")
+                .values()
+                .all(serde_json::Value::is_string)),
+            "linux" => {
+                let linux = value.as_object().expect("linux: an object");
+                for list in ["namespaces", "capabilities"] {
+                    if let Some(value) = linux.get(list) {
+                        string_list(value, list);
+                    }
+                }
+                for sub in ["cgroup", "seccomp", "apparmor", "selinux", "intelRdt"] {
+                    if let Some(value) = linux.get(sub) {
+                        assert!(value.is_object(), "linux.{sub}: an object");
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn exec_into_a_container_sandbox_did_not_create_is_refused() {
+    let test = "exec_into_a_container_sandbox_did_not_create_is_refused";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    let process = engine.path().join("process.json");
+    std::fs::write(
+        &process,
+        r#"{"args":["/bin/sh"],"cwd":"/","user":{"uid":0,"gid":0}}"#,
+    )
+    .unwrap();
+    let out = oci(
+        &engine,
+        &[
+            "exec",
+            "--process",
+            process.to_str().unwrap(),
+            "made-by-plain-runc",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("was not created by sandbox oci"),
+        "{stderr}"
+    );
+    // A command line instead of --process is not checked, so not passed on.
+    let out = oci(&engine, &["exec", "some-id", "/bin/sh"]);
+    assert!(text(&out.stderr).contains("needs --process"));
+}
