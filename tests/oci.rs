@@ -320,6 +320,23 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
         "polite",
         "trap 'echo got-term; exit 0' TERM; while :; do sleep 0.1; done",
     );
+    // The container's supervisor (the `sandbox oci create` process that
+    // forked before runc) is confined too: a broker flaw is not the host's.
+    let supervisors: Vec<u32> = support::host_pids_with(&polite)
+        .into_iter()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| text(&c).replace('\0', " ").contains(" oci create "))
+        })
+        .collect();
+    assert_eq!(supervisors.len(), 1, "{supervisors:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", supervisors[0])).unwrap();
+    for expected in ["NoNewPrivs:\t1", "Seccomp:\t2", "CapEff:\t0000000000000"] {
+        assert!(
+            status.contains(expected),
+            "supervisor: {expected}\n{status}"
+        );
+    }
     let exec = engine
         .podman(&runtime)
         .args(["exec", "polite", "/bin/sh", "-c", PROBE])

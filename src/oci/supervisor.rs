@@ -63,9 +63,60 @@ pub fn start(serving: &Serving<'_>, host_end: OwnedFd) -> Result<nix::unistd::Pi
         }
         drop(null);
         let _ = nix::unistd::setsid();
+        confine(serving);
         serve(serving, channel, std::fs::File::from(audit))
     })
     .map_err(|source| OciError::Supervisor(source.to_string()))
+}
+
+/// The capabilities the supervisor keeps (it runs as the engine's user,
+/// root for a rootful engine): the file access the broker needs in the
+/// container's root, whose files belong to the container's users.
+const KEPT: [caps::Capability; 4] = [
+    caps::Capability::CAP_DAC_OVERRIDE,
+    caps::Capability::CAP_DAC_READ_SEARCH,
+    caps::Capability::CAP_FOWNER,
+    caps::Capability::CAP_CHOWN,
+];
+
+/// What the container talks to is this process: a flaw in the broker must
+/// not be the host's. It keeps only [`KEPT`], reaches only the container's
+/// root (and, read-only, the system files a `net.http` needs), cannot
+/// execute anything, and runs under the profile's system-call policy.
+/// Best effort, as for the net process: each of these narrows a process
+/// that works without them.
+fn confine(serving: &Serving<'_>) {
+    use crate::landlock::LandlockAccess;
+    let _ = nix::sys::prctl::set_no_new_privs();
+    let permitted = caps::read(None, caps::CapSet::Permitted).unwrap_or_default();
+    let kept: caps::CapsHashSet = KEPT.into_iter().filter(|c| permitted.contains(c)).collect();
+    let _ = caps::clear(None, caps::CapSet::Ambient);
+    let _ = caps::clear(None, caps::CapSet::Inheritable);
+    let _ = caps::set(None, caps::CapSet::Effective, &kept);
+    let _ = caps::set(None, caps::CapSet::Permitted, &kept);
+    let cstring = |path: &Path| {
+        std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()
+    };
+    let mut rules = Vec::new();
+    if let Some(root) = cstring(serving.rootfs) {
+        rules.push((root, LandlockAccess::ReadWrite));
+    }
+    for system in ["/etc", "/usr", "/lib", "/lib64", "/lib32", "/run"] {
+        let path = Path::new(system);
+        if path.exists() {
+            rules.extend(cstring(path).map(|p| (p, LandlockAccess::Read)));
+        }
+    }
+    let _ = crate::landlock::apply(&rules);
+    if serving.policy.enforce.seccomp != crate::profile::policy::Enforcement::Off {
+        let mut policy = serving.policy.syscalls.clone();
+        policy
+            .deny
+            .extend(["execve".to_string(), "execveat".to_string()]);
+        if let Ok(filter) = crate::seccomp::compile(&policy) {
+            let _ = crate::sys::seccomp::install_filters(filter.programs());
+        }
+    }
 }
 
 fn open_audit(path: &Path) -> Result<std::fs::File, OciError> {
