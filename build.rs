@@ -38,6 +38,12 @@ fn main() {
             build.env_remove(name.as_ref());
         }
     }
+    // Embedded in every copy of `sandbox`: small over fast (it runs once per
+    // container, for microseconds, and a panic in it is an exit anyway).
+    build
+        .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "s")
+        .env("CARGO_PROFILE_RELEASE_PANIC", "abort")
+        .env("CARGO_PROFILE_RELEASE_STRIP", "symbols");
     build.env(
         "CARGO_ENCODED_RUSTFLAGS",
         "-Ctarget-feature=+crt-static\u{1f}-Crelocation-model=static",
