@@ -91,14 +91,11 @@ impl Container {
 
 fn podman_usable(test: &str) -> bool {
     let root = nix::unistd::geteuid().is_root();
-    let tools = ["podman", "runc"].iter().all(|tool| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    support::require(test, "root with podman and runc", root && tools)
+    support::require(
+        test,
+        "root with podman and runc",
+        root && support::commands_exist(&["podman", "runc"]),
+    )
 }
 
 fn text(bytes: &[u8]) -> String {

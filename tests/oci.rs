@@ -34,17 +34,10 @@ fn is_static_elf(path: &Path) -> bool {
 
 fn usable(test: &str) -> bool {
     let root = nix::unistd::geteuid().is_root();
-    let tools = ["podman", "runc"].iter().all(|tool| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
     support::require(
         test,
         "root with podman, runc and a static /bin/busybox (apt-get install podman runc busybox-static)",
-        root && tools && is_static_elf(Path::new(BUSYBOX)),
+        root && support::commands_exist(&["podman", "runc"]) && is_static_elf(Path::new(BUSYBOX)),
     )
 }
 

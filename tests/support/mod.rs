@@ -432,3 +432,14 @@ pub fn write_skill_at(dir: &Path, name: &str, manifest_extra: &str, main: (&str,
     .unwrap();
     std::fs::write(dir.join(main.0), main.1).unwrap();
 }
+
+/// Whether every one of `tools` is a command on PATH.
+pub fn commands_exist(tools: &[&str]) -> bool {
+    tools.iter().all(|tool| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
