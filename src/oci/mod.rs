@@ -187,7 +187,7 @@ fn create(
     spec::secure_config(&mut spec, &policy, &layers, &init, broker_fd)?;
 
     let dir = container_dir(settings, &parsed.id);
-    settings::private_dir(&dir)?;
+    claim_container_dir(settings, invocation, &parsed.id, &dir)?;
     write_json(
         &dir.join("config.original.json"),
         &original,
@@ -216,6 +216,48 @@ fn create(
     start_with_supervisor(
         settings, &parsed.id, &record, "create", broker_fd, &runc_args,
     )
+}
+
+/// Make the state directory of a new container `id`, refusing an id runc
+/// already has: runc refuses a second create only after this runtime ran,
+/// and that create's record must not become the layers of the running
+/// container's `exec`s. A directory runc knows nothing of is left from a
+/// create that failed, and is replaced.
+fn claim_container_dir(
+    settings: &Settings,
+    invocation: &cli::Invocation,
+    id: &str,
+    dir: &Path,
+) -> Result<(), OciError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent() {
+        settings::private_dir(parent)?;
+    }
+    let create = || std::fs::DirBuilder::new().mode(0o700).create(dir);
+    let exists = |err: &std::io::Error| err.kind() == std::io::ErrorKind::AlreadyExists;
+    let io = |source| OciError::Io {
+        what: "creating the container's state directory",
+        path: dir.to_owned(),
+        source,
+    };
+    match create() {
+        Ok(()) => return Ok(()),
+        Err(err) if !exists(&err) => return Err(io(err)),
+        Err(_) => {}
+    }
+    let mut state = invocation.global.clone();
+    state.extend(["state".into(), id.into()]);
+    let refused = || {
+        OciError::Refused(format!(
+            "a container with id {id} exists already; delete it first (`delete --force {id}`)"
+        ))
+    };
+    if run_runc(settings, &state)?.status.success() {
+        return Err(refused());
+    }
+    std::fs::remove_dir_all(dir).map_err(io)?;
+    // Lost to a create of the same id running at this moment.
+    create().map_err(|err| if exists(&err) { refused() } else { io(err) })
 }
 
 fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciError> {

@@ -252,6 +252,7 @@ pub fn secure_config(
              {ENFORCED_ANNOTATION} annotation); the engine must write a fresh one"
         )));
     }
+    refuse_container_hooks(spec)?;
     let process = spec
         .get_mut("process")
         .ok_or_else(|| OciError::Spec("config.json has no \"process\"".to_owned()))?;
@@ -280,6 +281,34 @@ pub fn secure_config(
     }
     limit_resources(linux, policy)?;
     Ok(())
+}
+
+/// startContainer hooks are programs resolved in the container's root and
+/// run in it by runc after `start`, before the process: image code with
+/// none of the init's layers (a daemon it forks keeps none), holding the
+/// broker channel before the init wrote its report, so it could forge it.
+/// The other hooks run host programs the operator installed.
+fn refuse_container_hooks(spec: &Value) -> Result<(), OciError> {
+    let hooks = spec
+        .pointer("/hooks/startContainer")
+        .and_then(Value::as_array)
+        .filter(|hooks| !hooks.is_empty());
+    match hooks {
+        None => Ok(()),
+        Some(hooks) => {
+            let paths: Vec<&str> = hooks
+                .iter()
+                .map(|hook| hook.get("path").and_then(Value::as_str).unwrap_or("?"))
+                .collect();
+            Err(OciError::Refused(format!(
+                "config.json has startContainer hooks ({}): they run programs of the \
+                 container's image before its layers are in force; remove them from the \
+                 engine's hooks (an OCI hooks directory or the pod's annotations), or use a \
+                 createContainer hook, which runs a host program",
+                paths.join(", ")
+            )))
+        }
+    }
 }
 
 /// Put the init in front of one process (`config.json`'s or `exec`'s).

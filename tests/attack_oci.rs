@@ -1,0 +1,346 @@
+//! Attacks on `sandbox oci`, each performed for real against runc through
+//! the runtime's command line, the way an engine drives it.
+//!
+//! Who attacks: the container's image (its files, and what an engine
+//! writes into `config.json` from it), the container's processes, and
+//! whoever names containers or sets their annotations. The operator's
+//! settings file is trusted. Needs root, podman, runc and a static
+//! `/bin/busybox` (`.ci/run` installs them).
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// True when `path` is an ELF program with no interpreter (static).
+fn is_static_elf(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
+        return false;
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    (0..phnum).all(|n| {
+        let at = phoff + n * phentsize;
+        // PT_INTERP = 3
+        bytes.len() >= at + 4 && u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) != 3
+    })
+}
+
+fn usable(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let tools = ["podman", "runc"].iter().all(|tool| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    support::require(
+        test,
+        "root with podman, runc and a static /bin/busybox (apt-get install podman runc busybox-static)",
+        root && tools && is_static_elf(Path::new(BUSYBOX)),
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A busybox root, `sandbox oci` behind a wrapper naming its settings, and
+/// runc's state of its own.
+struct Engine {
+    dir: tempfile::TempDir,
+}
+
+impl Engine {
+    fn new(settings: &str) -> Engine {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-attack-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let engine = Engine { dir };
+        let rootfs = engine.rootfs();
+        for sub in ["bin", "tmp", "etc", "work"] {
+            std::fs::create_dir_all(rootfs.join(sub)).expect("mkdir");
+        }
+        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).expect("busybox");
+        for applet in [
+            "sh", "cat", "echo", "touch", "grep", "head", "sleep", "ls", "id", "rm", "ln", "true",
+        ] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
+        }
+        std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod");
+        engine.write_settings(settings);
+        let wrapper = engine.runtime();
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nSANDBOX_OCI_CONFIG={} exec {} oci \"$@\"\n",
+                engine.path().join("oci.toml").display(),
+                support::sandbox_bin()
+            ),
+        )
+        .expect("wrapper");
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        engine
+    }
+
+    fn write_settings(&self, settings: &str) {
+        std::fs::write(
+            self.path().join("oci.toml"),
+            format!(
+                "state_dir = \"{0}/state\"\naudit_dir = \"{0}/audit\"\n{settings}",
+                self.path().display()
+            ),
+        )
+        .expect("settings");
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.path().join("rootfs")
+    }
+
+    fn runtime(&self) -> PathBuf {
+        self.path().join("sandbox-runc")
+    }
+
+    /// A bundle named `name`: `runc spec`'s default on the busybox root
+    /// running `args`, then `edit`ed as the attacker wishes.
+    fn bundle(&self, name: &str, args: &[&str], edit: impl FnOnce(&mut Value)) -> PathBuf {
+        let bundle = self.path().join(format!("bundle-{name}"));
+        std::fs::create_dir_all(&bundle).expect("bundle");
+        let made = Command::new("runc")
+            .args(["spec", "--bundle"])
+            .arg(&bundle)
+            .status()
+            .expect("runc spec");
+        assert!(made.success());
+        let path = bundle.join("config.json");
+        let mut spec: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        spec["root"]["path"] = self.rootfs().to_string_lossy().into();
+        spec["root"]["readonly"] = false.into();
+        spec["process"]["terminal"] = false.into();
+        spec["process"]["args"] = json!(args);
+        edit(&mut spec);
+        std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+        bundle
+    }
+
+    /// `sandbox oci --root R ARGS`, output collected.
+    fn oci(&self, args: &[&str]) -> Output {
+        Command::new(self.runtime())
+            .arg("--root")
+            .arg(self.path().join("runc-root"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("sandbox oci")
+    }
+
+    /// `create` of `bundle` as `id`: the container keeps runc's stdio, so
+    /// it goes to the file `output` returns (with create's own errors).
+    fn create(&self, bundle: &Path, id: &str) -> bool {
+        let log = std::fs::File::create(self.output_path(id)).expect("log");
+        Command::new(self.runtime())
+            .arg("--root")
+            .arg(self.path().join("runc-root"))
+            .args(["create", "--bundle"])
+            .arg(bundle)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .status()
+            .expect("create")
+            .success()
+    }
+
+    fn output_path(&self, id: &str) -> PathBuf {
+        self.path().join(format!("output-{id}"))
+    }
+
+    fn output(&self, id: &str) -> String {
+        std::fs::read_to_string(self.output_path(id)).unwrap_or_default()
+    }
+
+    fn status(&self, id: &str) -> String {
+        let out = self.oci(&["state", id]);
+        let state: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        state["status"].as_str().unwrap_or("").to_owned()
+    }
+
+    /// `start`, then wait until the container's process ended.
+    fn start_and_wait(&self, id: &str) {
+        let started = self.oci(&["start", id]);
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.status(id) != "stopped" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// `exec --process` of `process` (a process JSON) into `id`.
+    fn exec(&self, id: &str, process: &Value) -> Output {
+        let path = self
+            .path()
+            .join(format!("process-{}.json", support::marker("p")));
+        std::fs::write(&path, serde_json::to_vec(process).unwrap()).unwrap();
+        self.oci(&["exec", "--process", path.to_str().unwrap(), id])
+    }
+
+    /// Every audit line of every container, parsed.
+    fn audit(&self) -> Vec<Value> {
+        let mut lines = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.path().join("audit")) else {
+            return lines;
+        };
+        for entry in entries.flatten() {
+            let content = std::fs::read_to_string(entry.path()).expect("audit");
+            lines.extend(
+                content
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).expect("audit line")),
+            );
+        }
+        lines
+    }
+}
+
+impl Drop for Engine {
+    /// No container of a failed test outlives it.
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(self.path().join("runc-root")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            let _ = Command::new("runc")
+                .arg("--root")
+                .arg(self.path().join("runc-root"))
+                .args(["delete", "--force", &id])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn id(tag: &str) -> String {
+    format!("attack-{}", support::marker(tag))
+}
+
+fn process(script: &str) -> Value {
+    json!({
+        "args": ["/bin/sh", "-c", script],
+        "cwd": "/",
+        "env": ["PATH=/bin"],
+        "user": {"uid": 0, "gid": 0},
+    })
+}
+
+#[test]
+fn a_start_container_hook_runs_no_image_code_outside_the_layers() {
+    let test = "a_start_container_hook_runs_no_image_code_outside_the_layers";
+    if !usable(test) {
+        return;
+    }
+    // startContainer hooks resolve and run inside the container after runc
+    // dropped capabilities but before the process: under plain runc they
+    // are image code with none of the profile's layers, holding the broker
+    // channel before the init wrote its report.
+    let engine = Engine::new("");
+    let forged = r#"{"method":"sandbox.enforced","params":{"landlock":"full","seccomp_programs":1,"no_new_privs":true,"args":["forged"]}}"#;
+    let bundle = engine.bundle("hook", &["/bin/true"], |spec| {
+        spec["hooks"] = json!({"startContainer": [{
+            "path": "/bin/sh",
+            "args": ["sh", "-c", format!("touch /etc/hooked; echo '{forged}' >&3")],
+        }]});
+    });
+    let id = id("hook");
+    let created = engine.create(&bundle, &id);
+    if created {
+        engine.start_and_wait(&id);
+        let _ = engine.oci(&["delete", "--force", &id]);
+    }
+    assert!(
+        !engine.rootfs().join("etc/hooked").exists(),
+        "the hook wrote the image's /etc: {:?}",
+        engine.audit()
+    );
+    let audit = engine.audit();
+    assert!(
+        !audit.iter().any(|l| l["enforced"]["args"][0] == "forged"),
+        "{audit:?}"
+    );
+    assert!(!created, "a startContainer hook is refused");
+    let output = engine.output(&id);
+    assert!(output.contains("startContainer"), "{output}");
+}
+
+#[test]
+fn a_second_create_with_a_running_containers_id_changes_none_of_its_layers() {
+    let test = "a_second_create_with_a_running_containers_id_changes_none_of_its_layers";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    let id = id("twice");
+    let first = engine.bundle("first", &["/bin/sleep", "60"], |_| {});
+    assert!(engine.create(&first, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    // The same id again, with a config whose read-write volume at /etc
+    // would make /etc writable: runc refuses the id, but what sandbox oci
+    // recorded for it must still be the first container's layers.
+    let volume = engine.path().join("volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    let second = engine.bundle("second", &["/bin/true"], |spec| {
+        spec["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/etc",
+            "type": "bind",
+            "source": volume,
+            "options": ["rbind", "rw"],
+        }));
+    });
+    let log = std::fs::File::create(engine.path().join("second.log")).unwrap();
+    let again = Command::new(engine.runtime())
+        .arg("--root")
+        .arg(engine.path().join("runc-root"))
+        .args(["create", "--bundle"])
+        .arg(&second)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .expect("create");
+    assert!(!again.success());
+    let exec = engine.exec(
+        &id,
+        &process("touch /etc/planted && echo etc=written || echo etc=denied"),
+    );
+    let stdout = text(&exec.stdout);
+    assert!(
+        stdout.contains("etc=denied"),
+        "{stdout}\n{}",
+        text(&exec.stderr)
+    );
+    assert!(!engine.rootfs().join("etc/planted").exists());
+    let _ = engine.oci(&["delete", "--force", &id]);
+}
