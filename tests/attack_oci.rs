@@ -344,3 +344,51 @@ fn a_second_create_with_a_running_containers_id_changes_none_of_its_layers() {
     assert!(!engine.rootfs().join("etc/planted").exists());
     let _ = engine.oci(&["delete", "--force", &id]);
 }
+
+/// The container's task limit as runc reads it from its cgroup.
+fn pids_limit(engine: &Engine, id: &str) -> Option<u64> {
+    let out = engine.oci(&["events", "--stats", id]);
+    let stats: Value = serde_json::from_slice(&out.stdout).ok()?;
+    stats["data"]["pids"]["limit"].as_u64()
+}
+
+#[test]
+fn update_cannot_lift_the_profiles_limits() {
+    let test = "update_cannot_lift_the_profiles_limits";
+    if !usable(test) {
+        return;
+    }
+    // A Kubernetes in-place resize or `podman update` is runc's `update`:
+    // strict's 512 tasks must stay a ceiling after create.
+    let engine = Engine::new("");
+    let id = id("update");
+    let bundle = engine.bundle("update", &["/bin/sleep", "60"], |_| {});
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    assert_eq!(pids_limit(&engine, &id), Some(512));
+    let flag = engine.oci(&["update", "--pids-limit", "100000", &id]);
+    let resources = engine.path().join("resources.json");
+    std::fs::write(&resources, r#"{"pids":{"limit":-1},"memory":{"limit":-1}}"#).unwrap();
+    let document = engine.oci(&["update", "-r", resources.to_str().unwrap(), &id]);
+    assert_eq!(
+        pids_limit(&engine, &id),
+        Some(512),
+        "{}\n{}",
+        text(&flag.stderr),
+        text(&document.stderr)
+    );
+    for refused in [&flag, &document] {
+        assert!(!refused.status.success());
+        assert!(
+            text(&refused.stderr).contains("above the limit of the container's profile"),
+            "{}",
+            text(&refused.stderr)
+        );
+    }
+    // Lowering is an update like any other.
+    let lower = engine.oci(&["update", "--pids-limit", "100", &id]);
+    assert!(lower.status.success(), "{}", text(&lower.stderr));
+    assert_eq!(pids_limit(&engine, &id), Some(100));
+    let _ = engine.oci(&["delete", "--force", &id]);
+}

@@ -25,6 +25,7 @@ pub mod payload;
 pub mod settings;
 pub mod spec;
 pub mod supervisor;
+pub mod update;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::AsFd;
@@ -110,6 +111,7 @@ fn dispatch(args: &[OsString]) -> Result<i32, OciError> {
         "create" | "run" => create(&settings, &invocation, &command),
         "exec" => exec(&settings, &invocation),
         "delete" => delete(&settings, &invocation, args),
+        "update" => update::update(&settings, &invocation),
         "features" => features(&settings, args),
         _ => pass_through(&settings, args),
     }
@@ -275,18 +277,7 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
         ));
     }
     let dir = container_dir(settings, &parsed.id);
-    let record_path = dir.join("record.json");
-    if !record_path.exists() {
-        return Err(OciError::Refused(format!(
-            "container {} was not created by sandbox oci ({} is missing), so its layers are \
-             unknown; refusing to exec into it",
-            parsed.id,
-            record_path.display()
-        )));
-    }
-    let record: Record =
-        serde_json::from_value(read_json(&record_path, "reading the container's record")?)
-            .map_err(|err| OciError::Spec(format!("{}: {err}", record_path.display())))?;
+    let record = read_record(settings, &parsed.id, "exec into it")?;
     let mut process = read_json(Path::new(process_file), "reading exec's process file")?;
     let broker_fd = 3 + parsed.preserved_fds()?;
     spec::secure_process(&mut process, &record.layers, broker_fd)?;
@@ -302,6 +293,21 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
     runc_args.push(format!("--preserve-fds={}", broker_fd - 2).into());
     runc_args.push(parsed.id.clone().into());
     start_with_supervisor(settings, &parsed.id, &record, "exec", broker_fd, &runc_args)
+}
+
+/// What `create` recorded for container `id`; refused (naming `doing`)
+/// for a container this runtime did not create, whose layers are unknown.
+fn read_record(settings: &Settings, id: &str, doing: &str) -> Result<Record, OciError> {
+    let record_path = container_dir(settings, id).join("record.json");
+    if !record_path.exists() {
+        return Err(OciError::Refused(format!(
+            "container {id} was not created by sandbox oci ({} is missing), so its layers are \
+             unknown; refusing to {doing}",
+            record_path.display()
+        )));
+    }
+    serde_json::from_value(read_json(&record_path, "reading the container's record")?)
+        .map_err(|err| OciError::Spec(format!("{}: {err}", record_path.display())))
 }
 
 /// Fork the supervisor, then become runc with the channel at `broker_fd`.

@@ -404,6 +404,25 @@ fn limit_resources(linux: &mut Map<String, Value>, policy: &Policy) -> Result<()
     let resources = linux
         .entry("resources")
         .or_insert_with(|| Value::Object(Map::new()));
+    // cgroup v2 files named in `unified` are written after the typed
+    // limits: pids.max = "max" there would lift the ceilings below.
+    let limited = limits.memory.is_some() || limits.pids.is_some() || limits.cpu.is_some();
+    if let Some(file) = resources
+        .get("unified")
+        .and_then(Value::as_object)
+        .and_then(|files| {
+            files
+                .keys()
+                .find(|f| super::update::LIMIT_FILES.contains(&f.as_str()))
+        })
+        .filter(|_| limited)
+    {
+        return Err(OciError::Refused(format!(
+            "linux.resources.unified sets {file}, which would replace the limits of profile \
+             {:?}; set the limit through linux.resources (memory, pids, cpu) instead",
+            policy.name
+        )));
+    }
     if let Some(memory) = limits.memory {
         let current = resources.pointer("/memory/limit").and_then(Value::as_i64);
         let ceiling = i64::try_from(memory).unwrap_or(i64::MAX);
@@ -544,6 +563,31 @@ mod tests {
         );
         let again = secure_config(&mut spec, &policy, &layers, Path::new("/host/init"), 3);
         assert!(matches!(again, Err(OciError::Spec(_))));
+    }
+
+    #[test]
+    fn what_runs_or_writes_around_the_layers_is_refused() {
+        let policy = crate::profile::load("strict").unwrap();
+        let mut hooked = spec();
+        hooked["hooks"] =
+            json!({"startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "x"]}]});
+        let layers = layers(&hooked, &policy).unwrap();
+        let err = secure_config(&mut hooked, &policy, &layers, Path::new("/i"), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("startContainer") && err.contains("/bin/sh"),
+            "{err}"
+        );
+        let mut host_hooks = spec();
+        host_hooks["hooks"] = json!({"createRuntime": [{"path": "/usr/bin/x"}]});
+        assert!(secure_config(&mut host_hooks, &policy, &layers, Path::new("/i"), 3).is_ok());
+        let mut unified = spec();
+        unified["linux"]["resources"]["unified"] = json!({"pids.max": "max"});
+        let err = secure_config(&mut unified, &policy, &layers, Path::new("/i"), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pids.max"), "{err}");
     }
 
     #[test]
