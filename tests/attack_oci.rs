@@ -392,3 +392,104 @@ fn update_cannot_lift_the_profiles_limits() {
     assert_eq!(pids_limit(&engine, &id), Some(100));
     let _ = engine.oci(&["delete", "--force", &id]);
 }
+
+#[test]
+fn a_user_who_can_rename_the_state_directory_cannot_swap_a_record() {
+    let test = "a_user_who_can_rename_the_state_directory_cannot_swap_a_record";
+    if !usable(test) {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    // The operator put state_dir below a directory an unprivileged user
+    // owns. That user renames the state directory away and puts one of
+    // their own in its place, with a record whose layers are none: the next
+    // `exec` (root's) would read it.
+    let engine = Engine::new("");
+    let parent = engine.path().join("users");
+    std::fs::create_dir(&parent).unwrap();
+    std::os::unix::fs::chown(&parent, Some(support::TEST_UID), Some(support::TEST_GID)).unwrap();
+    std::fs::set_permissions(engine.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::write(
+        engine.path().join("oci.toml"),
+        format!(
+            "state_dir = \"{}/state\"\naudit_dir = \"{}/audit\"\n",
+            parent.display(),
+            engine.path().display()
+        ),
+    )
+    .unwrap();
+    let id = id("swap");
+    let bundle = engine.bundle("swap", &["/bin/sleep", "60"], |_| {});
+    let created = engine.create(&bundle, &id);
+    if created {
+        let started = engine.oci(&["start", &id]);
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        let record_path = parent
+            .join("state/containers")
+            .join(&id)
+            .join("record.json");
+        let mut record: Value =
+            serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap()).unwrap();
+        record["layers"] = json!({"landlock": null, "seccomp": null});
+        let forged = parent.join("forged.json");
+        std::fs::write(&forged, serde_json::to_vec(&record).unwrap()).unwrap();
+        let swapped = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "cd {} && mv state old && mkdir -p state/containers/{id} && \
+                 cp forged.json state/containers/{id}/record.json",
+                parent.display()
+            ))
+            .uid(support::TEST_UID)
+            .gid(support::TEST_GID)
+            .status()
+            .expect("swap as the user");
+        assert!(swapped.success());
+        let exec = engine.exec(
+            &id,
+            &process("touch /etc/planted && echo etc=written || echo etc=denied"),
+        );
+        assert!(
+            !text(&exec.stdout).contains("etc=written"),
+            "{}",
+            text(&exec.stdout)
+        );
+        let _ = engine.oci(&["delete", "--force", &id]);
+    } else {
+        let output = engine.output(&id);
+        assert!(output.contains("another user can write"), "{output}");
+    }
+    assert!(!engine.rootfs().join("etc/planted").exists());
+}
+
+#[test]
+fn restore_from_a_checkpoint_is_refused() {
+    let test = "restore_from_a_checkpoint_is_refused";
+    if !usable(test) {
+        return;
+    }
+    // A checkpoint (an engine imports it from an archive) brings its own
+    // config.json, with the image's process and no init in front of it.
+    let engine = Engine::new("");
+    let id = id("restore");
+    let bundle = engine.bundle("restore", &["/bin/sh", "-c", "touch /etc/restored"], |_| {});
+    let images = engine.path().join("checkpoint");
+    std::fs::create_dir_all(&images).unwrap();
+    let out = engine.oci(&[
+        "restore",
+        "--detach",
+        "--image-path",
+        images.to_str().unwrap(),
+        "--bundle",
+        bundle.to_str().unwrap(),
+        &id,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("restore: a container restored from a checkpoint"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(engine.status(&id).is_empty(), "runc never saw it");
+    assert!(!engine.rootfs().join("etc/restored").exists());
+}

@@ -112,6 +112,13 @@ fn dispatch(args: &[OsString]) -> Result<i32, OciError> {
         "exec" => exec(&settings, &invocation),
         "delete" => delete(&settings, &invocation, args),
         "update" => update::update(&settings, &invocation),
+        // CRIU restores no Landlock domain, and a checkpoint brings its own
+        // config.json, which would start the container without the init.
+        "restore" => Err(OciError::Refused(
+            "restore: a container restored from a checkpoint would run without the init's \
+             layers (CRIU does not restore Landlock); start it afresh instead"
+                .to_owned(),
+        )),
         "features" => features(&settings, args),
         _ => pass_through(&settings, args),
     }
@@ -298,7 +305,8 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
 /// What `create` recorded for container `id`; refused (naming `doing`)
 /// for a container this runtime did not create, whose layers are unknown.
 fn read_record(settings: &Settings, id: &str, doing: &str) -> Result<Record, OciError> {
-    let record_path = container_dir(settings, id).join("record.json");
+    let dir = container_dir(settings, id);
+    let record_path = dir.join("record.json");
     if !record_path.exists() {
         return Err(OciError::Refused(format!(
             "container {id} was not created by sandbox oci ({} is missing), so its layers are \
@@ -306,6 +314,7 @@ fn read_record(settings: &Settings, id: &str, doing: &str) -> Result<Record, Oci
             record_path.display()
         )));
     }
+    settings::check_private(&dir)?;
     serde_json::from_value(read_json(&record_path, "reading the container's record")?)
         .map_err(|err| OciError::Spec(format!("{}: {err}", record_path.display())))
 }
