@@ -493,3 +493,43 @@ fn restore_from_a_checkpoint_is_refused() {
     assert!(engine.status(&id).is_empty(), "runc never saw it");
     assert!(!engine.rootfs().join("etc/restored").exists());
 }
+
+#[test]
+fn a_working_directory_spelled_as_the_root_grants_no_write_on_the_image() {
+    let test = "a_working_directory_spelled_as_the_root_grants_no_write_on_the_image";
+    if !usable(test) {
+        return;
+    }
+    // The image's working directory is writable under strict (its project
+    // is read-write), except when it is `/`, the whole image. `//` and `/.`
+    // are `/` too, and so is a volume mounted at one of them.
+    let engine = Engine::new("");
+    for (n, (cwd, mount)) in [("//", None), ("/.", None), ("/work", Some("/./"))]
+        .into_iter()
+        .enumerate()
+    {
+        let planted = format!("planted{n}");
+        let script = format!("touch /etc/{planted}");
+        let bundle = engine.bundle(&format!("cwd{n}"), &["/bin/sh", "-c", &script], |spec| {
+            spec["process"]["cwd"] = cwd.into();
+            if let Some(destination) = mount {
+                spec["mounts"].as_array_mut().unwrap().push(json!({
+                    "destination": destination,
+                    "type": "tmpfs",
+                    "source": "tmpfs",
+                    "options": ["rw", "size=1m"],
+                }));
+            }
+        });
+        let id = id("cwd");
+        if engine.create(&bundle, &id) {
+            engine.start_and_wait(&id);
+            let _ = engine.oci(&["delete", "--force", &id]);
+        }
+        assert!(
+            !engine.rootfs().join("etc").join(&planted).exists(),
+            "cwd {cwd:?}, mount {mount:?}: {}",
+            engine.output(&id)
+        );
+    }
+}

@@ -195,9 +195,14 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
         .cloned()
         .unwrap_or_default();
     for mount in &mounts {
-        let Some(destination) = mount.get("destination").and_then(Value::as_str) else {
+        let Some(destination) = mount
+            .get("destination")
+            .and_then(Value::as_str)
+            .and_then(normalized)
+        else {
             continue;
         };
+        let destination = destination.as_str();
         let options = strings(mount.get("options"), "a mount's options")?;
         let read_only = options.iter().any(|o| o == "ro" || o == "rro");
         let kind = mount.get("type").and_then(Value::as_str).unwrap_or("");
@@ -206,14 +211,18 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
             || under(destination, "/sys")
             || (under(destination, "/dev") && !under(destination, "/dev/shm"))
             || ENGINE_FILES.contains(&destination);
-        if !read_only && !system && destination.starts_with('/') {
+        if !read_only && !system && destination != "/" {
             write.push(destination.to_owned());
         }
     }
     if policy.filesystem.project == ProjectAccess::ReadWrite {
-        if let Some(cwd) = spec.pointer("/process/cwd").and_then(Value::as_str) {
-            if cwd.starts_with('/') && cwd != "/" {
-                write.push(cwd.to_owned());
+        if let Some(cwd) = spec
+            .pointer("/process/cwd")
+            .and_then(Value::as_str)
+            .and_then(normalized)
+        {
+            if cwd != "/" {
+                write.push(cwd);
             }
         }
     }
@@ -223,6 +232,26 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
     write.sort();
     write.dedup();
     Ok(write)
+}
+
+/// `path` as the init resolves it (empty and `.` components dropped), so
+/// that the checks above see what it will grant: `//` and `/.` are the
+/// image's root, `//proc` is /proc. None for a relative path or one with
+/// `..`, which the init would not grant anyway.
+fn normalized(path: &str) -> Option<String> {
+    let rest = path.strip_prefix('/')?;
+    let mut clean = String::new();
+    for component in rest.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if component == ".." {
+            return None;
+        }
+        clean.push('/');
+        clean.push_str(component);
+    }
+    if clean.is_empty() {
+        clean.push('/');
+    }
+    Some(clean)
 }
 
 fn under(path: &str, dir: &str) -> bool {
@@ -563,6 +592,23 @@ mod tests {
         );
         let again = secure_config(&mut spec, &policy, &layers, Path::new("/host/init"), 3);
         assert!(matches!(again, Err(OciError::Spec(_))));
+    }
+
+    #[test]
+    fn the_root_and_system_paths_are_not_granted_however_spelled() {
+        let policy = crate::profile::load("strict").unwrap();
+        for cwd in ["//", "/.", "/./", "/", "/tmp/..", "relative"] {
+            let mut spec = spec();
+            spec["process"]["cwd"] = cwd.into();
+            spec["mounts"] = json!([
+                {"destination": "//", "type": "tmpfs", "source": "tmpfs"},
+                {"destination": "//proc/sys", "type": "bind", "source": "/x", "options": ["rw"]},
+                {"destination": "/./etc/hosts", "type": "bind", "source": "/x", "options": ["rw"]},
+                {"destination": "/data/./", "type": "bind", "source": "/x", "options": ["rw"]}
+            ]);
+            let write = layers(&spec, &policy).unwrap().landlock.unwrap().write;
+            assert_eq!(write, ["/data", "/dev/shm", "/tmp", "/var/tmp"], "{cwd}");
+        }
     }
 
     #[test]
