@@ -533,3 +533,48 @@ fn a_working_directory_spelled_as_the_root_grants_no_write_on_the_image() {
         );
     }
 }
+
+#[test]
+fn the_brokers_file_access_stays_in_the_containers_root() {
+    let test = "the_brokers_file_access_stays_in_the_containers_root";
+    if !usable(test) {
+        return;
+    }
+    // The broker runs on the host, as root with file capabilities, in the
+    // container's root: the image's links must not lead it to the host's.
+    let engine = Engine::new("");
+    let etc = engine.rootfs().join("etc");
+    std::os::unix::fs::symlink("/etc/shadow", etc.join("absolute")).unwrap();
+    std::os::unix::fs::symlink("../../../../../../../../etc/shadow", etc.join("relative")).unwrap();
+    let mut script = String::new();
+    for (n, path) in [
+        "etc/absolute",
+        "etc/relative",
+        "../../../../../../../../etc/shadow",
+        "/etc/shadow",
+    ]
+    .iter()
+    .enumerate()
+    {
+        script.push_str(&format!(
+            "echo '{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"fs.read\",\"params\":{{\"path\":\"{path}\"}}}}' >&3; head -n 1 <&3; "
+        ));
+    }
+    let id = id("broker");
+    let bundle = engine.bundle("broker", &["/bin/sh", "-c", &script], |_| {});
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    engine.start_and_wait(&id);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    let output = engine.output(&id);
+    let answers: Vec<Value> = output
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(answers.len(), 4, "{output}");
+    for answer in &answers {
+        assert!(answer["error"].is_object(), "{answer}");
+    }
+    let shadow = std::fs::read_to_string("/etc/shadow").unwrap_or_default();
+    let root_line = shadow.lines().next().unwrap_or("root:");
+    assert!(!output.contains(root_line), "{output}");
+}
