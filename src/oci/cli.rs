@@ -98,6 +98,7 @@ fn takes_value(command: &str, name: &str) -> Option<bool> {
             "preserve-fds",
             "cgroup",
         ],
+        "update" => super::update::FLAGS,
         _ => &[],
     };
     let boolean: &[&str] = match command {

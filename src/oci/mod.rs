@@ -25,6 +25,7 @@ pub mod payload;
 pub mod settings;
 pub mod spec;
 pub mod supervisor;
+pub mod update;
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::AsFd;
@@ -110,6 +111,14 @@ fn dispatch(args: &[OsString]) -> Result<i32, OciError> {
         "create" | "run" => create(&settings, &invocation, &command),
         "exec" => exec(&settings, &invocation),
         "delete" => delete(&settings, &invocation, args),
+        "update" => update::update(&settings, &invocation),
+        // CRIU restores no Landlock domain, and a checkpoint brings its own
+        // config.json, which would start the container without the init.
+        "restore" => Err(OciError::Refused(
+            "restore: a container restored from a checkpoint would run without the init's \
+             layers (CRIU does not restore Landlock); start it afresh instead"
+                .to_owned(),
+        )),
         "features" => features(&settings, args),
         _ => pass_through(&settings, args),
     }
@@ -187,7 +196,7 @@ fn create(
     spec::secure_config(&mut spec, &policy, &layers, &init, broker_fd)?;
 
     let dir = container_dir(settings, &parsed.id);
-    settings::private_dir(&dir)?;
+    claim_container_dir(settings, invocation, &parsed.id, &dir)?;
     write_json(
         &dir.join("config.original.json"),
         &original,
@@ -218,6 +227,48 @@ fn create(
     )
 }
 
+/// Make the state directory of a new container `id`, refusing an id runc
+/// already has: runc refuses a second create only after this runtime ran,
+/// and that create's record must not become the layers of the running
+/// container's `exec`s. A directory runc knows nothing of is left from a
+/// create that failed, and is replaced.
+fn claim_container_dir(
+    settings: &Settings,
+    invocation: &cli::Invocation,
+    id: &str,
+    dir: &Path,
+) -> Result<(), OciError> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent() {
+        settings::private_dir(parent)?;
+    }
+    let create = || std::fs::DirBuilder::new().mode(0o700).create(dir);
+    let exists = |err: &std::io::Error| err.kind() == std::io::ErrorKind::AlreadyExists;
+    let io = |source| OciError::Io {
+        what: "creating the container's state directory",
+        path: dir.to_owned(),
+        source,
+    };
+    match create() {
+        Ok(()) => return Ok(()),
+        Err(err) if !exists(&err) => return Err(io(err)),
+        Err(_) => {}
+    }
+    let mut state = invocation.global.clone();
+    state.extend(["state".into(), id.into()]);
+    let refused = || {
+        OciError::Refused(format!(
+            "a container with id {id} exists already; delete it first (`delete --force {id}`)"
+        ))
+    };
+    if run_runc(settings, &state)?.status.success() {
+        return Err(refused());
+    }
+    std::fs::remove_dir_all(dir).map_err(io)?;
+    // Lost to a create of the same id running at this moment.
+    create().map_err(|err| if exists(&err) { refused() } else { io(err) })
+}
+
 fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciError> {
     let parsed = cli::parse("exec", &invocation.rest)?;
     let Some(process_file) = parsed.value(&["process", "p"]) else {
@@ -233,18 +284,7 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
         ));
     }
     let dir = container_dir(settings, &parsed.id);
-    let record_path = dir.join("record.json");
-    if !record_path.exists() {
-        return Err(OciError::Refused(format!(
-            "container {} was not created by sandbox oci ({} is missing), so its layers are \
-             unknown; refusing to exec into it",
-            parsed.id,
-            record_path.display()
-        )));
-    }
-    let record: Record =
-        serde_json::from_value(read_json(&record_path, "reading the container's record")?)
-            .map_err(|err| OciError::Spec(format!("{}: {err}", record_path.display())))?;
+    let record = read_record(settings, &parsed.id, "exec into it")?;
     let mut process = read_json(Path::new(process_file), "reading exec's process file")?;
     let broker_fd = 3 + parsed.preserved_fds()?;
     spec::secure_process(&mut process, &record.layers, broker_fd)?;
@@ -260,6 +300,23 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
     runc_args.push(format!("--preserve-fds={}", broker_fd - 2).into());
     runc_args.push(parsed.id.clone().into());
     start_with_supervisor(settings, &parsed.id, &record, "exec", broker_fd, &runc_args)
+}
+
+/// What `create` recorded for container `id`; refused (naming `doing`)
+/// for a container this runtime did not create, whose layers are unknown.
+fn read_record(settings: &Settings, id: &str, doing: &str) -> Result<Record, OciError> {
+    let dir = container_dir(settings, id);
+    let record_path = dir.join("record.json");
+    if !record_path.exists() {
+        return Err(OciError::Refused(format!(
+            "container {id} was not created by sandbox oci ({} is missing), so its layers are \
+             unknown; refusing to {doing}",
+            record_path.display()
+        )));
+    }
+    settings::check_private(&dir)?;
+    serde_json::from_value(read_json(&record_path, "reading the container's record")?)
+        .map_err(|err| OciError::Spec(format!("{}: {err}", record_path.display())))
 }
 
 /// Fork the supervisor, then become runc with the channel at `broker_fd`.

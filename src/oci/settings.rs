@@ -165,7 +165,7 @@ impl Settings {
 /// Create `dir` (and its parents) if missing; the last component is made
 /// private to this user (0700): it holds containers' records and logs.
 pub fn private_dir(dir: &Path) -> Result<(), OciError> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    use std::os::unix::fs::DirBuilderExt;
     let io = |what, source| OciError::Io {
         what,
         path: dir.to_owned(),
@@ -179,13 +179,56 @@ pub fn private_dir(dir: &Path) -> Result<(), OciError> {
         Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists => {}
         Err(err) => return Err(io("creating a state directory", err)),
     }
+    check_private(dir)
+}
+
+/// Refuse `dir` unless it is this user's own directory and nobody else can
+/// replace it or anything on the way to it: whoever can rename an entry of
+/// a directory on the path can put a record of their own (and with it the
+/// layers of every `exec`) or an init of their own in its place. Checked
+/// along the path as written and as resolved, so a link on the way is
+/// covered as well as what it points at.
+pub fn check_private(dir: &Path) -> Result<(), OciError> {
+    use std::os::unix::fs::MetadataExt;
+    let io = |what, source| OciError::Io {
+        what,
+        path: dir.to_owned(),
+        source,
+    };
+    let euid = nix::unistd::geteuid().as_raw();
     let metadata =
         std::fs::symlink_metadata(dir).map_err(|e| io("checking a state directory", e))?;
-    if !metadata.is_dir() || metadata.uid() != nix::unistd::geteuid().as_raw() {
+    if !metadata.is_dir() || metadata.uid() != euid || metadata.mode() & 0o022 != 0 {
         return Err(OciError::Settings(format!(
-            "{} is not a directory of this user's: refusing to keep container state in it",
+            "{} is not a directory of this user's that only it can write: refusing to keep \
+             container state in it (chown it to uid {euid} and chmod 700, or remove it)",
             dir.display()
         )));
+    }
+    let resolved = std::fs::canonicalize(dir).map_err(|e| io("resolving a state directory", e))?;
+    for path in [dir, resolved.as_path()] {
+        for ancestor in path.ancestors().skip(1) {
+            let metadata = std::fs::symlink_metadata(ancestor)
+                .map_err(|e| io("checking a state directory's parents", e))?;
+            if metadata.file_type().is_symlink() {
+                continue;
+            }
+            let owner_trusted = metadata.uid() == 0 || metadata.uid() == euid;
+            // A sticky directory (/tmp) lets others add entries, not
+            // rename or remove this user's.
+            let others_write = metadata.mode() & 0o022 != 0 && metadata.mode() & 0o1000 == 0;
+            if !owner_trusted || others_write {
+                return Err(OciError::Settings(format!(
+                    "{} is below {}, which another user can write (owner uid {}, mode {:o}): \
+                     they could replace the containers' records and init; choose a state_dir \
+                     and audit_dir below directories only root can write",
+                    dir.display(),
+                    ancestor.display(),
+                    metadata.uid(),
+                    metadata.mode() & 0o7777
+                )));
+            }
+        }
     }
     Ok(())
 }
@@ -214,6 +257,23 @@ mod tests {
             err.contains("permissive") && err.contains("annotation_profiles"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn state_below_a_directory_others_can_write_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let open = base.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let err = private_dir(&open.join("state")).unwrap_err().to_string();
+        assert!(err.contains("another user can write"), "{err}");
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        private_dir(&open.join("state")).unwrap();
+        std::fs::set_permissions(open.join("state"), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let err = private_dir(&open.join("state")).unwrap_err().to_string();
+        assert!(err.contains("only it can write"), "{err}");
     }
 
     #[test]

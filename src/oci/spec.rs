@@ -195,9 +195,14 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
         .cloned()
         .unwrap_or_default();
     for mount in &mounts {
-        let Some(destination) = mount.get("destination").and_then(Value::as_str) else {
+        let Some(destination) = mount
+            .get("destination")
+            .and_then(Value::as_str)
+            .and_then(normalized)
+        else {
             continue;
         };
+        let destination = destination.as_str();
         let options = strings(mount.get("options"), "a mount's options")?;
         let read_only = options.iter().any(|o| o == "ro" || o == "rro");
         let kind = mount.get("type").and_then(Value::as_str).unwrap_or("");
@@ -206,14 +211,18 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
             || under(destination, "/sys")
             || (under(destination, "/dev") && !under(destination, "/dev/shm"))
             || ENGINE_FILES.contains(&destination);
-        if !read_only && !system && destination.starts_with('/') {
+        if !read_only && !system && destination != "/" {
             write.push(destination.to_owned());
         }
     }
     if policy.filesystem.project == ProjectAccess::ReadWrite {
-        if let Some(cwd) = spec.pointer("/process/cwd").and_then(Value::as_str) {
-            if cwd.starts_with('/') && cwd != "/" {
-                write.push(cwd.to_owned());
+        if let Some(cwd) = spec
+            .pointer("/process/cwd")
+            .and_then(Value::as_str)
+            .and_then(normalized)
+        {
+            if cwd != "/" {
+                write.push(cwd);
             }
         }
     }
@@ -223,6 +232,26 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
     write.sort();
     write.dedup();
     Ok(write)
+}
+
+/// `path` as the init resolves it (empty and `.` components dropped), so
+/// that the checks above see what it will grant: `//` and `/.` are the
+/// image's root, `//proc` is /proc. None for a relative path or one with
+/// `..`, which the init would not grant anyway.
+fn normalized(path: &str) -> Option<String> {
+    let rest = path.strip_prefix('/')?;
+    let mut clean = String::new();
+    for component in rest.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if component == ".." {
+            return None;
+        }
+        clean.push('/');
+        clean.push_str(component);
+    }
+    if clean.is_empty() {
+        clean.push('/');
+    }
+    Some(clean)
 }
 
 fn under(path: &str, dir: &str) -> bool {
@@ -252,6 +281,7 @@ pub fn secure_config(
              {ENFORCED_ANNOTATION} annotation); the engine must write a fresh one"
         )));
     }
+    refuse_container_hooks(spec)?;
     let process = spec
         .get_mut("process")
         .ok_or_else(|| OciError::Spec("config.json has no \"process\"".to_owned()))?;
@@ -280,6 +310,34 @@ pub fn secure_config(
     }
     limit_resources(linux, policy)?;
     Ok(())
+}
+
+/// startContainer hooks are programs resolved in the container's root and
+/// run in it by runc after `start`, before the process: image code with
+/// none of the init's layers (a daemon it forks keeps none), holding the
+/// broker channel before the init wrote its report, so it could forge it.
+/// The other hooks run host programs the operator installed.
+fn refuse_container_hooks(spec: &Value) -> Result<(), OciError> {
+    let hooks = spec
+        .pointer("/hooks/startContainer")
+        .and_then(Value::as_array)
+        .filter(|hooks| !hooks.is_empty());
+    match hooks {
+        None => Ok(()),
+        Some(hooks) => {
+            let paths: Vec<&str> = hooks
+                .iter()
+                .map(|hook| hook.get("path").and_then(Value::as_str).unwrap_or("?"))
+                .collect();
+            Err(OciError::Refused(format!(
+                "config.json has startContainer hooks ({}): they run programs of the \
+                 container's image before its layers are in force; remove them from the \
+                 engine's hooks (an OCI hooks directory or the pod's annotations), or use a \
+                 createContainer hook, which runs a host program",
+                paths.join(", ")
+            )))
+        }
+    }
 }
 
 /// Put the init in front of one process (`config.json`'s or `exec`'s).
@@ -375,6 +433,25 @@ fn limit_resources(linux: &mut Map<String, Value>, policy: &Policy) -> Result<()
     let resources = linux
         .entry("resources")
         .or_insert_with(|| Value::Object(Map::new()));
+    // cgroup v2 files named in `unified` are written after the typed
+    // limits: pids.max = "max" there would lift the ceilings below.
+    let limited = limits.memory.is_some() || limits.pids.is_some() || limits.cpu.is_some();
+    if let Some(file) = resources
+        .get("unified")
+        .and_then(Value::as_object)
+        .and_then(|files| {
+            files
+                .keys()
+                .find(|f| super::update::LIMIT_FILES.contains(&f.as_str()))
+        })
+        .filter(|_| limited)
+    {
+        return Err(OciError::Refused(format!(
+            "linux.resources.unified sets {file}, which would replace the limits of profile \
+             {:?}; set the limit through linux.resources (memory, pids, cpu) instead",
+            policy.name
+        )));
+    }
     if let Some(memory) = limits.memory {
         let current = resources.pointer("/memory/limit").and_then(Value::as_i64);
         let ceiling = i64::try_from(memory).unwrap_or(i64::MAX);
@@ -515,6 +592,48 @@ mod tests {
         );
         let again = secure_config(&mut spec, &policy, &layers, Path::new("/host/init"), 3);
         assert!(matches!(again, Err(OciError::Spec(_))));
+    }
+
+    #[test]
+    fn the_root_and_system_paths_are_not_granted_however_spelled() {
+        let policy = crate::profile::load("strict").unwrap();
+        for cwd in ["//", "/.", "/./", "/", "/tmp/..", "relative"] {
+            let mut spec = spec();
+            spec["process"]["cwd"] = cwd.into();
+            spec["mounts"] = json!([
+                {"destination": "//", "type": "tmpfs", "source": "tmpfs"},
+                {"destination": "//proc/sys", "type": "bind", "source": "/x", "options": ["rw"]},
+                {"destination": "/./etc/hosts", "type": "bind", "source": "/x", "options": ["rw"]},
+                {"destination": "/data/./", "type": "bind", "source": "/x", "options": ["rw"]}
+            ]);
+            let write = layers(&spec, &policy).unwrap().landlock.unwrap().write;
+            assert_eq!(write, ["/data", "/dev/shm", "/tmp", "/var/tmp"], "{cwd}");
+        }
+    }
+
+    #[test]
+    fn what_runs_or_writes_around_the_layers_is_refused() {
+        let policy = crate::profile::load("strict").unwrap();
+        let mut hooked = spec();
+        hooked["hooks"] =
+            json!({"startContainer": [{"path": "/bin/sh", "args": ["sh", "-c", "x"]}]});
+        let layers = layers(&hooked, &policy).unwrap();
+        let err = secure_config(&mut hooked, &policy, &layers, Path::new("/i"), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("startContainer") && err.contains("/bin/sh"),
+            "{err}"
+        );
+        let mut host_hooks = spec();
+        host_hooks["hooks"] = json!({"createRuntime": [{"path": "/usr/bin/x"}]});
+        assert!(secure_config(&mut host_hooks, &policy, &layers, Path::new("/i"), 3).is_ok());
+        let mut unified = spec();
+        unified["linux"]["resources"]["unified"] = json!({"pids.max": "max"});
+        let err = secure_config(&mut unified, &policy, &layers, Path::new("/i"), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("pids.max"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,580 @@
+//! Attacks on `sandbox oci`, each performed for real against runc through
+//! the runtime's command line, the way an engine drives it.
+//!
+//! Who attacks: the container's image (its files, and what an engine
+//! writes into `config.json` from it), the container's processes, and
+//! whoever names containers or sets their annotations. The operator's
+//! settings file is trusted. Needs root, podman, runc and a static
+//! `/bin/busybox` (`.ci/run` installs them).
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
+
+const BUSYBOX: &str = "/bin/busybox";
+
+/// True when `path` is an ELF program with no interpreter (static).
+fn is_static_elf(path: &Path) -> bool {
+    let Ok(bytes) = std::fs::read(path) else {
+        return false;
+    };
+    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
+        return false;
+    }
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as usize;
+    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
+    (0..phnum).all(|n| {
+        let at = phoff + n * phentsize;
+        // PT_INTERP = 3
+        bytes.len() >= at + 4 && u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) != 3
+    })
+}
+
+fn usable(test: &str) -> bool {
+    let root = nix::unistd::geteuid().is_root();
+    let tools = ["podman", "runc"].iter().all(|tool| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {tool}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    support::require(
+        test,
+        "root with podman, runc and a static /bin/busybox (apt-get install podman runc busybox-static)",
+        root && tools && is_static_elf(Path::new(BUSYBOX)),
+    )
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A busybox root, `sandbox oci` behind a wrapper naming its settings, and
+/// runc's state of its own.
+struct Engine {
+    dir: tempfile::TempDir,
+}
+
+impl Engine {
+    fn new(settings: &str) -> Engine {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-attack-")
+            .tempdir_in("/tmp")
+            .expect("tempdir");
+        let engine = Engine { dir };
+        let rootfs = engine.rootfs();
+        for sub in ["bin", "tmp", "etc", "work"] {
+            std::fs::create_dir_all(rootfs.join(sub)).expect("mkdir");
+        }
+        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).expect("busybox");
+        for applet in [
+            "sh", "cat", "echo", "touch", "grep", "head", "sleep", "ls", "id", "rm", "ln", "true",
+        ] {
+            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
+        }
+        std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod");
+        engine.write_settings(settings);
+        let wrapper = engine.runtime();
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nSANDBOX_OCI_CONFIG={} exec {} oci \"$@\"\n",
+                engine.path().join("oci.toml").display(),
+                support::sandbox_bin()
+            ),
+        )
+        .expect("wrapper");
+        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        engine
+    }
+
+    fn write_settings(&self, settings: &str) {
+        std::fs::write(
+            self.path().join("oci.toml"),
+            format!(
+                "state_dir = \"{0}/state\"\naudit_dir = \"{0}/audit\"\n{settings}",
+                self.path().display()
+            ),
+        )
+        .expect("settings");
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn rootfs(&self) -> PathBuf {
+        self.path().join("rootfs")
+    }
+
+    fn runtime(&self) -> PathBuf {
+        self.path().join("sandbox-runc")
+    }
+
+    /// A bundle named `name`: `runc spec`'s default on the busybox root
+    /// running `args`, then `edit`ed as the attacker wishes.
+    fn bundle(&self, name: &str, args: &[&str], edit: impl FnOnce(&mut Value)) -> PathBuf {
+        let bundle = self.path().join(format!("bundle-{name}"));
+        std::fs::create_dir_all(&bundle).expect("bundle");
+        let made = Command::new("runc")
+            .args(["spec", "--bundle"])
+            .arg(&bundle)
+            .status()
+            .expect("runc spec");
+        assert!(made.success());
+        let path = bundle.join("config.json");
+        let mut spec: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        spec["root"]["path"] = self.rootfs().to_string_lossy().into();
+        spec["root"]["readonly"] = false.into();
+        spec["process"]["terminal"] = false.into();
+        spec["process"]["args"] = json!(args);
+        edit(&mut spec);
+        std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+        bundle
+    }
+
+    /// `sandbox oci --root R ARGS`, output collected.
+    fn oci(&self, args: &[&str]) -> Output {
+        Command::new(self.runtime())
+            .arg("--root")
+            .arg(self.path().join("runc-root"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("sandbox oci")
+    }
+
+    /// `create` of `bundle` as `id`: the container keeps runc's stdio, so
+    /// it goes to the file `output` returns (with create's own errors).
+    fn create(&self, bundle: &Path, id: &str) -> bool {
+        let log = std::fs::File::create(self.output_path(id)).expect("log");
+        Command::new(self.runtime())
+            .arg("--root")
+            .arg(self.path().join("runc-root"))
+            .args(["create", "--bundle"])
+            .arg(bundle)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .status()
+            .expect("create")
+            .success()
+    }
+
+    fn output_path(&self, id: &str) -> PathBuf {
+        self.path().join(format!("output-{id}"))
+    }
+
+    fn output(&self, id: &str) -> String {
+        std::fs::read_to_string(self.output_path(id)).unwrap_or_default()
+    }
+
+    fn status(&self, id: &str) -> String {
+        let out = self.oci(&["state", id]);
+        let state: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        state["status"].as_str().unwrap_or("").to_owned()
+    }
+
+    /// `start`, then wait until the container's process ended.
+    fn start_and_wait(&self, id: &str) {
+        let started = self.oci(&["start", id]);
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while self.status(id) != "stopped" && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// `exec --process` of `process` (a process JSON) into `id`.
+    fn exec(&self, id: &str, process: &Value) -> Output {
+        let path = self
+            .path()
+            .join(format!("process-{}.json", support::marker("p")));
+        std::fs::write(&path, serde_json::to_vec(process).unwrap()).unwrap();
+        self.oci(&["exec", "--process", path.to_str().unwrap(), id])
+    }
+
+    /// Every audit line of every container, parsed.
+    fn audit(&self) -> Vec<Value> {
+        let mut lines = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.path().join("audit")) else {
+            return lines;
+        };
+        for entry in entries.flatten() {
+            let content = std::fs::read_to_string(entry.path()).expect("audit");
+            lines.extend(
+                content
+                    .lines()
+                    .map(|l| serde_json::from_str::<Value>(l).expect("audit line")),
+            );
+        }
+        lines
+    }
+}
+
+impl Drop for Engine {
+    /// No container of a failed test outlives it.
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(self.path().join("runc-root")) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            let _ = Command::new("runc")
+                .arg("--root")
+                .arg(self.path().join("runc-root"))
+                .args(["delete", "--force", &id])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn id(tag: &str) -> String {
+    format!("attack-{}", support::marker(tag))
+}
+
+fn process(script: &str) -> Value {
+    json!({
+        "args": ["/bin/sh", "-c", script],
+        "cwd": "/",
+        "env": ["PATH=/bin"],
+        "user": {"uid": 0, "gid": 0},
+    })
+}
+
+#[test]
+fn a_start_container_hook_runs_no_image_code_outside_the_layers() {
+    let test = "a_start_container_hook_runs_no_image_code_outside_the_layers";
+    if !usable(test) {
+        return;
+    }
+    // startContainer hooks resolve and run inside the container after runc
+    // dropped capabilities but before the process: under plain runc they
+    // are image code with none of the profile's layers, holding the broker
+    // channel before the init wrote its report.
+    let engine = Engine::new("");
+    let forged = r#"{"method":"sandbox.enforced","params":{"landlock":"full","seccomp_programs":1,"no_new_privs":true,"args":["forged"]}}"#;
+    let bundle = engine.bundle("hook", &["/bin/true"], |spec| {
+        spec["hooks"] = json!({"startContainer": [{
+            "path": "/bin/sh",
+            "args": ["sh", "-c", format!("touch /etc/hooked; echo '{forged}' >&3")],
+        }]});
+    });
+    let id = id("hook");
+    let created = engine.create(&bundle, &id);
+    if created {
+        engine.start_and_wait(&id);
+        let _ = engine.oci(&["delete", "--force", &id]);
+    }
+    assert!(
+        !engine.rootfs().join("etc/hooked").exists(),
+        "the hook wrote the image's /etc: {:?}",
+        engine.audit()
+    );
+    let audit = engine.audit();
+    assert!(
+        !audit.iter().any(|l| l["enforced"]["args"][0] == "forged"),
+        "{audit:?}"
+    );
+    assert!(!created, "a startContainer hook is refused");
+    let output = engine.output(&id);
+    assert!(output.contains("startContainer"), "{output}");
+}
+
+#[test]
+fn a_second_create_with_a_running_containers_id_changes_none_of_its_layers() {
+    let test = "a_second_create_with_a_running_containers_id_changes_none_of_its_layers";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    let id = id("twice");
+    let first = engine.bundle("first", &["/bin/sleep", "60"], |_| {});
+    assert!(engine.create(&first, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    // The same id again, with a config whose read-write volume at /etc
+    // would make /etc writable: runc refuses the id, but what sandbox oci
+    // recorded for it must still be the first container's layers.
+    let volume = engine.path().join("volume");
+    std::fs::create_dir_all(&volume).unwrap();
+    let second = engine.bundle("second", &["/bin/true"], |spec| {
+        spec["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/etc",
+            "type": "bind",
+            "source": volume,
+            "options": ["rbind", "rw"],
+        }));
+    });
+    let log = std::fs::File::create(engine.path().join("second.log")).unwrap();
+    let again = Command::new(engine.runtime())
+        .arg("--root")
+        .arg(engine.path().join("runc-root"))
+        .args(["create", "--bundle"])
+        .arg(&second)
+        .arg(&id)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .status()
+        .expect("create");
+    assert!(!again.success());
+    let exec = engine.exec(
+        &id,
+        &process("touch /etc/planted && echo etc=written || echo etc=denied"),
+    );
+    let stdout = text(&exec.stdout);
+    assert!(
+        stdout.contains("etc=denied"),
+        "{stdout}\n{}",
+        text(&exec.stderr)
+    );
+    assert!(!engine.rootfs().join("etc/planted").exists());
+    let _ = engine.oci(&["delete", "--force", &id]);
+}
+
+/// The container's task limit as runc reads it from its cgroup.
+fn pids_limit(engine: &Engine, id: &str) -> Option<u64> {
+    let out = engine.oci(&["events", "--stats", id]);
+    let stats: Value = serde_json::from_slice(&out.stdout).ok()?;
+    stats["data"]["pids"]["limit"].as_u64()
+}
+
+#[test]
+fn update_cannot_lift_the_profiles_limits() {
+    let test = "update_cannot_lift_the_profiles_limits";
+    if !usable(test) {
+        return;
+    }
+    // A Kubernetes in-place resize or `podman update` is runc's `update`:
+    // strict's 512 tasks must stay a ceiling after create.
+    let engine = Engine::new("");
+    let id = id("update");
+    let bundle = engine.bundle("update", &["/bin/sleep", "60"], |_| {});
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    assert_eq!(pids_limit(&engine, &id), Some(512));
+    let flag = engine.oci(&["update", "--pids-limit", "100000", &id]);
+    let resources = engine.path().join("resources.json");
+    std::fs::write(&resources, r#"{"pids":{"limit":-1},"memory":{"limit":-1}}"#).unwrap();
+    let document = engine.oci(&["update", "-r", resources.to_str().unwrap(), &id]);
+    assert_eq!(
+        pids_limit(&engine, &id),
+        Some(512),
+        "{}\n{}",
+        text(&flag.stderr),
+        text(&document.stderr)
+    );
+    for refused in [&flag, &document] {
+        assert!(!refused.status.success());
+        assert!(
+            text(&refused.stderr).contains("above the limit of the container's profile"),
+            "{}",
+            text(&refused.stderr)
+        );
+    }
+    // Lowering is an update like any other.
+    let lower = engine.oci(&["update", "--pids-limit", "100", &id]);
+    assert!(lower.status.success(), "{}", text(&lower.stderr));
+    assert_eq!(pids_limit(&engine, &id), Some(100));
+    let _ = engine.oci(&["delete", "--force", &id]);
+}
+
+#[test]
+fn a_user_who_can_rename_the_state_directory_cannot_swap_a_record() {
+    let test = "a_user_who_can_rename_the_state_directory_cannot_swap_a_record";
+    if !usable(test) {
+        return;
+    }
+    use std::os::unix::process::CommandExt;
+    // The operator put state_dir below a directory an unprivileged user
+    // owns. That user renames the state directory away and puts one of
+    // their own in its place, with a record whose layers are none: the next
+    // `exec` (root's) would read it.
+    let engine = Engine::new("");
+    let parent = engine.path().join("users");
+    std::fs::create_dir(&parent).unwrap();
+    std::os::unix::fs::chown(&parent, Some(support::TEST_UID), Some(support::TEST_GID)).unwrap();
+    std::fs::set_permissions(engine.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    std::fs::write(
+        engine.path().join("oci.toml"),
+        format!(
+            "state_dir = \"{}/state\"\naudit_dir = \"{}/audit\"\n",
+            parent.display(),
+            engine.path().display()
+        ),
+    )
+    .unwrap();
+    let id = id("swap");
+    let bundle = engine.bundle("swap", &["/bin/sleep", "60"], |_| {});
+    let created = engine.create(&bundle, &id);
+    if created {
+        let started = engine.oci(&["start", &id]);
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        let record_path = parent
+            .join("state/containers")
+            .join(&id)
+            .join("record.json");
+        let mut record: Value =
+            serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap()).unwrap();
+        record["layers"] = json!({"landlock": null, "seccomp": null});
+        let forged = parent.join("forged.json");
+        std::fs::write(&forged, serde_json::to_vec(&record).unwrap()).unwrap();
+        let swapped = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(format!(
+                "cd {} && mv state old && mkdir -p state/containers/{id} && \
+                 cp forged.json state/containers/{id}/record.json",
+                parent.display()
+            ))
+            .uid(support::TEST_UID)
+            .gid(support::TEST_GID)
+            .status()
+            .expect("swap as the user");
+        assert!(swapped.success());
+        let exec = engine.exec(
+            &id,
+            &process("touch /etc/planted && echo etc=written || echo etc=denied"),
+        );
+        assert!(
+            !text(&exec.stdout).contains("etc=written"),
+            "{}",
+            text(&exec.stdout)
+        );
+        let _ = engine.oci(&["delete", "--force", &id]);
+    } else {
+        let output = engine.output(&id);
+        assert!(output.contains("another user can write"), "{output}");
+    }
+    assert!(!engine.rootfs().join("etc/planted").exists());
+}
+
+#[test]
+fn restore_from_a_checkpoint_is_refused() {
+    let test = "restore_from_a_checkpoint_is_refused";
+    if !usable(test) {
+        return;
+    }
+    // A checkpoint (an engine imports it from an archive) brings its own
+    // config.json, with the image's process and no init in front of it.
+    let engine = Engine::new("");
+    let id = id("restore");
+    let bundle = engine.bundle("restore", &["/bin/sh", "-c", "touch /etc/restored"], |_| {});
+    let images = engine.path().join("checkpoint");
+    std::fs::create_dir_all(&images).unwrap();
+    let out = engine.oci(&[
+        "restore",
+        "--detach",
+        "--image-path",
+        images.to_str().unwrap(),
+        "--bundle",
+        bundle.to_str().unwrap(),
+        &id,
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("restore: a container restored from a checkpoint"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(engine.status(&id).is_empty(), "runc never saw it");
+    assert!(!engine.rootfs().join("etc/restored").exists());
+}
+
+#[test]
+fn a_working_directory_spelled_as_the_root_grants_no_write_on_the_image() {
+    let test = "a_working_directory_spelled_as_the_root_grants_no_write_on_the_image";
+    if !usable(test) {
+        return;
+    }
+    // The image's working directory is writable under strict (its project
+    // is read-write), except when it is `/`, the whole image. `//` and `/.`
+    // are `/` too, and so is a volume mounted at one of them.
+    let engine = Engine::new("");
+    for (n, (cwd, mount)) in [("//", None), ("/.", None), ("/work", Some("/./"))]
+        .into_iter()
+        .enumerate()
+    {
+        let planted = format!("planted{n}");
+        let script = format!("touch /etc/{planted}");
+        let bundle = engine.bundle(&format!("cwd{n}"), &["/bin/sh", "-c", &script], |spec| {
+            spec["process"]["cwd"] = cwd.into();
+            if let Some(destination) = mount {
+                spec["mounts"].as_array_mut().unwrap().push(json!({
+                    "destination": destination,
+                    "type": "tmpfs",
+                    "source": "tmpfs",
+                    "options": ["rw", "size=1m"],
+                }));
+            }
+        });
+        let id = id("cwd");
+        if engine.create(&bundle, &id) {
+            engine.start_and_wait(&id);
+            let _ = engine.oci(&["delete", "--force", &id]);
+        }
+        assert!(
+            !engine.rootfs().join("etc").join(&planted).exists(),
+            "cwd {cwd:?}, mount {mount:?}: {}",
+            engine.output(&id)
+        );
+    }
+}
+
+#[test]
+fn the_brokers_file_access_stays_in_the_containers_root() {
+    let test = "the_brokers_file_access_stays_in_the_containers_root";
+    if !usable(test) {
+        return;
+    }
+    // The broker runs on the host, as root with file capabilities, in the
+    // container's root: the image's links must not lead it to the host's.
+    let engine = Engine::new("");
+    let etc = engine.rootfs().join("etc");
+    std::os::unix::fs::symlink("/etc/shadow", etc.join("absolute")).unwrap();
+    std::os::unix::fs::symlink("../../../../../../../../etc/shadow", etc.join("relative")).unwrap();
+    let mut script = String::new();
+    for (n, path) in [
+        "etc/absolute",
+        "etc/relative",
+        "../../../../../../../../etc/shadow",
+        "/etc/shadow",
+    ]
+    .iter()
+    .enumerate()
+    {
+        script.push_str(&format!(
+            "echo '{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"fs.read\",\"params\":{{\"path\":\"{path}\"}}}}' >&3; head -n 1 <&3; "
+        ));
+    }
+    let id = id("broker");
+    let bundle = engine.bundle("broker", &["/bin/sh", "-c", &script], |_| {});
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    engine.start_and_wait(&id);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    let output = engine.output(&id);
+    let answers: Vec<Value> = output
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    assert_eq!(answers.len(), 4, "{output}");
+    for answer in &answers {
+        assert!(answer["error"].is_object(), "{answer}");
+    }
+    let shadow = std::fs::read_to_string("/etc/shadow").unwrap_or_default();
+    let root_line = shadow.lines().next().unwrap_or("root:");
+    assert!(!output.contains(root_line), "{output}");
+}
