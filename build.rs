@@ -1,5 +1,5 @@
-//! Builds `oci-init` as a static program and hands its path to the crate
-//! (`SANDBOX_OCI_INIT`), which embeds it: `sandbox oci` mounts it into
+//! Builds `oci-init` as a static program and hands it to the crate deflated
+//! (`SANDBOX_OCI_INIT_DEFLATE`, with its size and digest), which embeds it: `sandbox oci` mounts it into
 //! containers whose images have no compatible C library, and being static
 //! it loads nothing from the image before its layers are in force.
 //!
@@ -57,7 +57,33 @@ fn main() {
         .join(&target)
         .join("release")
         .join("sandbox-oci-init");
-    println!("cargo:rustc-env=SANDBOX_OCI_INIT={}", binary.display());
+    // Embedded deflated: a static program is mostly the C library's, which
+    // compresses to well under half, and every copy of `sandbox` carries it.
+    let bytes = match std::fs::read(&binary) {
+        Ok(bytes) => bytes,
+        Err(err) => fail(&format!("reading {}: {err}", binary.display())),
+    };
+    let deflated = out.join("sandbox-oci-init.deflate");
+    if let Err(err) = std::fs::write(&deflated, miniz_oxide::deflate::compress_to_vec(&bytes, 10)) {
+        fail(&format!("writing {}: {err}", deflated.display()));
+    }
+    println!(
+        "cargo:rustc-env=SANDBOX_OCI_INIT_DEFLATE={}",
+        deflated.display()
+    );
+    println!("cargo:rustc-env=SANDBOX_OCI_INIT_LEN={}", bytes.len());
+    println!(
+        "cargo:rustc-env=SANDBOX_OCI_INIT_DIGEST={:016x}",
+        fnv1a(&bytes)
+    );
+}
+
+/// FNV-1a, 64 bits: names the init's version in the state directory (the
+/// directory's ownership, not the name, is what keeps the file genuine).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, byte| {
+        (hash ^ u64::from(*byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
 }
 
 fn fail(message: &str) -> ! {
