@@ -344,6 +344,18 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
     ] {
         assert!(stdout.contains(expected), "exec: {expected}:\n{stdout}");
     }
+    // Nothing is left on disk per exec (a Kubernetes exec probe runs one
+    // every few seconds for the container's whole life).
+    let kept: Vec<String> = std::fs::read_dir(engine.path().join("state/containers").join(&polite))
+        .expect("the container's state")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        kept.iter()
+            .all(|name| name == "record.json" || name == "config.original.json"),
+        "{kept:?}"
+    );
     let tty = engine
         .podman(&runtime)
         .args([

@@ -107,6 +107,28 @@ pub struct Instruction {
     pub k: u32,
 }
 
+impl From<libc::sock_filter> for Instruction {
+    fn from(i: libc::sock_filter) -> Instruction {
+        Instruction {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        }
+    }
+}
+
+impl From<Instruction> for libc::sock_filter {
+    fn from(i: Instruction) -> libc::sock_filter {
+        libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        }
+    }
+}
+
 /// A program as text: 16 hex digits per instruction (code, jt, jf, k).
 pub fn encode_program(program: &[Instruction]) -> String {
     program

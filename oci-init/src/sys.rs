@@ -17,15 +17,7 @@ pub fn set_no_new_privs() -> std::io::Result<()> {
 
 /// Install one seccomp program on this thread (the init has no other).
 pub fn install_filter(program: &[Instruction]) -> std::io::Result<()> {
-    let filter: Vec<libc::sock_filter> = program
-        .iter()
-        .map(|i| libc::sock_filter {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
-        .collect();
+    let filter: Vec<libc::sock_filter> = program.iter().copied().map(Into::into).collect();
     // A length that does not fit would be truncated into a different,
     // shorter program; the kernel's own limit is 4096 instructions.
     let len = libc::c_ushort::try_from(filter.len())

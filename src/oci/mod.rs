@@ -223,7 +223,13 @@ fn create(
     runc_args.push(parsed.id.clone().into());
     runc_args.extend(parsed.trailing.iter().cloned());
     start_with_supervisor(
-        settings, &parsed.id, &record, "create", broker_fd, &runc_args,
+        settings,
+        &parsed.id,
+        &record,
+        "create",
+        broker_fd,
+        &runc_args,
+        &[],
     )
 }
 
@@ -283,23 +289,51 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
             "exec with --process takes no command after the id".to_owned(),
         ));
     }
-    let dir = container_dir(settings, &parsed.id);
     let record = read_record(settings, &parsed.id, "exec into it")?;
     let mut process = read_json(Path::new(process_file), "reading exec's process file")?;
     let broker_fd = 3 + parsed.preserved_fds()?;
     spec::secure_process(&mut process, &record.layers, broker_fd)?;
-    let ours = dir.join(format!("exec-{}.json", std::process::id()));
-    write_json(&ours, &process, "writing exec's process file")?;
+    // runc reads the rewritten process from a memory file it inherits just
+    // above the broker channel: nothing is left on disk per exec (a
+    // Kubernetes exec probe runs one every few seconds), and runc marks it
+    // close-on-exec for the container, as it does every descriptor beyond
+    // the preserved ones.
+    let rewritten = memory_file(&process)?;
+    let process_fd = broker_fd + 1;
 
     let mut runc_args = invocation.global.clone();
     runc_args.push("exec".into());
     runc_args.extend(parsed.arguments_without(&["process", "p", "preserve-fds"]));
-    let mut process_arg = OsString::from("--process=");
-    process_arg.push(&ours);
-    runc_args.push(process_arg);
+    runc_args.push(format!("--process=/proc/self/fd/{process_fd}").into());
     runc_args.push(format!("--preserve-fds={}", broker_fd - 2).into());
     runc_args.push(parsed.id.clone().into());
-    start_with_supervisor(settings, &parsed.id, &record, "exec", broker_fd, &runc_args)
+    start_with_supervisor(
+        settings,
+        &parsed.id,
+        &record,
+        "exec",
+        broker_fd,
+        &runc_args,
+        &[(rewritten.as_fd(), process_fd)],
+    )
+}
+
+/// `value` as JSON in an anonymous memory file.
+fn memory_file(value: &serde_json::Value) -> Result<std::os::fd::OwnedFd, OciError> {
+    use std::io::Write;
+    let failed = |source: std::io::Error| OciError::Io {
+        what: "writing exec's process to a memory file",
+        path: "memfd:sandbox-oci-exec".into(),
+        source,
+    };
+    let text = serde_json::to_vec(value)
+        .map_err(|err| OciError::Spec(format!("serializing exec's process: {err}")))?;
+    let fd =
+        nix::sys::memfd::memfd_create(c"sandbox-oci-exec", nix::sys::memfd::MFdFlags::MFD_CLOEXEC)
+            .map_err(|errno| failed(errno.into()))?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(&text).map_err(failed)?;
+    Ok(std::os::fd::OwnedFd::from(file))
 }
 
 /// What `create` recorded for container `id`; refused (naming `doing`)
@@ -327,6 +361,7 @@ fn start_with_supervisor(
     started_by: &str,
     broker_fd: i32,
     runc_args: &[OsString],
+    also_placed: &[(std::os::fd::BorrowedFd<'_>, i32)],
 ) -> Result<i32, OciError> {
     let runc = settings.runc()?;
     let (host_end, container_end) = socketpair(
@@ -349,7 +384,9 @@ fn start_with_supervisor(
         host_end,
     )?;
     let argv = argv(&runc, runc_args)?;
-    crate::sys::fd::exec_with_placed(&argv[0], &argv, &[(container_end.as_fd(), broker_fd)])
+    let mut placed = vec![(container_end.as_fd(), broker_fd)];
+    placed.extend_from_slice(also_placed);
+    crate::sys::fd::exec_with_placed(&argv[0], &argv, &placed)
 }
 
 fn argv(runc: &Path, args: &[OsString]) -> Result<Vec<CString>, OciError> {

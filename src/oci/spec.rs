@@ -117,15 +117,8 @@ pub fn layers(spec: &Value, policy: &Policy) -> Result<Layers, OciError> {
                     .programs()
                     .iter()
                     .map(|program| {
-                        let program: Vec<sandbox_oci_init::Instruction> = program
-                            .iter()
-                            .map(|i| sandbox_oci_init::Instruction {
-                                code: i.code,
-                                jt: i.jt,
-                                jf: i.jf,
-                                k: i.k,
-                            })
-                            .collect();
+                        let program: Vec<sandbox_oci_init::Instruction> =
+                            program.iter().copied().map(Into::into).collect();
                         sandbox_oci_init::encode_program(&program)
                     })
                     .collect(),

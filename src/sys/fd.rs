@@ -254,10 +254,24 @@ pub fn exec_with_placed(
     argv: &[std::ffi::CString],
     placed: &[(BorrowedFd<'_>, RawFd)],
 ) -> ! {
+    // Copies above every target first: placing one descriptor must not
+    // replace another that is still to be placed (the memory file at 3
+    // that the broker channel is about to take).
+    let above = placed.iter().map(|(_, n)| *n).max().unwrap_or(2) + 1;
+    let mut lifted = Vec::with_capacity(placed.len());
     for (fd, number) in placed {
+        match dup_at_or_above(*fd, above) {
+            Ok(copy) => lifted.push((copy, *number)),
+            Err(errno) => {
+                eprintln!("sandbox: placing a descriptor at {number} for {program:?}: {errno}");
+                std::process::exit(125);
+            }
+        }
+    }
+    for (fd, number) in &lifted {
         // SAFETY: this process executes a new image (or exits) right after
         // the loop; nothing of it uses a replaced number again.
-        if let Err(errno) = unsafe { dup_onto(*fd, *number) } {
+        if let Err(errno) = unsafe { dup_onto(fd.as_fd(), *number) } {
             eprintln!("sandbox: placing a descriptor at {number} for {program:?}: {errno}");
             std::process::exit(125);
         }
