@@ -424,10 +424,9 @@ fn a_user_who_can_rename_the_state_directory_cannot_swap_a_record() {
     if created {
         let started = engine.oci(&["start", &id]);
         assert!(started.status.success(), "{}", text(&started.stderr));
-        let record_path = parent
-            .join("state/containers")
-            .join(&id)
-            .join("record.json");
+        let dir = support::oci_container_dir(&parent.join("state"), &id).expect("the record");
+        let relative = dir.strip_prefix(&parent).unwrap().display().to_string();
+        let record_path = dir.join("record.json");
         let mut record: Value =
             serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap()).unwrap();
         record["layers"] = json!({"landlock": null, "seccomp": null});
@@ -436,8 +435,8 @@ fn a_user_who_can_rename_the_state_directory_cannot_swap_a_record() {
         let swapped = Command::new("/bin/sh")
             .arg("-c")
             .arg(format!(
-                "cd {} && mv state old && mkdir -p state/containers/{id} && \
-                 cp forged.json state/containers/{id}/record.json",
+                "cd {} && mv state old && mkdir -p {relative} && \
+                 cp forged.json {relative}/record.json",
                 parent.display()
             ))
             .uid(support::TEST_UID)

@@ -346,11 +346,14 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
     }
     // Nothing is left on disk per exec (a Kubernetes exec probe runs one
     // every few seconds for the container's whole life).
-    let kept: Vec<String> = std::fs::read_dir(engine.path().join("state/containers").join(&polite))
-        .expect("the container's state")
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let kept: Vec<String> = std::fs::read_dir(
+        support::oci_container_dir(&engine.path().join("state"), &polite)
+            .expect("the container's state"),
+    )
+    .expect("the container's state")
+    .flatten()
+    .map(|e| e.file_name().to_string_lossy().into_owned())
+    .collect();
     assert!(
         kept.iter()
             .all(|name| name == "record.json" || name == "config.original.json"),
@@ -429,7 +432,10 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
         // its state is gone.
         let left = support::wait_until_gone(id, 10);
         assert!(left.is_empty(), "{name}: processes left: {left:?}");
-        assert!(!engine.path().join("state/containers").join(id).exists());
+        assert_eq!(
+            support::oci_container_dir(&engine.path().join("state"), id),
+            None
+        );
     }
 }
 
@@ -578,7 +584,10 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
     assert_eq!(status_of(&engine, &id), "stopped");
     let deleted = oci(&engine, &["delete", &id]);
     assert!(deleted.status.success(), "{}", text(&deleted.stderr));
-    assert!(!engine.path().join("state/containers").join(&id).exists());
+    assert_eq!(
+        support::oci_container_dir(&engine.path().join("state"), &id),
+        None
+    );
     assert!(support::wait_until_gone(&id, 10).is_empty());
 
     let features = oci(&engine, &["features"]);
@@ -675,4 +684,48 @@ fn exec_into_a_container_sandbox_did_not_create_is_refused() {
     // A command line instead of --process is not checked, so not passed on.
     let out = oci(&engine, &["exec", "some-id", "/bin/sh"]);
     assert!(text(&out.stderr).contains("needs --process"));
+}
+
+#[test]
+fn two_runc_roots_keep_containers_of_the_same_id_apart() {
+    let test = "two_runc_roots_keep_containers_of_the_same_id_apart";
+    if !usable(test) {
+        return;
+    }
+    let engine = Engine::new("");
+    let bundle = bundle(&engine, &["/bin/sleep", "30"]);
+    let id = format!("oci-{}", support::marker("roots"));
+    let with_root = |root: &str, args: &[&str]| {
+        Command::new(engine.runtime())
+            .arg("--root")
+            .arg(engine.path().join(root))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("sandbox oci")
+    };
+    let bundle_arg = bundle.to_str().unwrap();
+    // The engine writes a fresh config.json for each container.
+    let fresh = std::fs::read(bundle.join("config.json")).unwrap();
+    assert!(with_root("root-a", &["create", "--bundle", bundle_arg, &id]).success());
+    std::fs::write(bundle.join("config.json"), &fresh).unwrap();
+    // The same id under another root is another container, not a leftover
+    // of the first to be replaced, nor one runc already has.
+    assert!(with_root("root-b", &["create", "--bundle", bundle_arg, &id]).success());
+    let state = engine.path().join("state/containers");
+    let records = std::fs::read_dir(&state)
+        .unwrap()
+        .flatten()
+        .filter(|root| root.path().join(&id).join("record.json").exists())
+        .count();
+    assert_eq!(records, 2);
+    for root in ["root-a", "root-b"] {
+        assert!(with_root(root, &["delete", "--force", &id]).success());
+    }
+    assert_eq!(
+        support::oci_container_dir(&engine.path().join("state"), &id),
+        None
+    );
 }

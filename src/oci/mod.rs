@@ -167,8 +167,20 @@ struct Record {
     rootfs: PathBuf,
 }
 
-fn container_dir(settings: &Settings, id: &str) -> PathBuf {
-    settings.state_dir.join("containers").join(id)
+/// Container `id`'s state: below a directory for runc's `--root`, so two
+/// engines with roots of their own (Podman's, containerd's) never mistake
+/// each other's container of the same id for theirs.
+fn container_dir(settings: &Settings, invocation: &cli::Invocation, id: &str) -> PathBuf {
+    use sha2::Digest;
+    let root = match &invocation.root {
+        None => "default".to_owned(),
+        Some(root) => {
+            let digest = sha2::Sha256::digest(root.as_bytes());
+            let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            format!("root-{hex}")
+        }
+    };
+    settings.state_dir.join("containers").join(root).join(id)
 }
 
 fn create(
@@ -195,7 +207,7 @@ fn create(
     let original = spec.clone();
     spec::secure_config(&mut spec, &policy, &layers, &init, broker_fd)?;
 
-    let dir = container_dir(settings, &parsed.id);
+    let dir = container_dir(settings, invocation, &parsed.id);
     claim_container_dir(settings, invocation, &parsed.id, &dir)?;
     write_json(
         &dir.join("config.original.json"),
@@ -289,7 +301,7 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
             "exec with --process takes no command after the id".to_owned(),
         ));
     }
-    let record = read_record(settings, &parsed.id, "exec into it")?;
+    let record = read_record(settings, invocation, &parsed.id, "exec into it")?;
     let mut process = read_json(Path::new(process_file), "reading exec's process file")?;
     let broker_fd = 3 + parsed.preserved_fds()?;
     spec::secure_process(&mut process, &record.layers, broker_fd)?;
@@ -338,8 +350,13 @@ fn memory_file(value: &serde_json::Value) -> Result<std::os::fd::OwnedFd, OciErr
 
 /// What `create` recorded for container `id`; refused (naming `doing`)
 /// for a container this runtime did not create, whose layers are unknown.
-fn read_record(settings: &Settings, id: &str, doing: &str) -> Result<Record, OciError> {
-    let dir = container_dir(settings, id);
+fn read_record(
+    settings: &Settings,
+    invocation: &cli::Invocation,
+    id: &str,
+    doing: &str,
+) -> Result<Record, OciError> {
+    let dir = container_dir(settings, invocation, id);
     let record_path = dir.join("record.json");
     if !record_path.exists() {
         return Err(OciError::Refused(format!(
@@ -436,7 +453,7 @@ fn delete(
         .find(|a| !a.as_bytes().starts_with(b"-"));
     if status.success() {
         if let Some(id) = id.and_then(|id| cli::checked_id(id).ok()) {
-            let dir = container_dir(settings, &id);
+            let dir = container_dir(settings, invocation, &id);
             if let Err(err) = std::fs::remove_dir_all(&dir) {
                 if err.kind() != std::io::ErrorKind::NotFound {
                     eprintln!("sandbox oci: removing {}: {err}", dir.display());

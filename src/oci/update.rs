@@ -208,7 +208,7 @@ pub fn update(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, 
             "update takes nothing after the container id".to_owned(),
         ));
     }
-    let record = super::read_record(settings, &parsed.id, "update")?;
+    let record = super::read_record(settings, invocation, &parsed.id, "update")?;
     let mut runc_args = invocation.global.clone();
     runc_args.push("update".into());
     runc_args.extend(parsed.arguments_without(&["resources", "r"]));

@@ -443,3 +443,13 @@ pub fn commands_exist(tools: &[&str]) -> bool {
             .is_ok_and(|s| s.success())
     })
 }
+
+/// Where `sandbox oci` keeps container `id`'s record under `state_dir`
+/// (one directory per runc `--root` below `containers/`), if anywhere.
+pub fn oci_container_dir(state_dir: &Path, id: &str) -> Option<PathBuf> {
+    std::fs::read_dir(state_dir.join("containers"))
+        .ok()?
+        .flatten()
+        .map(|root| root.path().join(id))
+        .find(|dir| dir.exists())
+}
