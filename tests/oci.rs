@@ -684,6 +684,29 @@ fn exec_into_a_container_sandbox_did_not_create_is_refused() {
     // A command line instead of --process is not checked, so not passed on.
     let out = oci(&engine, &["exec", "some-id", "/bin/sh"]);
     assert!(text(&out.stderr).contains("needs --process"));
+    // An engine that reads runc's log for the reason (containerd's shim)
+    // finds it there, in the format it asked for.
+    let log = engine.path().join("runc.log");
+    let out = oci(
+        &engine,
+        &[
+            "--log",
+            log.to_str().unwrap(),
+            "--log-format",
+            "json",
+            "exec",
+            "some-id",
+            "/bin/sh",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let logged: serde_json::Value =
+        serde_json::from_str(std::fs::read_to_string(&log).unwrap().trim()).expect("a JSON line");
+    assert_eq!(logged["level"], "error");
+    assert!(
+        logged["msg"].as_str().unwrap().contains("needs --process"),
+        "{logged}"
+    );
 }
 
 #[test]

@@ -19,6 +19,11 @@ pub struct Invocation {
     pub global: Vec<OsString>,
     /// `--root`, when given.
     pub root: Option<OsString>,
+    /// `--log`: where runc writes its messages, and where an engine reads
+    /// why a command failed (containerd's shim reads this, not stderr).
+    pub log: Option<OsString>,
+    /// `--log-format` (`text` or `json`).
+    pub log_format: Option<OsString>,
     /// The command (`create`, `start`, ...); None for `--version` and the like.
     pub command: Option<String>,
     /// Everything after the command, as given.
@@ -41,7 +46,7 @@ fn flag_name(arg: &OsStr) -> Option<(String, Option<OsString>)> {
 /// Split `args` (without the program name).
 pub fn split(args: &[OsString]) -> Invocation {
     let mut global = Vec::new();
-    let mut root = None;
+    let (mut root, mut log, mut log_format) = (None, None, None);
     let mut at = 0;
     while at < args.len() {
         let Some((name, inline)) = flag_name(&args[at]) else {
@@ -61,14 +66,19 @@ pub fn split(args: &[OsString]) -> Invocation {
                     value
                 }
             };
-            if name == "root" {
-                root = value;
+            match name.as_str() {
+                "root" => root = value,
+                "log" => log = value,
+                "log-format" => log_format = value,
+                _ => {}
             }
         }
     }
     Invocation {
         global,
         root,
+        log,
+        log_format,
         command: args.get(at).map(|c| c.to_string_lossy().into_owned()),
         rest: args.get(at + 1..).unwrap_or_default().to_vec(),
     }
@@ -292,6 +302,7 @@ mod tests {
             "id",
         ]));
         assert_eq!(split.root, Some(OsString::from("/run/x")));
+        assert_eq!(split.log, Some(OsString::from("/l")));
         assert_eq!(split.command.as_deref(), Some("create"));
         assert_eq!(split.global.len(), 4);
         assert_eq!(split.rest, os(&["--bundle", "/b", "id"]));

@@ -87,8 +87,33 @@ pub fn main(args: Vec<OsString>) -> i32 {
         Ok(code) => code,
         Err(err) => {
             eprintln!("sandbox oci: {err}");
+            log_error(&cli::split(&args), &format!("sandbox oci: {err}"));
             EXIT_REFUSED
         }
+    }
+}
+
+/// Append `message` to runc's `--log` file in its format, where an engine
+/// that reads the log (containerd's shim) finds why the command failed.
+fn log_error(invocation: &cli::Invocation, message: &str) {
+    use std::io::Write;
+    let Some(path) = &invocation.log else {
+        return;
+    };
+    let line = if invocation.log_format.as_deref() == Some(OsStr::new("json")) {
+        serde_json::json!({"level": "error", "msg": message}).to_string()
+    } else {
+        format!(
+            "level=error msg={}",
+            serde_json::Value::String(message.to_owned())
+        )
+    };
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
+        let _ = writeln!(file, "{line}");
     }
 }
 
