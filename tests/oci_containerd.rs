@@ -40,26 +40,16 @@ fn is_static_elf(path: &Path) -> bool {
     })
 }
 
-fn on_path(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn usable(test: &str) -> bool {
     let root = nix::unistd::geteuid().is_root();
-    let tools = [
+    let tools = support::commands_exist(&[
         "containerd",
         "containerd-shim-runc-v2",
         "ctr",
         "runc",
         "unshare",
         "script",
-    ]
-    .iter()
-    .all(|tool| on_path(tool));
+    ]);
     support::require(
         test,
         "root with containerd, ctr, runc, unshare, script and a static /bin/busybox \
@@ -200,8 +190,9 @@ impl Containerd {
         std::fs::read_to_string(self.path().join("containerd.log")).unwrap_or_default()
     }
 
-    fn container_state(&self, id: &str) -> PathBuf {
-        self.path().join("sandbox-state/containers").join(id)
+    /// `sandbox oci`'s record of container `id`, while it has one.
+    fn container_state(&self, id: &str) -> Option<PathBuf> {
+        support::oci_container_dir(&self.path().join("sandbox-state"), id)
     }
 
     fn ctr_command(&self) -> Command {
@@ -389,7 +380,7 @@ fn ctr_run_gets_the_layers_and_keeps_the_exit_code() {
     assert_eq!(enforced["profile"], "strict");
     assert_eq!(enforced["enforced"]["landlock"], "full");
     assert_eq!(enforced["enforced"]["seccomp_programs"], 1);
-    assert!(!containerd.container_state(&id).exists());
+    assert_eq!(containerd.container_state(&id), None);
 
     // `ctr run -t`: create with the shim's --console-socket.
     let tty_id = format!("ctrd-{}", support::marker("tty"));
@@ -462,6 +453,7 @@ while :; do sleep 0.1; done"#,
         containerd.daemon_log()
     );
     assert_eq!(containerd.wait_for_status(&id, "RUNNING"), "RUNNING");
+    assert!(containerd.container_state(&id).is_some());
 
     // The container's supervisor (the `sandbox oci create` that forked
     // before runc) is confined too.
@@ -571,7 +563,7 @@ while :; do sleep 0.1; done"#,
     // and its state is gone.
     let left = support::wait_until_gone(&id, 10);
     assert!(left.is_empty(), "processes left: {left:?}");
-    assert!(!containerd.container_state(&id).exists());
+    assert_eq!(containerd.container_state(&id), None);
     assert!(!containerd
         .path()
         .join("runc-root/default")
@@ -597,7 +589,7 @@ fn a_refusal_reaches_ctr_through_the_runtimes_log() {
         stderr.contains("sandbox oci: refused") && stderr.contains("shares the host's network"),
         "{stderr}"
     );
-    assert!(!containerd.container_state(&id).exists());
+    assert_eq!(containerd.container_state(&id), None);
     let left = support::wait_until_gone(&id, 10);
     assert!(left.is_empty(), "processes left: {left:?}");
 }
