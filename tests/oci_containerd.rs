@@ -22,24 +22,6 @@ use std::time::{Duration, Instant};
 
 const BUSYBOX: &str = "/bin/busybox";
 
-/// True when `path` is an ELF program with no interpreter (static).
-fn is_static_elf(path: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(path) else {
-        return false;
-    };
-    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
-        return false;
-    }
-    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as usize;
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    (0..phnum).all(|n| {
-        let at = phoff + n * phentsize;
-        // PT_INTERP = 3
-        bytes.len() >= at + 4 && u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) != 3
-    })
-}
-
 fn usable(test: &str) -> bool {
     let root = nix::unistd::geteuid().is_root();
     let tools = support::commands_exist(&[
@@ -54,7 +36,7 @@ fn usable(test: &str) -> bool {
         test,
         "root with containerd, ctr, runc, unshare, script and a static /bin/busybox \
          (apt-get install containerd runc busybox-static)",
-        root && tools && is_static_elf(Path::new(BUSYBOX)),
+        root && tools && support::is_static_elf(Path::new(BUSYBOX)),
     )
 }
 
