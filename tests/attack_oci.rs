@@ -15,107 +15,30 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::{json, Value};
 
-const BUSYBOX: &str = "/bin/busybox";
-
-/// True when `path` is an ELF program with no interpreter (static).
-fn is_static_elf(path: &Path) -> bool {
-    let Ok(bytes) = std::fs::read(path) else {
-        return false;
-    };
-    if bytes.len() < 64 || &bytes[..4] != b"\x7fELF" || bytes[4] != 2 {
-        return false;
-    }
-    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
-    let u16_at = |at: usize| u16::from_le_bytes(bytes[at..at + 2].try_into().unwrap()) as usize;
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    (0..phnum).all(|n| {
-        let at = phoff + n * phentsize;
-        // PT_INTERP = 3
-        bytes.len() >= at + 4 && u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) != 3
-    })
-}
+use support::oci::{text, OciRuntime};
 
 fn usable(test: &str) -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    let tools = ["podman", "runc"].iter().all(|tool| {
-        Command::new("sh")
-            .args(["-c", &format!("command -v {tool}")])
-            .stdout(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    });
-    support::require(
-        test,
-        "root with podman, runc and a static /bin/busybox (apt-get install podman runc busybox-static)",
-        root && tools && is_static_elf(Path::new(BUSYBOX)),
-    )
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    support::oci::usable(test, &["podman", "runc"], "podman runc busybox-static")
 }
 
 /// A busybox root, `sandbox oci` behind a wrapper naming its settings, and
 /// runc's state of its own.
 struct Engine {
-    dir: tempfile::TempDir,
+    runtime: OciRuntime,
+}
+
+impl std::ops::Deref for Engine {
+    type Target = OciRuntime;
+    fn deref(&self) -> &OciRuntime {
+        &self.runtime
+    }
 }
 
 impl Engine {
     fn new(settings: &str) -> Engine {
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-attack-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        let engine = Engine { dir };
-        let rootfs = engine.rootfs();
-        for sub in ["bin", "tmp", "etc", "work"] {
-            std::fs::create_dir_all(rootfs.join(sub)).expect("mkdir");
+        Engine {
+            runtime: OciRuntime::new("sandbox-attack-", settings),
         }
-        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).expect("busybox");
-        for applet in [
-            "sh", "cat", "echo", "touch", "grep", "head", "sleep", "ls", "id", "rm", "ln", "true",
-        ] {
-            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
-        }
-        std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
-            .expect("chmod");
-        engine.write_settings(settings);
-        let wrapper = engine.runtime();
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\nSANDBOX_OCI_CONFIG={} exec {} oci \"$@\"\n",
-                engine.path().join("oci.toml").display(),
-                support::sandbox_bin()
-            ),
-        )
-        .expect("wrapper");
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        engine
-    }
-
-    fn write_settings(&self, settings: &str) {
-        std::fs::write(
-            self.path().join("oci.toml"),
-            format!(
-                "state_dir = \"{0}/state\"\naudit_dir = \"{0}/audit\"\n{settings}",
-                self.path().display()
-            ),
-        )
-        .expect("settings");
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn rootfs(&self) -> PathBuf {
-        self.path().join("rootfs")
-    }
-
-    fn runtime(&self) -> PathBuf {
-        self.path().join("sandbox-runc")
     }
 
     /// A bundle named `name`: `runc spec`'s default on the busybox root
@@ -143,7 +66,7 @@ impl Engine {
 
     /// `sandbox oci --root R ARGS`, output collected.
     fn oci(&self, args: &[&str]) -> Output {
-        Command::new(self.runtime())
+        Command::new(self.wrapper())
             .arg("--root")
             .arg(self.path().join("runc-root"))
             .args(args)
@@ -156,7 +79,7 @@ impl Engine {
     /// it goes to the file `output` returns (with create's own errors).
     fn create(&self, bundle: &Path, id: &str) -> bool {
         let log = std::fs::File::create(self.output_path(id)).expect("log");
-        Command::new(self.runtime())
+        Command::new(self.wrapper())
             .arg("--root")
             .arg(self.path().join("runc-root"))
             .args(["create", "--bundle"])
@@ -201,23 +124,6 @@ impl Engine {
             .join(format!("process-{}.json", support::marker("p")));
         std::fs::write(&path, serde_json::to_vec(process).unwrap()).unwrap();
         self.oci(&["exec", "--process", path.to_str().unwrap(), id])
-    }
-
-    /// Every audit line of every container, parsed.
-    fn audit(&self) -> Vec<Value> {
-        let mut lines = Vec::new();
-        let Ok(entries) = std::fs::read_dir(self.path().join("audit")) else {
-            return lines;
-        };
-        for entry in entries.flatten() {
-            let content = std::fs::read_to_string(entry.path()).expect("audit");
-            lines.extend(
-                content
-                    .lines()
-                    .map(|l| serde_json::from_str::<Value>(l).expect("audit line")),
-            );
-        }
-        lines
     }
 }
 
@@ -319,7 +225,7 @@ fn a_second_create_with_a_running_containers_id_changes_none_of_its_layers() {
         }));
     });
     let log = std::fs::File::create(engine.path().join("second.log")).unwrap();
-    let again = Command::new(engine.runtime())
+    let again = Command::new(engine.wrapper())
         .arg("--root")
         .arg(engine.path().join("runc-root"))
         .args(["create", "--bundle"])

@@ -8,84 +8,34 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-const BUSYBOX: &str = "/bin/busybox";
+use support::oci::{text, OciRuntime};
 
 fn usable(test: &str) -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    support::require(
-        test,
-        "root with podman, runc and a static /bin/busybox (apt-get install podman runc busybox-static)",
-        root && support::commands_exist(&["podman", "runc"]) && support::is_static_elf(Path::new(BUSYBOX)),
-    )
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+    support::oci::usable(test, &["podman", "runc"], "podman runc busybox-static")
 }
 
 /// One engine with its own storage, a busybox root, and `sandbox oci`
 /// behind a wrapper that names the runtime's settings (an engine passes
 /// its runtime no environment of its own choosing).
 struct Engine {
-    dir: tempfile::TempDir,
+    runtime: OciRuntime,
+}
+
+impl std::ops::Deref for Engine {
+    type Target = OciRuntime;
+    fn deref(&self) -> &OciRuntime {
+        &self.runtime
+    }
 }
 
 impl Engine {
     fn new(settings: &str) -> Engine {
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-oci-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        let engine = Engine { dir };
-        let rootfs = engine.rootfs();
-        for sub in ["bin", "tmp", "etc", "work"] {
-            std::fs::create_dir_all(rootfs.join(sub)).expect("mkdir");
+        Engine {
+            runtime: OciRuntime::new("sandbox-oci-", settings),
         }
-        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).expect("busybox");
-        for applet in [
-            "sh", "cat", "echo", "touch", "grep", "head", "sleep", "tty", "ls", "id", "rm",
-        ] {
-            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
-        }
-        std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
-            .expect("chmod");
-        let settings_path = engine.path().join("oci.toml");
-        std::fs::write(
-            &settings_path,
-            format!(
-                "state_dir = \"{0}/state\"\naudit_dir = \"{0}/audit\"\n{settings}",
-                engine.path().display()
-            ),
-        )
-        .expect("settings");
-        let wrapper = engine.runtime();
-        std::fs::write(
-            &wrapper,
-            format!(
-                "#!/bin/sh\nSANDBOX_OCI_CONFIG={} exec {} oci \"$@\"\n",
-                settings_path.display(),
-                support::sandbox_bin()
-            ),
-        )
-        .expect("wrapper");
-        std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        engine
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn rootfs(&self) -> PathBuf {
-        self.path().join("rootfs")
-    }
-
-    fn runtime(&self) -> PathBuf {
-        self.path().join("sandbox-runc")
     }
 
     /// `podman` with this engine's storage and `runtime`.
@@ -105,7 +55,7 @@ impl Engine {
 
     /// `podman run --rm` of `script` with `options`; `runtime` None is ours.
     fn run_with(&self, runtime: Option<&Path>, options: &[&str], script: &str) -> Output {
-        let ours = self.runtime();
+        let ours = self.wrapper();
         self.podman(runtime.unwrap_or(&ours))
             .args(["run", "--rm"])
             // Root here may lack CAP_SYS_RESOURCE: podman must not raise rlimits.
@@ -125,23 +75,6 @@ impl Engine {
 
     fn run(&self, script: &str) -> Output {
         self.run_with(None, &["--network", "none"], script)
-    }
-
-    /// Every audit line of every container, parsed.
-    fn audit(&self) -> Vec<serde_json::Value> {
-        let mut lines = Vec::new();
-        let Ok(entries) = std::fs::read_dir(self.path().join("audit")) else {
-            return lines;
-        };
-        for entry in entries.flatten() {
-            let content = std::fs::read_to_string(entry.path()).expect("audit");
-            lines.extend(
-                content
-                    .lines()
-                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit line")),
-            );
-        }
-        lines
     }
 }
 
@@ -183,7 +116,7 @@ fn podman_run_gets_the_layers_and_keeps_the_exit_code() {
     assert_eq!(enforced["profile"], "strict");
     assert_eq!(enforced["enforced"]["landlock"], "full");
     assert_eq!(enforced["enforced"]["seccomp_programs"], 1);
-    let init = std::fs::read_dir(engine.path().join("state"))
+    let init = std::fs::read_dir(engine.state_dir())
         .expect("state")
         .flatten()
         .map(|e| e.path())
@@ -272,7 +205,7 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
         return;
     }
     let engine = Engine::new("");
-    let runtime = engine.runtime();
+    let runtime = engine.wrapper();
     let start = |name: &str, script: &str| {
         let out = engine
             .podman(&runtime)
@@ -329,7 +262,8 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
     // Nothing is left on disk per exec (a Kubernetes exec probe runs one
     // every few seconds for the container's whole life).
     let kept: Vec<String> = std::fs::read_dir(
-        support::oci_container_dir(&engine.path().join("state"), &polite)
+        engine
+            .container_dir(&polite)
             .expect("the container's state"),
     )
     .expect("the container's state")
@@ -414,10 +348,7 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
         // its state is gone.
         let left = support::wait_until_gone(id, 10);
         assert!(left.is_empty(), "{name}: processes left: {left:?}");
-        assert_eq!(
-            support::oci_container_dir(&engine.path().join("state"), id),
-            None
-        );
+        assert_eq!(engine.container_dir(id), None);
     }
 }
 
@@ -514,7 +445,7 @@ fn bundle(engine: &Engine, args: &[&str]) -> PathBuf {
 }
 
 fn oci(engine: &Engine, args: &[&str]) -> Output {
-    Command::new(engine.runtime())
+    Command::new(engine.wrapper())
         .arg("--root")
         .arg(engine.path().join("runc-root"))
         .args(args)
@@ -539,7 +470,7 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
     let bundle = bundle(&engine, &["/bin/sleep", "30"]);
     let id = format!("oci-{}", support::marker("state"));
     // The container keeps runc's stdio: nothing to read from it here.
-    let created = Command::new(engine.runtime())
+    let created = Command::new(engine.wrapper())
         .arg("--root")
         .arg(engine.path().join("runc-root"))
         .args(["create", "--bundle"])
@@ -566,10 +497,7 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
     assert_eq!(status_of(&engine, &id), "stopped");
     let deleted = oci(&engine, &["delete", &id]);
     assert!(deleted.status.success(), "{}", text(&deleted.stderr));
-    assert_eq!(
-        support::oci_container_dir(&engine.path().join("state"), &id),
-        None
-    );
+    assert_eq!(engine.container_dir(&id), None);
     assert!(support::wait_until_gone(&id, 10).is_empty());
 
     let features = oci(&engine, &["features"]);
@@ -701,7 +629,7 @@ fn two_runc_roots_keep_containers_of_the_same_id_apart() {
     let bundle = bundle(&engine, &["/bin/sleep", "30"]);
     let id = format!("oci-{}", support::marker("roots"));
     let with_root = |root: &str, args: &[&str]| {
-        Command::new(engine.runtime())
+        Command::new(engine.wrapper())
             .arg("--root")
             .arg(engine.path().join(root))
             .args(args)
@@ -719,7 +647,7 @@ fn two_runc_roots_keep_containers_of_the_same_id_apart() {
     // The same id under another root is another container, not a leftover
     // of the first to be replaced, nor one runc already has.
     assert!(with_root("root-b", &["create", "--bundle", bundle_arg, &id]).success());
-    let state = engine.path().join("state/containers");
+    let state = engine.state_dir().join("containers");
     let records = std::fs::read_dir(&state)
         .unwrap()
         .flatten()
@@ -729,8 +657,5 @@ fn two_runc_roots_keep_containers_of_the_same_id_apart() {
     for root in ["root-a", "root-b"] {
         assert!(with_root(root, &["delete", "--force", &id]).success());
     }
-    assert_eq!(
-        support::oci_container_dir(&engine.path().join("state"), &id),
-        None
-    );
+    assert_eq!(engine.container_dir(&id), None);
 }

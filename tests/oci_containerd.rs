@@ -15,52 +15,48 @@
 
 mod support;
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-const BUSYBOX: &str = "/bin/busybox";
+use support::oci::{text, OciRuntime};
 
 fn usable(test: &str) -> bool {
-    let root = nix::unistd::geteuid().is_root();
-    let tools = support::commands_exist(&[
-        "containerd",
-        "containerd-shim-runc-v2",
-        "ctr",
-        "runc",
-        "unshare",
-        "script",
-    ]);
-    support::require(
+    support::oci::usable(
         test,
-        "root with containerd, ctr, runc, unshare, script and a static /bin/busybox \
-         (apt-get install containerd runc busybox-static)",
-        root && tools && support::is_static_elf(Path::new(BUSYBOX)),
+        &[
+            "containerd",
+            "containerd-shim-runc-v2",
+            "ctr",
+            "runc",
+            "unshare",
+            "script",
+        ],
+        "containerd runc busybox-static",
     )
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// One containerd of this test's own, a busybox root, and `sandbox oci`
 /// behind a wrapper that names the runtime's settings and records every
 /// command line the shim gives it.
 struct Containerd {
-    dir: tempfile::TempDir,
+    runtime: OciRuntime,
     daemon: Option<Child>,
+}
+
+impl std::ops::Deref for Containerd {
+    type Target = OciRuntime;
+    fn deref(&self) -> &OciRuntime {
+        &self.runtime
+    }
 }
 
 impl Containerd {
     fn start() -> Containerd {
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-ctrd-")
-            .tempdir_in("/tmp")
-            .expect("tempdir");
-        let mut containerd = Containerd { dir, daemon: None };
-        containerd.make_rootfs();
-        containerd.write_runtime();
+        let mut containerd = Containerd {
+            runtime: OciRuntime::new("sandbox-ctrd-", ""),
+            daemon: None,
+        };
         let path = containerd.path().to_owned();
         std::fs::write(
             path.join("config.toml"),
@@ -112,69 +108,8 @@ impl Containerd {
         containerd
     }
 
-    fn make_rootfs(&self) {
-        let rootfs = self.rootfs();
-        for sub in ["bin", "tmp", "etc"] {
-            std::fs::create_dir_all(rootfs.join(sub)).expect("mkdir");
-        }
-        std::fs::copy(BUSYBOX, rootfs.join("bin/busybox")).expect("busybox");
-        for applet in [
-            "sh", "cat", "echo", "touch", "grep", "head", "sleep", "tty", "ls", "id",
-        ] {
-            std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(applet)).expect("applet");
-        }
-        std::fs::set_permissions(rootfs.join("tmp"), std::fs::Permissions::from_mode(0o1777))
-            .expect("chmod");
-    }
-
-    fn write_runtime(&self) {
-        let settings = self.path().join("oci.toml");
-        std::fs::write(
-            &settings,
-            format!(
-                "state_dir = \"{0}/sandbox-state\"\naudit_dir = \"{0}/audit\"\n",
-                self.path().display()
-            ),
-        )
-        .expect("settings");
-        std::fs::write(
-            self.runtime(),
-            format!(
-                "#!/bin/sh\necho \"$*\" >> {}\nSANDBOX_OCI_CONFIG={} exec {} oci \"$@\"\n",
-                self.calls().display(),
-                settings.display(),
-                support::sandbox_bin()
-            ),
-        )
-        .expect("wrapper");
-        std::fs::set_permissions(self.runtime(), std::fs::Permissions::from_mode(0o755))
-            .expect("chmod");
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn rootfs(&self) -> PathBuf {
-        self.path().join("rootfs")
-    }
-
-    fn runtime(&self) -> PathBuf {
-        self.path().join("sandbox-runc")
-    }
-
-    /// The command lines the shim ran the runtime with, one a line.
-    fn calls(&self) -> PathBuf {
-        self.path().join("calls.log")
-    }
-
     fn daemon_log(&self) -> String {
         std::fs::read_to_string(self.path().join("containerd.log")).unwrap_or_default()
-    }
-
-    /// `sandbox oci`'s record of container `id`, while it has one.
-    fn container_state(&self, id: &str) -> Option<PathBuf> {
-        support::oci_container_dir(&self.path().join("sandbox-state"), id)
     }
 
     fn ctr_command(&self) -> Command {
@@ -202,7 +137,7 @@ impl Containerd {
         let path = |p: PathBuf| p.to_string_lossy().into_owned();
         let mut args: Vec<String> = vec!["run".into(), "--rootfs".into()];
         args.push("--runc-binary".into());
-        args.push(runtime.map_or_else(|| path(self.runtime()), str::to_owned));
+        args.push(runtime.map_or_else(|| path(self.wrapper()), str::to_owned));
         args.push("--runc-root".into());
         args.push(path(self.path().join("runc-root")));
         args.push("--fifo-dir".into());
@@ -268,23 +203,6 @@ impl Containerd {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    /// Every audit line of every container, parsed.
-    fn audit(&self) -> Vec<serde_json::Value> {
-        let mut lines = Vec::new();
-        let Ok(entries) = std::fs::read_dir(self.path().join("audit")) else {
-            return lines;
-        };
-        for entry in entries.flatten() {
-            let content = std::fs::read_to_string(entry.path()).expect("audit");
-            lines.extend(
-                content
-                    .lines()
-                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit line")),
-            );
-        }
-        lines
     }
 }
 
@@ -362,7 +280,7 @@ fn ctr_run_gets_the_layers_and_keeps_the_exit_code() {
     assert_eq!(enforced["profile"], "strict");
     assert_eq!(enforced["enforced"]["landlock"], "full");
     assert_eq!(enforced["enforced"]["seccomp_programs"], 1);
-    assert_eq!(containerd.container_state(&id), None);
+    assert_eq!(containerd.container_dir(&id), None);
 
     // `ctr run -t`: create with the shim's --console-socket.
     let tty_id = format!("ctrd-{}", support::marker("tty"));
@@ -435,7 +353,7 @@ while :; do sleep 0.1; done"#,
         containerd.daemon_log()
     );
     assert_eq!(containerd.wait_for_status(&id, "RUNNING"), "RUNNING");
-    assert!(containerd.container_state(&id).is_some());
+    assert!(containerd.container_dir(&id).is_some());
 
     // The container's supervisor (the `sandbox oci create` that forked
     // before runc) is confined too.
@@ -545,7 +463,7 @@ while :; do sleep 0.1; done"#,
     // and its state is gone.
     let left = support::wait_until_gone(&id, 10);
     assert!(left.is_empty(), "processes left: {left:?}");
-    assert_eq!(containerd.container_state(&id), None);
+    assert_eq!(containerd.container_dir(&id), None);
     assert!(!containerd
         .path()
         .join("runc-root/default")
@@ -571,7 +489,7 @@ fn a_refusal_reaches_ctr_through_the_runtimes_log() {
         stderr.contains("sandbox oci: refused") && stderr.contains("shares the host's network"),
         "{stderr}"
     );
-    assert_eq!(containerd.container_state(&id), None);
+    assert_eq!(containerd.container_dir(&id), None);
     let left = support::wait_until_gone(&id, 10);
     assert!(left.is_empty(), "processes left: {left:?}");
 }

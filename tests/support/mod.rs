@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 pub mod mcp_client;
 pub mod net;
+pub mod oci;
 
 /// The binary under test.
 pub fn sandbox_bin() -> &'static str {
