@@ -41,47 +41,13 @@ impl Engine {
         }
     }
 
-    /// A bundle named `name`: `runc spec`'s default on the busybox root
-    /// running `args`, then `edit`ed as the attacker wishes.
-    fn bundle(&self, name: &str, args: &[&str], edit: impl FnOnce(&mut Value)) -> PathBuf {
-        let bundle = self.path().join(format!("bundle-{name}"));
-        std::fs::create_dir_all(&bundle).expect("bundle");
-        let made = Command::new("runc")
-            .args(["spec", "--bundle"])
-            .arg(&bundle)
-            .status()
-            .expect("runc spec");
-        assert!(made.success());
-        let path = bundle.join("config.json");
-        let mut spec: Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        spec["root"]["path"] = self.rootfs().to_string_lossy().into();
-        spec["root"]["readonly"] = false.into();
-        spec["process"]["terminal"] = false.into();
-        spec["process"]["args"] = json!(args);
-        edit(&mut spec);
-        std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
-        bundle
-    }
-
-    /// `sandbox oci --root R ARGS`, output collected.
-    fn oci(&self, args: &[&str]) -> Output {
-        Command::new(self.wrapper())
-            .arg("--root")
-            .arg(self.path().join("runc-root"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("sandbox oci")
-    }
-
     /// `create` of `bundle` as `id`: the container keeps runc's stdio, so
     /// it goes to the file `output` returns (with create's own errors).
     fn create(&self, bundle: &Path, id: &str) -> bool {
         let log = std::fs::File::create(self.output_path(id)).expect("log");
         Command::new(self.wrapper())
             .arg("--root")
-            .arg(self.path().join("runc-root"))
+            .arg(self.runc_root())
             .args(["create", "--bundle"])
             .arg(bundle)
             .arg(id)
@@ -99,12 +65,6 @@ impl Engine {
 
     fn output(&self, id: &str) -> String {
         std::fs::read_to_string(self.output_path(id)).unwrap_or_default()
-    }
-
-    fn status(&self, id: &str) -> String {
-        let out = self.oci(&["state", id]);
-        let state: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        state["status"].as_str().unwrap_or("").to_owned()
     }
 
     /// `start`, then wait until the container's process ended.
@@ -130,14 +90,14 @@ impl Engine {
 impl Drop for Engine {
     /// No container of a failed test outlives it.
     fn drop(&mut self) {
-        let Ok(entries) = std::fs::read_dir(self.path().join("runc-root")) else {
+        let Ok(entries) = std::fs::read_dir(self.runc_root()) else {
             return;
         };
         for entry in entries.flatten() {
             let id = entry.file_name().to_string_lossy().into_owned();
             let _ = Command::new("runc")
                 .arg("--root")
-                .arg(self.path().join("runc-root"))
+                .arg(self.runc_root())
                 .args(["delete", "--force", &id])
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -227,7 +187,7 @@ fn a_second_create_with_a_running_containers_id_changes_none_of_its_layers() {
     let log = std::fs::File::create(engine.path().join("second.log")).unwrap();
     let again = Command::new(engine.wrapper())
         .arg("--root")
-        .arg(engine.path().join("runc-root"))
+        .arg(engine.runc_root())
         .args(["create", "--bundle"])
         .arg(&second)
         .arg(&id)

@@ -8,7 +8,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use support::oci::{text, OciRuntime};
@@ -422,44 +422,6 @@ fn profiles_come_from_the_operator_not_from_the_container() {
     );
 }
 
-/// A bundle for runc's own command line: `runc spec`'s default with the
-/// busybox root and `args`.
-fn bundle(engine: &Engine, args: &[&str]) -> PathBuf {
-    let bundle = engine.path().join("bundle");
-    std::fs::create_dir_all(&bundle).expect("bundle");
-    let made = Command::new("runc")
-        .args(["spec", "--bundle"])
-        .arg(&bundle)
-        .status()
-        .expect("runc spec");
-    assert!(made.success());
-    let path = bundle.join("config.json");
-    let mut spec: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-    spec["root"]["path"] = engine.rootfs().to_string_lossy().into();
-    spec["root"]["readonly"] = false.into();
-    spec["process"]["terminal"] = false.into();
-    spec["process"]["args"] = serde_json::json!(args);
-    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
-    bundle
-}
-
-fn oci(engine: &Engine, args: &[&str]) -> Output {
-    Command::new(engine.wrapper())
-        .arg("--root")
-        .arg(engine.path().join("runc-root"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("sandbox oci")
-}
-
-fn status_of(engine: &Engine, id: &str) -> String {
-    let out = oci(engine, &["state", id]);
-    let state: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    state["status"].as_str().unwrap_or("").to_owned()
-}
-
 #[test]
 fn runc_command_line_state_follows_the_container_and_features_are_well_formed() {
     let test = "runc_command_line_state_follows_the_container_and_features_are_well_formed";
@@ -467,12 +429,12 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
         return;
     }
     let engine = Engine::new("");
-    let bundle = bundle(&engine, &["/bin/sleep", "30"]);
+    let bundle = engine.bundle("sleep", &["/bin/sleep", "30"], |_| {});
     let id = format!("oci-{}", support::marker("state"));
     // The container keeps runc's stdio: nothing to read from it here.
     let created = Command::new(engine.wrapper())
         .arg("--root")
-        .arg(engine.path().join("runc-root"))
+        .arg(engine.runc_root())
         .args(["create", "--bundle"])
         .arg(&bundle)
         .arg(&id)
@@ -482,25 +444,25 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
         .status()
         .expect("create");
     assert!(created.success());
-    assert_eq!(status_of(&engine, &id), "created");
+    assert_eq!(engine.status(&id), "created");
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(bundle.join("config.json")).unwrap())
             .unwrap();
     assert_eq!(config["process"]["args"][0], "/dev/.sandbox-init");
-    assert!(oci(&engine, &["start", &id]).status.success());
-    assert_eq!(status_of(&engine, &id), "running");
-    assert!(oci(&engine, &["kill", &id, "KILL"]).status.success());
+    assert!(engine.oci(&["start", &id]).status.success());
+    assert_eq!(engine.status(&id), "running");
+    assert!(engine.oci(&["kill", &id, "KILL"]).status.success());
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while status_of(&engine, &id) != "stopped" && std::time::Instant::now() < deadline {
+    while engine.status(&id) != "stopped" && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert_eq!(status_of(&engine, &id), "stopped");
-    let deleted = oci(&engine, &["delete", &id]);
+    assert_eq!(engine.status(&id), "stopped");
+    let deleted = engine.oci(&["delete", &id]);
     assert!(deleted.status.success(), "{}", text(&deleted.stderr));
     assert_eq!(engine.container_dir(&id), None);
     assert!(support::wait_until_gone(&id, 10).is_empty());
 
-    let features = oci(&engine, &["features"]);
+    let features = engine.oci(&["features"]);
     assert!(features.status.success(), "{}", text(&features.stderr));
     let features: serde_json::Value = serde_json::from_slice(&features.stdout).expect("JSON");
     check_features_document(&features);
@@ -508,7 +470,7 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
         features["annotations"]["run.sandbox.profile.annotation"],
         "run.sandbox.profile"
     );
-    let version = oci(&engine, &["--version"]);
+    let version = engine.oci(&["--version"]);
     assert!(text(&version.stdout).starts_with("sandbox-runc version"));
     assert!(text(&version.stdout).contains("runc version"));
 }
@@ -576,15 +538,12 @@ fn exec_into_a_container_sandbox_did_not_create_is_refused() {
         r#"{"args":["/bin/sh"],"cwd":"/","user":{"uid":0,"gid":0}}"#,
     )
     .unwrap();
-    let out = oci(
-        &engine,
-        &[
-            "exec",
-            "--process",
-            process.to_str().unwrap(),
-            "made-by-plain-runc",
-        ],
-    );
+    let out = engine.oci(&[
+        "exec",
+        "--process",
+        process.to_str().unwrap(),
+        "made-by-plain-runc",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = text(&out.stderr);
     assert!(
@@ -592,23 +551,20 @@ fn exec_into_a_container_sandbox_did_not_create_is_refused() {
         "{stderr}"
     );
     // A command line instead of --process is not checked, so not passed on.
-    let out = oci(&engine, &["exec", "some-id", "/bin/sh"]);
+    let out = engine.oci(&["exec", "some-id", "/bin/sh"]);
     assert!(text(&out.stderr).contains("needs --process"));
     // An engine that reads runc's log for the reason (containerd's shim)
     // finds it there, in the format it asked for.
     let log = engine.path().join("runc.log");
-    let out = oci(
-        &engine,
-        &[
-            "--log",
-            log.to_str().unwrap(),
-            "--log-format",
-            "json",
-            "exec",
-            "some-id",
-            "/bin/sh",
-        ],
-    );
+    let out = engine.oci(&[
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "exec",
+        "some-id",
+        "/bin/sh",
+    ]);
     assert_eq!(out.status.code(), Some(1));
     let logged: serde_json::Value =
         serde_json::from_str(std::fs::read_to_string(&log).unwrap().trim()).expect("a JSON line");
@@ -626,7 +582,7 @@ fn two_runc_roots_keep_containers_of_the_same_id_apart() {
         return;
     }
     let engine = Engine::new("");
-    let bundle = bundle(&engine, &["/bin/sleep", "30"]);
+    let bundle = engine.bundle("sleep", &["/bin/sleep", "30"], |_| {});
     let id = format!("oci-{}", support::marker("roots"));
     let with_root = |root: &str, args: &[&str]| {
         Command::new(engine.wrapper())

@@ -4,6 +4,9 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::{json, Value};
 
 pub const BUSYBOX: &str = "/bin/busybox";
 
@@ -108,13 +111,60 @@ impl OciRuntime {
         self.path().join("calls.log")
     }
 
+    /// The runc state directory `oci` gives the runtime as `--root`.
+    pub fn runc_root(&self) -> PathBuf {
+        self.path().join("runc-root")
+    }
+
+    /// A bundle named `name`: `runc spec`'s default on the busybox root
+    /// running `args`, then `edit`ed (as an engine or an attacker would).
+    pub fn bundle(&self, name: &str, args: &[&str], edit: impl FnOnce(&mut Value)) -> PathBuf {
+        let bundle = self.path().join(format!("bundle-{name}"));
+        std::fs::create_dir_all(&bundle).expect("bundle");
+        let made = Command::new("runc")
+            .args(["spec", "--bundle"])
+            .arg(&bundle)
+            .status()
+            .expect("runc spec");
+        assert!(made.success());
+        let path = bundle.join("config.json");
+        let mut spec: Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        spec["root"]["path"] = self.rootfs().to_string_lossy().into();
+        spec["root"]["readonly"] = false.into();
+        spec["process"]["terminal"] = false.into();
+        spec["process"]["args"] = json!(args);
+        edit(&mut spec);
+        std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+        bundle
+    }
+
+    /// `sandbox oci --root RUNC_ROOT ARGS`, as an engine runs it, output
+    /// collected.
+    pub fn oci(&self, args: &[&str]) -> Output {
+        Command::new(self.wrapper())
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("sandbox oci")
+    }
+
+    /// The status `state` gives for `id` (empty when it gives none).
+    pub fn status(&self, id: &str) -> String {
+        let out = self.oci(&["state", id]);
+        let state: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        state["status"].as_str().unwrap_or("").to_owned()
+    }
+
     /// `sandbox oci`'s record of container `id`, while it has one.
     pub fn container_dir(&self, id: &str) -> Option<PathBuf> {
         super::oci_container_dir(&self.state_dir(), id)
     }
 
     /// Every audit line of every container, parsed.
-    pub fn audit(&self) -> Vec<serde_json::Value> {
+    pub fn audit(&self) -> Vec<Value> {
         let mut lines = Vec::new();
         let Ok(entries) = std::fs::read_dir(self.path().join("audit")) else {
             return lines;
@@ -124,7 +174,7 @@ impl OciRuntime {
             lines.extend(
                 content
                     .lines()
-                    .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("audit line")),
+                    .map(|l| serde_json::from_str::<Value>(l).expect("audit line")),
             );
         }
         lines
