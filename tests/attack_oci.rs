@@ -4,7 +4,7 @@
 //! Who attacks: the container's image (its files, and what an engine
 //! writes into `config.json` from it), the container's processes, and
 //! whoever names containers or sets their annotations. The operator's
-//! settings file is trusted. Needs root, podman, runc and a static
+//! settings file is trusted. Needs root, runc and a static
 //! `/bin/busybox` (`.ci/run` installs them).
 
 mod support;
@@ -18,7 +18,7 @@ use serde_json::{json, Value};
 use support::oci::{text, OciRuntime};
 
 fn usable(test: &str) -> bool {
-    support::oci::usable(test, &["podman", "runc"], "podman runc busybox-static")
+    support::oci::usable(test, &["runc"], "runc busybox-static")
 }
 
 /// A busybox root, `sandbox oci` behind a wrapper naming its settings, and
@@ -84,26 +84,6 @@ impl Engine {
             .join(format!("process-{}.json", support::marker("p")));
         std::fs::write(&path, serde_json::to_vec(process).unwrap()).unwrap();
         self.oci(&["exec", "--process", path.to_str().unwrap(), id])
-    }
-}
-
-impl Drop for Engine {
-    /// No container of a failed test outlives it.
-    fn drop(&mut self) {
-        let Ok(entries) = std::fs::read_dir(self.runc_root()) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let id = entry.file_name().to_string_lossy().into_owned();
-            let _ = Command::new("runc")
-                .arg("--root")
-                .arg(self.runc_root())
-                .args(["delete", "--force", &id])
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
     }
 }
 

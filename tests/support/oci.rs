@@ -181,6 +181,26 @@ impl OciRuntime {
     }
 }
 
+impl Drop for OciRuntime {
+    /// No container of a failed test outlives it.
+    fn drop(&mut self) {
+        let Ok(entries) = std::fs::read_dir(self.runc_root()) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let id = entry.file_name().to_string_lossy().into_owned();
+            let _ = Command::new("runc")
+                .arg("--root")
+                .arg(self.runc_root())
+                .args(["delete", "--force", &id])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
