@@ -84,6 +84,28 @@ pub fn split(args: &[OsString]) -> Invocation {
     }
 }
 
+/// `update`'s flags, every one taking a value (runc 1.1).
+const UPDATE_FLAGS: &[&str] = &[
+    "resources",
+    "r",
+    "blkio-weight",
+    "cpu-period",
+    "cpu-quota",
+    "cpu-share",
+    "cpu-rt-period",
+    "cpu-rt-runtime",
+    "cpuset-cpus",
+    "cpuset-mems",
+    "kernel-memory",
+    "kernel-memory-tcp",
+    "memory",
+    "memory-reservation",
+    "memory-swap",
+    "pids-limit",
+    "l3-cache-schema",
+    "mem-bw-schema",
+];
+
 /// The flags of `create`, `run` and `exec` that take a value, and those
 /// that do not, in runc 1.1's spelling (short forms included).
 fn takes_value(command: &str, name: &str) -> Option<bool> {
@@ -108,7 +130,7 @@ fn takes_value(command: &str, name: &str) -> Option<bool> {
             "preserve-fds",
             "cgroup",
         ],
-        "update" => super::update::FLAGS,
+        "update" => UPDATE_FLAGS,
         _ => &[],
     };
     let boolean: &[&str] = match command {

@@ -13,28 +13,6 @@ use serde_json::Value;
 use super::{cli, OciError, Settings};
 use crate::profile::policy::Limits;
 
-/// `update`'s flags, every one taking a value (runc 1.1).
-pub const FLAGS: &[&str] = &[
-    "resources",
-    "r",
-    "blkio-weight",
-    "cpu-period",
-    "cpu-quota",
-    "cpu-share",
-    "cpu-rt-period",
-    "cpu-rt-runtime",
-    "cpuset-cpus",
-    "cpuset-mems",
-    "kernel-memory",
-    "kernel-memory-tcp",
-    "memory",
-    "memory-reservation",
-    "memory-swap",
-    "pids-limit",
-    "l3-cache-schema",
-    "mem-bw-schema",
-];
-
 /// The limits an update asks for (None: left as they are).
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Requested {
