@@ -232,6 +232,25 @@ fn update_cannot_lift_the_profiles_limits() {
             text(&refused.stderr)
         );
     }
+    // runc reads `Pids` as `pids`, and of a key given twice merges both
+    // values where serde_json keeps the last: neither lifts the ceiling.
+    for (n, document) in [
+        r#"{"Pids":{"limit":-1}}"#,
+        r#"{"pids":{"limit":-1},"pids":{}}"#,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let resources = engine.path().join(format!("resources-{n}.json"));
+        std::fs::write(&resources, document).unwrap();
+        let update = engine.oci(&["update", "-r", resources.to_str().unwrap(), &id]);
+        assert_eq!(
+            pids_limit(&engine, &id),
+            Some(512),
+            "{document}: {}",
+            text(&update.stderr)
+        );
+    }
     // Lowering is an update like any other.
     let lower = engine.oci(&["update", "--pids-limit", "100", &id]);
     assert!(lower.status.success(), "{}", text(&lower.stderr));
@@ -422,4 +441,72 @@ fn the_brokers_file_access_stays_in_the_containers_root() {
     let shadow = std::fs::read_to_string("/etc/shadow").unwrap_or_default();
     let root_line = shadow.lines().next().unwrap_or("root:");
     assert!(!output.contains(root_line), "{output}");
+}
+
+#[test]
+fn keys_runc_reads_under_another_spelling_change_nothing_it_runs() {
+    let test = "keys_runc_reads_under_another_spelling_change_nothing_it_runs";
+    if !usable(test) {
+        return;
+    }
+    // runc decodes config.json with Go's encoding/json, which matches a
+    // struct's fields case-insensitively, and folds `ſ` (U+017F) to `s` and
+    // `K` (U+212A) to `k`. A key sandbox oci does not read ("proceſs",
+    // "argſ", "StartContainer") would be runc's `process`, its `args`, its
+    // startContainer hooks: the image's process run in place of the init.
+    let engine = Engine::new("");
+    let escape = |n: usize| format!("touch /etc/escaped{n}");
+    type Respelling = fn(&mut Value, String);
+    let respellings: [(&str, Respelling); 3] = [
+        ("process", |spec, script| {
+            spec["proceſs"] = json!({"args": ["/bin/sh", "-c", script]});
+        }),
+        ("args", |spec, script| {
+            spec["process"]["argſ"] = json!(["/bin/sh", "-c", script]);
+        }),
+        ("hooks", |spec, script| {
+            spec["hooks"] = json!({"StartContainer": [{
+                "path": "/bin/sh",
+                "args": ["sh", "-c", script],
+            }]});
+        }),
+    ];
+    for (n, (name, respell)) in respellings.into_iter().enumerate() {
+        let bundle = engine.bundle(name, &["/bin/true"], |spec| respell(spec, escape(n)));
+        let id = id(name);
+        let created = engine.create(&bundle, &id);
+        if created {
+            engine.start_and_wait(&id);
+            let _ = engine.oci(&["delete", "--force", &id]);
+        }
+        assert!(
+            !engine.rootfs().join(format!("etc/escaped{n}")).exists(),
+            "{name}: the image's process ran without the init: {}",
+            engine.output(&id)
+        );
+        assert!(!created, "{name}: created");
+        let output = engine.output(&id);
+        assert!(output.contains("spelled"), "{name}: {output}");
+    }
+    // exec's process file is decoded the same way.
+    let id = id("exec");
+    let bundle = engine.bundle("exec", &["/bin/sleep", "60"], |_| {});
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let mut exec = process("true");
+    exec["argſ"] = json!(["/bin/sh", "-c", escape(3)]);
+    let out = engine.exec(&id, &exec);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    assert!(
+        !engine.rootfs().join("etc/escaped3").exists(),
+        "exec ran the image's process without the init: {}",
+        text(&out.stderr)
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("spelled"),
+        "{}",
+        text(&out.stderr)
+    );
 }

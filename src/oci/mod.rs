@@ -21,6 +21,7 @@
 //!   the container's state, `features` adds this runtime's annotations.
 
 pub mod cli;
+pub mod keys;
 pub mod payload;
 pub mod settings;
 pub mod spec;
@@ -224,6 +225,7 @@ fn create(
     };
     let config_path = bundle.join("config.json");
     let mut spec = read_json(&config_path, "reading the bundle's config.json")?;
+    keys::spelled_as_the_spec(&spec, "config.json")?;
     let policy = settings.profile_for(spec::requested_profile(&spec).as_deref())?;
     let layers = spec::layers(&spec, &policy)?;
     let rootfs = spec::rootfs(&spec, &bundle)?;
@@ -328,6 +330,7 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
     }
     let record = read_record(settings, invocation, &parsed.id, "exec into it")?;
     let mut process = read_json(Path::new(process_file), "reading exec's process file")?;
+    keys::spelled_as_the_spec(&process, "exec's process file")?;
     let broker_fd = 3 + parsed.preserved_fds()?;
     spec::secure_process(&mut process, &record.layers, broker_fd)?;
     // runc reads the rewritten process from a memory file it inherits just

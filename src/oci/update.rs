@@ -190,35 +190,42 @@ pub fn update(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, 
     let mut runc_args = invocation.global.clone();
     runc_args.push("update".into());
     runc_args.extend(parsed.arguments_without(&["resources", "r"]));
-    let document = match parsed.value(&["resources", "r"]) {
-        None => {
-            within(
-                &record.policy.limits,
-                &requested_by_flags(&parsed)?,
-                &record.policy.name,
-            )?;
-            None
-        }
-        Some(source) => {
-            let text = read_resources(Path::new(source))?;
-            let resources: Value = serde_json::from_slice(&text).map_err(|err| {
-                OciError::Spec(format!("update: the resources are not JSON: {err}"))
-            })?;
-            within(
-                &record.policy.limits,
-                &requested_by_document(&resources)?,
-                &record.policy.name,
-            )?;
-            runc_args.push("--resources=-".into());
-            Some(text)
-        }
-    };
+    let document =
+        match parsed.value(&["resources", "r"]) {
+            None => {
+                within(
+                    &record.policy.limits,
+                    &requested_by_flags(&parsed)?,
+                    &record.policy.name,
+                )?;
+                None
+            }
+            Some(source) => {
+                let text = read_resources(Path::new(source))?;
+                let resources: Value = serde_json::from_slice(&text).map_err(|err| {
+                    OciError::Spec(format!("update: the resources are not JSON: {err}"))
+                })?;
+                super::keys::spelled_as_the_spec(&resources, "update's resources")?;
+                within(
+                    &record.policy.limits,
+                    &requested_by_document(&resources)?,
+                    &record.policy.name,
+                )?;
+                runc_args.push("--resources=-".into());
+                // runc gets the document that was checked, not the bytes read:
+                // of a key given twice, Go merges both values where serde_json
+                // keeps the last (`{"pids":{"limit":-1},"pids":{}}` would reach
+                // runc as a limit of -1).
+                Some(serde_json::to_vec(&resources).map_err(|err| {
+                    OciError::Spec(format!("update: writing the resources: {err}"))
+                })?)
+            }
+        };
     runc_args.push(parsed.id.clone().into());
     run_with_input(settings, &runc_args, document.as_deref())
 }
 
-/// The resources document, from a file or `-` (standard input), read once:
-/// runc gets the bytes that were checked.
+/// The resources document, from a file or `-` (standard input), read once.
 fn read_resources(source: &Path) -> Result<Vec<u8>, OciError> {
     let mut text = Vec::new();
     let limit = super::SPEC_MAX + 1;
