@@ -510,3 +510,61 @@ fn keys_runc_reads_under_another_spelling_change_nothing_it_runs() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_network_the_engine_connects_through_a_hook_is_refused_under_a_profile_off_the_network() {
+    let test =
+        "a_network_the_engine_connects_through_a_hook_is_refused_under_a_profile_off_the_network";
+    if !usable(test) || !support::commands_exist(&["ip", "nsenter", "sed"]) {
+        return;
+    }
+    // strict keeps containers off the network, and create refuses a
+    // namespace the spec shows as joined. Docker's default bridge network
+    // shows as a fresh namespace: a prestart hook (libnetwork-setkey)
+    // connects it after create. This hook does the same with a veth pair.
+    let engine = Engine::new("");
+    let suffix: String = support::marker("n")
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .rev()
+        .take(8)
+        .collect();
+    let host_side = format!("sbx{suffix}");
+    let hook = engine.path().join("connect.sh");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\npid=$(sed -n 's/.*\"pid\":\\([0-9]*\\).*/\\1/p')\n\
+             ip link add {host_side} type veth peer name eth0 netns \"$pid\" && \
+             nsenter --net=/proc/$pid/ns/net ip link set eth0 up\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let bundle = engine.bundle(
+        "connected",
+        &["/bin/sh", "-c", "echo the-process-ran; cat /proc/net/dev"],
+        |spec| {
+            spec["hooks"] = json!({"createRuntime": [{"path": hook}]});
+        },
+    );
+    let id = id("net");
+    let created = engine.create(&bundle, &id);
+    if created {
+        engine.start_and_wait(&id);
+        let _ = engine.oci(&["delete", "--force", &id]);
+    }
+    let _ = Command::new("ip")
+        .args(["link", "del", &host_side])
+        .stderr(Stdio::null())
+        .status();
+    let output = engine.output(&id);
+    assert!(
+        !output.contains("the-process-ran"),
+        "the process ran on the engine's network: {output}"
+    );
+    assert!(
+        output.contains("eth0") && output.contains("--network none"),
+        "{output}"
+    );
+}

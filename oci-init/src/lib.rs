@@ -39,6 +39,13 @@ pub struct Plan {
     /// The broker channel: the init writes its [`Report`] there as the
     /// first line, before the container's process can write anything.
     pub report_fd: Option<i32>,
+    /// Refuse to start the process when an interface other than loopback
+    /// is up in its network namespace (the profile's network mode is
+    /// `none` or `loopback`). The spec shows a namespace the engine joined,
+    /// not one it connects after `create` through a hook (Docker's bridge
+    /// network); by the time the init runs, those hooks have run.
+    #[serde(default)]
+    pub loopback_only: bool,
 }
 
 /// Landlock rules inside the container.
@@ -87,6 +94,9 @@ pub struct Enforced {
     pub seccomp_programs: usize,
     /// no_new_privs is set.
     pub no_new_privs: bool,
+    /// `"loopback-only"`: no interface but loopback was up when the
+    /// process started; `"any"`: the profile allows a network, unchecked.
+    pub network: String,
     /// The container's process, as executed.
     pub args: Vec<String>,
 }

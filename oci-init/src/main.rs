@@ -51,6 +51,19 @@ enum InitError {
         index: usize,
         source: std::io::Error,
     },
+    #[error(
+        "the profile keeps the container off the network, but its network namespace has \
+         {0} up besides loopback: the engine connected it after create (a hook does, as for \
+         Docker's default bridge network); run the container with a network namespace of its \
+         own and nothing in it (podman and docker: --network none), or choose a profile with \
+         network mode \"host\" through the run.sandbox.profile annotation"
+    )]
+    Connected(String),
+    #[error(
+        "the profile keeps the container off the network, and its network namespace could not \
+         be checked for interfaces: {0}"
+    )]
+    NetworkUnchecked(std::io::Error),
     #[error("writing the report to the broker channel (fd {fd}): {source}")]
     Report { fd: i32, source: std::io::Error },
 }
@@ -113,6 +126,16 @@ fn read_plan() -> Result<Plan, InitError> {
 
 fn apply(plan: &Plan) -> Result<Enforced, InitError> {
     sys::set_no_new_privs().map_err(InitError::NoNewPrivs)?;
+    // Before the profile's filter, which may refuse the sockets this takes.
+    let network = if plan.loopback_only {
+        let up = sys::interfaces_up().map_err(InitError::NetworkUnchecked)?;
+        if !up.is_empty() {
+            return Err(InitError::Connected(up.join(", ")));
+        }
+        "loopback-only"
+    } else {
+        "any"
+    };
     let landlock = match &plan.landlock {
         Some(rules) => restrict(rules)?,
         None => "off",
@@ -125,6 +148,7 @@ fn apply(plan: &Plan) -> Result<Enforced, InitError> {
         landlock: landlock.to_owned(),
         seccomp_programs,
         no_new_privs: true,
+        network: network.to_owned(),
         args: plan.args.clone(),
     })
 }

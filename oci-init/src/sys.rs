@@ -112,3 +112,78 @@ pub fn open_without_links(path: &str) -> std::io::Result<Option<std::os::fd::Own
     }
     Ok(Some(current))
 }
+
+/// The interfaces of this process's network namespace that are up, other
+/// than loopbacks: what a process could reach a network through. A fresh
+/// namespace holds `lo`, and perhaps the kernel's fallback tunnels (`sit0`,
+/// `tunl0`), which stay down without CAP_NET_ADMIN.
+pub fn interfaces_up() -> std::io::Result<Vec<String>> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const SIOCGIFFLAGS: libc::Ioctl = 0x8913;
+    // SAFETY: socket(2) takes integer arguments only.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: socket just returned this descriptor, owned by nobody else.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: if_nameindex takes no argument and returns a list the caller
+    // frees with if_freenameindex, or null.
+    let list = unsafe { libc::if_nameindex() };
+    if list.is_null() {
+        return Err(std::io::Error::last_os_error());
+    }
+    let mut up = Vec::new();
+    let mut failed = None;
+    let mut at = list;
+    loop {
+        // SAFETY: `at` points into the list if_nameindex returned, which
+        // ends with an entry of index 0 and a null name; the walk stops
+        // there and never reads past it.
+        let entry = unsafe { &*at };
+        if entry.if_index == 0 || entry.if_name.is_null() {
+            break;
+        }
+        // SAFETY: `at` is not the terminator, so the entry after it exists.
+        at = unsafe { at.add(1) };
+        // SAFETY: if_name is a NUL-terminated string owned by the list,
+        // alive until if_freenameindex below; it is copied here.
+        let name = unsafe { std::ffi::CStr::from_ptr(entry.if_name) }
+            .to_bytes()
+            .to_vec();
+        if name.len() >= libc::IFNAMSIZ {
+            failed = Some(std::io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+            break;
+        }
+        // SAFETY: an ifreq is integers, byte arrays and a pointer, all
+        // valid as zeroes (the name then ends with a NUL).
+        let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+        for (slot, byte) in request.ifr_name.iter_mut().zip(&name) {
+            *slot = *byte as libc::c_char;
+        }
+        // SAFETY: SIOCGIFFLAGS reads ifr_name and writes ifr_ifru of
+        // `request`, which is alive and writable for the call.
+        let ret = unsafe { libc::ioctl(socket.as_raw_fd(), SIOCGIFFLAGS, &mut request) };
+        if ret < 0 {
+            let err = std::io::Error::last_os_error();
+            // Gone since the list was read: nothing to reach through.
+            if err.raw_os_error() == Some(libc::ENODEV) {
+                continue;
+            }
+            failed = Some(err);
+            break;
+        }
+        // SAFETY: SIOCGIFFLAGS succeeded, so ifru_flags holds the flags.
+        let flags = libc::c_int::from(unsafe { request.ifr_ifru.ifru_flags } as u16);
+        if flags & libc::IFF_UP != 0 && flags & libc::IFF_LOOPBACK == 0 {
+            up.push(String::from_utf8_lossy(&name).into_owned());
+        }
+    }
+    // SAFETY: `list` came from if_nameindex and is freed once; the names
+    // were copied out of it.
+    unsafe { libc::if_freenameindex(list) };
+    match failed {
+        Some(err) => Err(err),
+        None => Ok(up),
+    }
+}

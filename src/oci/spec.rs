@@ -54,6 +54,10 @@ pub struct Layers {
     pub landlock: Option<LandlockPlan>,
     /// Seccomp programs; None when the profile turned seccomp off.
     pub seccomp: Option<SeccompPlan>,
+    /// The process starts only without an interface up but loopback (the
+    /// profile's network mode is `none` or `loopback`).
+    #[serde(default)]
+    pub loopback_only: bool,
 }
 
 fn field<'a>(value: &'a mut Value, name: &str) -> Result<&'a mut Map<String, Value>, OciError> {
@@ -125,7 +129,17 @@ pub fn layers(spec: &Value, policy: &Policy) -> Result<Layers, OciError> {
             })
         }
     };
-    Ok(Layers { landlock, seccomp })
+    // check_network saw the namespace as the spec names it; a hook may
+    // still connect a fresh one before `start`, which the init checks.
+    let loopback_only = matches!(
+        policy.network.mode,
+        NetworkMode::None | NetworkMode::Loopback
+    );
+    Ok(Layers {
+        landlock,
+        seccomp,
+        loopback_only,
+    })
 }
 
 /// A container shares what its network namespace reaches; a profile that
@@ -363,6 +377,7 @@ pub fn secure_process(
         landlock: layers.landlock.clone(),
         seccomp: layers.seccomp.clone(),
         report_fd: Some(broker_fd),
+        loopback_only: layers.loopback_only,
     };
     let plan = serde_json::to_string(&plan)
         .map_err(|err| OciError::Spec(format!("writing the init's plan: {err}")))?;
@@ -540,6 +555,8 @@ mod tests {
             ["PATH=/bin", "LD_PRELOAD=/evil.so", "SANDBOX_IPC_FD=3"]
         );
         assert_eq!(plan.report_fd, Some(3));
+        // strict keeps containers off the network: the init checks it.
+        assert!(plan.loopback_only);
         let landlock = plan.landlock.unwrap();
         assert!(landlock.required);
         assert_eq!(
