@@ -568,3 +568,41 @@ fn a_network_the_engine_connects_through_a_hook_is_refused_under_a_profile_off_t
         "{output}"
     );
 }
+
+#[test]
+fn the_broker_reads_no_file_the_containers_user_cannot() {
+    let test = "the_broker_reads_no_file_the_containers_user_cannot";
+    if !usable(test) {
+        return;
+    }
+    // The supervisor runs as the engine's user, root. An image that runs
+    // its process as another user (`USER app`, a pod's runAsUser) keeps
+    // files that user cannot read: the broker must not read them for it.
+    let engine = Engine::new("");
+    let secret = engine.rootfs().join("etc/secret");
+    std::fs::write(&secret, "root-only-secret\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let public = engine.rootfs().join("etc/public");
+    std::fs::write(&public, "for-everyone\n").unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut script = String::from("cat /etc/secret 2>/dev/null || echo cat=denied; ");
+    for (n, path) in ["etc/secret", "etc/public"].iter().enumerate() {
+        script.push_str(&format!(
+            "echo '{{\"jsonrpc\":\"2.0\",\"id\":{n},\"method\":\"fs.read\",\"params\":{{\"path\":\"{path}\"}}}}' >&3; head -n 1 <&3; "
+        ));
+    }
+    let id = id("user");
+    let bundle = engine.bundle("user", &["/bin/sh", "-c", &script], |spec| {
+        spec["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+    });
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    engine.start_and_wait(&id);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    let output = engine.output(&id);
+    assert!(output.contains("cat=denied"), "{output}");
+    assert!(
+        !output.contains("root-only-secret"),
+        "the broker read a file its user cannot: {output}"
+    );
+    assert!(output.contains("for-everyone"), "{output}");
+}

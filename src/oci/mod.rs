@@ -191,6 +191,9 @@ struct Record {
     policy: Policy,
     layers: spec::Layers,
     rootfs: PathBuf,
+    /// How the container's ids are ids outside it, for each exec's user.
+    #[serde(default)]
+    ids: spec::IdMaps,
 }
 
 /// Container `id`'s state: below a directory for runc's `--root`, so two
@@ -229,6 +232,11 @@ fn create(
     let policy = settings.profile_for(spec::requested_profile(&spec).as_deref())?;
     let layers = spec::layers(&spec, &policy)?;
     let rootfs = spec::rootfs(&spec, &bundle)?;
+    let ids = spec::id_maps_of(&spec)?;
+    let identity = spec::identity(
+        spec.get("process").unwrap_or(&serde_json::Value::Null),
+        &ids,
+    )?;
     let init = payload::materialize(&settings.state_dir)?;
     let broker_fd = 3 + parsed.preserved_fds()?;
     let original = spec.clone();
@@ -245,6 +253,7 @@ fn create(
         policy,
         layers,
         rootfs,
+        ids,
     };
     let record_json = serde_json::to_value(&record)
         .map_err(|err| OciError::Spec(format!("recording the container: {err}")))?;
@@ -265,7 +274,10 @@ fn create(
         settings,
         &parsed.id,
         &record,
-        "create",
+        Started {
+            by: "create",
+            identity: &identity,
+        },
         broker_fd,
         &runc_args,
         &[],
@@ -331,6 +343,7 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
     let record = read_record(settings, invocation, &parsed.id, "exec into it")?;
     let mut process = read_json(Path::new(process_file), "reading exec's process file")?;
     keys::spelled_as_the_spec(&process, "exec's process file")?;
+    let identity = spec::identity(&process, &record.ids)?;
     let broker_fd = 3 + parsed.preserved_fds()?;
     spec::secure_process(&mut process, &record.layers, broker_fd)?;
     // runc reads the rewritten process from a memory file it inherits just
@@ -351,7 +364,10 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
         settings,
         &parsed.id,
         &record,
-        "exec",
+        Started {
+            by: "exec",
+            identity: &identity,
+        },
         broker_fd,
         &runc_args,
         &[(rewritten.as_fd(), process_fd)],
@@ -398,12 +414,20 @@ fn read_record(
         .map_err(|err| OciError::Spec(format!("{}: {err}", record_path.display())))
 }
 
+/// Which command starts a process on the channel, and who the process is.
+struct Started<'a> {
+    /// `create` or `exec`.
+    by: &'a str,
+    /// Its user outside the container.
+    identity: &'a spec::Identity,
+}
+
 /// Fork the supervisor, then become runc with the channel at `broker_fd`.
 fn start_with_supervisor(
     settings: &Settings,
     id: &str,
     record: &Record,
-    started_by: &str,
+    started: Started<'_>,
     broker_fd: i32,
     runc_args: &[OsString],
     also_placed: &[(std::os::fd::BorrowedFd<'_>, i32)],
@@ -423,8 +447,9 @@ fn start_with_supervisor(
             id,
             policy: &record.policy,
             rootfs: &record.rootfs,
+            identity: started.identity,
             audit: &audit,
-            started_by,
+            started_by: started.by,
         },
         host_end,
     )?;

@@ -87,6 +87,149 @@ fn strings(value: Option<&Value>, what: &str) -> Result<Vec<String>, OciError> {
     }
 }
 
+/// The id the kernel shows for one that a user namespace does not map.
+const OVERFLOW_ID: u32 = 65_534;
+
+/// One range of `linux.uidMappings` or `gidMappings`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct IdMap {
+    /// The first id inside the container.
+    pub inside: u32,
+    /// The id it is outside.
+    pub outside: u32,
+    /// How many ids follow.
+    pub size: u32,
+}
+
+/// How the container's ids are ids outside it: the same when it makes no
+/// user namespace, its mappings when it makes one, unknown (every id the
+/// overflow id) when it joins one.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct IdMaps {
+    /// Whether the container is in a user namespace.
+    pub user_namespace: bool,
+    /// `linux.uidMappings` (empty for a joined namespace).
+    pub uid: Vec<IdMap>,
+    /// `linux.gidMappings` (empty for a joined namespace).
+    pub gid: Vec<IdMap>,
+}
+
+/// Who a container's process is outside it: the ids the supervisor takes
+/// for the file access its broker does on the process's behalf.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    /// The file-system user id.
+    pub uid: u32,
+    /// The file-system group id.
+    pub gid: u32,
+    /// The supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+fn id_maps(list: Option<&Value>, what: &str) -> Result<Vec<IdMap>, OciError> {
+    let Some(list) = list.filter(|l| !l.is_null()) else {
+        return Ok(Vec::new());
+    };
+    let items = list
+        .as_array()
+        .ok_or_else(|| OciError::Spec(format!("{what} is not a list")))?;
+    items
+        .iter()
+        .map(|item| {
+            let number = |key: &str| {
+                item.get(key)
+                    .and_then(Value::as_u64)
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| OciError::Spec(format!("{what} holds a range without {key}")))
+            };
+            Ok(IdMap {
+                inside: number("containerID")?,
+                outside: number("hostID")?,
+                size: number("size")?,
+            })
+        })
+        .collect()
+}
+
+/// The container's id mappings, from its spec.
+pub fn id_maps_of(spec: &Value) -> Result<IdMaps, OciError> {
+    let user = spec
+        .pointer("/linux/namespaces")
+        .and_then(Value::as_array)
+        .and_then(|list| {
+            list.iter()
+                .find(|ns| ns.get("type").and_then(Value::as_str) == Some("user"))
+        });
+    let Some(user) = user else {
+        return Ok(IdMaps::default());
+    };
+    let joined = user
+        .get("path")
+        .and_then(Value::as_str)
+        .is_some_and(|p| !p.is_empty());
+    if joined {
+        return Ok(IdMaps {
+            user_namespace: true,
+            ..IdMaps::default()
+        });
+    }
+    Ok(IdMaps {
+        user_namespace: true,
+        uid: id_maps(spec.pointer("/linux/uidMappings"), "linux.uidMappings")?,
+        gid: id_maps(spec.pointer("/linux/gidMappings"), "linux.gidMappings")?,
+    })
+}
+
+fn outside(id: u32, maps: &[IdMap], user_namespace: bool) -> u32 {
+    if !user_namespace {
+        return id;
+    }
+    maps.iter()
+        .find(|m| id >= m.inside && id - m.inside < m.size)
+        .and_then(|m| m.outside.checked_add(id - m.inside))
+        .unwrap_or(OVERFLOW_ID)
+}
+
+/// Who `process` (`config.json`'s or `exec`'s) runs as outside the
+/// container.
+pub fn identity(process: &Value, maps: &IdMaps) -> Result<Identity, OciError> {
+    let id = |key: &str| -> Result<u32, OciError> {
+        match process.pointer(&format!("/user/{key}")) {
+            None | Some(Value::Null) => Ok(0),
+            Some(value) => value
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| OciError::Spec(format!("process.user.{key} is not an id"))),
+        }
+    };
+    let groups = match process.pointer("/user/additionalGids") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|g| {
+                g.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        OciError::Spec("process.user.additionalGids holds a non-id".to_owned())
+                    })
+            })
+            .collect::<Result<Vec<u32>, OciError>>()?,
+        Some(_) => {
+            return Err(OciError::Spec(
+                "process.user.additionalGids is not a list".to_owned(),
+            ))
+        }
+    };
+    Ok(Identity {
+        uid: outside(id("uid")?, &maps.uid, maps.user_namespace),
+        gid: outside(id("gid")?, &maps.gid, maps.user_namespace),
+        groups: groups
+            .into_iter()
+            .map(|g| outside(g, &maps.gid, maps.user_namespace))
+            .collect(),
+    })
+}
+
 /// The profile a spec asks for through [`PROFILE_ANNOTATION`], if any.
 pub fn requested_profile(spec: &Value) -> Option<String> {
     spec.pointer(&format!(
@@ -644,6 +787,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("pids.max"), "{err}");
+    }
+
+    #[test]
+    fn the_process_is_who_its_user_namespace_maps_it_to() {
+        let mut spec = spec();
+        spec["process"]["user"] = json!({"uid": 1000, "gid": 100, "additionalGids": [10, 70000]});
+        let who = |spec: &Value| identity(&spec["process"], &id_maps_of(spec).unwrap()).unwrap();
+        let expect = |uid, gid, groups: &[u32]| Identity {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        };
+        assert_eq!(who(&spec), expect(1000, 100, &[10, 70000]));
+        spec["linux"]["namespaces"] = json!([{"type": "network"}, {"type": "user"}]);
+        spec["linux"]["uidMappings"] = json!([{"containerID": 0, "hostID": 100000, "size": 65536}]);
+        spec["linux"]["gidMappings"] = json!([{"containerID": 0, "hostID": 200000, "size": 65536}]);
+        assert_eq!(who(&spec), expect(101000, 200100, &[200010, 65534]));
+        // A namespace joined by path maps ids nobody here knows: nobody's.
+        spec["linux"]["namespaces"] = json!([{"type": "user", "path": "/proc/1/ns/user"}]);
+        assert_eq!(who(&spec), expect(65534, 65534, &[65534, 65534]));
+        spec["process"]["user"] = json!({"uid": -1});
+        assert!(identity(&spec["process"], &IdMaps::default()).is_err());
     }
 
     #[test]

@@ -30,6 +30,9 @@ pub struct Serving<'a> {
     pub policy: &'a Policy,
     /// The container's root on the host: the broker's project.
     pub rootfs: &'a Path,
+    /// Who the process on the channel is outside the container: the broker
+    /// reaches its root with that user's file access, not the engine's.
+    pub identity: &'a super::spec::Identity,
     /// Where the audit lines go (appended).
     pub audit: &'a Path,
     /// `create` or `exec`, for the audit.
@@ -63,37 +66,28 @@ pub fn start(serving: &Serving<'_>, host_end: OwnedFd) -> Result<nix::unistd::Pi
         }
         drop(null);
         let _ = nix::unistd::setsid();
-        confine(serving);
-        serve(serving, channel, std::fs::File::from(audit))
+        let audit = std::fs::File::from(audit);
+        // The container's root is opened while the supervisor still reaches
+        // it (its parents may be the engine's alone), then it becomes the
+        // container's user for the files in it.
+        let broker = open_broker(serving, &audit);
+        let acting = confine(serving);
+        serve(serving, channel, audit, broker, acting)
     })
     .map_err(|source| OciError::Supervisor(source.to_string()))
 }
 
-/// The capabilities the supervisor keeps (it runs as the engine's user,
-/// root for a rootful engine): the file access the broker needs in the
-/// container's root, whose files belong to the container's users.
-const KEPT: [caps::Capability; 4] = [
-    caps::Capability::CAP_DAC_OVERRIDE,
-    caps::Capability::CAP_DAC_READ_SEARCH,
-    caps::Capability::CAP_FOWNER,
-    caps::Capability::CAP_CHOWN,
-];
-
 /// What the container talks to is this process: a flaw in the broker must
-/// not be the host's. It keeps only [`KEPT`], reaches only the container's
-/// root (and, read-only, the system files a `net.http` needs), cannot
-/// execute anything, and runs under the profile's system-call policy.
-/// Best effort, as for the net process: each of these narrows a process
-/// that works without them.
-fn confine(serving: &Serving<'_>) {
+/// not be the host's. It reaches only the container's root (and, read-only,
+/// the system files a `net.http` needs) with the file access of the
+/// container's process and no capability, cannot execute anything, and runs
+/// under the profile's system-call policy. Landlock and seccomp are best
+/// effort, as for the net process: each narrows a process that works
+/// without them. Taking the process's ids is not: an error says why the
+/// broker must not serve.
+fn confine(serving: &Serving<'_>) -> Result<(), String> {
     use crate::landlock::LandlockAccess;
     let _ = nix::sys::prctl::set_no_new_privs();
-    let permitted = caps::read(None, caps::CapSet::Permitted).unwrap_or_default();
-    let kept: caps::CapsHashSet = KEPT.into_iter().filter(|c| permitted.contains(c)).collect();
-    let _ = caps::clear(None, caps::CapSet::Ambient);
-    let _ = caps::clear(None, caps::CapSet::Inheritable);
-    let _ = caps::set(None, caps::CapSet::Effective, &kept);
-    let _ = caps::set(None, caps::CapSet::Permitted, &kept);
     let cstring = |path: &Path| {
         std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).ok()
     };
@@ -108,6 +102,16 @@ fn confine(serving: &Serving<'_>) {
         }
     }
     let _ = crate::landlock::apply(&rules);
+    // Before the filter below, which may refuse these calls.
+    let acting = act_as(serving.identity);
+    for set in [
+        caps::CapSet::Ambient,
+        caps::CapSet::Inheritable,
+        caps::CapSet::Effective,
+        caps::CapSet::Permitted,
+    ] {
+        let _ = caps::clear(None, set);
+    }
     if serving.policy.enforce.seccomp != crate::profile::policy::Enforcement::Off {
         let mut policy = serving.policy.syscalls.clone();
         policy
@@ -117,6 +121,51 @@ fn confine(serving: &Serving<'_>) {
             let _ = crate::sys::seccomp::install_filters(filter.programs());
         }
     }
+    acting
+}
+
+/// Take the file-system ids and groups of the container's process: the
+/// engine's user (root, with every capability) reads files the process
+/// may not, such as its image's 0600 files under `USER app`. Checked by
+/// reading them back, since setfsuid and setfsgid report no error.
+fn act_as(identity: &super::spec::Identity) -> Result<(), String> {
+    use nix::unistd::{setfsgid, setfsuid, Gid, Uid};
+    let groups: Vec<Gid> = identity.groups.iter().copied().map(Gid::from_raw).collect();
+    let (uid, gid) = (Uid::from_raw(identity.uid), Gid::from_raw(identity.gid));
+    let failed = |what: &str| {
+        format!(
+            "cannot take the container's {what} (user {}, group {}, groups {:?}) for the \
+             broker's file access; run the engine as root, or in a user namespace holding \
+             the container's ids",
+            identity.uid, identity.gid, identity.groups
+        )
+    };
+    // setgroups needs CAP_SETGID even to keep the groups as they are: a
+    // rootless engine's supervisor that is the container's user already
+    // has nothing to change.
+    let mut wanted = identity.groups.clone();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut current: Vec<u32> = nix::unistd::getgroups()
+        .unwrap_or_default()
+        .into_iter()
+        .map(Gid::as_raw)
+        .collect();
+    current.sort_unstable();
+    current.dedup();
+    if current != wanted {
+        nix::unistd::setgroups(&groups)
+            .map_err(|errno| format!("{}: {errno}", failed("groups")))?;
+    }
+    setfsgid(gid);
+    if setfsgid(gid) != gid {
+        return Err(failed("group"));
+    }
+    setfsuid(uid);
+    if setfsuid(uid) != uid {
+        return Err(failed("user"));
+    }
+    Ok(())
 }
 
 fn open_audit(path: &Path) -> Result<std::fs::File, OciError> {
@@ -154,10 +203,31 @@ fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
-fn serve(serving: &Serving<'_>, channel: OwnedFd, mut audit: std::fs::File) -> i32 {
-    let Ok(broker_audit) = audit.try_clone() else {
-        return 1;
-    };
+/// The broker for the container's root, opened before the supervisor
+/// takes the container's ids.
+fn open_broker(
+    serving: &Serving<'_>,
+    audit: &std::fs::File,
+) -> Result<crate::broker::server::Broker, String> {
+    let broker_audit = audit.try_clone().map_err(|err| err.to_string())?;
+    crate::broker::server::Broker::new(
+        serving.policy.broker.clone(),
+        serving.rootfs,
+        &[],
+        crate::project::Rules::default(),
+        Some(broker_audit),
+        serving.id.to_owned(),
+    )
+    .map_err(|err| format!("opening the container's root: {err}"))
+}
+
+fn serve(
+    serving: &Serving<'_>,
+    channel: OwnedFd,
+    mut audit: std::fs::File,
+    broker: Result<crate::broker::server::Broker, String>,
+    acting: Result<(), String>,
+) -> i32 {
     let mut event = |event: &str, enforced: Option<&serde_json::Value>, problem: Option<&str>| {
         let mut line = crate::broker::audit::to_line(&Event {
             time: now(),
@@ -188,21 +258,10 @@ fn serve(serving: &Serving<'_>, channel: OwnedFd, mut audit: std::fs::File) -> i
             return 1;
         }
     }
-    let mut broker = match crate::broker::server::Broker::new(
-        serving.policy.broker.clone(),
-        serving.rootfs,
-        &[],
-        crate::project::Rules::default(),
-        Some(broker_audit),
-        serving.id.to_owned(),
-    ) {
-        Ok(broker) => broker,
-        Err(err) => {
-            event(
-                "ended",
-                None,
-                Some(&format!("opening the container's root: {err}")),
-            );
+    let mut broker = match (broker, acting) {
+        (Ok(broker), Ok(())) => broker,
+        (Err(problem), _) | (_, Err(problem)) => {
+            event("ended", None, Some(&problem));
             return 1;
         }
     };
