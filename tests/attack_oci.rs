@@ -606,3 +606,46 @@ fn the_broker_reads_no_file_the_containers_user_cannot() {
     );
     assert!(output.contains("for-everyone"), "{output}");
 }
+
+#[test]
+fn a_working_directory_in_proc_or_dev_grants_no_write_there() {
+    let test = "a_working_directory_in_proc_or_dev_grants_no_write_there";
+    if !usable(test) {
+        return;
+    }
+    // The image's working directory is writable under strict, but /proc,
+    // /sys, /dev and the engine's files never are: a volume there is not
+    // granted, and neither is a WORKDIR. With /proc/sys not read-only (an
+    // engine that unmasks /proc, as Kubernetes' procMount: Unmasked does),
+    // root without capabilities writes sysctls its mode allows: here the
+    // container's own hostname, elsewhere kernel.core_pattern.
+    let engine = Engine::new("");
+    let cases = [
+        (
+            "/proc/sys/kernel",
+            "echo planted > /proc/sys/kernel/hostname && echo proc=written || echo proc=denied",
+            "proc=",
+        ),
+        (
+            "/dev",
+            "touch /dev/planted && echo dev=written || echo dev=denied",
+            "dev=",
+        ),
+    ];
+    for (n, (cwd, script, said)) in cases.into_iter().enumerate() {
+        let bundle = engine.bundle(&format!("sys{n}"), &["/bin/sh", "-c", script], |spec| {
+            spec["process"]["cwd"] = cwd.into();
+            spec["linux"]["readonlyPaths"] = json!([]);
+            spec["linux"]["maskedPaths"] = json!([]);
+        });
+        let id = id("sys");
+        assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+        engine.start_and_wait(&id);
+        let _ = engine.oci(&["delete", "--force", &id]);
+        let output = engine.output(&id);
+        assert!(
+            output.contains(&format!("{said}denied")),
+            "working directory {cwd}: {output}"
+        );
+    }
+}

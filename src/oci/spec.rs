@@ -357,10 +357,7 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
         let read_only = options.iter().any(|o| o == "ro" || o == "rro");
         let kind = mount.get("type").and_then(Value::as_str).unwrap_or("");
         let system = ["proc", "sysfs", "cgroup", "cgroup2", "mqueue", "devpts"].contains(&kind)
-            || under(destination, "/proc")
-            || under(destination, "/sys")
-            || (under(destination, "/dev") && !under(destination, "/dev/shm"))
-            || ENGINE_FILES.contains(&destination);
+            || never_writable(destination);
         if !read_only && !system && destination != "/" {
             write.push(destination.to_owned());
         }
@@ -371,7 +368,12 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
             .and_then(Value::as_str)
             .and_then(normalized)
         {
-            if cwd != "/" {
+            // The image names it (WORKDIR): not /, nor what no mount may
+            // make writable, nor a directory holding an engine's file.
+            let holds_engine_file = ENGINE_FILES
+                .iter()
+                .any(|file| under(file, &cwd) && mounted(&mounts, file));
+            if cwd != "/" && !never_writable(&cwd) && !holds_engine_file {
                 write.push(cwd);
             }
         }
@@ -382,6 +384,28 @@ fn writable_paths(spec: &Value, policy: &Policy) -> Result<Vec<String>, OciError
     write.sort();
     write.dedup();
     Ok(write)
+}
+
+/// /proc, /sys, /dev (but /dev/shm) and the engine's files: a volume or a
+/// working directory there is never made writable. Below /proc/sys, root
+/// without capabilities writes the host's sysctls when the engine leaves
+/// it writable (kernel.core_pattern runs a program on the host).
+fn never_writable(path: &str) -> bool {
+    under(path, "/proc")
+        || under(path, "/sys")
+        || (under(path, "/dev") && !under(path, "/dev/shm"))
+        || ENGINE_FILES.contains(&path)
+}
+
+/// Whether a mount of `mounts` is at `destination`.
+fn mounted(mounts: &[Value], destination: &str) -> bool {
+    mounts.iter().any(|mount| {
+        mount
+            .get("destination")
+            .and_then(Value::as_str)
+            .and_then(normalized)
+            .is_some_and(|d| d == destination)
+    })
 }
 
 /// `path` as the init resolves it (empty and `.` components dropped), so
@@ -750,7 +774,19 @@ mod tests {
     #[test]
     fn the_root_and_system_paths_are_not_granted_however_spelled() {
         let policy = crate::profile::load("strict").unwrap();
-        for cwd in ["//", "/.", "/./", "/", "/tmp/..", "relative"] {
+        for cwd in [
+            "//",
+            "/.",
+            "/./",
+            "/",
+            "/tmp/..",
+            "relative",
+            "/proc/sys/kernel",
+            "//sys",
+            "/dev",
+            "/dev/pts",
+            "/etc",
+        ] {
             let mut spec = spec();
             spec["process"]["cwd"] = cwd.into();
             spec["mounts"] = json!([
