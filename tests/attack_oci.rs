@@ -649,3 +649,50 @@ fn a_working_directory_in_proc_or_dev_grants_no_write_there() {
         );
     }
 }
+
+#[test]
+fn an_annotation_names_no_criu_configuration_for_checkpoint() {
+    let test = "an_annotation_names_no_criu_configuration_for_checkpoint";
+    if !usable(test) || !support::commands_exist(&["criu"]) {
+        return;
+    }
+    // runc's checkpoint gives CRIU, run as root on the host, the
+    // configuration file the annotation org.criu.config names; Podman
+    // copies an image's annotations into config.json. A configuration's
+    // log-file makes CRIU truncate and write any host file (its
+    // action-script runs programs). runc reads annotations back from
+    // "key=value" labels split at the first '=', so a key holding '='
+    // is the same annotation.
+    let engine = Engine::new("");
+    for (n, equals_in_key) in [false, true].into_iter().enumerate() {
+        let clobbered = engine.path().join(format!("clobbered{n}"));
+        let config = engine.path().join(format!("criu{n}.conf="));
+        std::fs::write(&config, format!("log-file {}\n", clobbered.display())).unwrap();
+        let named = config.to_str().unwrap().to_owned();
+        let bundle = engine.bundle(&format!("criu{n}"), &["/bin/sleep", "60"], |spec| {
+            spec["annotations"] = if equals_in_key {
+                let key = format!("org.criu.config={}", named.trim_end_matches('='));
+                json!({ key: "" })
+            } else {
+                json!({"org.criu.config": named})
+            };
+        });
+        let id = id("criu");
+        let created = engine.create(&bundle, &id);
+        if created {
+            let started = engine.oci(&["start", &id]);
+            assert!(started.status.success(), "{}", text(&started.stderr));
+            let images = engine.path().join(format!("checkpoint{n}"));
+            std::fs::create_dir_all(&images).unwrap();
+            let _ = engine.oci(&["checkpoint", "--image-path", images.to_str().unwrap(), &id]);
+            let _ = engine.oci(&["delete", "--force", &id]);
+        }
+        assert!(
+            !clobbered.exists(),
+            "CRIU read the annotation's configuration (key with '=': {equals_in_key})"
+        );
+        assert!(!created, "created with org.criu.config");
+        let output = engine.output(&id);
+        assert!(output.contains("org.criu.config"), "{output}");
+    }
+}

@@ -456,6 +456,7 @@ pub fn secure_config(
         )));
     }
     refuse_container_hooks(spec)?;
+    refuse_criu_configuration(spec)?;
     let process = spec
         .get_mut("process")
         .ok_or_else(|| OciError::Spec("config.json has no \"process\"".to_owned()))?;
@@ -512,6 +513,39 @@ fn refuse_container_hooks(spec: &Value) -> Result<(), OciError> {
             )))
         }
     }
+}
+
+/// The annotation runc's `checkpoint` reads a CRIU configuration file's
+/// path from.
+const CRIU_CONFIG_ANNOTATION: &str = "org.criu.config";
+
+/// runc hands the file an `org.criu.config` annotation names to CRIU, which
+/// it runs as root on the host at `checkpoint`: a configuration there can
+/// make CRIU truncate and write any host file (`log-file`) or run programs
+/// (`action-script`). Whoever writes annotations (under Podman, the image
+/// too) must not choose one. runc reads annotations back from `key=value`
+/// labels split at the first `=`, so a key holding `=` counts as the part
+/// before it, with the rest of the label as its value.
+fn refuse_criu_configuration(spec: &Value) -> Result<(), OciError> {
+    let Some(annotations) = spec.get("annotations").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for (key, value) in annotations {
+        let label = format!("{key}={}", value.as_str().unwrap_or_default());
+        let Some((name, named)) = label.split_once('=') else {
+            continue;
+        };
+        if name == CRIU_CONFIG_ANNOTATION && !named.is_empty() {
+            return Err(OciError::Refused(format!(
+                "config.json has the annotation {key:?} = {value}: runc's checkpoint would give \
+                 CRIU, which runs as root on the host, the configuration file {named:?}, and a \
+                 configuration can make CRIU write host files and run programs; remove the \
+                 annotation (Podman copies an image's own annotations into its containers), or \
+                 put CRIU's settings in the host's /etc/criu/runc.conf"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Put the init in front of one process (`config.json`'s or `exec`'s).
@@ -817,6 +851,20 @@ mod tests {
         let mut host_hooks = spec();
         host_hooks["hooks"] = json!({"createRuntime": [{"path": "/usr/bin/x"}]});
         assert!(secure_config(&mut host_hooks, &policy, &layers, Path::new("/i"), 3).is_ok());
+        for annotations in [
+            json!({"org.criu.config": "/x/criu.conf"}),
+            json!({"org.criu.config=/x/criu.conf": ""}),
+        ] {
+            let mut criu = spec();
+            criu["annotations"] = annotations;
+            let err = secure_config(&mut criu, &policy, &layers, Path::new("/i"), 3)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("/x/criu.conf"), "{err}");
+        }
+        let mut no_file = spec();
+        no_file["annotations"] = json!({"org.criu.config": ""});
+        assert!(secure_config(&mut no_file, &policy, &layers, Path::new("/i"), 3).is_ok());
         let mut unified = spec();
         unified["linux"]["resources"]["unified"] = json!({"pids.max": "max"});
         let err = secure_config(&mut unified, &policy, &layers, Path::new("/i"), 3)
