@@ -404,7 +404,7 @@ fn the_brokers_file_access_stays_in_the_containers_root() {
     if !usable(test) {
         return;
     }
-    // The broker runs on the host, as root with file capabilities, in the
+    // The broker runs on the host, as the engine's user (root), in the
     // container's root: the image's links must not lead it to the host's.
     let engine = Engine::new("");
     let etc = engine.rootfs().join("etc");
