@@ -515,7 +515,8 @@ fn keys_runc_reads_under_another_spelling_change_nothing_it_runs() {
 fn a_network_the_engine_connects_through_a_hook_is_refused_under_a_profile_off_the_network() {
     let test =
         "a_network_the_engine_connects_through_a_hook_is_refused_under_a_profile_off_the_network";
-    if !usable(test) || !support::commands_exist(&["ip", "nsenter", "sed"]) {
+    let tools = ["runc", "ip", "nsenter", "sed"];
+    if !support::oci::usable(test, &tools, "runc busybox-static iproute2 util-linux") {
         return;
     }
     // strict keeps containers off the network, and create refuses a
@@ -653,7 +654,7 @@ fn a_working_directory_in_proc_or_dev_grants_no_write_there() {
 #[test]
 fn an_annotation_names_no_criu_configuration_for_checkpoint() {
     let test = "an_annotation_names_no_criu_configuration_for_checkpoint";
-    if !usable(test) || !support::commands_exist(&["criu"]) {
+    if !support::oci::usable(test, &["runc", "criu"], "runc busybox-static criu") {
         return;
     }
     // runc's checkpoint gives CRIU, run as root on the host, the
