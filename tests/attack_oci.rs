@@ -697,3 +697,42 @@ fn an_annotation_names_no_criu_configuration_for_checkpoint() {
         assert!(output.contains("org.criu.config"), "{output}");
     }
 }
+
+#[test]
+fn a_double_dash_before_the_command_is_no_way_around_exec() {
+    let test = "a_double_dash_before_the_command_is_no_way_around_exec";
+    if !usable(test) {
+        return;
+    }
+    // runc's global flags are read by Go's flag package, which stops at
+    // `--` and drops it: `runc -- exec` is runc's exec. sandbox oci must
+    // not take `--` for a command it passes through unchecked.
+    let engine = Engine::new("");
+    let id = id("dashes");
+    let bundle = engine.bundle("dashes", &["/bin/sleep", "60"], |_| {});
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let process_file = engine.path().join("dashes-process.json");
+    let escape = process("touch /etc/escaped-dashes");
+    std::fs::write(&process_file, serde_json::to_vec(&escape).unwrap()).unwrap();
+    let out = engine.oci(&[
+        "--",
+        "exec",
+        "--process",
+        process_file.to_str().unwrap(),
+        &id,
+    ]);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    assert!(
+        !engine.rootfs().join("etc/escaped-dashes").exists(),
+        "runc exec'd the process without the init: {}",
+        text(&out.stderr)
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("\"--\""),
+        "{}",
+        text(&out.stderr)
+    );
+}

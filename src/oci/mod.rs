@@ -132,6 +132,16 @@ fn dispatch(args: &[OsString]) -> Result<i32, OciError> {
         let settings = Settings::load()?;
         pass_through(&settings, args);
     };
+    // Go's flag package ends runc's global flags at `--` and drops it, so
+    // runc would read the word after it as the command: `-- exec` would be
+    // an exec this runtime never saw, without the init.
+    if command == "--" {
+        return Err(OciError::Usage(
+            "a \"--\" before the command is refused: runc would take the word after it as \
+             its command, unchecked by sandbox oci; write the command without it"
+                .to_owned(),
+        ));
+    }
     let settings = Settings::load()?;
     match command.as_str() {
         "create" | "run" => create(&settings, &invocation, &command),
