@@ -457,6 +457,7 @@ pub fn secure_config(
     }
     refuse_container_hooks(spec)?;
     refuse_criu_configuration(spec)?;
+    refuse_unit_properties(spec)?;
     let process = spec
         .get_mut("process")
         .ok_or_else(|| OciError::Spec("config.json has no \"process\"".to_owned()))?;
@@ -542,6 +543,43 @@ fn refuse_criu_configuration(spec: &Value) -> Result<(), OciError> {
                  configuration can make CRIU write host files and run programs; remove the \
                  annotation (Podman copies an image's own annotations into its containers), or \
                  put CRIU's settings in the host's /etc/criu/runc.conf"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The prefix of the annotations runc turns into properties of the
+/// container's systemd unit (with `--systemd-cgroup`).
+const UNIT_PROPERTY_PREFIX: &str = "org.systemd.property.";
+
+/// Unit properties an engine sets that change nothing a profile limits:
+/// how long systemd waits for a stop (Podman's `--stop-timeout` under the
+/// systemd cgroup manager) and when it forgets a failed unit.
+const HARMLESS_UNIT_PROPERTIES: &[&str] = &["TimeoutStopUSec", "TimeoutStopSec", "CollectMode"];
+
+/// runc gives systemd, when it manages the cgroup, every
+/// `org.systemd.property.NAME` annotation as a property of the container's
+/// unit, after its own: `TasksMax`, `MemoryMax`, `DeviceAllow`,
+/// `BPFProgram` or `Delegate` there would set what the profile's ceilings
+/// and runc's device rules decide, and whoever writes annotations (under
+/// Podman, the image too) must not. Only properties that touch none of it
+/// pass.
+fn refuse_unit_properties(spec: &Value) -> Result<(), OciError> {
+    let Some(annotations) = spec.get("annotations").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    for key in annotations.keys() {
+        let Some(property) = key.strip_prefix(UNIT_PROPERTY_PREFIX) else {
+            continue;
+        };
+        if !HARMLESS_UNIT_PROPERTIES.contains(&property) {
+            return Err(OciError::Refused(format!(
+                "config.json has the annotation {key:?}: runc would make {property} a property \
+                 of the container's systemd unit, beside the limits and device rules the profile \
+                 and runc set; remove the annotation (Podman copies an image's own annotations \
+                 into its containers). Only {} pass",
+                HARMLESS_UNIT_PROPERTIES.join(", ")
             )));
         }
     }
@@ -862,6 +900,19 @@ mod tests {
                 .to_string();
             assert!(err.contains("/x/criu.conf"), "{err}");
         }
+        for property in ["TasksMax", "DeviceAllow", "MemoryMax", "BPFProgram"] {
+            let key = format!("org.systemd.property.{property}");
+            let mut unit = spec();
+            unit["annotations"] = json!({ key.clone(): "uint64 18446744073709551615" });
+            let err = secure_config(&mut unit, &policy, &layers, Path::new("/i"), 3)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(&key), "{err}");
+        }
+        let mut stop_timeout = spec();
+        stop_timeout["annotations"] =
+            json!({"org.systemd.property.TimeoutStopUSec": "uint64 10000000"});
+        assert!(secure_config(&mut stop_timeout, &policy, &layers, Path::new("/i"), 3).is_ok());
         let mut no_file = spec();
         no_file["annotations"] = json!({"org.criu.config": ""});
         assert!(secure_config(&mut no_file, &policy, &layers, Path::new("/i"), 3).is_ok());
