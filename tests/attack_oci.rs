@@ -736,3 +736,33 @@ fn a_double_dash_before_the_command_is_no_way_around_exec() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_process_whose_environment_is_larger_than_one_argument_starts() {
+    let test = "a_process_whose_environment_is_larger_than_one_argument_starts";
+    if !usable(test) {
+        return;
+    }
+    // The kernel takes at most 128 KiB in one argument. Kubernetes gives a
+    // pod seven variables per service of its namespace: a big namespace
+    // passes that in all, which the process's own exec takes, and the init
+    // in front of it must too.
+    let engine = Engine::new("");
+    let id = id("env");
+    let bundle = engine.bundle(
+        "env",
+        &["/bin/sh", "-c", "echo count=$(env | grep -c ^SVC_)"],
+        |spec| {
+            let env = spec["process"]["env"].as_array_mut().unwrap();
+            for n in 0..3000 {
+                env.push(format!("SVC_{n}_SERVICE_HOST=10.96.{}.{}", n / 250, n % 250).into());
+            }
+            env.push(format!("SVC_BIG={}", "x".repeat(100_000)).into());
+        },
+    );
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    engine.start_and_wait(&id);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    let output = engine.output(&id);
+    assert!(output.contains("count=3001"), "{output}");
+}

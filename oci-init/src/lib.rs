@@ -4,7 +4,8 @@
 //! The runtime (on the host) decides everything: which paths are writable,
 //! which filter to install, what to execute. The init (inside the
 //! container, as the container's first program) only applies it. The plan
-//! travels as one JSON argument, so both sides share these types.
+//! travels as the init's arguments ([`Plan::to_arguments`]), so both sides
+//! share these types.
 
 use serde::{Deserialize, Serialize};
 
@@ -13,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub const INIT_PATH: &str = "/dev/.sandbox-init";
 
 /// The plan's format version; the init refuses any other.
-pub const PLAN_VERSION: u32 = 1;
+pub const PLAN_VERSION: u32 = 2;
 
 /// Exit status when the init could not apply a layer it was told to: the
 /// container's process never ran. 125 is "the sandbox failed" across
@@ -21,8 +22,7 @@ pub const PLAN_VERSION: u32 = 1;
 pub const SETUP_FAILED: i32 = 125;
 
 /// Everything the init does, in order.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// Always [`PLAN_VERSION`].
     pub version: u32,
@@ -44,8 +44,80 @@ pub struct Plan {
     /// `none` or `loopback`). The spec shows a namespace the engine joined,
     /// not one it connects after `create` through a hook (Docker's bridge
     /// network); by the time the init runs, those hooks have run.
-    #[serde(default)]
     pub loopback_only: bool,
+}
+
+/// The plan's first argument: everything but the process's arguments and
+/// environment, which follow it one string each.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    version: u32,
+    /// How many of the arguments after this one are the process's
+    /// arguments; the rest are its environment.
+    args: usize,
+    landlock: Option<LandlockPlan>,
+    seccomp: Option<SeccompPlan>,
+    report_fd: Option<i32>,
+    loopback_only: bool,
+}
+
+impl Plan {
+    /// The init's arguments (after its path): the plan's header as JSON,
+    /// then each of the process's arguments, then each of its environment
+    /// entries. The kernel takes at most 128 KiB in one argument: as one
+    /// JSON string, a process with a large environment (Kubernetes'
+    /// service links give one per service) could not start, where this way
+    /// the init's limits are the process's own exec's.
+    pub fn to_arguments(&self) -> Result<Vec<String>, serde_json::Error> {
+        let header = serde_json::to_string(&Header {
+            version: self.version,
+            args: self.args.len(),
+            landlock: self.landlock.clone(),
+            seccomp: self.seccomp.clone(),
+            report_fd: self.report_fd,
+            loopback_only: self.loopback_only,
+        })?;
+        let mut arguments = Vec::with_capacity(1 + self.args.len() + self.env.len());
+        arguments.push(header);
+        arguments.extend(self.args.iter().cloned());
+        arguments.extend(self.env.iter().cloned());
+        Ok(arguments)
+    }
+
+    /// The plan [`Plan::to_arguments`] wrote; the error says what is wrong.
+    pub fn from_arguments(mut arguments: Vec<String>) -> Result<Plan, String> {
+        if arguments.is_empty() {
+            return Err("no plan".to_owned());
+        }
+        let rest = arguments.split_off(1);
+        let header: Header =
+            serde_json::from_str(&arguments[0]).map_err(|err| format!("its header: {err}"))?;
+        if header.version != PLAN_VERSION {
+            return Err(format!(
+                "version {} (this init reads {PLAN_VERSION})",
+                header.version
+            ));
+        }
+        if header.args > rest.len() {
+            return Err(format!(
+                "{} process arguments announced, {} given",
+                header.args,
+                rest.len()
+            ));
+        }
+        let mut args = rest;
+        let env = args.split_off(header.args);
+        Ok(Plan {
+            version: header.version,
+            args,
+            env,
+            landlock: header.landlock,
+            seccomp: header.seccomp,
+            report_fd: header.report_fd,
+            loopback_only: header.loopback_only,
+        })
+    }
 }
 
 /// Landlock rules inside the container.
@@ -195,6 +267,41 @@ mod tests {
         let text = encode_program(&program);
         assert_eq!(text.len(), 48);
         assert_eq!(decode_program(&text), Some(program));
+    }
+
+    #[test]
+    fn a_plan_survives_its_arguments_and_a_damaged_one_is_refused() {
+        let plan = Plan {
+            version: PLAN_VERSION,
+            args: vec!["/bin/sh".into(), "-c".into(), "{\"not\": json}".into()],
+            env: vec!["PATH=/bin".into(), "BIG=".to_owned() + &"x".repeat(200_000)],
+            landlock: None,
+            seccomp: None,
+            report_fd: Some(3),
+            loopback_only: true,
+        };
+        let arguments = plan.to_arguments().unwrap();
+        assert_eq!(arguments.len(), 6);
+        // No argument is longer than the process's own longest string.
+        assert!(arguments[0].len() < 1000, "{}", arguments[0]);
+        assert_eq!(Plan::from_arguments(arguments.clone()), Ok(plan.clone()));
+        let no_env = Plan {
+            env: Vec::new(),
+            ..plan
+        };
+        assert_eq!(
+            Plan::from_arguments(no_env.to_arguments().unwrap()),
+            Ok(no_env)
+        );
+        let mut short = arguments.clone();
+        short.truncate(2);
+        assert!(Plan::from_arguments(short)
+            .unwrap_err()
+            .contains("3 process arguments"));
+        let mut old = arguments;
+        old[0] = old[0].replace("\"version\":2", "\"version\":1");
+        assert!(Plan::from_arguments(old).unwrap_err().contains("version 1"));
+        assert!(Plan::from_arguments(Vec::new()).is_err());
     }
 
     #[test]

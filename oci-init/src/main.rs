@@ -17,8 +17,7 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, ABI,
 };
 use sandbox_oci_init::{
-    decode_program, Enforced, LandlockPlan, Plan, Report, SeccompPlan, PLAN_VERSION, REPORT_METHOD,
-    SETUP_FAILED,
+    decode_program, Enforced, LandlockPlan, Plan, Report, SeccompPlan, REPORT_METHOD, SETUP_FAILED,
 };
 
 #[allow(unsafe_code)]
@@ -31,7 +30,7 @@ const ABI_WANTED: ABI = ABI::V5;
 /// Why the container's process was not started.
 #[derive(Debug, thiserror::Error)]
 enum InitError {
-    #[error("usage: sandbox-oci-init PLAN (started by `sandbox oci`, not by hand)")]
+    #[error("usage: sandbox-oci-init PLAN ARGS... ENV... (started by `sandbox oci`, not by hand)")]
     Usage,
     #[error("the plan is not valid: {0}")]
     Plan(String),
@@ -101,18 +100,14 @@ fn fail(err: &InitError) -> i32 {
 }
 
 fn read_plan() -> Result<Plan, InitError> {
-    let mut args = std::env::args_os().skip(1);
-    let (Some(text), None) = (args.next(), args.next()) else {
+    let arguments = std::env::args_os()
+        .skip(1)
+        .map(|arg| arg.into_string().map_err(|_| InitError::Usage))
+        .collect::<Result<Vec<String>, InitError>>()?;
+    if arguments.is_empty() {
         return Err(InitError::Usage);
-    };
-    let text = text.into_string().map_err(|_| InitError::Usage)?;
-    let plan: Plan = serde_json::from_str(&text).map_err(|e| InitError::Plan(e.to_string()))?;
-    if plan.version != PLAN_VERSION {
-        return Err(InitError::Plan(format!(
-            "version {} (this init reads {PLAN_VERSION})",
-            plan.version
-        )));
     }
+    let plan = Plan::from_arguments(arguments).map_err(InitError::Plan)?;
     if plan.args.is_empty() {
         return Err(InitError::Plan("no process arguments".to_owned()));
     }

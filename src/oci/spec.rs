@@ -618,12 +618,15 @@ pub fn secure_process(
         report_fd: Some(broker_fd),
         loopback_only: layers.loopback_only,
     };
-    let plan = serde_json::to_string(&plan)
-        .map_err(|err| OciError::Spec(format!("writing the init's plan: {err}")))?;
+    let mut init_args = vec![INIT_PATH.to_owned()];
+    init_args.extend(
+        plan.to_arguments()
+            .map_err(|err| OciError::Spec(format!("writing the init's plan: {err}")))?,
+    );
     let object = process
         .as_object_mut()
         .ok_or_else(|| OciError::Spec("\"process\" is not an object".to_owned()))?;
-    object.insert("args".to_owned(), json!([INIT_PATH, plan]));
+    object.insert("args".to_owned(), json!(init_args));
     // The init starts with nothing of the image's environment (LD_PRELOAD,
     // GLIBC_TUNABLES would steer a dynamic program; this one is static, and
     // still reads none of it); the plan gives the process its own.
@@ -787,7 +790,8 @@ mod tests {
         secure_config(&mut spec, &policy, &layers, Path::new("/host/init"), 3).unwrap();
         let args = spec.pointer("/process/args").unwrap().as_array().unwrap();
         assert_eq!(args[0], INIT_PATH);
-        let plan: Plan = serde_json::from_str(args[1].as_str().unwrap()).unwrap();
+        let plan_args = args[1..].iter().map(|a| a.as_str().unwrap().to_owned());
+        let plan = Plan::from_arguments(plan_args.collect()).unwrap();
         assert_eq!(plan.args, ["/bin/sh", "-c", "true"]);
         assert_eq!(
             plan.env,
