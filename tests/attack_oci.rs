@@ -77,6 +77,16 @@ impl Engine {
         }
     }
 
+    /// A container named `tag` running `sleep 60`, created and started.
+    fn running(&self, tag: &str) -> String {
+        let id = id(tag);
+        let bundle = self.bundle(tag, &["/bin/sleep", "60"], |_| {});
+        assert!(self.create(&bundle, &id), "{}", self.output(&id));
+        let started = self.oci(&["start", &id]);
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        id
+    }
+
     /// `exec --process` of `process` (a process JSON) into `id`.
     fn exec(&self, id: &str, process: &Value) -> Output {
         let path = self
@@ -146,11 +156,7 @@ fn a_second_create_with_a_running_containers_id_changes_none_of_its_layers() {
         return;
     }
     let engine = Engine::new("");
-    let id = id("twice");
-    let first = engine.bundle("first", &["/bin/sleep", "60"], |_| {});
-    assert!(engine.create(&first, &id), "{}", engine.output(&id));
-    let started = engine.oci(&["start", &id]);
-    assert!(started.status.success(), "{}", text(&started.stderr));
+    let id = engine.running("twice");
     // The same id again, with a config whose read-write volume at /etc
     // would make /etc writable: runc refuses the id, but what sandbox oci
     // recorded for it must still be the first container's layers.
@@ -207,11 +213,7 @@ fn update_cannot_lift_the_profiles_limits() {
     // A Kubernetes in-place resize or `podman update` is runc's `update`:
     // strict's 512 tasks must stay a ceiling after create.
     let engine = Engine::new("");
-    let id = id("update");
-    let bundle = engine.bundle("update", &["/bin/sleep", "60"], |_| {});
-    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
-    let started = engine.oci(&["start", &id]);
-    assert!(started.status.success(), "{}", text(&started.stderr));
+    let id = engine.running("update");
     assert_eq!(pids_limit(&engine, &id), Some(512));
     let flag = engine.oci(&["update", "--pids-limit", "100000", &id]);
     let resources = engine.path().join("resources.json");
@@ -489,11 +491,7 @@ fn keys_runc_reads_under_another_spelling_change_nothing_it_runs() {
         assert!(output.contains("spelled"), "{name}: {output}");
     }
     // exec's process file is decoded the same way.
-    let id = id("exec");
-    let bundle = engine.bundle("exec", &["/bin/sleep", "60"], |_| {});
-    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
-    let started = engine.oci(&["start", &id]);
-    assert!(started.status.success(), "{}", text(&started.stderr));
+    let id = engine.running("exec");
     let mut exec = process("true");
     exec["argſ"] = json!(["/bin/sh", "-c", escape(3)]);
     let out = engine.exec(&id, &exec);
@@ -708,11 +706,7 @@ fn a_double_dash_before_the_command_is_no_way_around_exec() {
     // `--` and drops it: `runc -- exec` is runc's exec. sandbox oci must
     // not take `--` for a command it passes through unchecked.
     let engine = Engine::new("");
-    let id = id("dashes");
-    let bundle = engine.bundle("dashes", &["/bin/sleep", "60"], |_| {});
-    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
-    let started = engine.oci(&["start", &id]);
-    assert!(started.status.success(), "{}", text(&started.stderr));
+    let id = engine.running("dashes");
     let process_file = engine.path().join("dashes-process.json");
     let escape = process("touch /etc/escaped-dashes");
     std::fs::write(&process_file, serde_json::to_vec(&escape).unwrap()).unwrap();
