@@ -15,8 +15,10 @@ use serde_json::Value;
 
 use super::OciError;
 
-/// Every field name of the OCI runtime spec's configuration (runtime-spec
-/// `specs-go/config.go`, v1.2), the names runc's decoder knows.
+/// Every field name of the OCI runtime spec's configuration (its Go types,
+/// `specs-go/config.go`, up to v1.2 and the fields added since): a superset
+/// of the names runc 1.1's decoder knows. A name missing here that runc
+/// knows would go unchecked, but this runtime reads no such field either.
 const SPEC_FIELDS: &[&str] = &[
     "DNSSearchList",
     "access",
