@@ -760,3 +760,51 @@ fn a_process_whose_environment_is_larger_than_one_argument_starts() {
     let output = engine.output(&id);
     assert!(output.contains("count=3001"), "{output}");
 }
+
+#[test]
+fn another_user_in_the_container_never_sees_an_execs_environment() {
+    let test = "another_user_in_the_container_never_sees_an_execs_environment";
+    if !usable(test) {
+        return;
+    }
+    // A process's environment is readable in /proc only by its own user
+    // (PTRACE_MODE_READ); its command line by everyone in its pid
+    // namespace. A container's unprivileged process watches every command
+    // line while the engine runs an exec as root with a secret in its
+    // environment (a health check, `kubectl exec` with the pod's env): the
+    // init in front of the exec must not hold the environment in its
+    // arguments, or the secret is there to read until it executes the
+    // process. The pattern is bracketed so the watcher's own command line
+    // does not match it.
+    let engine = Engine::new("");
+    let id = id("environ");
+    let watch =
+        "while :; do grep -a -q -s 'hunte[r]2' /proc/[0-9]*/cmdline && touch /tmp/seen; done";
+    let script = format!("for n in 1 2 3; do ( {watch} ) & done; wait");
+    let bundle = engine.bundle("environ", &["/bin/sh", "-c", &script], |spec| {
+        spec["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+    });
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let seen = engine.rootfs().join("tmp/seen");
+    let mut execs = 0;
+    while execs < 150 && !seen.exists() {
+        let exec = engine.exec(
+            &id,
+            &json!({
+                "args": ["/bin/true"],
+                "cwd": "/",
+                "env": ["PATH=/bin", "DB_PASSWORD=hunter2"],
+                "user": {"uid": 0, "gid": 0},
+            }),
+        );
+        assert!(exec.status.success(), "{}", text(&exec.stderr));
+        execs += 1;
+    }
+    let _ = engine.oci(&["delete", "--force", &id]);
+    assert!(
+        !seen.exists(),
+        "user 1000 read root's exec environment from /proc/PID/cmdline (after {execs} execs)"
+    );
+}

@@ -4,8 +4,8 @@
 //! The runtime (on the host) decides everything: which paths are writable,
 //! which filter to install, what to execute. The init (inside the
 //! container, as the container's first program) only applies it. The plan
-//! travels as the init's arguments ([`Plan::to_arguments`]), so both sides
-//! share these types.
+//! travels as the init's arguments and environment ([`Plan::to_exec`]), so
+//! both sides share these types.
 
 use serde::{Deserialize, Serialize};
 
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub const INIT_PATH: &str = "/dev/.sandbox-init";
 
 /// The plan's format version; the init refuses any other.
-pub const PLAN_VERSION: u32 = 2;
+pub const PLAN_VERSION: u32 = 3;
 
 /// Exit status when the init could not apply a layer it was told to: the
 /// container's process never ran. 125 is "the sandbox failed" across
@@ -29,8 +29,9 @@ pub struct Plan {
     /// The container's process: `args[0]` is looked up in the `PATH` of
     /// `env` when it has no `/`, as runc does.
     pub args: Vec<String>,
-    /// The container's environment (`NAME=VALUE`). The init itself starts
-    /// with an empty one, so the image cannot steer it.
+    /// The container's environment (`NAME=VALUE`). It reaches the init
+    /// under names of its own ([`ENV_PREFIX`]), which neither the C library
+    /// nor the init reads as settings, so the image cannot steer the init.
     pub env: Vec<String>,
     /// Landlock rules; None when the profile turned Landlock off.
     pub landlock: Option<LandlockPlan>,
@@ -47,15 +48,19 @@ pub struct Plan {
     pub loopback_only: bool,
 }
 
-/// The plan's first argument: everything but the process's arguments and
-/// environment, which follow it one string each.
+/// The names the process's environment entries have in the init's own
+/// environment: `SANDBOX_PLAN_ENV_0=PATH=/bin`, in order.
+pub const ENV_PREFIX: &str = "SANDBOX_PLAN_ENV_";
+
+/// The plan's first argument: everything but the process's arguments,
+/// which follow it one string each, and its environment.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Header {
     version: u32,
-    /// How many of the arguments after this one are the process's
-    /// arguments; the rest are its environment.
-    args: usize,
+    /// How many entries of the process's environment the init's own
+    /// environment holds under [`ENV_PREFIX`].
+    env: usize,
     landlock: Option<LandlockPlan>,
     seccomp: Option<SeccompPlan>,
     report_fd: Option<i32>,
@@ -63,34 +68,50 @@ struct Header {
 }
 
 impl Plan {
-    /// The init's arguments (after its path): the plan's header as JSON,
-    /// then each of the process's arguments, then each of its environment
-    /// entries. The kernel takes at most 128 KiB in one argument: as one
-    /// JSON string, a process with a large environment (Kubernetes'
-    /// service links give one per service) could not start, where this way
-    /// the init's limits are the process's own exec's.
-    pub fn to_arguments(&self) -> Result<Vec<String>, serde_json::Error> {
+    /// The init's arguments (after its path) and environment. The
+    /// arguments are the plan's header as JSON, then each of the process's
+    /// arguments; the environment is each of the process's entries, named
+    /// [`ENV_PREFIX`] and its position.
+    ///
+    /// The environment does not travel in the arguments: everyone in the
+    /// container's pid namespace reads a process's arguments in
+    /// `/proc/PID/cmdline`, while `/proc/PID/environ` is its user's alone.
+    /// An `exec` run as root with a secret in its environment would show it
+    /// to the container's other users for as long as the init runs. Each
+    /// string is its own (the kernel takes at most 128 KiB in one), so the
+    /// init's limits are the process's own exec's.
+    pub fn to_exec(&self) -> Result<(Vec<String>, Vec<String>), serde_json::Error> {
         let header = serde_json::to_string(&Header {
             version: self.version,
-            args: self.args.len(),
+            env: self.env.len(),
             landlock: self.landlock.clone(),
             seccomp: self.seccomp.clone(),
             report_fd: self.report_fd,
             loopback_only: self.loopback_only,
         })?;
-        let mut arguments = Vec::with_capacity(1 + self.args.len() + self.env.len());
+        let mut arguments = Vec::with_capacity(1 + self.args.len());
         arguments.push(header);
         arguments.extend(self.args.iter().cloned());
-        arguments.extend(self.env.iter().cloned());
-        Ok(arguments)
+        let environment = self
+            .env
+            .iter()
+            .enumerate()
+            .map(|(n, entry)| format!("{ENV_PREFIX}{n}={entry}"))
+            .collect();
+        Ok((arguments, environment))
     }
 
-    /// The plan [`Plan::to_arguments`] wrote; the error says what is wrong.
-    pub fn from_arguments(mut arguments: Vec<String>) -> Result<Plan, String> {
+    /// The plan [`Plan::to_exec`] wrote, from the init's arguments and its
+    /// environment as `(name, value)` pairs (entries of other names, such
+    /// as the `HOME` runc adds, are left out); the error says what is wrong.
+    pub fn from_exec(
+        mut arguments: Vec<String>,
+        environment: Vec<(String, String)>,
+    ) -> Result<Plan, String> {
         if arguments.is_empty() {
             return Err("no plan".to_owned());
         }
-        let rest = arguments.split_off(1);
+        let args = arguments.split_off(1);
         let header: Header =
             serde_json::from_str(&arguments[0]).map_err(|err| format!("its header: {err}"))?;
         if header.version != PLAN_VERSION {
@@ -99,15 +120,33 @@ impl Plan {
                 header.version
             ));
         }
-        if header.args > rest.len() {
-            return Err(format!(
-                "{} process arguments announced, {} given",
-                header.args,
-                rest.len()
-            ));
+        let mut env: Vec<Option<String>> = vec![None; header.env];
+        for (name, value) in environment {
+            let Some(position) = name.strip_prefix(ENV_PREFIX) else {
+                continue;
+            };
+            let slot = position
+                .parse::<usize>()
+                .ok()
+                .filter(|n| n.to_string() == position)
+                .and_then(|n| env.get_mut(n))
+                .ok_or_else(|| {
+                    format!(
+                        "environment entry {name} is not one of the {} announced",
+                        header.env
+                    )
+                })?;
+            if slot.replace(value).is_some() {
+                return Err(format!("environment entry {name} is given twice"));
+            }
         }
-        let mut args = rest;
-        let env = args.split_off(header.args);
+        let env = env
+            .into_iter()
+            .enumerate()
+            .map(|(n, entry)| {
+                entry.ok_or_else(|| format!("environment entry {ENV_PREFIX}{n} is missing"))
+            })
+            .collect::<Result<Vec<String>, String>>()?;
         Ok(Plan {
             version: header.version,
             args,
@@ -269,39 +308,78 @@ mod tests {
         assert_eq!(decode_program(&text), Some(program));
     }
 
+    /// `environment` as the init reads its own: split at the first `=`.
+    fn as_read(environment: &[String]) -> Vec<(String, String)> {
+        environment
+            .iter()
+            .map(|e| {
+                let (name, value) = e.split_once('=').unwrap();
+                (name.to_owned(), value.to_owned())
+            })
+            .collect()
+    }
+
     #[test]
-    fn a_plan_survives_its_arguments_and_a_damaged_one_is_refused() {
+    fn a_plan_survives_its_arguments_and_environment_and_a_damaged_one_is_refused() {
         let plan = Plan {
             version: PLAN_VERSION,
             args: vec!["/bin/sh".into(), "-c".into(), "{\"not\": json}".into()],
-            env: vec!["PATH=/bin".into(), "BIG=".to_owned() + &"x".repeat(200_000)],
+            env: vec![
+                "PATH=/bin".into(),
+                "BIG=".to_owned() + &"x".repeat(200_000),
+                "PATH=/usr/bin".into(),
+            ],
             landlock: None,
             seccomp: None,
             report_fd: Some(3),
             loopback_only: true,
         };
-        let arguments = plan.to_arguments().unwrap();
-        assert_eq!(arguments.len(), 6);
-        // No argument is longer than the process's own longest string.
+        let (arguments, environment) = plan.to_exec().unwrap();
+        assert_eq!(arguments.len(), 4);
+        // The environment is in no argument, and no argument is longer
+        // than the process's own longest string.
+        assert!(
+            arguments.iter().all(|a| !a.contains("PATH")),
+            "{arguments:?}"
+        );
         assert!(arguments[0].len() < 1000, "{}", arguments[0]);
-        assert_eq!(Plan::from_arguments(arguments.clone()), Ok(plan.clone()));
+        assert_eq!(environment[0], "SANDBOX_PLAN_ENV_0=PATH=/bin");
+        // runc adds HOME; the order the entries come in does not matter.
+        let mut read = as_read(&environment);
+        read.reverse();
+        read.push(("HOME".into(), "/root".into()));
+        assert_eq!(Plan::from_exec(arguments.clone(), read), Ok(plan.clone()));
         let no_env = Plan {
             env: Vec::new(),
-            ..plan
+            ..plan.clone()
         };
-        assert_eq!(
-            Plan::from_arguments(no_env.to_arguments().unwrap()),
-            Ok(no_env)
-        );
-        let mut short = arguments.clone();
-        short.truncate(2);
-        assert!(Plan::from_arguments(short)
-            .unwrap_err()
-            .contains("3 process arguments"));
+        let (bare, none) = no_env.to_exec().unwrap();
+        assert!(none.is_empty());
+        assert_eq!(Plan::from_exec(bare, Vec::new()), Ok(no_env));
+        let refused = |environment: Vec<(String, String)>| {
+            Plan::from_exec(arguments.clone(), environment).unwrap_err()
+        };
+        let mut missing = as_read(&environment);
+        missing.remove(1);
+        assert!(refused(missing).contains("SANDBOX_PLAN_ENV_1 is missing"));
+        for extra in [
+            "SANDBOX_PLAN_ENV_3",
+            "SANDBOX_PLAN_ENV_01",
+            "SANDBOX_PLAN_ENV_x",
+        ] {
+            let mut more = as_read(&environment);
+            more.push((extra.into(), "A=1".into()));
+            assert!(refused(more).contains(extra), "{extra}");
+        }
+        let mut twice = as_read(&environment);
+        twice.push(("SANDBOX_PLAN_ENV_0".into(), "A=1".into()));
+        assert!(refused(twice).contains("twice"));
         let mut old = arguments;
-        old[0] = old[0].replace("\"version\":2", "\"version\":1");
-        assert!(Plan::from_arguments(old).unwrap_err().contains("version 1"));
-        assert!(Plan::from_arguments(Vec::new()).is_err());
+        old[0] = old[0].replace("\"version\":3", "\"version\":2");
+        assert!(Plan::from_exec(old, Vec::new())
+            .unwrap_err()
+            .contains("version 2"));
+        assert!(Plan::from_exec(Vec::new(), Vec::new()).is_err());
     }
 
     #[test]

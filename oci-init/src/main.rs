@@ -6,9 +6,10 @@
 //! executes the container's own process in its place (same pid, so the
 //! engine's signals reach it).
 //!
-//! It is linked statically and started with an empty environment: nothing
-//! of the image (its dynamic loader, `/etc/ld.so.preload`, `LD_PRELOAD`,
-//! `GLIBC_TUNABLES`) runs before the layers are in force.
+//! It is linked statically and started with the process's environment under
+//! names of its own (`SANDBOX_PLAN_ENV_N`): nothing of the image (its
+//! dynamic loader, `/etc/ld.so.preload`, `LD_PRELOAD`, `GLIBC_TUNABLES`)
+//! runs or is read as a setting before the layers are in force.
 
 use std::os::unix::process::CommandExt;
 
@@ -17,7 +18,8 @@ use landlock::{
     RulesetCreatedAttr, RulesetStatus, ABI,
 };
 use sandbox_oci_init::{
-    decode_program, Enforced, LandlockPlan, Plan, Report, SeccompPlan, REPORT_METHOD, SETUP_FAILED,
+    decode_program, Enforced, LandlockPlan, Plan, Report, SeccompPlan, ENV_PREFIX, REPORT_METHOD,
+    SETUP_FAILED,
 };
 
 #[allow(unsafe_code)]
@@ -30,7 +32,7 @@ const ABI_WANTED: ABI = ABI::V5;
 /// Why the container's process was not started.
 #[derive(Debug, thiserror::Error)]
 enum InitError {
-    #[error("usage: sandbox-oci-init PLAN ARGS... ENV... (started by `sandbox oci`, not by hand)")]
+    #[error("usage: sandbox-oci-init PLAN ARGS... (started by `sandbox oci`, not by hand)")]
     Usage,
     #[error("the plan is not valid: {0}")]
     Plan(String),
@@ -107,7 +109,17 @@ fn read_plan() -> Result<Plan, InitError> {
     if arguments.is_empty() {
         return Err(InitError::Usage);
     }
-    let plan = Plan::from_arguments(arguments).map_err(InitError::Plan)?;
+    // The process's environment, under names of the plan's own; what else
+    // is there (the HOME runc adds) is not the plan's, and may be anything.
+    let mut environment = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str().filter(|n| n.starts_with(ENV_PREFIX)) else {
+            continue;
+        };
+        let value = value.into_string().map_err(|_| InitError::Usage)?;
+        environment.push((name.to_owned(), value));
+    }
+    let plan = Plan::from_exec(arguments, environment).map_err(InitError::Plan)?;
     if plan.args.is_empty() {
         return Err(InitError::Plan("no process arguments".to_owned()));
     }

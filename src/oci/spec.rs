@@ -31,6 +31,10 @@ const INIT_CALLS: &[&str] = &[
     "seccomp",
 ];
 
+/// The kernel's limit on one argument or environment string of an exec,
+/// its terminating NUL included (`MAX_ARG_STRLEN`).
+const ARGUMENT_MAX: usize = 128 << 10;
+
 /// Always writable where the container has them: scratch space every
 /// profile gives a run.
 const SCRATCH: &[&str] = &["/tmp", "/var/tmp", "/dev/shm"];
@@ -618,19 +622,39 @@ pub fn secure_process(
         report_fd: Some(broker_fd),
         loopback_only: layers.loopback_only,
     };
+    let (arguments, environment) = plan
+        .to_exec()
+        .map_err(|err| OciError::Spec(format!("writing the init's plan: {err}")))?;
+    // The entries as the init receives them, each one string of its exec.
+    if let Some((entry, received)) = plan
+        .env
+        .iter()
+        .zip(&environment)
+        .find(|(_, received)| received.len() >= ARGUMENT_MAX)
+    {
+        let name = entry
+            .split_once('=')
+            .map_or(entry.as_str(), |(name, _)| name);
+        return Err(OciError::Spec(format!(
+            "process.env entry {name:?} is {} bytes; the init receives it behind a {}-byte \
+             name, which takes it past the kernel's limit of {ARGUMENT_MAX} bytes on one \
+             string of an exec; shorten it (or pass the value in a file)",
+            entry.len(),
+            received.len() - entry.len(),
+        )));
+    }
     let mut init_args = vec![INIT_PATH.to_owned()];
-    init_args.extend(
-        plan.to_arguments()
-            .map_err(|err| OciError::Spec(format!("writing the init's plan: {err}")))?,
-    );
+    init_args.extend(arguments);
     let object = process
         .as_object_mut()
         .ok_or_else(|| OciError::Spec("\"process\" is not an object".to_owned()))?;
     object.insert("args".to_owned(), json!(init_args));
-    // The init starts with nothing of the image's environment (LD_PRELOAD,
-    // GLIBC_TUNABLES would steer a dynamic program; this one is static, and
-    // still reads none of it); the plan gives the process its own.
-    object.insert("env".to_owned(), json!([]));
+    // The init gets the process's environment under names of the plan's
+    // own, which it gives back to the process as they were: LD_PRELOAD or
+    // GLIBC_TUNABLES under their own names would be read by the C library
+    // (this one is static), and in the arguments, /proc/PID/cmdline would
+    // show them to the container's other users.
+    object.insert("env".to_owned(), json!(environment));
     object.insert("noNewPrivileges".to_owned(), Value::Bool(true));
     let none: Vec<String> = Vec::new();
     object.insert(
@@ -791,7 +815,15 @@ mod tests {
         let args = spec.pointer("/process/args").unwrap().as_array().unwrap();
         assert_eq!(args[0], INIT_PATH);
         let plan_args = args[1..].iter().map(|a| a.as_str().unwrap().to_owned());
-        let plan = Plan::from_arguments(plan_args.collect()).unwrap();
+        let environment = spec.pointer("/process/env").unwrap().as_array().unwrap();
+        let environment = environment.iter().map(|e| {
+            let (name, value) = e.as_str().unwrap().split_once('=').unwrap();
+            (name.to_owned(), value.to_owned())
+        });
+        let plan = Plan::from_exec(plan_args.collect(), environment.collect()).unwrap();
+        // The environment is in no argument (/proc/PID/cmdline would show
+        // it to every user of the container).
+        assert!(!args.iter().any(|a| a.as_str().unwrap().contains("PATH=")));
         assert_eq!(plan.args, ["/bin/sh", "-c", "true"]);
         assert_eq!(
             plan.env,
@@ -807,8 +839,16 @@ mod tests {
             ["/data", "/dev/shm", "/tmp", "/var/tmp", "/work"]
         );
         assert!(!plan.seccomp.unwrap().programs.is_empty());
-        // The init's own environment is empty; the rest of the process stays.
-        assert_eq!(spec.pointer("/process/env"), Some(&json!([])));
+        // The init's own environment is the process's under other names;
+        // the rest of the process stays.
+        assert_eq!(
+            spec.pointer("/process/env"),
+            Some(&json!([
+                "SANDBOX_PLAN_ENV_0=PATH=/bin",
+                "SANDBOX_PLAN_ENV_1=LD_PRELOAD=/evil.so",
+                "SANDBOX_PLAN_ENV_2=SANDBOX_IPC_FD=3"
+            ]))
+        );
         assert_eq!(spec.pointer("/process/futureField"), Some(&json!(7)));
         assert_eq!(spec.pointer("/process/noNewPrivileges"), Some(&json!(true)));
         assert_eq!(
@@ -967,5 +1007,20 @@ mod tests {
         let mut permissive = crate::profile::load("permissive").unwrap();
         permissive.network.mode = NetworkMode::Host;
         assert!(layers(&host, &permissive).is_ok());
+    }
+
+    #[test]
+    fn an_environment_entry_too_long_for_the_init_is_refused_by_name() {
+        let policy = crate::profile::load("strict").unwrap();
+        let layers = layers(&spec(), &policy).unwrap();
+        let mut fits = spec();
+        fits["process"]["env"] = json!([format!("FITS={}", "x".repeat(100_000))]);
+        assert!(secure_config(&mut fits, &policy, &layers, Path::new("/i"), 3).is_ok());
+        let mut long = spec();
+        long["process"]["env"] = json!([format!("LONG={}", "x".repeat(ARGUMENT_MAX - 10))]);
+        let err = secure_config(&mut long, &policy, &layers, Path::new("/i"), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("\"LONG\"") && err.contains("shorten"), "{err}");
     }
 }
