@@ -808,3 +808,42 @@ fn another_user_in_the_container_never_sees_an_execs_environment() {
         "user 1000 read root's exec environment from /proc/PID/cmdline (after {execs} execs)"
     );
 }
+
+#[test]
+fn a_group_the_image_names_after_a_number_gives_the_process_no_other_group() {
+    let test = "a_group_the_image_names_after_a_number_gives_the_process_no_other_group";
+    if !usable(test) {
+        return;
+    }
+    // runc reads each of process.user.additionalGids (which the engine
+    // writes: --group-add, Kubernetes' fsGroup and supplementalGroups) as
+    // a group name first, in the image's /etc/group: an image with a group
+    // *named* 10 of gid 0 turns the engine's group 10 into root's group,
+    // the host's without a user namespace.
+    let engine = Engine::new("");
+    let groups_of = |tag: &str, group_file: &str| {
+        std::fs::write(engine.rootfs().join("etc/group"), group_file).unwrap();
+        let id = id(tag);
+        let bundle = engine.bundle(tag, &["/bin/sh", "-c", "echo groups=$(id -G)"], |spec| {
+            spec["process"]["user"] = json!({"uid": 1000, "gid": 1000, "additionalGids": [10]});
+        });
+        assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+        engine.start_and_wait(&id);
+        let _ = engine.oci(&["delete", "--force", &id]);
+        let output = engine.output(&id);
+        let groups: Option<Vec<String>> = output
+            .lines()
+            .find_map(|l| l.strip_prefix("groups="))
+            .map(|g| g.split_whitespace().map(str::to_owned).collect());
+        (groups, output)
+    };
+    let (groups, output) = groups_of("groups", "root:x:0:\nwheel:x:10:\n");
+    assert_eq!(groups, Some(vec!["1000".into(), "10".into()]), "{output}");
+    let (groups, output) = groups_of("named", "root:x:0:\n10:x:0:\nwheel:x:10:\n");
+    assert!(
+        !groups.iter().flatten().any(|g| g == "0"),
+        "the image's group named 10 made the process a member of group 0: {output}"
+    );
+    assert!(groups.is_none(), "{output}");
+    assert!(output.contains("/etc/group"), "{output}");
+}

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub const INIT_PATH: &str = "/dev/.sandbox-init";
 
 /// The plan's format version; the init refuses any other.
-pub const PLAN_VERSION: u32 = 3;
+pub const PLAN_VERSION: u32 = 4;
 
 /// Exit status when the init could not apply a layer it was told to: the
 /// container's process never ran. 125 is "the sandbox failed" across
@@ -46,6 +46,10 @@ pub struct Plan {
     /// not one it connects after `create` through a hook (Docker's bridge
     /// network); by the time the init runs, those hooks have run.
     pub loopback_only: bool,
+    /// The supplementary groups the spec gives the process
+    /// (`process.user.additionalGids`, as ids inside the container): the
+    /// init refuses to start it with any other that runc set.
+    pub groups: Vec<u32>,
 }
 
 /// The names the process's environment entries have in the init's own
@@ -65,6 +69,7 @@ struct Header {
     seccomp: Option<SeccompPlan>,
     report_fd: Option<i32>,
     loopback_only: bool,
+    groups: Vec<u32>,
 }
 
 impl Plan {
@@ -88,6 +93,7 @@ impl Plan {
             seccomp: self.seccomp.clone(),
             report_fd: self.report_fd,
             loopback_only: self.loopback_only,
+            groups: self.groups.clone(),
         })?;
         let mut arguments = Vec::with_capacity(1 + self.args.len());
         arguments.push(header);
@@ -155,6 +161,7 @@ impl Plan {
             seccomp: header.seccomp,
             report_fd: header.report_fd,
             loopback_only: header.loopback_only,
+            groups: header.groups,
         })
     }
 }
@@ -333,6 +340,7 @@ mod tests {
             seccomp: None,
             report_fd: Some(3),
             loopback_only: true,
+            groups: vec![10, 2000],
         };
         let (arguments, environment) = plan.to_exec().unwrap();
         assert_eq!(arguments.len(), 4);
@@ -375,10 +383,10 @@ mod tests {
         twice.push(("SANDBOX_PLAN_ENV_0".into(), "A=1".into()));
         assert!(refused(twice).contains("twice"));
         let mut old = arguments;
-        old[0] = old[0].replace("\"version\":3", "\"version\":2");
+        old[0] = old[0].replace("\"version\":4", "\"version\":3");
         assert!(Plan::from_exec(old, Vec::new())
             .unwrap_err()
-            .contains("version 2"));
+            .contains("version 3"));
         assert!(Plan::from_exec(Vec::new(), Vec::new()).is_err());
     }
 

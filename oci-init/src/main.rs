@@ -65,6 +65,21 @@ enum InitError {
          be checked for interfaces: {0}"
     )]
     NetworkUnchecked(std::io::Error),
+    #[error(
+        "runc gave the process the supplementary groups {unexpected:?}, which its spec does \
+         not ask for (process.user.additionalGids {asked:?}): runc first looks each of those \
+         numbers up as a group *name* in the image's /etc/group, so a group there named after \
+         one of them (a line such as \"{example}:x:0:\") hands the process its own gid \
+         instead; rename that group in the image, or leave the number out of the container's \
+         groups"
+    )]
+    Groups {
+        unexpected: Vec<u32>,
+        asked: Vec<u32>,
+        example: u32,
+    },
+    #[error("reading the process's groups to check them against its spec: {0}")]
+    GroupsUnchecked(std::io::Error),
     #[error("writing the report to the broker channel (fd {fd}): {source}")]
     Report { fd: i32, source: std::io::Error },
 }
@@ -133,6 +148,7 @@ fn read_plan() -> Result<Plan, InitError> {
 
 fn apply(plan: &Plan) -> Result<Enforced, InitError> {
     sys::set_no_new_privs().map_err(InitError::NoNewPrivs)?;
+    check_groups(&plan.groups)?;
     // Before the profile's filter, which may refuse the sockets this takes.
     let network = if plan.loopback_only {
         let up = sys::interfaces_up().map_err(InitError::NetworkUnchecked)?;
@@ -158,6 +174,40 @@ fn apply(plan: &Plan) -> Result<Enforced, InitError> {
         network: network.to_owned(),
         args: plan.args.clone(),
     })
+}
+
+/// The group ids an unmapped group shows as in a user namespace.
+const OVERFLOW_GID: u32 = 65_534;
+
+/// The process's supplementary groups are the spec's. runc resolves each
+/// of `process.user.additionalGids` through the image's `/etc/group`,
+/// matching a group's *name* as well as its gid, and takes the first
+/// line that matches: an image with a group named `10` of gid 0 gets an
+/// engine's group 10 turned into root's group (the host's, without a user
+/// namespace). Where runc could not set groups at all (a user namespace
+/// with `setgroups` denied, as rootless engines make), it set none from
+/// the image either, and what the process has is the engine's.
+fn check_groups(asked: &[u32]) -> Result<(), InitError> {
+    let denied =
+        std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|state| state.trim() == "deny");
+    if denied {
+        return Ok(());
+    }
+    let (effective, groups) = sys::groups().map_err(InitError::GroupsUnchecked)?;
+    let mut unexpected: Vec<u32> = groups
+        .into_iter()
+        .filter(|g| *g != effective && *g != OVERFLOW_GID && !asked.contains(g))
+        .collect();
+    unexpected.sort_unstable();
+    unexpected.dedup();
+    match unexpected.first() {
+        None => Ok(()),
+        Some(_) => Err(InitError::Groups {
+            example: asked.first().copied().unwrap_or_default(),
+            unexpected,
+            asked: asked.to_vec(),
+        }),
+    }
 }
 
 fn restrict(plan: &LandlockPlan) -> Result<&'static str, InitError> {

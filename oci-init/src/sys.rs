@@ -187,3 +187,24 @@ pub fn interfaces_up() -> std::io::Result<Vec<String>> {
         None => Ok(up),
     }
 }
+
+/// This process's effective group id and supplementary groups.
+pub fn groups() -> std::io::Result<(u32, Vec<u32>)> {
+    // SAFETY: getegid takes no argument and cannot fail.
+    let effective = unsafe { libc::getegid() };
+    // SAFETY: with a size of 0, getgroups writes nothing and returns how
+    // many groups there are.
+    let count = unsafe { libc::getgroups(0, std::ptr::null_mut()) };
+    let Ok(size) = usize::try_from(count) else {
+        return Err(std::io::Error::last_os_error());
+    };
+    let mut list: Vec<libc::gid_t> = vec![0; size];
+    // SAFETY: `list` has room for `count` groups, the size passed, and is
+    // alive and writable for the call.
+    let got = unsafe { libc::getgroups(count, list.as_mut_ptr()) };
+    let Ok(got) = usize::try_from(got) else {
+        return Err(std::io::Error::last_os_error());
+    };
+    list.truncate(got);
+    Ok((effective, list))
+}

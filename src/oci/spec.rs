@@ -194,6 +194,27 @@ fn outside(id: u32, maps: &[IdMap], user_namespace: bool) -> u32 {
         .unwrap_or(OVERFLOW_ID)
 }
 
+/// `process.user.additionalGids`: the supplementary groups, as ids inside
+/// the container.
+fn additional_gids(process: &Value) -> Result<Vec<u32>, OciError> {
+    match process.pointer("/user/additionalGids") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|g| {
+                g.as_u64()
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| {
+                        OciError::Spec("process.user.additionalGids holds a non-id".to_owned())
+                    })
+            })
+            .collect(),
+        Some(_) => Err(OciError::Spec(
+            "process.user.additionalGids is not a list".to_owned(),
+        )),
+    }
+}
+
 /// Who `process` (`config.json`'s or `exec`'s) runs as outside the
 /// container.
 pub fn identity(process: &Value, maps: &IdMaps) -> Result<Identity, OciError> {
@@ -206,24 +227,7 @@ pub fn identity(process: &Value, maps: &IdMaps) -> Result<Identity, OciError> {
                 .ok_or_else(|| OciError::Spec(format!("process.user.{key} is not an id"))),
         }
     };
-    let groups = match process.pointer("/user/additionalGids") {
-        None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|g| {
-                g.as_u64()
-                    .and_then(|n| u32::try_from(n).ok())
-                    .ok_or_else(|| {
-                        OciError::Spec("process.user.additionalGids holds a non-id".to_owned())
-                    })
-            })
-            .collect::<Result<Vec<u32>, OciError>>()?,
-        Some(_) => {
-            return Err(OciError::Spec(
-                "process.user.additionalGids is not a list".to_owned(),
-            ))
-        }
-    };
+    let groups = additional_gids(process)?;
     Ok(Identity {
         uid: outside(id("uid")?, &maps.uid, maps.user_namespace),
         gid: outside(id("gid")?, &maps.gid, maps.user_namespace),
@@ -621,6 +625,7 @@ pub fn secure_process(
         seccomp: layers.seccomp.clone(),
         report_fd: Some(broker_fd),
         loopback_only: layers.loopback_only,
+        groups: additional_gids(process)?,
     };
     let (arguments, environment) = plan
         .to_exec()
