@@ -847,3 +847,46 @@ fn a_group_the_image_names_after_a_number_gives_the_process_no_other_group() {
     assert!(groups.is_none(), "{output}");
     assert!(output.contains("/etc/group"), "{output}");
 }
+
+#[test]
+fn a_container_flooding_its_broker_cannot_fill_the_hosts_disk_with_audit() {
+    let test = "a_container_flooding_its_broker_cannot_fill_the_hosts_disk_with_audit";
+    if !usable(test) {
+        return;
+    }
+    // Every broker request is one audit line on the host, with the path
+    // asked for in it. A container that sends fs.stat requests with 64 KiB
+    // paths in a loop (strict allows fs.stat) writes megabytes a second
+    // into the host's audit directory for as long as it runs.
+    let engine = Engine::new("");
+    let id = id("flood");
+    let script = r#"p=a; i=0; while [ $i -lt 16 ]; do p=$p$p; i=$((i+1)); done
+cat <&3 >/dev/null &
+while :; do echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\",\"params\":{\"path\":\"$p\"}}"; done >&3"#;
+    let bundle = engine.bundle("flood", &["/bin/sh", "-c", script], |_| {});
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    let started = engine.oci(&["start", &id]);
+    assert!(started.status.success(), "{}", text(&started.stderr));
+    let path = engine.path().join("audit").join(format!("{id}.jsonl"));
+    let limit: u64 = 64 << 20;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let ended = loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let audit = std::fs::read_to_string(&path).unwrap_or_default();
+        let ended = audit
+            .lines()
+            .rev()
+            .take(3)
+            .any(|l| l.contains("\"event\":\"ended\"") && l.contains("audit"));
+        if ended || size > limit + (8 << 20) || std::time::Instant::now() > deadline {
+            break ended;
+        }
+    };
+    let _ = engine.oci(&["delete", "--force", &id]);
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    assert!(
+        ended && size <= limit + (1 << 20),
+        "the container's audit grew to {size} bytes and its broker still serves"
+    );
+}

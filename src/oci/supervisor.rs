@@ -18,6 +18,13 @@ use serde::Serialize;
 use super::OciError;
 use crate::profile::policy::Policy;
 
+/// The most audit lines one supervisor writes, in bytes. Each broker
+/// request is a line on the host, with the path it asked for in it: a
+/// container flooding its broker would otherwise fill the disk holding the
+/// audit directory. Past this, the broker serves no more requests (none
+/// goes unaudited) and the supervisor says why in the audit.
+pub const AUDIT_LIMIT: u64 = 64 << 20;
+
 /// The longest report line the init writes (its process's arguments are in
 /// it); more is not a report.
 const REPORT_MAX: usize = 1 << 20;
@@ -228,6 +235,16 @@ fn serve(
     broker: Result<crate::broker::server::Broker, String>,
     acting: Result<(), String>,
 ) -> i32 {
+    // The audit file as the broker's lines grow it (the same open file).
+    let probe = audit.try_clone();
+    let size = |probe: &std::io::Result<std::fs::File>| {
+        probe
+            .as_ref()
+            .ok()
+            .and_then(|file| file.metadata().ok())
+            .map(|meta| meta.len())
+    };
+    let start = size(&probe);
     let mut event = |event: &str, enforced: Option<&serde_json::Value>, problem: Option<&str>| {
         let mut line = crate::broker::audit::to_line(&Event {
             time: now(),
@@ -270,6 +287,14 @@ fn serve(
         network.confine_to(Some(serving.policy.syscalls.clone()));
     }
     broker.use_network(network);
+    let Some(start) = start else {
+        event(
+            "ended",
+            None,
+            Some("the audit file's size cannot be read, so its limit cannot be kept"),
+        );
+        return 1;
+    };
     broker.set_rate_limit(
         crate::broker::server::RATE_LIMIT.0,
         crate::broker::server::RATE_LIMIT.1,
@@ -303,6 +328,21 @@ fn serve(
             && !broker.on_writable(channel.as_fd())
         {
             break;
+        }
+        if size(&probe).is_none_or(|now| now.saturating_sub(start) > AUDIT_LIMIT) {
+            broker.end_network();
+            drop(broker);
+            event(
+                "ended",
+                None,
+                Some(&format!(
+                    "the container's broker requests wrote more than {} MiB of audit lines; it \
+                     serves no more, so that the audit cannot fill the host's disk (the \
+                     container keeps running; its broker channel is closed)",
+                    AUDIT_LIMIT >> 20
+                )),
+            );
+            return 1;
         }
     }
     broker.drain(channel.as_fd());
