@@ -890,3 +890,37 @@ while :; do echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\",\"params\
         "the container's audit grew to {size} bytes and its broker still serves"
     );
 }
+
+#[test]
+fn processes_execs_leave_behind_cannot_pile_up_supervisors_on_the_host() {
+    let test = "processes_execs_leave_behind_cannot_pile_up_supervisors_on_the_host";
+    if !usable(test) {
+        return;
+    }
+    // Each exec's supervisor is a host process that lives while anything
+    // holds its broker channel. An exec of the image's (a health check run
+    // every few seconds) that leaves a process behind keeps its supervisor
+    // alive past the exec: without a bound they pile up on the host.
+    let engine = Engine::new("");
+    let id = engine.running("pileup");
+    let mut refused = None;
+    for n in 1..=40 {
+        let exec = engine.exec(&id, &process("sleep 15 >/dev/null 2>&1 &"));
+        if !exec.status.success() {
+            refused = Some((n, text(&exec.stderr)));
+            break;
+        }
+    }
+    let Some((n, stderr)) = refused else {
+        let _ = engine.oci(&["delete", "--force", &id]);
+        panic!("40 execs each left a supervisor alive on the host");
+    };
+    assert_eq!(n, 33, "{stderr}");
+    assert!(stderr.contains("exec supervisors"), "{stderr}");
+    // Once the processes left behind are gone, so are their supervisors,
+    // and execs work again.
+    std::thread::sleep(std::time::Duration::from_secs(16));
+    let again = engine.exec(&id, &process("true"));
+    let _ = engine.oci(&["delete", "--force", &id]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+}

@@ -259,22 +259,25 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
     ] {
         assert!(stdout.contains(expected), "exec: {expected}:\n{stdout}");
     }
-    // Nothing is left on disk per exec (a Kubernetes exec probe runs one
-    // every few seconds for the container's whole life).
-    let kept: Vec<String> = std::fs::read_dir(
-        engine
-            .container_dir(&polite)
-            .expect("the container's state"),
-    )
-    .expect("the container's state")
-    .flatten()
-    .map(|e| e.file_name().to_string_lossy().into_owned())
-    .collect();
+    // Nothing piles up on disk per exec (a Kubernetes exec probe runs one
+    // every few seconds for the container's whole life): besides the
+    // record, one slot per live exec supervisor, the ended ones' removed
+    // by the next exec.
+    let dir = engine
+        .container_dir(&polite)
+        .expect("the container's state");
+    let kept: Vec<String> = std::fs::read_dir(&dir)
+        .expect("the container's state")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
     assert!(
         kept.iter()
-            .all(|name| name == "record.json" || name == "config.original.json"),
+            .all(|name| ["record.json", "config.original.json", "execs"].contains(&name.as_str())),
         "{kept:?}"
     );
+    let slots = std::fs::read_dir(dir.join("execs")).map_or(0, |d| d.count());
+    assert!(slots <= 1, "{slots} exec slots after one exec");
     let tty = engine
         .podman(&runtime)
         .args([

@@ -287,6 +287,7 @@ fn create(
         Started {
             by: "create",
             identity: &identity,
+            slot: None,
         },
         broker_fd,
         &runc_args,
@@ -363,6 +364,7 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
     // the preserved ones.
     let rewritten = memory_file(&process)?;
     let process_fd = broker_fd + 1;
+    let slot = supervisor::claim_exec_slot(&container_dir(settings, invocation, &parsed.id))?;
 
     let mut runc_args = invocation.global.clone();
     runc_args.push("exec".into());
@@ -377,6 +379,7 @@ fn exec(settings: &Settings, invocation: &cli::Invocation) -> Result<i32, OciErr
         Started {
             by: "exec",
             identity: &identity,
+            slot: Some(slot),
         },
         broker_fd,
         &runc_args,
@@ -430,6 +433,8 @@ struct Started<'a> {
     by: &'a str,
     /// Its user outside the container.
     identity: &'a spec::Identity,
+    /// An exec's slot among the container's live supervisors.
+    slot: Option<std::os::fd::OwnedFd>,
 }
 
 /// Fork the supervisor, then become runc with the channel at `broker_fd`.
@@ -462,6 +467,7 @@ fn start_with_supervisor(
             started_by: started.by,
         },
         host_end,
+        started.slot,
     )?;
     let argv = argv(&runc, runc_args)?;
     let mut placed = vec![(container_end.as_fd(), broker_fd)];

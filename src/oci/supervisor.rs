@@ -46,9 +46,92 @@ pub struct Serving<'a> {
     pub started_by: &'a str,
 }
 
-/// Fork the supervisor for `serving` holding `host_end`. The caller then
-/// hands the container end to runc.
-pub fn start(serving: &Serving<'_>, host_end: OwnedFd) -> Result<nix::unistd::Pid, OciError> {
+/// The most supervisors of one container's `exec`s alive at once. Each
+/// lives as long as a process holds its channel, and a process the exec
+/// leaves behind (`sleep 300 &` in a health check of the image's) holds it
+/// past the exec: one exec probe every few seconds would otherwise pile up
+/// host processes without end.
+pub const EXEC_SUPERVISORS_MAX: usize = 32;
+
+/// A slot for one `exec`'s supervisor among the container's: a file in its
+/// state directory `dir`, locked for as long as the supervisor holding it
+/// lives. Refused when [`EXEC_SUPERVISORS_MAX`] are alive; files no
+/// supervisor holds any more are removed.
+pub fn claim_exec_slot(dir: &Path) -> Result<OwnedFd, OciError> {
+    use nix::fcntl::{Flock, FlockArg};
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let slots = dir.join("execs");
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_path_buf();
+        move |source| OciError::Io { what, path, source }
+    };
+    match std::fs::DirBuilder::new().mode(0o700).create(&slots) {
+        Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
+            return Err(io("creating the directory of exec supervisors", &slots)(
+                err,
+            ))
+        }
+        _ => {}
+    }
+    let mut alive = 0;
+    let entries = std::fs::read_dir(&slots).map_err(io("listing the exec supervisors", &slots))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            continue;
+        };
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            // Nobody holds it: its supervisor is gone.
+            Ok(_unlocked_on_drop) => {
+                let _ = std::fs::remove_file(&path);
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => alive += 1,
+            Err(_) => {}
+        }
+    }
+    if alive >= EXEC_SUPERVISORS_MAX {
+        return Err(OciError::Refused(format!(
+            "this container has {alive} exec supervisors alive, the most it may: each lives \
+             while a process holds its exec's broker channel, and processes earlier execs left \
+             running still hold theirs; end those processes (or restart the container) \
+             before another exec"
+        )));
+    }
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let path = slots.join(format!("{}-{nanos}", std::process::id()));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(io("creating an exec supervisor's slot", &path))?;
+    let held = file
+        .try_clone()
+        .map_err(io("creating an exec supervisor's slot", &path))?;
+    let locked = Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| {
+        io("locking an exec supervisor's slot", &path)(std::io::Error::from(errno))
+    })?;
+    // The lock belongs to the open file, which `held` shares: it lasts as
+    // long as the supervisor keeps `held`. Dropping `locked` would release
+    // it; its descriptor is close-on-exec, so it goes when runc starts.
+    std::mem::forget(locked);
+    Ok(OwnedFd::from(held))
+}
+
+/// Fork the supervisor for `serving` holding `host_end` (and `slot`, for as
+/// long as it lives). The caller then hands the container end to runc.
+pub fn start(
+    serving: &Serving<'_>,
+    host_end: OwnedFd,
+    slot: Option<OwnedFd>,
+) -> Result<nix::unistd::Pid, OciError> {
     let audit = open_audit(serving.audit)?;
     let null = std::fs::OpenOptions::new()
         .read(true)
@@ -59,7 +142,10 @@ pub fn start(serving: &Serving<'_>, host_end: OwnedFd) -> Result<nix::unistd::Pi
             path: "/dev/null".into(),
             source,
         })?;
-    let keep = vec![host_end, OwnedFd::from(audit), OwnedFd::from(null)];
+    // The slot first: what is left of `fds` after the pops below, it stays
+    // open until the supervisor returns.
+    let mut keep: Vec<OwnedFd> = slot.into_iter().collect();
+    keep.extend([host_end, OwnedFd::from(audit), OwnedFd::from(null)]);
     crate::sys::fork::fork_keeping_only(keep, |mut fds| {
         let (Some(null), Some(audit), Some(channel)) = (fds.pop(), fds.pop(), fds.pop()) else {
             return 1;
