@@ -1,4 +1,4 @@
-//! The CLI's HTTP/1.1 client of `sandbox daemon` (API: `docs/daemon.md`).
+//! The CLI's HTTP/1.1 client of `sandbox daemon` (API: `docs/src/daemon.md`).
 //!
 //! One connection per request over the daemon's Unix socket, driven by a
 //! current-thread tokio runtime that only the client commands build: a

@@ -1,4 +1,4 @@
-//! `sandbox daemon`: serve the run API on a Unix socket (docs/daemon.md).
+//! `sandbox daemon`: serve the run API on a Unix socket (docs/src/daemon.md).
 use std::path::PathBuf;
 
 use clap::Args;

@@ -1,5 +1,5 @@
 //! The client commands of `sandbox daemon`: `run --daemon`, `ps`, `logs`,
-//! `cancel` and `approvals` (API: `docs/daemon.md`).
+//! `cancel` and `approvals` (API: `docs/src/daemon.md`).
 //!
 //! Exit statuses: a run exits with its command's status, as a local run
 //! does. Every command exits 2 when the daemon refused the request itself

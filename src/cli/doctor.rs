@@ -41,7 +41,7 @@ pub struct DoctorArgs {
     pub json: bool,
 }
 
-/// The `--json` document (documented in docs/doctor.md).
+/// The `--json` document (documented in docs/src/doctor.md).
 #[derive(Debug, Serialize)]
 struct Report<'a> {
     version: u32,

@@ -38,7 +38,7 @@ enum Command {
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
     Doctor(doctor::DoctorArgs),
-    /// Serve the run API on a Unix socket (docs/daemon.md).
+    /// Serve the run API on a Unix socket (docs/src/daemon.md).
     Daemon(daemon::DaemonArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
     Serve(serve::ServeArgs),
@@ -50,7 +50,7 @@ enum Command {
     Cancel(daemon_client::CancelArgs),
     /// List the open questions of your daemon runs, or answer one.
     Approvals(daemon_client::ApprovalsArgs),
-    /// Be an OCI runtime (runc's command line) for Podman, containerd, CRI-O and Docker (docs/oci.md).
+    /// Be an OCI runtime (runc's command line) for Podman, containerd, CRI-O and Docker (docs/src/oci.md).
     #[command(disable_help_flag = true)]
     Oci {
         /// runc's arguments: global flags, then create, start, state, kill, delete, exec, ...

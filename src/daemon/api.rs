@@ -1,4 +1,4 @@
-//! The HTTP routes of `docs/daemon.md`. Each handler identifies the caller
+//! The HTTP routes of `docs/src/daemon.md`. Each handler identifies the caller
 //! from the connection (never from the request), finds its rule, and does
 //! blocking work (database, files) off the runtime's two workers.
 
@@ -126,7 +126,7 @@ fn who(app: &App, peer: Peer) -> Result<Who<'_>, ApiError> {
 fn bad_body(err: &dyn std::fmt::Display) -> ApiError {
     ApiError::bad_request(
         format!("the request body: {err}"),
-        "send a JSON object with the fields docs/daemon.md lists",
+        "send a JSON object with the fields docs/src/daemon.md lists",
     )
 }
 
@@ -149,7 +149,7 @@ fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     query.map(|Query(q)| q).map_err(|rejection| {
         ApiError::bad_request(
             format!("the query string: {}", rejection.body_text()),
-            "see docs/daemon.md for this endpoint's parameters",
+            "see docs/src/daemon.md for this endpoint's parameters",
         )
     })
 }
@@ -723,7 +723,7 @@ async fn not_found() -> ApiError {
         404,
         "not_found",
         "no such endpoint",
-        "see docs/daemon.md for the endpoints under /v1",
+        "see docs/src/daemon.md for the endpoints under /v1",
     )
 }
 
@@ -732,6 +732,6 @@ async fn wrong_method() -> ApiError {
         405,
         "bad_request",
         "this endpoint does not take that method",
-        "see docs/daemon.md for each endpoint's method",
+        "see docs/src/daemon.md for each endpoint's method",
     )
 }

@@ -1,4 +1,4 @@
-//! The daemon's configuration file (`docs/daemon.md`, "Configuration"):
+//! The daemon's configuration file (`docs/src/daemon.md`, "Configuration"):
 //! where it listens, how much it takes on, and one rule per group of
 //! callers saying what they may ask for.
 //!
@@ -141,7 +141,7 @@ pub struct Config {
     pub pool: PoolConfig,
 }
 
-/// `[pool]`: warm sandboxes (see `docs/launcher.md`).
+/// `[pool]`: warm sandboxes (see `docs/src/launcher.md`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PoolConfig {
     /// Keep a warm sandbox per key of recent runs.

@@ -1,5 +1,5 @@
 //! The API's errors: an HTTP status, a stable code a client can branch on,
-//! a message naming the field, and the fix (`docs/daemon.md`, "Errors").
+//! a message naming the field, and the fix (`docs/src/daemon.md`, "Errors").
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

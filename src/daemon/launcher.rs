@@ -1,4 +1,4 @@
-//! The daemon's side of the launcher (`docs/launcher.md`): the process is
+//! The daemon's side of the launcher (`docs/src/launcher.md`): the process is
 //! started before the runtime exists, and afterwards only this module talks
 //! to it, over one `SOCK_SEQPACKET` socket.
 //!

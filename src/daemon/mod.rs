@@ -1,11 +1,11 @@
 //! `sandbox daemon`: sandboxes for other processes of the host, over an
-//! HTTP/JSON API on a Unix socket (`docs/daemon.md`).
+//! HTTP/JSON API on a Unix socket (`docs/src/daemon.md`).
 //!
 //! Start-up order matters and is fixed in [`run`]: everything that forks
 //! or touches inherited descriptors (socket activation, the launcher, the
 //! probes) happens while the process still has one thread; only then is
 //! the tokio runtime built. The daemon itself never forks a sandbox: its
-//! launcher (`docs/launcher.md`) does, from a process with one thread.
+//! launcher (`docs/src/launcher.md`) does, from a process with one thread.
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};

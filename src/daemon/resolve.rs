@@ -530,7 +530,7 @@ fn too_high(field: &str, asked: String, most: String, rule: &Rule) -> ApiError {
 fn bad_limit(field: &str, message: String) -> ApiError {
     ApiError::bad_request(
         format!("limits.{field}: {message}"),
-        "see docs/daemon.md, POST /v1/runs",
+        "see docs/src/daemon.md, POST /v1/runs",
     )
 }
 

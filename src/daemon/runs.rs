@@ -97,7 +97,7 @@ struct PoolEntry {
     asked: std::time::Instant,
 }
 
-/// The key a warm sandbox serves (`docs/launcher.md`): the caller, the
+/// The key a warm sandbox serves (`docs/src/launcher.md`): the caller, the
 /// digest of the resolved policy (its timeout and output cap aside, which
 /// a commit sets), the project by path and device/inode, the network mode.
 fn pool_key(spec: &RunSpec, uid: u32) -> Option<String> {

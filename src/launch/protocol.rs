@@ -1,5 +1,5 @@
 //! What `sandbox daemon`, its launcher (`sandbox __launch`) and each run's
-//! supervisor say to each other (design: `docs/launcher.md`).
+//! supervisor say to each other (design: `docs/src/launcher.md`).
 //!
 //! Three channels:
 //! - daemon ↔ launcher: one `SOCK_SEQPACKET` socket, one JSON object per
@@ -124,7 +124,7 @@ pub enum ToLauncher {
     /// [`FromLauncher::WarmReady`] and, when it goes, by
     /// [`FromLauncher::WarmDiscarded`].
     Warm {
-        /// The pool key (see `docs/launcher.md`).
+        /// The pool key (see `docs/src/launcher.md`).
         key: String,
         /// The daemon's number for this request, echoed back.
         gen: u64,

@@ -1,4 +1,4 @@
-//! Warm sandboxes (design: `docs/launcher.md`): a run supervisor that has
+//! Warm sandboxes (design: `docs/src/launcher.md`): a run supervisor that has
 //! done every step that does not depend on the command, and waits for it.
 //!
 //! The launcher forks one per [`super::protocol::ToLauncher::Warm`]; it
