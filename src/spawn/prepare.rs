@@ -888,6 +888,7 @@ impl Prepared {
         landlock_rules.push((c"/etc".into(), LandlockAccess::Read));
         landlock_rules.push((c"/tmp".into(), LandlockAccess::ReadWrite));
         landlock_rules.push((c"/dev/shm".into(), LandlockAccess::ReadWrite));
+        landlock_rules.push((c"/dev/mqueue".into(), LandlockAccess::MessageQueues));
         landlock_rules.push((c"/dev".into(), LandlockAccess::Device));
         landlock_rules.push((c"/proc".into(), LandlockAccess::Read));
         landlock_rules.push((c"/".into(), LandlockAccess::List));
