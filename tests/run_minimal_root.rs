@@ -330,6 +330,48 @@ fn posix_message_queues_work_and_are_the_runs_own() {
     }
 }
 
+/// An id the run does not map answers as bare for an unprivileged user:
+/// EPERM (libuv's `fs_chown`, `spawn_setuid_fails`), not the kernel's
+/// EINVAL for an id without a mapping; the run's own ids and "unchanged"
+/// still reach the kernel. Both filter modes.
+#[test]
+fn setuid_setgid_and_chown_to_foreign_ids_fail_with_eperm_as_bare() {
+    let script = "import errno, os\n\
+        def attempt(call, *args):\n\
+        \x20   try:\n\
+        \x20       call(*args)\n\
+        \x20       return 'ok'\n\
+        \x20   except OSError as e:\n\
+        \x20       return errno.errorcode[e.errno]\n\
+        open('owned', 'w').close()\n\
+        uid, gid = os.getuid(), os.getgid()\n\
+        print('setuid(0)', attempt(os.setuid, 0))\n\
+        print('setgid(0)', attempt(os.setgid, 0))\n\
+        print('chown(0, 0)', attempt(os.chown, 'owned', 0, 0))\n\
+        print('chown(-1, 0)', attempt(os.chown, 'owned', -1, 0))\n\
+        print('setresuid(-1, 0, -1)', attempt(os.setresuid, -1, 0, -1))\n\
+        print('setuid(own)', attempt(os.setuid, uid))\n\
+        print('setgid(own)', attempt(os.setgid, gid))\n\
+        print('chown(own)', attempt(os.chown, 'owned', uid, gid))\n\
+        print('chown(-1, -1)', attempt(os.chown, 'owned', -1, -1))\n\
+        print('setuid(-1)', attempt(os.setuid, -1))\n";
+    let want = "setuid(0) EPERM\nsetgid(0) EPERM\nchown(0, 0) EPERM\nchown(-1, 0) EPERM\n\
+                setresuid(-1, 0, -1) EPERM\nsetuid(own) ok\nsetgid(own) ok\nchown(own) ok\n\
+                chown(-1, -1) ok\nsetuid(-1) EINVAL\n";
+    for who in identities("setuid_setgid_and_chown_to_foreign_ids_fail_with_eperm") {
+        for profile in ["strict", "standard"] {
+            let project = Project::new(who);
+            let out = project.run_with(&["--profile", profile], &["python3", "-c", script]);
+            assert_ok(&out, profile);
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                want,
+                "{who:?} {profile}"
+            );
+        }
+    }
+}
+
 #[test]
 fn proc_files_runtimes_read_at_start_up_are_readable() {
     let files = [

@@ -895,7 +895,14 @@ impl Prepared {
 
         let seccomp = match policy.enforce.seccomp {
             Enforcement::Off => crate::seccomp::host_guard()?,
-            _ => Some(crate::seccomp::compile(&policy.syscalls)?),
+            // The payload's own user namespace maps only its ids.
+            _ => Some(crate::seccomp::compile_in_user_namespace(
+                &policy.syscalls,
+                crate::seccomp::MappedIds {
+                    uid: ids.inside_uid,
+                    gid: ids.inside_gid,
+                },
+            )?),
         };
 
         let mut rlimits = vec![(Resource::RLIMIT_CORE, 0)];
