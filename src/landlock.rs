@@ -39,6 +39,9 @@ pub enum LandlockAccess {
     ReadWrite,
     /// Read and write device files (the minimal /dev).
     Device,
+    /// Create, open, list and remove message queues (the run's own
+    /// mqueue filesystem at /dev/mqueue).
+    MessageQueues,
     /// Read only (/proc).
     Read,
     /// List the directory only (the new root itself).
@@ -73,6 +76,16 @@ fn rights(access: LandlockAccess, is_dir: bool) -> BitFlags<AccessFs> {
                 | AccessFs::ReadDir
                 | AccessFs::Truncate
                 | AccessFs::IoctlDev
+        }
+        // mq_open opens a queue for reading or writing (it creates through
+        // the filesystem's own hook, which Landlock does not see); MakeReg
+        // and RemoveFile are what `touch` and `rm` of a queue by path need.
+        LandlockAccess::MessageQueues => {
+            AccessFs::ReadFile
+                | AccessFs::WriteFile
+                | AccessFs::ReadDir
+                | AccessFs::MakeReg
+                | AccessFs::RemoveFile
         }
         LandlockAccess::Read => AccessFs::ReadFile | AccessFs::ReadDir,
         LandlockAccess::List => BitFlags::from(AccessFs::ReadDir),

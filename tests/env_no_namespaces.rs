@@ -213,23 +213,35 @@ fn no_process_of_the_run_outlives_it() {
     }
 }
 
+/// Without an IPC namespace the host's System V IPC and message queues
+/// would be the run's: both are refused, and the host's /dev/mqueue (where
+/// one is mounted) is never made writable, as a namespaced run's own is.
 #[test]
-fn system_v_ipc_of_the_host_is_refused() {
-    for who in who("system_v_ipc_of_the_host_is_refused") {
+fn system_v_ipc_and_message_queues_of_the_host_are_refused() {
+    for who in who("system_v_ipc_and_message_queues_of_the_host_are_refused") {
         let project = Project::new(who);
         let script = r#"
-import ctypes, errno
+import ctypes, errno, os
 libc = ctypes.CDLL(None, use_errno=True)
 r = libc.shmget(0, 4096, 0o1000 | 0o600)
 print("shmget", r, errno.errorcode.get(ctypes.get_errno(), "0"))
 r = libc.msgget(0, 0o1000 | 0o600)
 print("msgget", r, errno.errorcode.get(ctypes.get_errno(), "0"))
+r = libc.mq_open(b"/sandbox-no-namespaces", os.O_CREAT | os.O_RDWR, 0o600, None)
+print("mq_open", r, errno.errorcode.get(ctypes.get_errno(), "0"))
+try:
+    open("/dev/mqueue/sandbox-no-namespaces", "w").close()
+    print("dev-mqueue ok")
+except OSError as e:
+    print("dev-mqueue refused", errno.errorcode[e.errno])
 "#;
         let out = project.run_with_profile(OFF, &[], &["python3", "-c", script]);
         assert_ok(&out, "python");
         let seen = stdout(&out);
         assert!(seen.contains("shmget -1 EPERM"), "{who:?}: {seen}");
         assert!(seen.contains("msgget -1 EPERM"), "{who:?}: {seen}");
+        assert!(seen.contains("mq_open -1 EPERM"), "{who:?}: {seen}");
+        assert!(seen.contains("dev-mqueue refused"), "{who:?}: {seen}");
     }
 }
 

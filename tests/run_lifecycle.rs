@@ -122,9 +122,11 @@ fn sigkill_of_the_supervisor_leaves_no_process_behind() {
         let project = Project::new(who);
         let marker = support::marker("sigkill");
         let script = format!("setsid sleep {marker} & sleep {marker}");
+        // --cpus: strict sets no CPU quota, and the run is in a cpu cgroup
+        // only with one.
         let mut supervisor = project
             .command()
-            .args(["run", "--", "/bin/sh", "-c", &script])
+            .args(["run", "--cpus", "1", "--", "/bin/sh", "-c", &script])
             .spawn()
             .unwrap();
         wait_for_sleeper(&marker);

@@ -156,7 +156,8 @@ fn the_run_cgroup_is_removed_afterwards() {
         return;
     }
     let project = Project::new(Who::Root);
-    let out = project.run_with(&["--report", "report.json"], &["/bin/true"]);
+    // strict sets no CPU quota: --cpus puts the run in the cpu hierarchy too.
+    let out = project.run_with(&["--cpus", "1", "--report", "report.json"], &["/bin/true"]);
     assert_ok(&out, "true");
     assert_eq!(report(&project)["enforced"]["cgroup"]["version"], 1);
     let paths = report(&project)["enforced"]["cgroup"]["paths"]
@@ -236,8 +237,8 @@ fn required_cgroups_without_access_refuse_to_run() {
 
 /// What a program sees of the CPU limit: `nproc` (the affinity mask) is as
 /// many CPUs as the limit rounds up to, at most what the host allows, so
-/// worker pools sized from it match the quota; without a limit it is the
-/// host's.
+/// worker pools sized from it match the quota; without a limit (strict's
+/// default) it is the caller's, as bare.
 #[test]
 fn nproc_inside_matches_the_cpu_limit() {
     let host: usize = String::from_utf8_lossy(
@@ -249,11 +250,12 @@ fn nproc_inside_matches_the_cpu_limit() {
     .trim()
     .parse()
     .expect("a number");
-    let no_cpu_limit = "version = 1\nextends = \"strict\"\n[limits]\ncpu = \"unlimited\"\n";
+    let one_cpu = "version = 1\nextends = \"strict\"\n[limits]\ncpu = 1\n";
     for who in support::identities("nproc_inside_matches_the_cpu_limit") {
         let project = support::Project::new(who);
         for (args, want) in [
-            (vec![], 1usize.min(host)),
+            (vec![], host),
+            (vec!["--cpus", "1"], 1),
             (vec!["--cpus", "1.5"], 2usize.min(host)),
         ] {
             let out = project.run_with(&args, &["nproc"]);
@@ -261,9 +263,40 @@ fn nproc_inside_matches_the_cpu_limit() {
             let seen: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
             assert_eq!(seen, want, "{who:?} {args:?}");
         }
-        let out = project.run_with_profile(no_cpu_limit, &[], &["nproc"]);
-        support::assert_ok(&out, "nproc without a limit");
+        let out = project.run_with_profile(one_cpu, &[], &["nproc"]);
+        support::assert_ok(&out, "nproc with a profile's quota");
         let seen: usize = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-        assert_eq!(seen, host, "{who:?} without a cpu limit");
+        assert_eq!(seen, 1, "{who:?} with cpu = 1 in the profile");
+        if support::require(
+            "nproc_inside_matches_the_cpu_limit",
+            "two CPUs (to narrow the caller's affinity to one)",
+            host >= 2,
+        ) {
+            assert_eq!(nproc_under_taskset(&project), 1, "{who:?} under taskset");
+        }
     }
+}
+
+/// `nproc` in a default run whose caller is pinned to its first CPU
+/// (`taskset -c N sandbox run`): the run has the CPUs its caller has.
+fn nproc_under_taskset(project: &Project) -> usize {
+    use nix::sched::{sched_getaffinity, CpuSet};
+    let mine = sched_getaffinity(nix::unistd::Pid::from_raw(0)).expect("sched_getaffinity");
+    let first = (0..CpuSet::count())
+        .find(|cpu| mine.is_set(*cpu).unwrap_or(false))
+        .expect("some CPU");
+    let sandbox = project.command();
+    let mut cmd = std::process::Command::new("taskset");
+    cmd.args(["-c", &first.to_string()])
+        .arg(sandbox.get_program())
+        .args(["run", "--", "nproc"])
+        .current_dir(project.path())
+        .stdin(std::process::Stdio::null());
+    if project.who == Who::User && nix::unistd::geteuid().is_root() {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(support::TEST_UID).gid(support::TEST_GID);
+    }
+    let out = cmd.output().expect("taskset starts");
+    assert_ok(&out, "nproc under taskset");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }

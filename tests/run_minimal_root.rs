@@ -257,6 +257,121 @@ fn posix_shared_memory_and_semaphores_work_in_a_private_dev_shm() {
     }
 }
 
+/// ctypes over glibc's mq_* (no module of Python's covers them): opens a
+/// queue by name, and prints the errno name when that fails.
+const MQ_PRELUDE: &str = "import ctypes, errno, os\n\
+    libc = ctypes.CDLL('libc.so.6', use_errno=True)\n\
+    class Attr(ctypes.Structure):\n\
+    \x20   _fields_ = [('flags', ctypes.c_long), ('maxmsg', ctypes.c_long), ('msgsize', ctypes.c_long), ('curmsgs', ctypes.c_long), ('pad', ctypes.c_long * 4)]\n\
+    def mq_open(name, flags, mode=0o600):\n\
+    \x20   attr = Attr(0, 4, 64, 0)\n\
+    \x20   q = libc.mq_open(name.encode(), flags, mode, ctypes.byref(attr))\n\
+    \x20   return q if q >= 0 else errno.errorcode[ctypes.get_errno()]\n";
+
+/// POSIX message queues (the nix crate's and many C suites' tests) work:
+/// the run mounts the mqueue filesystem of its own IPC namespace at
+/// /dev/mqueue, so a queue the host made is not there, and one the run
+/// makes vanishes with it.
+#[test]
+fn posix_message_queues_work_and_are_the_runs_own() {
+    let host_queue = format!("/{}", support::marker("mq"));
+    // Created bare, readable and writable by everyone: were the host's
+    // queues visible inside, opening it would succeed (or fail with
+    // EACCES), not fail with ENOENT.
+    let make = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "{MQ_PRELUDE}os.umask(0)\nq = mq_open('{host_queue}', os.O_CREAT | os.O_RDWR, 0o666)\nassert isinstance(q, int), q\nlibc.mq_send(q, b'host', 4, 0)"
+        ))
+        .output()
+        .expect("python3");
+    assert!(
+        make.status.success(),
+        "{}",
+        String::from_utf8_lossy(&make.stderr)
+    );
+    let script = format!(
+        "{MQ_PRELUDE}\
+         q = mq_open('/sandbox-queue', os.O_CREAT | os.O_RDWR)\n\
+         assert isinstance(q, int), q\n\
+         assert libc.mq_send(q, b'hello', 5, 0) == 0, errno.errorcode[ctypes.get_errno()]\n\
+         buf = ctypes.create_string_buffer(64)\n\
+         n = libc.mq_receive(q, buf, 64, None)\n\
+         print('received', buf.raw[:n].decode())\n\
+         print('listed', sorted(os.listdir('/dev/mqueue')))\n\
+         flags = os.statvfs('/dev/mqueue').f_flag\n\
+         print('nosuid nodev noexec', all(flags & f for f in (os.ST_NOSUID, os.ST_NODEV, os.ST_NOEXEC)))\n\
+         print('host queue', mq_open('{host_queue}', os.O_RDWR))\n\
+         print('unlink', libc.mq_unlink(b'/sandbox-queue'))\n"
+    );
+    let mut seen = Vec::new();
+    for who in identities("posix_message_queues_work_and_are_the_runs_own") {
+        let project = Project::new(who);
+        seen.push((who, python(&project, &[], &script)));
+    }
+    let removed = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(format!(
+            "{MQ_PRELUDE}assert libc.mq_unlink(b'{host_queue}') == 0"
+        ))
+        .output()
+        .expect("python3");
+    assert!(
+        removed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&removed.stderr)
+    );
+    for (who, out) in seen {
+        assert_eq!(
+            out,
+            "received hello\nlisted ['sandbox-queue']\nnosuid nodev noexec True\nhost queue ENOENT\nunlink 0\n",
+            "{who:?}"
+        );
+    }
+}
+
+/// An id the run does not map answers as bare for an unprivileged user:
+/// EPERM (libuv's `fs_chown`, `spawn_setuid_fails`), not the kernel's
+/// EINVAL for an id without a mapping; the run's own ids and "unchanged"
+/// still reach the kernel. Both filter modes.
+#[test]
+fn setuid_setgid_and_chown_to_foreign_ids_fail_with_eperm_as_bare() {
+    let script = "import errno, os\n\
+        def attempt(call, *args):\n\
+        \x20   try:\n\
+        \x20       call(*args)\n\
+        \x20       return 'ok'\n\
+        \x20   except OSError as e:\n\
+        \x20       return errno.errorcode[e.errno]\n\
+        open('owned', 'w').close()\n\
+        uid, gid = os.getuid(), os.getgid()\n\
+        print('setuid(0)', attempt(os.setuid, 0))\n\
+        print('setgid(0)', attempt(os.setgid, 0))\n\
+        print('chown(0, 0)', attempt(os.chown, 'owned', 0, 0))\n\
+        print('chown(-1, 0)', attempt(os.chown, 'owned', -1, 0))\n\
+        print('setresuid(-1, 0, -1)', attempt(os.setresuid, -1, 0, -1))\n\
+        print('setuid(own)', attempt(os.setuid, uid))\n\
+        print('setgid(own)', attempt(os.setgid, gid))\n\
+        print('chown(own)', attempt(os.chown, 'owned', uid, gid))\n\
+        print('chown(-1, -1)', attempt(os.chown, 'owned', -1, -1))\n\
+        print('setuid(-1)', attempt(os.setuid, -1))\n";
+    let want = "setuid(0) EPERM\nsetgid(0) EPERM\nchown(0, 0) EPERM\nchown(-1, 0) EPERM\n\
+                setresuid(-1, 0, -1) EPERM\nsetuid(own) ok\nsetgid(own) ok\nchown(own) ok\n\
+                chown(-1, -1) ok\nsetuid(-1) EINVAL\n";
+    for who in identities("setuid_setgid_and_chown_to_foreign_ids_fail_with_eperm") {
+        for profile in ["strict", "standard"] {
+            let project = Project::new(who);
+            let out = project.run_with(&["--profile", profile], &["python3", "-c", script]);
+            assert_ok(&out, profile);
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                want,
+                "{who:?} {profile}"
+            );
+        }
+    }
+}
+
 #[test]
 fn proc_files_runtimes_read_at_start_up_are_readable() {
     let files = [

@@ -813,7 +813,9 @@ mod tests {
 
     #[test]
     fn the_init_goes_in_front_with_the_process_in_its_plan() {
-        let policy = crate::profile::load("strict").unwrap();
+        let mut policy = crate::profile::load("strict").unwrap();
+        // strict sets no CPU quota; one core shows a ceiling applied.
+        policy.limits.cpu = Some(1.0);
         let mut spec = spec();
         let layers = layers(&spec, &policy).unwrap();
         secure_config(&mut spec, &policy, &layers, Path::new("/host/init"), 3).unwrap();

@@ -272,8 +272,12 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// strict's limits with a CPU ceiling of one core (strict itself sets
+    /// no CPU quota), so that every kind of ceiling is exercised.
     fn limits() -> Limits {
-        crate::profile::load("strict").unwrap().limits
+        let mut limits = crate::profile::load("strict").unwrap().limits;
+        limits.cpu = Some(1.0);
+        limits
     }
 
     #[test]

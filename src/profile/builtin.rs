@@ -170,7 +170,7 @@ pub(crate) fn defaults() -> Policy {
         limits: Limits {
             memory: Some(1 << 30),
             pids: Some(512),
-            cpu: Some(1.0),
+            cpu: None,
             timeout: Some(Duration::from_secs(600)),
             output: Some(16 << 20),
             nofile: Some(1024),

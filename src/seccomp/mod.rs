@@ -17,7 +17,9 @@
 //!    on those work.
 //! 3. The argument rules: set-id modes (every mode), namespace flags on
 //!    `clone` and terminal-injecting ioctls (both policy modes), socket
-//!    families and personas (allowlist; the denylist refuses AF_VSOCK only).
+//!    families and personas (allowlist; the denylist refuses AF_VSOCK only);
+//!    for a payload in a user namespace of its own, EPERM for set-id and
+//!    chown calls naming an id it does not map (see [`ids`]).
 //! 4. Allowlist mode: ALLOW for the listed calls, ENOSYS for the rest (so a
 //!    program falls back from a call newer than the list). Denylist mode:
 //!    ALLOW.
@@ -30,6 +32,7 @@
 //! AUDIT_ARCH_I386) or an x32 system call number, which shares x86_64's
 //! audit architecture and would otherwise slip past number-based rules.
 
+mod ids;
 pub mod policy;
 mod rules;
 mod tables;
@@ -42,6 +45,7 @@ use sha2::{Digest, Sha256};
 use policy::{SyscallMode, SyscallPolicy};
 use rules::{IntArg, LongArg, Rule, Test, Verdict};
 
+pub use ids::MappedIds;
 pub use tables::{ALLOWED, DENIED, IPC};
 
 /// Why a filter could not be built.
@@ -492,6 +496,19 @@ pub fn compile(policy: &SyscallPolicy) -> Result<CompiledFilter, SeccompError> {
         policy_verdicts(policy)?.program()?,
         Some(policy.mode),
     ))
+}
+
+/// Compile `policy` for a payload in a user namespace of its own that maps
+/// only `ids`: [`compile`], plus EPERM (instead of the kernel's EINVAL)
+/// for set-id and chown calls naming any other id, as bare for an
+/// unprivileged user (see [`ids`]).
+pub fn compile_in_user_namespace(
+    policy: &SyscallPolicy,
+    ids: MappedIds,
+) -> Result<CompiledFilter, SeccompError> {
+    let mut verdicts = policy_verdicts(policy)?;
+    verdicts.add_rules(ids::unmapped_id_rules(ids));
+    Ok(finish(verdicts.program()?, Some(policy.mode)))
 }
 
 /// What a run without namespaces shares with the host, which the filter

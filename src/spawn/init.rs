@@ -731,6 +731,30 @@ fn build_dev<'a>(plan: &'a ChildPlan) -> Result<(), Failed<'a>> {
         &plan.tmp_options,
     )
     .step(Step::MountDev, b"/dev/shm")?;
+    // The message-queue filesystem of the run's own IPC namespace (mqueue
+    // takes the mounting process's namespace, created by clone): the
+    // Landlock rule on its root is what lets mq_open through, since the
+    // kernel's internal mount of the same filesystem has no parent the
+    // rule's walk could reach. It holds only the run's own queues.
+    // ENODEV: a kernel without POSIX message queues, where mq_open fails
+    // as it does bare.
+    mkdir_if_missing(c"/newroot/dev/mqueue")?;
+    match mount(
+        Some(c"mqueue"),
+        c"/newroot/dev/mqueue",
+        Some(c"mqueue"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        NONE,
+    ) {
+        Ok(()) | Err(Errno::ENODEV) => {}
+        Err(errno) => {
+            return Err(Failed {
+                step: Step::MountDev,
+                errno,
+                detail: b"/dev/mqueue",
+            })
+        }
+    }
     // A devpts instance of the run's own (`newinstance`): programs that
     // open a pseudo-terminal (expect-style tests, `script`) get one that
     // reaches no host terminal, the person's least of all.

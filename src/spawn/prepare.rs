@@ -888,13 +888,21 @@ impl Prepared {
         landlock_rules.push((c"/etc".into(), LandlockAccess::Read));
         landlock_rules.push((c"/tmp".into(), LandlockAccess::ReadWrite));
         landlock_rules.push((c"/dev/shm".into(), LandlockAccess::ReadWrite));
+        landlock_rules.push((c"/dev/mqueue".into(), LandlockAccess::MessageQueues));
         landlock_rules.push((c"/dev".into(), LandlockAccess::Device));
         landlock_rules.push((c"/proc".into(), LandlockAccess::Read));
         landlock_rules.push((c"/".into(), LandlockAccess::List));
 
         let seccomp = match policy.enforce.seccomp {
             Enforcement::Off => crate::seccomp::host_guard()?,
-            _ => Some(crate::seccomp::compile(&policy.syscalls)?),
+            // The payload's own user namespace maps only its ids.
+            _ => Some(crate::seccomp::compile_in_user_namespace(
+                &policy.syscalls,
+                crate::seccomp::MappedIds {
+                    uid: ids.inside_uid,
+                    gid: ids.inside_gid,
+                },
+            )?),
         };
 
         let mut rlimits = vec![(Resource::RLIMIT_CORE, 0)];
