@@ -17,16 +17,8 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 use support::{identities, Project, Who};
 
-/// The wrapper, where the unprivileged test user can read it too (a CI
-/// checkout may sit below a private directory).
 fn wrapper() -> &'static str {
-    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let original = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/seccomp_wrap.py");
-        support::staged_for_test_user(&original, "seccomp_wrap.py")
-            .to_string_lossy()
-            .into_owned()
-    })
+    support::seccomp_wrapper()
 }
 
 /// What the command prints about itself, for checking the report against.
