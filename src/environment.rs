@@ -411,7 +411,18 @@ impl Environment {
     /// grants `userns`), so the set-up of the sandbox's root would be
     /// refused. `None` when nothing known stops it.
     pub fn namespaces_withheld(&self) -> Option<Explanation> {
-        (!self.cap_sys_admin && self.apparmor.blocks_userns()).then(|| self.apparmor_blocker())
+        if self.cap_sys_admin {
+            return None;
+        }
+        self.namespaces_withheld_unprivileged()
+    }
+
+    /// [`Environment::namespaces_withheld`] for an unprivileged process with
+    /// this process's AppArmor label (what root's probe as `nobody` gets).
+    pub fn namespaces_withheld_unprivileged(&self) -> Option<Explanation> {
+        self.apparmor
+            .blocks_userns()
+            .then(|| self.apparmor_blocker())
     }
 
     /// The way around missing namespaces that needs no change outside, as

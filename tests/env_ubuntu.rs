@@ -383,4 +383,19 @@ fn where_apparmor_withholds_namespaces_none_is_attempted() {
     for wrong in ["systempaths", "seccomp=unconfined", "docker", "masked"] {
         assert!(!err.contains(wrong), "{wrong} in {err}");
     }
+
+    // doctor's unshare probe succeeds here, as on Ubuntu (so no `nouserns`
+    // filter: it would kill the probe); doctor still reports user
+    // namespaces missing, and its dry runs agree with the runs above.
+    let out = run(&project, Some(sysctls.path()), &["nocaps"], &["doctor"]);
+    let said = text(&out.stdout) + &text(&out.stderr);
+    assert!(
+        said.contains("missing  user namespaces: AppArmor restricts"),
+        "{said}"
+    );
+    assert!(
+        said.contains("strict (default): cannot run (exit 125)"),
+        "{said}"
+    );
+    assert!(said.contains("standard: can run"), "{said}");
 }
