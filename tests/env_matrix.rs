@@ -158,6 +158,42 @@ fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_w
     }
 }
 
+/// Docker's default profile with `--cap-add SYS_ADMIN`: the namespaces and
+/// mounts work, pivot_root does not. The refusal blames pivot_root (not user
+/// namespaces) and standard falls back at it.
+#[test]
+fn where_only_pivot_root_is_refused_strict_names_it_and_standard_runs_without_namespaces() {
+    let test =
+        "where_only_pivot_root_is_refused_strict_names_it_and_standard_runs_without_namespaces";
+    for project in projects(test) {
+        let who = project.who;
+        let err = refused(&project, &["sysadmin"], "strict");
+        assert!(
+            err.contains("pivoting into the staging tmpfs"),
+            "{who:?}: {err}"
+        );
+        let cause = err.split("cause:").nth(1).unwrap_or_default();
+        assert!(cause.contains("pivot_root"), "{who:?}: {err}");
+        assert!(!cause.contains("user namespaces"), "{who:?}: {err}");
+        assert!(err.contains("--profile standard"), "{who:?}: {err}");
+
+        let (_, err, report) = confined_run(&project, &["sysadmin"], "standard");
+        assert!(err.contains("running without namespaces"), "{who:?}: {err}");
+        let isolation = &report["enforced"]["isolation"];
+        assert_eq!(isolation["namespaces"], "none", "{who:?}");
+        assert!(
+            isolation["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("pivoting into the staging tmpfs in it was refused")),
+            "{who:?}: {report}"
+        );
+        assert_eq!(
+            report["enforced"]["landlock"]["status"], "fully-enforced",
+            "{who:?}"
+        );
+    }
+}
+
 #[test]
 fn without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing() {
     let test = "without_landlock_strict_refuses_naming_it_and_standard_states_what_is_missing";

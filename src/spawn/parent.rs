@@ -908,7 +908,7 @@ struct Launched {
 
 impl Launched {
     /// Kill init (it may have exited already) and reap it.
-    fn reap(self) {
+    fn reap(&self) {
         let _ = kill(self.init_pid, Signal::SIGKILL);
         let _ = waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED);
     }
@@ -1042,6 +1042,18 @@ fn launch_init(
     .and_then(|()| joined())
     {
         launched.reap();
+        // Init may have failed first (it builds the root while the
+        // supervisor moves it into the cgroup), and `err` is only its
+        // absence, a closed socket or a vanished process: its record
+        // says why.
+        if let Some(Record::Failed {
+            step,
+            errno,
+            detail,
+        }) = record_left_by_reaped(&launched.report)
+        {
+            return refused_setup(prepared, may_fall_back, step, errno, detail);
+        }
         return match err {
             SpawnError::IdMap { ref source, .. }
                 if may_fall_back
@@ -1067,25 +1079,8 @@ fn launch_init(
             errno,
             detail,
         }) => {
-            note_record(
-                prepared,
-                &Record::Failed {
-                    step,
-                    errno,
-                    detail: detail.clone(),
-                },
-            );
             launched.reap();
-            let err = SpawnError::Setup {
-                step,
-                errno,
-                detail,
-            };
-            if super::no_namespaces::means_unusable(step, Errno::from_raw(errno)) {
-                Ok(Attempt::NamespacesRefused(refused_inside(&err)))
-            } else {
-                Err(err)
-            }
+            refused_setup(prepared, may_fall_back, step, errno, detail)
         }
         Some(other) => {
             launched.reap();
@@ -1093,6 +1088,47 @@ fn launch_init(
                 format!("{other:?} before the namespaces were set up"),
             )))
         }
+    }
+}
+
+/// Init (reaped) reported that `step` failed before the namespaces were
+/// usable: the fallback where that means they cannot be used here and the
+/// profile allows it, else the run's error.
+fn refused_setup(
+    prepared: &Prepared,
+    may_fall_back: bool,
+    step: Step,
+    errno: i32,
+    detail: String,
+) -> Result<Attempt, SpawnError> {
+    note_record(
+        prepared,
+        &Record::Failed {
+            step,
+            errno,
+            detail: detail.clone(),
+        },
+    );
+    let err = SpawnError::Setup {
+        step,
+        errno,
+        detail,
+    };
+    if may_fall_back && super::no_namespaces::means_unusable(step, Errno::from_raw(errno)) {
+        Ok(Attempt::NamespacesRefused(refused_inside(&err)))
+    } else {
+        Err(err)
+    }
+}
+
+/// The record a reaped init left on the report pipe, if any. Nothing of
+/// the run can write there any more (the payload is forked only after the
+/// release), so what is there is all there will be; not waited for.
+fn record_left_by_reaped(report: &OwnedFd) -> Option<Record> {
+    let mut fds = [PollFd::new(report.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(n) if n > 0 => first_record(report).ok().flatten(),
+        _ => None,
     }
 }
 

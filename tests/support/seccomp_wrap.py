@@ -10,6 +10,9 @@ MODE:
               with ENOSYS (so callers fall back to clone)
   nolandlock  the Landlock system calls fail with ENOSYS, as on a kernel
               built without Landlock or with it left out of `lsm=`
+  sysadmin    what Docker's default profile leaves refused to a container
+              given CAP_SYS_ADMIN: clone and mount work, pivot_root fails
+              with EPERM, clone3 with ENOSYS
   nocaps      what a user namespace without capabilities refuses, as Ubuntu
               23.10+ does to an unconfined process (AppArmor's
               apparmor_restrict_unprivileged_userns): clone and unshare with
@@ -74,6 +77,9 @@ def program(mode, machine):
             prog += [ins(JEQ_K, nr[name], 0, 4), ins(LD_W_ABS, 16),
                      ins(JSET_K, NAMESPACE_FLAGS, 0, 1), ins(RET_K, RET_ERRNO | EPERM),
                      ins(LD_W_ABS, 0)]
+    elif mode == "sysadmin":
+        prog += [ins(JEQ_K, nr["clone3"], 0, 1), ins(RET_K, RET_ERRNO | ENOSYS),
+                 ins(JEQ_K, nr["pivot_root"], 0, 1), ins(RET_K, RET_ERRNO | EPERM)]
     elif mode == "nocaps":
         for name in ("mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen",
                      "fsmount", "mount_setattr"):
