@@ -84,17 +84,49 @@ pub struct AppArmor {
     pub label: Option<String>,
 }
 
+/// The name of the profile shipped in `packaging/apparmor/sandbox`, which
+/// grants `userns`.
+pub const APPARMOR_PROFILE: &str = "sandbox";
+
+/// The profile Ubuntu moves an unconfined process into when it creates a
+/// user namespace under the restriction: it denies every capability there.
+const APPARMOR_RESTRICTION_PROFILE: &str = "unprivileged_userns";
+
 impl AppArmor {
     /// A profile is attached to this process (its label is not `unconfined`).
     pub fn confined(&self) -> bool {
         self.label.as_deref().is_some_and(|l| l != "unconfined")
     }
 
+    /// The profile's name in the label: `docker-default` of
+    /// `docker-default (enforce)`; `None` when unconfined or unreadable.
+    pub fn profile(&self) -> Option<&str> {
+        let label = self.label.as_deref().filter(|_| self.confined())?;
+        Some(label.split_once(" (").map_or(label, |(name, _)| name))
+    }
+
+    /// Whether this process's label grants `userns` under the restriction:
+    /// `Some(false)` unconfined (or the restriction's own profile), which
+    /// gets a namespace without capabilities; `Some(true)` our shipped
+    /// profile; `None` another profile, whose rules are not known here.
+    /// An unreadable label counts as unconfined: the restriction's sysctl
+    /// exists only where AppArmor is on, and then an unconfined process is
+    /// what has no label file (a kernel without the per-LSM attr directory).
+    pub fn grants_userns(&self) -> Option<bool> {
+        match self.profile() {
+            None | Some(APPARMOR_RESTRICTION_PROFILE) => Some(false),
+            Some(APPARMOR_PROFILE) => Some(true),
+            Some(_) => None,
+        }
+    }
+
     /// The restriction stops unprivileged user namespaces for this process:
     /// it is on, and no profile (such as the one shipped in
-    /// `packaging/apparmor/sandbox`) is attached that could grant `userns`.
+    /// `packaging/apparmor/sandbox`) is attached that grants `userns`. A
+    /// namespace can still be created; inside it every privileged step
+    /// (an id map, a mount, pivot_root) is refused.
     pub fn blocks_userns(&self) -> bool {
-        self.restrict_unprivileged_userns == Some(true) && !self.confined()
+        self.restrict_unprivileged_userns == Some(true) && self.grants_userns() == Some(false)
     }
 }
 
@@ -117,6 +149,10 @@ pub struct Environment {
     pub setgroups: Option<String>,
     /// Effective uid 0 (root of this process's user namespace).
     pub root: bool,
+    /// CAP_SYS_ADMIN in this process's effective set (`CapEff:`), which
+    /// exempts it from the sysctls that restrict unprivileged user
+    /// namespaces; when unreadable, whether it is root.
+    pub cap_sys_admin: bool,
     /// Seccomp filters already on this process.
     pub seccomp: SeccompState,
     /// AppArmor.
@@ -126,6 +162,13 @@ pub struct Environment {
     /// Whether `landlock` is in `/sys/kernel/security/lsm`; `None` when the
     /// list cannot be read (securityfs not mounted, as in most containers).
     pub landlock_in_lsm_list: Option<bool>,
+    /// The Landlock ABI this process can use (the version query, which an
+    /// outer seccomp filter may refuse); `None` without Landlock. Only
+    /// [`Environment::detect`] asks the kernel; [`Environment::detect_at`]
+    /// leaves it `None`. A run without namespaces needs
+    /// [`crate::landlock::TARGET_ABI_NUMBER`], so a refusal names
+    /// `--profile standard` only where it would run.
+    pub landlock_abi: Option<u32>,
     /// Every cgroup filesystem mounted here is read-only (as containers
     /// mount them); `None` when none is mounted.
     pub cgroupfs_read_only: Option<bool>,
@@ -150,6 +193,8 @@ pub enum Refusal {
         proc: bool,
         /// The step was an idmapped mount made by the supervisor (root mode).
         idmapped: bool,
+        /// The step was `pivot_root`.
+        pivot: bool,
     },
     /// Installing the seccomp filter failed.
     Seccomp(Errno),
@@ -174,7 +219,13 @@ pub const WITHOUT_NAMESPACES: &str =
 impl Environment {
     /// Detect the environment of this process.
     pub fn detect() -> Environment {
-        Environment::detect_at(Path::new("/"), |name| std::env::var_os(name))
+        let mut env = Environment::detect_at(Path::new("/"), |name| std::env::var_os(name));
+        use crate::sys::probe::{raw_probe_syscall, ProbeCall};
+        env.landlock_abi = raw_probe_syscall(ProbeCall::LandlockAbiVersion)
+            .ok()
+            .and_then(|abi| u32::try_from(abi).ok())
+            .filter(|abi| *abi >= 1);
+        env
     }
 
     /// Detect the environment from the files beneath `root` (`/` for the
@@ -202,7 +253,7 @@ impl Environment {
             })
         } else if let Some(name) = announced {
             Some(Container::Other { name })
-        } else if cgroup_paths.contains("/docker") {
+        } else if in_docker_cgroup(&cgroup_paths) {
             Some(Container::Docker)
         } else if cgroup_paths.contains("libpod") {
             Some(Container::Podman { rootless: false })
@@ -233,6 +284,10 @@ impl Environment {
             Some(uids) => uids.split_whitespace().nth(1) == Some("0"),
             None => nix::unistd::geteuid().is_root(),
         };
+        // CAP_SYS_ADMIN is bit 21 of the hexadecimal effective set.
+        let cap_sys_admin = field("CapEff:")
+            .and_then(|caps| u64::from_str_radix(&caps, 16).ok())
+            .map_or(is_root, |caps| caps & (1 << 21) != 0);
         let seccomp = SeccompState {
             mode: field("Seccomp:").and_then(|v| v.parse().ok()),
             filters: field("Seccomp_filters:").and_then(|v| v.parse().ok()),
@@ -260,10 +315,12 @@ impl Environment {
             uid_map,
             setgroups: read("/proc/self/setgroups").map(|s| s.trim().to_owned()),
             root: is_root,
+            cap_sys_admin,
             seccomp,
             apparmor,
             sysctls,
             landlock_in_lsm_list,
+            landlock_abi: None,
             cgroupfs_read_only,
             proc_masked,
         }
@@ -310,7 +367,7 @@ impl Environment {
                 self.seccomp.filters.unwrap_or(1)
             ));
         }
-        if self.apparmor.blocks_userns() && !self.root {
+        if self.apparmor.blocks_userns() && !self.cap_sys_admin {
             parts.push("AppArmor restricts unprivileged user namespaces".to_owned());
         } else if let Some(label) = self
             .apparmor
@@ -342,34 +399,97 @@ impl Environment {
                 errno,
                 proc,
                 idmapped,
-            } => self.mount_blocker(*errno, *proc, *idmapped),
+                pivot,
+            } => self.mount_blocker(*errno, *proc, *idmapped, *pivot),
             Refusal::Seccomp(errno) => self.seccomp_blocker(*errno),
             Refusal::Landlock(errno) => self.landlock_blocker(*errno),
         }
     }
 
+    /// Known before clone: a user namespace can be created here but holds no
+    /// capabilities (Ubuntu's AppArmor restriction for a process no profile
+    /// grants `userns`), so the set-up of the sandbox's root would be
+    /// refused. `None` when nothing known stops it.
+    pub fn namespaces_withheld(&self) -> Option<Explanation> {
+        if self.cap_sys_admin {
+            return None;
+        }
+        self.namespaces_withheld_unprivileged()
+    }
+
+    /// [`Environment::namespaces_withheld`] for an unprivileged process with
+    /// this process's AppArmor label (what root's probe as `nobody` gets).
+    pub fn namespaces_withheld_unprivileged(&self) -> Option<Explanation> {
+        self.apparmor
+            .blocks_userns()
+            .then(|| self.apparmor_blocker())
+    }
+
+    /// The way around missing namespaces that needs no change outside, as
+    /// the tail of a fix: `--profile standard` where a run without
+    /// namespaces starts (it needs Landlock at the ABI that also scopes
+    /// signals and abstract sockets), else why it would not.
+    fn or_without_namespaces(&self) -> String {
+        let target = crate::landlock::TARGET_ABI_NUMBER;
+        match self.landlock_abi {
+            Some(abi) if abi >= target => format!(", {WITHOUT_NAMESPACES}"),
+            abi => format!(
+                " (`--profile standard` would be refused too: without namespaces Landlock is the \
+                 only filesystem boundary, which needs Landlock ABI {target} (Linux 6.12+), and \
+                 {})",
+                abi.map_or_else(
+                    || "Landlock is unavailable to this process".to_owned(),
+                    |abi| format!("this kernel offers ABI {abi}")
+                )
+            ),
+        }
+    }
+
+    fn apparmor_blocker(&self) -> Explanation {
+        let label = self.apparmor.label.as_deref().unwrap_or("unconfined");
+        Explanation {
+            cause: format!(
+                "AppArmor restricts unprivileged user namespaces \
+                 (kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu 23.10+) and no AppArmor \
+                 profile grants `userns` to sandbox (its label is `{label}`): a new user namespace \
+                 gets no capabilities, so its id maps, mounts and pivot_root are refused"
+            ),
+            fix: format!(
+                "install the AppArmor profile from packaging/apparmor/sandbox, with the binary's \
+                 real path in it (`sudo install -m 644 packaging/apparmor/sandbox \
+                 /etc/apparmor.d/sandbox && sudo apparmor_parser -r /etc/apparmor.d/sandbox`), \
+                 or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`{}",
+                self.or_without_namespaces()
+            ),
+        }
+    }
+
     /// Why user namespaces cannot be had here, most specific cause first.
     fn userns_blocker(&self, errno: Errno, containers: bool) -> Option<Explanation> {
+        let alt = self.or_without_namespaces();
         if self.sysctls.max_user_namespaces == Some(0) {
             return Some(Explanation {
                 cause: "user.max_user_namespaces is 0 in this user namespace".into(),
                 fix: format!(
-                    "`sysctl -w user.max_user_namespaces=15000` (as root of this namespace), \
-                     {WITHOUT_NAMESPACES}"
+                    "`sysctl -w user.max_user_namespaces=15000` (as root of this namespace){alt}"
                 ),
             });
         }
         match self.outer {
             Some(Outer::Sandbox) => {
+                let inner = if alt.starts_with(", ") {
+                    "run the inner sandbox with a profile whose enforce.userns is \"best-effort\" \
+                     (`--profile standard`), which uses the Landlock and seccomp layers the outer \
+                     one leaves, or run the command under the outer sandbox alone"
+                        .to_owned()
+                } else {
+                    format!("run the command under the outer sandbox alone{alt}")
+                };
                 return Some(Explanation {
                     cause: "this runs inside another sandbox, whose seccomp filter forbids new \
                             user namespaces"
                         .into(),
-                    fix: "run the inner sandbox with a profile whose enforce.userns is \
-                          \"best-effort\" (`--profile standard`), which uses the Landlock and \
-                          seccomp layers the outer one leaves, or run the command under the \
-                          outer sandbox alone"
-                        .into(),
+                    fix: inner,
                 });
             }
             Some(Outer::Bubblewrap) if errno == Errno::EPERM || errno == Errno::ENOSPC => {
@@ -379,42 +499,28 @@ impl Environment {
                         .into(),
                     fix: format!(
                         "start bwrap without `--disable-userns` and without a filter that \
-                         blocks CLONE_NEWUSER, {WITHOUT_NAMESPACES}"
+                         blocks CLONE_NEWUSER{alt}"
                     ),
                 });
             }
             _ => {}
         }
-        if !self.root && self.sysctls.unprivileged_userns_clone == Some(false) {
+        if !self.cap_sys_admin && self.sysctls.unprivileged_userns_clone == Some(false) {
             return Some(Explanation {
                 cause: "kernel.unprivileged_userns_clone is 0: user namespaces are disabled for \
                         unprivileged users"
                     .into(),
-                fix: format!(
-                    "`sudo sysctl -w kernel.unprivileged_userns_clone=1`, {WITHOUT_NAMESPACES}"
-                ),
+                fix: format!("`sudo sysctl -w kernel.unprivileged_userns_clone=1`{alt}"),
             });
         }
-        if !self.root && self.apparmor.blocks_userns() {
-            return Some(Explanation {
-                cause: "AppArmor restricts unprivileged user namespaces \
-                        (kernel.apparmor_restrict_unprivileged_userns=1, Ubuntu 23.10+) and no \
-                        AppArmor profile grants `userns` to sandbox"
-                    .into(),
-                fix: format!(
-                    "install the AppArmor profile from packaging/apparmor/sandbox \
-                     (`sudo install -m 644 packaging/apparmor/sandbox /etc/apparmor.d/sandbox && \
-                     sudo apparmor_parser -r /etc/apparmor.d/sandbox`, with the binary's path \
-                     in it), or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`, \
-                     {WITHOUT_NAMESPACES}"
-                ),
-            });
+        if let Some(explanation) = self.namespaces_withheld() {
+            return Some(explanation);
         }
         if !containers {
             return None;
         }
         if errno == Errno::EPERM {
-            if let Some(explanation) = self.container_blocker() {
+            if let Some(explanation) = self.container_blocker(Blocked::UserNamespace) {
                 return Some(explanation);
             }
             if self.seccomp.mode == Some(2) {
@@ -426,7 +532,7 @@ impl Environment {
                     ),
                     fix: format!(
                         "start sandbox outside that filter, or allow clone, clone3 and unshare \
-                         with CLONE_NEWUSER in it, {WITHOUT_NAMESPACES}"
+                         with CLONE_NEWUSER in it{alt}"
                     ),
                 });
             }
@@ -440,34 +546,69 @@ impl Environment {
                         .max_user_namespaces
                         .map_or_else(|| "unknown".to_owned(), |n| n.to_string())
                 ),
-                fix: format!("raise `user.max_user_namespaces`, {WITHOUT_NAMESPACES}"),
+                fix: format!("raise `user.max_user_namespaces`{alt}"),
             }),
             Errno::EUSERS => Some(Explanation {
                 cause: "user namespaces are nested 32 deep, the kernel's limit".into(),
-                fix: format!("start sandbox from a shallower namespace, {WITHOUT_NAMESPACES}"),
+                fix: format!("start sandbox from a shallower namespace{alt}"),
             }),
             Errno::EINVAL | Errno::ENOSYS => Some(Explanation {
                 cause: "the kernel has no user namespaces (built without CONFIG_USER_NS)".into(),
-                fix: format!("use a kernel with CONFIG_USER_NS, {WITHOUT_NAMESPACES}"),
+                fix: format!("use a kernel with CONFIG_USER_NS{alt}"),
             }),
             _ => None,
         }
     }
 
-    /// A container engine's default seccomp profile forbids user namespaces.
-    fn container_blocker(&self) -> Option<Explanation> {
-        let apparmor_too = self.apparmor.label.as_deref().is_some_and(|l| {
-            l.starts_with("docker-default") || l.starts_with("containers-default")
-        });
+    /// The `docker run` or `podman run` options this container needs for
+    /// namespaces, all at once: each one alone only moves the refusal to
+    /// the next step. `seccomp`: the engine's default seccomp profile is in
+    /// the way (it forbids CLONE_NEWUSER, and pivot_root even with
+    /// `--cap-add SYS_ADMIN`); the masked paths when /proc has them; AppArmor
+    /// when the engine's profile is attached (it forbids mount).
+    fn engine_options(&self, seccomp: bool) -> Option<String> {
+        let (command, unmask) = match self.container.as_ref()? {
+            Container::Docker => ("docker run", "systempaths=unconfined"),
+            Container::Podman { .. } => ("podman run", "unmask=ALL"),
+            Container::Other { .. } => return None,
+        };
+        let mut options = Vec::new();
+        if seccomp {
+            options.push("seccomp=unconfined");
+        }
+        if self.proc_masked {
+            options.push(unmask);
+        }
+        if self.engine_apparmor() {
+            options.push("apparmor=unconfined");
+        }
+        let options: Vec<String> = options
+            .iter()
+            .map(|o| format!("--security-opt {o}"))
+            .collect();
+        Some(format!("`{command} {}`", options.join(" ")))
+    }
+
+    /// The container engine's own AppArmor profile is attached.
+    fn engine_apparmor(&self) -> bool {
+        self.apparmor
+            .label
+            .as_deref()
+            .is_some_and(|l| l.starts_with("docker-default") || l.starts_with("containers-default"))
+    }
+
+    /// A container engine's default seccomp profile forbids what `blocked` names.
+    fn container_blocker(&self, blocked: Blocked) -> Option<Explanation> {
+        let alt = self.or_without_namespaces();
+        let what = blocked.describe();
         if self.kubernetes {
             return Some(Explanation {
-                cause: "the pod's seccomp profile (RuntimeDefault) forbids new user namespaces"
-                    .into(),
+                cause: format!("the pod's seccomp profile (RuntimeDefault) forbids {what}"),
                 fix: format!(
                     "set the container's `securityContext.seccompProfile.type: Unconfined` and \
                      `procMount: Unmasked`, and run the pod in its own user namespace with \
-                     `hostUsers: false`{}, {WITHOUT_NAMESPACES}",
-                    if apparmor_too {
+                     `hostUsers: false`{}{alt}",
+                    if self.engine_apparmor() {
                         " (and `securityContext.appArmorProfile.type: Unconfined`)"
                     } else {
                         ""
@@ -475,35 +616,28 @@ impl Environment {
                 ),
             });
         }
-        let (engine, flag) = match self.container.as_ref()? {
-            Container::Docker => ("Docker", "docker run"),
-            Container::Podman { .. } => ("Podman", "podman run"),
+        let engine = match self.container.as_ref()? {
+            Container::Docker => "Docker",
+            Container::Podman { .. } => "Podman",
             Container::Other { name } => {
                 return Some(Explanation {
                     cause: format!(
                         "this runs in a {name} container whose seccomp profile or capability set \
-                         forbids new user namespaces"
+                         forbids {what}"
                     ),
                     fix: format!(
-                        "run the container with a seccomp profile that allows clone, clone3 and \
-                         unshare with CLONE_NEWUSER (or none), {WITHOUT_NAMESPACES}"
+                        "run the container with a seccomp profile that allows clone, clone3, \
+                         unshare, mount and pivot_root (or none){alt}"
                     ),
                 });
             }
         };
+        let options = self.engine_options(true)?;
         Some(Explanation {
-            cause: format!(
-                "{engine}'s default seccomp profile forbids new user namespaces (clone and \
-                 unshare with CLONE_NEWUSER)"
-            ),
+            cause: format!("{engine}'s default seccomp profile forbids {what}"),
             fix: format!(
-                "`{flag} --security-opt seccomp=unconfined{}` (or a seccomp profile that allows \
-                 clone, clone3 and unshare with CLONE_NEWUSER), {WITHOUT_NAMESPACES}",
-                if apparmor_too {
-                    " --security-opt apparmor=unconfined"
-                } else {
-                    ""
-                }
+                "{options} (or a seccomp profile that allows clone, clone3, unshare, mount and \
+                 pivot_root){alt}"
             ),
         })
     }
@@ -521,16 +655,23 @@ impl Environment {
                 self.setgroups.as_deref().unwrap_or("unknown")
             ),
             fix: format!(
-                "start sandbox outside that namespace, as the user who created it, \
-                 {WITHOUT_NAMESPACES}"
+                "start sandbox outside that namespace, as the user who created it{}",
+                self.or_without_namespaces()
             ),
         })
     }
 
-    fn mount_blocker(&self, errno: Errno, proc: bool, idmapped: bool) -> Option<Explanation> {
+    fn mount_blocker(
+        &self,
+        errno: Errno,
+        proc: bool,
+        idmapped: bool,
+        pivot: bool,
+    ) -> Option<Explanation> {
         if errno != Errno::EPERM && errno != Errno::EACCES {
             return None;
         }
+        let alt = self.or_without_namespaces();
         if idmapped {
             if let Some(explanation) = self.child_namespace_root() {
                 return Some(Explanation {
@@ -545,52 +686,91 @@ impl Environment {
         // Checked first: the user namespace was made, so an outer sandbox
         // did not forbid it; what stops /proc is what sits over the outer one.
         if proc && self.proc_masked {
+            let engine = self
+                .engine_options(self.seccomp.mode == Some(2))
+                .filter(|_| self.outer.is_none() && !self.kubernetes);
             let fix = if self.outer == Some(Outer::Bubblewrap) {
                 "bubblewrap started by root covers /proc/irq and /proc/bus (and /proc/sys) \
                  read-only: run bwrap as a regular user"
+                    .to_owned()
             } else if self.outer == Some(Outer::Sandbox) {
-                "the outer sandbox covers paths of its /proc"
+                "the outer sandbox covers paths of its /proc".to_owned()
             } else if self.kubernetes {
                 "set the container's `securityContext.procMount: Unmasked` (with `hostUsers: false`)"
+                    .to_owned()
+            } else if let Some(options) = engine {
+                options
             } else {
-                match self.container {
-                    Some(Container::Docker) => "`docker run --security-opt systempaths=unconfined`",
-                    Some(Container::Podman { .. }) => "`podman run --security-opt unmask=ALL`",
-                    _ => "start sandbox where /proc has no paths mounted over it",
-                }
+                "start sandbox where /proc has no paths mounted over it".to_owned()
             };
             return Some(Explanation {
                 cause: "/proc here has paths mounted over it (a container's masked paths, or an \
                         outer sandbox's read-only covers), and the kernel refuses a fresh /proc \
                         for a new pid namespace then"
                     .into(),
-                fix: format!("{fix}, {WITHOUT_NAMESPACES}"),
+                fix: format!("{fix}{alt}"),
             });
         }
-        if (!self.root && self.apparmor.blocks_userns()) || self.outer.is_some() {
+        if let Some(explanation) = self.namespaces_withheld() {
+            return Some(explanation);
+        }
+        if self.outer.is_some() {
             return self.userns_blocker(errno, false);
         }
-        let apparmor_label = self
-            .apparmor
-            .label
-            .as_deref()
-            .filter(|_| self.apparmor.confined());
-        if let Some(label) = apparmor_label {
-            let fix = match self.container {
-                Some(Container::Docker) => "`docker run --security-opt apparmor=unconfined`",
-                Some(Container::Podman { .. }) => "`podman run --security-opt apparmor=unconfined`",
-                _ if self.kubernetes => {
-                    "set the container's `securityContext.appArmorProfile.type: Unconfined`"
-                }
-                _ => "run sandbox under a profile that allows mount (packaging/apparmor/sandbox)",
+        if let Some(profile) = self.apparmor.profile() {
+            if !self.engine_apparmor() {
+                return Some(Explanation {
+                    cause: format!("the AppArmor profile `{profile}` forbids mounting"),
+                    fix: format!(
+                        "run sandbox under a profile that allows mount and pivot_root \
+                         (packaging/apparmor/sandbox){alt}"
+                    ),
+                });
+            }
+            // The engine's profile. Under the engine's seccomp profile too
+            // (a filter is on), pivot_root is refused next: named at once.
+            let filtered = self.seccomp.mode == Some(2);
+            let next = if filtered {
+                ", and the engine's default seccomp profile forbids pivot_root, which comes next"
+            } else {
+                ""
+            };
+            let fix = if self.kubernetes {
+                format!(
+                    "set the container's `securityContext.appArmorProfile.type: Unconfined`{}",
+                    if filtered {
+                        " and `securityContext.seccompProfile.type: Unconfined`"
+                    } else {
+                        ""
+                    }
+                )
+            } else {
+                self.engine_options(filtered)?
             };
             return Some(Explanation {
-                cause: format!("the AppArmor profile `{label}` forbids mounting"),
-                fix: format!("{fix}, {WITHOUT_NAMESPACES}"),
+                cause: format!("the AppArmor profile `{profile}` forbids mounting{next}"),
+                fix: format!("{fix}{alt}"),
             });
         }
-        if self.container.is_some() || self.kubernetes {
-            return self.container_blocker();
+        // An engine's default seccomp profile refuses clone(CLONE_NEWUSER)
+        // without CAP_SYS_ADMIN and lets mount through with it: once the
+        // namespace was made, only pivot_root can be its refusal.
+        if pivot && (self.container.is_some() || self.kubernetes) {
+            return self.container_blocker(Blocked::Pivot);
+        }
+        if self.seccomp.mode == Some(2) {
+            return Some(Explanation {
+                cause: format!(
+                    "a seccomp filter on this process ({} stacked, inherited from what started \
+                     sandbox) refuses {}",
+                    self.seccomp.filters.unwrap_or(1),
+                    if pivot { "pivot_root" } else { "mount" }
+                ),
+                fix: format!(
+                    "start sandbox outside that filter, or allow mount, umount2 and pivot_root \
+                     in it{alt}"
+                ),
+            });
         }
         None
     }
@@ -615,11 +795,21 @@ impl Environment {
                  they refuse the seccomp system call or this filter"
             )
         };
+        // permissive's seccomp is best-effort, but only with namespaces: a
+        // run without them needs its filter to close the host's network.
+        let namespaces_blocked = self.userns_blocker(Errno::EPERM, false).is_some()
+            || self.container_blocker(Blocked::UserNamespace).is_some();
+        let permissive = if !namespaces_blocked {
+            "run with `--profile permissive` (its enforce.seccomp is \"best-effort\"; the outer \
+             filter still applies), set enforce.seccomp = \"best-effort\" in a profile of your \
+             own, or start sandbox outside it"
+        } else {
+            "start sandbox outside it: without namespaces every profile needs its own filter, \
+             which closes the host's network and IPC"
+        };
         Some(Explanation {
             cause,
-            fix: "set enforce.seccomp = \"best-effort\" in the inner profile (the outer filter \
-                  still applies), or start sandbox outside it"
-                .into(),
+            fix: permissive.into(),
         })
     }
 
@@ -643,6 +833,27 @@ impl Environment {
                 ),
             });
         }
+        // The kernel has it (securityfs lists it), or a filter that could
+        // hide it is stacked here: the filter, not the kernel, is the cause.
+        let hidden = self.landlock_in_lsm_list == Some(true) || self.seccomp.mode == Some(2);
+        if hidden && (errno == Errno::ENOSYS || errno == Errno::EPERM) {
+            let kernel = if self.landlock_in_lsm_list == Some(true) {
+                "this kernel has Landlock (it is in /sys/kernel/security/lsm), but"
+            } else {
+                "the kernel may have Landlock, but"
+            };
+            return Some(Explanation {
+                cause: format!(
+                    "{kernel} a seccomp filter on this process ({} stacked, inherited from what \
+                     started sandbox) answers the Landlock system calls with {errno}",
+                    self.seccomp.filters.unwrap_or(1)
+                ),
+                fix: format!(
+                    "start sandbox outside that filter, or allow landlock_create_ruleset, \
+                     landlock_add_rule and landlock_restrict_self in it, {best_effort}"
+                ),
+            });
+        }
         if errno == Errno::ENOSYS {
             return Some(Explanation {
                 cause: "the kernel has no Landlock (older than 5.13 or built without \
@@ -653,6 +864,41 @@ impl Environment {
         }
         None
     }
+}
+
+/// What a container's seccomp profile refused.
+#[derive(Debug, Clone, Copy)]
+enum Blocked {
+    UserNamespace,
+    Pivot,
+}
+
+impl Blocked {
+    fn describe(self) -> &'static str {
+        match self {
+            Blocked::UserNamespace => "new user namespaces (clone and unshare with CLONE_NEWUSER)",
+            Blocked::Pivot => {
+                "pivot_root (even with `--cap-add SYS_ADMIN`, which lets mount through)"
+            }
+        }
+    }
+}
+
+/// Whether a cgroup path in `/proc/*/cgroup` lines is a Docker
+/// container's: `/docker/<id>` (cgroupfs driver) or
+/// `docker-<id>.scope` (systemd driver). A process of the docker.service
+/// unit, or one started by `dockerd` on a host, is in no container.
+fn in_docker_cgroup(cgroup_lines: &str) -> bool {
+    cgroup_lines.lines().any(|line| {
+        let path = line.splitn(3, ':').nth(2).unwrap_or("");
+        let parts: Vec<&str> = path.split('/').collect();
+        parts
+            .windows(2)
+            .any(|w| w[0] == "docker" && !w[1].is_empty())
+            || parts
+                .iter()
+                .any(|p| p.starts_with("docker-") && p.ends_with(".scope"))
+    })
 }
 
 /// `path` (absolute) beneath `root`.
@@ -666,6 +912,16 @@ fn beneath(root: &Path, path: &str) -> PathBuf {
 /// directories, and binfmt_misc's is the only such directory).
 fn masks_proc(mount_point: &str) -> bool {
     mount_point.starts_with("/proc/") && mount_point != "/proc/sys/fs/binfmt_misc"
+}
+
+/// [`Environment::namespaces_withheld`] for this process, cheaply: the
+/// whole environment is read only where the AppArmor restriction is on.
+pub fn namespaces_withheld_here() -> Option<Explanation> {
+    let sysctls = UsernsSysctls::read_at(Path::new("/"));
+    if sysctls.apparmor_restrict_unprivileged_userns != Some(true) {
+        return None;
+    }
+    Environment::detect().namespaces_withheld()
 }
 
 /// Whether this mount namespace's /proc has paths mounted over it, as
@@ -788,11 +1044,15 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect();
-            Environment::detect_at(self.0.path(), |name| {
+            let mut env = Environment::detect_at(self.0.path(), |name| {
                 vars.iter()
                     .find(|(k, _)| k == name)
                     .map(|(_, v)| OsString::from(v))
-            })
+            });
+            // A kernel on which a run without namespaces starts, unless a
+            // test says otherwise.
+            env.landlock_abi = Some(crate::landlock::TARGET_ABI_NUMBER);
+            env
         }
     }
 
@@ -853,6 +1113,7 @@ mod tests {
                 errno: Errno::EPERM,
                 proc: false,
                 idmapped: false,
+                pivot: false,
             })
             .expect("explained");
         assert!(mount.cause.contains("docker-default"), "{mount:?}");
@@ -890,6 +1151,7 @@ mod tests {
                 errno: Errno::EPERM,
                 proc: true,
                 idmapped: false,
+                pivot: false,
             })
             .expect("explained");
         assert!(proc.fix.contains("unmask=ALL"), "{proc:?}");
@@ -946,6 +1208,7 @@ mod tests {
                 errno: Errno::EPERM,
                 proc: false,
                 idmapped: false,
+                pivot: false,
             },
         ] {
             let why = env.explain(&refusal).expect("explained");
@@ -1061,6 +1324,7 @@ mod tests {
                 errno: Errno::EPERM,
                 proc: false,
                 idmapped: true,
+                pivot: false,
             })
             .expect("explained");
         assert!(
@@ -1086,6 +1350,257 @@ mod tests {
             .explain(&Refusal::Landlock(Errno::ENOSYS))
             .expect("explained");
         assert!(why.fix.contains("lsm="), "{why:?}");
+    }
+
+    const UBUNTU: [(&str, &str); 3] = [
+        (
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "1\n",
+        ),
+        ("/sys/module/apparmor/parameters/enabled", "Y\n"),
+        ("/proc/self/attr/apparmor/current", "unconfined\n"),
+    ];
+
+    #[test]
+    fn ubuntu_withholds_namespaces_up_front_by_sysctl_label_and_capability() {
+        let ubuntu = Tree::new(&UBUNTU);
+        let withheld = ubuntu.detect().namespaces_withheld().expect("withheld");
+        assert!(
+            withheld.cause.contains("label is `unconfined`"),
+            "{withheld:?}"
+        );
+
+        // Labels: the restriction's own profile withholds too; ours grants;
+        // another profile's rules are not known, so nothing is decided.
+        for (label, decided) in [
+            ("unprivileged_userns (enforce)\n", true),
+            ("sandbox (unconfined)\n", false),
+            ("sandbox (enforce)\n", false),
+            ("docker-default (enforce)\n", false),
+        ] {
+            ubuntu.write("/proc/self/attr/apparmor/current", label);
+            assert_eq!(
+                ubuntu.detect().namespaces_withheld().is_some(),
+                decided,
+                "{label}"
+            );
+        }
+        // No per-LSM attr file: the older one says unconfined; neither
+        // readable counts as no profile.
+        let old_kernel = Tree::new(&[UBUNTU[0], ("/proc/self/attr/current", "unconfined\n")]);
+        assert!(old_kernel.detect().namespaces_withheld().is_some());
+        assert!(Tree::new(&[UBUNTU[0]])
+            .detect()
+            .namespaces_withheld()
+            .is_some());
+
+        // CAP_SYS_ADMIN exempts, root without it does not.
+        ubuntu.write("/proc/self/attr/apparmor/current", "unconfined\n");
+        ubuntu.write(
+            "/proc/self/status",
+            "Uid:\t0\t0\t0\t0\nCapEff:\t000001ffffffffff\nSeccomp:\t0\n",
+        );
+        assert_eq!(ubuntu.detect().namespaces_withheld(), None);
+        ubuntu.write(
+            "/proc/self/status",
+            "Uid:\t0\t0\t0\t0\nCapEff:\t00000000a80425fb\nSeccomp:\t0\n",
+        );
+        assert!(ubuntu.detect().namespaces_withheld().is_some());
+
+        // The sysctl off: nothing withheld.
+        ubuntu.write(
+            "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+            "0\n",
+        );
+        assert_eq!(ubuntu.detect().namespaces_withheld(), None);
+    }
+
+    #[test]
+    fn strict_on_ubuntu_names_standard_only_where_it_would_run() {
+        let mut env = Tree::new(&UBUNTU).detect();
+        let why = env.namespaces_withheld().expect("withheld");
+        assert!(why.fix.contains("packaging/apparmor/sandbox"), "{why:?}");
+        assert!(
+            why.fix
+                .contains("or run without namespaces with a profile whose enforce.userns"),
+            "{why:?}"
+        );
+        // A GitHub runner's 6.8 or 6.11 kernel: Landlock ABI 4 or 5, below
+        // what a run without namespaces needs, so standard is refused too.
+        for abi in [Some(5), None] {
+            env.landlock_abi = abi;
+            for why in [
+                env.namespaces_withheld().expect("withheld"),
+                env.explain(&Refusal::Mount {
+                    errno: Errno::EPERM,
+                    proc: false,
+                    idmapped: false,
+                    pivot: false,
+                })
+                .expect("explained"),
+            ] {
+                assert!(!why.fix.contains("or run without namespaces"), "{why:?}");
+                assert!(
+                    why.fix
+                        .contains("`--profile standard` would be refused too"),
+                    "{why:?}"
+                );
+                assert!(why.fix.contains("packaging/apparmor/sandbox"), "{why:?}");
+                assert!(
+                    why.fix
+                        .contains("sysctl -w kernel.apparmor_restrict_unprivileged_userns=0"),
+                    "{why:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn docker_with_cap_sys_admin_blames_pivot_root_not_user_namespaces() {
+        let env =
+            Tree::new(&[("/.dockerenv", ""), ("/proc/self/status", FILTERED_STATUS)]).detect();
+        let why = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: false,
+                pivot: true,
+            })
+            .expect("explained");
+        assert!(why.cause.contains("forbids pivot_root"), "{why:?}");
+        assert!(!why.cause.contains("user namespaces"), "{why:?}");
+        assert!(
+            why.fix
+                .contains("docker run --security-opt seccomp=unconfined"),
+            "{why:?}"
+        );
+    }
+
+    #[test]
+    fn dockers_default_container_gets_every_option_at_once() {
+        let env = Tree::new(&[
+            ("/.dockerenv", ""),
+            ("/proc/self/status", FILTERED_STATUS),
+            (
+                "/proc/self/mountinfo",
+                "22 27 0:21 / /proc rw - proc proc rw\n\
+                 40 22 0:40 /null /proc/kcore ro - tmpfs tmpfs ro\n",
+            ),
+        ])
+        .detect();
+        let both =
+            "docker run --security-opt seccomp=unconfined --security-opt systempaths=unconfined";
+        // Refused first at /proc (known before clone), then at clone: both
+        // messages name both options.
+        let proc = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: true,
+                idmapped: false,
+                pivot: false,
+            })
+            .expect("explained");
+        assert!(proc.fix.contains(both), "{proc:?}");
+        assert!(
+            clone_eperm(&env).fix.contains(both),
+            "{:?}",
+            clone_eperm(&env)
+        );
+    }
+
+    #[test]
+    fn a_mount_refused_under_an_inherited_filter_names_the_filter() {
+        let env = Tree::new(&[("/proc/self/status", FILTERED_STATUS)]).detect();
+        let why = env
+            .explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: false,
+                pivot: false,
+            })
+            .expect("explained");
+        assert!(
+            why.cause.contains("seccomp filter on this process"),
+            "{why:?}"
+        );
+        assert!(why.cause.contains("refuses mount"), "{why:?}");
+        assert!(why.fix.contains("--profile standard"), "{why:?}");
+        // Without a filter or anything else known, nothing is guessed.
+        let bare = Tree::new(&[]).detect();
+        assert_eq!(
+            bare.explain(&Refusal::Mount {
+                errno: Errno::EPERM,
+                proc: false,
+                idmapped: false,
+                pivot: false,
+            }),
+            None
+        );
+    }
+
+    #[test]
+    fn landlock_hidden_by_an_outer_filter_is_not_blamed_on_the_kernel() {
+        for (lsm, status) in [
+            ("lockdown,capability,landlock,yama\n", ""),
+            ("", FILTERED_STATUS),
+        ] {
+            let mut files = vec![];
+            if !lsm.is_empty() {
+                files.push(("/sys/kernel/security/lsm", lsm));
+            }
+            if !status.is_empty() {
+                files.push(("/proc/self/status", status));
+            }
+            let env = Tree::new(&files).detect();
+            for errno in [Errno::ENOSYS, Errno::EPERM] {
+                let why = env.explain(&Refusal::Landlock(errno)).expect("explained");
+                assert!(why.cause.contains("seccomp filter"), "{why:?}");
+                assert!(!why.cause.contains("has no Landlock"), "{why:?}");
+                assert!(why.fix.contains("landlock_create_ruleset"), "{why:?}");
+            }
+        }
+        // No sign of a filter: the kernel is the cause.
+        let bare = Tree::new(&[]).detect();
+        let why = bare
+            .explain(&Refusal::Landlock(Errno::ENOSYS))
+            .expect("explained");
+        assert!(why.cause.contains("the kernel has no Landlock"), "{why:?}");
+    }
+
+    #[test]
+    fn a_refused_seccomp_filter_names_its_source_and_the_profile_that_runs() {
+        // A process of the docker.service unit is on a host, in no container.
+        let host = Tree::new(&[
+            ("/proc/self/status", FILTERED_STATUS),
+            ("/proc/self/cgroup", "0::/system.slice/docker.service\n"),
+        ])
+        .detect();
+        assert_eq!(host.container, None);
+        let why = host
+            .explain(&Refusal::Seccomp(Errno::EACCES))
+            .expect("explained");
+        assert!(!why.cause.contains("container"), "{why:?}");
+        assert!(
+            why.cause.contains("the process that started sandbox"),
+            "{why:?}"
+        );
+        assert!(why.fix.contains("--profile permissive"), "{why:?}");
+        // In Docker (systemd driver) user namespaces are refused too: a run
+        // without them needs its own filter, so permissive would not help.
+        let docker = Tree::new(&[
+            ("/proc/self/status", FILTERED_STATUS),
+            (
+                "/proc/self/cgroup",
+                "0::/system.slice/docker-0123456789abcdef.scope\n",
+            ),
+        ])
+        .detect();
+        assert_eq!(docker.container, Some(Container::Docker));
+        let why = docker
+            .explain(&Refusal::Seccomp(Errno::EACCES))
+            .expect("explained");
+        assert!(why.cause.contains("from the container"), "{why:?}");
+        assert!(!why.fix.contains("permissive"), "{why:?}");
     }
 
     #[test]

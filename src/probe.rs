@@ -110,6 +110,29 @@ pub fn probe() -> Probes {
             false,
         )
     });
+    // Ubuntu's AppArmor restriction lets the probe's unshare succeed and
+    // withholds the capabilities that make the namespace usable.
+    let (user_namespaces, user_namespaces_unprivileged) = match sysctls
+        .apparmor_restrict_unprivileged_userns
+    {
+        Some(true) => {
+            let env = crate::environment::Environment::detect();
+            let withheld = |why: Option<crate::environment::Explanation>, was: Availability| match (
+                why, was,
+            ) {
+                (Some(why), Availability::Available) => {
+                    Availability::Unavailable(format!("{}. Fix: {}", why.cause, why.fix))
+                }
+                (_, was) => was,
+            };
+            (
+                withheld(env.namespaces_withheld(), user_namespaces),
+                user_namespaces_unprivileged
+                    .map(|was| withheld(env.namespaces_withheld_unprivileged(), was)),
+            )
+        }
+        _ => (user_namespaces, user_namespaces_unprivileged),
+    };
     let (landlock_abi, landlock) =
         landlock_availability(sys::raw_probe_syscall(ProbeCall::LandlockAbiVersion));
     Probes {
@@ -194,9 +217,9 @@ impl UsernsSysctls {
         }
         if self.apparmor_restrict_unprivileged_userns == Some(true) {
             return Some(
-                "AppArmor restricts unprivileged user namespaces: \
-                 `sysctl -w kernel.apparmor_restrict_unprivileged_userns=0` \
-                 or add an AppArmor profile for sandbox"
+                "AppArmor restricts unprivileged user namespaces: install the AppArmor \
+                 profile from packaging/apparmor/sandbox (docs/ubuntu.md) or \
+                 `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
                     .to_owned(),
             );
         }

@@ -17,16 +17,8 @@ use std::process::{Command, Output, Stdio};
 use serde_json::Value;
 use support::{identities, Project, Who};
 
-/// The wrapper, where the unprivileged test user can read it too (a CI
-/// checkout may sit below a private directory).
 fn wrapper() -> &'static str {
-    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let original = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/seccomp_wrap.py");
-        support::staged_for_test_user(&original, "seccomp_wrap.py")
-            .to_string_lossy()
-            .into_owned()
-    })
+    support::seccomp_wrapper()
 }
 
 /// What the command prints about itself, for checking the report against.
@@ -163,6 +155,42 @@ fn under_dockers_default_profile_strict_refuses_with_the_fix_and_standard_runs_w
             "{who:?}: {out}"
         );
         assert!(filters >= 2, "the wrapper's filter and the run's: {out}");
+    }
+}
+
+/// Docker's default profile with `--cap-add SYS_ADMIN`: the namespaces and
+/// mounts work, pivot_root does not. The refusal blames pivot_root (not user
+/// namespaces) and standard falls back at it.
+#[test]
+fn where_only_pivot_root_is_refused_strict_names_it_and_standard_runs_without_namespaces() {
+    let test =
+        "where_only_pivot_root_is_refused_strict_names_it_and_standard_runs_without_namespaces";
+    for project in projects(test) {
+        let who = project.who;
+        let err = refused(&project, &["sysadmin"], "strict");
+        assert!(
+            err.contains("pivoting into the staging tmpfs"),
+            "{who:?}: {err}"
+        );
+        let cause = err.split("cause:").nth(1).unwrap_or_default();
+        assert!(cause.contains("pivot_root"), "{who:?}: {err}");
+        assert!(!cause.contains("user namespaces"), "{who:?}: {err}");
+        assert!(err.contains("--profile standard"), "{who:?}: {err}");
+
+        let (_, err, report) = confined_run(&project, &["sysadmin"], "standard");
+        assert!(err.contains("running without namespaces"), "{who:?}: {err}");
+        let isolation = &report["enforced"]["isolation"];
+        assert_eq!(isolation["namespaces"], "none", "{who:?}");
+        assert!(
+            isolation["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("pivoting into the staging tmpfs in it was refused")),
+            "{who:?}: {report}"
+        );
+        assert_eq!(
+            report["enforced"]["landlock"]["status"], "fully-enforced",
+            "{who:?}"
+        );
     }
 }
 

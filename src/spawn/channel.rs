@@ -285,12 +285,16 @@ pub enum Record {
     },
     /// The payload's view of itself just before exec.
     Measured(Box<super::measure::View>),
+    /// Init's first mounts and pivot_root in the new namespaces worked:
+    /// they give the privileges the sandbox's root is built with.
+    NamespacesUsable,
 }
 
 const KIND_FAILED: u8 = 1;
 const KIND_LANDLOCK: u8 = 2;
 const KIND_SKIPPED: u8 = 3;
 const KIND_MEASURED: u8 = 4;
+const KIND_NAMESPACES_USABLE: u8 = 5;
 
 fn write_record(fd: BorrowedFd<'_>, kind: u8, step: u8, errno: i32, detail: &[u8]) {
     let mut buf = [0u8; RECORD_SIZE];
@@ -323,6 +327,11 @@ pub fn report_skipped(fd: BorrowedFd<'_>, step: Step, errno: Errno) {
 /// Child side: the payload's view of itself, read just before exec.
 pub fn report_view(fd: BorrowedFd<'_>, view: &super::measure::View) {
     write_record(fd, KIND_MEASURED, 0, 0, &view.encode());
+}
+
+/// Init: its first mounts and pivot_root worked. Does not allocate.
+pub fn report_namespaces_usable(fd: BorrowedFd<'_>) {
+    write_record(fd, KIND_NAMESPACES_USABLE, 0, 0, &[]);
 }
 
 /// P0: read every record until end-of-file (all writers closed or exec'd).
@@ -376,6 +385,7 @@ pub fn decode_record(bytes: &[u8]) -> Result<Record, ChannelError> {
         KIND_MEASURED => super::measure::View::decode(&bytes[RECORD_HEADER..RECORD_HEADER + len])
             .map(|view| Record::Measured(Box::new(view)))
             .ok_or_else(|| ChannelError::Unexpected(format!("measured view of {len} bytes"))),
+        KIND_NAMESPACES_USABLE => Ok(Record::NamespacesUsable),
         KIND_LANDLOCK => Ok(Record::Landlock {
             abi: errno as u32,
             status: bytes[1],
@@ -459,10 +469,12 @@ mod tests {
             ..Default::default()
         };
         report_view(w.as_fd(), &view);
+        report_namespaces_usable(w.as_fd());
         drop(w);
         let records = read_records(&r).unwrap();
         assert_eq!(records[0], Record::Landlock { abi: 7, status: 2 });
         assert_eq!(records[2], Record::Measured(Box::new(view)));
+        assert_eq!(records[3], Record::NamespacesUsable);
         match &records[1] {
             Record::Failed {
                 step,

@@ -113,7 +113,7 @@ fn run<'a>(
     if without_namespaces {
         prepare_reaper(fds.sync)?;
     } else {
-        build_root(plan, &mut trees)?;
+        build_root(plan, &mut trees, fds.report)?;
 
         if plan.network.has_loopback() {
             crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
@@ -479,9 +479,16 @@ const DEV_LINKS: [(&CStr, &CStr); 4] = [
 /// (the project may itself live under /tmp). The new root is a second tmpfs
 /// at /newroot; a final pivot_root(".", ".") plus a lazy unmount removes the
 /// host tree from this mount namespace entirely.
+///
+/// Once the first mounts and pivot_root worked, the namespaces are known
+/// to be usable, and `report` says so: the supervisor of a best-effort
+/// profile waits for that, or for the refusal that makes the run fall back
+/// to no namespaces (Ubuntu's AppArmor restriction lets the namespace be
+/// created and refuses these).
 fn build_root<'a>(
     plan: &'a ChildPlan,
     trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+    report: BorrowedFd<'_>,
 ) -> Result<(), Failed<'a>> {
     let rec_private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
     mount(NONE, "/", NONE, rec_private, NONE).step(Step::MountPrivate, b"/")?;
@@ -503,6 +510,7 @@ fn build_root<'a>(
     .step(Step::HidePath, b"hidden")?;
     nix::unistd::pivot_root(".", "oldroot").step(Step::PivotToBase, b"/tmp")?;
     nix::unistd::chdir("/").step(Step::PivotToBase, b"/")?;
+    channel::report_namespaces_usable(report);
 
     tmpfs(c"/newroot", nosuid_nodev, c"mode=0755").step(Step::MountNewRoot, b"/newroot")?;
     for dir in [c"/newroot/tmp", c"/newroot/proc", c"/newroot/dev"] {

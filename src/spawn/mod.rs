@@ -253,7 +253,7 @@ pub enum SpawnError {
     #[error("talking to the sandbox's init: {0}")]
     Channel(#[from] channel::ChannelError),
     /// A setup step inside the sandbox failed.
-    #[error("sandbox setup failed while {} ({detail}): {}", step.describe(), Errno::from_raw(*errno).desc())]
+    #[error("sandbox setup failed while {}{}: {}", step.describe(), in_parentheses(detail), Errno::from_raw(*errno).desc())]
     Setup {
         /// The step.
         step: Step,
@@ -327,7 +327,7 @@ impl SpawnError {
     }
 
     /// What kind of refusal the environment might explain.
-    fn refusal(&self) -> Option<crate::environment::Refusal> {
+    pub(crate) fn refusal(&self) -> Option<crate::environment::Refusal> {
         use crate::environment::Refusal;
         match self {
             SpawnError::Clone { hint, .. } if !hint.is_empty() => None,
@@ -339,6 +339,7 @@ impl SpawnError {
                     errno: *source,
                     proc: false,
                     idmapped,
+                    pivot: false,
                 })
             }
             // cgroup refusals carry their own cause and fix (crate::cgroup::refusal).
@@ -365,6 +366,7 @@ impl SpawnError {
                         errno,
                         proc: *step == Step::MountProc,
                         idmapped: false,
+                        pivot: matches!(step, Step::PivotToBase | Step::PivotRoot),
                     }),
                     Step::Seccomp => Some(Refusal::Seccomp(errno)),
                     Step::Landlock => Some(Refusal::Landlock(errno)),
@@ -385,6 +387,15 @@ impl SpawnError {
     }
 }
 
+/// ` (detail)`, or nothing for a step that names no path.
+fn in_parentheses(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({detail})")
+    }
+}
+
 /// Cloning with the raw system call is only sound from a single-threaded process.
 pub fn check_single_threaded() -> Result<(), SpawnError> {
     // The same check the clone wrapper makes (one stat of /proc/self/task),
@@ -399,5 +410,62 @@ pub fn check_single_threaded() -> Result<(), SpawnError> {
             path: "/proc/self/task".into(),
             source: std::io::Error::from(errno),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_without_a_path_prints_no_empty_parentheses() {
+        let seccomp = SpawnError::Setup {
+            step: Step::Seccomp,
+            errno: libc::EACCES,
+            detail: String::new(),
+        };
+        let text = seccomp.to_string();
+        assert!(!text.contains("()"), "{text}");
+        assert!(
+            text.starts_with("sandbox setup failed while installing the seccomp filter: "),
+            "{text}"
+        );
+        let mount = SpawnError::Setup {
+            step: Step::MountPrivate,
+            errno: libc::EPERM,
+            detail: "/".into(),
+        };
+        assert!(
+            mount
+                .to_string()
+                .contains("making the mount tree private (/): "),
+            "{mount}"
+        );
+    }
+
+    #[test]
+    fn pivot_root_refusals_are_told_apart_from_mounts() {
+        use crate::environment::Refusal;
+        for (step, pivot) in [
+            (Step::PivotToBase, true),
+            (Step::PivotRoot, true),
+            (Step::MountPrivate, false),
+        ] {
+            let error = SpawnError::Setup {
+                step,
+                errno: libc::EPERM,
+                detail: String::new(),
+            };
+            assert_eq!(
+                error.refusal(),
+                Some(Refusal::Mount {
+                    errno: Errno::EPERM,
+                    proc: false,
+                    idmapped: false,
+                    pivot,
+                }),
+                "{step:?}"
+            );
+        }
     }
 }

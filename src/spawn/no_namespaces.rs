@@ -154,6 +154,22 @@ pub fn means_unavailable(errno: Errno) -> bool {
     )
 }
 
+/// Whether init's failure at `step` with `errno` means the new user
+/// namespace gives no privilege here, so that a best-effort profile runs
+/// without namespaces: EPERM or EACCES at the id switch (root mode) or at
+/// the first mounts and pivot_root, which need the capabilities a user
+/// namespace gives its creator. Ubuntu's AppArmor restriction and an LSM
+/// profile that denies mount refuse exactly these; Docker's default seccomp
+/// profile refuses pivot_root even to a container given CAP_SYS_ADMIN.
+/// Anything later, or another errno, is an error of the run.
+pub fn means_unusable(step: super::Step, errno: Errno) -> bool {
+    use super::Step;
+    matches!(
+        step,
+        Step::DropGroups | Step::SetIds | Step::MountPrivate | Step::MountBase | Step::PivotToBase
+    ) && matches!(errno, Errno::EPERM | Errno::EACCES)
+}
+
 fn enable_userns_fix() -> String {
     match crate::probe::userns_unavailable_reason() {
         Some(reason) => format!("enable user namespaces ({reason})"),
@@ -636,6 +652,27 @@ mod tests {
         }
         for errno in [Errno::ENOMEM, Errno::EAGAIN, Errno::EFAULT] {
             assert!(!means_unavailable(errno), "{errno}");
+        }
+    }
+
+    #[test]
+    fn only_a_refused_first_mount_or_pivot_means_unusable_namespaces() {
+        use crate::spawn::Step;
+        for step in [Step::MountPrivate, Step::MountBase, Step::PivotToBase] {
+            assert!(means_unusable(step, Errno::EPERM), "{step:?}");
+            assert!(means_unusable(step, Errno::EACCES), "{step:?}");
+            assert!(!means_unusable(step, Errno::ENOMEM), "{step:?}");
+            assert!(!means_unusable(step, Errno::EINVAL), "{step:?}");
+        }
+        // Past the first pivot the namespaces worked: a refusal there is
+        // the run's error (a bind mount, /proc under masked paths, exec).
+        for step in [
+            Step::BindMount,
+            Step::MountProc,
+            Step::PivotRoot,
+            Step::Exec,
+        ] {
+            assert!(!means_unusable(step, Errno::EPERM), "{step:?}");
         }
     }
 

@@ -513,6 +513,37 @@ fn fall_back(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> 
     Ok(())
 }
 
+/// Where the environment already says that a new user namespace would
+/// hold no capabilities (Ubuntu's AppArmor restriction, see
+/// [`crate::environment::Environment::namespaces_withheld`]), none is
+/// attempted: a best-effort profile plans its run without namespaces, a
+/// required one is refused naming the cause and the fixes.
+fn decide_namespaces_up_front(prepared: &mut Prepared) -> Result<(), SpawnError> {
+    use crate::profile::policy::Enforcement;
+    if prepared.started.no_namespaces.is_some() || !prepared.planned.namespaces {
+        return Ok(());
+    }
+    let Some(why) = crate::environment::namespaces_withheld_here() else {
+        return Ok(());
+    };
+    step_note(
+        prepared,
+        format_args!("no user namespace attempted: {}", why.cause),
+    );
+    match prepared.config.policy.enforce.userns {
+        Enforcement::Required => Err(SpawnError::Explained {
+            error: Box::new(SpawnError::LayerUnavailable {
+                layer: "userns",
+                reason: "a new user namespace would get no capabilities here, so none was created"
+                    .into(),
+            }),
+            cause: why.cause,
+            fix: why.fix,
+        }),
+        Enforcement::BestEffort | Enforcement::Off => fall_back(prepared, why.cause),
+    }
+}
+
 fn start_unexplained(prepared: &mut Prepared, inputs: StartInputs) -> Result<Running, SpawnError> {
     super::check_single_threaded()?;
     if prepared.config.policy.enforce.userns == crate::profile::policy::Enforcement::Off
@@ -520,6 +551,7 @@ fn start_unexplained(prepared: &mut Prepared, inputs: StartInputs) -> Result<Run
     {
         fall_back(prepared, "the profile sets enforce.userns = \"off\"".into())?;
     }
+    decide_namespaces_up_front(prepared)?;
     let (cgroup, fallback_rlimits) =
         setup_cgroup(&prepared.config, &mut prepared.started.warnings)?;
     prepared.started.fallback_rlimits = fallback_rlimits;
@@ -729,15 +761,6 @@ fn start_cloned(
     let timeout = config.policy.limits.timeout;
     broker.set_deadline(timeout.map(|t| Instant::now() + t));
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
-    let (sync_parent, sync_child) = socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(sys("socketpair(sync)"))?;
-    let (report_read, report_write) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(report)"))?;
 
     // Blocked before clone so that a signal arriving during setup waits
     // until init can forward it; init and the payload unblock them.
@@ -756,13 +779,7 @@ fn start_cloned(
         .map_err(sys("signalfd"))
         .map_err(restore)?;
     let started = Instant::now();
-    let fds = InitFds {
-        sync: sync_child.as_fd(),
-        report: report_write.as_fd(),
-        supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
-        await_cgroup: cgroup.is_some(),
-        net_handover: handover.as_ref().map(|fd| fd.as_fd()),
-    };
+    let net_handover = handover;
     crate::sys::proctitle::remember();
     let userns = prepared.config.policy.enforce.userns;
     if prepared.started.no_namespaces.is_none()
@@ -813,102 +830,30 @@ fn start_cloned(
         fallback_rlimits: prepared.started.fallback_rlimits.clone(),
         confinement: prepared.started.confinement,
     };
-    // cgroup v2: init is created in the run's cgroup and never moved.
-    let cgroup_dir = cgroup.and_then(crate::cgroup::RunCgroup::clone_target);
-    let mut created_in_cgroup = false;
-    let mut cloned = match &cgroup_dir {
-        Some(dir) => {
-            let in_cgroup = InitFds {
-                await_cgroup: false,
-                ..fds
-            };
-            crate::sys::clone::clone_into_cgroup(prepared.plan().clone_flags, dir.as_fd(), |init| {
-                super::init::main(prepared.plan(), &handover, &in_cgroup, init)
-            })
-        }
-        None => Err(Errno::ENOSYS),
-    };
-    match &cloned {
-        Ok(_) => created_in_cgroup = true,
-        // Without clone3 (a kernel before 5.7, a container's seccomp
-        // profile) or when it refuses: the classic clone, then the move. A
-        // refusal of the namespaces themselves comes again from it.
-        Err(_) => {
-            cloned = crate::sys::clone::clone_into_namespaces(prepared.plan().clone_flags, |init| {
-                super::init::main(prepared.plan(), &handover, &fds, init)
-            })
-        }
-    }
-    if let Err(errno) = cloned {
-        if userns == crate::profile::policy::Enforcement::BestEffort
-            && prepared.started.no_namespaces.is_none()
-            && super::no_namespaces::means_unavailable(errno)
-        {
-            let why = crate::probe::userns_unavailable_reason()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_else(|| {
-                    ": a seccomp filter or security module refuses it (a container engine's default profile, a Kubernetes pod, or another sandbox)".into()
-                });
-            let reason = format!("creating a user namespace failed with {errno}{why}");
+    let net_handover = net_handover.as_ref().map(|fd| fd.as_fd());
+    let launched = match launch_init(prepared, &handover, cgroup, net_handover).map_err(restore)? {
+        Attempt::Started(launched) => launched,
+        // The same fallback whether clone itself or the set-up inside the
+        // new namespaces was refused: the failed init is reaped, its
+        // channels closed, and nothing of it is in the cgroup any more.
+        Attempt::NamespacesRefused(reason) => {
             fall_back(prepared, reason).map_err(restore)?;
             // The payload is now checked against the run it will really get.
             prepared.started.confinement = expected_confinement(prepared.plan());
             handover.confinement = prepared.started.confinement;
-            cloned =
-                crate::sys::clone::clone_into_namespaces(prepared.plan().clone_flags, |init| {
-                    super::init::main(prepared.plan(), &handover, &fds, init)
-                });
-        }
-    }
-    let (init_pid, pidfd) = match cloned {
-        Ok(pair) => pair,
-        Err(source) => {
-            // The cause and the fix come from SpawnError::explained.
-            let hint = String::new();
-            return Err(restore(SpawnError::Clone { source, hint }));
+            match launch_init(prepared, &handover, cgroup, net_handover).map_err(restore)? {
+                Attempt::Started(launched) => launched,
+                Attempt::NamespacesRefused(reason) => {
+                    return Err(restore(SpawnError::Invalid(format!(
+                        "a run without namespaces was refused as if it had them: {reason}"
+                    ))))
+                }
+            }
         }
     };
-    drop(sync_child);
-    drop(report_write);
-    step_note(
-        prepared,
-        format_args!(
-            "cloned init (host pid {init_pid}) into new namespaces: {}{}",
-            namespace_names(prepared.plan().clone_flags),
-            if created_in_cgroup {
-                ", created in its cgroup (CLONE_INTO_CGROUP)"
-            } else {
-                ""
-            }
-        ),
-    );
     // The child holds its copies: the supervisor's close here.
     drop(handover);
-    // Init is released first and moved while it builds the root (see
-    // `InitFds::await_cgroup`).
-    let joined = || match cgroup {
-        Some(_) if created_in_cgroup => Ok(()),
-        Some(cgroup) => cgroup
-            .add(init_pid.as_raw())
-            .map_err(|err| SpawnError::LayerUnavailable {
-                layer: "cgroups",
-                reason: format!("the run's init could not join its cgroup: {err}"),
-            })
-            .and_then(|()| Ok(channel::send_cgroup_joined(sync_parent.as_fd())?)),
-        None => Ok(()),
-    };
-    if let Err(err) = release_init(
-        prepared.plan(),
-        supervisor_effective_capabilities(prepared),
-        init_pid,
-        &sync_parent,
-    )
-    .and_then(|()| joined())
-    {
-        let _ = kill(init_pid, Signal::SIGKILL);
-        let _ = waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED);
-        return Err(restore(err));
-    }
+    let init_pid = launched.init_pid;
     // The net process holds the run's connections (socket and pipe
     // buffers, lookup threads): it is counted against the run's limits.
     // Moved only now, while init builds the root: on cgroup v1 a move
@@ -932,9 +877,9 @@ fn start_cloned(
     Ok(Running {
         without_namespaces: !prepared.plan().namespaces,
         init_pid,
-        pidfd,
-        sync: sync_parent,
-        report: report_read,
+        pidfd: launched.pidfd,
+        sync: launched.sync,
+        report: launched.report,
         signals,
         old_mask,
         started,
@@ -949,6 +894,281 @@ fn start_cloned(
         program: prepared.plan().program.clone(),
         timeout,
     })
+}
+
+/// An init that was cloned, given its id maps and released.
+struct Launched {
+    init_pid: Pid,
+    pidfd: OwnedFd,
+    /// The supervisor's end of the sync socket.
+    sync: OwnedFd,
+    /// The read end of the report pipe.
+    report: OwnedFd,
+}
+
+impl Launched {
+    /// Kill init (it may have exited already) and reap it.
+    fn reap(&self) {
+        let _ = kill(self.init_pid, Signal::SIGKILL);
+        let _ = waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED);
+    }
+}
+
+/// How one attempt to start the run's init ended, when not in an error.
+enum Attempt {
+    Started(Launched),
+    /// A best-effort profile's namespaces cannot be had here, the reason
+    /// says why: the run falls back to no namespaces. Nothing of the
+    /// attempt is left (its init is reaped).
+    NamespacesRefused(String),
+}
+
+/// Clone init on `prepared`'s current plan, write its id maps and release
+/// it. Where the profile's user namespace is best-effort, a refusal that
+/// means "no usable namespaces here" is returned as
+/// [`Attempt::NamespacesRefused`] rather than as an error: at clone, at the
+/// id maps, or at init's first mounts and pivot_root, for which the
+/// supervisor waits before the run goes on (a few milliseconds).
+fn launch_init(
+    prepared: &Prepared,
+    handover: &Handover,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+    net_handover: Option<BorrowedFd<'_>>,
+) -> Result<Attempt, SpawnError> {
+    let may_fall_back = prepared.plan().namespaces
+        && prepared.config.policy.enforce.userns == crate::profile::policy::Enforcement::BestEffort;
+    let (sync_parent, sync_child) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(sys("socketpair(sync)"))?;
+    let (report_read, report_write) =
+        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(report)"))?;
+    let fds = InitFds {
+        sync: sync_child.as_fd(),
+        report: report_write.as_fd(),
+        supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
+        await_cgroup: cgroup.is_some(),
+        net_handover,
+    };
+    let plan = prepared.plan();
+    // cgroup v2: init is created in the run's cgroup and never moved.
+    let cgroup_dir = cgroup.and_then(crate::cgroup::RunCgroup::clone_target);
+    let mut created_in_cgroup = false;
+    let mut cloned = match &cgroup_dir {
+        Some(dir) => {
+            let in_cgroup = InitFds {
+                await_cgroup: false,
+                ..fds
+            };
+            crate::sys::clone::clone_into_cgroup(plan.clone_flags, dir.as_fd(), |init| {
+                super::init::main(plan, handover, &in_cgroup, init)
+            })
+        }
+        None => Err(Errno::ENOSYS),
+    };
+    match &cloned {
+        Ok(_) => created_in_cgroup = true,
+        // Without clone3 (a kernel before 5.7, a container's seccomp
+        // profile) or when it refuses: the classic clone, then the move. A
+        // refusal of the namespaces themselves comes again from it.
+        Err(_) => {
+            cloned = crate::sys::clone::clone_into_namespaces(plan.clone_flags, |init| {
+                super::init::main(plan, handover, &fds, init)
+            })
+        }
+    }
+    let (init_pid, pidfd) = match cloned {
+        Ok(pair) => pair,
+        Err(errno) if may_fall_back && super::no_namespaces::means_unavailable(errno) => {
+            let why = crate::probe::userns_unavailable_reason()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_else(|| {
+                    ": a seccomp filter or security module refuses it (a container engine's default profile, a Kubernetes pod, or another sandbox)".into()
+                });
+            return Ok(Attempt::NamespacesRefused(format!(
+                "creating a user namespace failed with {errno}{why}"
+            )));
+        }
+        // The cause and the fix come from SpawnError::explained.
+        Err(source) => {
+            return Err(SpawnError::Clone {
+                source,
+                hint: String::new(),
+            })
+        }
+    };
+    drop(sync_child);
+    drop(report_write);
+    let launched = Launched {
+        init_pid,
+        pidfd,
+        sync: sync_parent,
+        report: report_read,
+    };
+    step_note(
+        prepared,
+        format_args!(
+            "cloned init (host pid {init_pid}) into new namespaces: {}{}",
+            namespace_names(plan.clone_flags),
+            if created_in_cgroup {
+                ", created in its cgroup (CLONE_INTO_CGROUP)"
+            } else {
+                ""
+            }
+        ),
+    );
+    // Init is released first and moved while it builds the root (see
+    // `InitFds::await_cgroup`).
+    let joined = || match cgroup {
+        Some(_) if created_in_cgroup => Ok(()),
+        Some(cgroup) => cgroup
+            .add(init_pid.as_raw())
+            .map_err(|err| SpawnError::LayerUnavailable {
+                layer: "cgroups",
+                reason: format!("the run's init could not join its cgroup: {err}"),
+            })
+            .and_then(|()| Ok(channel::send_cgroup_joined(launched.sync.as_fd())?)),
+        None => Ok(()),
+    };
+    if let Err(err) = release_init(
+        plan,
+        supervisor_effective_capabilities(prepared),
+        init_pid,
+        &launched.sync,
+    )
+    .and_then(|()| joined())
+    {
+        launched.reap();
+        // Init may have failed first (it builds the root while the
+        // supervisor moves it into the cgroup), and `err` is only its
+        // absence, a closed socket or a vanished process: its record
+        // says why.
+        if let Some(Record::Failed {
+            step,
+            errno,
+            detail,
+        }) = record_left_by_reaped(&launched.report)
+        {
+            return refused_setup(prepared, may_fall_back, step, errno, detail);
+        }
+        return match err {
+            SpawnError::IdMap { ref source, .. }
+                if may_fall_back
+                    && matches!(source.raw_os_error(), Some(libc::EPERM | libc::EACCES)) =>
+            {
+                Ok(Attempt::NamespacesRefused(refused_inside(&err)))
+            }
+            err => Err(err),
+        };
+    }
+    if !may_fall_back {
+        return Ok(Attempt::Started(launched));
+    }
+    match first_record(&launched.report)? {
+        Some(Record::NamespacesUsable) => {
+            note_record(prepared, &Record::NamespacesUsable);
+            Ok(Attempt::Started(launched))
+        }
+        // Init ended without a word: the supervision sees its status.
+        None => Ok(Attempt::Started(launched)),
+        Some(Record::Failed {
+            step,
+            errno,
+            detail,
+        }) => {
+            launched.reap();
+            refused_setup(prepared, may_fall_back, step, errno, detail)
+        }
+        Some(other) => {
+            launched.reap();
+            Err(SpawnError::Channel(channel::ChannelError::Unexpected(
+                format!("{other:?} before the namespaces were set up"),
+            )))
+        }
+    }
+}
+
+/// Init (reaped) reported that `step` failed before the namespaces were
+/// usable: the fallback where that means they cannot be used here and the
+/// profile allows it, else the run's error.
+fn refused_setup(
+    prepared: &Prepared,
+    may_fall_back: bool,
+    step: Step,
+    errno: i32,
+    detail: String,
+) -> Result<Attempt, SpawnError> {
+    note_record(
+        prepared,
+        &Record::Failed {
+            step,
+            errno,
+            detail: detail.clone(),
+        },
+    );
+    let err = SpawnError::Setup {
+        step,
+        errno,
+        detail,
+    };
+    if may_fall_back && super::no_namespaces::means_unusable(step, Errno::from_raw(errno)) {
+        Ok(Attempt::NamespacesRefused(refused_inside(&err)))
+    } else {
+        Err(err)
+    }
+}
+
+/// The record a reaped init left on the report pipe, if any. Nothing of
+/// the run can write there any more (the payload is forked only after the
+/// release), so what is there is all there will be; not waited for.
+fn record_left_by_reaped(report: &OwnedFd) -> Option<Record> {
+    let mut fds = [PollFd::new(report.as_fd(), PollFlags::POLLIN)];
+    match poll(&mut fds, PollTimeout::ZERO) {
+        Ok(n) if n > 0 => first_record(report).ok().flatten(),
+        _ => None,
+    }
+}
+
+/// Why a best-effort run has no namespaces when the namespace was created
+/// but `refused` stopped its set-up, with the cause the environment gives.
+fn refused_inside(refused: &SpawnError) -> String {
+    let cause = refused
+        .refusal()
+        .and_then(|refusal| crate::environment::Environment::detect().explain(&refusal))
+        .map_or_else(
+            || "a security module or seccomp filter withholds the privileges a new user namespace gives (Ubuntu's AppArmor restriction, a container engine's profile)".to_owned(),
+            |why| why.cause,
+        );
+    let what = match refused {
+        SpawnError::Setup { step, errno, .. } => format!(
+            "{} in it was refused ({})",
+            step.describe(),
+            Errno::from_raw(*errno)
+        ),
+        other => format!("its set-up was refused ({other})"),
+    };
+    format!("a user namespace was created, but {what}: {cause}")
+}
+
+/// The first record init writes, waited for (`None` at end-of-file).
+fn first_record(report: &OwnedFd) -> Result<Option<Record>, SpawnError> {
+    let mut buf = [0u8; channel::RECORD_SIZE];
+    loop {
+        match nix::unistd::read(report.as_fd(), &mut buf) {
+            Ok(0) => return Ok(None),
+            Ok(n) => return Ok(Some(channel::decode_record(&buf[..n])?)),
+            Err(Errno::EINTR) => continue,
+            Err(source) => {
+                return Err(SpawnError::Sys {
+                    op: "read(report)".into(),
+                    source,
+                })
+            }
+        }
+    }
 }
 
 /// The broker's caller is the command the payload runs.
@@ -1480,6 +1700,10 @@ fn note_record(prepared: &Prepared, record: &Record) {
                 ),
             );
         }
+        Record::NamespacesUsable => step_note(
+            prepared,
+            format_args!("the new namespaces are usable: init mounted and pivoted"),
+        ),
         Record::Failed {
             step,
             errno,
@@ -1526,6 +1750,7 @@ fn outcome(
             Record::Landlock { abi, status } => landlock = Some((abi, status)),
             Record::Skipped { step, errno } => skipped.push((step, errno)),
             Record::Measured(view) => measured = Some(*view),
+            Record::NamespacesUsable => {}
             Record::Failed {
                 step: Step::VerifyConfinement,
                 detail,

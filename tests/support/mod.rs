@@ -297,6 +297,18 @@ pub fn staged_for_test_user(original: &Path, name: &str) -> PathBuf {
     target
 }
 
+/// `tests/support/seccomp_wrap.py`, where the unprivileged test user can
+/// read it too (a CI checkout may sit below a private directory).
+pub fn seccomp_wrapper() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| {
+        let original = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/seccomp_wrap.py");
+        staged_for_test_user(&original, "seccomp_wrap.py")
+            .to_string_lossy()
+            .into_owned()
+    })
+}
+
 /// The report `sandbox run --json` printed: the last line of its stderr
 /// that is JSON (never on stdout, which is the command's). `what` names the
 /// run in the panic when there is none.

@@ -10,6 +10,18 @@ MODE:
               with ENOSYS (so callers fall back to clone)
   nolandlock  the Landlock system calls fail with ENOSYS, as on a kernel
               built without Landlock or with it left out of `lsm=`
+  sysadmin    what Docker's default profile leaves refused to a container
+              given CAP_SYS_ADMIN: clone and mount work, pivot_root fails
+              with EPERM, clone3 with ENOSYS
+  nocaps      what a user namespace without capabilities refuses, as Ubuntu
+              23.10+ does to an unconfined process (AppArmor's
+              apparmor_restrict_unprivileged_userns): clone and unshare with
+              namespace flags succeed, every mount call and pivot_root fail
+              with EPERM
+  nouserns    the process is killed (SIGSYS) when it creates a user
+              namespace (clone or unshare with CLONE_NEWUSER); clone3 fails
+              with ENOSYS so that callers use clone, whose flags a filter
+              can see. Shows that no user namespace was attempted.
 
 x86_64 and aarch64 only. The filter is installed with no_new_privs, so it
 also binds everything CMD starts.
@@ -36,6 +48,7 @@ SYSCALLS = {
                 "landlock_restrict_self": 446},
 }
 NAMESPACE_FLAGS = 0x7E020000  # NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET
+CLONE_NEWUSER = 0x10000000
 EPERM, ENOSYS = 1, 38
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
@@ -63,6 +76,19 @@ def program(mode, machine):
         for name in ("clone", "unshare"):
             prog += [ins(JEQ_K, nr[name], 0, 4), ins(LD_W_ABS, 16),
                      ins(JSET_K, NAMESPACE_FLAGS, 0, 1), ins(RET_K, RET_ERRNO | EPERM),
+                     ins(LD_W_ABS, 0)]
+    elif mode == "sysadmin":
+        prog += [ins(JEQ_K, nr["clone3"], 0, 1), ins(RET_K, RET_ERRNO | ENOSYS),
+                 ins(JEQ_K, nr["pivot_root"], 0, 1), ins(RET_K, RET_ERRNO | EPERM)]
+    elif mode == "nocaps":
+        for name in ("mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen",
+                     "fsmount", "mount_setattr"):
+            prog += [ins(JEQ_K, nr[name], 0, 1), ins(RET_K, RET_ERRNO | EPERM)]
+    elif mode == "nouserns":
+        prog += [ins(JEQ_K, nr["clone3"], 0, 1), ins(RET_K, RET_ERRNO | ENOSYS)]
+        for name in ("clone", "unshare"):
+            prog += [ins(JEQ_K, nr[name], 0, 4), ins(LD_W_ABS, 16),
+                     ins(JSET_K, CLONE_NEWUSER, 0, 1), ins(RET_K, RET_KILL),
                      ins(LD_W_ABS, 0)]
     else:
         sys.exit(f"seccomp_wrap.py: unknown mode {mode!r}")
