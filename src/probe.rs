@@ -218,7 +218,7 @@ impl UsernsSysctls {
         if self.apparmor_restrict_unprivileged_userns == Some(true) {
             return Some(
                 "AppArmor restricts unprivileged user namespaces: install the AppArmor \
-                 profile from packaging/apparmor/sandbox (docs/ubuntu.md) or \
+                 profile from packaging/apparmor/sandbox (docs/src/ubuntu.md) or \
                  `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
                     .to_owned(),
             );
