@@ -15,6 +15,7 @@ use std::time::Duration;
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod journal;
 pub mod launcher;
 pub mod listener;
 pub mod log;
@@ -37,6 +38,8 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// `--state-dir DIR`.
     pub state_dir: Option<PathBuf>,
+    /// `-v`: debug events in the daemon's log too.
+    pub verbose: bool,
 }
 
 /// Why the daemon could not start or stopped with an error.
@@ -273,13 +276,11 @@ fn recover(store: &Store, spool: &Path) -> Result<(), DaemonError> {
             runs::kill_if_same(pid, run.supervisor_start);
         }
         let reason = format!("the daemon stopped while the run was {}", run.state);
+        tracing::warn!(run = %run.id, "run lost: {reason}");
         if runs::is_run_id(&run.id) {
             let log = spool.join(&run.id).join("log.ndjson");
             if let Err(err) = log::append_lost(&log, &reason, runs::now_ms()) {
-                eprintln!(
-                    "sandbox daemon: run {}: appending to its log: {err}",
-                    run.id
-                );
+                tracing::warn!("run {}: appending to its log: {err}", run.id);
             }
         }
     }
@@ -294,7 +295,7 @@ fn prune(store: &Store, spool: &Path, config: &Config) {
                 let _ = std::fs::remove_dir_all(spool.join(id));
             }
         }
-        Err(err) => eprintln!("sandbox daemon: pruning old runs: {err}"),
+        Err(err) => tracing::warn!("pruning old runs: {err}"),
     }
 }
 
@@ -314,7 +315,7 @@ fn notify_ready() {
     let sent = std::os::unix::net::UnixDatagram::unbound()
         .and_then(|socket| address.and_then(|addr| socket.send_to_addr(b"READY=1", &addr)));
     if let Err(err) = sent {
-        eprintln!("sandbox daemon: telling systemd it is ready: {err}");
+        tracing::warn!("telling systemd it is ready: {err}");
     }
 }
 
@@ -323,6 +324,7 @@ const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Start the daemon and serve until SIGTERM or SIGINT.
 pub fn run(options: Options) -> Result<(), DaemonError> {
+    journal::init(options.verbose);
     // With one thread, in this order: nothing below may run after a thread
     // or the runtime exists.
     let mut config = load_config(&options)?;
@@ -330,7 +332,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     // Whatever the daemon's own parent left open (a shell's, a CI agent's)
     // must not reach the launcher, the supervisors or `serve`.
     if let Err(err) = crate::sys::fd::cloexec_from(3) {
-        eprintln!("sandbox daemon: warning: inherited descriptors stay open in children: close_range: {err}");
+        tracing::warn!("inherited descriptors stay open in children: close_range: {err}");
     }
     let exe = PathBuf::from("/proc/self/exe");
     let first = launcher::start(&exe)?;
@@ -342,6 +344,11 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         }
     };
     let state = state_dir(&options, &config)?;
+    let socket_shown = match &owned_path {
+        Some(path) => path.display().to_string(),
+        None => "the socket systemd passed".to_string(),
+    };
+    let state_shown = state.display().to_string();
     // Beside the socket, which callers reach; the state directory is the
     // daemon's alone.
     let skills_state = socket_path(&options, &config)
@@ -404,11 +411,12 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
                 step: "the socket",
                 source,
             })?;
-        let listener =
-            tokio::net::UnixListener::from_std(listener).map_err(|source| DaemonError::Runtime {
+        let listener = tokio::net::UnixListener::from_std(listener).map_err(|source| {
+            DaemonError::Runtime {
                 step: "the socket",
                 source,
-            })?;
+            }
+        })?;
         {
             let store = store.clone();
             let config = config.clone();
@@ -418,7 +426,8 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
                 loop {
                     every.tick().await;
                     let (store, spool, config) = (store.clone(), spool.clone(), config.clone());
-                    let _ = tokio::task::spawn_blocking(move || prune(&store, &spool, &config)).await;
+                    let _ =
+                        tokio::task::spawn_blocking(move || prune(&store, &spool, &config)).await;
                 }
             });
         }
@@ -433,11 +442,29 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         let service = api::router(app).into_make_service_with_connect_info::<api::Peer>();
         let server = axum::serve(listener::CappedListener::new(listener), service);
         notify_ready();
-        tokio::select! {
-            served = server => served.map_err(|source| DaemonError::Runtime { step: "serving", source })?,
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
+        tracing::info!(
+            socket = %socket_shown,
+            state_dir = %state_shown,
+            max_concurrent = config.max_concurrent,
+            pool = config.pool.enabled,
+            pid = std::process::id(),
+            "listening"
+        );
+        let signal = tokio::select! {
+            served = server => {
+                served.map_err(|source| DaemonError::Runtime { step: "serving", source })?;
+                "none (the server ended)"
+            }
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        let load = runs.load();
+        tracing::info!(
+            signal = %signal,
+            running = load.running,
+            queued = load.queued,
+            "stopping"
+        );
         // The listener is closed with the server; runs in flight are
         // cancelled and recorded before the process exits.
         runs.shut_down().await;
@@ -447,6 +474,10 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         let _ = std::fs::remove_file(path);
     }
     runtime.shutdown_timeout(Duration::from_millis(100));
+    match &result {
+        Ok(()) => tracing::info!("stopped"),
+        Err(err) => tracing::error!("stopped: {err}"),
+    }
     result
 }
 

@@ -367,6 +367,7 @@ impl Runs {
             key,
             warm: None,
         });
+        tracing::debug!(run = %id, uid = caller.uid, "run queued");
         self.dispatch(&mut state);
         Ok(id)
     }
@@ -474,11 +475,18 @@ impl Runs {
                     questions: BTreeMap::new(),
                 },
             );
+            tracing::info!(
+                run = %run.id,
+                uid = run.uid,
+                warm = run.warm.is_some(),
+                command = %super::journal::command_line(&run.spec.argv),
+                "run started"
+            );
             let this = self.clone();
             tokio::spawn(async move {
-                let id = run.id.clone();
+                let (id, uid) = (run.id.clone(), run.uid);
                 let outcome = this.drive(run, controls).await;
-                this.conclude(&id, outcome).await;
+                this.conclude(&id, uid, outcome).await;
             });
         }
     }
@@ -537,7 +545,7 @@ impl Runs {
         let launcher = self.launcher.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(err) = launcher.send(&request) {
-                eprintln!("sandbox daemon: the pool's request to the launcher: {err}");
+                tracing::warn!("the pool's request to the launcher: {err}");
             }
         });
     }
@@ -574,7 +582,8 @@ impl Runs {
         });
     }
 
-    async fn conclude(self: &Arc<Self>, id: &str, mut outcome: Outcome) {
+    async fn conclude(self: &Arc<Self>, id: &str, uid: u32, mut outcome: Outcome) {
+        log_end(id, uid, &outcome);
         let store = self.store.clone();
         let log = self.log_path(id);
         let run = id.to_string();
@@ -582,7 +591,7 @@ impl Runs {
             if outcome.state == "lost" || (outcome.state == "failed" && outcome.report.is_none()) {
                 if let Some(reason) = &outcome.reason {
                     if let Err(err) = super::log::append_lost(&log, reason, now_ms()) {
-                        eprintln!("sandbox daemon: run {run}: appending to its log: {err}");
+                        tracing::warn!("run {run}: appending to its log: {err}");
                     }
                 }
             }
@@ -592,7 +601,7 @@ impl Runs {
         })
         .await;
         if let Err(err) = written {
-            eprintln!("sandbox daemon: run {id}: recording its result: {err}");
+            tracing::warn!("run {id}: recording its result: {err}");
         }
         let mut state = lock(&self.state);
         if let Some(live) = state.running.remove(id) {
@@ -690,6 +699,7 @@ impl Runs {
                             .await;
                         }
                         Ok(FromSupervisor::Ask { id: n, caller, action, target, deadline_ms }) => {
+                            tracing::debug!(run = %id, question = n, action = %action, "question asked");
                             let mut state = lock(&self.state);
                             if let Some(live) = state.running.get_mut(&id) {
                                 let uid = live.uid;
@@ -707,7 +717,7 @@ impl Runs {
                         Ok(FromSupervisor::Finished { status, report, error }) => {
                             finished = Some((status, report, error));
                         }
-                        Err(err) => eprintln!("sandbox daemon: run {id}: ignoring a malformed event: {err}"),
+                        Err(err) => tracing::warn!("run {id}: ignoring a malformed event: {err}"),
                     },
                     Ok(None) | Err(_) => events_open = false,
                 },
@@ -810,13 +820,13 @@ impl Runs {
                     if let Some(run) = &run {
                         decrement(&mut state.queued_by_uid, run.uid);
                     }
-                    run.is_some()
+                    run.map(|run| run.uid)
                 }
-                None => false,
+                None => None,
             }
         };
-        if queued {
-            self.conclude_unstarted(id, "cancelled", "cancelled before it started")
+        if let Some(uid) = queued {
+            self.conclude_unstarted(id, uid, "cancelled", "cancelled before it started")
                 .await;
             return Ok("cancelled".into());
         }
@@ -826,7 +836,13 @@ impl Runs {
         Ok(record.map_or_else(|| "unknown".into(), |r| r.state))
     }
 
-    async fn conclude_unstarted(self: &Arc<Self>, id: &str, state: &'static str, reason: &str) {
+    async fn conclude_unstarted(
+        self: &Arc<Self>,
+        id: &str,
+        uid: u32,
+        state: &'static str,
+        reason: &str,
+    ) {
         let store = self.store.clone();
         let run = id.to_string();
         let outcome = Outcome {
@@ -837,9 +853,10 @@ impl Runs {
             log_records: 0,
             finished_ms: now_ms(),
         };
+        log_end(id, uid, &outcome);
         if let Err(err) = blocking(move || store.finish(&run, &outcome).map_err(store_error)).await
         {
-            eprintln!("sandbox daemon: run {id}: recording its result: {err}");
+            tracing::warn!("run {id}: recording its result: {err}");
         }
         finish_watch(&mut lock(&self.state), id);
     }
@@ -885,6 +902,7 @@ impl Runs {
             _ => return Err(missing()),
         }
         live.questions.remove(&n);
+        tracing::debug!(run = %run, question = n, answer = ?answer, "question answered");
         live.control
             .send(Control::Answer(n, answer))
             .map_err(|_| missing())
@@ -896,7 +914,8 @@ impl Runs {
         let (queued, watches) = {
             let mut state = lock(&self.state);
             state.stopping = true;
-            let queued: Vec<String> = state.queue.drain(..).map(|run| run.id).collect();
+            let queued: Vec<(String, u32)> =
+                state.queue.drain(..).map(|run| (run.id, run.uid)).collect();
             for live in state.running.values() {
                 let _ = live.control.send(Control::Cancel);
             }
@@ -907,9 +926,10 @@ impl Runs {
                 .collect();
             (queued, watches)
         };
-        for id in queued {
+        for (id, uid) in queued {
             self.conclude_unstarted(
                 &id,
+                uid,
                 "cancelled",
                 "the daemon stopped before the run started",
             )
@@ -922,6 +942,30 @@ impl Runs {
             }
         };
         let _ = tokio::time::timeout(deadline, all).await;
+    }
+}
+
+/// The daemon's log line of a run's end: how it ended, never its output.
+fn log_end(id: &str, uid: u32, outcome: &Outcome) {
+    let status = outcome
+        .status
+        .map_or_else(|| "none".to_string(), |s| s.to_string());
+    match outcome.reason.as_deref() {
+        Some(reason) => tracing::info!(
+            run = %id,
+            uid,
+            state = %outcome.state,
+            status = %status,
+            reason = %crate::broker::prompt::escape(reason),
+            "run ended"
+        ),
+        None => tracing::info!(
+            run = %id,
+            uid,
+            state = %outcome.state,
+            status = %status,
+            "run ended"
+        ),
     }
 }
 
