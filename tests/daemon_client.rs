@@ -250,7 +250,9 @@ fn logs_and_ps_show_a_finished_run() {
         (1..=seqs.len() as u64).collect::<Vec<_>>(),
         "numbered from 1 without gaps"
     );
-    assert_eq!(records.last().unwrap()["type"], "exit");
+    assert_eq!(records[records.len() - 2]["type"], "exit");
+    assert_eq!(records.last().unwrap()["type"], "end");
+    assert_eq!(records.last().unwrap()["status"], 0);
     // Resuming after a sequence number gives only what follows it.
     let since = daemon
         .cli()

@@ -129,3 +129,72 @@ fn without_verbose_the_log_keeps_to_the_lifecycle() {
     assert!(lines_with(&log, "DEBUG").is_empty(), "{log}");
     assert_eq!(lines_with(&log, "run started").len(), 1, "{log}");
 }
+
+/// SIGTERM (systemd's stop) with a client attached to a running run: the
+/// run is cancelled with the reason "the daemon stopped", its record and
+/// log say so, and the client gets the run's real end from its stream and
+/// exits with the run's status instead of waiting for a daemon that is
+/// gone and exiting 125 "no daemon answers".
+#[test]
+fn sigterm_ends_runs_with_a_reason_and_attached_clients_get_their_end() {
+    if !ready("sigterm_ends_runs_with_a_reason_and_attached_clients_get_their_end") {
+        return;
+    }
+    let mut daemon = Daemon::start(&config("cancel_grace = \"1s\""));
+    let project = Project::new(Who::Root);
+    let marker = support::marker("sigterm");
+    let client = daemon
+        .cli()
+        .current_dir(project.path())
+        .args(["run", "--daemon", "--", "/bin/sh", "-c"])
+        .arg(format!("echo started; sleep 60; : {marker}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("client starts");
+    let id = daemon.find_run(&marker)["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.request("GET", &format!("/v1/runs/{id}"), None).1["state"] != "running" {
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stopped = daemon.terminate();
+    assert!(stopped.success(), "{stopped}\n{}", daemon.log());
+
+    let out = client.wait_with_output().expect("client ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("no daemon answers"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("sandbox: run {id} cancelled: the daemon stopped")),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+    let ended = wait_for_line(&daemon, &["run ended run=", &id]);
+    assert!(
+        ended.contains("state=cancelled") && ended.contains("reason=the daemon stopped"),
+        "{ended}"
+    );
+
+    // The record, read by the next daemon: cancelled, with its reason and
+    // the status the client exited with; not found lost.
+    daemon.restart();
+    let (status, run) = daemon.request("GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["state"], "cancelled", "{run}");
+    assert_eq!(run["reason"], "the daemon stopped", "{run}");
+    let code = run["status"].as_i64().expect("a status") as i32;
+    assert_ne!(code, 0, "{run}");
+    assert_eq!(out.status.code(), Some(code), "{stderr}\n{run}");
+    let (_, _, records) = daemon.output(&id);
+    let last = records.last().expect("records");
+    assert_eq!(last["type"], "end", "{last}");
+    assert_eq!(last["reason"], "the daemon stopped", "{last}");
+    assert_eq!(last["status"], code, "{last}");
+    assert!(
+        support::wait_until_gone(&marker, 10).is_empty(),
+        "the run's processes are gone"
+    );
+}

@@ -263,7 +263,16 @@ fn a_run_through_the_api_has_its_status_and_output() {
             .any(|r| r["type"] == "stdout" && r["data"] == "hi\n"),
         "{events}"
     );
-    assert_eq!(records.last().unwrap()["type"], "exit", "{events}");
+    // The supervisor's exit, then the daemon's end with the run object's
+    // fields.
+    assert_eq!(records[records.len() - 2]["type"], "exit", "{events}");
+    let end = records.last().unwrap();
+    assert_eq!(end["type"], "end", "{events}");
+    assert_eq!(
+        (&end["state"], &end["status"]),
+        (&run["state"], &run["status"])
+    );
+    assert_eq!(end["report"], run["report"], "{events}");
     for (i, record) in records.iter().enumerate() {
         assert_eq!(record["seq"], i as u64 + 1, "{events}");
     }

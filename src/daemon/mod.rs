@@ -319,6 +319,10 @@ fn notify_ready() {
     }
 }
 
+/// How long open requests (event streams, `wait` submissions, skill
+/// calls) may take to finish once a stopping daemon closed its listener.
+const DRAIN: Duration = Duration::from_secs(5);
+
 /// How often old runs are pruned while the daemon runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
@@ -440,7 +444,14 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
         let service = api::router(app).into_make_service_with_connect_info::<api::Peer>();
-        let server = axum::serve(listener::CappedListener::new(listener), service);
+        // The server keeps answering while runs are stopped, so attached
+        // clients read each run's end from its stream; it closes after.
+        let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = axum::serve(listener::CappedListener::new(listener), service)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            });
+        let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
         notify_ready();
         tracing::info!(
             socket = %socket_shown,
@@ -451,7 +462,11 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
             "listening"
         );
         let signal = tokio::select! {
-            served = server => {
+            served = &mut server => {
+                let served = served.map_err(|err| DaemonError::Runtime {
+                    step: "serving",
+                    source: std::io::Error::other(err),
+                })?;
                 served.map_err(|source| DaemonError::Runtime { step: "serving", source })?;
                 "none (the server ended)"
             }
@@ -465,9 +480,19 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
             queued = load.queued,
             "stopping"
         );
-        // The listener is closed with the server; runs in flight are
-        // cancelled and recorded before the process exits.
+        // New runs are refused from here (503); runs in flight are
+        // cancelled and recorded, their logs ended with their `end`
+        // record, which their followers' streams carry to them. Then the
+        // listener closes and open requests get a bounded time to finish
+        // (a skill call that hangs does not hold the stop).
         runs.shut_down().await;
+        let _ = stop_serving.send(());
+        if tokio::time::timeout(DRAIN, &mut server).await.is_err() {
+            tracing::warn!(
+                "requests still open {} s after the stop are cut off",
+                DRAIN.as_secs()
+            );
+        }
         Ok(())
     });
     if let Some(path) = owned_path {

@@ -72,8 +72,15 @@ pub struct Question {
     uid: u32,
 }
 
+/// Why a run was cancelled: its `reason`.
+const CANCELLED_ON_REQUEST: &str = "a client cancelled it";
+/// The reason of runs a stopping daemon ends (SIGTERM, SIGINT).
+pub const DAEMON_STOPPED: &str = "the daemon stopped";
+
 enum Control {
-    Cancel,
+    /// SIGTERM to the command, everything killed after the grace; the
+    /// run's reason says why.
+    Cancel(&'static str),
     Answer(u64, Approval),
 }
 
@@ -595,6 +602,7 @@ impl Runs {
                     }
                 }
             }
+            append_end(&run, &log, &outcome);
             outcome.log_records = super::log::count_records(&log).unwrap_or(0);
             outcome.finished_ms = now_ms();
             store.finish(&run, &outcome).map_err(store_error)
@@ -678,7 +686,7 @@ impl Runs {
         let mut ended: Option<String> = None;
         let mut events_open = true;
         let mut launcher_open = true;
-        let mut cancelled = false;
+        let mut cancelled: Option<&'static str> = None;
         let mut controls_open = true;
         let grace_ms = u64::try_from(self.config.cancel_grace.as_millis()).unwrap_or(u64::MAX);
         loop {
@@ -761,8 +769,8 @@ impl Runs {
                 }
                 control = controls.recv(), if controls_open => {
                     let message = match control {
-                        Some(Control::Cancel) => {
-                            cancelled = true;
+                        Some(Control::Cancel(reason)) => {
+                            cancelled = Some(reason);
                             ToSupervisor::Cancel { grace_ms }
                         }
                         Some(Control::Answer(n, answer)) => ToSupervisor::Answer { id: n, answer },
@@ -783,7 +791,7 @@ impl Runs {
         }
         match finished {
             Some((status, report, error)) => Outcome {
-                state: if cancelled {
+                state: if cancelled.is_some() {
                     "cancelled"
                 } else if error.is_some() {
                     "failed"
@@ -791,7 +799,7 @@ impl Runs {
                     "exited"
                 },
                 status: Some(status),
-                reason: error,
+                reason: error.or(cancelled.map(str::to_string)),
                 report: Some(report),
                 log_records: 0,
                 finished_ms: 0,
@@ -811,7 +819,7 @@ impl Runs {
         let queued = {
             let mut state = lock(&self.state);
             if let Some(live) = state.running.get(id) {
-                let _ = live.control.send(Control::Cancel);
+                let _ = live.control.send(Control::Cancel(CANCELLED_ON_REQUEST));
                 return Ok("running".into());
             }
             match state.queue.iter().position(|run| run.id == id) {
@@ -845,7 +853,7 @@ impl Runs {
     ) {
         let store = self.store.clone();
         let run = id.to_string();
-        let outcome = Outcome {
+        let mut outcome = Outcome {
             state,
             status: None,
             reason: Some(reason.to_string()),
@@ -854,8 +862,13 @@ impl Runs {
             finished_ms: now_ms(),
         };
         log_end(id, uid, &outcome);
-        if let Err(err) = blocking(move || store.finish(&run, &outcome).map_err(store_error)).await
-        {
+        let log = self.log_path(id);
+        let written = blocking(move || {
+            append_end(&run, &log, &outcome);
+            outcome.log_records = super::log::count_records(&log).unwrap_or(0);
+            store.finish(&run, &outcome).map_err(store_error)
+        });
+        if let Err(err) = written.await {
             tracing::warn!("run {id}: recording its result: {err}");
         }
         finish_watch(&mut lock(&self.state), id);
@@ -908,8 +921,11 @@ impl Runs {
             .map_err(|_| missing())
     }
 
-    /// Stop: queued runs are cancelled, running ones get a cancel, and the
-    /// call returns when all are recorded or the grace and a second are up.
+    /// Stop: queued runs are cancelled, running ones get a cancel (SIGTERM,
+    /// everything killed after `cancel_grace`) with the reason "the daemon
+    /// stopped", and the call returns when all are recorded, their logs
+    /// ended with their `end` record, or the grace and [`STOP_MARGIN`] are
+    /// up (a run not recorded by then is found lost by the next daemon).
     pub async fn shut_down(self: &Arc<Self>) {
         let (queued, watches) = {
             let mut state = lock(&self.state);
@@ -917,7 +933,7 @@ impl Runs {
             let queued: Vec<(String, u32)> =
                 state.queue.drain(..).map(|run| (run.id, run.uid)).collect();
             for live in state.running.values() {
-                let _ = live.control.send(Control::Cancel);
+                let _ = live.control.send(Control::Cancel(DAEMON_STOPPED));
             }
             let watches: Vec<watch::Receiver<bool>> = state
                 .running
@@ -935,13 +951,31 @@ impl Runs {
             )
             .await;
         }
-        let deadline = self.config.cancel_grace + Duration::from_secs(1);
+        let deadline = self.config.cancel_grace + STOP_MARGIN;
         let all = async {
             for mut over in watches {
                 let _ = over.wait_for(|over| *over).await;
             }
         };
         let _ = tokio::time::timeout(deadline, all).await;
+    }
+}
+
+/// How long past `cancel_grace` a stopping daemon waits for its runs to be
+/// recorded: the supervisor's kill, its report and the launcher's news of
+/// its end ([`LINGER`] at most).
+const STOP_MARGIN: Duration = Duration::from_secs(6);
+
+/// End the run's log with its `end` record: what its run object says.
+fn append_end(run: &str, log: &Path, outcome: &Outcome) {
+    let end = crate::launch::protocol::LogEvent::End {
+        state: outcome.state.to_string(),
+        status: outcome.status,
+        reason: outcome.reason.clone(),
+        report: outcome.report.clone(),
+    };
+    if let Err(err) = super::log::append(log, end, now_ms()) {
+        tracing::warn!("run {run}: appending its end to its log: {err}");
     }
 }
 
