@@ -179,6 +179,41 @@ fn a_signal_killed_command_exits_like_a_local_one() {
     assert_eq!(report["exit"]["signal"], 9);
 }
 
+/// `SANDBOX_DAEMON` names the daemon once; a bare `--daemon` then means
+/// "send it to that daemon", not "to the default socket" (where nothing
+/// listens here, so the old behaviour failed with "no daemon answers").
+#[test]
+fn a_bare_daemon_flag_uses_the_socket_the_variable_names() {
+    if !ready("a_bare_daemon_flag_uses_the_socket_the_variable_names") {
+        return;
+    }
+    let daemon = daemon_with("", "");
+    let project = Project::new(Who::Root);
+    let marker = support::marker("bare-flag");
+    let out = daemon
+        .cli()
+        .current_dir(project.path())
+        .env_remove("XDG_RUNTIME_DIR")
+        .args(["run", "--daemon", "--", "/bin/sh", "-c"])
+        .arg(format!("echo {marker}; exit 3"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "stdout {}\nstderr {}\n{}",
+        text(&out.stdout),
+        text(&out.stderr),
+        daemon.log()
+    );
+    assert_eq!(text(&out.stdout), format!("{marker}\n"));
+    let run = daemon.find_run(&marker);
+    assert_eq!(
+        run["status"], 3,
+        "the daemon of SANDBOX_DAEMON ran it: {run}"
+    );
+}
+
 #[test]
 fn logs_and_ps_show_a_finished_run() {
     if !ready("logs_and_ps_show_a_finished_run") {
@@ -215,7 +250,9 @@ fn logs_and_ps_show_a_finished_run() {
         (1..=seqs.len() as u64).collect::<Vec<_>>(),
         "numbered from 1 without gaps"
     );
-    assert_eq!(records.last().unwrap()["type"], "exit");
+    assert_eq!(records[records.len() - 2]["type"], "exit");
+    assert_eq!(records.last().unwrap()["type"], "end");
+    assert_eq!(records.last().unwrap()["status"], 0);
     // Resuming after a sequence number gives only what follows it.
     let since = daemon
         .cli()

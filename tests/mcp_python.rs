@@ -522,7 +522,7 @@ fn a_write_that_asks_follows_the_answer_to_the_elicitation() {
         );
         assert_eq!(
             question["requestedSchema"]["properties"]["decision"]["enum"],
-            json!(["once", "session", "always", "deny"]),
+            json!(["once", "run", "always", "deny"]),
             "{context}"
         );
         assert_eq!(assert_success(&seen, 0), &json!({"written": true}));
@@ -531,6 +531,17 @@ fn a_write_that_asks_follows_the_answer_to_the_elicitation() {
             Some("yes".to_string()),
             "{context}"
         );
+
+        // `run`, and `session`, its spelling before (deprecated), allow.
+        for word in ["run", "session"] {
+            let (seen, project) = ask(&python, era, Some(word));
+            assert_eq!(
+                assert_success(&seen, 0),
+                &json!({"written": true}),
+                "{word}"
+            );
+            assert!(project.path().join("granted.txt").exists(), "{word}");
+        }
 
         let (seen, project) = ask(&python, era, Some("decline"));
         assert_eq!(

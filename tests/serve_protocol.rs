@@ -322,6 +322,41 @@ fn a_question_answered_once_allows_that_write_only() {
     assert!(!project.path().join("twice.txt").exists());
 }
 
+/// `run` allows that action on any target for the rest of the skill's
+/// process, the word every face uses (the prompt's `[r]un`, the daemon's
+/// approvals); `session`, its spelling before, is still understood.
+#[test]
+fn a_run_answer_allows_the_action_for_the_rest_of_the_skills_run() {
+    if !support::require_root_sandbox("a_run_answer_allows_the_action_for_the_rest") {
+        return;
+    }
+    for word in ["run", "session"] {
+        let project = support::skill_project("sandbox-serve-");
+        let state = tempfile::tempdir().unwrap();
+        let mut serve = asking_serve(project.path(), state.path());
+        let call = serve.invoke("writer", json!({"path": "first.txt"}));
+        let ask = serve.next_ask();
+        let question = ask["params"]["question"].as_str().unwrap();
+        assert!(question.contains("[r]un"), "{question:?}");
+        serve.answer(&ask, word);
+        let answer = serve.wait_for(call);
+        assert_eq!(answer["result"]["written"], true, "{word}: {answer}");
+        // Another target, nobody asked: an unanswered question would be
+        // refused at its deadline instead.
+        let call = serve.invoke("writer", json!({"path": "second.txt"}));
+        let answer = serve.wait_for(call);
+        assert_eq!(answer["result"]["written"], true, "{word}: {answer}");
+        assert!(
+            serve.seen.iter().all(|m| m["method"] != "skill.ask"),
+            "{word}: asked again"
+        );
+        assert!(
+            stored_grants(state.path()).as_array().unwrap().is_empty(),
+            "{word}: run stores nothing"
+        );
+    }
+}
+
 /// A refusal holds for the rest of the skill's run: asking again for the
 /// same target, in a loop until a tired person approves one by mistake,
 /// gets the earlier answer without a question; another target is asked.

@@ -47,6 +47,42 @@ pub enum Answer {
     Unanswered,
 }
 
+/// The answers a person gives, spelled the same on every face: the
+/// terminal's prompt (by their first letter), the daemon's approvals API
+/// (all but `always`, which would store a grant with the daemon's rights),
+/// `serve`'s `skill.ask` and the MCP elicitation.
+pub const ANSWER_WORDS: [&str; 4] = ["once", "run", "always", "deny"];
+
+impl Answer {
+    /// The answer's word ([`ANSWER_WORDS`]; `unasked`, `unanswered` for
+    /// the two non-answers).
+    pub fn word(self) -> &'static str {
+        match self {
+            Answer::Once => "once",
+            Answer::Run => "run",
+            Answer::Always => "always",
+            Answer::Deny => "deny",
+            Answer::Unasked => "unasked",
+            Answer::Unanswered => "unanswered",
+        }
+    }
+
+    /// An answer a client sent as a word: one of [`ANSWER_WORDS`], or
+    /// `unasked`; `session` is the deprecated spelling of `run` that
+    /// `serve` and the MCP face took before, still accepted. Anything else
+    /// is `None` (the caller decides what an unknown word means).
+    pub fn from_word(word: &str) -> Option<Answer> {
+        Some(match word {
+            "once" => Answer::Once,
+            "run" | "session" => Answer::Run,
+            "always" => Answer::Always,
+            "deny" => Answer::Deny,
+            "unasked" => Answer::Unasked,
+            _ => return None,
+        })
+    }
+}
+
 /// Longest shown target; longer ones keep their end.
 pub const MAX_SHOWN: usize = 512;
 
@@ -413,6 +449,40 @@ mod tests {
         ] {
             assert_eq!(parse_answer(line, "4821"), Answer::Deny, "{line:?}");
         }
+    }
+
+    #[test]
+    fn every_face_spells_the_answers_the_same() {
+        // The terminal's prompt offers them by their first letters and
+        // takes them whole too.
+        for word in ANSWER_WORDS {
+            let letter = &word[..1];
+            assert!(
+                CHOICES.contains(&format!("[{}]", letter.to_uppercase()))
+                    || CHOICES.contains(&format!("[{letter}]")),
+                "{word} in {CHOICES}"
+            );
+            let answer = Answer::from_word(word).unwrap();
+            assert_eq!(answer.word(), word);
+            assert_eq!(parse_answer(&format!("{word} 4821"), "4821"), answer);
+            assert_eq!(parse_answer(&format!("{letter} 4821"), "4821"), answer);
+        }
+        // The daemon's approvals API: the same words on input and output.
+        for (word, approval) in [
+            ("once", crate::launch::protocol::Approval::Once),
+            ("run", crate::launch::protocol::Approval::Run),
+            ("deny", crate::launch::protocol::Approval::Deny),
+        ] {
+            assert_eq!(serde_json::to_value(approval).unwrap(), word);
+            assert_eq!(Answer::from_word(word).unwrap().word(), word);
+        }
+        assert_eq!(
+            Answer::from_word("session"),
+            Some(Answer::Run),
+            "deprecated"
+        );
+        assert_eq!(Answer::from_word("Once"), None);
+        assert_eq!(Answer::from_word("yes"), None);
     }
 
     #[test]

@@ -126,14 +126,14 @@ fn socket_from_value(value: Option<&std::ffi::OsStr>) -> Result<Option<PathBuf>,
     }
 }
 
-/// The socket of a command that only talks to the daemon: the flag, else
-/// the environment variable, else the default.
+/// The socket of a command that only talks to the daemon: the flag's
+/// path, else the environment variable, else the default. A bare
+/// `--daemon` (an empty path) names no socket, so the variable still
+/// decides: an integrator sets `SANDBOX_DAEMON` once and passes the flag
+/// everywhere.
 pub fn resolve_socket(flag: Option<&Path>) -> Result<PathBuf, ClientError> {
-    if let Some(path) = flag {
-        if !path.as_os_str().is_empty() {
-            return Ok(path.to_path_buf());
-        }
-        return default_socket();
+    if let Some(path) = flag.filter(|path| !path.as_os_str().is_empty()) {
+        return Ok(path.to_path_buf());
     }
     match socket_from_env()? {
         Some(path) => Ok(path),

@@ -15,6 +15,10 @@ pub struct DaemonArgs {
     /// Where the run database and the output spool live.
     #[arg(long = "state-dir", value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Log debug events too (runs queued, questions asked and answered), besides the
+    /// lifecycle lines (listening, each run's start and end, stopping).
+    #[arg(long, short = 'v')]
+    pub verbose: bool,
 }
 
 pub fn run(args: DaemonArgs) -> anyhow::Result<i32> {
@@ -22,6 +26,7 @@ pub fn run(args: DaemonArgs) -> anyhow::Result<i32> {
         config: args.config,
         socket: args.socket,
         state_dir: args.state_dir,
+        verbose: args.verbose,
     })?;
     Ok(0)
 }

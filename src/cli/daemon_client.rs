@@ -211,6 +211,7 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<i32> {
         sink,
         signals: None,
         quiet: true,
+        end: None,
     };
     client.block_on(follow.run(args.follow))?;
     Ok(0)
@@ -326,6 +327,7 @@ pub fn run_remote(args: RunArgs, socket: PathBuf) -> anyhow::Result<i32> {
         sink: Sink::Output,
         signals,
         quiet: args.quiet,
+        end: None,
     };
     let run = client.block_on(follow.run(true))?;
     let run = match run {
@@ -360,7 +362,12 @@ pub fn run_remote(args: RunArgs, socket: PathBuf) -> anyhow::Result<i32> {
         append_audit(&client, &id, audit)?;
     }
     let status = match run["status"].as_i64() {
-        Some(status) if state != "lost" => status as i32,
+        Some(status) if state != "lost" => {
+            if let (Some(reason), false) = (&reason, args.quiet || state != "cancelled") {
+                eprintln!("sandbox: run {id} {state}: {reason}");
+            }
+            status as i32
+        }
         _ => {
             eprintln!(
                 "sandbox: run {id} {}: {}",
@@ -432,6 +439,10 @@ struct Follow<'a> {
     /// streaming to its end).
     signals: Option<(Signal, Signal)>,
     quiet: bool,
+    /// The run's `end` record, once read: the run object's state, status,
+    /// reason and report, so the end is known even if the daemon stops
+    /// before it could be asked.
+    end: Option<Value>,
 }
 
 impl Follow<'_> {
@@ -462,6 +473,9 @@ impl Follow<'_> {
                 .await?;
             if !follow {
                 return Ok(None);
+            }
+            if let Some(end) = self.end.take() {
+                return Ok(Some(end));
             }
             if !clean {
                 self.follower.disconnected();
@@ -526,7 +540,18 @@ impl Follow<'_> {
         }
     }
 
-    fn show(&self, line: super::client::EventLine, out: &mut Output) {
+    fn show(&mut self, line: super::client::EventLine, out: &mut Output) {
+        if let Some(LogEvent::End {
+            state,
+            status,
+            reason,
+            report,
+        }) = line.record.as_ref().map(|record| &record.event)
+        {
+            self.end = Some(json!({
+                "state": state, "status": status, "reason": reason, "report": report,
+            }));
+        }
         if self.sink == Sink::Raw {
             let mut raw = line.raw;
             raw.push(b'\n');

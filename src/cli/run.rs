@@ -104,8 +104,9 @@ pub struct RunArgs {
     /// confinement (NoNewPrivs, capabilities, seccomp, namespaces) just before it starts.
     #[arg(long, short = 'v')]
     pub verbose: bool,
-    /// Send the run to `sandbox daemon` instead of starting it here (its socket, or the
-    /// default one; also SANDBOX_DAEMON=SOCKET, or =1 for the default): the same output,
+    /// Send the run to `sandbox daemon` instead of starting it here (--daemon=SOCKET, or a
+    /// bare --daemon for $SANDBOX_DAEMON else the default socket; SANDBOX_DAEMON=SOCKET, or
+    /// =1 for the default, does the same without the flag): the same output,
     /// exit status and report. Flags the daemon's API cannot carry are refused (exit 2).
     #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
           default_missing_value = "")]

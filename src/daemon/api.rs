@@ -402,7 +402,7 @@ fn ndjson(tail: Tail, over: Option<tokio::sync::watch::Receiver<bool>>, follow: 
                 }
                 Ok(_) => {}
                 Err(err) => {
-                    eprintln!("sandbox daemon: reading a run's log: {err}");
+                    tracing::warn!("reading a run's log: {err}");
                     return;
                 }
             }

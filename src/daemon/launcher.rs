@@ -149,7 +149,7 @@ impl Launcher {
             .name("launcher-rx".into())
             .spawn(move || this.serve(socket, child));
         if let Err(err) = spawned {
-            eprintln!("sandbox daemon: no thread to hear the launcher: {err}");
+            tracing::warn!("no thread to hear the launcher: {err}");
             self.up.store(false, Ordering::SeqCst);
         }
     }
@@ -163,7 +163,7 @@ impl Launcher {
         if let Some(child) = child.as_mut() {
             let _ = child.kill();
             let status = child.wait();
-            eprintln!("sandbox daemon: the launcher ended ({status:?})");
+            tracing::error!("the launcher ended ({status:?})");
         }
         self.up.store(false, Ordering::SeqCst);
         *lock(&self.socket) = None;
@@ -174,11 +174,11 @@ impl Launcher {
         if let Some(restart) = restart {
             match restart() {
                 Ok(process) => {
-                    eprintln!("sandbox daemon: the launcher was restarted");
+                    tracing::info!("the launcher was restarted");
                     let (socket, child) = self.install(process);
                     self.serve(socket, child);
                 }
-                Err(err) => eprintln!("sandbox daemon: restarting the launcher failed: {err}"),
+                Err(err) => tracing::error!("restarting the launcher failed: {err}"),
             }
         }
     }
@@ -216,10 +216,10 @@ impl Launcher {
                     }
                 }
                 Err(WireError::Malformed(message)) => {
-                    eprintln!("sandbox daemon: ignoring a malformed launcher message: {message}");
+                    tracing::warn!("ignoring a malformed launcher message: {message}");
                 }
                 Err(err) => {
-                    eprintln!("sandbox daemon: the launcher socket closed: {err}");
+                    tracing::warn!("the launcher socket closed: {err}");
                     return;
                 }
             }

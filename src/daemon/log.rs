@@ -92,9 +92,21 @@ pub fn count_records(path: &Path) -> io::Result<u64> {
 }
 
 /// Append a `lost` record, once nothing else writes the log (its
-/// supervisor is gone). A line the supervisor left half-written is ended
-/// first so the new record is a line of its own.
+/// supervisor is gone).
 pub fn append_lost(path: &Path, reason: &str, time_ms: u64) -> io::Result<u64> {
+    append(
+        path,
+        LogEvent::Lost {
+            reason: reason.to_string(),
+        },
+        time_ms,
+    )
+}
+
+/// Append a record the daemon writes (`lost`, `end`), once nothing else
+/// writes the log. A line the supervisor left half-written is ended first
+/// so the new record is a line of its own.
+pub fn append(path: &Path, event: LogEvent, time_ms: u64) -> io::Result<u64> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .append(true)
@@ -116,9 +128,7 @@ pub fn append_lost(path: &Path, reason: &str, time_ms: u64) -> io::Result<u64> {
     let record = LogRecord {
         seq,
         time_ms,
-        event: LogEvent::Lost {
-            reason: reason.to_string(),
-        },
+        event,
     };
     serde_json::to_writer(&mut line, &record).map_err(io::Error::other)?;
     line.push(b'\n');

@@ -15,6 +15,7 @@ use std::time::Duration;
 pub mod api;
 pub mod config;
 pub mod error;
+pub mod journal;
 pub mod launcher;
 pub mod listener;
 pub mod log;
@@ -37,6 +38,8 @@ pub struct Options {
     pub socket: Option<PathBuf>,
     /// `--state-dir DIR`.
     pub state_dir: Option<PathBuf>,
+    /// `-v`: debug events in the daemon's log too.
+    pub verbose: bool,
 }
 
 /// Why the daemon could not start or stopped with an error.
@@ -273,13 +276,11 @@ fn recover(store: &Store, spool: &Path) -> Result<(), DaemonError> {
             runs::kill_if_same(pid, run.supervisor_start);
         }
         let reason = format!("the daemon stopped while the run was {}", run.state);
+        tracing::warn!(run = %run.id, "run lost: {reason}");
         if runs::is_run_id(&run.id) {
             let log = spool.join(&run.id).join("log.ndjson");
             if let Err(err) = log::append_lost(&log, &reason, runs::now_ms()) {
-                eprintln!(
-                    "sandbox daemon: run {}: appending to its log: {err}",
-                    run.id
-                );
+                tracing::warn!("run {}: appending to its log: {err}", run.id);
             }
         }
     }
@@ -294,7 +295,7 @@ fn prune(store: &Store, spool: &Path, config: &Config) {
                 let _ = std::fs::remove_dir_all(spool.join(id));
             }
         }
-        Err(err) => eprintln!("sandbox daemon: pruning old runs: {err}"),
+        Err(err) => tracing::warn!("pruning old runs: {err}"),
     }
 }
 
@@ -314,15 +315,20 @@ fn notify_ready() {
     let sent = std::os::unix::net::UnixDatagram::unbound()
         .and_then(|socket| address.and_then(|addr| socket.send_to_addr(b"READY=1", &addr)));
     if let Err(err) = sent {
-        eprintln!("sandbox daemon: telling systemd it is ready: {err}");
+        tracing::warn!("telling systemd it is ready: {err}");
     }
 }
+
+/// How long open requests (event streams, `wait` submissions, skill
+/// calls) may take to finish once a stopping daemon closed its listener.
+const DRAIN: Duration = Duration::from_secs(5);
 
 /// How often old runs are pruned while the daemon runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// Start the daemon and serve until SIGTERM or SIGINT.
 pub fn run(options: Options) -> Result<(), DaemonError> {
+    journal::init(options.verbose);
     // With one thread, in this order: nothing below may run after a thread
     // or the runtime exists.
     let mut config = load_config(&options)?;
@@ -330,7 +336,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     // Whatever the daemon's own parent left open (a shell's, a CI agent's)
     // must not reach the launcher, the supervisors or `serve`.
     if let Err(err) = crate::sys::fd::cloexec_from(3) {
-        eprintln!("sandbox daemon: warning: inherited descriptors stay open in children: close_range: {err}");
+        tracing::warn!("inherited descriptors stay open in children: close_range: {err}");
     }
     let exe = PathBuf::from("/proc/self/exe");
     let first = launcher::start(&exe)?;
@@ -342,6 +348,11 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         }
     };
     let state = state_dir(&options, &config)?;
+    let socket_shown = match &owned_path {
+        Some(path) => path.display().to_string(),
+        None => "the socket systemd passed".to_string(),
+    };
+    let state_shown = state.display().to_string();
     // Beside the socket, which callers reach; the state directory is the
     // daemon's alone.
     let skills_state = socket_path(&options, &config)
@@ -404,11 +415,12 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
                 step: "the socket",
                 source,
             })?;
-        let listener =
-            tokio::net::UnixListener::from_std(listener).map_err(|source| DaemonError::Runtime {
+        let listener = tokio::net::UnixListener::from_std(listener).map_err(|source| {
+            DaemonError::Runtime {
                 step: "the socket",
                 source,
-            })?;
+            }
+        })?;
         {
             let store = store.clone();
             let config = config.clone();
@@ -418,7 +430,8 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
                 loop {
                     every.tick().await;
                     let (store, spool, config) = (store.clone(), spool.clone(), config.clone());
-                    let _ = tokio::task::spawn_blocking(move || prune(&store, &spool, &config)).await;
+                    let _ =
+                        tokio::task::spawn_blocking(move || prune(&store, &spool, &config)).await;
                 }
             });
         }
@@ -431,22 +444,65 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         let mut term = signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut int = signal(tokio::signal::unix::SignalKind::interrupt())?;
         let service = api::router(app).into_make_service_with_connect_info::<api::Peer>();
-        let server = axum::serve(listener::CappedListener::new(listener), service);
+        // The server keeps answering while runs are stopped, so attached
+        // clients read each run's end from its stream; it closes after.
+        let (stop_serving, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = axum::serve(listener::CappedListener::new(listener), service)
+            .with_graceful_shutdown(async move {
+                let _ = stopped.await;
+            });
+        let mut server = tokio::spawn(std::future::IntoFuture::into_future(server));
         notify_ready();
-        tokio::select! {
-            served = server => served.map_err(|source| DaemonError::Runtime { step: "serving", source })?,
-            _ = term.recv() => {}
-            _ = int.recv() => {}
-        }
-        // The listener is closed with the server; runs in flight are
-        // cancelled and recorded before the process exits.
+        tracing::info!(
+            socket = %socket_shown,
+            state_dir = %state_shown,
+            max_concurrent = config.max_concurrent,
+            pool = config.pool.enabled,
+            pid = std::process::id(),
+            "listening"
+        );
+        let signal = tokio::select! {
+            served = &mut server => {
+                let served = served.map_err(|err| DaemonError::Runtime {
+                    step: "serving",
+                    source: std::io::Error::other(err),
+                })?;
+                served.map_err(|source| DaemonError::Runtime { step: "serving", source })?;
+                "none (the server ended)"
+            }
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        let load = runs.load();
+        tracing::info!(
+            signal = %signal,
+            running = load.running,
+            queued = load.queued,
+            "stopping"
+        );
+        // New runs are refused from here (503); runs in flight are
+        // cancelled and recorded, their logs ended with their `end`
+        // record, which their followers' streams carry to them. Then the
+        // listener closes and open requests get a bounded time to finish
+        // (a skill call that hangs does not hold the stop).
         runs.shut_down().await;
+        let _ = stop_serving.send(());
+        if tokio::time::timeout(DRAIN, &mut server).await.is_err() {
+            tracing::warn!(
+                "requests still open {} s after the stop are cut off",
+                DRAIN.as_secs()
+            );
+        }
         Ok(())
     });
     if let Some(path) = owned_path {
         let _ = std::fs::remove_file(path);
     }
     runtime.shutdown_timeout(Duration::from_millis(100));
+    match &result {
+        Ok(()) => tracing::info!("stopped"),
+        Err(err) => tracing::error!("stopped: {err}"),
+    }
     result
 }
 

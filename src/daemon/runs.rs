@@ -72,8 +72,15 @@ pub struct Question {
     uid: u32,
 }
 
+/// Why a run was cancelled: its `reason`.
+const CANCELLED_ON_REQUEST: &str = "a client cancelled it";
+/// The reason of runs a stopping daemon ends (SIGTERM, SIGINT).
+pub const DAEMON_STOPPED: &str = "the daemon stopped";
+
 enum Control {
-    Cancel,
+    /// SIGTERM to the command, everything killed after the grace; the
+    /// run's reason says why.
+    Cancel(&'static str),
     Answer(u64, Approval),
 }
 
@@ -367,6 +374,7 @@ impl Runs {
             key,
             warm: None,
         });
+        tracing::debug!(run = %id, uid = caller.uid, "run queued");
         self.dispatch(&mut state);
         Ok(id)
     }
@@ -474,11 +482,18 @@ impl Runs {
                     questions: BTreeMap::new(),
                 },
             );
+            tracing::info!(
+                run = %run.id,
+                uid = run.uid,
+                warm = run.warm.is_some(),
+                command = %super::journal::command_line(&run.spec.argv),
+                "run started"
+            );
             let this = self.clone();
             tokio::spawn(async move {
-                let id = run.id.clone();
+                let (id, uid) = (run.id.clone(), run.uid);
                 let outcome = this.drive(run, controls).await;
-                this.conclude(&id, outcome).await;
+                this.conclude(&id, uid, outcome).await;
             });
         }
     }
@@ -537,7 +552,7 @@ impl Runs {
         let launcher = self.launcher.clone();
         tokio::task::spawn_blocking(move || {
             if let Err(err) = launcher.send(&request) {
-                eprintln!("sandbox daemon: the pool's request to the launcher: {err}");
+                tracing::warn!("the pool's request to the launcher: {err}");
             }
         });
     }
@@ -574,7 +589,8 @@ impl Runs {
         });
     }
 
-    async fn conclude(self: &Arc<Self>, id: &str, mut outcome: Outcome) {
+    async fn conclude(self: &Arc<Self>, id: &str, uid: u32, mut outcome: Outcome) {
+        log_end(id, uid, &outcome);
         let store = self.store.clone();
         let log = self.log_path(id);
         let run = id.to_string();
@@ -582,17 +598,18 @@ impl Runs {
             if outcome.state == "lost" || (outcome.state == "failed" && outcome.report.is_none()) {
                 if let Some(reason) = &outcome.reason {
                     if let Err(err) = super::log::append_lost(&log, reason, now_ms()) {
-                        eprintln!("sandbox daemon: run {run}: appending to its log: {err}");
+                        tracing::warn!("run {run}: appending to its log: {err}");
                     }
                 }
             }
+            append_end(&run, &log, &outcome);
             outcome.log_records = super::log::count_records(&log).unwrap_or(0);
             outcome.finished_ms = now_ms();
             store.finish(&run, &outcome).map_err(store_error)
         })
         .await;
         if let Err(err) = written {
-            eprintln!("sandbox daemon: run {id}: recording its result: {err}");
+            tracing::warn!("run {id}: recording its result: {err}");
         }
         let mut state = lock(&self.state);
         if let Some(live) = state.running.remove(id) {
@@ -669,7 +686,7 @@ impl Runs {
         let mut ended: Option<String> = None;
         let mut events_open = true;
         let mut launcher_open = true;
-        let mut cancelled = false;
+        let mut cancelled: Option<&'static str> = None;
         let mut controls_open = true;
         let grace_ms = u64::try_from(self.config.cancel_grace.as_millis()).unwrap_or(u64::MAX);
         loop {
@@ -690,6 +707,7 @@ impl Runs {
                             .await;
                         }
                         Ok(FromSupervisor::Ask { id: n, caller, action, target, deadline_ms }) => {
+                            tracing::debug!(run = %id, question = n, action = %action, "question asked");
                             let mut state = lock(&self.state);
                             if let Some(live) = state.running.get_mut(&id) {
                                 let uid = live.uid;
@@ -707,7 +725,7 @@ impl Runs {
                         Ok(FromSupervisor::Finished { status, report, error }) => {
                             finished = Some((status, report, error));
                         }
-                        Err(err) => eprintln!("sandbox daemon: run {id}: ignoring a malformed event: {err}"),
+                        Err(err) => tracing::warn!("run {id}: ignoring a malformed event: {err}"),
                     },
                     Ok(None) | Err(_) => events_open = false,
                 },
@@ -751,8 +769,8 @@ impl Runs {
                 }
                 control = controls.recv(), if controls_open => {
                     let message = match control {
-                        Some(Control::Cancel) => {
-                            cancelled = true;
+                        Some(Control::Cancel(reason)) => {
+                            cancelled = Some(reason);
                             ToSupervisor::Cancel { grace_ms }
                         }
                         Some(Control::Answer(n, answer)) => ToSupervisor::Answer { id: n, answer },
@@ -773,7 +791,7 @@ impl Runs {
         }
         match finished {
             Some((status, report, error)) => Outcome {
-                state: if cancelled {
+                state: if cancelled.is_some() {
                     "cancelled"
                 } else if error.is_some() {
                     "failed"
@@ -781,7 +799,7 @@ impl Runs {
                     "exited"
                 },
                 status: Some(status),
-                reason: error,
+                reason: error.or(cancelled.map(str::to_string)),
                 report: Some(report),
                 log_records: 0,
                 finished_ms: 0,
@@ -801,7 +819,7 @@ impl Runs {
         let queued = {
             let mut state = lock(&self.state);
             if let Some(live) = state.running.get(id) {
-                let _ = live.control.send(Control::Cancel);
+                let _ = live.control.send(Control::Cancel(CANCELLED_ON_REQUEST));
                 return Ok("running".into());
             }
             match state.queue.iter().position(|run| run.id == id) {
@@ -810,13 +828,13 @@ impl Runs {
                     if let Some(run) = &run {
                         decrement(&mut state.queued_by_uid, run.uid);
                     }
-                    run.is_some()
+                    run.map(|run| run.uid)
                 }
-                None => false,
+                None => None,
             }
         };
-        if queued {
-            self.conclude_unstarted(id, "cancelled", "cancelled before it started")
+        if let Some(uid) = queued {
+            self.conclude_unstarted(id, uid, "cancelled", "cancelled before it started")
                 .await;
             return Ok("cancelled".into());
         }
@@ -826,10 +844,16 @@ impl Runs {
         Ok(record.map_or_else(|| "unknown".into(), |r| r.state))
     }
 
-    async fn conclude_unstarted(self: &Arc<Self>, id: &str, state: &'static str, reason: &str) {
+    async fn conclude_unstarted(
+        self: &Arc<Self>,
+        id: &str,
+        uid: u32,
+        state: &'static str,
+        reason: &str,
+    ) {
         let store = self.store.clone();
         let run = id.to_string();
-        let outcome = Outcome {
+        let mut outcome = Outcome {
             state,
             status: None,
             reason: Some(reason.to_string()),
@@ -837,9 +861,15 @@ impl Runs {
             log_records: 0,
             finished_ms: now_ms(),
         };
-        if let Err(err) = blocking(move || store.finish(&run, &outcome).map_err(store_error)).await
-        {
-            eprintln!("sandbox daemon: run {id}: recording its result: {err}");
+        log_end(id, uid, &outcome);
+        let log = self.log_path(id);
+        let written = blocking(move || {
+            append_end(&run, &log, &outcome);
+            outcome.log_records = super::log::count_records(&log).unwrap_or(0);
+            store.finish(&run, &outcome).map_err(store_error)
+        });
+        if let Err(err) = written.await {
+            tracing::warn!("run {id}: recording its result: {err}");
         }
         finish_watch(&mut lock(&self.state), id);
     }
@@ -885,20 +915,25 @@ impl Runs {
             _ => return Err(missing()),
         }
         live.questions.remove(&n);
+        tracing::debug!(run = %run, question = n, answer = ?answer, "question answered");
         live.control
             .send(Control::Answer(n, answer))
             .map_err(|_| missing())
     }
 
-    /// Stop: queued runs are cancelled, running ones get a cancel, and the
-    /// call returns when all are recorded or the grace and a second are up.
+    /// Stop: queued runs are cancelled, running ones get a cancel (SIGTERM,
+    /// everything killed after `cancel_grace`) with the reason "the daemon
+    /// stopped", and the call returns when all are recorded, their logs
+    /// ended with their `end` record, or the grace and [`STOP_MARGIN`] are
+    /// up (a run not recorded by then is found lost by the next daemon).
     pub async fn shut_down(self: &Arc<Self>) {
         let (queued, watches) = {
             let mut state = lock(&self.state);
             state.stopping = true;
-            let queued: Vec<String> = state.queue.drain(..).map(|run| run.id).collect();
+            let queued: Vec<(String, u32)> =
+                state.queue.drain(..).map(|run| (run.id, run.uid)).collect();
             for live in state.running.values() {
-                let _ = live.control.send(Control::Cancel);
+                let _ = live.control.send(Control::Cancel(DAEMON_STOPPED));
             }
             let watches: Vec<watch::Receiver<bool>> = state
                 .running
@@ -907,21 +942,64 @@ impl Runs {
                 .collect();
             (queued, watches)
         };
-        for id in queued {
+        for (id, uid) in queued {
             self.conclude_unstarted(
                 &id,
+                uid,
                 "cancelled",
                 "the daemon stopped before the run started",
             )
             .await;
         }
-        let deadline = self.config.cancel_grace + Duration::from_secs(1);
+        let deadline = self.config.cancel_grace + STOP_MARGIN;
         let all = async {
             for mut over in watches {
                 let _ = over.wait_for(|over| *over).await;
             }
         };
         let _ = tokio::time::timeout(deadline, all).await;
+    }
+}
+
+/// How long past `cancel_grace` a stopping daemon waits for its runs to be
+/// recorded: the supervisor's kill, its report and the launcher's news of
+/// its end ([`LINGER`] at most).
+const STOP_MARGIN: Duration = Duration::from_secs(6);
+
+/// End the run's log with its `end` record: what its run object says.
+fn append_end(run: &str, log: &Path, outcome: &Outcome) {
+    let end = crate::launch::protocol::LogEvent::End {
+        state: outcome.state.to_string(),
+        status: outcome.status,
+        reason: outcome.reason.clone(),
+        report: outcome.report.clone(),
+    };
+    if let Err(err) = super::log::append(log, end, now_ms()) {
+        tracing::warn!("run {run}: appending its end to its log: {err}");
+    }
+}
+
+/// The daemon's log line of a run's end: how it ended, never its output.
+fn log_end(id: &str, uid: u32, outcome: &Outcome) {
+    let status = outcome
+        .status
+        .map_or_else(|| "none".to_string(), |s| s.to_string());
+    match outcome.reason.as_deref() {
+        Some(reason) => tracing::info!(
+            run = %id,
+            uid,
+            state = %outcome.state,
+            status = %status,
+            reason = %crate::broker::prompt::escape(reason),
+            "run ended"
+        ),
+        None => tracing::info!(
+            run = %id,
+            uid,
+            state = %outcome.state,
+            status = %status,
+            "run ended"
+        ),
     }
 }
 

@@ -416,7 +416,7 @@ fn relay_log(stderr: std::process::ChildStderr, uid: u32) {
             Ok(_) => {
                 let text = String::from_utf8_lossy(&line);
                 let text = crate::broker::prompt::escape(text.trim_end_matches('\n'));
-                eprintln!("sandbox daemon: skills of uid {uid}: {text}");
+                tracing::warn!("skills of uid {uid}: {text}");
             }
         }
     }

@@ -325,6 +325,20 @@ pub enum LogEvent {
         /// Why.
         reason: String,
     },
+    /// The run's record is final: the log's last record, written by the
+    /// daemon once nothing else writes the log. It carries what the run
+    /// object says, so a follower has the run's end even when the daemon
+    /// stops right after (`docs/daemon.md`).
+    End {
+        /// `exited`, `failed`, `cancelled` or `lost`.
+        state: String,
+        /// The shell status a local run would exit with, when there is one.
+        status: Option<i32>,
+        /// Why it failed, was cancelled or lost.
+        reason: Option<String>,
+        /// The run's report (`--report`'s JSON), when it has one.
+        report: Option<serde_json::Value>,
+    },
 }
 
 /// A piece of output: text when it is UTF-8, base64 otherwise, so the

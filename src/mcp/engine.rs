@@ -257,7 +257,7 @@ impl Engine {
         );
     }
 
-    /// Answer a skill's question: `once`, `session`, `always`, `deny` or
+    /// Answer a skill's question: `once`, `run`, `always`, `deny` or
     /// `unasked`.
     pub fn answer(&self, ask: &Ask, answer: &str) {
         let _ = self.feed(&json!({"jsonrpc": "2.0", "id": ask.id, "result": {"answer": answer}}));

@@ -31,7 +31,7 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// the answer then anyway.
 const SUSPENDED_FOR: Duration = crate::broker::prompt::DEFAULT_DEADLINE;
 /// The answers a person can give, as the elicitation offers them.
-const CHOICES: [&str; 4] = ["once", "session", "always", "deny"];
+const CHOICES: [&str; 4] = crate::broker::prompt::ANSWER_WORDS;
 
 /// A call waiting for the client's answer to its skill's question.
 struct Suspended {
@@ -518,7 +518,7 @@ fn can_elicit(context: &RequestContext<RoleServer>) -> bool {
 /// among [`CHOICES`], the question shown exactly as the terminal shows it.
 fn elicitation_request(ask: &Ask) -> Value {
     let message = format!(
-        "{}\nAnswer once (this request only), session (every {} of this skill, any target, \
+        "{}\nAnswer once (this request only), run (every {} of this skill, any target, \
          until its process ends), always (stored as a grant for this skill and exactly this \
          target) or deny.",
         ask.question, ask.action
@@ -573,11 +573,13 @@ async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> &'static str {
 fn decision_of(result: &Value) -> &'static str {
     match result["action"].as_str() {
         Some("accept") => {
+            // A choice offered, or `session`, the deprecated spelling of
+            // `run` hosts were offered before.
             let chosen = result["content"]["decision"].as_str().unwrap_or_default();
-            CHOICES
-                .into_iter()
-                .find(|choice| *choice == chosen)
-                .unwrap_or("unanswered")
+            match crate::broker::prompt::Answer::from_word(chosen) {
+                Some(answer) if answer.word() != "unasked" => answer.word(),
+                _ => "unanswered",
+            }
         }
         Some("decline") => "deny",
         _ => "unanswered",
@@ -657,6 +659,14 @@ mod tests {
         let accepted = |d: &str| json!({"action": "accept", "content": {"decision": d}});
         assert_eq!(decision_of(&accepted("once")), "once");
         assert_eq!(decision_of(&accepted("always")), "always");
+        assert_eq!(decision_of(&accepted("run")), "run");
+        assert_eq!(
+            decision_of(&accepted("session")),
+            "run",
+            "the old spelling is still understood"
+        );
+        assert_eq!(decision_of(&accepted("unasked")), "unanswered");
+        assert_eq!(CHOICES, ["once", "run", "always", "deny"]);
         assert_eq!(decision_of(&accepted("ONCE")), "unanswered");
         assert_eq!(decision_of(&accepted("yes")), "unanswered");
         assert_eq!(decision_of(&accepted("deny")), "deny");

@@ -13,7 +13,7 @@
 //! When `serve` puts questions to its client, the skill's broker asks
 //! through [`ControlAsker`]: out `{"event": "ask", "ask": K, "caller",
 //! "action", "target", "question", "deadline_ms"}`, in `{"answer": K,
-//! "choice": "once" | "session" | "always" | "deny"}`. The broker's loop
+//! "choice": "once" | "run" | "always" | "deny"}`. The broker's loop
 //! (and with it this host's) waits meanwhile, so the asker reads the
 //! control socket itself, through the same [`Framer`] as the host: a line
 //! that is not its answer stays queued for the host, and an answer that
@@ -411,14 +411,12 @@ impl ControlAsker {
                 match &frame {
                     Frame::Line(line) => match is_answer(line) {
                         Some((answered, choice)) if answered == ask && answer.is_none() => {
-                            answer = Some(match choice.as_str() {
-                                Some("once") => Choice::Once,
-                                Some("session") => Choice::Run,
-                                Some("always") => Choice::Always,
-                                Some("unasked") => Choice::Unasked,
-                                Some("deny") => Choice::Deny,
-                                _ => Choice::Unanswered,
-                            });
+                            answer = Some(
+                                choice
+                                    .as_str()
+                                    .and_then(Choice::from_word)
+                                    .unwrap_or(Choice::Unanswered),
+                            );
                         }
                         // An earlier question's late answer.
                         Some(_) => {}
@@ -556,7 +554,7 @@ mod tests {
                 "{choice}"
             );
         }
-        peer.write_all(b"{\"answer\":5,\"choice\":\"session\"}\n")
+        peer.write_all(b"{\"answer\":5,\"choice\":\"run\"}\n")
             .unwrap();
         assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Run);
     }

@@ -23,7 +23,7 @@
 //! `{"id": "ask-N", "method": "skill.ask", "params": {"skill", "call" (the
 //! invoke's id), "caller", "action", "target" (or null), "question" (the
 //! terminal's question without its code line), "deadline_ms" (Unix time)}}`
-//! and the client answers `{"answer": "once" | "session" | "always" |
+//! and the client answers `{"answer": "once" | "run" | "always" |
 //! "deny"}`, or `"unasked"` when it has nobody to put the question to (the
 //! broker then refuses with its message naming the grant to add, as without
 //! `ask_client`). An error response, any other answer, one after the deadline,
@@ -1072,20 +1072,15 @@ impl Server {
         if Instant::now() >= pending.deadline {
             return Ok(());
         }
-        let choice = match outcome
+        // An error, a malformed or unknown answer: nobody said no.
+        let choice = outcome
             .as_ref()
             .ok()
             .and_then(|result| result.get("answer"))
             .and_then(Value::as_str)
-        {
-            Some("once") => "once",
-            Some("session") => "session",
-            Some("always") => "always",
-            Some("unasked") => "unasked",
-            Some("deny") => "deny",
-            // An error, a malformed or unknown answer: nobody said no.
-            _ => "unanswered",
-        };
+            .and_then(crate::broker::prompt::Answer::from_word)
+            .unwrap_or(crate::broker::prompt::Answer::Unanswered)
+            .word();
         let Some(slot) = self.slots.get_mut(&pending.skill) else {
             return Ok(());
         };

@@ -23,6 +23,8 @@ pub struct Daemon {
     pub state: PathBuf,
     /// Its config file.
     pub config: PathBuf,
+    /// More arguments of `sandbox daemon` (`-v`).
+    args: Vec<String>,
     child: Option<Child>,
 }
 
@@ -30,6 +32,11 @@ impl Daemon {
     /// Start a daemon with this config (`[daemon]` and `[[allow]]` tables;
     /// the socket and state directory come from the command line).
     pub fn start(config_toml: &str) -> Daemon {
+        Daemon::start_with(config_toml, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments of `sandbox daemon`.
+    pub fn start_with(config_toml: &str, args: &[&str]) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("sandbox-daemon-test-")
             .tempdir_in("/tmp")
@@ -44,6 +51,7 @@ impl Daemon {
             state: dir.path().join("state"),
             config,
             dir,
+            args: args.iter().map(|a| a.to_string()).collect(),
             child: None,
         };
         daemon.spawn();
@@ -69,6 +77,7 @@ impl Daemon {
             .arg(&self.state)
             .arg("--config")
             .arg(&self.config)
+            .args(&self.args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -117,6 +126,29 @@ impl Daemon {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM the daemon, as systemd stops it, and wait for its exit
+    /// (its runs have at most their cancel grace and a few seconds).
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGTERM,
+        )
+        .expect("SIGTERM");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the daemon did not stop on SIGTERM:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

@@ -13,7 +13,7 @@ calling test shows it rather than a bare exit status.
 Scenarios (their parameters come in --spec):
   list    the tools as listed on the wire.
   calls   {"calls": [{"tool", "arguments", "progress"?: bool, "timeout"?: s}],
-           "elicit"?: "once"|"session"|"always"|"deny"|"decline"|"cancel"}
+           "elicit"?: "once"|"run"|"always"|"deny"|"decline"|"cancel"}
           each call's result (or the exception it raised), the progress
           notifications it got, and every elicitation the server sent. Without
           "elicit" the client has no elicitation callback, so it does not

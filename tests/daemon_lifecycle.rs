@@ -1,0 +1,200 @@
+//! A real `sandbox daemon`'s life as its operator sees it: the lines it
+//! logs (listening, each run's start and end, stopping), and what a SIGTERM
+//! does to runs in flight and to the clients attached to them.
+
+mod daemon_support;
+mod support;
+
+use std::time::{Duration, Instant};
+
+use daemon_support::Daemon;
+use serde_json::json;
+use support::{Project, Who};
+
+fn ready(test: &str) -> bool {
+    support::require(
+        test,
+        "root (the daemon runs as root)",
+        nix::unistd::geteuid().is_root(),
+    ) && support::require_root_sandbox(test)
+}
+
+/// Root's rule over projects below /tmp.
+fn config(extra_daemon: &str) -> String {
+    format!("[daemon]\n{extra_daemon}\n[[allow]]\nuids = [0]\nprojects = [\"/tmp\"]\n")
+}
+
+/// The daemon's log lines that mention `needle`.
+fn lines_with<'a>(log: &'a str, needle: &str) -> Vec<&'a str> {
+    log.lines().filter(|line| line.contains(needle)).collect()
+}
+
+/// Poll the daemon's log until a line holds every one of `needles`.
+fn wait_for_line(daemon: &Daemon, needles: &[&str]) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = daemon.log();
+        if let Some(line) = log
+            .lines()
+            .find(|line| needles.iter().all(|n| line.contains(n)))
+        {
+            return line.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no log line with {needles:?}:\n{log}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_daemon_logs_its_lifecycle_one_plain_line_per_event() {
+    if !ready("the_daemon_logs_its_lifecycle_one_plain_line_per_event") {
+        return;
+    }
+    let mut daemon = Daemon::start_with(&config(""), &["-v"]);
+    let project = Project::new(Who::Root);
+    wait_for_line(
+        &daemon,
+        &["INFO", "listening", &daemon.socket.display().to_string()],
+    );
+
+    let long = "L".repeat(5_000);
+    let body = json!({
+        "command": ["/bin/sh", "-c", "exit 3", "x\nINFO run ended forged", long],
+        "project": project.path(),
+        "env": {"LOGGED_ENV": "env-value-must-not-be-logged"},
+        "secrets": {"TOKEN": "secret-value-must-not-be-logged"},
+        "wait": true,
+    });
+    let (status, run) = daemon.request("POST", "/v1/runs", Some(&body));
+    assert_eq!(status, 200, "{run}\n{}", daemon.log());
+    assert_eq!(run["status"], 3, "{run}");
+    let id = run["id"].as_str().expect("id");
+
+    let started = wait_for_line(&daemon, &["INFO", "run started", id]);
+    assert!(started.contains("uid=0"), "{started}");
+    assert!(
+        started.contains("command=/bin/sh -c \"exit 3\""),
+        "{started}"
+    );
+    assert!(
+        started.contains(r#""x\u{a}INFO run ended forged""#),
+        "a newline in an argument is escaped, not a second line: {started}"
+    );
+    assert!(started.contains("… (cut; 5 arguments in all)"), "{started}");
+    assert!(started.len() < 600, "a bounded line: {started}");
+    let ended = wait_for_line(&daemon, &["INFO", "run ended run=", id]);
+    for field in ["uid=0", "state=exited", "status=3"] {
+        assert!(ended.contains(field), "{field} in {ended}");
+    }
+    // -v: the debug events too.
+    wait_for_line(&daemon, &["DEBUG", "run queued", id]);
+
+    let code = daemon.terminate();
+    assert!(code.success(), "{code}\n{}", daemon.log());
+    let log = daemon.log();
+    assert_eq!(lines_with(&log, "stopping").len(), 1, "{log}");
+    assert!(
+        lines_with(&log, "stopping")[0].contains("signal=SIGTERM"),
+        "{log}"
+    );
+    assert_eq!(lines_with(&log, " stopped").len(), 1, "{log}");
+    assert!(
+        !log.contains('\x1b'),
+        "no colour when not a terminal:\n{log}"
+    );
+    assert!(!log.contains("must-not-be-logged"), "{log}");
+    let ends = lines_with(&log, "run ended run=");
+    assert_eq!(ends.len(), 1, "{log}");
+    assert!(
+        !ends[0].contains("forged"),
+        "the forged line stays inside the run's start line:\n{log}"
+    );
+}
+
+/// Without `-v`, only the lifecycle: no debug events.
+#[test]
+fn without_verbose_the_log_keeps_to_the_lifecycle() {
+    if !ready("without_verbose_the_log_keeps_to_the_lifecycle") {
+        return;
+    }
+    let daemon = Daemon::start(&config(""));
+    let project = Project::new(Who::Root);
+    let (run, _, _) = daemon_support::run_to_end(&daemon, project.path(), &["/bin/true"]);
+    let id = run["id"].as_str().expect("id");
+    wait_for_line(&daemon, &["run ended", id, "status=0"]);
+    let log = daemon.log();
+    assert!(lines_with(&log, "DEBUG").is_empty(), "{log}");
+    assert_eq!(lines_with(&log, "run started").len(), 1, "{log}");
+}
+
+/// SIGTERM (systemd's stop) with a client attached to a running run: the
+/// run is cancelled with the reason "the daemon stopped", its record and
+/// log say so, and the client gets the run's real end from its stream and
+/// exits with the run's status instead of waiting for a daemon that is
+/// gone and exiting 125 "no daemon answers".
+#[test]
+fn sigterm_ends_runs_with_a_reason_and_attached_clients_get_their_end() {
+    if !ready("sigterm_ends_runs_with_a_reason_and_attached_clients_get_their_end") {
+        return;
+    }
+    let mut daemon = Daemon::start(&config("cancel_grace = \"1s\""));
+    let project = Project::new(Who::Root);
+    let marker = support::marker("sigterm");
+    let client = daemon
+        .cli()
+        .current_dir(project.path())
+        .args(["run", "--daemon", "--", "/bin/sh", "-c"])
+        .arg(format!("echo started; sleep 60; : {marker}"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("client starts");
+    let id = daemon.find_run(&marker)["id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while daemon.request("GET", &format!("/v1/runs/{id}"), None).1["state"] != "running" {
+        assert!(Instant::now() < deadline, "{}", daemon.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stopped = daemon.terminate();
+    assert!(stopped.success(), "{stopped}\n{}", daemon.log());
+
+    let out = client.wait_with_output().expect("client ends");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("no daemon answers"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("sandbox: run {id} cancelled: the daemon stopped")),
+        "{stderr}"
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+    let ended = wait_for_line(&daemon, &["run ended run=", &id]);
+    assert!(
+        ended.contains("state=cancelled") && ended.contains("reason=the daemon stopped"),
+        "{ended}"
+    );
+
+    // The record, read by the next daemon: cancelled, with its reason and
+    // the status the client exited with; not found lost.
+    daemon.restart();
+    let (status, run) = daemon.request("GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(run["state"], "cancelled", "{run}");
+    assert_eq!(run["reason"], "the daemon stopped", "{run}");
+    let code = run["status"].as_i64().expect("a status") as i32;
+    assert_ne!(code, 0, "{run}");
+    assert_eq!(out.status.code(), Some(code), "{stderr}\n{run}");
+    let (_, _, records) = daemon.output(&id);
+    let last = records.last().expect("records");
+    assert_eq!(last["type"], "end", "{last}");
+    assert_eq!(last["reason"], "the daemon stopped", "{last}");
+    assert_eq!(last["status"], code, "{last}");
+    assert!(
+        support::wait_until_gone(&marker, 10).is_empty(),
+        "the run's processes are gone"
+    );
+}
