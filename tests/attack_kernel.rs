@@ -324,6 +324,53 @@ fn vsock_is_refused_under_standard_and_permissive_too() {
     }
 }
 
+/// `script` run by python3 on the host, outside any sandbox: the control
+/// that shows what the kernel itself answers.
+fn bare_python(script: &str) -> BTreeMap<String, String> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .expect("python3 runs");
+    assert_ok(&out, "the bare control");
+    results(&out.stdout)
+}
+
+#[test]
+fn strict_refuses_per_linux32_which_the_kernel_grants_bare() {
+    let script = format!(
+        "{PRELUDE}
+call(\"persona_query\", 135, 0xffffffff)
+call(\"persona_linux32\", 135, 8)
+print(\"persona_now\", open(\"/proc/self/personality\").read().strip())
+"
+    );
+    expect_results(
+        &bare_python(&script),
+        &[
+            ("persona_query", "OK"),
+            ("persona_linux32", "OK"),
+            ("persona_now", "00000008"),
+        ],
+        "bare control: the kernel grants PER_LINUX32",
+    );
+    let test = "strict_refuses_per_linux32_which_the_kernel_grants_bare";
+    for who in identities(test) {
+        let project = Project::new(who);
+        let out = project.run_with(&["--profile", "strict"], &["python3", "-c", &script]);
+        let what = format!("strict as {who:?}");
+        assert_ok(&out, &what);
+        expect_results(
+            &results(&out.stdout),
+            &[
+                ("persona_query", "OK"),
+                ("persona_linux32", "EPERM"),
+                ("persona_now", "00000000"),
+            ],
+            &what,
+        );
+    }
+}
+
 /// Personas that weaken the process, and the NUMA policy calls.
 const PERSONA_AND_NUMA_ATTACK: &str = r#"
 READ_IMPLIES_EXEC, ADDR_NO_RANDOMIZE, UNAME26 = 0x0400000, 0x0040000, 0x0020000
@@ -359,7 +406,10 @@ fn strict_keeps_the_plain_persona_and_refuses_numa_policy() {
             &[
                 ("persona_query", "OK"),
                 ("persona_query_high", "OK"),
-                ("persona_linux32", "OK"),
+                // Only the query and the plain persona (issue 10): the
+                // filter's EPERM, where the kernel itself grants it
+                // (strict_refuses_per_linux32_which_the_kernel_grants_bare).
+                ("persona_linux32", "EPERM"),
                 ("persona_linux", "OK"),
                 ("persona_read_implies_exec", "EPERM"),
                 ("persona_read_implies_exec_high", "EPERM"),
