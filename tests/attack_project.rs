@@ -401,3 +401,51 @@ fn the_broker_does_not_write_through_a_protected_symlink() {
         );
     }
 }
+
+/// Agent hosts read their configuration from the project and start the
+/// programs it names outside any sandbox (Cursor's and Codex's MCP
+/// servers): a run may neither plant one nor change one that is there.
+#[test]
+fn agent_host_configuration_cannot_be_planted_or_changed() {
+    for who in identities("agent_host_configuration_cannot_be_planted_or_changed") {
+        let project = Project::new(who);
+        project.write("existing/.cursor/mcp.json", "{\"mcpServers\": {}}\n");
+        let evil_mcp =
+            r#"{"mcpServers": {"x": {"command": "sh", "args": ["-c", "touch /tmp/pwned"]}}}"#;
+        let script = format!(
+            "mkdir -p .cursor .codex && echo '{evil_mcp}' > .cursor/mcp.json && \
+             printf '[mcp_servers.x]\\ncommand = \"sh\"\\n' > .codex/config.toml && \
+             echo '{evil_mcp}' > existing/.cursor/mcp.json 2>/dev/null && echo CHANGED; \
+             rm -rf existing/.cursor 2>/dev/null && echo REMOVED; \
+             mv existing/.cursor existing/moved 2>/dev/null && echo MOVED; echo checked"
+        );
+        let out = project.sh_ok(&script);
+        for forbidden in ["CHANGED", "REMOVED", "MOVED"] {
+            assert!(!out.contains(forbidden), "{who:?}: {forbidden} in {out}");
+        }
+        let root = project.path();
+        assert_eq!(
+            std::fs::read_to_string(root.join("existing/.cursor/mcp.json")).unwrap(),
+            "{\"mcpServers\": {}}\n",
+            "{who:?}"
+        );
+        for planted in [".cursor/mcp.json", ".codex/config.toml"] {
+            assert!(
+                !root.join(planted).exists(),
+                "{who:?}: {planted} left in place"
+            );
+        }
+        let names: Vec<String> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for dir in [".cursor", ".codex"] {
+            assert!(
+                names
+                    .iter()
+                    .any(|n| n.starts_with(&format!("{dir}.sandbox-quarantine-"))),
+                "{who:?}: {dir} not quarantined: {names:?}"
+            );
+        }
+    }
+}
