@@ -260,11 +260,34 @@ pair("pair_unix", 1)
 pair("pair_vsock", 40)
 pair("pair_vsock_high", HIGH | 40)
 pair("pair_inet", 2)
+# A type with a flag bit the kernel rejects (EINVAL) before it looks at the
+# family: the filter, which looks at the family only, answers EAFNOSUPPORT
+# first. EAFNOSUPPORT alone would also be a kernel without the module.
+bad_type = socket_stream | 0x10
+call("vsock_bad_type", 41, 40, bad_type, 0)
+call("alg_bad_type", 41, 38, bad_type, 0)
+fds = (ctypes.c_int * 2)()
+call("pair_vsock_bad_type", 53, 40, bad_type, 0, ctypes.addressof(fds))
 "#;
+
+/// What the kernel answers the bad-type probes of [`SOCKET_ATTACK`] with no
+/// filter: EINVAL, so an EAFNOSUPPORT from them inside is the filter's.
+fn socket_bad_type_control() {
+    expect_results(
+        &bare_python(&format!("{PRELUDE}{SOCKET_ATTACK}")),
+        &[
+            ("vsock_bad_type", "EINVAL"),
+            ("alg_bad_type", "EINVAL"),
+            ("pair_vsock_bad_type", "EINVAL"),
+        ],
+        "bare control: the kernel checks the type before the family",
+    );
+}
 
 #[test]
 fn strict_sockets_are_unix_inet_and_netlink_route_only_whatever_the_high_bits() {
     let test = "strict_sockets_are_unix_inet_and_netlink_route_only_whatever_the_high_bits";
+    socket_bad_type_control();
     let script = format!("{PRELUDE}{SOCKET_ATTACK}");
     for who in identities(test) {
         let project = Project::new(who);
@@ -291,6 +314,9 @@ fn strict_sockets_are_unix_inet_and_netlink_route_only_whatever_the_high_bits() 
                 ("pair_vsock", "EAFNOSUPPORT"),
                 ("pair_vsock_high", "EAFNOSUPPORT"),
                 ("pair_inet", "EAFNOSUPPORT"),
+                ("vsock_bad_type", "EAFNOSUPPORT"),
+                ("alg_bad_type", "EAFNOSUPPORT"),
+                ("pair_vsock_bad_type", "EAFNOSUPPORT"),
             ],
             &what,
         );
@@ -300,6 +326,7 @@ fn strict_sockets_are_unix_inet_and_netlink_route_only_whatever_the_high_bits() 
 #[test]
 fn vsock_is_refused_under_standard_and_permissive_too() {
     let test = "vsock_is_refused_under_standard_and_permissive_too";
+    socket_bad_type_control();
     let script = format!("{PRELUDE}{SOCKET_ATTACK}");
     for who in identities(test) {
         let project = Project::new(who);
@@ -317,10 +344,61 @@ fn vsock_is_refused_under_standard_and_permissive_too() {
                     ("pair_unix", "OK"),
                     ("pair_vsock", "EAFNOSUPPORT"),
                     ("pair_vsock_high", "EAFNOSUPPORT"),
+                    ("vsock_bad_type", "EAFNOSUPPORT"),
+                    ("pair_vsock_bad_type", "EAFNOSUPPORT"),
+                    // AF_ALG is not on the standard deny list: the kernel's own answer.
+                    ("alg_bad_type", "EINVAL"),
                 ],
                 &what,
             );
         }
+    }
+}
+
+/// `script` run by python3 on the host, outside any sandbox: the control
+/// that shows what the kernel itself answers.
+fn bare_python(script: &str) -> BTreeMap<String, String> {
+    let out = std::process::Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .expect("python3 runs");
+    assert_ok(&out, "the bare control");
+    results(&out.stdout)
+}
+
+#[test]
+fn strict_refuses_per_linux32_which_the_kernel_grants_bare() {
+    let script = format!(
+        "{PRELUDE}
+call(\"persona_query\", 135, 0xffffffff)
+call(\"persona_linux32\", 135, 8)
+print(\"persona_now\", open(\"/proc/self/personality\").read().strip())
+"
+    );
+    expect_results(
+        &bare_python(&script),
+        &[
+            ("persona_query", "OK"),
+            ("persona_linux32", "OK"),
+            ("persona_now", "00000008"),
+        ],
+        "bare control: the kernel grants PER_LINUX32",
+    );
+    let test = "strict_refuses_per_linux32_which_the_kernel_grants_bare";
+    for who in identities(test) {
+        let project = Project::new(who);
+        let out = project.run_with(&["--profile", "strict"], &["python3", "-c", &script]);
+        let what = format!("strict as {who:?}");
+        assert_ok(&out, &what);
+        expect_results(
+            &results(&out.stdout),
+            &[
+                ("persona_query", "OK"),
+                ("persona_linux32", "EPERM"),
+                ("persona_now", "00000000"),
+            ],
+            &what,
+        );
     }
 }
 
@@ -359,7 +437,10 @@ fn strict_keeps_the_plain_persona_and_refuses_numa_policy() {
             &[
                 ("persona_query", "OK"),
                 ("persona_query_high", "OK"),
-                ("persona_linux32", "OK"),
+                // Only the query and the plain persona (issue 10): the
+                // filter's EPERM, where the kernel itself grants it
+                // (strict_refuses_per_linux32_which_the_kernel_grants_bare).
+                ("persona_linux32", "EPERM"),
                 ("persona_linux", "OK"),
                 ("persona_read_implies_exec", "EPERM"),
                 ("persona_read_implies_exec_high", "EPERM"),
@@ -376,5 +457,36 @@ fn strict_keeps_the_plain_persona_and_refuses_numa_policy() {
             ],
             &what,
         );
+    }
+}
+
+/// `[syscalls] deny` refuses the calls it names, in either mode: getppid,
+/// which both modes otherwise let through (the control), answers EPERM.
+#[test]
+fn a_profile_deny_list_refuses_its_calls_in_both_modes() {
+    let test = "a_profile_deny_list_refuses_its_calls_in_both_modes";
+    let script = format!("{PRELUDE}call(\"getppid\", 110)\ncall(\"getpid\", 39)\n");
+    for who in identities(test) {
+        let project = Project::new(who);
+        for parent in ["strict", "standard"] {
+            let control = project.run_with(&["--profile", parent], &["python3", "-c", &script]);
+            let what = format!("{parent} as {who:?}, control");
+            assert_ok(&control, &what);
+            expect_results(
+                &results(&control.stdout),
+                &[("getppid", "OK"), ("getpid", "OK")],
+                &what,
+            );
+            let profile =
+                format!("version = 1\nextends = \"{parent}\"\n[syscalls]\ndeny = [\"getppid\"]\n");
+            let out = project.run_with_profile(&profile, &[], &["python3", "-c", &script]);
+            let what = format!("{parent} with deny = [getppid] as {who:?}");
+            assert_ok(&out, &what);
+            expect_results(
+                &results(&out.stdout),
+                &[("getppid", "EPERM"), ("getpid", "OK")],
+                &what,
+            );
+        }
     }
 }

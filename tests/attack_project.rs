@@ -401,3 +401,112 @@ fn the_broker_does_not_write_through_a_protected_symlink() {
         );
     }
 }
+
+/// Agent hosts read their configuration from the project and start the
+/// programs it names outside any sandbox (Cursor's and Codex's MCP
+/// servers): a run may neither plant one nor change one that is there.
+#[test]
+fn agent_host_configuration_cannot_be_planted_or_changed() {
+    for who in identities("agent_host_configuration_cannot_be_planted_or_changed") {
+        let project = Project::new(who);
+        project.write("existing/.cursor/mcp.json", "{\"mcpServers\": {}}\n");
+        let evil_mcp =
+            r#"{"mcpServers": {"x": {"command": "sh", "args": ["-c", "touch /tmp/pwned"]}}}"#;
+        let script = format!(
+            "mkdir -p .cursor .codex && echo '{evil_mcp}' > .cursor/mcp.json && \
+             printf '[mcp_servers.x]\\ncommand = \"sh\"\\n' > .codex/config.toml && \
+             echo '{evil_mcp}' > existing/.cursor/mcp.json 2>/dev/null && echo CHANGED; \
+             rm -rf existing/.cursor 2>/dev/null && echo REMOVED; \
+             mv existing/.cursor existing/moved 2>/dev/null && echo MOVED; echo checked"
+        );
+        let out = project.sh_ok(&script);
+        for forbidden in ["CHANGED", "REMOVED", "MOVED"] {
+            assert!(!out.contains(forbidden), "{who:?}: {forbidden} in {out}");
+        }
+        let root = project.path();
+        assert_eq!(
+            std::fs::read_to_string(root.join("existing/.cursor/mcp.json")).unwrap(),
+            "{\"mcpServers\": {}}\n",
+            "{who:?}"
+        );
+        for planted in [".cursor/mcp.json", ".codex/config.toml"] {
+            assert!(
+                !root.join(planted).exists(),
+                "{who:?}: {planted} left in place"
+            );
+        }
+        let names: Vec<String> = std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        for dir in [".cursor", ".codex"] {
+            assert!(
+                names
+                    .iter()
+                    .any(|n| n.starts_with(&format!("{dir}.sandbox-quarantine-"))),
+                "{who:?}: {dir} not quarantined: {names:?}"
+            );
+        }
+    }
+}
+
+/// A profile's `secrets_add`/`secrets_remove` and `protect_add`/
+/// `protect_remove` decide what a run sees and may write: checked from
+/// inside a real run, against a control under plain `strict` that shows
+/// each file starts on the other side.
+#[test]
+fn profile_list_adjustments_change_what_a_run_sees_and_writes() {
+    const PROFILE: &str = r#"version = 1
+extends = "strict"
+[filesystem]
+secrets_add = ["private.txt"]
+secrets_remove = ["*.key"]
+protect_add = ["Makefile.local"]
+protect_remove = [".idea/"]
+"#;
+    let script = "cat private.txt tls/server.key; \
+                  echo changed >> Makefile.local 2>/dev/null && echo MAKEFILE-WRITTEN; \
+                  echo changed >> .idea/workspace.xml 2>/dev/null && echo IDEA-WRITTEN; \
+                  echo checked";
+    for who in identities("profile_list_adjustments_change_what_a_run_sees_and_writes") {
+        let project = Project::new(who);
+        project.write("private.txt", "PRIVATE-CONTENT\n");
+        project.write("tls/server.key", "KEY-CONTENT\n");
+        project.write("Makefile.local", "all:\n");
+        project.write(".idea/workspace.xml", "<xml/>\n");
+
+        let control = project.run_with(&["--profile", "strict"], &["/bin/sh", "-c", script]);
+        assert_ok(&control, "control under strict");
+        let control = stdout(&control);
+        assert!(control.contains("PRIVATE-CONTENT"), "{who:?}: {control}");
+        assert!(!control.contains("KEY-CONTENT"), "{who:?}: {control}");
+        assert!(control.contains("MAKEFILE-WRITTEN"), "{who:?}: {control}");
+        assert!(!control.contains("IDEA-WRITTEN"), "{who:?}: {control}");
+
+        let out = project.run_with_profile(PROFILE, &[], &["/bin/sh", "-c", script]);
+        assert_ok(&out, "adjusted profile");
+        let out = stdout(&out);
+        assert!(
+            !out.contains("PRIVATE-CONTENT"),
+            "{who:?}: secrets_add hides: {out}"
+        );
+        assert!(
+            out.contains("KEY-CONTENT"),
+            "{who:?}: secrets_remove shows: {out}"
+        );
+        assert!(
+            !out.contains("MAKEFILE-WRITTEN"),
+            "{who:?}: protect_add makes read-only: {out}"
+        );
+        assert!(
+            out.contains("IDEA-WRITTEN"),
+            "{who:?}: protect_remove makes writable: {out}"
+        );
+        let root = project.path();
+        assert_eq!(
+            std::fs::read_to_string(root.join("Makefile.local")).unwrap(),
+            "all:\nchanged\n",
+            "only the control run wrote it"
+        );
+    }
+}

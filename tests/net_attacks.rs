@@ -146,6 +146,7 @@ fn an_echoed_secret_does_not_come_back_compressed() {
     let port = server.port;
     let allow = vec![format!("api.test:{port}"), format!("127.0.0.1:{port}")];
     let auth = "Bearer {HANDLE}";
+    // 127.0.0.1 is listed but the secret is bound to api.test only.
     let (run, answers) = secret_run(
         &project,
         &format!("api.test:{port}"),
@@ -163,13 +164,20 @@ fn an_echoed_secret_does_not_come_back_compressed() {
             // Slices of an echo would each be too short to be recognized.
             ["net.http", {"url": format!("http://api.test:{port}/echo"),
                           "headers": {"Authorization": auth, "Range": "bytes=40-45"}}],
-            // Without a secret, the payload's own Accept-Encoding is sent.
+            // Without a handle, to a host the secret is bound to (which
+            // may hold the value): asked for identity all the same.
             ["net.http", {"url": format!("http://api.test:{port}/plain"),
+                          "headers": {"Accept-Encoding": "gzip"}}],
+            // And a compressed answer from it is withheld.
+            ["net.http", {"url": format!("http://api.test:{port}/always-gzip"),
+                          "headers": {"Accept-Encoding": "gzip"}}],
+            // To a host no secret is bound to, the payload's own Accept-Encoding is sent.
+            ["net.http", {"url": format!("http://127.0.0.1:{port}/plain"),
                           "headers": {"Accept-Encoding": "gzip"}}],
         ]),
     );
     let streams = run.streams();
-    assert_eq!(answers.len(), 5, "{streams}");
+    assert_eq!(answers.len(), 7, "{streams}");
     assert_value_nowhere(&run, "a compressed echo");
     for answer in &answers[..2] {
         let result = &answer["answer"]["result"];
@@ -197,11 +205,23 @@ fn an_echoed_secret_does_not_come_back_compressed() {
         answers[3]["answer"]["error"]["code"], -32602,
         "a Range with a secret is refused: {streams}"
     );
+    let plain = answers[4]["answer"]["result"]["body"]
+        .as_str()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
     assert!(
-        answers[4]["decoded"]
+        plain.contains("get /plain") && plain.contains("accept-encoding: identity"),
+        "a request to a bound host asks for identity: {streams}"
+    );
+    assert!(
+        answers[5]["answer"]["result"]["body_withheld"].is_string(),
+        "a compressed answer from a bound host is withheld: {streams}"
+    );
+    assert!(
+        answers[6]["decoded"]
             .as_str()
             .is_some_and(|text| text.contains("GET /plain")),
-        "a request without a secret keeps its encoding: {streams}"
+        "a request to an unbound host keeps its encoding: {streams}"
     );
     let heads = std::fs::read_to_string(&log).expect("the server's log");
     let first = heads
@@ -468,4 +488,188 @@ time.sleep(0.5)
         String::from_utf8_lossy(&received.lock().unwrap()).contains("x-data: exfil"),
         "the requests reached the server (what the audit must not miss)"
     );
+}
+
+/// A host that keeps the `Authorization` header of any request and hands
+/// it back later: `/replay` gives it as sent (in the body and the
+/// `X-Stored` header), `/replay-encoded` in every encoding a payload can
+/// undo (one `name:text` line each), `/replay-gzip` compressed whatever
+/// was asked, `/echo-encoded` the current request's own header encoded.
+const STORING_HOST: &str = r#"
+import base64, binascii, gzip, json, sys, urllib.parse, http.server
+stored = {"value": ""}
+def encodings(value):
+    raw = value.encode()
+    out = {
+        "percent_upper": urllib.parse.quote(value, safe=""),
+        "percent_lower": "".join("%%%02x" % b for b in raw),
+        "base64": base64.b64encode(raw).decode(),
+        "base64_nopad": base64.b64encode(raw).decode().rstrip("="),
+        "base64url": base64.urlsafe_b64encode(raw).decode().rstrip("="),
+        "hex_lower": raw.hex(),
+        "hex_upper": raw.hex().upper(),
+        "json_unicode": "".join("\\u%04x" % b for b in raw),
+    }
+    for offset in range(3):
+        out["base64_embedded_%d" % offset] = base64.b64encode(b"x" * offset + b"token=" + raw + b";").decode()
+    return out
+class Host(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        auth = self.headers.get("Authorization", "")
+        value = auth[len("Bearer "):] if auth.startswith("Bearer ") else auth
+        if value:
+            stored["value"] = value
+        headers = {"Content-Type": "text/plain"}
+        if self.path == "/replay":
+            body = ("stored=" + stored["value"]).encode()
+            headers["X-Stored"] = stored["value"]
+        elif self.path in ("/replay-encoded", "/echo-encoded"):
+            source = stored["value"] if self.path == "/replay-encoded" else value
+            body = "\n".join(f"{k}:{v}" for k, v in encodings(source).items()).encode()
+        elif self.path == "/replay-gzip":
+            body = gzip.compress(("stored=" + stored["value"]).encode())
+            headers["Content-Encoding"] = "gzip"
+        else:
+            body = b"stored"
+        self.send_response(200)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Host)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// Gets the handle of secret TOKEN, sends each request of argv[1] with
+/// `{HANDLE}` replaced, and prints each answer together with everything a
+/// payload would get by undoing each encoding of each `name:text` line of
+/// its body, and by gunzipping a body that came as bytes.
+/// (After [`support::net::PY_BROKER`], which defines `call`.)
+const DECODING_CLIENT: &str = r#"
+import binascii, urllib.parse
+def undo(name, text):
+    try:
+        if name.startswith("percent"):
+            return urllib.parse.unquote(text)
+        if name.startswith("base64url"):
+            return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)).decode(errors="replace")
+        if name.startswith("base64"):
+            return base64.b64decode(text + "=" * (-len(text) % 4)).decode(errors="replace")
+        if name.startswith("hex"):
+            return bytes.fromhex(text).decode(errors="replace")
+        if name.startswith("json"):
+            return json.loads('"' + text + '"')
+    except Exception as err:
+        return f"undecodable {name}: {err}"
+    return text
+got = call(1, "secrets.get", {"name": "TOKEN"})
+handle = got["result"]["handle"]
+print(json.dumps({"handle": handle}), flush=True)
+for i, (method, params) in enumerate(json.loads(sys.argv[1]), 2):
+    answer = call(i, method, json.loads(json.dumps(params).replace("{HANDLE}", handle)))
+    result = answer.get("result", {})
+    decoded = {}
+    for line in (result.get("body") or "").splitlines():
+        name, _, text = line.partition(":")
+        decoded[name] = undo(name, text)
+    if result.get("body_base64"):
+        try:
+            decoded["gunzip"] = gzip.decompress(base64.b64decode(result["body_base64"])).decode(errors="replace")
+        except Exception as err:
+            decoded["gunzip"] = f"not gzip: {err}"
+    print(json.dumps({"answer": answer, "decoded": decoded}), flush=True)
+"#;
+
+/// A bound host keeps the value a request carried and gives it back
+/// later, to requests that carry no handle, as sent, encoded, compressed,
+/// and through a second listed host: none of it reaches the sandbox as the
+/// value, and what is redacted comes back as the handle.
+#[test]
+fn a_stored_secret_does_not_come_back_in_a_later_answer_or_encoded() {
+    if !support::require_root_sandbox(
+        "a_stored_secret_does_not_come_back_in_a_later_answer_or_encoded",
+    ) {
+        return;
+    }
+    // Characters that percent-encoding changes, and a length that puts
+    // base64's padding to work.
+    const STORED: &str = "st0red/VALUE+x=9f3a&q";
+    let project = Project::new(Who::Root);
+    let server = Helper::start(STORING_HOST, &[]);
+    let port = server.port;
+    let allow = vec![
+        format!("api.test:{port}"),
+        format!("other.test:{port}"),
+        format!("127.0.0.1:{port}"),
+    ];
+    let mut network = net_args(&allow, &[("api.test", "127.0.0.1")]);
+    network.extend(["--resolve".to_string(), "other.test=127.0.0.1".to_string()]);
+    let api = |path: &str| format!("http://api.test:{port}{path}");
+    let (run, mut lines) = secret_client_run(
+        &project,
+        network,
+        &format!("@api.test:{port}"),
+        STORED,
+        DECODING_CLIENT,
+        &json!([
+            ["net.http", {"url": api("/store"), "headers": {"Authorization": "Bearer {HANDLE}"}}],
+            ["net.http", {"url": api("/replay")}],
+            ["net.http", {"url": api("/replay-encoded")}],
+            ["net.http", {"url": api("/echo-encoded"), "headers": {"Authorization": "Bearer {HANDLE}"}}],
+            ["net.http", {"url": api("/replay-gzip"), "headers": {"Accept-Encoding": "gzip"}}],
+            // Another listed host the value was never sent to hands it out.
+            ["net.http", {"url": format!("http://other.test:{port}/replay")}],
+            ["net.http", {"url": format!("http://other.test:{port}/replay-encoded")}],
+        ]),
+    );
+    let streams = run.streams();
+    let handle = lines.remove(0)["handle"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(handle.starts_with("secret:TOKEN:"), "{streams}");
+    assert_eq!(lines.len(), 7, "{streams}");
+    assert!(
+        !streams.contains(STORED),
+        "the stored value reached the sandbox: {streams}"
+    );
+    for probe in ["st0red", "VALUE+x", "9f3a&q"] {
+        assert!(!streams.contains(probe), "{probe} of the value: {streams}");
+    }
+    assert!(!run.audit_text.contains(STORED) && !run.report_text.contains(STORED));
+    let result = |index: usize| &lines[index]["answer"]["result"];
+    for index in [1, 5] {
+        assert_eq!(
+            result(index)["body"],
+            format!("stored={handle}"),
+            "{streams}"
+        );
+        let headers = result(index)["headers"].to_string();
+        assert!(headers.contains(&handle), "the header too: {headers}");
+    }
+    for index in [2, 3, 6] {
+        let decoded = lines[index]["decoded"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{streams}"));
+        assert_eq!(decoded.len(), 11, "every encoding came back: {streams}");
+        for (name, text) in decoded {
+            assert!(
+                !text.as_str().unwrap_or_default().contains("st0red"),
+                "{name}: {text}"
+            );
+        }
+        let body = result(index)["body"].as_str().unwrap_or_default();
+        assert_eq!(
+            body.matches(&handle).count(),
+            11,
+            "each encoding was found and replaced: {body}"
+        );
+    }
+    assert_eq!(result(4)["body"], "", "{streams}");
+    assert!(result(4)["body_withheld"].is_string(), "{streams}");
 }

@@ -5,15 +5,19 @@
 //! broker decide on, putting secret values in place of their handles in
 //! header values for the hosts each secret is bound to; the run's net
 //! process performs it ([`crate::net::fetch`]); [`answer`] turns the
-//! response into the result, with every used secret's value replaced by its
-//! handle. A handle anywhere else (the URL, the body), or for a host its
-//! secret is not bound to, refuses the request: the value is never sent
-//! where the person did not say, and a binding without a port sends it
-//! over https only (the certificate proves the name; plain http needs the
-//! port bound, `api.test:80`). Redaction finds the value only as sent, so
-//! a request carrying a secret asks for its answer unencoded and whole
-//! (`Accept-Encoding: identity`, no `Range`), and an answer that is encoded
-//! all the same comes back without its body (`body_withheld` says why).
+//! response into the result, with the value of every secret bound to a
+//! host replaced by its handle, whichever request the answer is to (a
+//! bound host may keep the value and return it to a later request that
+//! carries no handle). A handle anywhere else (the URL, the body), or for
+//! a host its secret is not bound to, refuses the request: the value is
+//! never sent where the person did not say, and a binding without a port
+//! sends it over https only (the certificate proves the name; plain http
+//! needs the port bound, `api.test:80`). Redaction finds the value as sent
+//! and in the encodings an echo uses ([`super::redact`]), not compressed,
+//! so every request to a host a secret is bound to asks for its answer
+//! unencoded and whole (`Accept-Encoding: identity`, no `Range`), and an
+//! answer from such a host that is encoded all the same comes back without
+//! its body (`body_withheld` says why).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -82,8 +86,11 @@ pub struct Prepared {
     pub target: String,
     /// The request, secret values in place.
     pub request: FetchRequest,
-    /// Names of the secrets put into it, for [`answer`].
+    /// Names of the secrets put into it.
     pub used_secrets: Vec<String>,
+    /// Some secret is bound to the target, so its host may hold a value
+    /// and echo it: [`answer`] withholds an encoded body.
+    pub bound_host: bool,
 }
 
 /// Check `params` and build the request.
@@ -195,7 +202,10 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
         }
         headers.push((name, value));
     }
-    if !used_secrets.is_empty() {
+    // The host may hold a value from an earlier request of this run even
+    // when this one carries no handle.
+    let bound_host = secrets.any_bound_to(&target);
+    if bound_host {
         guard_echoes(&mut headers)?;
     }
 
@@ -213,6 +223,7 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
             max_bytes,
         },
         used_secrets,
+        bound_host,
     })
 }
 
@@ -221,7 +232,7 @@ pub fn prepare(params: Value, secrets: &Secrets) -> Result<Prepared, Failure> {
 /// pass the literal redaction of [`answer`] and be decoded in the sandbox.
 const TRANSFORMING_HEADERS: &[&str] = &["range", "if-range"];
 
-/// A request carrying a secret asks for its answer unencoded
+/// A request to a host a secret is bound to asks for its answer unencoded
 /// (`Accept-Encoding: identity` in place of the sandbox's own) and may not
 /// ask for a part of it.
 fn guard_echoes(headers: &mut Vec<(String, String)>) -> Result<(), Failure> {
@@ -231,8 +242,8 @@ fn guard_echoes(headers: &mut Vec<(String, String)>) -> Result<(), Failure> {
     {
         return Err(invalid(format!(
             "header {name} asks for a part of the answer, which could cut an echoed secret \
-             into pieces that are no longer recognized and replaced: a request carrying a \
-             secret gets whole answers only, so leave {name} out"
+             into pieces that are no longer recognized and replaced: a request to a host a \
+             secret is bound to gets whole answers only, so leave {name} out"
         )));
     }
     headers.retain(|(name, _)| !name.eq_ignore_ascii_case("accept-encoding"));
@@ -267,38 +278,34 @@ fn body_coding(headers: &[(String, String)]) -> Option<String> {
 /// The `net.http` result for `response`: `status`, `headers` as
 /// `[name, value]` pairs, `body` (text) or `body_base64` (bytes that are
 /// not UTF-8), `truncated` when cut at the cap; every occurrence of the
-/// values of the `used` secrets replaced by their handles.
-pub fn answer(response: FetchResponse, secrets: &Secrets, used: &[String]) -> Value {
+/// value of a secret bound to a host replaced by its handle. `bound_host`:
+/// the answer comes from a host a secret is bound to ([`Prepared`]).
+pub fn answer(response: FetchResponse, secrets: &Secrets, bound_host: bool) -> Value {
     let headers: Vec<Value> = response
         .headers
         .iter()
-        .map(|(name, value)| {
-            json!([
-                secrets.redact_text(name, used),
-                secrets.redact_text(value, used)
-            ])
-        })
+        .map(|(name, value)| json!([secrets.redact_text(name), secrets.redact_text(value)]))
         .collect();
     let mut result = json!({ "status": response.status, "headers": headers });
-    // A request carrying a secret asked for identity; a server that still
-    // encodes its answer may hold the value compressed, where no literal
-    // redaction finds it. Decoding here instead would need a codec per
-    // coding (and a bound on decompression bombs) and still fail open on
-    // a coding it does not know, so the body is withheld.
-    if !used.is_empty() {
+    // A request to a bound host asked for identity; a server that still
+    // encodes its answer may hold the value compressed, where no search
+    // finds it. Decoding here instead would need a codec per coding (and a
+    // bound on decompression bombs) and still fail open on a coding it
+    // does not know, so the body is withheld.
+    if bound_host {
         if let Some(coding) = body_coding(&response.headers) {
             result["body"] = json!("");
             result["body_withheld"] = json!(format!(
                 "the server answered with the coding {coding} although the request asked for \
                  identity; a secret's value cannot be found and replaced in an encoded body, so \
-                 an answer to a request carrying a secret comes back only unencoded"
+                 an answer from a host a secret is bound to comes back only unencoded"
             ));
             return result;
         }
     }
     // Redact the bytes before choosing text or base64: a value inside
     // base64 would no longer be found.
-    let body = secrets.redact_bytes(&response.body, used, response.truncated);
+    let body = secrets.redact_bytes(&response.body, response.truncated);
     // Text whose JSON escapes would outgrow base64 (control characters
     // take six bytes each) goes as base64, so that a body under the cap
     // always fits the answer.
@@ -318,23 +325,15 @@ pub fn answer(response: FetchResponse, secrets: &Secrets, used: &[String]) -> Va
 
 /// The failure for a fetch that failed in the net process with `message`
 /// (a [`crate::net::fetch::FetchError`]'s text): TIMEOUT when it ran out
-/// of time, else INTERNAL_ERROR; any used secret's value in the text (a
+/// of time, else INTERNAL_ERROR; any bound secret's value in the text (a
 /// server's error echoing a header) replaced by its handle.
-pub fn fetch_failure(
-    message: &str,
-    timed_out: bool,
-    secrets: &Secrets,
-    used: &[String],
-) -> Failure {
+pub fn fetch_failure(message: &str, timed_out: bool, secrets: &Secrets) -> Failure {
     let code = if timed_out {
         code::TIMEOUT
     } else {
         code::INTERNAL_ERROR
     };
-    fail(
-        code,
-        format!("net.http: {}", secrets.redact_text(message, used)),
-    )
+    fail(code, format!("net.http: {}", secrets.redact_text(message)))
 }
 
 /// A parsed `net.http` URL.
@@ -830,7 +829,6 @@ mod tests {
     fn the_answer_redacts_used_values_in_headers_and_body() {
         let s = secrets();
         let gh = handle(&s, "GH");
-        let used = vec!["GH".to_owned()];
         let echoed = FetchResponse {
             status: 200,
             headers: vec![
@@ -840,7 +838,7 @@ mod tests {
             body: format!(r#"{{"headers": {{"Authorization": "Bearer {VALUE}"}}}}"#).into_bytes(),
             truncated: false,
         };
-        let result = answer(echoed, &s, &used);
+        let result = answer(echoed, &s, true);
         let text = result.to_string();
         assert!(!text.contains(VALUE), "{text}");
         assert_eq!(result["status"], 200);
@@ -865,7 +863,7 @@ mod tests {
                 truncated: true,
             },
             &s,
-            &used,
+            true,
         );
         use base64::Engine;
         let bytes = base64::engine::general_purpose::STANDARD
@@ -882,17 +880,13 @@ mod tests {
     fn a_fetch_failure_is_redacted_and_a_timeout_keeps_its_code() {
         let s = secrets();
         let gh = handle(&s, "GH");
-        let used = vec!["GH".to_owned()];
-        let failure = fetch_failure(&format!("reading: bad header {VALUE}"), false, &s, &used);
+        let failure = fetch_failure(&format!("reading: bad header {VALUE}"), false, &s);
         assert_eq!(failure.code, code::INTERNAL_ERROR);
         assert_eq!(
             failure.message,
             format!("net.http: reading: bad header {gh}")
         );
-        assert_eq!(
-            fetch_failure("timed out", true, &s, &used).code,
-            code::TIMEOUT
-        );
+        assert_eq!(fetch_failure("timed out", true, &s).code, code::TIMEOUT);
     }
 
     #[test]
@@ -921,19 +915,31 @@ mod tests {
             &s,
         );
         assert!(failure.message.contains("Range"), "{}", failure.message);
-        // Without a secret, the sandbox's own encoding and range stand.
+        // A bound host may hold the value from an earlier request: a
+        // request to it without a handle is guarded all the same.
         let p = prepare(
-            json!({"url": "https://api.github.com/",
+            json!({"url": "https://api.github.com/", "headers": {"Accept-Encoding": "gzip"}}),
+            &s,
+        )
+        .unwrap();
+        assert!(p.used_secrets.is_empty() && p.bound_host);
+        assert_eq!(
+            p.request.headers,
+            vec![("Accept-Encoding".to_owned(), "identity".to_owned())]
+        );
+        // To a host no secret is bound to, the sandbox's own encoding and range stand.
+        let p = prepare(
+            json!({"url": "https://other.test/",
                    "headers": {"Accept-Encoding": "gzip", "Range": "bytes=0-3"}}),
             &s,
         )
         .unwrap();
+        assert!(!p.bound_host);
         assert!(p
             .request
             .headers
             .contains(&("Accept-Encoding".into(), "gzip".into())));
 
-        let used = vec!["GH".to_owned()];
         for (name, value) in [
             ("content-encoding", "gzip"),
             ("content-encoding", "identity, br"),
@@ -947,7 +953,7 @@ mod tests {
                     truncated: false,
                 },
                 &s,
-                &used,
+                true,
             );
             assert_eq!(result["body"], "", "{name}: {value}");
             assert!(result["body_withheld"].is_string(), "{name}: {value}");
@@ -965,7 +971,7 @@ mod tests {
                     truncated: false,
                 },
                 &s,
-                &used,
+                true,
             );
             assert_eq!(result["body"], "plain");
         }
@@ -974,7 +980,6 @@ mod tests {
     #[test]
     fn a_body_cut_inside_a_value_does_not_leak_its_start() {
         let s = secrets();
-        let used = vec!["GH".to_owned()];
         let result = answer(
             FetchResponse {
                 status: 200,
@@ -983,7 +988,7 @@ mod tests {
                 truncated: true,
             },
             &s,
-            &used,
+            true,
         );
         assert_eq!(result["body"], "token=");
     }

@@ -12,6 +12,7 @@ pub mod network;
 pub use crate::profile::permission;
 pub mod prompt;
 pub mod protocol;
+mod redact;
 pub mod secrets;
 pub mod server;
 pub mod terminal;

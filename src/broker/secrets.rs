@@ -6,7 +6,10 @@
 //! the broker's `net.http` then puts the value in place of the handle in a
 //! request header, for those hosts only ([`super::http`]), so the sandbox can
 //! use a token it never sees. Everything the broker sends back is redacted:
-//! each occurrence of a used value becomes the handle again.
+//! each occurrence of the value of any secret bound to a host, in any of
+//! the forms [`super::redact`] knows, becomes its handle again, in the
+//! answer to whichever request it comes back in (a host may store the
+//! value and hand it out later, to a request that carries no handle).
 
 use std::collections::BTreeMap;
 
@@ -179,96 +182,44 @@ impl Secrets {
             .collect()
     }
 
-    /// `bytes` with every occurrence of the values of the secrets `names`
-    /// replaced by their handles. A body cut at a size cap may end in the
-    /// first bytes of a value: `cut` drops such a tail too, so not even a
-    /// prefix of the value leaves.
-    pub fn redact_bytes(&self, bytes: &[u8], names: &[String], cut: bool) -> Vec<u8> {
-        let mut out = bytes.to_vec();
-        for (form, handle) in self.forms_longest_first(names) {
-            out = replace_all(&out, form.as_bytes(), handle.as_bytes());
-        }
-        for secret in self.used(names) {
-            if cut {
-                let value = secret.value.as_bytes();
-                let tail = (1..value.len())
-                    .rev()
-                    .find(|&len| out.ends_with(&value[..len]));
-                if let Some(len) = tail {
-                    out.truncate(out.len() - len);
-                }
-            }
-        }
-        out
+    /// Whether the value of some secret may be sent to `target`: its host
+    /// then holds the value and may give it back in any answer.
+    pub fn any_bound_to(&self, target: &str) -> bool {
+        self.by_name.values().any(|secret| secret.bound_to(target))
     }
 
-    /// `text` with every occurrence of the values of the secrets `names`
-    /// replaced by their handles.
-    pub fn redact_text(&self, text: &str, names: &[String]) -> String {
-        let mut out = text.to_owned();
-        for (form, handle) in self.forms_longest_first(names) {
-            out = out.replace(&form, handle);
-        }
-        out
+    /// `bytes` with every occurrence of the value of every secret bound to
+    /// a host replaced by its handle. A body cut at a size cap may end in
+    /// the first bytes of a value: `cut` drops such a tail too, so not
+    /// even a prefix of the value leaves.
+    pub fn redact_bytes(&self, bytes: &[u8], cut: bool) -> Vec<u8> {
+        super::redact::redact(bytes, &self.needles(), cut)
     }
 
-    /// Every form of the values of `names` with its handle, longest first:
-    /// a value that contains another must be replaced before the shorter
-    /// one breaks it up and leaves its rest in the clear.
-    fn forms_longest_first<'a>(&'a self, names: &'a [String]) -> Vec<(String, &'a str)> {
-        let mut forms: Vec<(String, &str)> = self
-            .used(names)
-            .flat_map(|secret| {
-                value_forms(&secret.value)
-                    .into_iter()
-                    .map(move |form| (form, secret.handle.as_str()))
+    /// `text` with every occurrence of the value of every secret bound to
+    /// a host replaced by its handle.
+    pub fn redact_text(&self, text: &str) -> String {
+        let redacted = self.redact_bytes(text.as_bytes(), false);
+        String::from_utf8(redacted)
+            .unwrap_or_else(|err| String::from_utf8_lossy(err.as_bytes()).into_owned())
+    }
+
+    /// The values that can come back, with their handles. Only bound
+    /// secrets: an unbound value never leaves the supervisor.
+    fn needles(&self) -> Vec<super::redact::Needle<'_>> {
+        self.by_name
+            .values()
+            .filter(|secret| !secret.hosts.is_empty())
+            .map(|secret| super::redact::Needle {
+                value: secret.value.as_bytes(),
+                handle: &secret.handle,
             })
-            .collect();
-        forms.sort_by_key(|form| std::cmp::Reverse(form.0.len()));
-        forms
+            .collect()
     }
-
-    fn used<'a>(&'a self, names: &'a [String]) -> impl Iterator<Item = &'a Secret> + 'a {
-        names
-            .iter()
-            .filter_map(|name| self.by_name.get(name))
-            .filter(|secret| !secret.value.is_empty())
-    }
-}
-
-/// The forms a value is redacted in: as sent, and as a JSON string holds it
-/// (an echo service answers with the request's headers in JSON, where a
-/// value with `"`, `\` or control characters is escaped).
-fn value_forms(value: &str) -> Vec<String> {
-    let mut forms = vec![value.to_owned()];
-    let quoted = Value::String(value.to_owned()).to_string();
-    let escaped = &quoted[1..quoted.len() - 1];
-    if escaped != value {
-        forms.push(escaped.to_owned());
-    }
-    forms
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-fn replace_all(haystack: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
-    if needle.is_empty() || haystack.len() < needle.len() {
-        return haystack.to_vec();
-    }
-    let mut out = Vec::with_capacity(haystack.len());
-    let mut at = 0;
-    while at < haystack.len() {
-        if haystack[at..].starts_with(needle) {
-            out.extend_from_slice(with);
-            at += needle.len();
-        } else {
-            out.push(haystack[at]);
-            at += 1;
-        }
-    }
-    out
 }
 
 /// 128 random bits in hex. The handle is what lets a request use the
@@ -378,18 +329,22 @@ mod tests {
     }
 
     #[test]
-    fn redaction_replaces_the_value_and_its_json_form_and_a_cut_tail() {
-        let s = secrets(&[("Q", "to\"ken", &[]), ("OTHER", "keep", &[])]);
+    fn redaction_replaces_bound_values_and_their_json_form_and_a_cut_tail() {
+        let s = secrets(&[("Q", "to\"ken", &["api.test"]), ("OTHER", "keep", &[])]);
         let handle = s.named("Q").unwrap().handle().to_owned();
-        let used = vec!["Q".to_owned()];
         let body = br#"{"auth": "to\"ken", "raw": to"ken, "other": "keep"}"#;
-        let redacted = String::from_utf8(s.redact_bytes(body, &used, false)).unwrap();
+        let redacted = String::from_utf8(s.redact_bytes(body, false)).unwrap();
         assert!(!redacted.contains("to\"ken") && !redacted.contains("to\\\"ken"));
         assert_eq!(redacted.matches(&handle).count(), 2);
-        assert!(redacted.contains("keep"), "only used secrets are redacted");
-        assert_eq!(s.redact_bytes(b"abc to\"k", &used, true), b"abc ");
-        assert_eq!(s.redact_bytes(b"abc to\"k", &used, false), b"abc to\"k");
-        assert_eq!(s.redact_text("x to\"ken", &used), format!("x {handle}"));
+        assert!(
+            redacted.contains("keep"),
+            "an unbound value never leaves, so it is never looked for"
+        );
+        assert_eq!(s.redact_bytes(b"abc to\"k", true), b"abc ");
+        assert_eq!(s.redact_bytes(b"abc to\"k", false), b"abc to\"k");
+        assert_eq!(s.redact_text("x to\"ken"), format!("x {handle}"));
+        assert!(s.any_bound_to("api.test:443"));
+        assert!(!s.any_bound_to("other.test:443"));
     }
 
     #[test]
@@ -467,11 +422,10 @@ mod tests {
 
     #[test]
     fn a_value_inside_another_is_redacted_without_leaving_the_longer_ones_rest() {
-        let secrets = secrets(&[("A", "abc", &[]), ("B", "abcXYZ", &[])]);
-        let names = ["A".to_string(), "B".to_string()];
+        let secrets = secrets(&[("A", "abc", &["a.test"]), ("B", "abcXYZ", &["b.test"])]);
         for out in [
-            String::from_utf8(secrets.redact_bytes(b"x abcXYZ y abc", &names, false)).unwrap(),
-            secrets.redact_text("x abcXYZ y abc", &names),
+            String::from_utf8(secrets.redact_bytes(b"x abcXYZ y abc", false)).unwrap(),
+            secrets.redact_text("x abcXYZ y abc"),
         ] {
             assert!(!out.contains("XYZ"), "{out}");
             assert!(out.contains(secrets.named("B").unwrap().handle()), "{out}");

@@ -103,8 +103,8 @@ enum Work {
     Http {
         /// Its id on the link.
         fetch: u64,
-        /// The secrets put into it, redacted from its answer.
-        used_secrets: Vec<String>,
+        /// A secret is bound to its host: an encoded body is withheld.
+        bound_host: bool,
         /// When it is answered with a timeout if the net process has not
         /// answered (it keeps the request's own timeout; this is a bound).
         deadline: Instant,
@@ -508,7 +508,7 @@ impl Broker {
             Work::Terminal(job) => job.step(),
             Work::Http {
                 fetch,
-                used_secrets,
+                bound_host,
                 deadline,
             } => {
                 let outcome = match self.network.as_mut().and_then(|n| n.take_fetched(*fetch)) {
@@ -523,21 +523,16 @@ impl Broker {
                 };
                 Some(match outcome {
                     crate::net::link::FetchOutcome::Response { response } => {
-                        Ok(super::http::answer(response, &self.secrets, used_secrets))
+                        Ok(super::http::answer(response, &self.secrets, *bound_host))
                     }
                     crate::net::link::FetchOutcome::Refused { rule, message } => Err(Failure {
                         code: code::PERMISSION_DENIED,
-                        message: self.secrets.redact_text(&message, used_secrets),
+                        message: self.secrets.redact_text(&message),
                         rule: Some(rule),
                     }),
-                    crate::net::link::FetchOutcome::Failed { message, timed_out } => {
-                        Err(super::http::fetch_failure(
-                            &message,
-                            timed_out,
-                            &self.secrets,
-                            used_secrets,
-                        ))
-                    }
+                    crate::net::link::FetchOutcome::Failed { message, timed_out } => Err(
+                        super::http::fetch_failure(&message, timed_out, &self.secrets),
+                    ),
                 })
             }
         }
@@ -1053,7 +1048,7 @@ impl Broker {
                 record.rule = verdict.rule.clone();
                 self.refusal(action, &verdict, record)?;
                 let timeout = prepared.request.timeout;
-                let used_secrets = prepared.used_secrets;
+                let bound_host = prepared.bound_host;
                 let network = self
                     .network
                     .as_mut()
@@ -1066,7 +1061,7 @@ impl Broker {
                 let deadline = Instant::now() + timeout + std::time::Duration::from_secs(5);
                 Ok(Served::Started(Work::Http {
                     fetch,
-                    used_secrets,
+                    bound_host,
                     deadline,
                 }))
             }

@@ -163,11 +163,13 @@ const OPEN_CREATES: u32 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY
 
 /// personality(0xffffffff) only reads the current persona.
 const PERSONALITY_QUERY: u32 = 0xffff_ffff;
+/// The plain Linux persona. PER_LINUX32 (what `linux32`/`setarch i686`
+/// ask for) is refused too: it only changes what uname reports, which the
+/// programs strict is for (compilers, interpreters, build tools building
+/// for this machine) never need, and a persona a payload can change is one
+/// more kernel path and one more lie to the build tools it starts. A
+/// 32-bit cross build wants `--profile standard`, which filters no persona.
 const PER_LINUX: u32 = 0;
-/// What `linux32`/`setarch i686` ask for: uname reports a 32-bit machine.
-/// It carries none of the flags that weaken the process (READ_IMPLIES_EXEC,
-/// ADDR_NO_RANDOMIZE, ADDR_COMPAT_LAYOUT, UNAME26's fake kernel version).
-const PER_LINUX32: u32 = 8;
 
 const NETLINK_ROUTE: u32 = libc::NETLINK_ROUTE as u32;
 
@@ -282,7 +284,7 @@ fn policy_rules(mode: SyscallMode) -> Vec<ArgRules> {
             out.push((
                 "personality",
                 vec![Rule {
-                    all: [PERSONALITY_QUERY, PER_LINUX, PER_LINUX32]
+                    all: [PERSONALITY_QUERY, PER_LINUX]
                         .into_iter()
                         .map(|p| Test::IsNot(IntArg(0), p))
                         .collect(),
@@ -1038,14 +1040,16 @@ mod tests {
         const READ_IMPLIES_EXEC: u64 = 0x040_0000;
         const ADDR_NO_RANDOMIZE: u64 = 0x004_0000;
         const UNAME26: u64 = 0x002_0000;
+        const PER_LINUX32: u64 = 8;
         for high in HIGH {
-            for persona in [0xffff_ffffu64, 0, 8] {
+            for persona in [0xffff_ffffu64, 0] {
                 assert_eq!(
                     verdict(&f, nr("personality"), arg(0, high | persona)),
                     ALLOW
                 );
             }
             for persona in [
+                PER_LINUX32,
                 READ_IMPLIES_EXEC,
                 ADDR_NO_RANDOMIZE,
                 UNAME26,

@@ -668,7 +668,7 @@ pub const ALLOWED: &[&str] = &[
     "uname",
     "sysinfo",
     "getcpu",
-    "personality", // only the query and PER_LINUX/PER_LINUX32 (argument rules)
+    "personality", // only the query and PER_LINUX (argument rules)
     "pidfd_open",
     "pidfd_send_signal",
     "capget",
