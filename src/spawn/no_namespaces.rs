@@ -239,6 +239,9 @@ pub fn plan_without(prepared: &Prepared, reason: String) -> Result<NoNamespaces,
         ),
         "protected entries read-only during the run: they are restored after it, and a host program reading them meanwhile sees the run's version".to_owned(),
         "a private hostname and a private cgroup view: both are the host's".to_owned(),
+        // Without an IPC namespace the host's queues and segments would be
+        // shared, so the filter refuses them instead of exposing them.
+        "System V IPC and POSIX message queues: refused (EPERM), since the host's would be shared".to_owned(),
     ];
     match policy.network.mode {
         NetworkMode::Host => not_promised.push(
