@@ -255,12 +255,16 @@ pub fn run_to_end(daemon: &Daemon, project: &Path, command: &[&str]) -> (Value, 
     )
 }
 
-/// A warm sandbox of the caller's is ready: the daemon says so in
-/// `/v1/info` (`pool.ready`) once the launcher reported it built.
+/// Every warm sandbox of the caller's the daemon prepares is ready, and
+/// there is one: the daemon says so in `/v1/info` (`pool.ready`,
+/// `pool.preparing`, counted over every key of the caller's) once the
+/// launcher reported them built. Waiting for `ready` alone would take a
+/// sandbox warm for another profile for the one the next run needs.
 pub fn wait_for_warm_sandbox(daemon: &Daemon) {
     let ready = support::wait::holds_within(Duration::from_secs(60), || {
         let (_, info) = daemon.request("GET", "/v1/info", None);
         info["pool"]["ready"].as_u64().unwrap_or(0) > 0
+            && info["pool"]["preparing"].as_u64() == Some(0)
     });
     assert!(ready, "no warm sandbox was prepared:\n{}", daemon.log());
 }
