@@ -8,7 +8,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::{Project, Who};
 
@@ -51,17 +51,13 @@ fn run(project: &Project, extra: &[&str], script: &str) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let bound = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > bound {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "the supervisor hung; stderr:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if support::wait::exit_within(&mut child, Duration::from_secs(60)).is_none() {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!(
+            "the supervisor hung; stderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     child.wait_with_output().unwrap()
 }

@@ -16,6 +16,12 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{json, Value};
 
 use support::oci::{text, OciRuntime};
+use support::wait;
+
+/// How long a container's `sleep` lasts: past any test, however loaded the
+/// machine (every test deletes its containers, and `OciRuntime`'s drop
+/// deletes what a failed one left).
+const LONGER_THAN_ANY_TEST: &str = "86400";
 
 fn usable(test: &str) -> bool {
     support::oci::usable(test, &["runc"], "runc busybox-static")
@@ -71,16 +77,17 @@ impl Engine {
     fn start_and_wait(&self, id: &str) {
         let started = self.oci(&["start", id]);
         assert!(started.status.success(), "{}", text(&started.stderr));
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-        while self.status(id) != "stopped" && std::time::Instant::now() < deadline {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        wait::until_true(
+            &format!("container {id} to stop"),
+            std::time::Duration::from_secs(60),
+            || self.status(id) == "stopped",
+        );
     }
 
-    /// A container named `tag` running `sleep 60`, created and started.
+    /// A container named `tag` running `sleep`, created and started.
     fn running(&self, tag: &str) -> String {
         let id = id(tag);
-        let bundle = self.bundle(tag, &["/bin/sleep", "60"], |_| {});
+        let bundle = self.bundle(tag, &["/bin/sleep", LONGER_THAN_ANY_TEST], |_| {});
         assert!(self.create(&bundle, &id), "{}", self.output(&id));
         let started = self.oci(&["start", &id]);
         assert!(started.status.success(), "{}", text(&started.stderr));
@@ -286,7 +293,7 @@ fn a_user_who_can_rename_the_state_directory_cannot_swap_a_record() {
     )
     .unwrap();
     let id = id("swap");
-    let bundle = engine.bundle("swap", &["/bin/sleep", "60"], |_| {});
+    let bundle = engine.bundle("swap", &["/bin/sleep", LONGER_THAN_ANY_TEST], |_| {});
     let created = engine.create(&bundle, &id);
     if created {
         let started = engine.oci(&["start", &id]);
@@ -668,14 +675,18 @@ fn an_annotation_names_no_criu_configuration_for_checkpoint() {
         let config = engine.path().join(format!("criu{n}.conf="));
         std::fs::write(&config, format!("log-file {}\n", clobbered.display())).unwrap();
         let named = config.to_str().unwrap().to_owned();
-        let bundle = engine.bundle(&format!("criu{n}"), &["/bin/sleep", "60"], |spec| {
-            spec["annotations"] = if equals_in_key {
-                let key = format!("org.criu.config={}", named.trim_end_matches('='));
-                json!({ key: "" })
-            } else {
-                json!({"org.criu.config": named})
-            };
-        });
+        let bundle = engine.bundle(
+            &format!("criu{n}"),
+            &["/bin/sleep", LONGER_THAN_ANY_TEST],
+            |spec| {
+                spec["annotations"] = if equals_in_key {
+                    let key = format!("org.criu.config={}", named.trim_end_matches('='));
+                    json!({ key: "" })
+                } else {
+                    json!({"org.criu.config": named})
+                };
+            },
+        );
         let id = id("criu");
         let created = engine.create(&bundle, &id);
         if created {
@@ -869,7 +880,7 @@ while :; do echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\",\"params\
     assert!(started.status.success(), "{}", text(&started.stderr));
     let path = engine.path().join("audit").join(format!("{id}.jsonl"));
     let limit: u64 = 64 << 20;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut deadline = wait::Deadline::after(std::time::Duration::from_secs(120));
     let ended = loop {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
@@ -879,7 +890,7 @@ while :; do echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\",\"params\
             .rev()
             .take(3)
             .any(|l| l.contains("\"event\":\"ended\"") && l.contains("audit"));
-        if ended || size > limit + (8 << 20) || std::time::Instant::now() > deadline {
+        if ended || size > limit + (8 << 20) || deadline.passed() {
             break ended;
         }
     };
@@ -903,14 +914,20 @@ fn processes_execs_leave_behind_cannot_pile_up_supervisors_on_the_host() {
     // alive past the exec: without a bound they pile up on the host.
     let engine = Engine::new("");
     let id = engine.running("pileup");
+    // Each exec leaves behind a process that lives until the test creates
+    // `released` in the image: the 32 before the 33rd are alive when it is
+    // tried, however long the execs take.
+    let released = format!("/etc/released-{id}");
+    let left_behind = format!("while [ ! -e {released} ]; do sleep 1; done >/dev/null 2>&1 &");
     let mut refused = None;
     for n in 1..=40 {
-        let exec = engine.exec(&id, &process("sleep 15 >/dev/null 2>&1 &"));
+        let exec = engine.exec(&id, &process(&left_behind));
         if !exec.status.success() {
             refused = Some((n, text(&exec.stderr)));
             break;
         }
     }
+    std::fs::write(engine.rootfs().join(released.trim_start_matches('/')), "").unwrap();
     let Some((n, stderr)) = refused else {
         let _ = engine.oci(&["delete", "--force", &id]);
         panic!("40 execs each left a supervisor alive on the host");
@@ -919,8 +936,13 @@ fn processes_execs_leave_behind_cannot_pile_up_supervisors_on_the_host() {
     assert!(stderr.contains("exec supervisors"), "{stderr}");
     // Once the processes left behind are gone, so are their supervisors,
     // and execs work again.
-    std::thread::sleep(std::time::Duration::from_secs(16));
-    let again = engine.exec(&id, &process("true"));
+    let again = wait::within(std::time::Duration::from_secs(60), || {
+        let again = engine.exec(&id, &process("true"));
+        again.status.success().then_some(again)
+    });
     let _ = engine.oci(&["delete", "--force", &id]);
-    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert!(
+        again.is_some(),
+        "no exec worked again after the processes left behind ended"
+    );
 }

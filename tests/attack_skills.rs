@@ -133,7 +133,7 @@ fn serve(project: &Project, config: &Path, extra: &[&str], requests: &[Value]) -
         stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
         loop {
             let message = rx
-                .recv_timeout(Duration::from_secs(60))
+                .recv_timeout(support::wait::limit(Duration::from_secs(60)))
                 .expect("an answer from serve");
             if message["id"] == id {
                 answers.push(message);

@@ -487,7 +487,8 @@ fn a_rename_exchange_race_never_redirects_a_read_outside() {
 }
 
 /// Sends the broker a descriptor with SCM_RIGHTS inside a request, checks
-/// the broker still answers, then waits so the host can look.
+/// the broker still answers, then waits (until the test kills it) so the
+/// host can look.
 const PASS_FD: &str = r#"
 import json, os, socket, sys, time
 s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
@@ -496,7 +497,7 @@ req = b'{"jsonrpc":"2.0","id":1,"method":"fs.stat","params":{"path":"."}}\n'
 socket.send_fds(s, [req], [fd])
 answer = s.makefile("rb").readline()
 print(json.loads(answer)["result"]["type"], flush=True)
-time.sleep(30)
+time.sleep(3600)
 "#;
 
 #[test]
@@ -608,9 +609,13 @@ fn terminal_run_runs_in_a_sandbox_as_strict_as_the_callers() {
                 3,
                 serde_json::json!({"argv": ["true"], "env": {"LD_PRELOAD": "/tmp/evil.so"}}),
             ),
+            // The timeout is what is tested, not how fast the nested run
+            // starts: long enough (on this machine now) for the sleep to
+            // start, and the sleep outlasts any scaled timeout.
             run(
                 4,
-                serde_json::json!({"argv": ["sleep", "30"], "timeout": 0.5}),
+                serde_json::json!({"argv": ["sleep", "3600"],
+                                   "timeout": support::wait::seconds(std::time::Duration::from_secs(2))}),
             ),
             run(5, serde_json::json!({"argv": ["no-such-program"]})),
         ];

@@ -62,7 +62,12 @@ fn the_node_client_works_through_process_send_and_exits_by_itself() {
   console.log((await sandbox.query('fs.read')).decision);\n\
 })();\n";
         let out = project.run_with(
-            &["--grant", "fs.write", "--timeout", "20s"],
+            &[
+                "--grant",
+                "fs.write",
+                "--timeout",
+                &support::wait::timeout_arg(std::time::Duration::from_secs(20)),
+            ],
             &["node", "-e", script],
         );
         assert_ok(&out, "node client");

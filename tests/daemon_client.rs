@@ -6,7 +6,7 @@ mod daemon_support;
 mod support;
 
 use std::process::{Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use daemon_support::Daemon;
 use serde_json::Value;
@@ -295,7 +295,7 @@ fn cancel_and_ctrl_c_end_a_sleeping_run() {
             .cli()
             .current_dir(project.path())
             .args(["run", "--", "/bin/sh", "-c"])
-            .arg(format!("sleep 60; : {marker}"))
+            .arg(format!("sleep 3600; : {marker}"))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -340,13 +340,13 @@ fn cancel_and_ctrl_c_end_a_sleeping_run() {
 }
 
 fn wait_for_state(daemon: &Daemon, id: &str, state: &str) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(60));
     loop {
         let (_, run) = daemon.request("GET", &format!("/v1/runs/{id}"), None);
         if run["state"] == state {
             return;
         }
-        assert!(Instant::now() < deadline, "run {id} never {state}: {run}");
+        assert!(!deadline.passed(), "run {id} never {state}: {run}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -427,7 +427,7 @@ fn a_second_user_gets_only_its_rule_and_never_roots_runs() {
         .cli()
         .current_dir(root_project.path())
         .args(["run", "--", "/bin/sh", "-c"])
-        .arg(format!("sleep 60; : {marker}"))
+        .arg(format!("sleep 3600; : {marker}"))
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -571,7 +571,7 @@ fn an_approval_lets_an_ask_through_and_silence_denies_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(60));
     let approval = loop {
         let out = daemon.cli().args(["approvals", "--json"]).output().unwrap();
         support::assert_ok(&out, "approvals");
@@ -580,7 +580,7 @@ fn an_approval_lets_an_ask_through_and_silence_denies_it() {
             break first.clone();
         }
         assert!(
-            Instant::now() < deadline,
+            !deadline.passed(),
             "no approval appeared:\n{}",
             daemon.log()
         );

@@ -8,7 +8,7 @@ mod support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use daemon_support::Daemon;
 use serde_json::Value;
@@ -50,12 +50,13 @@ fn cgroup_children(pid: u32) -> BTreeSet<PathBuf> {
     out
 }
 
-/// Poll `check` for up to `seconds`; its last answer.
+/// Poll `check` for up to `seconds` (scaled by the machine's load); its
+/// last answer.
 fn settle<T>(seconds: u64, mut check: impl FnMut() -> (bool, T)) -> T {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut deadline = support::wait::Deadline::after(Duration::from_secs(seconds));
     loop {
         let (done, value) = check();
-        if done || Instant::now() > deadline {
+        if done || deadline.passed() {
             return value;
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -146,12 +147,15 @@ fn a_hundred_runs_at_once_then_a_sigkill_mid_load_loses_nothing_finished() {
     });
     assert_eq!(cgroups_after, cgroups_before, "run cgroups left behind");
 
-    // A second batch, and the daemon SIGKILLed while it runs.
+    // A second batch, and the daemon SIGKILLed while it runs. Its runs
+    // wait for `gate`, made only after the restart: the ones running at
+    // the SIGKILL cannot have finished before it, however slow the machine.
     let marker = support::marker("inflight");
+    let gate = project.path().join("gate");
     let mut inflight = Vec::new();
     for n in 0..30 {
         let body = serde_json::json!({
-            "command": ["/bin/sh", "-c", format!("sleep 1; : {marker} {n}")],
+            "command": ["/bin/sh", "-c", format!("until [ -e gate ]; do sleep 0.05; done; : {marker} {n}")],
             "project": project.path(),
         });
         let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
@@ -167,6 +171,7 @@ fn a_hundred_runs_at_once_then_a_sigkill_mid_load_loses_nothing_finished() {
     let old_launcher = daemon.launcher_pid();
     daemon.kill();
     daemon.restart();
+    std::fs::write(&gate, "").unwrap();
 
     for (id, stdout) in &finished {
         let (status, run) = daemon.request("GET", &format!("/v1/runs/{id}"), None);

@@ -8,7 +8,7 @@ mod daemon_support;
 mod support;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use daemon_support::{pooled_daemon, run_to_end, wait_for_warm_sandbox, Daemon};
 use serde_json::{json, Value};
@@ -164,15 +164,12 @@ fn own_cgroups(pid: u32, besides: u32) -> Vec<std::path::PathBuf> {
 }
 
 fn wait_gone(what: &str, mut alive: impl FnMut() -> Vec<String>) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = alive();
-        if left.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what} still there: {left:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut left = Vec::new();
+    let gone = support::wait::holds_within(Duration::from_secs(60), || {
+        left = alive();
+        left.is_empty()
+    });
+    assert!(gone, "{what} still there: {left:?}");
 }
 
 #[test]
@@ -344,7 +341,7 @@ fn a_timeout_given_at_commit_ends_the_warm_run() {
     let project = tempfile::tempdir_in("/tmp").expect("project");
     run_to_end(&daemon, project.path(), &["true"]);
     wait_for_warm_sandbox(&daemon);
-    let body = json!({"command": ["sleep", "30"], "project": project.path(),
+    let body = json!({"command": ["sleep", "3600"], "project": project.path(),
                       "limits": {"timeout": "1s"}});
     let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
     assert_eq!(status, 202, "{answer}");

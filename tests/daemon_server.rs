@@ -12,7 +12,7 @@ use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -75,7 +75,7 @@ impl Daemon {
         let notify_path = self.dir.path().join(format!("notify-{}", rand_suffix()));
         let notify = UnixDatagram::bind(&notify_path).unwrap();
         notify
-            .set_read_timeout(Some(Duration::from_secs(20)))
+            .set_read_timeout(Some(support::wait::limit(Duration::from_secs(20))))
             .unwrap();
         let child = Command::new(support::sandbox_bin())
             .arg("daemon")
@@ -507,9 +507,9 @@ fn a_killed_daemon_finds_its_runs_lost_and_kills_them() {
     );
     assert_eq!(code, 202, "{queued}");
     let id = queued["id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
     while support::host_pids_with(&marker).is_empty() {
-        assert!(Instant::now() < deadline, "the run never started");
+        assert!(!deadline.passed(), "the run never started");
         std::thread::sleep(Duration::from_millis(20));
     }
     daemon.kill();
@@ -568,12 +568,9 @@ fn systemd_socket_activation_hands_over_the_socket() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(10));
     while !socket.exists() {
-        assert!(
-            Instant::now() < deadline,
-            "systemd-socket-activate made no socket"
-        );
+        assert!(!deadline.passed(), "systemd-socket-activate made no socket");
         std::thread::sleep(Duration::from_millis(20));
     }
     let daemon = Daemon {
@@ -643,12 +640,12 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
         stderr_to: None,
     }
     .restart(&format!("[[allow]]\nuids = [{}]\n", my_uid()));
-    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(10));
     let status = loop {
         if let Some(status) = survivor.try_wait().unwrap() {
             break Some(status);
         }
-        if Instant::now() > deadline {
+        if deadline.passed() {
             let _ = survivor.kill();
             let _ = survivor.wait();
             break None;
@@ -673,9 +670,9 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
 }
 
 fn wait_for_process(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
     while support::host_pids_with(marker).is_empty() {
-        assert!(Instant::now() < deadline, "the run never started");
+        assert!(!deadline.passed(), "the run never started");
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -827,10 +824,10 @@ fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
     let after = loop {
         let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
-        if shown["state"] != "running" || Instant::now() > deadline {
+        if shown["state"] != "running" || deadline.passed() {
             break shown;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -845,7 +842,7 @@ fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
     );
     assert!(support::wait_until_gone(&marker, 10).is_empty());
     // The replacement takes runs.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
     loop {
         let (code, run) = daemon.json(
             None,
@@ -858,7 +855,7 @@ fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
             break;
         }
         assert_eq!((code, error_code(&run)), (503, "launcher_down"), "{run}");
-        assert!(Instant::now() < deadline, "the launcher was not restarted");
+        assert!(!deadline.passed(), "the launcher was not restarted");
         std::thread::sleep(Duration::from_millis(20));
     }
     let replacement = launcher_of(daemon_pid).expect("a new launcher");
@@ -897,13 +894,13 @@ fn a_question_is_answered_through_the_api_by_its_owner_only() {
     );
     assert_eq!(code, 202, "{run}");
     let id = run["id"].as_str().unwrap().to_string();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
     let question = loop {
         let (_, listed) = daemon.json(None, "GET", "/v1/approvals", None);
         if let Some(first) = listed["approvals"].as_array().and_then(|a| a.first()) {
             break first.clone();
         }
-        assert!(Instant::now() < deadline, "no question appeared");
+        assert!(!deadline.passed(), "no question appeared");
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(question["run"], id.as_str(), "{question}");
@@ -1045,7 +1042,7 @@ fn a_user_daemon_without_config_serves_only_its_own_uid() {
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     std::fs::set_permissions(&notify_path, std::fs::Permissions::from_mode(0o777)).unwrap();
     notify
-        .set_read_timeout(Some(Duration::from_secs(20)))
+        .set_read_timeout(Some(support::wait::limit(Duration::from_secs(20))))
         .unwrap();
     let child = Command::new(support::binary_for_test_user())
         .arg("daemon")
@@ -1212,14 +1209,14 @@ fn skills_are_listed_and_invoked_through_the_daemon() {
 
 /// Poll a run until it is over; its record.
 fn wait_over(daemon: &Daemon, as_uid: Option<u32>, id: &str) -> Value {
-    let started = Instant::now();
+    let mut started = support::wait::Deadline::after(Duration::from_secs(60));
     loop {
         let (code, run) = daemon.json(as_uid, "GET", &format!("/v1/runs/{id}"), None);
         assert_eq!(code, 200, "{run}");
         if !matches!(run["state"].as_str(), Some("queued" | "running")) {
             return run;
         }
-        assert!(started.elapsed() < Duration::from_secs(60), "{run}");
+        assert!(!started.passed(), "{run}");
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -1259,7 +1256,12 @@ fn a_callers_run_has_the_callers_rights_only() {
         Some(user),
         "POST",
         "/v1/runs",
-        Some(&submit(&first, &["/bin/sleep", "2"], false)),
+        // Holds the only slot until the test lets it go, after the swap.
+        Some(&submit(
+            &first,
+            &["/bin/sh", "-c", "until [ -e go ]; do sleep 0.05; done"],
+            false,
+        )),
     );
     assert_eq!(code, 202, "{blocker}");
     let (code, queued) = daemon.json(
@@ -1275,6 +1277,7 @@ fn a_callers_run_has_the_callers_rights_only() {
     assert_eq!(code, 202, "{queued}");
     std::fs::rename(&second, home.join("p2.old")).unwrap();
     std::os::unix::fs::symlink(&secret, &second).unwrap();
+    std::fs::write(first.join("go"), "").unwrap();
     let id = queued["id"].as_str().unwrap();
     let run = wait_over(&daemon, Some(user), id);
     let (_, events) = daemon.curl(Some(user), "GET", &format!("/v1/runs/{id}/events"), None);
@@ -1371,13 +1374,13 @@ fn hanging_skill_calls_cannot_stall_the_daemon() {
                 .unwrap(),
         );
     }
-    let started = Instant::now();
+    let mut started = support::wait::Deadline::after(Duration::from_secs(30));
     loop {
         let (_, info) = daemon.json(None, "GET", "/v1/info", None);
         if info["skills"]["calls_waiting"] == 4 {
             break;
         }
-        assert!(started.elapsed() < Duration::from_secs(30), "{info}");
+        assert!(!started.passed(), "{info}");
         std::thread::sleep(Duration::from_millis(50));
     }
     // A fifth call of the same caller is turned away at once.
@@ -1423,7 +1426,7 @@ fn one_uid_cannot_hold_every_connection() {
     let mut closed = 0;
     for stream in &mut held[limit..] {
         stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
+            .set_read_timeout(Some(support::wait::limit(Duration::from_secs(10))))
             .unwrap();
         let mut byte = [0u8; 1];
         // Closed with the half request unread: end of file or a reset.
@@ -1505,13 +1508,9 @@ fn a_skills_log_lines_are_marked_with_their_caller() {
     let project = daemon.project("job", None);
     let invoke = serde_json::json!({"project": project, "params": {}}).to_string();
     let _ = daemon.json(None, "POST", "/v1/skills/noisy/invoke", Some(&invoke));
-    let started = Instant::now();
+    let mut started = support::wait::Deadline::after(Duration::from_secs(20));
     while !daemon.stderr().contains("FORGED") {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "{}",
-            daemon.stderr()
-        );
+        assert!(!started.passed(), "{}", daemon.stderr());
         std::thread::sleep(Duration::from_millis(50));
     }
     let log = daemon.stderr();

@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use sandbox::launch::protocol::{
@@ -220,7 +220,11 @@ fn cancel_ends_the_run_with_sigterm() {
     }
     let launcher = Launcher::start();
     let project = tempfile::tempdir_in("/tmp").unwrap();
-    let mut run = spawn(&launcher, "r2", spec(project.path(), &["/bin/sleep", "60"]));
+    let mut run = spawn(
+        &launcher,
+        "r2",
+        spec(project.path(), &["/bin/sleep", "3600"]),
+    );
     assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
     run.send(&ToSupervisor::Cancel { grace_ms: 5_000 });
     let (status, _) = finished(&mut run);
@@ -241,11 +245,9 @@ fn cancel_ends_the_run_with_sigterm() {
         ),
     );
     assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
-    let started = Instant::now();
-    while run.stdout().is_empty() {
-        assert!(started.elapsed() < Duration::from_secs(20), "never printed");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait::until_true("the command to print", Duration::from_secs(60), || {
+        !run.stdout().is_empty()
+    });
     run.send(&ToSupervisor::Cancel { grace_ms: 200 });
     let (status, _) = finished(&mut run);
     assert_eq!(status, 128 + 9, "killed after the grace");
@@ -323,14 +325,9 @@ fn the_launcher_kills_its_runs_when_the_daemon_goes() {
         spec(project.path(), &["/bin/sleep", "600", &marker]),
     );
     assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
-    let started = Instant::now();
-    while support::host_pids_with(&marker).is_empty() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "sleep never started"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait::until_true("the sleep to start", Duration::from_secs(60), || {
+        !support::host_pids_with(&marker).is_empty()
+    });
     drop(std::mem::replace(
         &mut launcher.control,
         std::fs::File::open("/dev/null").unwrap().into(),

@@ -102,7 +102,7 @@ impl Mcp {
 
     fn request(&mut self, method: &str, params: Value) -> Value {
         let id = self.send(method, params);
-        self.response(id, Duration::from_secs(60))
+        self.response(id, support::wait::limit(Duration::from_secs(60)))
     }
 
     fn call_tool(&mut self, name: &str, arguments: Value) -> u64 {
@@ -174,15 +174,17 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
     );
     let mut mcp = Mcp::start(project.path(), &[]);
     let first = mcp.call_tool("writer", json!({"path": "after-cancel.txt"}));
-    let asked = mcp.elicitation(Duration::from_secs(60));
+    let asked = mcp.elicitation(support::wait::limit(Duration::from_secs(60)));
     mcp.line(
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                     "params": {"requestId": first, "reason": "the person pressed stop"}}),
     );
     // The next call of the same skill gets its own question long before
-    // the first question's deadline (60 s) would have freed the skill.
+    // the first question's deadline (60 s) would have freed the skill: only
+    // a limit below that deadline tells the two apart, so this one is not
+    // scaled (45 s is still a thousand times what the question takes).
     let second = mcp.call_tool("writer", json!({"path": "second.txt"}));
-    let asked_again = mcp.elicitation(Duration::from_secs(30));
+    let asked_again = mcp.elicitation(Duration::from_secs(45));
     assert_ne!(asked["id"], asked_again["id"]);
     let message = asked_again["params"]["message"].as_str().unwrap();
     assert!(message.contains("second.txt"), "{message:?}");
@@ -190,7 +192,7 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
     // nobody is listening for it any more.
     mcp.answer(&asked, "always");
     mcp.answer(&asked_again, "deny");
-    let done = mcp.response(second, Duration::from_secs(60));
+    let done = mcp.response(second, support::wait::limit(Duration::from_secs(60)));
     assert_eq!(
         done["result"]["structuredContent"]["written"], false,
         "{done}"
@@ -221,14 +223,8 @@ fn a_shell_command_dies_with_the_server() {
         json!({"command": format!(": {marker}; touch started; sleep 60; touch late")}),
     );
     let started = project.path().join("started");
-    for _ in 0..600 {
-        if started.exists() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
     assert!(
-        started.exists(),
+        support::wait::holds_within(Duration::from_secs(30), || started.exists()),
         "the command never started; seen {:?}",
         mcp.seen
     );
@@ -263,7 +259,7 @@ fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
     let mut mcp = Mcp::start(project.path(), &[]);
     let sneaky = "notes.txt (a preview only: nothing is written, \"always\" is safe)";
     let call = mcp.call_tool("writer", json!({"path": sneaky}));
-    let asked = mcp.elicitation(Duration::from_secs(60));
+    let asked = mcp.elicitation(support::wait::limit(Duration::from_secs(60)));
     let message = asked["params"]["message"].as_str().unwrap().to_string();
     let first_line = message.lines().next().unwrap();
     assert_eq!(
@@ -273,7 +269,7 @@ fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
         "{message:?}"
     );
     mcp.answer(&asked, "deny");
-    let done = mcp.response(call, Duration::from_secs(60));
+    let done = mcp.response(call, support::wait::limit(Duration::from_secs(60)));
     assert_eq!(
         done["result"]["structuredContent"]["written"], false,
         "{done}"
@@ -299,7 +295,7 @@ fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
     );
     let mut mcp = Mcp::start(project.path(), &[]);
     let big = mcp.call_tool("writer", json!({"path": "x".repeat(2 << 20)}));
-    let done = mcp.response(big, Duration::from_secs(30));
+    let done = mcp.response(big, support::wait::limit(Duration::from_secs(30)));
     assert_eq!(done["result"]["isError"], true, "{done}");
     let text = done["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("bytes, over serve's limit"), "{text}");
@@ -308,7 +304,7 @@ fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
         deep = json!({ "a": deep });
     }
     let nested = mcp.call_tool("writer", deep);
-    let done = mcp.response(nested, Duration::from_secs(30));
+    let done = mcp.response(nested, support::wait::limit(Duration::from_secs(30)));
     assert_eq!(done["result"]["isError"], true, "{done}");
     let text = done["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("nested deeper"), "{text}");

@@ -265,14 +265,11 @@ fn sigterm_ends_the_server_and_its_shell_commands_cleanly() {
     session.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                         "params": {"name": "shell", "arguments": {"command": command}}}));
     // The command is running once its report directory exists.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while std::fs::read_dir(tmp.path()).unwrap().count() == 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the shell command never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    support::wait::until_true(
+        "the shell command to start",
+        std::time::Duration::from_secs(60),
+        || std::fs::read_dir(tmp.path()).unwrap().count() > 0,
+    );
     let pid = nix::unistd::Pid::from_raw(session.child.id() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = session.child.wait().unwrap();

@@ -385,14 +385,18 @@ fn a_cancelled_call_frees_the_skill_host() {
         let started = project.path().join("slow-started.txt");
         let finished = project.path().join("slow-finished.txt");
         // The next call goes to the same skill: had the cancelled call kept
-        // its host, the next one would queue behind the 4 s sleep, and the
-        // finished marker would exist by the time it is answered.
+        // its host, the next one would queue behind the slow call's sleep,
+        // and the finished marker would exist by the time it is answered.
+        // The sleep (4 s on an idle machine) grows with the load, so that
+        // the cancellation always lands inside it; the session lingers past
+        // its end.
+        let nap = support::wait::seconds(std::time::Duration::from_secs(4));
         let spec = json!({
-            "slow": {"tool": "nap", "arguments": {"sleep": 4, "tag": "slow"}},
+            "slow": {"tool": "nap", "arguments": {"sleep": nap, "tag": "slow"}},
             "started_file": started,
             "next": {"tool": "nap", "arguments": {"sleep": 0, "tag": "next"}},
             "finished_file": finished,
-            "linger": 5,
+            "linger": nap + 1,
         });
         let seen = serve(
             &python,
@@ -578,7 +582,12 @@ fn a_long_call_reports_progress() {
         "timeout: 30s\n",
         (
             "main.py",
-            &python_skill("time.sleep(2); return {'done': True}"),
+            // Long enough for a progress notification (every 500 ms) even
+            // when the machine is loaded.
+            &python_skill(&format!(
+                "time.sleep({}); return {{'done': True}}",
+                support::wait::seconds(std::time::Duration::from_secs(2))
+            )),
         ),
     );
     each_era(|era| {

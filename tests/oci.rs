@@ -432,7 +432,7 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
         return;
     }
     let engine = Engine::new("");
-    let bundle = engine.bundle("sleep", &["/bin/sleep", "30"], |_| {});
+    let bundle = engine.bundle("sleep", &["/bin/sleep", "86400"], |_| {});
     let id = format!("oci-{}", support::marker("state"));
     // The container keeps runc's stdio: nothing to read from it here.
     let created = Command::new(engine.wrapper())
@@ -455,10 +455,9 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
     assert!(engine.oci(&["start", &id]).status.success());
     assert_eq!(engine.status(&id), "running");
     assert!(engine.oci(&["kill", &id, "KILL"]).status.success());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while engine.status(&id) != "stopped" && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    support::wait::holds_within(std::time::Duration::from_secs(60), || {
+        engine.status(&id) == "stopped"
+    });
     assert_eq!(engine.status(&id), "stopped");
     let deleted = engine.oci(&["delete", &id]);
     assert!(deleted.status.success(), "{}", text(&deleted.stderr));
@@ -585,7 +584,7 @@ fn two_runc_roots_keep_containers_of_the_same_id_apart() {
         return;
     }
     let engine = Engine::new("");
-    let bundle = engine.bundle("sleep", &["/bin/sleep", "30"], |_| {});
+    let bundle = engine.bundle("sleep", &["/bin/sleep", "86400"], |_| {});
     let id = format!("oci-{}", support::marker("roots"));
     let with_root = |root: &str, args: &[&str]| {
         Command::new(engine.wrapper())

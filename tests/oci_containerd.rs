@@ -17,7 +17,7 @@ mod support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::oci::{text, OciRuntime};
 
@@ -91,7 +91,7 @@ impl Containerd {
             .spawn()
             .expect("containerd starts");
         containerd.daemon = Some(daemon);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(30));
         loop {
             if path.join("containerd.sock").exists()
                 && containerd.ctr(&["version"]).status.success()
@@ -99,7 +99,7 @@ impl Containerd {
                 break;
             }
             assert!(
-                Instant::now() < deadline,
+                !deadline.passed(),
                 "containerd did not answer on its socket:\n{}",
                 containerd.daemon_log()
             );
@@ -195,10 +195,10 @@ impl Containerd {
     }
 
     fn wait_for_status(&self, id: &str, wanted: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
         loop {
             let status = self.task_status(id);
-            if status == wanted || Instant::now() > deadline {
+            if status == wanted || deadline.passed() {
                 return status;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -405,10 +405,10 @@ while :; do sleep 0.1; done"#,
     );
 
     // The container's process got its answers on fd 3.
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
     let answers = loop {
         let log = std::fs::read_to_string(&output).unwrap_or_default();
-        if log.contains(r#""id":2"#) || Instant::now() > deadline {
+        if log.contains(r#""id":2"#) || deadline.passed() {
             break log;
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -81,21 +81,17 @@ fn started_by_root_the_sandbox_is_never_host_root() {
         ])
         .spawn()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    let sleeper = loop {
-        // The sleep itself, not the supervisor whose argv also holds the marker.
-        let found = support::host_pids_with(&marker).into_iter().find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
-        });
-        if let Some(pid) = found {
-            break pid;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the sandboxed sleep never appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    let sleeper = support::wait::until(
+        "the sandboxed sleep to appear",
+        std::time::Duration::from_secs(60),
+        || {
+            // The sleep itself, not the supervisor whose argv also holds the marker.
+            support::host_pids_with(&marker).into_iter().find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.trim() == "sleep")
+            })
+        },
+    );
     let status = std::fs::read_to_string(format!("/proc/{sleeper}/status")).unwrap();
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     let uids: Vec<u32> = uid_line
@@ -469,7 +465,8 @@ def serve():
         conn.close()
 threading.Thread(target=serve, daemon=True).start()
 print(server.getsockname()[1], flush=True)
-deadline = time.time() + 20
+# A limit that ends a hung test, however slow the host's probe is.
+deadline = time.time() + 600
 while not os.path.exists("probed") and time.time() < deadline:
     time.sleep(0.02)
 client = socket.create_connection(("127.0.0.1", server.getsockname()[1]), timeout=5)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use support::{identities, wait_until_gone, Project, Who};
+use support::{identities, wait, wait_until_gone, Project, Who};
 
 fn status_of(project: &Project, script: &str) -> (Option<i32>, String) {
     let out = project.run(&["/bin/sh", "-c", script]);
@@ -61,8 +61,12 @@ fn a_double_forked_daemon_does_not_outlive_the_run() {
     for who in identities("a_double_forked_daemon_does_not_outlive_the_run") {
         let project = Project::new(who);
         let marker = support::marker("daemon");
-        let script =
-            format!("setsid /bin/sh -c 'sleep {marker} & sleep {marker} &' ; sleep 0.2; exit 0");
+        // The command exits once both daemons have started (each writes
+        // its file, then becomes the sleep), however slow the machine.
+        let script = format!(
+            "setsid /bin/sh -c '(: > a; exec sleep {marker}) & (: > b; exec sleep {marker}) &'; \
+             while [ ! -e a ] || [ ! -e b ]; do sleep 0.01; done; exit 0"
+        );
         let (code, stderr) = status_of(&project, &script);
         assert_eq!(code, Some(0), "{stderr}");
         // The run is over: the kernel already tore the pid namespace down.
@@ -81,14 +85,11 @@ fn sleeper_visible(marker: &str) -> bool {
 }
 
 fn wait_for_sleeper(marker: &str) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !sleeper_visible(marker) {
-        assert!(
-            Instant::now() < deadline,
-            "the sandboxed sleep never started"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    wait::until_true(
+        "the sandboxed sleep to start",
+        Duration::from_secs(60),
+        || sleeper_visible(marker),
+    );
 }
 
 fn cgroups_writable() -> bool {
@@ -140,15 +141,14 @@ fn sigkill_of_the_supervisor_leaves_no_process_behind() {
         }
         supervisor.kill().unwrap(); // SIGKILL
         supervisor.wait().unwrap();
-        let left = wait_until_gone(&format!("sleep {marker}"), 2);
+        let left = wait_until_gone(&format!("sleep {marker}"), 30);
         assert!(
             left.is_empty(),
             "{who:?}: processes survived the supervisor: {left:?}"
         );
-        let deadline = Instant::now() + Duration::from_secs(3);
-        while cgroup_dirs.iter().any(|d| d.exists()) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait::holds_within(Duration::from_secs(30), || {
+            !cgroup_dirs.iter().any(|d| d.exists())
+        });
         let remaining: Vec<_> = cgroup_dirs.iter().filter(|d| d.exists()).collect();
         assert!(
             remaining.is_empty(),
@@ -168,11 +168,9 @@ fn sigterm_to_the_supervisor_reaches_the_command() {
             .args(["run", "--", "/bin/sh", "-c", script])
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while !project.path().join("ready.txt").exists() {
-            assert!(Instant::now() < deadline, "the command never started");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        wait::until_true("the command to start", Duration::from_secs(60), || {
+            project.path().join("ready.txt").exists()
+        });
         kill(Pid::from_raw(supervisor.id() as i32), Signal::SIGTERM).unwrap();
         let status = supervisor.wait().unwrap();
         assert_eq!(status.code(), Some(7), "{who:?}");

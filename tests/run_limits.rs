@@ -102,7 +102,15 @@ fn a_fork_bomb_is_capped_at_the_pids_limit_and_cleaned_up() {
     // Each process starts two more and sleeps; without the cap it would fill the machine.
     let script = format!("bomb() {{ bomb & bomb & sleep {marker}; }}; bomb 2>/dev/null; sleep 1");
     let out = project.run_with(
-        &["--pids", "24", "--timeout", "5s", "--report", "report.json"],
+        &[
+            "--pids",
+            "24",
+            "--timeout",
+            // Ends the bomb; long enough on a loaded machine to reach the cap.
+            &support::wait::timeout_arg(std::time::Duration::from_secs(5)),
+            "--report",
+            "report.json",
+        ],
         &["/bin/bash", "-c", &script],
     );
     let report = report(&project);
@@ -140,12 +148,12 @@ fn a_cpu_spinner_gets_about_its_share() {
     let cpu = report["resources"]["cpu_user_ms"].as_f64().unwrap()
         + report["resources"]["cpu_system_ms"].as_f64().unwrap();
     let wall = report["wall_time_ms"].as_f64().unwrap();
-    // CFS quota: 50 ms of CPU per 100 ms period. Unthrottled this is ~1.0;
-    // the lower bound is loose because other tests may be running on the
-    // same two cores.
+    // CFS quota: 50 ms of CPU per 100 ms period. Unthrottled this is ~1.0.
+    // Only the quota's ceiling is asserted: what the spinner gets below it
+    // depends on everything else the two cores run.
     let share = cpu / wall;
     assert!(
-        (0.1..=0.7).contains(&share),
+        share > 0.0 && share <= 0.7,
         "CPU share {share:.2} under --cpus 0.5 (cpu {cpu} ms, wall {wall} ms)"
     );
 }

@@ -14,17 +14,27 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-/// Sleeps `sleep` seconds, then writes `mark` (if given) through the
-/// broker; answers with a token of its process (pids repeat: each sandbox
-/// has its own pid namespace).
+/// Writes `started` (if given), waits until `gate` exists in the project
+/// (if given: the test holds the call running that way, for as long as it
+/// needs, however slow the machine), then writes `mark` (if given), all
+/// through the broker; answers with a token of its process (pids repeat:
+/// each sandbox has its own pid namespace).
 const SLEEPER: &str = "import os, time, sandbox_ipc\n\
 token = os.urandom(8).hex()\n\
 c = sandbox_ipc.connect()\n\
+def gate_open(path):\n    \
+try:\n        c.fs.stat(path)\n        return True\n    \
+except sandbox_ipc.SandboxError:\n        return False\n\
 def handle(p):\n    \
-time.sleep(p.get('sleep', 0))\n    \
+if p.get('started'):\n        c.fs.write(p['started'], 'x')\n    \
+while p.get('gate') and not gate_open(p['gate']):\n        time.sleep(0.02)\n    \
 if p.get('mark'):\n        c.fs.write(p['mark'], 'late')\n    \
 return {'process': token}\n\
 c.serve(handle)\n";
+
+/// SLEEPER's manifest: persistent, writing and looking at files.
+const SLEEPER_MANIFEST: &str =
+    "activation: persistent\npermissions: [fs.write, fs.stat]\ntimeout: 30s\n";
 
 /// Writes `path` through the broker; answers whether it could.
 const WRITER: &str = "import sandbox_ipc\n\
@@ -102,7 +112,7 @@ impl Serve {
         loop {
             let message = self
                 .lines
-                .recv_timeout(Duration::from_secs(60))
+                .recv_timeout(support::wait::limit(Duration::from_secs(60)))
                 .unwrap_or_else(|_| panic!("no {what} from serve; seen {:?}", self.seen));
             if wanted(&message) {
                 return message;
@@ -183,7 +193,7 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
     support::write_skill(
         project.path(),
         &name,
-        "activation: persistent\npermissions: [fs.write]\ntimeout: 30s\n",
+        SLEEPER_MANIFEST,
         ("main.py", SLEEPER),
     );
     let mut serve = Serve::start(project.path(), &["--grant", "fs.write"], state.path());
@@ -192,10 +202,16 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
     let first_process = first["result"]["process"].clone();
     assert!(first_process.is_string(), "{first}");
 
-    let slow = serve.invoke(&name, json!({"sleep": 3, "mark": "late.txt"}));
+    // Its gate never opens: the call runs until it is cancelled.
+    let slow = serve.invoke(
+        &name,
+        json!({"started": "slow-started.txt", "gate": "never.txt", "mark": "late.txt"}),
+    );
     // Running: the skill's process holds the call (it is persistent and
     // already active, so the call went to it at once).
-    std::thread::sleep(Duration::from_millis(300));
+    support::wait::until_true("the slow call to start", Duration::from_secs(60), || {
+        project.path().join("slow-started.txt").exists()
+    });
     assert!(!support::host_pids_with(&mark).is_empty());
     let cancel = serve.call("skill.cancel", json!({"id": slow}));
     assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
@@ -205,17 +221,21 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
         answered["error"]["message"], "cancelled by the client",
         "{answered}"
     );
-    let left = support::wait_until_gone(&mark, 10);
+    let left = support::wait_until_gone(&mark, 30);
     assert!(left.is_empty(), "the skill still runs: {left:?}");
-    // Past the end of its sleep: the write it would have made never came.
-    std::thread::sleep(Duration::from_secs(4));
-    assert!(!project.path().join("late.txt").exists());
+    // The gate opens: a cancelled call that still ran anywhere would now
+    // write its mark.
+    std::fs::write(project.path().join("never.txt"), "").unwrap();
 
     // No crash, no back-off: the next call gets a fresh process at once.
     let next = serve.invoke(&name, json!({}));
     let next = serve.wait_for(next);
     assert!(next["result"]["process"].is_string(), "{next}");
     assert_ne!(next["result"]["process"], first_process, "a fresh process");
+    // Calls to a persistent skill are answered in turn: the cancelled one,
+    // had it been run again, would have written its mark before this
+    // answer came.
+    assert!(!project.path().join("late.txt").exists());
     let states = serve.states(&name);
     assert!(
         !states.iter().any(|s| s == "failed" || s == "disabled"),
@@ -236,16 +256,25 @@ fn cancelling_a_queued_call_drops_it_and_an_unknown_id_cancels_nothing() {
     support::write_skill(
         project.path(),
         "queue",
-        "activation: persistent\npermissions: [fs.write]\ntimeout: 30s\n",
+        SLEEPER_MANIFEST,
         ("main.py", SLEEPER),
     );
     let mut serve = Serve::start(project.path(), &["--grant", "fs.write"], state.path());
-    let running = serve.invoke("queue", json!({"sleep": 2, "mark": "first.txt"}));
+    // The first call runs until the test opens its gate: the second one
+    // is still queued when it is cancelled.
+    let running = serve.invoke(
+        "queue",
+        json!({"started": "first-started.txt", "gate": "go.txt", "mark": "first.txt"}),
+    );
     let queued = serve.invoke("queue", json!({"mark": "second.txt"}));
+    support::wait::until_true("the first call to start", Duration::from_secs(60), || {
+        project.path().join("first-started.txt").exists()
+    });
     let cancel = serve.call("skill.cancel", json!({"id": queued}));
     assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
     let dropped = serve.wait_for(queued);
     assert_eq!(dropped["error"]["code"], -32800, "{dropped}");
+    std::fs::write(project.path().join("go.txt"), "").unwrap();
     // The running call is untouched.
     let done = serve.wait_for(running);
     assert!(done["result"]["process"].is_string(), "{done}");
@@ -699,10 +728,13 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
     std::fs::write(project.path().join("go.txt"), "").unwrap();
     // The write between the calls is decided (the audit says so) before
     // the next call is sent.
-    let until = Instant::now() + Duration::from_secs(30);
+    // Denied at once and denied at the question's deadline (60 s) read
+    // the same in the audit: only a limit below that deadline tells them
+    // apart. 45 s, unscaled, is still a thousand times what deciding takes.
+    let decided = std::time::Instant::now() + Duration::from_secs(45);
     while !std::fs::read_to_string(&audit).is_ok_and(|a| a.contains("between.txt")) {
         assert!(
-            Instant::now() < until,
+            std::time::Instant::now() < decided,
             "the write between calls was not decided: its question waits"
         );
         std::thread::sleep(Duration::from_millis(50));

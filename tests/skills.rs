@@ -157,12 +157,12 @@ fn an_invocation_that_takes_too_long_times_out_and_its_process_is_killed() {
             &format!("// {mark}\nprocess.on('message', () => {{}});\n"),
         ),
     );
-    let started = Instant::now();
+    // The skill never answers: only its timeout ends the run (124, -32003),
+    // however long the machine takes to get there.
     let (code, v, err) = skill_run(project.path(), &[], "slow", json!({}));
     assert_eq!(code, 124, "{v} {err}");
     assert_eq!(v["error"]["code"], -32003, "{v}");
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert!(support::wait_until_gone(&mark, 5).is_empty());
+    assert!(support::wait_until_gone(&mark, 30).is_empty());
 }
 
 /// `sandbox serve --stdio` driven like an agent host.
@@ -217,7 +217,7 @@ impl Serve {
         loop {
             let message = self
                 .lines
-                .recv_timeout(Duration::from_secs(60))
+                .recv_timeout(support::wait::limit(Duration::from_secs(60)))
                 .expect("an answer from serve");
             if message["id"] == id {
                 return message;
@@ -395,15 +395,12 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
         "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: 'bonjour')\n",
     )
     .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let answer = serve.invoke("greet", json!({}));
-        if answer["result"] == "bonjour" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "still {answer}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut answer = Value::Null;
+    let changed = support::wait::holds_within(Duration::from_secs(60), || {
+        answer = serve.invoke("greet", json!({}));
+        answer["result"] == "bonjour"
+    });
+    assert!(changed, "still {answer}");
     // A new skill appears without a restart, and is announced.
     support::write_skill(
         project.path(),
@@ -414,15 +411,11 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
             "sandbox ipc --invocation >/dev/null && sandbox ipc --result '\"late\"'\n",
         ),
     );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let answer = serve.invoke("late", json!({}));
-        if answer["result"] == "late" {
-            break;
-        }
-        assert!(Instant::now() < deadline, "still {answer}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let appeared = support::wait::holds_within(Duration::from_secs(60), || {
+        answer = serve.invoke("late", json!({}));
+        answer["result"] == "late"
+    });
+    assert!(appeared, "still {answer}");
     assert!(serve.states("greet").contains(&"inactive".to_string()));
 }
 
@@ -445,7 +438,7 @@ fn killing_serve_kills_every_skill_process() {
     assert!(!support::host_pids_with(&mark).is_empty());
     serve.child.kill().unwrap();
     let _ = serve.child.wait();
-    let left = support::wait_until_gone(&mark, 5);
+    let left = support::wait_until_gone(&mark, 30);
     assert!(left.is_empty(), "still running: {left:?}");
 }
 

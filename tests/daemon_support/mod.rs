@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -88,10 +88,9 @@ impl Daemon {
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
+        let ready = support::wait::holds_within(Duration::from_secs(60), || {
             if let Ok((200, _)) = self.try_request("GET", "/v1/info", None) {
-                return;
+                return true;
             }
             if let Some(child) = &mut self.child {
                 if let Ok(Some(status)) = child.try_wait() {
@@ -101,14 +100,14 @@ impl Daemon {
                     );
                 }
             }
-            assert!(
-                Instant::now() < deadline,
-                "the daemon did not answer on {} within 30 s:\n{}",
-                self.socket.display(),
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            false
+        });
+        assert!(
+            ready,
+            "the daemon did not answer on {}:\n{}",
+            self.socket.display(),
+            self.log()
+        );
     }
 
     /// What the daemon wrote on stdout and stderr.
@@ -205,16 +204,16 @@ impl Daemon {
 
     /// A run's object, polled until it is over.
     pub fn wait_finished(&self, id: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
+        let mut last = Value::Null;
+        support::wait::within(Duration::from_secs(120), || {
             let (status, run) = self.request("GET", &format!("/v1/runs/{id}"), None);
             assert_eq!(status, 200, "run {id}: {run}");
-            if !matches!(run["state"].as_str(), Some("queued" | "running")) {
-                return run;
-            }
-            assert!(Instant::now() < deadline, "run {id} never ended: {run}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            let over = !matches!(run["state"].as_str(), Some("queued" | "running"));
+            last = run;
+            over.then_some(())
+        })
+        .unwrap_or_else(|| panic!("run {id} never ended: {last}"));
+        last
     }
 
     /// The output bytes of a finished run (stdout, stderr), from its log.
@@ -240,23 +239,19 @@ impl Daemon {
     /// The id of the newest run whose command line contains `marker`
     /// (polled until there is one).
     pub fn find_run(&self, marker: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
+        let mut last = Value::Null;
+        support::wait::within(Duration::from_secs(60), || {
             let (_, list) = self.request("GET", "/v1/runs?limit=1000", None);
-            if let Some(run) = list["runs"]
+            let found = list["runs"]
                 .as_array()
                 .into_iter()
                 .flatten()
                 .find(|run| run["command"].to_string().contains(marker))
-            {
-                return run.clone();
-            }
-            assert!(
-                Instant::now() < deadline,
-                "no run with {marker} appeared: {list}"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                .cloned();
+            last = list;
+            found
+        })
+        .unwrap_or_else(|| panic!("no run with {marker} appeared: {last}"))
     }
 
     /// The launcher process (`sandbox __launch`), the daemon's child.
@@ -292,18 +287,18 @@ pub fn run_to_end(daemon: &Daemon, project: &Path, command: &[&str]) -> (Value, 
     )
 }
 
-/// A warm sandbox of the caller's is ready: the daemon says so in
-/// `/v1/info` (`pool.ready`) once the launcher reported it built.
+/// Every warm sandbox of the caller's the daemon prepares is ready, and
+/// there is one: the daemon says so in `/v1/info` (`pool.ready`,
+/// `pool.preparing`, counted over every key of the caller's) once the
+/// launcher reported them built. Waiting for `ready` alone would take a
+/// sandbox warm for another profile for the one the next run needs.
 pub fn wait_for_warm_sandbox(daemon: &Daemon) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while Instant::now() < deadline {
+    let ready = support::wait::holds_within(Duration::from_secs(60), || {
         let (_, info) = daemon.request("GET", "/v1/info", None);
-        if info["pool"]["ready"].as_u64().unwrap_or(0) > 0 {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!("no warm sandbox was prepared:\n{}", daemon.log());
+        info["pool"]["ready"].as_u64().unwrap_or(0) > 0
+            && info["pool"]["preparing"].as_u64() == Some(0)
+    });
+    assert!(ready, "no warm sandbox was prepared:\n{}", daemon.log());
 }
 
 impl Drop for Daemon {

@@ -48,6 +48,15 @@ from mcp.shared.exceptions import MCPError
 # whatever the object holds instead of waiting for the test harness's own limit.
 SCENARIO_DEADLINE_S = 90
 
+# Every limit below is multiplied by --limit-scale (the test's factor for the
+# machine's load, tests/support/wait.rs): a limit ends a hung scenario, it
+# never measures one.
+LIMIT_SCALE = 1.0
+
+
+def limit(seconds):
+    return seconds * LIMIT_SCALE
+
 
 def dump(model):
     """A model as it looks on the wire (camelCase, unset fields left out)."""
@@ -102,7 +111,7 @@ class Observer:
         return answer
 
 
-async def one_call(client, call, default_timeout=60):
+async def one_call(client, call, default_timeout=None):
     progress = []
 
     async def on_progress(value, total, message):
@@ -113,7 +122,7 @@ async def one_call(client, call, default_timeout=60):
         result = await client.call_tool(
             call["tool"],
             call.get("arguments", {}),
-            read_timeout_seconds=call.get("timeout", default_timeout),
+            read_timeout_seconds=call.get("timeout", default_timeout or limit(60)),
             progress_callback=on_progress if call.get("progress") else None,
         )
         report = call_report(result)
@@ -149,13 +158,13 @@ async def scenario_cancel(client, spec, _observer, out):
 
     async with anyio.create_task_group() as group:
         scope = await group.start(run_slow, None)
-        with anyio.move_on_after(30) as waiting:
+        with anyio.move_on_after(limit(30)) as waiting:
             while not os.path.exists(started_file):
                 await anyio.sleep(0.02)
         out["started"] = not waiting.cancelled_caught
         scope.cancel()
     out["slow"] = slow
-    out["next"] = await one_call(client, spec["next"], default_timeout=spec.get("next_timeout", 20))
+    out["next"] = await one_call(client, spec["next"], default_timeout=limit(spec.get("next_timeout", 20)))
     # The session stays open past the moment the slow skill would have
     # finished: closing it ends the server, which would kill the skill anyway.
     await anyio.sleep(spec.get("linger", 0))
@@ -174,7 +183,7 @@ async def scenario_reload(client, spec, observer, out):
 
     if client.protocol_version != "2026-07-28":
         add_skill()
-        with anyio.move_on_after(30):
+        with anyio.move_on_after(limit(30)):
             await observer.list_changed.wait()
         out["mechanism"] = "notifications/tools/list_changed"
         out["notified"] = observer.list_changed.is_set()
@@ -189,7 +198,7 @@ async def scenario_reload(client, spec, observer, out):
             out["listen"] = "acknowledged"
             add_skill()
             out["notified"] = False
-            with anyio.move_on_after(30):
+            with anyio.move_on_after(limit(30)):
                 async for _event in subscription:
                     out["notified"] = True
                     break
@@ -202,7 +211,7 @@ async def scenario_reload(client, spec, observer, out):
     # Through the client's own response cache, as a host would: the new tool
     # shows up only once the cached listing expired or was evicted.
     lists = 0
-    with anyio.move_on_after(30):
+    with anyio.move_on_after(limit(30)):
         while True:
             lists += 1
             after = await client.list_tools()
@@ -229,13 +238,13 @@ async def main(args):
     elicit = spec.get("elicit")
     out = {"scenario": args.scenario, "mode": args.mode}
     try:
-        with anyio.fail_after(SCENARIO_DEADLINE_S):
+        with anyio.fail_after(limit(SCENARIO_DEADLINE_S)):
             async with Client(
                 server,
                 mode=args.mode,
                 message_handler=observer.on_message,
                 elicitation_callback=observer.elicitation_callback(elicit) if elicit else None,
-                read_timeout_seconds=60,
+                read_timeout_seconds=limit(60),
             ) as client:
                 out["protocol_version"] = client.protocol_version
                 info = client.server_info
@@ -256,11 +265,14 @@ def parse_args(argv):
     parser.add_argument("--cwd", required=True)
     parser.add_argument("--env", action="append", default=[])
     parser.add_argument("--spec", default="{}")
+    parser.add_argument("--limit-scale", type=float, default=1.0)
     parser.add_argument("command", nargs="+")
     return parser.parse_args(argv)
 
 
 if __name__ == "__main__":
-    result = anyio.run(main, parse_args(sys.argv[1:]))
+    args = parse_args(sys.argv[1:])
+    LIMIT_SCALE = max(1.0, args.limit_scale)
+    result = anyio.run(main, args)
     print(json.dumps(result), flush=True)
     sys.exit(1 if "error" in result else 0)

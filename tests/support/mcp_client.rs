@@ -243,6 +243,8 @@ pub fn run_scenario(
         .arg(cwd)
         .arg("--spec")
         .arg(spec.to_string())
+        .arg("--limit-scale")
+        .arg(super::wait::scale().to_string())
         .arg("--")
         .arg(super::sandbox_bin())
         .args(["serve", "--mcp"])

@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 pub mod mcp_client;
 pub mod net;
 pub mod oci;
+pub mod wait;
 
 /// The binary under test.
 pub fn sandbox_bin() -> &'static str {
@@ -369,16 +370,16 @@ pub fn host_pids_with(marker: &str) -> Vec<u32> {
     pids
 }
 
-/// Wait up to `seconds` until no host process has `marker` in its command line.
+/// Wait until no host process has `marker` in its command line, up to
+/// `seconds` scaled by the machine's load (see [`wait::limit`]); returns
+/// the pids still there then.
 pub fn wait_until_gone(marker: &str, seconds: u64) -> Vec<u32> {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
-    loop {
-        let pids = host_pids_with(marker);
-        if pids.is_empty() || std::time::Instant::now() > deadline {
-            return pids;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let mut left = Vec::new();
+    wait::within(std::time::Duration::from_secs(seconds), || {
+        left = host_pids_with(marker);
+        left.is_empty().then_some(())
+    });
+    left
 }
 
 /// A marker unique to this test process and call site.
