@@ -137,17 +137,13 @@ impl Daemon {
             nix::sys::signal::Signal::SIGTERM,
         )
         .expect("SIGTERM");
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return status;
-            }
-            if Instant::now() > deadline {
+        match support::wait::exit_within(&mut child, Duration::from_secs(120)) {
+            Some(status) => status,
+            None => {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!("the daemon did not stop on SIGTERM:\n{}", self.log());
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
