@@ -351,9 +351,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         (None, Ok(_)) => serde_json::Value::Null,
     };
     if let (Some(report), false) = (&finished.report, args.quiet) {
-        for warning in &report.warnings {
-            eprintln!("sandbox: warning: {warning}");
-        }
+        print_warnings(&report.warnings);
     }
     let line = deliver_report(&report, report_target.as_ref(), report_fd)?;
     for message in limit_messages(&report) {
@@ -372,6 +370,29 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         eprintln!("{line}");
     }
     Ok(status)
+}
+
+/// A run's warnings on stderr; the cgroup v1 fallback, a fact of the
+/// machine for a user other than root, only the first time on this machine
+/// (see `sandbox::cgroup::notice`). The report keeps every warning.
+pub(crate) fn print_warnings(warnings: &[String]) {
+    let mut layout = None;
+    for warning in warnings {
+        let shown = if sandbox::cgroup::notice::is_fallback(warning) {
+            let info = layout.get_or_insert_with(sandbox::cgroup::detect);
+            sandbox::cgroup::notice::to_print(
+                warning,
+                info,
+                nix::unistd::geteuid().is_root(),
+                &sandbox::safe_file::state_dir(),
+            )
+        } else {
+            Some(warning.clone())
+        };
+        if let Some(text) = shown {
+            eprintln!("sandbox: warning: {text}");
+        }
+    }
 }
 
 /// Open the `--report` file now, before the payload runs, so it cannot swap
