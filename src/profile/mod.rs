@@ -208,6 +208,11 @@ pub fn to_toml(policy: &Policy) -> String {
     line(&mut out, "deny", string_list(&policy.syscalls.deny));
     out.push_str("\n[env]\n");
     line(&mut out, "pass", string_list(&policy.env.pass));
+    line(
+        &mut out,
+        "git_identity",
+        policy.env.git_identity.to_string(),
+    );
     out.push_str("\n[env.set]\n");
     for (name, value) in &policy.env.set {
         line(&mut out, &quote(name), quote(value));
@@ -533,6 +538,15 @@ mod tests {
     #[test]
     fn standard_and_permissive() {
         let standard = load("standard").unwrap();
+        // An untrusted run does not learn the person's name and e-mail.
+        assert!(!load("strict").unwrap().env.git_identity);
+        assert!(standard.env.git_identity);
+        assert!(load("permissive").unwrap().env.git_identity);
+        assert!(
+            !ok("version = 1\nextends = \"standard\"\n[env]\ngit_identity = false\n")
+                .env
+                .git_identity
+        );
         assert_eq!(standard.network.mode, NetworkMode::Loopback);
         assert_eq!(standard.syscalls.mode, SyscallMode::Denylist);
         assert_eq!(standard.enforce.landlock, Enforcement::BestEffort);

@@ -227,6 +227,8 @@ pub struct RawEnv {
     pub pass_remove: Option<Vec<Spanned<String>>>,
     /// Variables set to fixed values.
     pub set: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+    /// Pass the caller's git user.name and user.email (`sandbox run`).
+    pub git_identity: Option<bool>,
 }
 
 /// `[broker]`.
@@ -388,6 +390,7 @@ pub(crate) struct Layer {
     pub syscall_deny: ListEdit<String>,
     pub env_pass: ListEdit<String>,
     pub env_set: BTreeMap<String, String>,
+    pub env_git_identity: Option<bool>,
     pub broker_default: Option<Decision>,
     pub broker_rules: BTreeMap<String, Decision>,
     pub userns: Option<Enforcement>,
@@ -498,6 +501,7 @@ impl Layer {
         self.env_pass.apply(&mut policy.env.pass);
         // Maps merge key by key: a child adds or changes entries, it cannot drop the parent's.
         policy.env.set.extend(self.env_set);
+        set(&mut policy.env.git_identity, self.env_git_identity);
         set(&mut policy.broker.default, self.broker_default);
         policy.broker.rules.extend(self.broker_rules);
         let enforce = &mut policy.enforce;
@@ -601,6 +605,7 @@ impl RawProfile {
                 env.pass_remove,
                 |s, _| env_name(src, s),
             )?;
+            layer.env_git_identity = env.git_identity;
             for (name, value) in env.set.unwrap_or_default() {
                 let name = env_name(src, &name)?;
                 if value.get_ref().contains('\0') {
