@@ -270,6 +270,9 @@ fn a_replaced_list_that_drops_the_loader_warns_and_the_add_form_does_not() {
         .iter()
         .filter_map(|v| v.as_str())
         .collect();
-    assert!(list.contains(&"/lib64") && list.contains(&"/lib"), "{list:?}");
+    assert!(
+        list.contains(&"/lib64") && list.contains(&"/lib"),
+        "{list:?}"
+    );
     assert_eq!(list.last(), Some(&"/etc/resolv.conf"), "{list:?}");
 }
