@@ -173,3 +173,40 @@ fn commits_carry_the_callers_git_identity_where_the_profile_passes_it() {
     );
     assert!(stderr.contains("user.name"), "{stderr}");
 }
+
+/// A profile whose replaced `read_if_exists` drops strict's `/lib64` shows
+/// `/usr/bin/python3` but not its dynamic loader: the refusal names the
+/// loader and the `_add` form, not a `--tool` that would not help; the
+/// `_add` form runs.
+#[test]
+fn a_program_whose_loader_the_profile_drops_is_explained_by_the_loader() {
+    let test = "a_program_whose_loader_the_profile_drops_is_explained_by_the_loader";
+    if !tool(test, "/usr/bin/python3") || !support::require_root_sandbox(test) {
+        return;
+    }
+    let project = Project::new(support::Who::Root);
+    let out = project.run_with_profile(
+        "version = 1\nextends = \"strict\"\n[filesystem]\nread_if_exists = [\"/etc/resolv.conf\"]\n",
+        &[],
+        &["python3", "-c", "print('ran')"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert!(
+        stderr.contains("/usr/bin/python3 is in the sandbox's view but its dynamic loader")
+            && stderr.contains("read_if_exists_add"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--tool"), "{stderr}");
+    let out = project.run_with_profile(
+        "version = 1\nextends = \"strict\"\n[filesystem]\nread_if_exists_add = [\"/etc/resolv.conf\"]\n",
+        &[],
+        &["python3", "-c", "print('ran')"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ran\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

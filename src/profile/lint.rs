@@ -53,17 +53,32 @@ fn startup_paths() -> Vec<(PathBuf, &'static str)> {
     paths
 }
 
-/// One warning per replaced list whose replacement drops a path a run needs
-/// to start a program, when nothing else in the profile shows that path.
-pub(crate) fn startup_lists_replaced(policy: &Policy, replaced: &[Replaced]) -> Vec<String> {
+/// The host paths a profile shows the run.
+fn visible(policy: &Policy) -> Vec<PathBuf> {
     let fs = &policy.filesystem;
-    let visible: Vec<PathBuf> = fs
-        .read
+    fs.read
         .iter()
         .chain(&fs.read_if_exists)
         .chain(&fs.write)
         .cloned()
-        .collect();
+        .collect()
+}
+
+/// The dynamic loader of `program` when `policy` does not show it: why a
+/// program the run can see still fails to execute with `ENOENT`.
+pub fn hidden_loader(policy: &Policy, program: &Path) -> Option<PathBuf> {
+    let loader = program_interpreter(program)?;
+    let shown = visible(policy);
+    spellings(&loader)
+        .iter()
+        .any(|form| !covers(&shown, form))
+        .then_some(loader)
+}
+
+/// One warning per replaced list whose replacement drops a path a run needs
+/// to start a program, when nothing else in the profile shows that path.
+pub(crate) fn startup_lists_replaced(policy: &Policy, replaced: &[Replaced]) -> Vec<String> {
+    let visible = visible(policy);
     let needed = startup_paths();
     let mut warnings = Vec::new();
     for replacement in replaced {

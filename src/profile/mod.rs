@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 pub mod builtin;
 mod error;
-mod lint;
+pub mod lint;
 pub mod narrow;
 pub mod permission;
 pub mod policy;
