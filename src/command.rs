@@ -546,8 +546,53 @@ fn where_on_host(err: SpawnError, prepared: &Prepared) -> SpawnError {
             .map(|dir| dir.join(&program))
             .find(|candidate| is_executable(candidate))
     };
+    let policy = &prepared.config.policy;
+    let fs = &policy.filesystem;
+    let in_view = |path: &Path| {
+        fs.read
+            .iter()
+            .chain(&fs.read_if_exists)
+            .any(|r| path.starts_with(r))
+    };
+    // Where the run itself looks (its PATH), among what it is shown: a
+    // program there that still does not start lacks what starts it, and no
+    // `--tool` or `--allow-read` of the program would help.
+    let shown = if program.contains('/') {
+        let path = Path::new(&program);
+        (path.is_absolute() && in_view(path) && is_executable(path)).then(|| path.to_path_buf())
+    } else {
+        policy
+            .env
+            .set
+            .get("PATH")
+            .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(&program))
+            .find(|candidate| in_view(candidate) && is_executable(candidate))
+    };
+    if let Some(shown) = shown {
+        let hint = match crate::profile::lint::hidden_loader(policy, &shown) {
+            Some(loader) => format!(
+                "; {} is in the sandbox's view but its dynamic loader {} is not: the \
+                 profile's read lists leave it out (a list key such as `read_if_exists = \
+                 [...]` replaces the inherited list, `read_if_exists_add = [...]` adds to \
+                 it; `sandbox profile check` names the key)",
+                shown.display(),
+                loader.display()
+            ),
+            None => String::new(),
+        };
+        return SpawnError::Exec {
+            program,
+            errno,
+            hint,
+        };
+    }
     let hint = match found {
         None => String::new(),
+        Some(found) if in_view(&found) => String::new(),
         Some(found) => {
             let tool = home
                 .as_deref()
@@ -558,9 +603,6 @@ fn where_on_host(err: SpawnError, prepared: &Prepared) -> SpawnError {
                     "; it is {} on the host, outside the sandbox's view: add --tool {tool} (or `[tools] expose = [\"{tool}\"]` in the profile) to expose that toolchain read-only",
                     found.display()
                 ),
-                None if prepared.config.policy.filesystem.read.iter().any(|r| found.starts_with(r)) => {
-                    String::new()
-                }
                 None => format!(
                     "; it is {} on the host, outside the sandbox's view: expose its directory read-only with --allow-read {} and run it as {}",
                     found.display(),

@@ -444,6 +444,58 @@ pub fn inside_warning(what: &str, path: &Path, root: &Path) -> String {
     )
 }
 
+/// The directory the supervisor keeps its user's own state in (grants,
+/// notices): `$SANDBOX_STATE_DIR`, else `$XDG_STATE_HOME/sandbox`, else
+/// `~/.local/state/sandbox`, else `/var/lib/sandbox`.
+pub fn state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("SANDBOX_STATE_DIR") {
+        return PathBuf::from(dir);
+    }
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(|| PathBuf::from("/var/lib"))
+        .join("sandbox")
+}
+
+/// Create an empty file at `path` (its directory too) unless something is
+/// there already: true when this call created it. A marker whose existence
+/// is all that counts: `O_CREAT | O_EXCL` beneath the opened directory, so
+/// an existing name, a symbolic link included, is left alone and never
+/// followed, and of two callers at once exactly one gets true.
+pub fn create_marker(path: &Path) -> Result<bool, SafeFileError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(SafeFileError::NoFileName {
+            path: path.to_path_buf(),
+        });
+    };
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    std::fs::create_dir_all(parent).map_err(|source| SafeFileError::Io {
+        op: "creating the directory of",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let dir = open_dir_plain(parent, path)?;
+    let how = Beneath::new(
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+    )
+    .mode(Mode::from_bits_truncate(0o600))
+    .no_symlinks();
+    match openat2_beneath(dir.as_fd(), Path::new(name), how) {
+        Ok(_) => Ok(true),
+        Err(Errno::EEXIST) => Ok(false),
+        Err(source) => Err(SafeFileError::Io {
+            op: "creating",
+            path: path.to_path_buf(),
+            source: source.into(),
+        }),
+    }
+}
+
 /// Replace the file at `path` whole with `bytes`, readable by the owner
 /// only: written to a fresh name (`O_CREAT | O_EXCL`, so no link is
 /// followed) in the same directory and renamed over the old file, so a
@@ -652,5 +704,22 @@ mod tests {
             .unwrap()
             .file_type()
             .is_symlink());
+    }
+
+    #[test]
+    fn a_marker_is_created_once_and_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("notices/seen");
+        assert!(create_marker(&marker).unwrap());
+        assert!(!create_marker(&marker).unwrap());
+        let target = dir.path().join("target");
+        let link = dir.path().join("notices/linked");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        assert!(!create_marker(&link).unwrap());
+        assert!(!target.exists(), "created through the link");
+        assert!(matches!(
+            create_marker(Path::new("/")),
+            Err(SafeFileError::NoFileName { .. })
+        ));
     }
 }

@@ -261,6 +261,21 @@ fn a_listed_name_resolving_to_loopback_is_refused_without_an_address_entry() {
         "deny",
         "loopback address",
     );
+    // curl shows only "403"; the reason and its fix reach the person on
+    // the run's stderr as it goes, once for the host however often it is
+    // refused.
+    let explained: Vec<String> = run
+        .stderr()
+        .lines()
+        .filter(|line| line.starts_with("sandbox: network: local.test resolves to 127.0.0.1"))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(explained.len(), 1, "{}", run.streams());
+    assert!(
+        explained[0].contains(&format!("\"127.0.0.1:{}\"", local.port())),
+        "the line names the entry that would list it: {}",
+        run.streams()
+    );
 }
 
 #[test]

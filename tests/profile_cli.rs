@@ -112,7 +112,7 @@ fn check_unknown_key() {
     assert_eq!(code, Some(2));
     assert_eq!(
         err,
-        format!("{path}:4:1: unknown field `ports`, expected one of `mode`, `allow`, `resolve`\n")
+        format!("{path}:4:1: unknown field `ports`, expected one of `mode`, `allow`, `allow_add`, `allow_remove`, `resolve`\n")
     );
 }
 
@@ -229,4 +229,50 @@ fn a_rule_key_with_an_unknown_action_names_the_valid_ones() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `extends = "strict"` with `read_if_exists = [...]` replaces strict's list
+/// and with it the dynamic loader's directory: valid, but no run can start a
+/// program. `check` says so and names the `_add` form, which keeps strict's
+/// list and adds the entry.
+#[test]
+fn a_replaced_list_that_drops_the_loader_warns_and_the_add_form_does_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, err, path) = check(
+        dir.path(),
+        "replaces.toml",
+        "version = 1\nextends = \"strict\"\n[filesystem]\nread_if_exists = [\"/etc/resolv.conf\"]\n",
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "warning: {path}: `filesystem.read_if_exists` replaces the list it inherits"
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("read_if_exists_add = [\"/etc/resolv.conf\"]"),
+        "{err}"
+    );
+    assert!(err.contains("dynamic loader"), "{err}");
+
+    let (code, err, path) = check(
+        dir.path(),
+        "adds.toml",
+        "version = 1\nextends = \"strict\"\n[filesystem]\nread_if_exists_add = [\"/etc/resolv.conf\"]\n",
+    );
+    assert_eq!((code, err.as_str()), (Some(0), ""));
+    let shown = sandbox(&["profile", "show", &path, "--json"]);
+    let policy: serde_json::Value = serde_json::from_slice(&shown.stdout).expect("JSON");
+    let list: Vec<&str> = policy["filesystem"]["read_if_exists"]
+        .as_array()
+        .expect("read_if_exists")
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    assert!(
+        list.contains(&"/lib64") && list.contains(&"/lib"),
+        "{list:?}"
+    );
+    assert_eq!(list.last(), Some(&"/etc/resolv.conf"), "{list:?}");
 }

@@ -24,6 +24,19 @@ fn cgroups_writable(test: &str) -> bool {
     )
 }
 
+/// A fresh state directory (`SANDBOX_STATE_DIR`) that `who` owns.
+fn state_dir_of(who: Who) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-state-")
+        .tempdir()
+        .expect("tempdir");
+    if who == Who::User && nix::unistd::geteuid().is_root() {
+        let (uid, gid) = support::user_ids();
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).expect("chown");
+    }
+    dir
+}
+
 const BALLOON: &str = "b = []\nwhile True:\n    b.append(bytearray(8 << 20))\n";
 
 #[test]
@@ -197,10 +210,17 @@ fn without_cgroup_access_the_limits_fall_back_to_rlimits_and_say_so() {
         return;
     }
     let project = Project::new(Who::User);
-    let out = project.run_with(
-        &["--memory", "64MiB", "--report", "report.json"],
-        &["python3", "-c", BALLOON],
-    );
+    // A state directory of its own: on cgroup v1 the fallback is said on
+    // the command line once per machine, and this test must see it.
+    let state = state_dir_of(Who::User);
+    let out = project
+        .command()
+        .args(["run", "--memory", "64MiB", "--report", "report.json"])
+        .args(["--", "python3", "-c", BALLOON])
+        .env("SANDBOX_STATE_DIR", state.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("sandbox starts");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("MemoryError"), "{stderr}");
@@ -307,4 +327,58 @@ fn nproc_under_taskset(project: &Project) -> usize {
     let out = cmd.output().expect("taskset starts");
     assert_ok(&out, "nproc under taskset");
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// An unprivileged user on cgroup v1 never gets a cgroup, on any run: the
+/// fallback's long explanation is said on the first run on this machine,
+/// not on every run, and every report keeps it with what was enforced.
+#[test]
+fn the_cgroup_v1_fallback_of_an_unprivileged_user_is_said_once_per_machine() {
+    let test = "the_cgroup_v1_fallback_of_an_unprivileged_user_is_said_once_per_machine";
+    let on_v1 = sandbox::cgroup::detect()
+        .controllers
+        .iter()
+        .any(|c| c.version == 1);
+    if !support::require(
+        test,
+        "memory, pids or cpu on a cgroup v1 hierarchy, and an unprivileged sandbox",
+        on_v1 && support::sandbox_works(Who::User),
+    ) {
+        return;
+    }
+    let project = Project::new(Who::User);
+    let state = state_dir_of(Who::User);
+    let run = || {
+        let out = project
+            .command()
+            .args(["run", "--memory", "64MiB", "--report", "report.json"])
+            .args(["--", "/bin/true"])
+            .env("SANDBOX_STATE_DIR", state.path())
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("sandbox starts");
+        assert_ok(&out, "a run without a cgroup");
+        let report = report(&project);
+        assert!(report["enforced"]["cgroup"].is_null(), "{report}");
+        assert_eq!(report["enforced"]["rlimits"]["RLIMIT_DATA"], 64 << 20);
+        assert!(
+            report["warnings"]
+                .as_array()
+                .is_some_and(|w| w.iter().any(|w| w
+                    .as_str()
+                    .is_some_and(|w| w.contains("falling back to rlimits")))),
+            "{report}"
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let first = run();
+    assert!(
+        first.contains("falling back to rlimits: memory as RLIMIT_DATA")
+            && first.contains("said once on this machine"),
+        "{first}"
+    );
+    for _ in 0..2 {
+        let later = run();
+        assert!(!later.contains("no cgroup for this run"), "{later}");
+    }
 }

@@ -99,3 +99,114 @@ fn a_node_script_runs_with_fs_and_child_processes() {
         );
     }
 }
+
+/// `standard` passes the caller's git `user.name` and `user.email` (and no
+/// other git setting) so commits made inside carry them; `strict` does not;
+/// a git project without an identity to pass is said on stderr.
+#[test]
+fn commits_carry_the_callers_git_identity_where_the_profile_passes_it() {
+    let test = "commits_carry_the_callers_git_identity_where_the_profile_passes_it";
+    if !support::require(test, "git", support::commands_exist(&["git"]))
+        || !support::require_root_sandbox(test)
+    {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let with_config = |command: &mut std::process::Command, home: &std::path::Path| {
+        command
+            .env("HOME", home)
+            .env("XDG_CONFIG_HOME", home.join(".config"))
+            .env("GIT_CONFIG_NOSYSTEM", "1");
+    };
+    std::fs::write(
+        home.path().join(".gitconfig"),
+        "[user]\n\tname = Ann Example\n\temail = ann@example.org\n\
+         [credential]\n\thelper = store\n\
+         [url \"https://token@example.org/\"]\n\tinsteadOf = https://example.org/\n",
+    )
+    .unwrap();
+    let project = Project::new(support::Who::Root);
+    project.write("README", "hello\n");
+    let mut init = std::process::Command::new("git");
+    init.args(["init", "-q"]).current_dir(project.path());
+    with_config(&mut init, home.path());
+    assert!(init.status().unwrap().success());
+
+    let run = |profile: &str, home: &std::path::Path| {
+        let mut command = project.command();
+        command
+            .args(["run", "--profile", profile, "--", "/bin/sh", "-c"])
+            .arg(
+                "env | grep -c '^GIT_' ; git config --get credential.helper || echo no-helper; \
+                 git add README && git commit -qm change && \
+                 git log -1 --format='%an|%ae|%cn|%ce' || echo no-commit",
+            )
+            .stdin(std::process::Stdio::null());
+        with_config(&mut command, home);
+        let out = command.output().expect("sandbox starts");
+        (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (stdout, stderr) = run("standard", home.path());
+    assert_eq!(
+        stdout, "4\nno-helper\nAnn Example|ann@example.org|Ann Example|ann@example.org\n",
+        "{stderr}"
+    );
+
+    let (stdout, stderr) = run("strict", home.path());
+    assert!(stdout.starts_with("0\nno-helper\n"), "{stdout}{stderr}");
+    assert!(!stdout.contains("Ann Example"), "{stdout}{stderr}");
+    assert!(!stderr.contains("git identity"), "{stderr}");
+
+    let empty = tempfile::tempdir().unwrap();
+    let (stdout, stderr) = run("standard", empty.path());
+    assert!(stdout.starts_with("0\n"), "{stdout}{stderr}");
+    assert_eq!(
+        stderr
+            .matches("sandbox: note: no git identity to pass")
+            .count(),
+        1,
+        "{stderr}"
+    );
+    assert!(stderr.contains("user.name"), "{stderr}");
+}
+
+/// A profile whose replaced `read_if_exists` drops strict's `/lib64` shows
+/// `/usr/bin/python3` but not its dynamic loader: the refusal names the
+/// loader and the `_add` form, not a `--tool` that would not help; the
+/// `_add` form runs.
+#[test]
+fn a_program_whose_loader_the_profile_drops_is_explained_by_the_loader() {
+    let test = "a_program_whose_loader_the_profile_drops_is_explained_by_the_loader";
+    if !tool(test, "/usr/bin/python3") || !support::require_root_sandbox(test) {
+        return;
+    }
+    let project = Project::new(support::Who::Root);
+    let out = project.run_with_profile(
+        "version = 1\nextends = \"strict\"\n[filesystem]\nread_if_exists = [\"/etc/resolv.conf\"]\n",
+        &[],
+        &["python3", "-c", "print('ran')"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(127), "{stderr}");
+    assert!(
+        stderr.contains("/usr/bin/python3 is in the sandbox's view but its dynamic loader")
+            && stderr.contains("read_if_exists_add"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("--tool"), "{stderr}");
+    let out = project.run_with_profile(
+        "version = 1\nextends = \"strict\"\n[filesystem]\nread_if_exists_add = [\"/etc/resolv.conf\"]\n",
+        &[],
+        &["python3", "-c", "print('ran')"],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "ran\n",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -119,7 +119,7 @@ fn a_malformed_grant_is_a_usage_error_for_skill_run_and_serve() {
 
 /// An input schema keyword the parameter check does not implement refuses
 /// the manifest where it is written, instead of being skipped: a skipped
-/// `patternProperties` or `$ref` would let through params its author meant
+/// `patternProperties` or `if` would let through params its author meant
 /// to refuse.
 #[test]
 fn an_input_schema_keyword_that_is_not_checked_refuses_the_skill() {
@@ -144,11 +144,15 @@ fn an_input_schema_keyword_that_is_not_checked_refuses_the_skill() {
             "/patternProperties",
         ),
         (
-            "{properties: {to: {type: string, format: email}}}",
-            "format",
-            "/properties/to/format",
+            "{properties: {to: {type: string, if: {minLength: 3}}}}",
+            "if",
+            "/properties/to/if",
         ),
-        ("{$ref: '#/x'}", "$ref", "/$ref"),
+        (
+            "{prefixItems: [{type: string}]}",
+            "prefixItems",
+            "/prefixItems",
+        ),
     ] {
         let out = check(schema);
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -170,4 +174,73 @@ fn an_input_schema_keyword_that_is_not_checked_refuses_the_skill() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// What pydantic's `model_json_schema()` emits (`$defs`, `$ref`, `format`,
+/// `discriminator`) loads, and params are checked through its references;
+/// a reference that leads nowhere or only to itself refuses the skill.
+#[test]
+fn a_pydantic_schema_loads_and_checks_params_through_its_references() {
+    let root = tempfile::tempdir().unwrap();
+    let schema: serde_json::Value =
+        serde_json::from_str(include_str!("skill_schemas/pydantic.json")).expect("pydantic.json");
+    let skill = |schema: &str| {
+        let manifest = format!(
+            "---\nname: tickets\ndescription: x\nruntime: node\nmain: index.js\n\
+             input-schema: {schema}\n---\n"
+        );
+        write_skill(root.path(), "tickets", &manifest, &[("index.js", "")]);
+    };
+    skill(&schema.to_string());
+    let out = sandbox()
+        .args(["skill", "check"])
+        .arg(root.path().join("tickets"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let params = serde_json::json!({
+        "id": "0b6f3a52-3f5e-4a55-9c3e-2f1d6c1b7a10",
+        "title": "t",
+        "created": "2026-11-27T10:00:00Z",
+        "address": {"street": "s", "city": "c"},
+        "tree": {"name": "root", "children": [{"name": 7}]},
+        "pet": {"kind": "dog"}
+    });
+    let out = sandbox()
+        .args(["skill", "run", "--skills-dir"])
+        .arg(root.path())
+        .args(["tickets", "--params", &params.to_string()])
+        .current_dir(root.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("/tree/children/0/name"), "{stderr}");
+
+    for (schema, message) in [
+        (
+            "{$ref: '#/x'}",
+            "at /$ref: $ref \"#/x\" points at nothing in this schema",
+        ),
+        ("{$ref: '#'}", "leads back to itself"),
+        (
+            "{$ref: 'https://example.org/s.json'}",
+            "names another document",
+        ),
+    ] {
+        skill(schema);
+        let out = sandbox()
+            .args(["skill", "check"])
+            .arg(root.path().join("tickets"))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{schema}: {stderr}");
+        assert!(stderr.contains(message), "{schema}: {stderr}");
+    }
 }

@@ -81,14 +81,7 @@ pub enum StoreChoice {
 /// `$SANDBOX_STATE_DIR/grants.json`, else `$XDG_STATE_HOME/sandbox/grants.json`,
 /// else `~/.local/state/sandbox/grants.json`.
 pub fn default_path() -> PathBuf {
-    if let Some(dir) = std::env::var_os("SANDBOX_STATE_DIR") {
-        return PathBuf::from(dir).join("grants.json");
-    }
-    let base = std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(|| PathBuf::from("/var/lib"));
-    base.join("sandbox/grants.json")
+    crate::safe_file::state_dir().join("grants.json")
 }
 
 impl GrantStore {

@@ -28,6 +28,12 @@ pub const OTHER_HOSTS: &str = "(other hosts)";
 /// Most hosts put to a person in one run.
 pub const MAX_QUESTIONS: u32 = 20;
 
+/// Most hosts whose refusal is explained on stderr in one run: each is said
+/// once, and a payload naming a new host in every attempt must neither
+/// grow the supervisor's memory nor flood the person's terminal. The audit
+/// and the report keep every attempt.
+pub const MAX_EXPLAINED_HOSTS: usize = 32;
+
 /// Connections to one host, for the report.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct HostCounts {
@@ -66,6 +72,8 @@ pub struct Network {
     pub hosts: BTreeMap<String, HostCounts>,
     /// The run's syscall filter, which the net process runs under too.
     syscalls: Option<crate::seccomp::policy::SyscallPolicy>,
+    /// Hosts whose refusal was already explained on stderr.
+    explained: std::collections::BTreeSet<String>,
 }
 
 impl Network {
@@ -85,7 +93,41 @@ impl Network {
             syscalls: None,
             fetched: BTreeMap::new(),
             hosts: BTreeMap::new(),
+            explained: std::collections::BTreeSet::new(),
         }
+    }
+
+    /// The proxy's reason for refusing `host`, once per host, on the
+    /// supervisor's stderr: a client shows only "403" (curl: "CONNECT
+    /// tunnel failed"), and the fix ("list it") would otherwise be found
+    /// only in the audit after the run. Returns the lines written.
+    fn explain_refusal(&mut self, host: &str, refusal: &str) -> Option<String> {
+        if self.explained.contains(host) || self.explained.len() > MAX_EXPLAINED_HOSTS {
+            return None;
+        }
+        let line = if self.explained.len() == MAX_EXPLAINED_HOSTS {
+            format!(
+                "sandbox: network: more than {MAX_EXPLAINED_HOSTS} hosts refused;                  the audit log and the report name the rest"
+            )
+        } else {
+            // The host and the text come from the payload's request: no
+            // control character reaches the terminal raw.
+            let text: String = refusal
+                .chars()
+                .flat_map(|c| {
+                    let escaped: Vec<char> = if crate::broker::text::must_escape(c) {
+                        c.escape_default().collect()
+                    } else {
+                        vec![c]
+                    };
+                    escaped
+                })
+                .collect();
+            format!("sandbox: network: {text}")
+        };
+        self.explained.insert(host.to_owned());
+        eprintln!("{line}");
+        Some(line)
     }
 
     /// Run the net process under `syscalls` (the run's own filter) too.
@@ -243,7 +285,11 @@ impl Network {
                     requested,
                     allowed,
                     rule,
+                    refusal,
                 } => {
+                    if let (false, Some(refusal)) = (allowed, &refusal) {
+                        self.explain_refusal(&host, refusal);
+                    }
                     // A payload naming a new host in every attempt would
                     // otherwise grow the supervisor and the report without
                     // end; the audit still has every attempt.
@@ -393,6 +439,29 @@ mod tests {
             super::super::prompt::Answer::Deny
         }
         fn not_after(&mut self, _: Option<std::time::Instant>) {}
+    }
+
+    #[test]
+    fn a_refusal_is_explained_once_per_host_escaped_and_bounded() {
+        let policy = crate::profile::load("strict").unwrap();
+        let mut network = Network::new(policy.network, None);
+        let first = network.explain_refusal("a.test", "a.test is not allowed\u{1b}[2J");
+        assert_eq!(
+            first.as_deref(),
+            Some("sandbox: network: a.test is not allowed\\u{1b}[2J")
+        );
+        assert_eq!(network.explain_refusal("a.test", "again"), None);
+        for n in 1..MAX_EXPLAINED_HOSTS {
+            assert!(network
+                .explain_refusal(&format!("h{n}.test"), "refused")
+                .is_some());
+        }
+        let last = network.explain_refusal("one-more.test", "refused");
+        assert!(
+            last.is_some_and(|line| line.contains("the audit log and the report name the rest"))
+        );
+        assert_eq!(network.explain_refusal("yet-another.test", "refused"), None);
+        assert_eq!(network.explained.len(), MAX_EXPLAINED_HOSTS + 1);
     }
 
     #[test]

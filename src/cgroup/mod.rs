@@ -18,6 +18,7 @@ pub use run::{
     FixContext, KernelOps, Placement, RunCgroup,
 };
 
+pub mod notice;
 pub mod scope;
 pub use scope::scope_note;
 

@@ -39,17 +39,26 @@ pub fn run(cmd: ProfileCommand) -> anyhow::Result<i32> {
             Ok(policy) => show(&policy, json),
             Err(err) => Ok(invalid(&err)),
         },
-        ProfileCommand::Check { file } => match load(&file) {
-            Ok(policy) => {
-                println!(
-                    "{}: ok (profile {})",
-                    Path::new(&file).display(),
-                    policy.name
-                );
-                Ok(0)
+        ProfileCommand::Check { file } => {
+            let checked = match file.to_str() {
+                Some(text) => profile::check(text),
+                None => profile::check_file(Path::new(&file)),
+            };
+            match checked {
+                Ok(checked) => {
+                    for warning in &checked.warnings {
+                        eprintln!("warning: {warning}");
+                    }
+                    println!(
+                        "{}: ok (profile {})",
+                        Path::new(&file).display(),
+                        checked.policy.name
+                    );
+                    Ok(0)
+                }
+                Err(err) => Ok(invalid(&err)),
             }
-            Err(err) => Ok(invalid(&err)),
-        },
+        }
     }
 }
 

@@ -301,7 +301,12 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         None => None,
     };
     let (program, rest) = args.command.split_first().context("no command given")?;
+    let identity = git_identity(&policy.env, args.project.as_ref(), args.quiet)?;
     let mut command = sandbox::Command::new(program, policy);
+    // Before `--env`, which wins.
+    for (name, value) in &identity {
+        command.env(name, value);
+    }
     command.args(rest);
     if let Some(parent) = &args.cgroup_parent {
         command.cgroup_parent(parent);
@@ -352,9 +357,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         (None, Ok(_)) => serde_json::Value::Null,
     };
     if let (Some(report), false) = (&finished.report, args.quiet) {
-        for warning in &report.warnings {
-            eprintln!("sandbox: warning: {warning}");
-        }
+        print_warnings(&report.warnings);
     }
     let line = deliver_report(&report, report_target.as_ref(), report_fd)?;
     for message in limit_messages(&report) {
@@ -373,6 +376,65 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         eprintln!("{line}");
     }
     Ok(status)
+}
+
+/// `GIT_AUTHOR_*` and `GIT_COMMITTER_*` from the caller's git `user.name`
+/// and `user.email` when the profile's `env.git_identity` asks for them
+/// (never one the profile sets or passes itself). A project that is a git
+/// repository without an identity to pass is said once on stderr: commits
+/// made inside would get git's made-up author.
+fn git_identity(
+    env: &sandbox::profile::policy::EnvPolicy,
+    project: Option<&PathBuf>,
+    quiet: bool,
+) -> anyhow::Result<Vec<(&'static str, String)>> {
+    if !env.git_identity {
+        return Ok(Vec::new());
+    }
+    let project = match project {
+        Some(project) => absolute(project, "--project")?,
+        None => std::env::current_dir()?,
+    };
+    match sandbox::project::git_identity::read(&project) {
+        Ok(identity) => Ok(identity
+            .variables()
+            .into_iter()
+            .filter(|(name, _)| !env.set.contains_key(*name) && !env.pass.iter().any(|p| p == name))
+            .map(|(name, value)| (name, value.to_owned()))
+            .collect()),
+        Err(err) => {
+            if !quiet && project.join(".git").exists() {
+                eprintln!(
+                    "sandbox: note: no git identity to pass ({err}); commits made in this run \
+                     get git's made-up author"
+                );
+            }
+            Ok(Vec::new())
+        }
+    }
+}
+
+/// A run's warnings on stderr; the cgroup v1 fallback, a fact of the
+/// machine for a user other than root, only the first time on this machine
+/// (see `sandbox::cgroup::notice`). The report keeps every warning.
+pub(crate) fn print_warnings(warnings: &[String]) {
+    let mut layout = None;
+    for warning in warnings {
+        let shown = if sandbox::cgroup::notice::is_fallback(warning) {
+            let info = layout.get_or_insert_with(sandbox::cgroup::detect);
+            sandbox::cgroup::notice::to_print(
+                warning,
+                info,
+                nix::unistd::geteuid().is_root(),
+                &sandbox::safe_file::state_dir(),
+            )
+        } else {
+            Some(warning.clone())
+        };
+        if let Some(text) = shown {
+            eprintln!("sandbox: warning: {text}");
+        }
+    }
 }
 
 /// Open the `--report` file now, before the payload runs, so it cannot swap

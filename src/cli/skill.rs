@@ -183,9 +183,7 @@ fn run_skill(
         }
     };
     if let Some(report) = &invoked.finished.report {
-        for warning in &report.warnings {
-            eprintln!("sandbox: warning: {warning}");
-        }
+        super::run::print_warnings(&report.warnings);
     }
     if let Err(err) = &invoked.finished.result {
         eprintln!("sandbox: {err}");

@@ -47,6 +47,9 @@ pub enum FromNet {
         allowed: bool,
         /// What decided.
         rule: String,
+        /// What the client was told, for a refusal of where it went.
+        #[serde(default)]
+        refusal: Option<String>,
     },
     /// The run ended (the broker shut its side): everything the process
     /// had to say was said before this.

@@ -258,6 +258,9 @@ impl Gate for LinkGate {
             host: record.host,
             requested: record.requested,
             allowed: record.allowed,
+            // Refused because the run ended: its advice to list the host
+            // would be wrong, and nobody is waiting for it.
+            refusal: record.refusal.filter(|_| record.rule != RUN_ENDED),
             rule: record.rule,
         });
     }

@@ -102,6 +102,10 @@ pub struct Record {
     pub allowed: bool,
     /// The rule that decided.
     pub rule: String,
+    /// What the client was told when the policy or the address checks
+    /// refused it (the fix included); `None` when allowed, or refused for
+    /// how the client used the proxy rather than for where it went.
+    pub refusal: Option<String>,
 }
 
 /// The run's decisions and audit, as the proxy sees them.
@@ -203,13 +207,13 @@ impl Proxy {
         };
         if !allowed {
             let message = refusal_message(&target, &rule);
-            self.record(&target, false, rule);
+            self.record(&target, false, rule, Some(message.clone()));
             return Err(Failure::Refused(message));
         }
         let addresses = match self.resolver.resolve(&target.host, port).await {
             Ok(addresses) => addresses,
             Err(refusal) => {
-                self.record(&target, false, refusal.rule);
+                self.record(&target, false, refusal.rule, Some(refusal.message.clone()));
                 return Err(if refusal.unresolved {
                     Failure::Unresolved(refusal.message)
                 } else {
@@ -219,18 +223,19 @@ impl Proxy {
         };
         let connected = self.resolver.connect(&addresses, CONNECT_TIMEOUT).await;
         let shown = target.host.with_port(port);
-        self.record(&target, true, rule);
+        self.record(&target, true, rule, None);
         connected
             .map_err(|error| Failure::Unreachable(format!("connecting to {shown} failed: {error}")))
     }
 
-    fn record(&self, target: &Target, allowed: bool, rule: String) {
+    fn record(&self, target: &Target, allowed: bool, rule: String, refusal: Option<String>) {
         self.gate.record(Record {
             target: target.host.with_port(target.port),
             host: target.host.to_string(),
             requested: target.requested.clone(),
             allowed,
             rule,
+            refusal,
         });
     }
 
@@ -240,7 +245,7 @@ impl Proxy {
             port,
             requested,
         };
-        self.record(&target, false, rule);
+        self.record(&target, false, rule, None);
     }
 
     // ---- SOCKS5 (RFC 1928) ----
@@ -1475,6 +1480,7 @@ mod tests {
                 requested: format!("CONNECT allowed.test:{port}"),
                 allowed: true,
                 rule: format!("network.allow \"allowed.test:{port}\""),
+                refusal: None,
             }]
         );
     }
@@ -1503,6 +1509,11 @@ mod tests {
         assert_eq!(records.len(), 1);
         assert!(!records[0].allowed);
         assert_eq!(records[0].rule, "test gate: no");
+        let refusal = records[0].refusal.as_deref().unwrap_or_default();
+        assert!(
+            refusal.contains("add other.test") && body.contains(refusal),
+            "{refusal:?} {body}"
+        );
     }
 
     #[tokio::test]

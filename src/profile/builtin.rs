@@ -206,6 +206,7 @@ pub(crate) fn defaults() -> Policy {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect::<BTreeMap<_, _>>(),
+            git_identity: false,
         },
         broker: BrokerPolicy {
             default: Decision::Deny,

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 
 pub mod builtin;
 mod error;
+pub mod lint;
 pub mod narrow;
 pub mod permission;
 pub mod policy;
@@ -73,11 +74,49 @@ pub fn load(spec: &str) -> Result<Policy, ProfileError> {
 
 /// Load a profile file; a relative `extends` is resolved against its directory.
 pub fn load_file(path: &Path) -> Result<Policy, ProfileError> {
+    resolve(file_unit(path)?)
+}
+
+fn file_unit(path: &Path) -> Result<Unit, ProfileError> {
     let text = read_profile(path).map_err(|source| ProfileError::Read {
         path: path.to_owned(),
         source,
     })?;
-    resolve(Unit::file(path.to_owned(), text))
+    Ok(Unit::file(path.to_owned(), text))
+}
+
+/// A valid profile and what `sandbox profile check` warns about it.
+#[derive(Debug)]
+pub struct Checked {
+    /// The effective profile, as [`load`] gives it.
+    pub policy: Policy,
+    /// Settings that are valid but almost certainly not meant, each a
+    /// sentence naming the file, the key and the fix.
+    pub warnings: Vec<String>,
+}
+
+/// [`load`], plus the warnings of [`Checked`].
+pub fn check(spec: &str) -> Result<Checked, ProfileError> {
+    if is_path(spec) {
+        return check_file(Path::new(spec));
+    }
+    match builtin::source(spec) {
+        Some(text) => checked(Unit::builtin(spec, text)),
+        None => Err(ProfileError::UnknownProfile {
+            name: spec.to_owned(),
+        }),
+    }
+}
+
+/// [`load_file`], plus the warnings of [`Checked`].
+pub fn check_file(path: &Path) -> Result<Checked, ProfileError> {
+    checked(file_unit(path)?)
+}
+
+fn checked(first: Unit) -> Result<Checked, ProfileError> {
+    let (policy, replaced) = resolve_traced(first)?;
+    let warnings = lint::startup_lists_replaced(&policy, &replaced);
+    Ok(Checked { policy, warnings })
 }
 
 /// Parse profile text. `origin` names it in messages and is its file name:
@@ -169,6 +208,11 @@ pub fn to_toml(policy: &Policy) -> String {
     line(&mut out, "deny", string_list(&policy.syscalls.deny));
     out.push_str("\n[env]\n");
     line(&mut out, "pass", string_list(&policy.env.pass));
+    line(
+        &mut out,
+        "git_identity",
+        policy.env.git_identity.to_string(),
+    );
     out.push_str("\n[env.set]\n");
     for (name, value) in &policy.env.set {
         line(&mut out, &quote(name), quote(value));
@@ -311,9 +355,15 @@ impl Unit {
 /// Parse every profile in the chain starting at `first`, then apply them over
 /// strict's values, root first.
 fn resolve(first: Unit) -> Result<Policy, ProfileError> {
+    resolve_traced(first).map(|(policy, _)| policy)
+}
+
+/// [`resolve`], and every `filesystem.read` or `read_if_exists` a profile in
+/// the chain replaced rather than edited, with what it replaced.
+fn resolve_traced(first: Unit) -> Result<(Policy, Vec<lint::Replaced>), ProfileError> {
     let name = first.name.clone();
     let mut chain: Vec<Unit> = Vec::new();
-    let mut layers: Vec<Layer> = Vec::new();
+    let mut layers: Vec<(String, Layer)> = Vec::new();
     let mut current = first;
     loop {
         let source = Source {
@@ -322,12 +372,12 @@ fn resolve(first: Unit) -> Result<Policy, ProfileError> {
         };
         let mut layer = Layer::parse(&source)?;
         let Some(extends) = layer.extends.take() else {
-            layers.push(layer);
+            layers.push((current.origin.clone(), layer));
             break;
         };
         let (line, column) = source.line_column(extends.span().start);
         let next = locate(&current, extends.get_ref(), extends.span(), &source)?;
-        layers.push(layer);
+        layers.push((current.origin.clone(), layer));
         // Built-in strict is what every chain is applied over (`defaults()`),
         // and extends nothing: parsing it again would change nothing.
         if next.identity == "builtin:strict" {
@@ -360,11 +410,30 @@ fn resolve(first: Unit) -> Result<Policy, ProfileError> {
         current = next;
     }
     let mut policy = builtin::defaults();
-    for layer in layers.into_iter().rev() {
+    let mut replaced = Vec::new();
+    for (origin, layer) in layers.into_iter().rev() {
+        let fs = &policy.filesystem;
+        for (key, inherited, edit) in [
+            ("filesystem.read", &fs.read, &layer.read),
+            (
+                "filesystem.read_if_exists",
+                &fs.read_if_exists,
+                &layer.read_if_exists,
+            ),
+        ] {
+            if let Some(written) = &edit.replace {
+                replaced.push(lint::Replaced {
+                    origin: origin.clone(),
+                    key,
+                    inherited: inherited.clone(),
+                    written: written.clone(),
+                });
+            }
+        }
         layer.apply(&mut policy);
     }
     policy.name = name;
-    Ok(policy)
+    Ok((policy, replaced))
 }
 
 /// The profile an `extends` value names, read but not yet parsed.
@@ -469,6 +538,15 @@ mod tests {
     #[test]
     fn standard_and_permissive() {
         let standard = load("standard").unwrap();
+        // An untrusted run does not learn the person's name and e-mail.
+        assert!(!load("strict").unwrap().env.git_identity);
+        assert!(standard.env.git_identity);
+        assert!(load("permissive").unwrap().env.git_identity);
+        assert!(
+            !ok("version = 1\nextends = \"standard\"\n[env]\ngit_identity = false\n")
+                .env
+                .git_identity
+        );
         assert_eq!(standard.network.mode, NetworkMode::Loopback);
         assert_eq!(standard.syscalls.mode, SyscallMode::Denylist);
         assert_eq!(standard.enforce.landlock, Enforcement::BestEffort);
@@ -734,6 +812,106 @@ mod tests {
             format!("{d}/orphan.toml:2:11: cannot read `{d}/gone.toml`, named by `extends`")
         );
         assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn every_list_key_has_add_and_remove_forms_that_edit_the_inherited_list() {
+        let p = ok(r#"version = 1
+extends = "standard"
+[filesystem]
+read_add = ["/srv/data"]
+read_remove = ["/etc"]
+read_if_exists_add = ["/etc/resolv.conf", "/lib"]
+read_if_exists_remove = ["/opt"]
+write_add = ["/var/cache/ci"]
+hide_add = ["/etc/machine-id"]
+hide_remove = ["/etc/sudoers"]
+secrets_add = ["*.p12"]
+secrets_remove = [".npmrc"]
+protect_add = ["Makefile"]
+protect_remove = [".idea/"]
+[network]
+allow_add = ["pypi.org"]
+[syscalls]
+allow_add = ["ptrace"]
+deny_add = ["io_uring_setup"]
+[env]
+pass_add = ["CI"]
+pass_remove = ["TZ"]
+[tools]
+expose_add = ["rust"]
+"#);
+        let fs = &p.filesystem;
+        let paths = |list: &[PathBuf]| -> Vec<String> {
+            list.iter().map(|p| p.display().to_string()).collect()
+        };
+        assert_eq!(paths(&fs.read), ["/usr", "/srv/data"]);
+        let if_exists = paths(&fs.read_if_exists);
+        assert_eq!(
+            if_exists,
+            [
+                "/bin",
+                "/sbin",
+                "/lib",
+                "/lib32",
+                "/lib64",
+                "/libx32",
+                "/etc/resolv.conf"
+            ]
+        );
+        assert_eq!(paths(&fs.write), ["/var/cache/ci"]);
+        assert!(paths(&fs.hide).contains(&"/etc/machine-id".to_owned()));
+        assert!(!paths(&fs.hide).contains(&"/etc/sudoers".to_owned()));
+        assert!(paths(&fs.hide).contains(&"/etc/shadow".to_owned()));
+        assert!(
+            fs.secrets.contains(&"*.p12".to_owned()) && fs.secrets.contains(&".env".to_owned())
+        );
+        assert!(!fs.secrets.contains(&".npmrc".to_owned()));
+        assert!(fs.protect.contains(&"Makefile".to_owned()));
+        assert!(!fs.protect.contains(&".idea/".to_owned()));
+        assert_eq!(p.network.mode, NetworkMode::Allowlist);
+        assert_eq!(p.network.allow, ["pypi.org"]);
+        assert_eq!(p.syscalls.allow, ["ptrace"]);
+        assert_eq!(p.syscalls.deny, ["io_uring_setup"]);
+        assert_eq!(p.env.pass, ["LANG", "LC_ALL", "LC_CTYPE", "TERM", "CI"]);
+        assert_eq!(p.tools, ["rust"]);
+
+        // Removing what was never there is not an error, and an entry is
+        // checked in every form.
+        assert_eq!(
+            ok("version = 1
+[env]
+pass_remove = [\"NOPE\"]
+")
+            .env
+            .pass
+            .len(),
+            5
+        );
+        let e = err("version = 1
+[filesystem]
+read_add = [\"relative\"]
+");
+        assert!(
+            e.contains("`filesystem.read_add` paths must be absolute"),
+            "{e}"
+        );
+        let e = err("version = 1
+[filesystem]
+write_add = [\"/proc/sys\"]
+");
+        assert!(e.contains("`filesystem.write_add` cannot contain"), "{e}");
+        let e = err("version = 1
+[network]
+mode = \"none\"
+allow_add = [\"x.org\"]
+");
+        assert!(e.contains("`network.allow_add` goes with the proxy"), "{e}");
+        let e = err("version = 1
+[tools]
+expose_add = [\"cobol\"]
+");
+        assert!(e.contains("unknown tool `cobol`"), "{e}");
     }
 
     #[test]

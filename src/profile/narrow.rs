@@ -192,6 +192,14 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
         over("env.pass", format!("passes {name}"), "not passed".into());
     }
 
+    if inner.env.git_identity && !outer.env.git_identity {
+        over(
+            "env.git_identity",
+            "passes your git name and e-mail".into(),
+            "not passed".into(),
+        );
+    }
+
     if permissiveness(inner.broker.default) > permissiveness(outer.broker.default) {
         over(
             "broker.default",
@@ -274,6 +282,7 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
     narrowed.limits = inner.limits.clone();
     narrowed.syscalls = inner.syscalls.clone();
     narrowed.env.pass.clone_from(&inner.env.pass);
+    narrowed.env.git_identity = inner.env.git_identity;
     narrowed.broker = inner.broker.clone();
     narrowed.enforce = inner.enforce.clone();
     narrowed.tools.clone_from(&inner.tools);
@@ -413,7 +422,7 @@ mod tests {
         let evil = parse(
             "version = 1\n[filesystem]\nwrite = [\"/home\"]\nread = [\"/root\"]\nhide = []\n\
              [enforce]\nlandlock = \"off\"\nseccomp = \"off\"\n[syscalls]\nallow = [\"sethostname\"]\n\
-             [env]\npass = [\"SSH_AUTH_SOCK\"]\n[limits]\nmemory = \"unlimited\"\ntimeout = \"1d\"\n\
+             [env]\npass = [\"SSH_AUTH_SOCK\"]\ngit_identity = true\n[limits]\nmemory = \"unlimited\"\ntimeout = \"1d\"\n\
              [broker]\ndefault = \"allow\"\nrules = { \"secrets.read\" = \"allow\" }\n",
             "evil.toml",
         )
@@ -426,6 +435,7 @@ mod tests {
             "enforce.seccomp off (your profile: required)",
             "syscalls allow sethostname (your profile: denied)",
             "env.pass passes SSH_AUTH_SOCK (your profile: not passed)",
+            "env.git_identity passes your git name and e-mail (your profile: not passed)",
             "limits.memory unlimited (your profile: 1GiB)",
             "limits.timeout 24h (your profile: 10m)",
             "broker.default allow (your profile: deny)",

@@ -215,6 +215,11 @@ pub struct EnvPolicy {
     pub pass: Vec<String>,
     /// Variables set to fixed values (these win over `pass`).
     pub set: BTreeMap<String, String>,
+    /// `sandbox run` passes the caller's git `user.name` and `user.email`
+    /// as `GIT_AUTHOR_*` and `GIT_COMMITTER_*` (nothing else of git's
+    /// configuration), so commits made inside carry the person's identity.
+    #[serde(default)]
+    pub git_identity: bool,
 }
 
 /// Broker policy (used by the permission broker).

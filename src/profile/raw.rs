@@ -61,6 +61,10 @@ pub struct RawProfile {
 pub struct RawTools {
     /// Built-in toolchain names (see [`super::tools::TOOLS`]).
     pub expose: Option<Vec<Spanned<String>>>,
+    /// Entries added to the inherited `expose`.
+    pub expose_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `expose` (exactly as written there).
+    pub expose_remove: Option<Vec<Spanned<String>>>,
 }
 
 /// Only the version, read first so that a file written for a newer format
@@ -77,14 +81,30 @@ pub struct RawVersion {
 pub struct RawFilesystem {
     /// `rw` or `ro`.
     pub project: Option<RawProject>,
-    /// Absolute paths made visible read-only.
+    /// Absolute paths made visible read-only (replaces the inherited list).
     pub read: Option<Vec<Spanned<String>>>,
-    /// Absolute paths made visible read-only when they exist.
+    /// Entries added to the inherited `read`.
+    pub read_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `read` (exactly as written there).
+    pub read_remove: Option<Vec<Spanned<String>>>,
+    /// Absolute paths made visible read-only when they exist (replaces the inherited list).
     pub read_if_exists: Option<Vec<Spanned<String>>>,
-    /// Absolute paths made visible read-write.
+    /// Entries added to the inherited `read_if_exists`.
+    pub read_if_exists_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `read_if_exists` (exactly as written there).
+    pub read_if_exists_remove: Option<Vec<Spanned<String>>>,
+    /// Absolute paths made visible read-write (replaces the inherited list).
     pub write: Option<Vec<Spanned<String>>>,
+    /// Entries added to the inherited `write`.
+    pub write_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `write` (exactly as written there).
+    pub write_remove: Option<Vec<Spanned<String>>>,
     /// Paths masked in the sandbox (relative to the project root, or absolute).
     pub hide: Option<Vec<Spanned<String>>>,
+    /// Entries added to the inherited `hide`.
+    pub hide_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `hide` (exactly as written there).
+    pub hide_remove: Option<Vec<Spanned<String>>>,
     /// Name patterns hidden at any depth of the project (replaces the inherited list).
     pub secrets: Option<Vec<Spanned<String>>>,
     /// Patterns added to the inherited `secrets`.
@@ -125,6 +145,10 @@ pub struct RawNetwork {
     pub mode: Option<RawNetworkMode>,
     /// Hosts the proxy lets through (implies `mode = "allowlist"`).
     pub allow: Option<Vec<Spanned<String>>>,
+    /// Hosts added to the inherited `allow` (implies `mode = "allowlist"` too).
+    pub allow_add: Option<Vec<Spanned<String>>>,
+    /// Hosts removed from the inherited `allow`.
+    pub allow_remove: Option<Vec<Spanned<String>>>,
     /// Names pinned to addresses.
     pub resolve: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
 }
@@ -169,8 +193,16 @@ pub struct RawSyscalls {
     pub mode: Option<RawSyscallMode>,
     /// Extra system calls to allow.
     pub allow: Option<Vec<Spanned<String>>>,
+    /// Entries added to the inherited `allow`.
+    pub allow_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `allow` (exactly as written there).
+    pub allow_remove: Option<Vec<Spanned<String>>>,
     /// Extra system calls to refuse.
     pub deny: Option<Vec<Spanned<String>>>,
+    /// Entries added to the inherited `deny`.
+    pub deny_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `deny` (exactly as written there).
+    pub deny_remove: Option<Vec<Spanned<String>>>,
 }
 
 /// Seccomp mode, as spelled in a file.
@@ -189,8 +221,14 @@ pub enum RawSyscallMode {
 pub struct RawEnv {
     /// Variables copied from the supervisor's environment.
     pub pass: Option<Vec<Spanned<String>>>,
+    /// Entries added to the inherited `pass`.
+    pub pass_add: Option<Vec<Spanned<String>>>,
+    /// Entries removed from the inherited `pass` (exactly as written there).
+    pub pass_remove: Option<Vec<Spanned<String>>>,
     /// Variables set to fixed values.
     pub set: Option<BTreeMap<Spanned<String>, Spanned<String>>>,
+    /// Pass the caller's git user.name and user.email (`sandbox run`).
+    pub git_identity: Option<bool>,
 }
 
 /// `[broker]`.
@@ -330,20 +368,16 @@ impl Source<'_> {
 pub(crate) struct Layer {
     pub extends: Option<Spanned<String>>,
     pub project: Option<ProjectAccess>,
-    pub read: Option<Vec<PathBuf>>,
-    pub read_if_exists: Option<Vec<PathBuf>>,
-    pub write: Option<Vec<PathBuf>>,
-    pub hide: Option<Vec<PathBuf>>,
-    pub secrets: Option<Vec<String>>,
-    pub secrets_add: Vec<String>,
-    pub secrets_remove: Vec<String>,
-    pub protect: Option<Vec<String>>,
-    pub protect_add: Vec<String>,
-    pub protect_remove: Vec<String>,
+    pub read: ListEdit<PathBuf>,
+    pub read_if_exists: ListEdit<PathBuf>,
+    pub write: ListEdit<PathBuf>,
+    pub hide: ListEdit<PathBuf>,
+    pub secrets: ListEdit<String>,
+    pub protect: ListEdit<String>,
     pub hardlinks: Option<crate::project::HardlinkPolicy>,
     pub tmp_size: Option<u64>,
     pub network: Option<NetworkMode>,
-    pub network_allow: Option<Vec<String>>,
+    pub network_allow: ListEdit<String>,
     pub network_resolve: Option<BTreeMap<String, std::net::IpAddr>>,
     pub memory: Option<Option<u64>>,
     pub pids: Option<Option<u64>>,
@@ -352,17 +386,53 @@ pub(crate) struct Layer {
     pub output: Option<Option<u64>>,
     pub nofile: Option<Option<u64>>,
     pub syscall_mode: Option<SyscallMode>,
-    pub syscall_allow: Option<Vec<String>>,
-    pub syscall_deny: Option<Vec<String>>,
-    pub env_pass: Option<Vec<String>>,
+    pub syscall_allow: ListEdit<String>,
+    pub syscall_deny: ListEdit<String>,
+    pub env_pass: ListEdit<String>,
     pub env_set: BTreeMap<String, String>,
+    pub env_git_identity: Option<bool>,
     pub broker_default: Option<Decision>,
     pub broker_rules: BTreeMap<String, Decision>,
     pub userns: Option<Enforcement>,
     pub landlock: Option<Enforcement>,
     pub seccomp: Option<Enforcement>,
     pub cgroups: Option<Enforcement>,
-    pub tools: Option<Vec<String>>,
+    pub tools: ListEdit<String>,
+}
+
+/// One list key as a layer writes it: `KEY` replaces the inherited list,
+/// `KEY_add` appends to it (once each), `KEY_remove` takes entries out, so a
+/// child profile adjusts its parent's list without repeating it.
+#[derive(Debug)]
+pub(crate) struct ListEdit<T> {
+    pub replace: Option<Vec<T>>,
+    pub add: Vec<T>,
+    pub remove: Vec<T>,
+}
+
+impl<T> Default for ListEdit<T> {
+    fn default() -> Self {
+        ListEdit {
+            replace: None,
+            add: Vec::new(),
+            remove: Vec::new(),
+        }
+    }
+}
+
+impl<T: PartialEq> ListEdit<T> {
+    /// Replace, then add, then remove.
+    pub fn apply(self, list: &mut Vec<T>) {
+        if let Some(replacement) = self.replace {
+            *list = replacement;
+        }
+        for item in self.add {
+            if !list.contains(&item) {
+                list.push(item);
+            }
+        }
+        list.retain(|item| !self.remove.contains(item));
+    }
 }
 
 impl Layer {
@@ -400,18 +470,16 @@ impl Layer {
         }
         let fs = &mut policy.filesystem;
         set(&mut fs.project, self.project);
-        set(&mut fs.read, self.read);
-        set(&mut fs.read_if_exists, self.read_if_exists);
-        set(&mut fs.write, self.write);
-        set(&mut fs.hide, self.hide);
-        set(&mut fs.secrets, self.secrets);
-        edit_list(&mut fs.secrets, self.secrets_add, &self.secrets_remove);
-        set(&mut fs.protect, self.protect);
-        edit_list(&mut fs.protect, self.protect_add, &self.protect_remove);
+        self.read.apply(&mut fs.read);
+        self.read_if_exists.apply(&mut fs.read_if_exists);
+        self.write.apply(&mut fs.write);
+        self.hide.apply(&mut fs.hide);
+        self.secrets.apply(&mut fs.secrets);
+        self.protect.apply(&mut fs.protect);
         set(&mut fs.hardlinks, self.hardlinks);
         set(&mut fs.tmp_size, self.tmp_size);
         set(&mut policy.network.mode, self.network);
-        set(&mut policy.network.allow, self.network_allow);
+        self.network_allow.apply(&mut policy.network.allow);
         set(&mut policy.network.resolve, self.network_resolve);
         // A mode without a proxy has nothing to list: a layer that turns
         // the proxy off (`mode = "none"` over a parent's allowlist) gets
@@ -428,11 +496,12 @@ impl Layer {
         set(&mut limits.output, self.output);
         set(&mut limits.nofile, self.nofile);
         set(&mut policy.syscalls.mode, self.syscall_mode);
-        set(&mut policy.syscalls.allow, self.syscall_allow);
-        set(&mut policy.syscalls.deny, self.syscall_deny);
-        set(&mut policy.env.pass, self.env_pass);
+        self.syscall_allow.apply(&mut policy.syscalls.allow);
+        self.syscall_deny.apply(&mut policy.syscalls.deny);
+        self.env_pass.apply(&mut policy.env.pass);
         // Maps merge key by key: a child adds or changes entries, it cannot drop the parent's.
         policy.env.set.extend(self.env_set);
+        set(&mut policy.env.git_identity, self.env_git_identity);
         set(&mut policy.broker.default, self.broker_default);
         policy.broker.rules.extend(self.broker_rules);
         let enforce = &mut policy.enforce;
@@ -440,7 +509,7 @@ impl Layer {
         set(&mut enforce.landlock, self.landlock);
         set(&mut enforce.seccomp, self.seccomp);
         set(&mut enforce.cgroups, self.cgroups);
-        set(&mut policy.tools, self.tools);
+        self.tools.apply(&mut policy.tools);
     }
 }
 
@@ -456,23 +525,47 @@ impl RawProfile {
                 RawProject::Ro => ProjectAccess::ReadOnly,
                 RawProject::None => ProjectAccess::Empty,
             });
-            layer.read = check_list(fs.read, |s| host_path(src, s, "filesystem.read"))?;
-            layer.read_if_exists = check_list(fs.read_if_exists, |s| {
-                host_path(src, s, "filesystem.read_if_exists")
-            })?;
-            layer.write = check_list(fs.write, |s| writable_path(src, s))?;
-            layer.hide = check_list(fs.hide, |s| hide_path(src, s))?;
-            let patterns = |list, key| check_list(list, |s| name_pattern(src, s, key));
-            layer.secrets = patterns(fs.secrets, "filesystem.secrets")?;
-            layer.secrets_add =
-                patterns(fs.secrets_add, "filesystem.secrets_add")?.unwrap_or_default();
-            layer.secrets_remove =
-                patterns(fs.secrets_remove, "filesystem.secrets_remove")?.unwrap_or_default();
-            layer.protect = patterns(fs.protect, "filesystem.protect")?;
-            layer.protect_add =
-                patterns(fs.protect_add, "filesystem.protect_add")?.unwrap_or_default();
-            layer.protect_remove =
-                patterns(fs.protect_remove, "filesystem.protect_remove")?.unwrap_or_default();
+            let paths = |key: &str, replace, add, remove| {
+                list_edit(key, replace, add, remove, |s, key| host_path(src, s, key))
+            };
+            layer.read = paths("filesystem.read", fs.read, fs.read_add, fs.read_remove)?;
+            layer.read_if_exists = paths(
+                "filesystem.read_if_exists",
+                fs.read_if_exists,
+                fs.read_if_exists_add,
+                fs.read_if_exists_remove,
+            )?;
+            layer.write = list_edit(
+                "filesystem.write",
+                fs.write,
+                fs.write_add,
+                fs.write_remove,
+                |s, key| writable_path(src, s, key),
+            )?;
+            layer.hide = list_edit(
+                "filesystem.hide",
+                fs.hide,
+                fs.hide_add,
+                fs.hide_remove,
+                |s, key| hide_path(src, s, key),
+            )?;
+            let patterns = |key: &str, replace, add, remove| {
+                list_edit(key, replace, add, remove, |s, key| {
+                    name_pattern(src, s, key)
+                })
+            };
+            layer.secrets = patterns(
+                "filesystem.secrets",
+                fs.secrets,
+                fs.secrets_add,
+                fs.secrets_remove,
+            )?;
+            layer.protect = patterns(
+                "filesystem.protect",
+                fs.protect,
+                fs.protect_add,
+                fs.protect_remove,
+            )?;
             layer.hardlinks = fs.hardlinks;
             if let Some(tmp) = fs.tmp {
                 let size = size_value(src, &tmp, "filesystem.tmp", false)?.unwrap_or(0);
@@ -496,11 +589,23 @@ impl RawProfile {
                 RawSyscallMode::Allowlist => SyscallMode::Allowlist,
                 RawSyscallMode::Denylist => SyscallMode::Denylist,
             });
-            layer.syscall_allow = check_list(sys.allow, |s| syscall_name(src, s))?;
-            layer.syscall_deny = check_list(sys.deny, |s| syscall_name(src, s))?;
+            let syscalls = |key: &str, replace, add, remove| {
+                list_edit(key, replace, add, remove, |s, _| syscall_name(src, s))
+            };
+            layer.syscall_allow =
+                syscalls("syscalls.allow", sys.allow, sys.allow_add, sys.allow_remove)?;
+            layer.syscall_deny =
+                syscalls("syscalls.deny", sys.deny, sys.deny_add, sys.deny_remove)?;
         }
         if let Some(env) = self.env {
-            layer.env_pass = check_list(env.pass, |s| env_name(src, s))?;
+            layer.env_pass = list_edit(
+                "env.pass",
+                env.pass,
+                env.pass_add,
+                env.pass_remove,
+                |s, _| env_name(src, s),
+            )?;
+            layer.env_git_identity = env.git_identity;
             for (name, value) in env.set.unwrap_or_default() {
                 let name = env_name(src, &name)?;
                 if value.get_ref().contains('\0') {
@@ -528,7 +633,13 @@ impl RawProfile {
             layer.cgroups = enforce.cgroups.map(enforcement);
         }
         if let Some(tools) = self.tools {
-            layer.tools = check_list(tools.expose, |s| tool_name(src, s))?;
+            layer.tools = list_edit(
+                "tools.expose",
+                tools.expose,
+                tools.expose_add,
+                tools.expose_remove,
+                |s, _| tool_name(src, s),
+            )?;
         }
         Ok(layer)
     }
@@ -541,13 +652,16 @@ fn check_network(src: &Source, net: RawNetwork, layer: &mut Layer) -> Result<(),
         RawNetworkMode::Allowlist => NetworkMode::Allowlist,
         RawNetworkMode::Host => NetworkMode::Host,
     });
-    let listed = net.allow.is_some() || net.resolve.is_some();
+    // `allow_add` asks for the proxy as plainly as `allow` does; `allow_remove`
+    // only edits an inherited list and implies nothing.
+    let listed = net.allow.is_some() || net.allow_add.is_some() || net.resolve.is_some();
     if let (Some(mode), true) = (mode, listed) {
         if mode != NetworkMode::Allowlist {
-            let (key, span) = match (&net.allow, &net.resolve) {
-                (Some(allow), _) => ("allow", allow.first().map(|a| a.span())),
-                (None, Some(resolve)) => ("resolve", resolve.keys().next().map(|k| k.span())),
-                (None, None) => ("allow", None),
+            let (key, span) = match (&net.allow, &net.allow_add, &net.resolve) {
+                (Some(allow), _, _) => ("allow", allow.first().map(|a| a.span())),
+                (None, Some(add), _) => ("allow_add", add.first().map(|a| a.span())),
+                (None, None, Some(resolve)) => ("resolve", resolve.keys().next().map(|k| k.span())),
+                (None, None, None) => ("allow", None),
             };
             return Err(src.error(
                 span.unwrap_or(0..0),
@@ -563,13 +677,17 @@ fn check_network(src: &Source, net: RawNetwork, layer: &mut Layer) -> Result<(),
         (None, true) => Some(NetworkMode::Allowlist),
         (mode, _) => mode,
     };
-    if let Some(allow) = net.allow {
-        layer.network_allow = check_list(Some(allow), |entry| {
+    layer.network_allow = list_edit(
+        "network.allow",
+        net.allow,
+        net.allow_add,
+        net.allow_remove,
+        |entry, key| {
             crate::net::allow::check_entry(entry.get_ref())
                 .map(|()| entry.get_ref().trim().to_string())
-                .map_err(|err| src.error(entry.span(), err.to_string()))
-        })?;
-    }
+                .map_err(|err| src.error(entry.span(), format!("`{key}`: {err}")))
+        },
+    )?;
     if let Some(resolve) = net.resolve {
         let mut pins = BTreeMap::new();
         for (name, address) in resolve {
@@ -607,12 +725,27 @@ fn enforcement(e: RawEnforcement) -> Enforcement {
     }
 }
 
-fn check_list<T>(
-    list: Option<Vec<Spanned<String>>>,
-    check: impl Fn(&Spanned<String>) -> Result<T, ProfileError>,
-) -> Result<Option<Vec<T>>, ProfileError> {
-    list.map(|items| items.iter().map(&check).collect())
-        .transpose()
+/// A list key and its `_add` and `_remove` forms, each entry checked by
+/// `check`, which is given the key as written (for its messages).
+fn list_edit<T>(
+    key: &str,
+    replace: Option<Vec<Spanned<String>>>,
+    add: Option<Vec<Spanned<String>>>,
+    remove: Option<Vec<Spanned<String>>>,
+    check: impl Fn(&Spanned<String>, &str) -> Result<T, ProfileError>,
+) -> Result<ListEdit<T>, ProfileError> {
+    let checked = |items: Option<Vec<Spanned<String>>>, key: &str| {
+        items
+            .unwrap_or_default()
+            .iter()
+            .map(|item| check(item, key))
+            .collect::<Result<Vec<T>, ProfileError>>()
+    };
+    Ok(ListEdit {
+        replace: replace.map(|items| checked(Some(items), key)).transpose()?,
+        add: checked(add, &format!("{key}_add"))?,
+        remove: checked(remove, &format!("{key}_remove"))?,
+    })
 }
 
 /// `.` components and trailing slashes dropped; `..` kept (callers reject it).
@@ -649,8 +782,8 @@ fn host_path(src: &Source, s: &Spanned<String>, field: &str) -> Result<PathBuf, 
     Ok(normalize(path))
 }
 
-fn writable_path(src: &Source, s: &Spanned<String>) -> Result<PathBuf, ProfileError> {
-    let path = host_path(src, s, "filesystem.write")?;
+fn writable_path(src: &Source, s: &Spanned<String>, field: &str) -> Result<PathBuf, ProfileError> {
+    let path = host_path(src, s, field)?;
     // Writing to these is writing to the kernel or to every device: no
     // filesystem-level sandbox survives it.
     for forbidden in ["/proc", "/sys", "/dev"] {
@@ -658,7 +791,7 @@ fn writable_path(src: &Source, s: &Spanned<String>) -> Result<PathBuf, ProfileEr
             return Err(src.error(
                 s.span(),
                 format!(
-                    "`filesystem.write` cannot contain \"{}\": {forbidden} and everything under it stay read-only",
+                    "`{field}` cannot contain \"{}\": {forbidden} and everything under it stay read-only",
                     path.display()
                 ),
             ));
@@ -667,32 +800,30 @@ fn writable_path(src: &Source, s: &Spanned<String>) -> Result<PathBuf, ProfileEr
     if path == Path::new("/") {
         return Err(src.error(
             s.span(),
-            "`filesystem.write` cannot contain \"/\": that would make the whole host writable",
+            format!("`{field}` cannot contain \"/\": that would make the whole host writable"),
         ));
     }
     Ok(path)
 }
 
-fn hide_path(src: &Source, s: &Spanned<String>) -> Result<PathBuf, ProfileError> {
+fn hide_path(src: &Source, s: &Spanned<String>, field: &str) -> Result<PathBuf, ProfileError> {
     let text = s.get_ref();
     if text.contains('\0') {
-        return Err(src.error(s.span(), "`filesystem.hide` paths cannot contain NUL"));
+        return Err(src.error(s.span(), format!("`{field}` paths cannot contain NUL")));
     }
     let path = Path::new(text);
     // A relative `..` would reach outside the project root.
     if has_parent_dir(path) {
         return Err(src.error(
             s.span(),
-            format!("`filesystem.hide` paths cannot contain `..`: \"{text}\""),
+            format!("`{field}` paths cannot contain `..`: \"{text}\""),
         ));
     }
     let path = normalize(path);
     if path.as_os_str().is_empty() || path == Path::new("/") {
         return Err(src.error(
             s.span(),
-            format!(
-                "`filesystem.hide` entry \"{text}\" would hide the whole project or filesystem"
-            ),
+            format!("`{field}` entry \"{text}\" would hide the whole project or filesystem"),
         ));
     }
     Ok(path)
@@ -703,17 +834,6 @@ fn name_pattern(src: &Source, s: &Spanned<String>, key: &str) -> Result<String, 
     crate::project::Pattern::parse(s.get_ref())
         .map(|_| s.get_ref().clone())
         .map_err(|err| src.error(s.span(), format!("`{key}`: {err}")))
-}
-
-/// `add` appended (once each), then `remove` taken out: a child profile
-/// adjusts its parent's list without repeating it.
-fn edit_list(list: &mut Vec<String>, add: Vec<String>, remove: &[String]) {
-    for pattern in add {
-        if !list.contains(&pattern) {
-            list.push(pattern);
-        }
-    }
-    list.retain(|p| !remove.contains(p));
 }
 
 fn syscall_name(src: &Source, s: &Spanned<String>) -> Result<String, ProfileError> {

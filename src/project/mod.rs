@@ -13,6 +13,7 @@
 //! After a run, a second, cheaper walk moves protected entries the run
 //! created (which no mount could cover: they did not exist) out of the way.
 
+pub mod git_identity;
 pub mod home;
 pub mod patterns;
 pub mod quarantine;

@@ -6,6 +6,7 @@ pub mod host;
 pub mod launch;
 pub mod manifest;
 pub mod params;
+mod schema_pointer;
 pub mod serve;
 
 use std::path::PathBuf;

@@ -3,10 +3,24 @@
 //!
 //! A schema is compiled once, when the manifest loads. Every keyword it
 //! uses must be one of [`SUPPORTED`] or a pure annotation ([`ANNOTATIONS`]);
-//! anything else (`$ref`, `format`, `if`, `patternProperties`, ...) refuses
+//! anything else (`if`, `patternProperties`, `prefixItems`, ...) refuses
 //! the manifest, naming the keyword and where it sits. A keyword that was
 //! silently skipped would let through params the skill's author meant to
 //! refuse, so a schema is either checked in full or not loaded.
+//!
+//! What pydantic's `model_json_schema()` and zod's converters emit works:
+//! `format` is an annotation (as 2020-12 says by default: the skill's own
+//! model checks it), and `$ref` may point anywhere inside the schema by
+//! JSON pointer (`#/$defs/NAME`, draft 7's `#/definitions/NAME`, zod's
+//! `#/definitions/T/properties/home`, `#` for the root). A manifest is
+//! untrusted input, so references are bounded: each target is compiled
+//! once however often it is named (no exponential copies), at most
+//! [`MAX_REFERENCES`] of them, a schema nests at most [`MAX_SCHEMA_DEPTH`]
+//! deep, a chain of references that never reaches a check refuses the
+//! manifest, and a check of params follows at most [`MAX_CHECK_DEPTH`]
+//! nested schemas and [`MAX_CHECK_STEPS`] in all (a recursive schema such
+//! as `{"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}` doubles its work at
+//! every level), refusing the params beyond that rather than passing them.
 //!
 //! `pattern` is a regular expression in the `regex-lite` crate's syntax
 //! (classes, repetition, anchors, groups; no look-around, back-references
@@ -16,10 +30,14 @@
 //! spaces; anything but a line terminator), since the crate's own narrower
 //! meaning would make `^\S+$` accept a no-break space.
 
+use std::cell::Cell;
 use std::cmp::Ordering;
+use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{Map, Number, Value};
+
+use super::schema_pointer::{local_pointer, resolve_pointer};
 
 /// Keywords that constrain the params.
 pub const SUPPORTED: &[&str] = &[
@@ -47,6 +65,9 @@ pub const SUPPORTED: &[&str] = &[
     "anyOf",
     "oneOf",
     "not",
+    "$ref",
+    "$defs",
+    "definitions",
 ];
 
 /// Keywords that describe and never constrain.
@@ -61,7 +82,24 @@ pub const ANNOTATIONS: &[&str] = &[
     "deprecated",
     "readOnly",
     "writeOnly",
+    // An annotation in 2020-12 unless a dialect asks for the format-assertion
+    // vocabulary; generators emit it for every date, UUID and e-mail field.
+    "format",
+    // OpenAPI's hint at which `oneOf` branch applies (pydantic emits it for
+    // discriminated unions); `oneOf` itself does the checking.
+    "discriminator",
 ];
+
+/// Most references (distinct `$ref` targets and `$defs` entries) a schema may have.
+pub const MAX_REFERENCES: usize = 1024;
+/// Deepest nesting of schemas inside a schema (pydantic and zod output
+/// nests a few levels per model; references do not add to it).
+pub const MAX_SCHEMA_DEPTH: usize = 64;
+/// Deepest nesting of schemas one check follows, references included:
+/// recursion stays far from a thread's stack limit.
+pub const MAX_CHECK_DEPTH: usize = 256;
+/// Most schemas one check of params visits, references included.
+pub const MAX_CHECK_STEPS: u64 = 1_000_000;
 
 /// `$schema` values whose meaning for the supported keywords is the one
 /// implemented here (draft 4's boolean `exclusiveMinimum` is refused by
@@ -100,24 +138,163 @@ pub struct Violation {
 #[derive(Debug, Clone)]
 pub struct ParamsSchema {
     root: Node,
+    /// What each `$ref` and `$defs` entry points at, by [`Reference::index`].
+    targets: Vec<Node>,
 }
 
 impl ParamsSchema {
     /// Compile `schema`, refusing any keyword that is not implemented.
     pub fn compile(schema: &Value) -> Result<ParamsSchema, SchemaError> {
+        let mut compiler = Compiler {
+            document: schema,
+            indexes: HashMap::new(),
+            pending: Vec::new(),
+            depth: 0,
+        };
+        let root = compiler.node(schema, &mut String::new())?;
+        let mut targets: Vec<Option<Node>> = Vec::new();
+        // Targets compile one after another, not inside each other: a
+        // chain of references adds no recursion.
+        while let Some((index, pointer)) = compiler.pending.pop() {
+            let Some(target) = resolve_pointer(schema, &pointer) else {
+                return Err(schema_error(&pointer, "nothing is here".into()));
+            };
+            let node = compiler.node(target, &mut pointer.clone())?;
+            if targets.len() <= index {
+                targets.resize_with(index + 1, || None);
+            }
+            targets[index] = Some(node);
+        }
+        compiler.refuse_reference_loops()?;
         Ok(ParamsSchema {
-            root: Node::compile(schema, &mut String::new())?,
+            root,
+            // Every registered index was pending once, so each is filled.
+            targets: targets
+                .into_iter()
+                .map(|t| t.unwrap_or(Node::Always(false)))
+                .collect(),
         })
     }
 
     /// The first place `params` break the schema, if any.
     pub fn check(&self, params: &Value) -> Result<(), Violation> {
+        let walk = Walk {
+            targets: &self.targets,
+            steps: Cell::new(0),
+            exhausted: Cell::new(false),
+        };
         let mut field = String::new();
-        match self.root.first_violation(params, &mut field) {
+        let found = self.root.first_violation(params, &mut field, &walk, 0);
+        // A bound reached anywhere (under `not` too, where a failure would
+        // read as a pass) refuses the params: never checked means not passed.
+        if walk.exhausted.get() {
+            return Err(Violation {
+                field: String::new(),
+                message: format!(
+                    "the schema's references recurse too far to check these params \
+                     (more than {MAX_CHECK_DEPTH} nested schemas or {MAX_CHECK_STEPS} steps)"
+                ),
+            });
+        }
+        match found {
             None => Ok(()),
             Some(message) => Err(Violation { field, message }),
         }
     }
+}
+
+/// What compiling a schema keeps track of besides the node it builds.
+struct Compiler<'a> {
+    /// The whole schema, which `$ref` pointers are resolved in.
+    document: &'a Value,
+    /// JSON pointer (as written by [`push_pointer`]) to target index.
+    indexes: HashMap<String, usize>,
+    /// Targets registered but not compiled yet, with their pointer.
+    pending: Vec<(usize, String)>,
+    /// Schemas being compiled inside each other right now.
+    depth: usize,
+}
+
+impl Compiler<'_> {
+    fn node(&mut self, schema: &Value, location: &mut String) -> Result<Node, SchemaError> {
+        if self.depth >= MAX_SCHEMA_DEPTH {
+            return Err(schema_error(
+                location,
+                format!("schemas nest deeper than {MAX_SCHEMA_DEPTH} levels"),
+            ));
+        }
+        self.depth += 1;
+        let node = Node::compile(schema, location, self);
+        self.depth -= 1;
+        node
+    }
+
+    /// The index of the target at `pointer`, registered to be compiled
+    /// once if it is new.
+    fn register(&mut self, pointer: &str, location: &str) -> Result<usize, SchemaError> {
+        if let Some(index) = self.indexes.get(pointer) {
+            return Ok(*index);
+        }
+        if self.indexes.len() >= MAX_REFERENCES {
+            return Err(schema_error(
+                location,
+                format!("more than {MAX_REFERENCES} $ref targets and $defs entries"),
+            ));
+        }
+        let index = self.indexes.len();
+        self.indexes.insert(pointer.to_string(), index);
+        self.pending.push((index, pointer.to_string()));
+        Ok(index)
+    }
+
+    /// A target that is nothing but a `$ref`, whose chain comes back to
+    /// itself, checks nothing and would recurse forever: refuse it here.
+    fn refuse_reference_loops(&self) -> Result<(), SchemaError> {
+        for start in self.indexes.keys() {
+            let mut seen = std::collections::HashSet::new();
+            let mut pointer = start.clone();
+            while let Some(next) =
+                resolve_pointer(self.document, &pointer).and_then(only_a_reference)
+            {
+                if !seen.insert(pointer.clone()) {
+                    return Err(schema_error(
+                        start,
+                        "this $ref leads back to itself through references that check nothing"
+                            .into(),
+                    ));
+                }
+                match local_pointer(next) {
+                    Ok(target) => pointer = target,
+                    Err(_) => break,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `$ref` of a schema that has no other keyword but annotations.
+fn only_a_reference(schema: &Value) -> Option<&str> {
+    let object = schema.as_object()?;
+    let reference = object.get("$ref")?.as_str()?;
+    object
+        .keys()
+        .all(|k| k == "$ref" || ANNOTATIONS.contains(&k.as_str()))
+        .then_some(reference)
+}
+
+/// What one check of params carries down the schema.
+struct Walk<'a> {
+    targets: &'a [Node],
+    steps: Cell<u64>,
+    /// A bound was reached: the params are refused whatever else was found.
+    exhausted: Cell<bool>,
+}
+
+/// A `$ref`, compiled.
+#[derive(Debug, Clone)]
+struct Reference {
+    index: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -205,6 +382,7 @@ struct Checks {
     any_of: Vec<Node>,
     one_of: Vec<Node>,
     not: Option<Node>,
+    reference: Option<Reference>,
 }
 
 /// Largest `multipleOf`: every whole number up to 2^53 is exact as a
@@ -261,6 +439,7 @@ fn subschemas(
     value: &Value,
     keyword: &str,
     location: &mut String,
+    cx: &mut Compiler,
 ) -> Result<Vec<Node>, SchemaError> {
     let Value::Array(list) = value else {
         return Err(schema_error(
@@ -276,12 +455,16 @@ fn subschemas(
     }
     list.iter()
         .enumerate()
-        .map(|(i, s)| at(location, &i.to_string(), |l| Node::compile(s, l)))
+        .map(|(i, s)| at(location, &i.to_string(), |l| cx.node(s, l)))
         .collect()
 }
 
 impl Node {
-    fn compile(schema: &Value, location: &mut String) -> Result<Node, SchemaError> {
+    fn compile(
+        schema: &Value,
+        location: &mut String,
+        cx: &mut Compiler,
+    ) -> Result<Node, SchemaError> {
         let object = match schema {
             Value::Bool(b) => return Ok(Node::Always(*b)),
             Value::Object(object) => object,
@@ -294,21 +477,34 @@ impl Node {
         };
         let mut checks = Checks::default();
         for (keyword, value) in object {
-            at(location, keyword, |l| checks.add(keyword, value, l))?;
+            at(location, keyword, |l| checks.add(keyword, value, l, cx))?;
         }
         Ok(Node::Checks(Box::new(checks)))
     }
 
-    fn first_violation(&self, value: &Value, field: &mut String) -> Option<String> {
+    fn first_violation(
+        &self,
+        value: &Value,
+        field: &mut String,
+        walk: &Walk,
+        depth: usize,
+    ) -> Option<String> {
+        let steps = walk.steps.get().saturating_add(1);
+        walk.steps.set(steps);
+        if depth > MAX_CHECK_DEPTH || steps > MAX_CHECK_STEPS || walk.exhausted.get() {
+            walk.exhausted.set(true);
+            return Some("the check stopped at its bound".into());
+        }
         match self {
             Node::Always(true) => None,
             Node::Always(false) => Some("no value is allowed here".into()),
-            Node::Checks(checks) => checks.first_violation(value, field),
+            Node::Checks(checks) => checks.first_violation(value, field, walk, depth + 1),
         }
     }
 
-    fn admits(&self, value: &Value) -> bool {
-        self.first_violation(value, &mut String::new()).is_none()
+    fn admits(&self, value: &Value, walk: &Walk, depth: usize) -> bool {
+        self.first_violation(value, &mut String::new(), walk, depth)
+            .is_none()
     }
 }
 
@@ -318,6 +514,7 @@ impl Checks {
         keyword: &str,
         value: &Value,
         location: &mut String,
+        cx: &mut Compiler,
     ) -> Result<(), SchemaError> {
         let l = location.as_str();
         match keyword {
@@ -371,7 +568,7 @@ impl Checks {
                     ));
                 };
                 for (name, schema) in properties {
-                    let node = at(location, name, |l| Node::compile(schema, l))?;
+                    let node = at(location, name, |l| cx.node(schema, l))?;
                     self.properties.push((name.clone(), node));
                 }
             }
@@ -391,9 +588,7 @@ impl Checks {
                     }
                 }
             }
-            "additionalProperties" => {
-                self.additional_properties = Some(Node::compile(value, location)?)
-            }
+            "additionalProperties" => self.additional_properties = Some(cx.node(value, location)?),
             "minProperties" => self.min_properties = Some(count(value, keyword, l)?),
             "maxProperties" => self.max_properties = Some(count(value, keyword, l)?),
             "items" => {
@@ -405,7 +600,7 @@ impl Checks {
                             .into(),
                     ));
                 }
-                self.items = Some(Node::compile(value, location)?)
+                self.items = Some(cx.node(value, location)?)
             }
             "minItems" => self.min_items = Some(count(value, keyword, l)?),
             "maxItems" => self.max_items = Some(count(value, keyword, l)?),
@@ -459,10 +654,42 @@ impl Checks {
                     ))
                 }
             },
-            "allOf" => self.all_of = subschemas(value, keyword, location)?,
-            "anyOf" => self.any_of = subschemas(value, keyword, location)?,
-            "oneOf" => self.one_of = subschemas(value, keyword, location)?,
-            "not" => self.not = Some(Node::compile(value, location)?),
+            "allOf" => self.all_of = subschemas(value, keyword, location, cx)?,
+            "anyOf" => self.any_of = subschemas(value, keyword, location, cx)?,
+            "oneOf" => self.one_of = subschemas(value, keyword, location, cx)?,
+            "not" => self.not = Some(cx.node(value, location)?),
+            "$ref" => {
+                let Some(text) = value.as_str() else {
+                    return Err(schema_error(
+                        l,
+                        format!("$ref must be a string, not {value}"),
+                    ));
+                };
+                let pointer = local_pointer(text).map_err(|message| schema_error(l, message))?;
+                if resolve_pointer(cx.document, &pointer).is_none() {
+                    return Err(schema_error(
+                        l,
+                        format!("$ref {text:?} points at nothing in this schema"),
+                    ));
+                }
+                let index = cx.register(&pointer, l)?;
+                self.reference = Some(Reference { index });
+            }
+            // Each entry compiled once, named or not, so that a mistake in
+            // one is found when the skill loads rather than never.
+            "$defs" | "definitions" => {
+                let Value::Object(definitions) = value else {
+                    return Err(schema_error(
+                        l,
+                        format!("{keyword} must map names to schemas, not {value}"),
+                    ));
+                };
+                for name in definitions.keys() {
+                    let mut pointer = location.clone();
+                    push_pointer(&mut pointer, name);
+                    cx.register(&pointer, l)?;
+                }
+            }
             "$schema" => {
                 if !value.as_str().is_some_and(|s| DIALECTS.contains(&s)) {
                     return Err(schema_error(
@@ -490,7 +717,13 @@ impl Checks {
         Ok(())
     }
 
-    fn first_violation(&self, value: &Value, field: &mut String) -> Option<String> {
+    fn first_violation(
+        &self,
+        value: &Value,
+        field: &mut String,
+        walk: &Walk,
+        depth: usize,
+    ) -> Option<String> {
         if let Some(types) = &self.types {
             if !types.iter().any(|t| t.admits(value)) {
                 let names: Vec<&str> = types.iter().map(|t| t.name()).collect();
@@ -509,8 +742,8 @@ impl Checks {
             }
         }
         let found = match value {
-            Value::Object(object) => self.object_violation(object, field),
-            Value::Array(items) => self.array_violation(items, field),
+            Value::Object(object) => self.object_violation(object, field, walk, depth),
+            Value::Array(items) => self.array_violation(items, field, walk, depth),
             Value::String(s) => self.string_violation(s),
             Value::Number(n) => self.number_violation(n),
             Value::Null | Value::Bool(_) => None,
@@ -518,16 +751,28 @@ impl Checks {
         if found.is_some() {
             return found;
         }
-        for schema in &self.all_of {
-            if let Some(message) = schema.first_violation(value, field) {
+        if let Some(reference) = &self.reference {
+            let Some(target) = walk.targets.get(reference.index) else {
+                return Some("a $ref whose target was not compiled".into());
+            };
+            if let Some(message) = target.first_violation(value, field, walk, depth) {
                 return Some(message);
             }
         }
-        if !self.any_of.is_empty() && !self.any_of.iter().any(|s| s.admits(value)) {
+        for schema in &self.all_of {
+            if let Some(message) = schema.first_violation(value, field, walk, depth) {
+                return Some(message);
+            }
+        }
+        if !self.any_of.is_empty() && !self.any_of.iter().any(|s| s.admits(value, walk, depth)) {
             return Some(format!("{value} matches none of the anyOf alternatives"));
         }
         if !self.one_of.is_empty() {
-            let matching = self.one_of.iter().filter(|s| s.admits(value)).count();
+            let matching = self
+                .one_of
+                .iter()
+                .filter(|s| s.admits(value, walk, depth))
+                .count();
             if matching != 1 {
                 return Some(format!(
                     "{value} matches {matching} of the oneOf alternatives, not exactly one"
@@ -535,14 +780,20 @@ impl Checks {
             }
         }
         if let Some(not) = &self.not {
-            if not.admits(value) {
+            if not.admits(value, walk, depth) {
                 return Some(format!("{value} matches the schema under not"));
             }
         }
         None
     }
 
-    fn object_violation(&self, object: &Map<String, Value>, field: &mut String) -> Option<String> {
+    fn object_violation(
+        &self,
+        object: &Map<String, Value>,
+        field: &mut String,
+        walk: &Walk,
+        depth: usize,
+    ) -> Option<String> {
         for name in &self.required {
             if !object.contains_key(name) {
                 return Some(format!("{name:?} is a required property"));
@@ -569,7 +820,7 @@ impl Checks {
             };
             let len_before = field.len();
             push_pointer(field, name);
-            if let Some(message) = schema.first_violation(value, field) {
+            if let Some(message) = schema.first_violation(value, field, walk, depth) {
                 return Some(message);
             }
             field.truncate(len_before);
@@ -577,7 +828,13 @@ impl Checks {
         None
     }
 
-    fn array_violation(&self, items: &[Value], field: &mut String) -> Option<String> {
+    fn array_violation(
+        &self,
+        items: &[Value],
+        field: &mut String,
+        walk: &Walk,
+        depth: usize,
+    ) -> Option<String> {
         let len = items.len() as u64;
         if let Some(min) = self.min_items.filter(|min| len < *min) {
             return Some(format!("has {len} items, fewer than {min}"));
@@ -599,7 +856,7 @@ impl Checks {
             for (i, item) in items.iter().enumerate() {
                 let len_before = field.len();
                 push_pointer(field, &i.to_string());
-                if let Some(message) = schema.first_violation(item, field) {
+                if let Some(message) = schema.first_violation(item, field, walk, depth) {
                     return Some(message);
                 }
                 field.truncate(len_before);
@@ -865,9 +1122,6 @@ mod tests {
     #[test]
     fn unimplemented_keywords_refuse_the_schema_naming_where() {
         for keyword in [
-            "$ref",
-            "$defs",
-            "format",
             "if",
             "then",
             "patternProperties",
@@ -1135,6 +1389,217 @@ mod tests {
         assert!(s.check(&json!({"a": [2, 1]})).is_err());
     }
 
+    /// Params a ticket model accepts, for all three generators' schemas.
+    fn ticket() -> Value {
+        json!({
+            "id": "0b6f3a52-3f5e-4a55-9c3e-2f1d6c1b7a10",
+            "email": "ann@example.org",
+            "title": "Printer on fire",
+            "priority": "low",
+            "created": "2026-11-27T10:00:00Z",
+            "address": {"street": "Main St 1", "city": "Oslo"},
+            "home": {"street": "Main St 1", "city": "Oslo"},
+            "tree": {"name": "root", "children": [{"name": "a", "children": [{"name": "b"}]}]},
+            "pet": {"kind": "cat", "lives": 9, "good": true},
+            "tags": ["urgent"]
+        })
+    }
+
+    fn without(mut value: Value, path: &[&str]) -> Value {
+        let (last, parents) = path.split_last().unwrap();
+        let mut at = &mut value;
+        for key in parents {
+            at = at.get_mut(*key).unwrap();
+        }
+        at.as_object_mut().unwrap().remove(*last);
+        value
+    }
+
+    fn with(mut value: Value, path: &[&str], new: Value) -> Value {
+        let (last, parents) = path.split_last().unwrap();
+        let mut at = &mut value;
+        for key in parents {
+            at = at.get_mut(*key).unwrap();
+        }
+        at.as_object_mut().unwrap().insert((*last).to_string(), new);
+        value
+    }
+
+    #[test]
+    fn what_pydantic_emits_compiles_and_checks_like_the_model() {
+        let schema: Value =
+            serde_json::from_str(include_str!("../../tests/skill_schemas/pydantic.json")).unwrap();
+        let s = compile(schema);
+        // pydantic's model has no email, home, or `good` on a cat; extra
+        // properties are allowed (no additionalProperties).
+        let ok = ticket();
+        s.check(&ok).unwrap();
+        s.check(&with(ok.clone(), &["pet"], json!({"kind": "dog"})))
+            .unwrap();
+        // `format` is an annotation: the model checks its own dates.
+        s.check(&with(ok.clone(), &["created"], json!("yesterday")))
+            .unwrap();
+        let v = violation(&s, without(ok.clone(), &["address", "city"]));
+        assert_eq!(v.field, "/address");
+        assert!(
+            v.message.contains("\"city\" is a required property"),
+            "{v:?}"
+        );
+        // Recursion through $ref reaches every level of the tree.
+        let deep = with(
+            ok.clone(),
+            &["tree", "children"],
+            json!([{"name": "a", "children": [{"name": 3}]}]),
+        );
+        assert_eq!(
+            violation(&s, deep).field,
+            "/tree/children/0/children/0/name"
+        );
+        let v = violation(
+            &s,
+            with(ok.clone(), &["pet"], json!({"kind": "cat", "lives": 10})),
+        );
+        assert!(v.message.contains("oneOf"), "{v:?}");
+        let v = violation(&s, with(ok.clone(), &["priority"], json!("urgent")));
+        assert_eq!(v.field, "/priority");
+        s.check(&with(ok.clone(), &["due"], Value::Null)).unwrap();
+        assert_eq!(violation(&s, with(ok, &["due"], json!(5))).field, "/due");
+    }
+
+    #[test]
+    fn what_zod_emits_compiles_and_checks_like_the_model() {
+        for (name, text) in [
+            (
+                "zod-to-json-schema",
+                include_str!("../../tests/skill_schemas/zod-to-json-schema.json"),
+            ),
+            ("zod 4", include_str!("../../tests/skill_schemas/zod4.json")),
+        ] {
+            let s = ParamsSchema::compile(&serde_json::from_str(text).unwrap())
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            // zod's objects are closed (additionalProperties: false).
+            let ok = without(without(ticket(), &["address"]), &["pet", "good"]);
+            s.check(&ok).unwrap_or_else(|v| panic!("{name}: {v:?}"));
+            let ok = with(ok, &["pet"], json!({"kind": "dog", "good": false}));
+            s.check(&ok).unwrap_or_else(|v| panic!("{name}: {v:?}"));
+            // `work` is a $ref to `home`'s schema in zod-to-json-schema.
+            let v = violation(&s, with(ok.clone(), &["work"], json!({"street": ""})));
+            assert!(v.field.starts_with("/work"), "{name}: {v:?}");
+            let v = violation(&s, with(ok.clone(), &["extra"], json!(1)));
+            assert!(v.message.contains("not allowed"), "{name}: {v:?}");
+            let deep = with(
+                ok.clone(),
+                &["tree", "children"],
+                json!([{"name": "a", "children": [{"name": "b", "x": 1}]}]),
+            );
+            let v = violation(&s, deep);
+            assert!(v.message.contains("\"x\" is not allowed"), "{name}: {v:?}");
+            assert_eq!(v.field, "/tree/children/0/children/0", "{name}");
+        }
+    }
+
+    #[test]
+    fn references_resolve_by_pointer_and_refuse_what_cannot_be_resolved() {
+        let s = compile(json!({
+            "definitions": {"n": {"type": "integer"}, "a~b/c": {"minimum": 2}},
+            "properties": {
+                "x": {"$ref": "#/definitions/n"},
+                "y": {"$ref": "#/definitions/a~0b~1c"},
+                "z": {"$ref": "#/properties/x"},
+                "w": {"$ref": "#/%64efinitions/n"}
+            }
+        }));
+        s.check(&json!({"x": 1, "y": 3, "z": 2, "w": 4})).unwrap();
+        for (params, field) in [
+            (json!({"x": "1"}), "/x"),
+            (json!({"y": 1}), "/y"),
+            (json!({"z": 1.5}), "/z"),
+            (json!({"w": "4"}), "/w"),
+        ] {
+            assert_eq!(violation(&s, params).field, field);
+        }
+        for (schema, message) in [
+            (json!({"$ref": "#/$defs/missing"}), "points at nothing"),
+            (
+                json!({"$ref": "https://example.org/s.json"}),
+                "another document",
+            ),
+            (json!({"$ref": "other.json#/a"}), "another document"),
+            (json!({"$ref": "#anchor"}), "anchor"),
+            (json!({"$ref": "#/a~2"}), "`~0` or `~1`"),
+            (json!({"$ref": "#/%zz"}), "percent-encoding"),
+            (json!({"$ref": 3}), "must be a string"),
+            (json!({"$defs": []}), "must map names"),
+            (json!({"$defs": {"bad": {"type": "text"}}}), "is not one of"),
+            (json!({"$ref": "#"}), "leads back to itself"),
+            (
+                json!({"$defs": {"a": {"$ref": "#/$defs/b", "title": "A"}, "b": {"$ref": "#/$defs/a"}}}),
+                "leads back to itself",
+            ),
+        ] {
+            let err = refused(schema.clone());
+            assert!(err.to_string().contains(message), "{schema}: {err}");
+        }
+    }
+
+    #[test]
+    fn hostile_schemas_are_bounded_in_size_depth_and_work() {
+        // Too many references.
+        let mut definitions = Map::new();
+        for i in 0..=MAX_REFERENCES {
+            definitions.insert(format!("d{i}"), json!({"type": "integer"}));
+        }
+        let err = refused(json!({"$defs": definitions}));
+        assert!(err.message.contains("more than 1024"), "{err}");
+
+        // Nesting beyond the bound is refused, not recursed into.
+        let mut deep = json!({"type": "integer"});
+        for _ in 0..MAX_SCHEMA_DEPTH {
+            deep = json!({"not": deep});
+        }
+        assert!(refused(deep).message.contains("nest deeper"));
+
+        // A schema naming one target many times compiles it once: a chain
+        // of definitions each using the previous one twice would be 2^60
+        // copies if references were expanded.
+        let mut definitions = Map::new();
+        definitions.insert("d0".into(), json!({"type": "integer"}));
+        for i in 1..60 {
+            let previous = format!("#/$defs/d{}", i - 1);
+            definitions.insert(
+                format!("d{i}"),
+                json!({"anyOf": [{"$ref": previous}, {"$ref": previous}]}),
+            );
+        }
+        let s = compile(json!({"$defs": definitions, "$ref": "#/$defs/d59"}));
+        assert_eq!(s.targets.len(), 60);
+        // Checking it doubles its work at each level: the step bound stops
+        // it and the params are refused, not passed.
+        let v = violation(&s, json!("not an integer"));
+        assert!(v.message.contains("recurse too far"), "{v:?}");
+        // Hidden under `not`, an exhausted check still refuses.
+        let s = compile(json!({"$defs": definitions, "not": {"$ref": "#/$defs/d59"}}));
+        let v = violation(&s, json!("a string d59 would refuse"));
+        assert!(v.message.contains("recurse too far"), "{v:?}");
+
+        // Recursion through allOf without descending into the value stops
+        // at the depth bound.
+        let s = compile(json!({"allOf": [{"$ref": "#"}], "type": "object"}));
+        let v = violation(&s, json!({}));
+        assert!(v.message.contains("recurse too far"), "{v:?}");
+
+        // Legitimate recursion follows the value as deep as it goes.
+        let s = compile(json!({
+            "type": "object",
+            "properties": {"next": {"$ref": "#"}, "n": {"type": "integer"}}
+        }));
+        let mut chain = json!({"n": 0});
+        for _ in 0..100 {
+            chain = json!({"n": 1, "next": chain});
+        }
+        s.check(&chain).unwrap();
+    }
+
     #[test]
     fn annotations_are_accepted_and_do_not_constrain() {
         let s = compile(json!({
@@ -1144,9 +1609,15 @@ mod tests {
             "$comment": "c",
             "default": 3,
             "examples": [1],
-            "properties": {"x": {"description": "x", "deprecated": true, "readOnly": false}}
+            "properties": {
+                "x": {"description": "x", "deprecated": true, "readOnly": false},
+                "when": {"type": "string", "format": "date-time"},
+                "made-up": {"format": "a-format-nobody-knows"}
+            }
         }));
         s.check(&json!({"x": "anything"})).unwrap();
+        s.check(&json!({"when": "not a date", "made-up": 1}))
+            .unwrap();
         s.check(&json!(7)).unwrap();
     }
 }
