@@ -5,6 +5,7 @@ pub mod client;
 pub mod daemon;
 pub mod daemon_client;
 pub mod doctor;
+pub mod generate;
 pub mod grants;
 pub mod ipc;
 pub mod launch;
@@ -63,6 +64,9 @@ enum Command {
     /// One skill process of `sandbox serve` (internal).
     #[command(name = "__skill-host", hide = true)]
     SkillHost(skill::HostArgs),
+    /// Shell completions and man pages from these definitions (packaging).
+    #[command(name = "__generate", hide = true)]
+    Generate(generate::GenerateArgs),
 }
 
 /// A command-line value that cannot be used (an unknown profile, a path
@@ -113,6 +117,7 @@ pub fn main() -> i32 {
         Command::Cancel(args) => daemon_client::cancel(args),
         Command::Approvals(args) => daemon_client::approvals(args),
         Command::Launch(args) => launch::run(args),
+        Command::Generate(args) => generate::run(args),
         Command::Oci { args } => return sandbox::oci::main(args),
     };
     match result {
