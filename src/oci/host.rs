@@ -166,6 +166,15 @@ pub fn refuse_host_devices(spec: &Value, policy: &Policy) -> Result<(), OciError
             continue;
         }
         if named(path) {
+            // The profile names the host's node at that path: the spec
+            // chooses the numbers, and must not make a named /dev/fuse a disk.
+            if host_device(Path::new(path)) != Some((kind.to_owned(), major, minor)) {
+                return Err(OciError::Refused(format!(
+                    "config.json's linux.devices gives the container {path} as type {kind}                      {}:{}, which is not the host's {path}, the device the profile's                      filesystem.write names; give the container the host's own {path}",
+                    major.unwrap_or(-1),
+                    minor.unwrap_or(-1)
+                )));
+            }
             if kind == "b" {
                 named_block_devices.extend(major.zip(minor));
             }
@@ -240,6 +249,24 @@ pub fn refuse_host_devices(spec: &Value, policy: &Policy) -> Result<(), OciError
         }
     }
     Ok(())
+}
+
+/// The host's device node at `path`: its type as the spec writes it
+/// (`b` or `c`), major and minor.
+fn host_device(path: &Path) -> Option<(String, Option<i64>, Option<i64>)> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let metadata = std::fs::metadata(path).ok()?;
+    let kind = if metadata.file_type().is_block_device() {
+        "b"
+    } else if metadata.file_type().is_char_device() {
+        "c"
+    } else {
+        return None;
+    };
+    let rdev = metadata.rdev();
+    let major = i64::try_from(nix::sys::stat::major(rdev)).ok();
+    let minor = i64::try_from(nix::sys::stat::minor(rdev)).ok();
+    Some((kind.to_owned(), major, minor))
 }
 
 fn is_block_device(path: &Path) -> bool {
@@ -333,11 +360,25 @@ mod tests {
             err.contains("/dev/sdz") && err.contains("filesystem.write"),
             "{err}"
         );
+        // Named, it is the host's node at that path, numbers and all.
         policy.filesystem.write.push("/dev/sdz".into());
-        assert!(refuse_host_devices(&disk, &policy).is_ok());
-        // Naming one device lets no rule reach the others.
+        let err = refuse_host_devices(&disk, &policy).unwrap_err().to_string();
+        assert!(err.contains("not the host's /dev/sdz"), "{err}");
+        policy.filesystem.write.push("/dev/full".into());
+        let full = json!({"linux": {
+            "devices": [{"path": "/dev/full", "type": "c", "major": 1, "minor": 7}]
+        }});
+        assert!(refuse_host_devices(&full, &policy).is_ok());
+        let full_as_disk = json!({"linux": {
+            "devices": [{"path": "/dev/full", "type": "b", "major": 8, "minor": 0}],
+            "resources": {"devices": [
+                {"allow": true, "type": "b", "major": 8, "minor": 0, "access": "rw"}
+            ]}
+        }});
+        assert!(refuse_host_devices(&full_as_disk, &policy).is_err());
+        // Naming a device lets no rule reach the others.
         let more = json!({"linux": {
-            "devices": [{"path": "/dev/sdz", "type": "b", "major": 8, "minor": 0}],
+            "devices": [{"path": "/dev/full", "type": "c", "major": 1, "minor": 7}],
             "resources": {"devices": [{"allow": true, "type": "b", "access": "rw"}]}
         }});
         assert!(refuse_host_devices(&more, &policy).is_err());
