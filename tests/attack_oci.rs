@@ -946,3 +946,211 @@ fn processes_execs_leave_behind_cannot_pile_up_supervisors_on_the_host() {
         "no exec worked again after the processes left behind ended"
     );
 }
+
+#[test]
+fn a_container_sharing_the_hosts_pid_namespace_kills_no_host_process() {
+    let test = "a_container_sharing_the_hosts_pid_namespace_kills_no_host_process";
+    if !usable(test) {
+        return;
+    }
+    // `--pid host` (Kubernetes hostPID): without a user namespace the
+    // container's root is the host's, equal uids need no capability to
+    // signal, and the profile's filter allows kill.
+    let engine = Engine::new("");
+    let mut victim = Command::new("/bin/sleep")
+        .arg("600")
+        .spawn()
+        .expect("a host process");
+    let pid = victim.id();
+    let joined = format!("/proc/{pid}/ns/pid");
+    for (tag, path) in [("missing", None), ("joined", Some(joined.as_str()))] {
+        let script = format!("kill -9 {pid}; echo kill=$?");
+        let bundle = engine.bundle(tag, &["/bin/sh", "-c", &script], |spec| {
+            let list = spec["linux"]["namespaces"].as_array_mut().unwrap();
+            list.retain(|ns| ns["type"] != "pid");
+            if let Some(path) = path {
+                list.push(json!({"type": "pid", "path": path}));
+            }
+        });
+        let id = id(tag);
+        let created = engine.create(&bundle, &id);
+        if created {
+            engine.start_and_wait(&id);
+            let _ = engine.oci(&["delete", "--force", &id]);
+        }
+        let alive = victim.try_wait().expect("wait").is_none();
+        let output = engine.output(&id);
+        if !alive {
+            panic!("{tag}: the container killed host process {pid}: {output}");
+        }
+        assert!(!created, "{tag}: the host's pid namespace is refused");
+        assert!(
+            output.contains("linux.namespaces")
+                && output.contains("pid")
+                && output.contains("--pid host"),
+            "{tag}: {output}"
+        );
+    }
+    let _ = victim.kill();
+    let _ = victim.wait();
+}
+
+#[test]
+fn the_init_reports_landlocks_signal_and_socket_scopes_where_the_kernel_has_them() {
+    let test = "the_init_reports_landlocks_signal_and_socket_scopes_where_the_kernel_has_them";
+    let abi = sandbox::environment::Environment::detect().landlock_abi;
+    if !usable(test)
+        || !support::require(
+            test,
+            "Landlock ABI 6 (Linux 6.12) for scopes",
+            abi.is_some_and(|abi| abi >= 6),
+        )
+    {
+        return;
+    }
+    let engine = Engine::new("");
+    let bundle = engine.bundle("scopes", &["/bin/true"], |_| {});
+    let id = id("scopes");
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    engine.start_and_wait(&id);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    let audit = engine.audit();
+    let enforced = audit
+        .iter()
+        .find(|line| line["enforced"].is_object())
+        .unwrap_or_else(|| panic!("no report: {audit:?}"));
+    assert_eq!(
+        enforced["enforced"]["landlock_scopes"],
+        json!(["signal", "abstract-unix-socket"]),
+        "{enforced}"
+    );
+    // In force: an exec's process, under an init of its own, cannot
+    // signal the container's main process.
+    let running = engine.running("scoped");
+    let out = engine.exec(&running, &process("kill -0 1; echo kill=$?"));
+    let _ = engine.oci(&["delete", "--force", &running]);
+    assert!(text(&out.stdout).contains("kill=1"), "{out:?}");
+}
+
+/// A loop device over a 1 MiB file in `dir`, detached on drop.
+struct LoopDevice {
+    path: String,
+}
+
+impl LoopDevice {
+    fn new(dir: &Path) -> Option<LoopDevice> {
+        let backing = dir.join("disk.img");
+        std::fs::write(&backing, vec![0_u8; 1 << 20]).expect("backing file");
+        let out = Command::new("losetup")
+            .args(["--find", "--show"])
+            .arg(&backing)
+            .output()
+            .ok()?;
+        let path = text(&out.stdout).trim().to_owned();
+        (out.status.success() && path.starts_with("/dev/loop")).then_some(LoopDevice { path })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.path]).status();
+    }
+}
+
+#[test]
+fn a_privileged_containers_host_block_device_cannot_be_written() {
+    let test = "a_privileged_containers_host_block_device_cannot_be_written";
+    if !usable(test) {
+        return;
+    }
+    // `--privileged` puts the host's device nodes in linux.devices and lets
+    // the device cgroup reach every device: root:disk 0660 nodes open for
+    // the container's root, the host's root without a user namespace. A
+    // loop device over a scratch file stands in for the host's disk.
+    let engine = Engine::new("");
+    let device = LoopDevice::new(engine.path());
+    if !support::require(test, "losetup and a free loop device", device.is_some()) {
+        return;
+    }
+    let device = device.unwrap();
+    let rdev = std::os::unix::fs::MetadataExt::rdev(&std::fs::metadata(&device.path).unwrap());
+    let (major, minor) = (nix::sys::stat::major(rdev), nix::sys::stat::minor(rdev));
+    let script = format!(
+        "echo owned-by-the-container > {} && echo wrote",
+        device.path
+    );
+    for (tag, rules) in [
+        ("every", json!([{"allow": true, "access": "rwm"}])),
+        (
+            "block",
+            json!([{"allow": true, "type": "b", "major": major, "minor": minor, "access": "rw"}]),
+        ),
+    ] {
+        let bundle = engine.bundle(tag, &["/bin/sh", "-c", &script], |spec| {
+            spec["linux"]["devices"] = json!([{
+                "path": device.path, "type": "b", "major": major, "minor": minor,
+                "fileMode": 0o660, "uid": 0, "gid": 6,
+            }]);
+            spec["linux"]["resources"]["devices"] = rules;
+        });
+        let id = id(tag);
+        let created = engine.create(&bundle, &id);
+        if created {
+            engine.start_and_wait(&id);
+            let _ = engine.oci(&["delete", "--force", &id]);
+        }
+        let mut head = [0_u8; 32];
+        use std::io::Read;
+        std::fs::File::open(&device.path)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .expect("reading the loop device");
+        let output = engine.output(&id);
+        assert!(
+            !head.starts_with(b"owned"),
+            "{tag}: the container wrote the host's block device: {output}"
+        );
+        assert!(!created, "{tag}: the host's device is refused");
+        assert!(
+            output.contains("linux.devices") && output.contains(&device.path),
+            "{tag}: {output}"
+        );
+    }
+}
+
+#[test]
+fn landlock_grants_no_write_on_a_device_node_beyond_the_ordinary_ones() {
+    let test = "landlock_grants_no_write_on_a_device_node_beyond_the_ordinary_ones";
+    if !usable(test) {
+        return;
+    }
+    // A node the engine leaves in /dev (a bind mount, as rootless engines
+    // make for --device): here a second /dev/null, harmless to write, that
+    // the device cgroup lets through. Landlock grants only the ordinary
+    // devices by path, not all of /dev.
+    let engine = Engine::new("");
+    let node = engine.path().join("extra-null");
+    nix::sys::stat::mknod(
+        &node,
+        nix::sys::stat::SFlag::S_IFCHR,
+        nix::sys::stat::Mode::from_bits_truncate(0o666),
+        nix::sys::stat::makedev(1, 3),
+    )
+    .expect("mknod");
+    let script = "echo x > /dev/extra-null && echo wrote-extra; \
+                  echo x > /dev/null && echo wrote-null";
+    let bundle = engine.bundle("devnode", &["/bin/sh", "-c", script], |spec| {
+        spec["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/dev/extra-null",
+            "type": "bind",
+            "source": node,
+            "options": ["bind", "rw"],
+        }));
+    });
+    let id = id("devnode");
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
+    engine.start_and_wait(&id);
+    let _ = engine.oci(&["delete", "--force", &id]);
+    let output = engine.output(&id);
+    assert!(output.contains("wrote-null"), "{output}");
+    assert!(!output.contains("wrote-extra"), "{output}");
+}

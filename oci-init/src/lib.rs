@@ -179,8 +179,9 @@ pub struct LandlockPlan {
     /// Writable beneath (volumes, `/tmp`, the working directory). Paths
     /// missing in the container are skipped: they hold nothing to write.
     pub write: Vec<String>,
-    /// Device nodes readable and writable beneath (`/dev`: `/dev/null`,
-    /// the terminal).
+    /// Device nodes readable and writable beneath: the ordinary character
+    /// devices and the terminal (`/dev/null`, `/dev/pts`), never all of
+    /// `/dev`, where a privileged engine leaves the host's disks.
     pub devices: Vec<String>,
 }
 
@@ -208,6 +209,11 @@ pub struct Report {
 pub struct Enforced {
     /// `"full"`, `"partial"`, `"none"` (the kernel has none), or `"off"`.
     pub landlock: String,
+    /// The Landlock scopes in force (`"signal"`, `"abstract-unix-socket"`:
+    /// kernels with Landlock ABI 6 or later): the process signals, and
+    /// connects to abstract sockets of, only processes of its own domain.
+    #[serde(default)]
+    pub landlock_scopes: Vec<String>,
     /// How many seccomp programs are installed (0: off).
     pub seccomp_programs: usize,
     /// no_new_privs is set.

@@ -15,7 +15,7 @@ use std::os::unix::process::CommandExt;
 
 use landlock::{
     Access, AccessFs, BitFlags, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, ABI,
+    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use sandbox_oci_init::{
     decode_program, Enforced, LandlockPlan, Plan, Report, SeccompPlan, ENV_PREFIX, REPORT_METHOD,
@@ -159,9 +159,9 @@ fn apply(plan: &Plan) -> Result<Enforced, InitError> {
     } else {
         "any"
     };
-    let landlock = match &plan.landlock {
+    let (landlock, landlock_scopes) = match &plan.landlock {
         Some(rules) => restrict(rules)?,
-        None => "off",
+        None => ("off", Vec::new()),
     };
     let seccomp_programs = match &plan.seccomp {
         Some(seccomp) => install(seccomp)?,
@@ -169,6 +169,7 @@ fn apply(plan: &Plan) -> Result<Enforced, InitError> {
     };
     Ok(Enforced {
         landlock: landlock.to_owned(),
+        landlock_scopes,
         seccomp_programs,
         no_new_privs: true,
         network: network.to_owned(),
@@ -210,7 +211,18 @@ fn check_groups(asked: &[u32]) -> Result<(), InitError> {
     }
 }
 
-fn restrict(plan: &LandlockPlan) -> Result<&'static str, InitError> {
+/// The first Landlock ABI with scopes (signals, abstract unix sockets).
+const ABI_SCOPES: i64 = 6;
+
+/// Apply `plan`; returns how fully it is enforced and the scopes in force.
+///
+/// The scopes are added where the kernel has them (ABI 6, Linux 6.12):
+/// without them, a container sharing a pid namespace or a network
+/// namespace with others signals their processes (equal uids need no
+/// capability, and the profile's filter allows kill) and connects to their
+/// abstract sockets. On an older kernel the ruleset is what it was, so a
+/// profile requiring Landlock still starts there; the report says which.
+fn restrict(plan: &LandlockPlan) -> Result<(&'static str, Vec<String>), InitError> {
     let level = if plan.required {
         CompatLevel::HardRequirement
     } else {
@@ -223,10 +235,14 @@ fn restrict(plan: &LandlockPlan) -> Result<&'static str, InitError> {
         | AccessFs::Truncate
         | AccessFs::IoctlDev
         | AccessFs::ReadDir;
-    let mut ruleset = Ruleset::default()
+    let scoped = sys::landlock_abi() >= ABI_SCOPES;
+    let mut unscoped = Ruleset::default()
         .set_compatibility(level)
-        .handle_access(write)?
-        .create()?;
+        .handle_access(write)?;
+    if scoped {
+        unscoped = unscoped.scope(Scope::from_all(ABI::V6))?;
+    }
+    let mut ruleset = unscoped.create()?;
     let granted = [
         (read, &plan.read),
         (write, &plan.write),
@@ -253,7 +269,12 @@ fn restrict(plan: &LandlockPlan) -> Result<&'static str, InitError> {
             "only partially"
         }));
     }
-    Ok(name)
+    let scopes = if scoped && name != "none" {
+        vec!["signal".to_owned(), "abstract-unix-socket".to_owned()]
+    } else {
+        Vec::new()
+    };
+    Ok((name, scopes))
 }
 
 /// The rule for `path`, with the rights a file can carry when it is not a

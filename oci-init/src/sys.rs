@@ -15,6 +15,22 @@ pub fn set_no_new_privs() -> std::io::Result<()> {
     }
 }
 
+/// The Landlock ABI version the kernel has (0 when it has none).
+pub fn landlock_abi() -> i64 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute pointer, a size of 0 and the VERSION
+    // flag, landlock_create_ruleset reads no memory and returns a number.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0_usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    ret.max(0)
+}
+
 /// Install one seccomp program on this thread (the init has no other).
 pub fn install_filter(program: &[Instruction]) -> std::io::Result<()> {
     let filter: Vec<libc::sock_filter> = program.iter().copied().map(Into::into).collect();

@@ -21,6 +21,7 @@
 //!   the container's state, `features` adds this runtime's annotations.
 
 pub mod cli;
+pub mod host;
 pub mod keys;
 pub mod payload;
 pub mod settings;

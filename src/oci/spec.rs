@@ -252,13 +252,18 @@ pub fn requested_profile(spec: &Value) -> Option<String> {
 /// that what the spec asks for can be kept to the profile.
 pub fn layers(spec: &Value, policy: &Policy) -> Result<Layers, OciError> {
     check_network(spec, policy)?;
+    super::host::refuse_host_namespaces(spec)?;
+    super::host::refuse_host_devices(spec, policy)?;
     let landlock = match policy.enforce.landlock {
         Enforcement::Off => None,
         level => Some(LandlockPlan {
             required: level == Enforcement::Required,
             read: vec!["/".to_owned()],
             write: writable_paths(spec, policy)?,
-            devices: vec!["/dev".to_owned()],
+            devices: super::host::WRITABLE_DEVICES
+                .iter()
+                .map(|p| (*p).to_owned())
+                .collect(),
         }),
     };
     let seccomp = match policy.enforce.seccomp {
@@ -798,7 +803,7 @@ mod tests {
                 {"destination": "/etc/hosts", "type": "bind", "source": "/x/hosts", "options": ["rbind"]}
             ],
             "linux": {
-                "namespaces": [{"type": "network"}, {"type": "pid"}],
+                "namespaces": [{"type": "network"}, {"type": "pid"}, {"type": "ipc"}, {"type": "uts"}],
                 "resources": {"memory": {"limit": 8_000_000_000_i64}, "pids": {"limit": 100}},
                 "seccomp": {
                     "defaultAction": "SCMP_ACT_ERRNO",
@@ -1008,7 +1013,7 @@ mod tests {
             "{err}"
         );
         let mut host = spec();
-        host["linux"]["namespaces"] = json!([{"type": "pid"}]);
+        host["linux"]["namespaces"] = json!([{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}]);
         let err = layers(&host, &policy).unwrap_err().to_string();
         assert!(err.contains("shares the host's network"), "{err}");
         let mut permissive = crate::profile::load("permissive").unwrap();
