@@ -84,6 +84,17 @@ pub enum SafeFileError {
         /// Its link count.
         links: u64,
     },
+    /// A directory the supervisor keeps private is someone else's or open
+    /// to others.
+    #[error(
+        "{path}: {problem}; remove it (the daemon creates it again) or choose another directory"
+    )]
+    NotPrivate {
+        /// The directory.
+        path: PathBuf,
+        /// Who owns it or what its mode lets others do.
+        problem: String,
+    },
     /// Any other failure of a system call on the file.
     #[error("{op} {path}: {source}")]
     Io {
@@ -94,6 +105,64 @@ pub enum SafeFileError {
         /// The error.
         source: std::io::Error,
     },
+}
+
+/// Directory `name` in the open directory `parent`, created with `mode`
+/// when missing, opened without following any symlink, and refused unless
+/// it is a directory owned by this process's user or by `owner`, and
+/// writable by no one else; then given to `owner` through the open fd.
+/// For state kept where others can create names (a daemon's socket
+/// directory): a planted symlink would make a path-based `chown` hand its
+/// target to the caller, and a planted directory would let its planter
+/// swap what is inside.
+pub fn private_dir(
+    parent: std::os::fd::BorrowedFd<'_>,
+    name: &str,
+    mode: u32,
+    owner: Option<u32>,
+    shown: &Path,
+) -> Result<OwnedFd, SafeFileError> {
+    let io = |op: &'static str| {
+        move |errno: Errno| SafeFileError::Io {
+            op,
+            path: shown.to_path_buf(),
+            source: errno.into(),
+        }
+    };
+    match nix::sys::stat::mkdirat(parent, name, Mode::from_bits_truncate(mode)) {
+        Ok(()) | Err(Errno::EEXIST) => {}
+        Err(errno) => return Err(io("creating")(errno)),
+    }
+    let spec = Beneath::new(OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC).no_symlinks();
+    let dir = openat2_beneath(parent, Path::new(name), spec).map_err(|errno| match errno {
+        Errno::ELOOP => SafeFileError::Symlink {
+            path: shown.to_path_buf(),
+        },
+        Errno::ENOTDIR => SafeFileError::NotRegular {
+            path: shown.to_path_buf(),
+            kind: "no directory",
+        },
+        errno => io("opening")(errno),
+    })?;
+    let stat = nix::sys::stat::fstat(&dir).map_err(io("stat"))?;
+    let me = nix::unistd::geteuid().as_raw();
+    if stat.st_uid != me && Some(stat.st_uid) != owner {
+        return Err(SafeFileError::NotPrivate {
+            path: shown.to_path_buf(),
+            problem: format!("owned by uid {}, not by uid {me}", stat.st_uid),
+        });
+    }
+    if stat.st_mode & 0o022 != 0 {
+        return Err(SafeFileError::NotPrivate {
+            path: shown.to_path_buf(),
+            problem: format!("others can write it (mode {:o})", stat.st_mode & 0o7777),
+        });
+    }
+    if let Some(uid) = owner.filter(|uid| *uid != stat.st_uid) {
+        nix::unistd::fchown(&dir, Some(nix::unistd::Uid::from_raw(uid)), None)
+            .map_err(io("chown"))?;
+    }
+    Ok(dir)
 }
 
 /// A file the supervisor will write, whose directory is already open.
@@ -721,5 +790,43 @@ mod tests {
             create_marker(Path::new("/")),
             Err(SafeFileError::NoFileName { .. })
         ));
+    }
+
+    #[test]
+    fn a_private_dir_never_follows_a_planted_link_or_takes_a_shared_one() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let parent = File::open(tmp.path()).unwrap();
+        let target = tmp.path().join("target");
+        std::fs::write(&target, "x").unwrap();
+        let owner_before = std::fs::metadata(&target).unwrap().uid();
+        std::os::unix::fs::symlink("target", tmp.path().join("planted")).unwrap();
+        let someone_else = owner_before + 1;
+        let planted = private_dir(
+            parent.as_fd(),
+            "planted",
+            0o700,
+            Some(someone_else),
+            &tmp.path().join("planted"),
+        );
+        assert!(
+            matches!(planted, Err(SafeFileError::Symlink { .. })),
+            "{planted:?}"
+        );
+        assert_eq!(std::fs::metadata(&target).unwrap().uid(), owner_before);
+        std::fs::create_dir(tmp.path().join("shared")).unwrap();
+        std::fs::set_permissions(
+            tmp.path().join("shared"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+        let shared = private_dir(parent.as_fd(), "shared", 0o700, None, Path::new("shared"));
+        assert!(
+            matches!(shared, Err(SafeFileError::NotPrivate { .. })),
+            "{shared:?}"
+        );
+        let fresh = private_dir(parent.as_fd(), "fresh", 0o700, None, Path::new("fresh"));
+        assert!(fresh.is_ok(), "{fresh:?}");
+        assert!(tmp.path().join("fresh").is_dir());
     }
 }

@@ -204,3 +204,86 @@ fn sigterm_ends_runs_with_a_reason_and_attached_clients_get_their_end() {
         "the run's processes are gone"
     );
 }
+
+/// With its socket in a directory everyone can write (`--socket
+/// /tmp/sandbox.sock`), a caller planted `skills/<uid>` as a symlink to a
+/// root-only file before the daemon made it: the daemon then `chown`ed the
+/// link's target to the caller. The daemon must refuse such a socket
+/// directory, name a private one, and leave the file root's.
+#[test]
+fn a_daemon_refuses_a_socket_directory_others_can_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    if !support::require(
+        "a_daemon_refuses_a_socket_directory_others_can_write",
+        "root (to plant as another user and check ownership)",
+        nix::unistd::geteuid().is_root(),
+    ) {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-shared-socket-dir-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let secret = dir.path().join("root-only");
+    std::fs::write(&secret, "root's\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let planted = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "mkdir skills && ln -s ../root-only skills/{}",
+            support::TEST_UID
+        ))
+        .current_dir(dir.path())
+        .uid(support::TEST_UID)
+        .gid(support::TEST_GID)
+        .status()
+        .unwrap();
+    assert!(planted.success(), "the other user plants the link");
+    let config = dir.path().join("daemon.toml");
+    std::fs::write(&config, "").unwrap();
+    let socket = dir.path().join("sandbox.sock");
+    let mut daemon = std::process::Command::new(support::sandbox_bin())
+        .arg("daemon")
+        .arg("--socket")
+        .arg(&socket)
+        .arg("--state-dir")
+        .arg(dir.path().join("state"))
+        .arg("--config")
+        .arg(&config)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // It must exit without ever serving: a socket that appears, or a daemon
+    // still running at the (load-scaled) limit, is the failure.
+    let mut serving = false;
+    let exited = support::wait::within(Duration::from_secs(60), || {
+        serving = socket.exists();
+        if serving {
+            return Some(None);
+        }
+        daemon.try_wait().unwrap().map(Some)
+    });
+    let Some(Some(status)) = exited else {
+        let _ = daemon.kill();
+        let _ = daemon.wait();
+        panic!(
+            "the daemon serves on a socket in a directory everyone can write (serving: {serving})"
+        );
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut daemon.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("can be written by others") && stderr.contains("/run/sandbox/sandbox.sock"),
+        "the refusal says why and names a private directory: {stderr}"
+    );
+    assert_eq!(
+        std::fs::metadata(&secret).unwrap().uid(),
+        0,
+        "the file stays root's"
+    );
+}

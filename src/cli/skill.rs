@@ -367,7 +367,11 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                     "yes"
                 }
             );
-            print!("{}", skill.instructions);
+            // A project's SKILL.md is the project author's text: shown on
+            // the person's terminal line by line, its escapes escaped.
+            for line in skill.instructions.lines() {
+                println!("{}", sandbox::broker::prompt::escape(line));
+            }
             if skill.execution_mode == ExecutionMode::Template {
                 // Templates are never run: their files are shown as text.
                 let mut files: Vec<PathBuf> = std::fs::read_dir(&skill.dir)?

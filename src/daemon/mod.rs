@@ -73,6 +73,19 @@ pub enum DaemonError {
         /// Its path.
         path: PathBuf,
     },
+    /// Others can create names beside the socket.
+    #[error(
+        "the socket's directory {dir} can be written by others (mode {mode:o}, or owned by \
+         another user): any user could \
+         plant names there, among them the callers' skill state kept beside the socket; pass a \
+         --socket in a directory only root can write, e.g. /run/sandbox/sandbox.sock"
+    )]
+    SocketDirShared {
+        /// The directory.
+        dir: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
     /// The path is something else than a socket.
     #[error("{path} exists and is not a socket; remove it or pass another --socket")]
     NotASocket {
@@ -205,6 +218,25 @@ fn bind_socket(
             .mode(0o755)
             .create("/run/sandbox")
             .map_err(fail("creating /run/sandbox"))?;
+    }
+    // Sticky /tmp included: the sticky bit stops others removing names,
+    // not creating them first.
+    let dir = path.parent().unwrap_or(Path::new("/"));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
+    if let Ok(meta) = std::fs::metadata(dir) {
+        use std::os::unix::fs::MetadataExt;
+        let mode = meta.mode() & 0o7777;
+        let owner_ok = meta.uid() == 0 || meta.uid() == nix::unistd::geteuid().as_raw();
+        if mode & 0o022 != 0 || !owner_ok {
+            return Err(DaemonError::SocketDirShared {
+                dir: dir.to_path_buf(),
+                mode,
+            });
+        }
     }
     match std::fs::symlink_metadata(path) {
         Ok(meta) => {

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -254,26 +254,37 @@ impl SkillHosts {
         } else if servers.len() >= MAX_SERVERS {
             return Err(SkillError::TooManyServers(servers.len()));
         }
-        // Traversable, not listable: a caller reaches its own directory only.
-        match std::fs::DirBuilder::new()
-            .mode(0o711)
-            .create(&self.state_dir)
-        {
-            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(SkillError::Start(err))
-            }
-            _ => {}
-        }
+        // Traversable, not listable: a caller reaches its own directory
+        // only. Created and checked beneath open directories, never through
+        // a symlink, and handed to the caller by fd: callers can reach the
+        // socket directory, and a `chown` by path once gave a caller any
+        // file its planted link named.
         let state = self.state_dir.join(key.uid.to_string());
-        match std::fs::DirBuilder::new().mode(0o700).create(&state) {
-            Err(err) if err.kind() != std::io::ErrorKind::AlreadyExists => {
-                return Err(SkillError::Start(err))
-            }
-            _ => {}
-        }
-        if key.uid != nix::unistd::geteuid().as_raw() {
-            std::os::unix::fs::chown(&state, Some(key.uid), None).map_err(SkillError::Start)?;
-        }
+        let parent = self.state_dir.parent().unwrap_or(Path::new("/"));
+        let parent = std::fs::File::open(parent).map_err(SkillError::Start)?;
+        let private = |err: crate::safe_file::SafeFileError| {
+            SkillError::Start(std::io::Error::other(err.to_string()))
+        };
+        let skills = crate::safe_file::private_dir(
+            parent.as_fd(),
+            &self
+                .state_dir
+                .file_name()
+                .map_or("skills".into(), |name| name.to_string_lossy()),
+            0o711,
+            None,
+            &self.state_dir,
+        )
+        .map_err(private)?;
+        let me = nix::unistd::geteuid().as_raw();
+        crate::safe_file::private_dir(
+            skills.as_fd(),
+            &key.uid.to_string(),
+            0o700,
+            (key.uid != me).then_some(key.uid),
+            &state,
+        )
+        .map_err(private)?;
         let server = Arc::new(start(&self.program, &self.skills_dirs, &state, key)?);
         servers.insert(key.clone(), server.clone());
         Ok(server)

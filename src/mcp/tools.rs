@@ -5,6 +5,8 @@
 use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::{json, Map, Value};
 
+use crate::broker::prompt;
+
 /// What the person's profile lets any skill do, said once for every tool.
 #[derive(Debug, Clone)]
 pub struct SandboxSummary {
@@ -86,11 +88,14 @@ pub fn tool_of(entry: &Value, summary: &SandboxSummary) -> Option<Value> {
         summary.profile,
         summary.project,
         summary.network_sentence(),
-        entry["description"].as_str().unwrap_or_default(),
+        // Serve escapes it when the manifest loads; escaping is idempotent,
+        // and this face shows nothing it has not escaped itself.
+        prompt::escape(entry["description"].as_str().unwrap_or_default()),
     );
     let mut description = description;
     if entry["state"] == "failed" || entry["state"] == "disabled" {
         if let Some(error) = entry["error"].as_str() {
+            let error = prompt::escape(error);
             description.push_str(&format!("\n\nCurrently unavailable: {error}"));
         }
     }

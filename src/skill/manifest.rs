@@ -211,7 +211,11 @@ impl std::fmt::Debug for ParamsValidator {
 
 /// Why a manifest is invalid: the file, the line and what to fix.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{}:{line}: {message}", file.display())]
+#[error(
+    "{}:{line}: {}",
+    crate::broker::prompt::escape(&file.display().to_string()),
+    crate::broker::prompt::escape(message)
+)]
 pub struct ManifestError {
     /// The SKILL.md.
     pub file: PathBuf,
@@ -219,6 +223,25 @@ pub struct ManifestError {
     pub line: usize,
     /// What is wrong, naming the field and the valid values.
     pub message: String,
+}
+
+/// Longest description, in characters: the Agent Skills format's own
+/// bound, and what an agent host reads for every tool on every turn.
+pub const MAX_DESCRIPTION_CHARS: usize = 1024;
+
+/// A manifest's free text as every listing shows it (MCP's `tools/list`,
+/// serve's `skill.list`, the daemon's skills API, `sandbox skill list`):
+/// one paragraph (YAML's folded and literal blocks become spaces, so the
+/// skill's words cannot open a paragraph that reads as the sandbox's), with
+/// controls, bidi overrides and invisible characters escaped by the same
+/// escaper as the permission prompt. A project skill's manifest is written
+/// by whoever wrote the project; escaped once here, it is safe everywhere.
+fn shown_text(text: &str) -> String {
+    let one_paragraph = text
+        .split(['\n', '\r', '\t'])
+        .filter(|l| !l.trim().is_empty());
+    let joined: Vec<&str> = one_paragraph.map(str::trim).collect();
+    crate::broker::prompt::escape(&joined.join(" "))
 }
 
 /// Split `---` front matter from the body; returns (yaml, its first line
@@ -288,6 +311,17 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         return Err(err(
             at("description"),
             "description is empty: say what the skill does".into(),
+        ));
+    }
+    let description_chars = raw.description.trim().chars().count();
+    if description_chars > MAX_DESCRIPTION_CHARS {
+        return Err(err(
+            at("description"),
+            format!(
+                "description is {description_chars} characters, more than the \
+                 {MAX_DESCRIPTION_CHARS} an agent host is shown: say briefly what the skill \
+                 does and put the details in the body of SKILL.md"
+            ),
         ));
     }
     let main = match (&raw.main, raw.execution_mode) {
@@ -360,6 +394,8 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
                 "input-schema must be a JSON Schema object".into(),
             ));
         }
+        super::params::check_shown(schema)
+            .map_err(|e| err(at("input-schema"), format!("input-schema: {e}")))?;
         match super::params::ParamsSchema::compile(schema) {
             Ok(compiled) => {
                 params_validator = Some(ParamsValidator(std::sync::Arc::new(compiled)));
@@ -375,6 +411,8 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
     // MCP's structured results are objects, and so is the schema a host
     // checks them against.
     if let Some(schema) = &raw.output_schema {
+        super::params::check_shown(schema)
+            .map_err(|e| err(at("output-schema"), format!("output-schema: {e}")))?;
         if schema.get("type").and_then(serde_json::Value::as_str) != Some("object") {
             return Err(err(
                 at("output-schema"),
@@ -387,7 +425,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
     let _ = (&raw.allowed_tools, &raw.metadata);
     Ok(Skill {
         name: raw.name,
-        description: raw.description.trim().to_string(),
+        description: shown_text(&raw.description),
         dir: dir.to_path_buf(),
         runtime: raw.runtime,
         main,
@@ -400,7 +438,7 @@ pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
         input_schema: raw.input_schema,
         output_schema: raw.output_schema,
         params_validator,
-        license: raw.license,
+        license: raw.license.as_deref().map(shown_text),
         instructions: body.to_string(),
     })
 }

@@ -38,6 +38,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Number, Value};
 
 use super::schema_pointer::{local_pointer, resolve_pointer};
+use crate::broker::prompt;
 
 /// Keywords that constrain the params.
 pub const SUPPORTED: &[&str] = &[
@@ -122,6 +123,88 @@ pub struct SchemaError {
     pub location: String,
     /// What is wrong.
     pub message: String,
+}
+
+/// Largest schema (input or output, as compact JSON) a skill may list: an
+/// agent host puts every tool's schemas in its model's context, so one
+/// project skill must not fill it. Ten times the largest schema of the
+/// skills shipped with `sandbox`.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
+/// Deepest nesting of objects and arrays in a schema: deep enough for any
+/// real parameter shape, shallow enough that no host's recursive parser or
+/// renderer runs out of stack on it.
+pub const MAX_SHOWN_DEPTH: usize = 32;
+
+/// Refuse a schema the sandbox would pass on to an agent host (MCP's
+/// `inputSchema` and `outputSchema`, serve's `skill.list`) unless it is
+/// bounded and shows what it says: at most [`MAX_SCHEMA_BYTES`] and
+/// [`MAX_SHOWN_DEPTH`] levels, and no key or string holding a control,
+/// bidi or invisible character (a tab or newline excepted). Refused, not
+/// escaped or cut: changing a `pattern` or an `enum` value would change
+/// what the schema accepts, and a cut schema is no schema.
+pub fn check_shown(schema: &Value) -> Result<(), SchemaError> {
+    let size = serde_json::to_vec(schema).map_or(usize::MAX, |bytes| bytes.len());
+    if size > MAX_SCHEMA_BYTES {
+        return Err(schema_error(
+            "",
+            format!(
+                "the schema is {size} bytes as JSON, more than the {MAX_SCHEMA_BYTES} a skill \
+                 may show an agent host: describe the parameters more briefly"
+            ),
+        ));
+    }
+    let hidden = |text: &str| {
+        text.chars()
+            .any(|c| c != '\n' && c != '\t' && crate::broker::text::must_escape(c))
+    };
+    let refuse_hidden = |location: &str, what: &str, text: &str| {
+        schema_error(
+            location,
+            format!(
+                "{what} {} holds a control, bidi or invisible character, which would show an \
+                 agent host something else than it says: write it in plain text",
+                prompt::shorten(&prompt::escape(text), 80)
+            ),
+        )
+    };
+    // Iterative, so that no schema can exhaust this stack either.
+    let mut pending = vec![(schema, String::new(), 1)];
+    while let Some((value, location, depth)) = pending.pop() {
+        match value {
+            Value::String(text) if hidden(text) => {
+                return Err(refuse_hidden(&location, "the string", text));
+            }
+            Value::Array(_) | Value::Object(_) if depth > MAX_SHOWN_DEPTH => {
+                return Err(schema_error(
+                    &location,
+                    format!(
+                        "the schema nests deeper than {MAX_SHOWN_DEPTH} levels of objects and \
+                         arrays: flatten the parameters"
+                    ),
+                ));
+            }
+            Value::Array(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    let mut pointer = location.clone();
+                    push_pointer(&mut pointer, &index.to_string());
+                    pending.push((item, pointer, depth + 1));
+                }
+            }
+            Value::Object(members) => {
+                for (key, member) in members {
+                    if hidden(key) {
+                        return Err(refuse_hidden(&location, "the key", key));
+                    }
+                    let mut pointer = location.clone();
+                    push_pointer(&mut pointer, key);
+                    pending.push((member, pointer, depth + 1));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Where params fail their schema and why.
@@ -1619,5 +1702,29 @@ mod tests {
         s.check(&json!({"when": "not a date", "made-up": 1}))
             .unwrap();
         s.check(&json!(7)).unwrap();
+    }
+
+    #[test]
+    fn a_shown_schema_is_bounded_and_says_what_it_shows() {
+        let plain = json!({"type": "object", "properties": {"path": {
+            "type": "string", "description": "Where.\n\tIndented.", "pattern": "^[a-z]+$"}}});
+        assert_eq!(check_shown(&plain), Ok(()));
+        let bidi = json!({"properties": {"p": {"description": "ok\u{202e}exe.txt"}}});
+        let error = check_shown(&bidi).unwrap_err();
+        assert_eq!(error.location, "/properties/p/description");
+        assert!(error.message.contains("\\u{202e}"), "{error}");
+        let key = json!({"properties": {"a\u{1b}[2Jb": {}}});
+        assert_eq!(check_shown(&key).unwrap_err().location, "/properties");
+        let mut deep = json!({});
+        for _ in 0..MAX_SHOWN_DEPTH - 1 {
+            deep = json!({ "items": deep });
+        }
+        assert_eq!(check_shown(&deep), Ok(()));
+        assert!(check_shown(&json!({ "items": deep })).is_err());
+        let big = json!({"description": "x".repeat(MAX_SCHEMA_BYTES)});
+        assert!(check_shown(&big)
+            .unwrap_err()
+            .message
+            .contains("bytes as JSON"));
     }
 }

@@ -595,7 +595,14 @@ impl Server {
         let invalid: Vec<Value> = self
             .invalid
             .iter()
-            .map(|e| json!({ "file": e.file, "line": e.line, "message": e.message }))
+            .map(|e| {
+                // A project's directory names and values reach the host too.
+                json!({
+                    "file": e.file,
+                    "line": e.line,
+                    "message": crate::broker::prompt::escape(&e.message),
+                })
+            })
             .collect();
         json!({ "skills": skills, "invalid": invalid, "shadowed": self.shadowed })
     }
