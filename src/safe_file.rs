@@ -527,22 +527,28 @@ pub fn state_dir() -> PathBuf {
         .join("sandbox")
 }
 
+/// The directory a file named by `path` lives in (`.` for a bare name)
+/// and its name; a path with no file name (`/`, `..`) is an error.
+fn directory_and_name(path: &Path) -> Result<(&Path, &std::ffi::OsStr), SafeFileError> {
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(SafeFileError::NoFileName {
+            path: path.to_path_buf(),
+        });
+    };
+    if parent.as_os_str().is_empty() {
+        Ok((Path::new("."), name))
+    } else {
+        Ok((parent, name))
+    }
+}
+
 /// Create an empty file at `path` (its directory too) unless something is
 /// there already: true when this call created it. A marker whose existence
 /// is all that counts: `O_CREAT | O_EXCL` beneath the opened directory, so
 /// an existing name, a symbolic link included, is left alone and never
 /// followed, and of two callers at once exactly one gets true.
 pub fn create_marker(path: &Path) -> Result<bool, SafeFileError> {
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(SafeFileError::NoFileName {
-            path: path.to_path_buf(),
-        });
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
+    let (parent, name) = directory_and_name(path)?;
     std::fs::create_dir_all(parent).map_err(|source| SafeFileError::Io {
         op: "creating the directory of",
         path: path.to_path_buf(),
@@ -571,16 +577,7 @@ pub fn create_marker(path: &Path) -> Result<bool, SafeFileError> {
 /// crash never leaves half a file and a link at `path` is replaced, not
 /// written through.
 pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
-    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
-        return Err(SafeFileError::NoFileName {
-            path: path.to_path_buf(),
-        });
-    };
-    let parent = if parent.as_os_str().is_empty() {
-        Path::new(".")
-    } else {
-        parent
-    };
+    let (parent, name) = directory_and_name(path)?;
     let dir = open_dir_plain(parent, path)?;
     let mut temporary = OsString::from(".");
     temporary.push(name);
