@@ -21,7 +21,7 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use support::{Project, Who};
@@ -41,32 +41,6 @@ struct Example {
 enum Step {
     WriteFile { name: String, content: String },
     Run(Example),
-}
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// README.md and every Markdown file below docs/src, sorted.
-fn documents() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
-            .map(|entry| entry.expect("directory entry").path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|ext| ext == "md") {
-                out.push(path);
-            }
-        }
-    }
-    let root = repo_root();
-    let mut out = vec![root.join("README.md")];
-    walk(&root.join("docs/src"), &mut out);
-    out
 }
 
 /// The steps of one Markdown document.
@@ -229,11 +203,11 @@ fn indent(text: &str) -> String {
 #[test]
 fn the_books_command_examples_match_the_binary() {
     let test = "the_books_command_examples_match_the_binary";
-    let root = repo_root();
+    let root = support::docs::repo_root();
     let bin_dir = binary_dir();
     let mut failures = Vec::new();
     let mut ran = Vec::new();
-    for document in documents() {
+    for document in support::docs::documents(&[]) {
         let relative = document
             .strip_prefix(&root)
             .expect("below the repository")
@@ -281,9 +255,9 @@ fn the_books_command_examples_match_the_binary() {
 /// one, this fails instead of the check silently shrinking.
 #[test]
 fn the_book_keeps_its_checked_examples() {
-    let root = repo_root();
+    let root = support::docs::repo_root();
     let mut commands = Vec::new();
-    for document in documents() {
+    for document in support::docs::documents(&[]) {
         let relative = document.strip_prefix(&root).expect("below the repository");
         let text = std::fs::read_to_string(&document).expect("read the document");
         for step in parse(&relative.display().to_string(), &text) {

@@ -6,33 +6,10 @@
 //! letters, digits, `-` and `_` kept, spaces turned into `-`, the rest
 //! dropped; a repeated heading gets `-1`, `-2`, ...
 
+mod support;
+
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
-
-fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn documents() -> Vec<PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        let mut entries: Vec<_> = std::fs::read_dir(dir)
-            .unwrap_or_else(|err| panic!("{}: {err}", dir.display()))
-            .map(|entry| entry.expect("directory entry").path())
-            .collect();
-        entries.sort();
-        for path in entries {
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|ext| ext == "md") {
-                out.push(path);
-            }
-        }
-    }
-    let root = repo_root();
-    let mut out = vec![root.join("README.md"), root.join("profiles/README.md")];
-    walk(&root.join("docs/src"), &mut out);
-    out
-}
 
 /// The text outside fenced code blocks and inline code spans, line by line
 /// (numbered from 1), where a link is a link.
@@ -217,8 +194,8 @@ fn broken_links(root: &Path, document: &Path) -> Vec<String> {
 
 #[test]
 fn every_relative_link_of_the_docs_resolves() {
-    let root = repo_root();
-    let documents = documents();
+    let root = support::docs::repo_root();
+    let documents = support::docs::documents(&["profiles/README.md"]);
     assert!(
         documents.len() > 10,
         "the book's chapters were not found: {documents:?}"
@@ -249,13 +226,13 @@ fn every_relative_link_of_the_docs_resolves() {
 /// exists: mdBook builds only what the summary names.
 #[test]
 fn the_summary_lists_every_chapter() {
-    let src = repo_root().join("docs/src");
+    let src = support::docs::repo_root().join("docs/src");
     let summary = std::fs::read_to_string(src.join("SUMMARY.md")).expect("SUMMARY.md");
     let listed: HashSet<String> = prose_lines(&summary)
         .iter()
         .flat_map(|(_, line)| link_targets(line))
         .collect();
-    for document in documents() {
+    for document in support::docs::documents(&["profiles/README.md"]) {
         let Ok(relative) = document.strip_prefix(&src) else {
             continue;
         };
