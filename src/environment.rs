@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use nix::errno::Errno;
 use serde::Serialize;
 
-use crate::probe::UsernsSysctls;
+use crate::sysctl::UsernsSysctls;
 
 /// A container engine, as far as it can be told from inside.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -28,6 +28,7 @@ pub mod skill;
 pub mod spawn;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod sysctl;
 
 pub mod command;
 pub mod environment;
