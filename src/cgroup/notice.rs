@@ -12,13 +12,18 @@ use std::path::{Path, PathBuf};
 
 use super::CgroupInfo;
 
-/// How the fallback's warning starts (written where the run's cgroup is
-/// set up, in `spawn`).
 const FALLBACK_START: &str = "no cgroup for this run (";
+const FALLBACK_MIDDLE: &str = "); falling back to rlimits: ";
+
+/// The fallback's warning: why there is no cgroup, and which limits became
+/// which rlimits. Written here so that [`is_fallback`] knows its shape.
+pub fn fallback_warning(why: std::fmt::Arguments<'_>, applied: &str) -> String {
+    format!("{FALLBACK_START}{why}{FALLBACK_MIDDLE}{applied}")
+}
 
 /// Whether `warning` is the fallback to rlimits.
 pub fn is_fallback(warning: &str) -> bool {
-    warning.starts_with(FALLBACK_START) && warning.contains("falling back to rlimits")
+    warning.starts_with(FALLBACK_START) && warning.contains(FALLBACK_MIDDLE)
 }
 
 /// Whether a limit controller sits on a v1 hierarchy this process may not

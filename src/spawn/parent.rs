@@ -428,10 +428,12 @@ fn setup_cgroup(
             } else {
                 ""
             };
-            warnings.push(format!(
-                "no cgroup for this run ({err}{}); falling back to rlimits: {}{cpu}",
-                crate::cgroup::scope_note(&info, &limits, cgroup_parent.is_some()),
-                applied.join(", ")
+            warnings.push(crate::cgroup::notice::fallback_warning(
+                format_args!(
+                    "{err}{}",
+                    crate::cgroup::scope_note(&info, &limits, cgroup_parent.is_some())
+                ),
+                &format!("{}{cpu}", applied.join(", ")),
             ));
             Ok((None, rlimits))
         }
