@@ -5,7 +5,7 @@
 mod daemon_support;
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use daemon_support::Daemon;
 use serde_json::json;
@@ -31,21 +31,14 @@ fn lines_with<'a>(log: &'a str, needle: &str) -> Vec<&'a str> {
 
 /// Poll the daemon's log until a line holds every one of `needles`.
 fn wait_for_line(daemon: &Daemon, needles: &[&str]) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let log = daemon.log();
-        if let Some(line) = log
+    support::wait::within(Duration::from_secs(60), || {
+        daemon
+            .log()
             .lines()
             .find(|line| needles.iter().all(|n| line.contains(n)))
-        {
-            return line.to_string();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no log line with {needles:?}:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            .map(str::to_string)
+    })
+    .unwrap_or_else(|| panic!("no log line with {needles:?}:\n{}", daemon.log()))
 }
 
 #[test]
@@ -156,11 +149,24 @@ fn sigterm_ends_runs_with_a_reason_and_attached_clients_get_their_end() {
         .as_str()
         .expect("id")
         .to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while daemon.request("GET", &format!("/v1/runs/{id}"), None).1["state"] != "running" {
-        assert!(Instant::now() < deadline, "{}", daemon.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // The payload has started once its first line reached the client: a
+    // run whose record says "running" may not have printed it yet.
+    let mut stdout = client.stdout.take().expect("piped stdout");
+    let (first_line, got_first_line) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::{BufRead, Read};
+        let mut reader = std::io::BufReader::new(&mut stdout);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        let _ = first_line.send(line.clone());
+        let mut rest = String::new();
+        let _ = reader.read_to_string(&mut rest);
+        line + &rest
+    });
+    let first = got_first_line
+        .recv_timeout(support::wait::limit(Duration::from_secs(60)))
+        .unwrap_or_else(|_| panic!("the run never printed:\n{}", daemon.log()));
+    assert_eq!(first, "started\n");
     let stopped = daemon.terminate();
     assert!(stopped.success(), "{stopped}\n{}", daemon.log());
 
@@ -171,7 +177,7 @@ fn sigterm_ends_runs_with_a_reason_and_attached_clients_get_their_end() {
         stderr.contains(&format!("sandbox: run {id} cancelled: the daemon stopped")),
         "{stderr}"
     );
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "started\n");
+    assert_eq!(reader.join().expect("stdout reader"), "started\n");
     let ended = wait_for_line(&daemon, &["run ended run=", &id]);
     assert!(
         ended.contains("state=cancelled") && ended.contains("reason=the daemon stopped"),
