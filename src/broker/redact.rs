@@ -525,6 +525,27 @@ mod tests {
     }
 
     #[test]
+    fn a_percent_sign_before_an_escaped_echo_does_not_hide_the_value() {
+        // Review finding: the sandbox chooses the rest of a header value
+        // around a handle (`X-Echo: %<handle>`), and a host that echoes
+        // headers as JSON escaping `/` (PHP's json_encode) or `"` gives
+        // back `%ab3F\/...`. The raw view misses the value (the escape
+        // is inside it) and the unescaped view decodes `%ab` as one byte,
+        // eating its first two characters: all of it leaves.
+        let value = "ab3F/xyz+Token9";
+        let needles = [Needle {
+            value: value.as_bytes(),
+            handle: HANDLE,
+        }];
+        for echoed in [r#"%ab3F\/xyz+Token9"#, r#"%AB3F\/xyz+Token9"#] {
+            let body = format!(r#"{{"headers": {{"X-Echo": "{echoed}"}}}}"#);
+            let out =
+                String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
+            assert!(!out.contains("xyz+Token9"), "{body} -> {out}");
+        }
+    }
+
+    #[test]
     fn base64_cores_hold_only_the_values_bits() {
         // "abcd" is YWJjZA==: the A holds the last two bits of d and four
         // of whatever follows.
