@@ -38,7 +38,6 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
     } else {
         haystack
     };
-    let views = [View::raw(haystack), View::unescaped(haystack)];
     let forms: Vec<(Form, &str)> = needles
         .iter()
         .flat_map(|needle| {
@@ -49,7 +48,7 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
         .collect();
     let mut spans: Vec<Span> = Vec::new();
     let mut tail_from = haystack.len();
-    for view in &views {
+    let mut search = |view: &View| {
         for (index, start, end) in find_all(&view.bytes, &forms) {
             let (form, handle) = &forms[index];
             let (start, end) = form.widen(&view.bytes, start, end);
@@ -63,6 +62,27 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
                 }
             }
         }
+    };
+    // One view per order of decoding, each kind also alone: an escape of
+    // one kind that the sandbox's payload puts just before a value (`%ab`
+    // before `ab3F\/xyz`, `\u00` before `ab%2Fxyz`) would, decoded with
+    // the other kind in one pass, eat the value's first characters; the
+    // view that decodes only the kind inside the value leaves that prefix
+    // as it is. Each view is one pass over the body, searched and dropped
+    // before the next is made (a view's map back to the body is 16 bytes
+    // a byte: fresh pages for every view cost more than the search).
+    let raw = View::raw(haystack);
+    search(&raw);
+    for first in [Escape::Json, Escape::Percent] {
+        let one_kind = raw.decoded(first);
+        search(&one_kind);
+        let second = match first {
+            Escape::Json => Escape::Percent,
+            Escape::Percent => Escape::Json,
+        };
+        let both = one_kind.decoded(second);
+        drop(one_kind);
+        search(&both);
     }
     spans.sort_by_key(|span| (span.start, std::cmp::Reverse(span.end)));
     let mut out = Vec::with_capacity(haystack.len());
@@ -150,15 +170,16 @@ impl View {
         }
     }
 
-    /// Percent escapes and JSON string escapes decoded, line breaks left
+    /// This view with the escapes of `kind` decoded, line breaks left
     /// out (base64 and hex are often wrapped; a value never holds one, as
     /// a header cannot carry it).
-    fn unescaped(raw: &[u8]) -> View {
-        let mut bytes = Vec::with_capacity(raw.len());
-        let mut origin = Vec::with_capacity(raw.len());
+    fn decoded(&self, kind: Escape) -> View {
+        let text = &self.bytes;
+        let mut bytes = Vec::with_capacity(text.len());
+        let mut origin = Vec::with_capacity(text.len());
         let mut at = 0;
-        while at < raw.len() {
-            let (decoded, used) = decode_escape(&raw[at..]);
+        while at < text.len() {
+            let (decoded, used) = decode_escape(&text[at..], kind);
             let mut utf8 = [0u8; 4];
             let decoded: &[u8] = match decoded {
                 Decoded::Byte(byte) => {
@@ -170,7 +191,7 @@ impl View {
             for &byte in decoded {
                 if byte != b'\r' && byte != b'\n' {
                     bytes.push(byte);
-                    origin.push((at, at + used));
+                    origin.push(self.raw_span(at, at + used));
                 }
             }
             at += used;
@@ -196,9 +217,19 @@ impl View {
     }
 }
 
-/// The character the escape at the start of `raw` stands for and the
-/// escape's length; a byte that starts no escape stands for itself.
-fn decode_escape(raw: &[u8]) -> (Decoded, usize) {
+/// A kind of escape a host may echo a value in.
+#[derive(Clone, Copy, PartialEq)]
+enum Escape {
+    /// `%2F`, either case.
+    Percent,
+    /// JSON string escapes: `\/`, `\"`, `\u0041`, surrogate pairs.
+    Json,
+}
+
+/// The character the escape of `kind` at the start of `raw`
+/// stands for and the escape's length; a byte that starts no such escape
+/// stands for itself.
+fn decode_escape(raw: &[u8], kind: Escape) -> (Decoded, usize) {
     let hex = |bytes: &[u8]| -> Option<u32> {
         bytes
             .iter()
@@ -206,10 +237,11 @@ fn decode_escape(raw: &[u8]) -> (Decoded, usize) {
     };
     let literal = (Decoded::Byte(raw.first().copied().unwrap_or_default()), 1);
     match raw {
-        [b'%', a, b, ..] => match hex(&[*a, *b]) {
+        [b'%', a, b, ..] if kind == Escape::Percent => match hex(&[*a, *b]) {
             Some(byte) => (Decoded::Byte(byte as u8), 3),
             None => literal,
         },
+        [b'\\', ..] if kind != Escape::Json => literal,
         [b'\\', b'u', rest @ ..] if rest.len() >= 4 => {
             let Some(unit) = hex(&rest[..4]) else {
                 return literal;
@@ -365,6 +397,11 @@ fn base64_core(value: &[u8], offset: usize) -> (Vec<u8>, usize, usize) {
 /// end), overlapping ones included. One pass for all forms, a table of
 /// first bytes deciding which to compare at each position: a body of the
 /// largest size is searched for a dozen forms per secret.
+///
+/// The two hex digits after a `%` match in either case: a host that
+/// normalises percent escapes (RFC 3986 makes `%ab` and `%AB` the same)
+/// turns a `%` the payload put before a value starting with hex digits
+/// into `%AB3F...`, changing the value's first characters' case.
 fn find_all(haystack: &[u8], forms: &[(Form, &str)]) -> Vec<(usize, usize, usize)> {
     let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
     for (index, (form, _)) in forms.iter().enumerate() {
@@ -372,29 +409,50 @@ fn find_all(haystack: &[u8], forms: &[(Form, &str)]) -> Vec<(usize, usize, usize
             continue;
         };
         by_first[usize::from(first)].push(index);
-        if form.ignore_case && first.is_ascii_alphabetic() {
-            let other = if first.is_ascii_lowercase() {
-                first.to_ascii_uppercase()
-            } else {
-                first.to_ascii_lowercase()
-            };
-            by_first[usize::from(other)].push(index);
-        }
     }
+    let after_percent = |at: usize| {
+        haystack[at].is_ascii_hexdigit()
+            && ((at >= 1 && haystack[at - 1] == b'%')
+                || (at >= 2 && haystack[at - 2] == b'%' && haystack[at - 1].is_ascii_hexdigit()))
+    };
+    let same_byte = |ignore_case: bool, at: usize, expected: u8| {
+        let byte = haystack[at];
+        byte == expected
+            || ((ignore_case || after_percent(at)) && byte.eq_ignore_ascii_case(&expected))
+    };
     let mut found = Vec::new();
     for (at, &byte) in haystack.iter().enumerate() {
-        for &index in &by_first[usize::from(byte)] {
+        let swapped = if byte.is_ascii_lowercase() {
+            byte.to_ascii_uppercase()
+        } else {
+            byte.to_ascii_lowercase()
+        };
+        let candidates = by_first[usize::from(byte)].iter();
+        let other_case = if swapped != byte {
+            by_first[usize::from(swapped)].as_slice()
+        } else {
+            &[]
+        };
+        for &index in candidates.chain(other_case) {
             let form = &forms[index].0;
-            let Some(window) = haystack.get(at..at + form.text.len()) else {
+            let end = at + form.text.len();
+            if end > haystack.len() {
                 continue;
-            };
+            }
             let same = if form.ignore_case {
-                window.eq_ignore_ascii_case(&form.text)
+                haystack[at..end].eq_ignore_ascii_case(&form.text)
+            } else if haystack[at..end] == form.text[..] {
+                true
             } else {
-                window == form.text.as_slice()
+                // Only a case difference within two bytes of a `%` can
+                // still match: cheap to rule out first.
+                haystack[at..end].eq_ignore_ascii_case(&form.text)
+                    && (at..end)
+                        .zip(&form.text)
+                        .all(|(i, &expected)| same_byte(false, i, expected))
             };
             if same {
-                found.push((index, at, at + form.text.len()));
+                found.push((index, at, end));
             }
         }
     }
@@ -542,6 +600,25 @@ mod tests {
             let out =
                 String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
             assert!(!out.contains("xyz+Token9"), "{body} -> {out}");
+        }
+    }
+
+    #[test]
+    fn a_json_escape_before_a_percent_encoded_echo_does_not_hide_the_value() {
+        // The mirror of the above: `\u00` put before a handle whose value a
+        // host echoes percent-encoded (`/` and `+` as in a query) would,
+        // decoded in one pass, become `\u00ab` and eat `ab`.
+        let value = "ab3F/xyz+Token9";
+        let needles = [Needle {
+            value: value.as_bytes(),
+            handle: HANDLE,
+        }];
+        for echoed in [r#"\u00ab3F%2Fxyz%2BToken9"#, r#"\u00ab3F%2fxyz%2bToken9"#] {
+            let body = format!("echo: {echoed}");
+            let out =
+                String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
+            assert!(!out.contains("Token9"), "{body} -> {out}");
+            assert!(out.contains(HANDLE), "{body} -> {out}");
         }
     }
 
