@@ -48,8 +48,8 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
         .collect();
     let mut spans: Vec<Span> = Vec::new();
     let mut tail_from = haystack.len();
-    let mut search = |view: &View| {
-        for (index, start, end) in find_all(&view.bytes, &forms) {
+    let mut search = |view: &View, escaped_inside: Option<Escape>| {
+        for (index, start, end) in find_all(&view.bytes, &forms, escaped_inside) {
             let (form, handle) = &forms[index];
             let (start, end) = form.widen(&view.bytes, start, end);
             let (start, end) = view.raw_span(start, end);
@@ -72,17 +72,17 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
     // before the next is made (a view's map back to the body is 16 bytes
     // a byte: fresh pages for every view cost more than the search).
     let raw = View::raw(haystack);
-    search(&raw);
+    search(&raw, None);
     for first in [Escape::Json, Escape::Percent] {
-        let one_kind = raw.decoded(first);
-        search(&one_kind);
         let second = match first {
             Escape::Json => Escape::Percent,
             Escape::Percent => Escape::Json,
         };
+        let one_kind = raw.decoded(first);
+        search(&one_kind, Some(second));
         let both = one_kind.decoded(second);
         drop(one_kind);
-        search(&both);
+        search(&both, None);
     }
     spans.sort_by_key(|span| (span.start, std::cmp::Reverse(span.end)));
     let mut out = Vec::with_capacity(haystack.len());
@@ -398,11 +398,21 @@ fn base64_core(value: &[u8], offset: usize) -> (Vec<u8>, usize, usize) {
 /// first bytes deciding which to compare at each position: a body of the
 /// largest size is searched for a dozen forms per secret.
 ///
+/// With `escaped_inside`, a form also matches where some of its bytes
+/// after the first are escapes of that kind: searched in a view with the
+/// other kind decoded, a value holding both kinds (`ab3F\/xyz%2B...`) is
+/// found from its first byte on, whatever escape the payload put before
+/// it to swallow that byte in a view decoding both.
+///
 /// The two hex digits after a `%` match in either case: a host that
 /// normalises percent escapes (RFC 3986 makes `%ab` and `%AB` the same)
 /// turns a `%` the payload put before a value starting with hex digits
 /// into `%AB3F...`, changing the value's first characters' case.
-fn find_all(haystack: &[u8], forms: &[(Form, &str)]) -> Vec<(usize, usize, usize)> {
+fn find_all(
+    haystack: &[u8],
+    forms: &[(Form, &str)],
+    escaped_inside: Option<Escape>,
+) -> Vec<(usize, usize, usize)> {
     let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
     for (index, (form, _)) in forms.iter().enumerate() {
         let Some(&first) = form.text.first() else {
@@ -410,15 +420,9 @@ fn find_all(haystack: &[u8], forms: &[(Form, &str)]) -> Vec<(usize, usize, usize
         };
         by_first[usize::from(first)].push(index);
     }
-    let after_percent = |at: usize| {
-        haystack[at].is_ascii_hexdigit()
-            && ((at >= 1 && haystack[at - 1] == b'%')
-                || (at >= 2 && haystack[at - 2] == b'%' && haystack[at - 1].is_ascii_hexdigit()))
-    };
-    let same_byte = |ignore_case: bool, at: usize, expected: u8| {
+    let same_byte = |at: usize, expected: u8| {
         let byte = haystack[at];
-        byte == expected
-            || ((ignore_case || after_percent(at)) && byte.eq_ignore_ascii_case(&expected))
+        byte == expected || (after_percent(haystack, at) && byte.eq_ignore_ascii_case(&expected))
     };
     let mut found = Vec::new();
     for (at, &byte) in haystack.iter().enumerate() {
@@ -449,14 +453,66 @@ fn find_all(haystack: &[u8], forms: &[(Form, &str)]) -> Vec<(usize, usize, usize
                 haystack[at..end].eq_ignore_ascii_case(&form.text)
                     && (at..end)
                         .zip(&form.text)
-                        .all(|(i, &expected)| same_byte(false, i, expected))
+                        .all(|(i, &expected)| same_byte(i, expected))
             };
             if same {
                 found.push((index, at, end));
+            } else if let Some(escape) = escaped_inside {
+                if let Some(end) = match_escaped(haystack, at, form, escape) {
+                    found.push((index, at, end));
+                }
             }
         }
     }
     found
+}
+
+/// Whether the byte at `at` is one of the two hex digits of a percent
+/// escape, whose case a host may change.
+fn after_percent(view: &[u8], at: usize) -> bool {
+    view.get(at).is_some_and(u8::is_ascii_hexdigit)
+        && ((at >= 1 && view[at - 1] == b'%')
+            || (at >= 2 && view[at - 2] == b'%' && view[at - 1].is_ascii_hexdigit()))
+}
+
+/// Where `form` ends if it starts at `at` in `view`, each of its bytes
+/// after the first as itself or as an escape of `kind` standing for it.
+fn match_escaped(view: &[u8], at: usize, form: &Form, kind: Escape) -> Option<usize> {
+    let same = |a: &[u8], b: &[u8], loose: bool| {
+        if form.ignore_case || loose {
+            a.eq_ignore_ascii_case(b)
+        } else {
+            a == b
+        }
+    };
+    let text = &form.text;
+    if !same(
+        view.get(at..at + 1)?,
+        text.get(..1)?,
+        after_percent(view, at),
+    ) {
+        return None;
+    }
+    let (mut in_view, mut in_text) = (at + 1, 1);
+    while in_text < text.len() {
+        let rest = view.get(in_view..).filter(|rest| !rest.is_empty())?;
+        let (decoded, used) = decode_escape(rest, kind);
+        let mut utf8 = [0u8; 4];
+        let decoded: &[u8] = match decoded {
+            Decoded::Byte(byte) => {
+                utf8[0] = byte;
+                &utf8[..1]
+            }
+            Decoded::Char(c) => c.encode_utf8(&mut utf8).as_bytes(),
+        };
+        let loose = used == 1 && after_percent(view, in_view);
+        if !same(text.get(in_text..in_text + decoded.len())?, decoded, loose) {
+            return None;
+        }
+        in_view += used;
+        in_text += decoded.len();
+    }
+    Some(in_view)
 }
 
 #[cfg(test)]
@@ -619,6 +675,36 @@ mod tests {
                 String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
             assert!(!out.contains("Token9"), "{body} -> {out}");
             assert!(out.contains(HANDLE), "{body} -> {out}");
+        }
+    }
+
+    #[test]
+    fn an_escape_before_a_value_holding_both_kinds_does_not_hide_it() {
+        // A query echoed in JSON: the host percent-encodes `+` and leaves
+        // `/`, which JSON then escapes; the `%` or `\u00` the payload put
+        // before the handle swallows `ab` in every order of decoding.
+        let value = "ab3F/xyz+Token9";
+        let needles = [Needle {
+            value: value.as_bytes(),
+            handle: HANDLE,
+        }];
+        for echoed in [
+            r#"%ab3F\/xyz%2BToken9"#,
+            r#"%AB3F\/xyz%2bToken9"#,
+            r#"\u00ab3F\/xyz%2BToken9"#,
+        ] {
+            let body = format!(r#"{{"url": "https:\/\/h\/?q={echoed}"}}"#);
+            let out =
+                String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
+            assert!(!out.contains("Token9"), "{body} -> {out}");
+            assert!(out.contains(HANDLE), "{body} -> {out}");
+        }
+    }
+
+    #[test]
+    fn a_body_ending_inside_an_escaped_value_is_kept_without_a_panic() {
+        for body in ["tok%2Fen%2BValue%3F%26", "tok\\/en\\u002bValue?&"] {
+            assert_eq!(redacted(body.as_bytes(), false), body);
         }
     }
 
