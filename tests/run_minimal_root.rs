@@ -404,3 +404,53 @@ fn proc_files_runtimes_read_at_start_up_are_readable() {
         }
     }
 }
+
+/// Review finding: a run's message queues are charged to the host uid the
+/// run maps (RLIMIT_MSGQUEUE is counted per user up the user-namespace
+/// chain), so since the run got an mqueue of its own one payload can spend
+/// the whole allowance while it runs: every other run of the same caller
+/// (and, unprivileged, the caller's own programs) then fails mq_open with
+/// EMFILE until it ends. Another run must still get a small queue.
+#[test]
+fn one_run_cannot_spend_the_message_queue_allowance_of_every_other_run() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::process::Stdio;
+    let hog = format!(
+        "{MQ_PRELUDE}\
+         made = 0\n\
+         for size in (8192, 1024, 64, 1):\n\
+         \x20   while True:\n\
+         \x20       attr = Attr(0, 10 if size > 1 else 1, size, 0)\n\
+         \x20       q = libc.mq_open(('/hog%d' % made).encode(), os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref(attr))\n\
+         \x20       if q < 0:\n\
+         \x20           break\n\
+         \x20       made += 1\n\
+         print('held', made, errno.errorcode[ctypes.get_errno()], flush=True)\n\
+         import sys; sys.stdin.read()\n"
+    );
+    let probe =
+        format!("{MQ_PRELUDE}print('other run', mq_open('/mine', os.O_CREAT | os.O_RDWR))\n");
+    for who in identities("one_run_cannot_spend_the_message_queue_allowance") {
+        let project = Project::new(who);
+        let mut holder = project
+            .command()
+            .args(["run", "--profile", "strict", "--", "python3", "-c", &hog])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("sandbox starts");
+        let mut line = String::new();
+        BufReader::new(holder.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("the hog's line");
+        assert!(line.starts_with("held "), "{who:?}: {line}");
+        let other = python(&Project::new(who), &[], &probe);
+        let _ = holder.stdin.take().map(|mut stdin| stdin.flush());
+        let _ = holder.wait();
+        assert!(
+            other.starts_with("other run ") && !other.contains("EMFILE"),
+            "{who:?}: while one run holds {line} another run gets: {other}"
+        );
+    }
+}

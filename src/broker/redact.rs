@@ -38,7 +38,6 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
     } else {
         haystack
     };
-    let views = [View::raw(haystack), View::unescaped(haystack)];
     let forms: Vec<(Form, &str)> = needles
         .iter()
         .flat_map(|needle| {
@@ -49,8 +48,8 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
         .collect();
     let mut spans: Vec<Span> = Vec::new();
     let mut tail_from = haystack.len();
-    for view in &views {
-        for (index, start, end) in find_all(&view.bytes, &forms) {
+    let mut search = |view: &View, escaped_inside: Option<Escape>| {
+        for (index, start, end) in find_all(&view.bytes, &forms, escaped_inside) {
             let (form, handle) = &forms[index];
             let (start, end) = form.widen(&view.bytes, start, end);
             let (start, end) = view.raw_span(start, end);
@@ -63,6 +62,27 @@ pub(crate) fn redact(haystack: &[u8], needles: &[Needle<'_>], cut: bool) -> Vec<
                 }
             }
         }
+    };
+    // One view per order of decoding, each kind also alone: an escape of
+    // one kind that the sandbox's payload puts just before a value (`%ab`
+    // before `ab3F\/xyz`, `\u00` before `ab%2Fxyz`) would, decoded with
+    // the other kind in one pass, eat the value's first characters; the
+    // view that decodes only the kind inside the value leaves that prefix
+    // as it is. Each view is one pass over the body, searched and dropped
+    // before the next is made (a view's map back to the body is 16 bytes
+    // a byte: fresh pages for every view cost more than the search).
+    let raw = View::raw(haystack);
+    search(&raw, None);
+    for first in [Escape::Json, Escape::Percent] {
+        let second = match first {
+            Escape::Json => Escape::Percent,
+            Escape::Percent => Escape::Json,
+        };
+        let one_kind = raw.decoded(first);
+        search(&one_kind, Some(second));
+        let both = one_kind.decoded(second);
+        drop(one_kind);
+        search(&both, None);
     }
     spans.sort_by_key(|span| (span.start, std::cmp::Reverse(span.end)));
     let mut out = Vec::with_capacity(haystack.len());
@@ -150,15 +170,16 @@ impl View {
         }
     }
 
-    /// Percent escapes and JSON string escapes decoded, line breaks left
+    /// This view with the escapes of `kind` decoded, line breaks left
     /// out (base64 and hex are often wrapped; a value never holds one, as
     /// a header cannot carry it).
-    fn unescaped(raw: &[u8]) -> View {
-        let mut bytes = Vec::with_capacity(raw.len());
-        let mut origin = Vec::with_capacity(raw.len());
+    fn decoded(&self, kind: Escape) -> View {
+        let text = &self.bytes;
+        let mut bytes = Vec::with_capacity(text.len());
+        let mut origin = Vec::with_capacity(text.len());
         let mut at = 0;
-        while at < raw.len() {
-            let (decoded, used) = decode_escape(&raw[at..]);
+        while at < text.len() {
+            let (decoded, used) = decode_escape(&text[at..], kind);
             let mut utf8 = [0u8; 4];
             let decoded: &[u8] = match decoded {
                 Decoded::Byte(byte) => {
@@ -170,7 +191,7 @@ impl View {
             for &byte in decoded {
                 if byte != b'\r' && byte != b'\n' {
                     bytes.push(byte);
-                    origin.push((at, at + used));
+                    origin.push(self.raw_span(at, at + used));
                 }
             }
             at += used;
@@ -196,9 +217,19 @@ impl View {
     }
 }
 
-/// The character the escape at the start of `raw` stands for and the
-/// escape's length; a byte that starts no escape stands for itself.
-fn decode_escape(raw: &[u8]) -> (Decoded, usize) {
+/// A kind of escape a host may echo a value in.
+#[derive(Clone, Copy, PartialEq)]
+enum Escape {
+    /// `%2F`, either case.
+    Percent,
+    /// JSON string escapes: `\/`, `\"`, `\u0041`, surrogate pairs.
+    Json,
+}
+
+/// The character the escape of `kind` at the start of `raw`
+/// stands for and the escape's length; a byte that starts no such escape
+/// stands for itself.
+fn decode_escape(raw: &[u8], kind: Escape) -> (Decoded, usize) {
     let hex = |bytes: &[u8]| -> Option<u32> {
         bytes
             .iter()
@@ -206,10 +237,11 @@ fn decode_escape(raw: &[u8]) -> (Decoded, usize) {
     };
     let literal = (Decoded::Byte(raw.first().copied().unwrap_or_default()), 1);
     match raw {
-        [b'%', a, b, ..] => match hex(&[*a, *b]) {
+        [b'%', a, b, ..] if kind == Escape::Percent => match hex(&[*a, *b]) {
             Some(byte) => (Decoded::Byte(byte as u8), 3),
             None => literal,
         },
+        [b'\\', ..] if kind != Escape::Json => literal,
         [b'\\', b'u', rest @ ..] if rest.len() >= 4 => {
             let Some(unit) = hex(&rest[..4]) else {
                 return literal;
@@ -365,40 +397,122 @@ fn base64_core(value: &[u8], offset: usize) -> (Vec<u8>, usize, usize) {
 /// end), overlapping ones included. One pass for all forms, a table of
 /// first bytes deciding which to compare at each position: a body of the
 /// largest size is searched for a dozen forms per secret.
-fn find_all(haystack: &[u8], forms: &[(Form, &str)]) -> Vec<(usize, usize, usize)> {
+///
+/// With `escaped_inside`, a form also matches where some of its bytes
+/// after the first are escapes of that kind: searched in a view with the
+/// other kind decoded, a value holding both kinds (`ab3F\/xyz%2B...`) is
+/// found from its first byte on, whatever escape the payload put before
+/// it to swallow that byte in a view decoding both.
+///
+/// The two hex digits after a `%` match in either case: a host that
+/// normalises percent escapes (RFC 3986 makes `%ab` and `%AB` the same)
+/// turns a `%` the payload put before a value starting with hex digits
+/// into `%AB3F...`, changing the value's first characters' case.
+fn find_all(
+    haystack: &[u8],
+    forms: &[(Form, &str)],
+    escaped_inside: Option<Escape>,
+) -> Vec<(usize, usize, usize)> {
     let mut by_first: Vec<Vec<usize>> = vec![Vec::new(); 256];
     for (index, (form, _)) in forms.iter().enumerate() {
         let Some(&first) = form.text.first() else {
             continue;
         };
         by_first[usize::from(first)].push(index);
-        if form.ignore_case && first.is_ascii_alphabetic() {
-            let other = if first.is_ascii_lowercase() {
-                first.to_ascii_uppercase()
-            } else {
-                first.to_ascii_lowercase()
-            };
-            by_first[usize::from(other)].push(index);
-        }
     }
+    let same_byte = |at: usize, expected: u8| {
+        let byte = haystack[at];
+        byte == expected || (after_percent(haystack, at) && byte.eq_ignore_ascii_case(&expected))
+    };
     let mut found = Vec::new();
     for (at, &byte) in haystack.iter().enumerate() {
-        for &index in &by_first[usize::from(byte)] {
+        let swapped = if byte.is_ascii_lowercase() {
+            byte.to_ascii_uppercase()
+        } else {
+            byte.to_ascii_lowercase()
+        };
+        let candidates = by_first[usize::from(byte)].iter();
+        let other_case = if swapped != byte {
+            by_first[usize::from(swapped)].as_slice()
+        } else {
+            &[]
+        };
+        for &index in candidates.chain(other_case) {
             let form = &forms[index].0;
-            let Some(window) = haystack.get(at..at + form.text.len()) else {
+            let end = at + form.text.len();
+            if end > haystack.len() {
                 continue;
-            };
+            }
             let same = if form.ignore_case {
-                window.eq_ignore_ascii_case(&form.text)
+                haystack[at..end].eq_ignore_ascii_case(&form.text)
+            } else if haystack[at..end] == form.text[..] {
+                true
             } else {
-                window == form.text.as_slice()
+                // Only a case difference within two bytes of a `%` can
+                // still match: cheap to rule out first.
+                haystack[at..end].eq_ignore_ascii_case(&form.text)
+                    && (at..end)
+                        .zip(&form.text)
+                        .all(|(i, &expected)| same_byte(i, expected))
             };
             if same {
-                found.push((index, at, at + form.text.len()));
+                found.push((index, at, end));
+            } else if let Some(escape) = escaped_inside {
+                if let Some(end) = match_escaped(haystack, at, form, escape) {
+                    found.push((index, at, end));
+                }
             }
         }
     }
     found
+}
+
+/// Whether the byte at `at` is one of the two hex digits of a percent
+/// escape, whose case a host may change.
+fn after_percent(view: &[u8], at: usize) -> bool {
+    view.get(at).is_some_and(u8::is_ascii_hexdigit)
+        && ((at >= 1 && view[at - 1] == b'%')
+            || (at >= 2 && view[at - 2] == b'%' && view[at - 1].is_ascii_hexdigit()))
+}
+
+/// Where `form` ends if it starts at `at` in `view`, each of its bytes
+/// after the first as itself or as an escape of `kind` standing for it.
+fn match_escaped(view: &[u8], at: usize, form: &Form, kind: Escape) -> Option<usize> {
+    let same = |a: &[u8], b: &[u8], loose: bool| {
+        if form.ignore_case || loose {
+            a.eq_ignore_ascii_case(b)
+        } else {
+            a == b
+        }
+    };
+    let text = &form.text;
+    if !same(
+        view.get(at..at + 1)?,
+        text.get(..1)?,
+        after_percent(view, at),
+    ) {
+        return None;
+    }
+    let (mut in_view, mut in_text) = (at + 1, 1);
+    while in_text < text.len() {
+        let rest = view.get(in_view..).filter(|rest| !rest.is_empty())?;
+        let (decoded, used) = decode_escape(rest, kind);
+        let mut utf8 = [0u8; 4];
+        let decoded: &[u8] = match decoded {
+            Decoded::Byte(byte) => {
+                utf8[0] = byte;
+                &utf8[..1]
+            }
+            Decoded::Char(c) => c.encode_utf8(&mut utf8).as_bytes(),
+        };
+        let loose = used == 1 && after_percent(view, in_view);
+        if !same(text.get(in_text..in_text + decoded.len())?, decoded, loose) {
+            return None;
+        }
+        in_view += used;
+        in_text += decoded.len();
+    }
+    Some(in_view)
 }
 
 #[cfg(test)]
@@ -521,6 +635,76 @@ mod tests {
             let body = format!("kept: {tail}");
             assert_eq!(redacted(body.as_bytes(), true), "kept: ", "{tail}");
             assert_eq!(redacted(body.as_bytes(), false), body, "{tail}");
+        }
+    }
+
+    #[test]
+    fn a_percent_sign_before_an_escaped_echo_does_not_hide_the_value() {
+        // Review finding: the sandbox chooses the rest of a header value
+        // around a handle (`X-Echo: %<handle>`), and a host that echoes
+        // headers as JSON escaping `/` (PHP's json_encode) or `"` gives
+        // back `%ab3F\/...`. The raw view misses the value (the escape
+        // is inside it) and the unescaped view decodes `%ab` as one byte,
+        // eating its first two characters: all of it leaves.
+        let value = "ab3F/xyz+Token9";
+        let needles = [Needle {
+            value: value.as_bytes(),
+            handle: HANDLE,
+        }];
+        for echoed in [r#"%ab3F\/xyz+Token9"#, r#"%AB3F\/xyz+Token9"#] {
+            let body = format!(r#"{{"headers": {{"X-Echo": "{echoed}"}}}}"#);
+            let out =
+                String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
+            assert!(!out.contains("xyz+Token9"), "{body} -> {out}");
+        }
+    }
+
+    #[test]
+    fn a_json_escape_before_a_percent_encoded_echo_does_not_hide_the_value() {
+        // The mirror of the above: `\u00` put before a handle whose value a
+        // host echoes percent-encoded (`/` and `+` as in a query) would,
+        // decoded in one pass, become `\u00ab` and eat `ab`.
+        let value = "ab3F/xyz+Token9";
+        let needles = [Needle {
+            value: value.as_bytes(),
+            handle: HANDLE,
+        }];
+        for echoed in [r#"\u00ab3F%2Fxyz%2BToken9"#, r#"\u00ab3F%2fxyz%2bToken9"#] {
+            let body = format!("echo: {echoed}");
+            let out =
+                String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
+            assert!(!out.contains("Token9"), "{body} -> {out}");
+            assert!(out.contains(HANDLE), "{body} -> {out}");
+        }
+    }
+
+    #[test]
+    fn an_escape_before_a_value_holding_both_kinds_does_not_hide_it() {
+        // A query echoed in JSON: the host percent-encodes `+` and leaves
+        // `/`, which JSON then escapes; the `%` or `\u00` the payload put
+        // before the handle swallows `ab` in every order of decoding.
+        let value = "ab3F/xyz+Token9";
+        let needles = [Needle {
+            value: value.as_bytes(),
+            handle: HANDLE,
+        }];
+        for echoed in [
+            r#"%ab3F\/xyz%2BToken9"#,
+            r#"%AB3F\/xyz%2bToken9"#,
+            r#"\u00ab3F\/xyz%2BToken9"#,
+        ] {
+            let body = format!(r#"{{"url": "https:\/\/h\/?q={echoed}"}}"#);
+            let out =
+                String::from_utf8_lossy(&redact(body.as_bytes(), &needles, false)).into_owned();
+            assert!(!out.contains("Token9"), "{body} -> {out}");
+            assert!(out.contains(HANDLE), "{body} -> {out}");
+        }
+    }
+
+    #[test]
+    fn a_body_ending_inside_an_escaped_value_is_kept_without_a_panic() {
+        for body in ["tok%2Fen%2BValue%3F%26", "tok\\/en\\u002bValue?&"] {
+            assert_eq!(redacted(body.as_bytes(), false), body);
         }
     }
 

@@ -248,6 +248,7 @@ fn resource_name(resource: nix::sys::resource::Resource) -> &'static [u8] {
         Resource::RLIMIT_DATA => b"RLIMIT_DATA",
         Resource::RLIMIT_CPU => b"RLIMIT_CPU",
         Resource::RLIMIT_FSIZE => b"RLIMIT_FSIZE",
+        Resource::RLIMIT_MSGQUEUE => b"RLIMIT_MSGQUEUE",
         _ => b"rlimit",
     }
 }

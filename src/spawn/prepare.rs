@@ -909,6 +909,9 @@ impl Prepared {
         if let Some(nofile) = policy.limits.nofile {
             rlimits.push((Resource::RLIMIT_NOFILE, nofile));
         }
+        if let Some(share) = message_queue_share() {
+            rlimits.push((Resource::RLIMIT_MSGQUEUE, share));
+        }
 
         let mut clone_flags = CloneFlags::CLONE_NEWUSER
             | CloneFlags::CLONE_NEWNS
@@ -1072,6 +1075,36 @@ pub(crate) fn exec_candidates(
         candidates.push(cstring("program", full)?);
     }
     Ok(candidates)
+}
+
+/// How many bytes of POSIX message queues the payload may hold: a quarter
+/// of the caller's RLIMIT_MSGQUEUE (None: the caller has no limit to
+/// share).
+///
+/// The kernel charges a queue to its owner's uid in every user namespace
+/// up the chain, and checks the charge of the host uid against the limit
+/// its caller had when the run's namespace was made: the run's private
+/// /dev/mqueue does not give it an allowance of its own. Without a share,
+/// one run filling the allowance (about 28 queues at the default 800 KiB)
+/// makes `mq_open` fail with EMFILE in every other run of the same caller,
+/// and in the caller's own programs, until it ends. A lowered limit is
+/// checked at the payload's own level first, and no process of the run can
+/// raise it again (no CAP_SYS_RESOURCE), so the run holds at most this
+/// share. A queue of the default shape (10 messages of 8 KiB) is charged
+/// 10 x (8192 + 8 + 48) = 82,480 bytes, so a quarter of the default limit
+/// (204,800) still holds two of them, or dozens of small ones, which is
+/// what test suites and programs that use queues make; four such runs may
+/// run side by side and the caller keeps the rest.
+///
+/// The run's IPC namespace could instead lower its own
+/// /proc/sys/fs/mqueue limits (writable there on this kernel), but they
+/// bound the number and the shape of queues, not their bytes: any setting
+/// small enough to keep a run to a share of the allowance would refuse
+/// the default queue shape, or most queues, that programs ask for.
+fn message_queue_share() -> Option<u64> {
+    const SHARE_DIVISOR: u64 = 4;
+    let (soft, _) = nix::sys::resource::getrlimit(Resource::RLIMIT_MSGQUEUE).ok()?;
+    (soft != nix::sys::resource::RLIM_INFINITY).then_some(soft / SHARE_DIVISOR)
 }
 
 #[cfg(test)]
