@@ -328,7 +328,7 @@ pub enum LogEvent {
     /// The run's record is final: the log's last record, written by the
     /// daemon once nothing else writes the log. It carries what the run
     /// object says, so a follower has the run's end even when the daemon
-    /// stops right after (`docs/daemon.md`).
+    /// stops right after (`docs/src/daemon.md`).
     End {
         /// `exited`, `failed`, `cancelled` or `lost`.
         state: String,
