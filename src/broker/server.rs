@@ -641,14 +641,23 @@ impl Broker {
     /// Write queued answers, then handle the frames that waited for room.
     /// False when the peer is gone.
     pub fn on_writable(&mut self, sock: BorrowedFd<'_>) -> bool {
-        self.flush_audit();
-        let alive = self.transport.write(sock);
-        if alive && self.transport.has_pending() && self.transport.has_room() {
-            self.handle_pending();
+        loop {
             self.flush_audit();
-            return self.transport.write(sock);
+            if !self.transport.write(sock) {
+                return false;
+            }
+            // Handle what waited for room until room or frames run out. One
+            // pass is not enough: when the peer takes every answer as fast
+            // as it is written, the turn would end with frames pending,
+            // room for their answers and nothing queued, and the run's loop
+            // then polls the channel for neither reading nor writing: the
+            // peer waits for answers forever.
+            if self.waiting.is_some() || !self.transport.has_pending() || !self.transport.has_room()
+            {
+                return true;
+            }
+            self.handle_pending();
         }
-        alive
     }
 
     fn handle_pending(&mut self) {
@@ -1215,6 +1224,57 @@ mod tests {
         }
         assert_eq!(answers.matches("\"result\"").count(), 50);
         assert_eq!(lines(), 50);
+    }
+
+    /// The peer takes answers as fast as they are written (here: a send
+    /// buffer that holds them all). Every request is still answered: the
+    /// channel never ends a turn with requests waiting and nothing that
+    /// would give it another. This hung a run reading in a thread while
+    /// its other thread sent (`attack_broker`, on a busy machine).
+    #[test]
+    fn requests_past_the_outbox_are_answered_when_the_peer_reads_as_fast_as_it_is_sent() {
+        use std::io::BufRead;
+        use std::os::fd::AsFd;
+        const REQUESTS: usize = 20;
+        let project = tempfile::tempdir().unwrap();
+        // Base64 makes each answer about 683 KiB: six fill the outbox.
+        std::fs::write(project.path().join("big.txt"), vec![1u8; 512 << 10]).unwrap();
+        let mut broker = strict_broker(project.path(), None);
+        let (peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
+        if let Err(err) =
+            nix::sys::socket::setsockopt(&ours, nix::sys::socket::sockopt::SndBufForce, &(64 << 20))
+        {
+            let why = format!("skipped: a 64 MiB send buffer needs CAP_NET_ADMIN ({err})");
+            assert!(std::env::var_os("SANDBOX_TEST_REQUIRE").is_none(), "{why}");
+            eprintln!("{why}");
+            return;
+        }
+        let request = r#"{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"big.txt"}}"#;
+        std::io::Write::write_all(
+            &mut &peer,
+            format!("{request}\n").repeat(REQUESTS).as_bytes(),
+        )
+        .unwrap();
+        assert!(broker.on_readable(ours.as_fd()));
+        // The run's loop: the channel gets a turn only when it asks for one.
+        for _ in 0..=REQUESTS {
+            if !broker.wants_output() {
+                break;
+            }
+            assert!(broker.on_writable(ours.as_fd()));
+        }
+        assert!(
+            broker.wants_input() || broker.wants_output(),
+            "the channel asks for no turn while requests wait"
+        );
+        drop(broker);
+        drop(ours);
+        let answered = std::io::BufReader::new(&peer)
+            .lines()
+            .map(|line| serde_json::from_str::<Value>(&line.unwrap()).unwrap())
+            .filter(|answer| answer["result"]["content"].is_string())
+            .count();
+        assert_eq!(answered, REQUESTS);
     }
 
     #[test]
