@@ -172,7 +172,7 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
         "activation: persistent\npermissions: [fs.write]\n",
         ("main.py", WRITER),
     );
-    let mut mcp = Mcp::start(project.path(), &[]);
+    let mut mcp = Mcp::start(project.path(), &["--question-timeout", "1h"]);
     let first = mcp.call_tool("writer", json!({"path": "after-cancel.txt"}));
     let asked = mcp.elicitation(support::wait::limit(Duration::from_secs(60)));
     mcp.line(
@@ -180,11 +180,9 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
                     "params": {"requestId": first, "reason": "the person pressed stop"}}),
     );
     // The next call of the same skill gets its own question long before
-    // the first question's deadline (60 s) would have freed the skill: only
-    // a limit below that deadline tells the two apart, so this one is not
-    // scaled (45 s is still a thousand times what the question takes).
+    // the first question's deadline (an hour) would have freed the skill.
     let second = mcp.call_tool("writer", json!({"path": "second.txt"}));
-    let asked_again = mcp.elicitation(Duration::from_secs(45));
+    let asked_again = mcp.elicitation(support::wait::limit(Duration::from_secs(60)));
     assert_ne!(asked["id"], asked_again["id"]);
     let message = asked_again["params"]["message"].as_str().unwrap();
     assert!(message.contains("second.txt"), "{message:?}");

@@ -34,6 +34,12 @@ pub struct ServeArgs {
     /// requests instead of denying them.
     #[arg(long)]
     pub ask_client: bool,
+    /// How long a question put to the client waits for its answer before
+    /// it counts as a deny (e.g. 90s, 10m; default 60s). `--mcp` asks the
+    /// client whatever this says of `--ask-client`.
+    #[arg(long, value_name = "DURATION", default_value = "60s",
+          value_parser = sandbox::profile::size::timeout_flag)]
+    pub question_timeout: std::time::Duration,
 }
 
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
@@ -66,6 +72,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         // The running binary, even if the file was replaced since it started.
         host_program: PathBuf::from("/proc/self/exe"),
         ask_client: args.ask_client,
+        question_timeout: args.question_timeout,
     };
     if args.mcp {
         let shell = if args.shell {

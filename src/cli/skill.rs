@@ -240,6 +240,10 @@ pub struct HostArgs {
     /// Put "ask" decisions to `serve` over the control socket.
     #[arg(long)]
     pub ask_client: bool,
+    /// How long such a question waits for `serve`'s answer.
+    #[arg(long, value_name = "DURATION", default_value = "60s",
+          value_parser = sandbox::profile::size::timeout_flag)]
+    pub question_timeout: std::time::Duration,
 }
 
 pub fn host(args: HostArgs) -> anyhow::Result<i32> {
@@ -263,6 +267,7 @@ pub fn host(args: HostArgs) -> anyhow::Result<i32> {
         audit: args.audit,
         interactive: false,
         ask_client: args.ask_client,
+        question_timeout: args.question_timeout,
     };
     Ok(sandbox::skill::host_process(&skill, &launch, control))
 }
@@ -435,6 +440,7 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                 audit,
                 interactive: !non_interactive,
                 ask_client: false,
+                question_timeout: sandbox::broker::prompt::DEFAULT_DEADLINE,
             };
             run_skill(skill, &launch, params, json)
         }

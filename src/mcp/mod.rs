@@ -85,6 +85,7 @@ pub enum McpError {
 /// stdin and stdout until the client closes stdin.
 pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), McpError> {
     options.ask_client = true;
+    let question_timeout = options.question_timeout;
     let summary = tools::SandboxSummary::of(&options.profile, &options.project);
     // Single-threaded, and its transports start no thread: the engine
     // forks a host per skill from this thread (see engine's module docs).
@@ -94,7 +95,7 @@ pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), 
         .map_err(McpError::Runtime)?;
     let result = runtime.block_on(async move {
         let engine = engine::Engine::start(options);
-        let server = server::McpServer::new(engine.clone(), summary, shell);
+        let server = server::McpServer::new(engine.clone(), summary, shell, question_timeout);
         server.announce_list_changes();
         let session = match transport::stdio() {
             transport::Stdio::Pipes(reader, writer) => {

@@ -26,10 +26,6 @@ use super::tools::{self, SandboxSummary};
 
 /// How often a call with a progress token is said to be still running.
 const PROGRESS_EVERY: Duration = Duration::from_millis(500);
-/// How long a call suspended on a question (2026-07-28) waits for the
-/// client to call again before it is cancelled: the host stops waiting for
-/// the answer then anyway.
-const SUSPENDED_FOR: Duration = crate::broker::prompt::DEFAULT_DEADLINE;
 /// The answers a person can give, as the elicitation offers them.
 const CHOICES: [&str; 4] = crate::broker::prompt::ANSWER_WORDS;
 
@@ -51,6 +47,10 @@ pub struct McpServer {
     /// notifications outside any request).
     peer: Arc<OnceLock<Peer<RoleServer>>>,
     suspended: Arc<Mutex<HashMap<String, Suspended>>>,
+    /// How long a call suspended on a question (2026-07-28) waits for the
+    /// client to call again before it is cancelled: the question's own
+    /// deadline, after which the host stops waiting for the answer anyway.
+    suspended_for: Duration,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -67,6 +67,7 @@ impl McpServer {
         engine: Engine,
         summary: SandboxSummary,
         shell: Option<super::ShellTool>,
+        question_timeout: Duration,
     ) -> McpServer {
         McpServer {
             engine,
@@ -74,6 +75,7 @@ impl McpServer {
             shell: shell.map(Arc::new),
             peer: Arc::default(),
             suspended: Arc::default(),
+            suspended_for: question_timeout,
         }
     }
 
@@ -230,7 +232,7 @@ impl McpServer {
         tokio::spawn({
             let server = self.clone();
             async move {
-                tokio::time::sleep(SUSPENDED_FOR).await;
+                tokio::time::sleep(server.suspended_for).await;
                 server.expire_suspended();
             }
         });
@@ -253,7 +255,7 @@ impl McpServer {
             let mut suspended = lock(&self.suspended);
             let old: Vec<String> = suspended
                 .iter()
-                .filter(|(_, s)| s.since.elapsed() >= SUSPENDED_FOR)
+                .filter(|(_, s)| s.since.elapsed() >= self.suspended_for)
                 .map(|(token, _)| token.clone())
                 .collect();
             old.iter().filter_map(|t| suspended.remove(t)).collect()

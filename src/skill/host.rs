@@ -157,11 +157,11 @@ impl Host {
 
     /// An asker that puts the broker's questions to the control socket's
     /// peer (None without a control socket).
-    pub fn asker(&self) -> Option<ControlAsker> {
+    pub fn asker(&self, deadline: Duration) -> Option<ControlAsker> {
         let (control, _) = self.control.as_ref()?;
         Some(ControlAsker {
             control: control.clone(),
-            deadline: prompt::DEFAULT_DEADLINE,
+            deadline,
             not_after: None,
             asked: 0,
         })
@@ -392,12 +392,6 @@ pub struct ControlAsker {
 }
 
 impl ControlAsker {
-    /// Deny when no answer came within `deadline`.
-    pub fn with_deadline(mut self, deadline: Duration) -> ControlAsker {
-        self.deadline = deadline;
-        self
-    }
-
     fn wait_for(&mut self, ask: u64, until: Instant) -> Choice {
         loop {
             let mut frames = Vec::new();
@@ -497,7 +491,7 @@ mod tests {
     #[test]
     fn only_the_answer_to_this_ask_counts_and_other_lines_stay_the_hosts() {
         let (mut host, mut peer) = host_and_peer();
-        let mut asker = host.asker().unwrap();
+        let mut asker = host.asker(prompt::DEFAULT_DEADLINE).unwrap();
         // Before the question is even read: an invocation (the host's), a
         // late answer to another question, then this question's answer.
         peer.write_all(
@@ -544,7 +538,7 @@ mod tests {
     #[test]
     fn anything_but_one_of_the_choices_is_no_answer() {
         let (host, mut peer) = host_and_peer();
-        let mut asker = host.asker().unwrap();
+        let mut asker = host.asker(prompt::DEFAULT_DEADLINE).unwrap();
         for (n, choice) in ["\"yes\"", "null", "1", "\"ONCE\""].iter().enumerate() {
             let line = format!("{{\"answer\":{},\"choice\":{choice}}}\n", n + 1);
             peer.write_all(line.as_bytes()).unwrap();
@@ -562,17 +556,14 @@ mod tests {
     #[test]
     fn no_answer_by_the_deadline_or_a_closed_socket_is_no_answer() {
         let (host, peer) = host_and_peer();
-        let mut asker = host
-            .asker()
-            .unwrap()
-            .with_deadline(Duration::from_millis(50));
+        let mut asker = host.asker(Duration::from_millis(50)).unwrap();
         assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Unanswered);
         // Never past the run's end, even with a long deadline.
-        let mut asker = host.asker().unwrap();
+        let mut asker = host.asker(prompt::DEFAULT_DEADLINE).unwrap();
         asker.not_after(Some(Instant::now()));
         assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Unanswered);
         drop(peer);
-        let mut asker = host.asker().unwrap();
+        let mut asker = host.asker(prompt::DEFAULT_DEADLINE).unwrap();
         assert_eq!(asker.ask("skill:t", "fs.write", None), Choice::Unanswered);
     }
 }

@@ -32,6 +32,8 @@ pub struct Launch {
     /// which asks its client): see [`host::ControlAsker`]. Only
     /// [`host_process`] has that socket; elsewhere an ask is denied.
     pub ask_client: bool,
+    /// How long a question put to the control socket's peer waits.
+    pub question_timeout: std::time::Duration,
 }
 
 /// Start `skill`'s runtime in its sandbox; its prints go to this
@@ -135,7 +137,7 @@ pub fn host_process(
         };
     let asker = launch
         .ask_client
-        .then(|| host.asker())
+        .then(|| host.asker(launch.question_timeout))
         .flatten()
         .map(|asker| Box::new(asker) as Box<dyn crate::broker::prompt::Asker>);
     let child = match start_asking(skill, launch, asker) {

@@ -109,6 +109,8 @@ pub struct ServeOptions {
     /// Put the broker's "ask" decisions to the client as `skill.ask`
     /// requests (off: they are denied).
     pub ask_client: bool,
+    /// How long such a question waits for the client's answer.
+    pub question_timeout: Duration,
 }
 
 /// Why serving stopped early.
@@ -1026,7 +1028,7 @@ impl Server {
         // The host's own deadline, never more than the terminal's.
         let until_ms = event["deadline_ms"].as_u64().unwrap_or(0);
         let left = Duration::from_millis(until_ms.saturating_sub(unix_ms()))
-            .min(crate::broker::prompt::DEFAULT_DEADLINE);
+            .min(self.options.question_timeout);
         let deadline = now + left;
         // Waiting for a person is no hang: the host gets its invocation's
         // time again after the answer.
@@ -1402,6 +1404,7 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         audit: options.audit.clone(),
         interactive: false,
         ask_client: options.ask_client,
+        question_timeout: options.question_timeout,
     };
     // Of this loop's descriptors the host keeps only its own control
     // socket: not the other hosts' (a host holding one could read another
@@ -1464,7 +1467,10 @@ fn exec_host(options: &ServeOptions, skill: &Skill, theirs: UnixStream) -> std::
         command.arg("--audit").arg(audit);
     }
     if options.ask_client {
-        command.arg("--ask-client");
+        command.arg("--ask-client").arg(format!(
+            "--question-timeout={}ms",
+            options.question_timeout.as_millis()
+        ));
     }
     // Reaped by pid in on_host_gone (dropping a std Child neither kills
     // nor waits for it).
