@@ -350,9 +350,15 @@ pub fn run_remote(args: RunArgs, socket: PathBuf) -> anyhow::Result<i32> {
         report => report.clone(),
     };
     if !args.quiet {
-        for warning in report["warnings"].as_array().into_iter().flatten() {
-            eprintln!("sandbox: warning: {}", text(warning));
-        }
+        // Said as `sandbox run` says them: the daemon's runs are on this
+        // machine, so the cgroup v1 fallback is said once here too.
+        let warnings: Vec<String> = report["warnings"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(text)
+            .collect();
+        super::run::print_warnings(&warnings);
     }
     let line = super::run::deliver_report(&report, report_target.as_ref(), report_fd)?;
     for message in limit_messages(&report) {
