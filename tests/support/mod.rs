@@ -160,6 +160,81 @@ pub fn sandbox_works(who: Who) -> bool {
     })
 }
 
+/// A secret of the host's that a sandbox must not show: a file outside
+/// every project (in /tmp, mode 0644) that both test identities read bare,
+/// so a run that cannot read it was refused by the sandbox, not by the
+/// file's permissions (as `/etc/shadow` would be for the unprivileged one).
+pub struct HostCanary {
+    file: tempfile::NamedTempFile,
+    content: String,
+}
+
+impl HostCanary {
+    /// A fresh canary.
+    pub fn new() -> HostCanary {
+        let file = tempfile::Builder::new()
+            .prefix("host-canary-")
+            .tempfile_in("/tmp")
+            .expect("canary");
+        let content = format!("CANARY-{}", marker("canary"));
+        std::fs::write(file.path(), &content).expect("canary");
+        std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        HostCanary { file, content }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// What it holds (never to be seen in a sandbox's output).
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+
+    /// A shell fragment printing `canary-readable` (and the content) when
+    /// the canary can be read, `canary-blocked` otherwise.
+    pub fn probe(&self) -> String {
+        format!(
+            "(cat '{}' 2>/dev/null && echo && echo canary-readable) || echo canary-blocked",
+            self.path().display()
+        )
+    }
+
+    /// Asserts that `who`, outside any sandbox, reads the canary: without
+    /// that, its being blocked inside proves nothing.
+    #[track_caller]
+    pub fn assert_readable_bare(&self, who: Who) {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", &self.probe()]).stdin(Stdio::null());
+        if who == Who::User && running_as_root() {
+            cmd.uid(TEST_UID).gid(TEST_GID);
+        }
+        let out = cmd.output().expect("sh");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("canary-readable") && stdout.contains(&self.content),
+            "{who:?} cannot read the canary {} bare, so a sandbox blocking it shows nothing: {stdout}",
+            self.path().display()
+        );
+    }
+
+    /// Asserts that a sandbox's output `stdout` of [`HostCanary::probe`]
+    /// shows the canary blocked and none of its content.
+    #[track_caller]
+    pub fn assert_blocked_in(&self, stdout: &str, what: &str) {
+        assert!(
+            stdout.contains("canary-blocked") && !stdout.contains("canary-readable"),
+            "{what}: the host's canary was readable inside:\n{stdout}"
+        );
+        assert!(
+            !stdout.contains(&self.content),
+            "{what}: the canary's content leaked:\n{stdout}"
+        );
+    }
+}
+
 /// A temporary project root owned by the identity that runs the sandbox.
 pub struct Project {
     dir: tempfile::TempDir,
