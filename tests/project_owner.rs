@@ -190,8 +190,7 @@ fn a_user_writes_another_users_project_inside_exactly_when_bare() {
     if !running_as_root(test) {
         return;
     }
-    if !support::sandbox_works(support::Who::User) {
-        require(test, "user namespaces for an unprivileged user", false);
+    if !support::require_user_sandbox(test) {
         return;
     }
     let sandbox = support::binary_for_test_user();

@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 pub mod docs;
+pub mod harness;
 pub mod mcp_client;
 pub mod net;
 pub mod oci;
@@ -63,8 +64,17 @@ pub fn require(test: &str, feature: &str, available: bool) -> bool {
             "SKIP: {test}: {feature} unavailable"
         );
         record_skip(test, feature);
+        SKIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     available
+}
+
+/// How many skips [`require`] counted in this process.
+static SKIPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many checks this process has skipped so far (for [`harness`]).
+pub fn skips_so_far() -> usize {
+    SKIPS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Where this `cargo test` invocation's skips are collected: one directory
@@ -127,10 +137,8 @@ pub fn identities(test: &str) -> Vec<Who> {
     ) {
         out.push(Who::Root);
     }
-    if sandbox_works(Who::User) {
+    if require_user_sandbox(test) {
         out.push(Who::User);
-    } else {
-        require(test, "user namespaces for an unprivileged user", false);
     }
     out
 }
@@ -140,6 +148,16 @@ pub fn identities(test: &str) -> Vec<Who> {
 /// under SANDBOX_TEST_REQUIRE=1) when there is none.
 pub fn require_root_sandbox(test: &str) -> bool {
     require(test, "a sandbox as root", sandbox_works(Who::Root))
+}
+
+/// For tests that need a sandbox started by the unprivileged identity:
+/// skip loudly (or fail under SANDBOX_TEST_REQUIRE=1) when there is none.
+pub fn require_user_sandbox(test: &str) -> bool {
+    require(
+        test,
+        "user namespaces for an unprivileged user",
+        sandbox_works(Who::User),
+    )
 }
 
 /// Whether a trivial run starts for `who` (probed once per identity).
