@@ -163,9 +163,9 @@ impl Resolver {
 
     /// Take the owner's file-system ids on this thread until the guard is
     /// dropped (no-op when the writes are not the owner's). Only the
-    /// creating call itself runs under them: the new object is the owner's
-    /// from its first instant, so there is no later chown a swapped-in
-    /// symlink could redirect.
+    /// action's own calls run under them, not the resolution before. A new
+    /// object is the owner's from its creation, so there is no later chown
+    /// a swapped-in symlink could redirect.
     pub fn acting_as_owner(&self) -> Result<ActingAsOwner, Failure> {
         match self.owner {
             Some((uid, gid)) => ActingAsOwner::take(uid, gid),
