@@ -7,6 +7,8 @@
 //! and forking are only sound from a single-threaded process and libtest
 //! runs tests on threads, so this binary has no harness.
 
+mod support;
+
 use std::io::Read;
 use std::os::fd::OwnedFd;
 
@@ -124,15 +126,15 @@ fn own_cgroup2_dir() -> Option<std::path::PathBuf> {
 /// /proc/self/cgroup names that directory before it does anything, so no
 /// move was needed (and none could have been missed).
 fn a_child_cloned_into_a_cgroup_starts_in_it() {
-    let Some(parent) = own_cgroup2_dir() else {
-        if std::env::var_os("SANDBOX_TEST_REQUIRE").is_some_and(|v| v == "1") {
-            panic!("cgroup v2 (writable, as root) unavailable and SANDBOX_TEST_REQUIRE=1");
-        }
-        eprintln!(
-            "SKIP a_child_cloned_into_a_cgroup_starts_in_it: no writable cgroup v2 directory"
-        );
+    let parent = own_cgroup2_dir();
+    if !support::require(
+        "a_child_cloned_into_a_cgroup_starts_in_it",
+        "a cgroup v2 directory root may create cgroups in",
+        parent.is_some(),
+    ) {
         return;
-    };
+    }
+    let Some(parent) = parent else { return };
     let name = format!("sandbox-clone-test-{}", std::process::id());
     let dir = parent.join(&name);
     std::fs::create_dir(&dir).expect("create the test cgroup");
@@ -188,24 +190,5 @@ fn main() {
             cloning_a_threaded_process_is_refused,
         ),
     ];
-    let parent = std::process::id();
-    let mut failed = 0;
-    for (name, test) in tests {
-        let result = std::panic::catch_unwind(test);
-        if std::process::id() != parent {
-            // Only reached by a child that unwound out of the clone or fork
-            // (the bug under test): never report for it.
-            std::process::exit(101);
-        }
-        match result {
-            Ok(()) => println!("test {name} ... ok"),
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    support::harness::run("clone_child", &tests);
 }

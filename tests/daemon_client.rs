@@ -354,7 +354,7 @@ fn wait_for_state(daemon: &Daemon, id: &str, state: &str) {
 #[test]
 fn a_second_user_gets_only_its_rule_and_never_roots_runs() {
     if !ready("a_second_user_gets_only_its_rule_and_never_roots_runs")
-        || !support::sandbox_works(Who::User)
+        || !support::require_user_sandbox("a_second_user_gets_only_its_rule_and_never_roots_runs")
     {
         return;
     }

@@ -1,8 +1,12 @@
 //! `sandbox doctor` run as a real binary.
 //!
-//! Feature checks depend on the host: a missing feature prints a loud `SKIP:`
-//! line, and fails the test when `SANDBOX_TEST_REQUIRE=1` (set it in CI on hosts
-//! that must support everything), so a skip is never silent.
+//! Feature checks depend on the host: a missing feature is a skip through
+//! `support::require` (a loud `SKIP:` line, counted in the run's summary,
+//! and a failure under `SANDBOX_TEST_REQUIRE=1`, set in CI on hosts that
+//! must support everything), so a skip is never silent.
+
+mod support;
+
 use std::process::Command;
 
 use serde_json::Value;
@@ -15,14 +19,11 @@ fn doctor(args: &[&str]) -> std::process::Output {
         .expect("running sandbox doctor")
 }
 
-fn require_or_skip(feature: &str, present: bool, detail: &Value) {
-    if present {
-        return;
-    }
-    if std::env::var_os("SANDBOX_TEST_REQUIRE").is_some_and(|v| v == "1") {
-        panic!("{feature} is required (SANDBOX_TEST_REQUIRE=1) but missing: {detail}");
-    }
-    eprintln!("SKIP: {feature} is missing on this host, not checked: {detail}");
+/// A feature `doctor` reports missing is a skip of `test`'s check of it,
+/// through [`support::require`]: counted, and a failure under
+/// SANDBOX_TEST_REQUIRE=1.
+fn require_or_skip(test: &str, feature: &str, present: bool, detail: &Value) {
+    support::require(test, &format!("{feature} ({detail})"), present);
 }
 
 #[test]
@@ -74,6 +75,7 @@ fn text_output_names_every_feature_and_exits_by_the_default_profile() {
 
 #[test]
 fn json_output_follows_the_documented_schema() {
+    let test = "json_output_follows_the_documented_schema";
     let out = doctor(&["--json"]);
     let json: Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
     assert_eq!(json["version"], 1);
@@ -176,10 +178,25 @@ fn json_output_follows_the_documented_schema() {
     }
 
     let userns = &probes["user_namespaces"];
-    require_or_skip("user namespaces", userns["status"] == "available", userns);
+    require_or_skip(
+        test,
+        "user namespaces",
+        userns["status"] == "available",
+        userns,
+    );
     let seccomp = &probes["seccomp"];
-    require_or_skip("seccomp", seccomp["status"] == "available", seccomp);
+    require_or_skip(test, "seccomp", seccomp["status"] == "available", seccomp);
     let abi = probes["landlock_abi"].as_u64();
-    require_or_skip("Landlock", abi.is_some_and(|v| v >= 1), &probes["landlock"]);
-    require_or_skip("the default profile running here", can_run, &profiles[0]);
+    require_or_skip(
+        test,
+        "Landlock",
+        abi.is_some_and(|v| v >= 1),
+        &probes["landlock"],
+    );
+    require_or_skip(
+        test,
+        "the default profile running here",
+        can_run,
+        &profiles[0],
+    );
 }

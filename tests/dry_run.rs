@@ -4,6 +4,9 @@
 //! Cloning is only sound from a single-threaded process and libtest runs
 //! tests on threads, so this binary has no harness: `main` runs the test
 //! on the main thread.
+
+mod support;
+
 use sandbox::spawn::channel::PayloadExit;
 use sandbox::spawn::prepare::StartInputs;
 use sandbox::spawn::{parent, Prepared, SpawnSpec};
@@ -35,11 +38,11 @@ fn dry_run_sets_up_and_never_executes() {
     let outcome = match parent::run(&mut prepared, inputs) {
         Ok(outcome) => outcome,
         Err(err) => {
-            assert!(
-                std::env::var_os("SANDBOX_TEST_REQUIRE").is_none_or(|v| v != "1"),
-                "SANDBOX_TEST_REQUIRE=1 but no sandbox starts: {err}"
+            support::require(
+                "dry_run_sets_up_and_never_executes",
+                &format!("a sandbox starting here ({err})"),
+                false,
             );
-            eprintln!("SKIP: dry_run: no sandbox starts here: {err}");
             return;
         }
     };
@@ -53,11 +56,11 @@ fn dry_run_sets_up_and_never_executes() {
 }
 
 fn main() {
-    match std::panic::catch_unwind(dry_run_sets_up_and_never_executes) {
-        Ok(()) => println!("test dry_run_sets_up_and_never_executes ... ok"),
-        Err(_) => {
-            println!("test dry_run_sets_up_and_never_executes ... FAILED");
-            std::process::exit(101);
-        }
-    }
+    support::harness::run(
+        "dry_run",
+        &[(
+            "dry_run_sets_up_and_never_executes",
+            dry_run_sets_up_and_never_executes,
+        )],
+    );
 }

@@ -15,17 +15,23 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use support::{identities, Project, Who};
+use support::{identities, HostCanary, Project, Who};
 
 fn wrapper() -> &'static str {
     support::seccomp_wrapper()
 }
 
-/// What the command prints about itself, for checking the report against.
-const SELF_VIEW: &str = "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|CapEff):' /proc/self/status; \
-    readlink /proc/self/ns/user /proc/1/ns/user 2>&1; \
-    (cat /etc/shadow >/dev/null 2>&1 && echo shadow-readable) || echo shadow-blocked; \
-    (echo x > outside-test 2>/dev/null; echo x > /var/tmp/sandbox-matrix-$$ 2>/dev/null && echo wrote-outside) || echo outside-blocked";
+/// What the command prints about itself, for checking the report against,
+/// and whether it reads `canary` (readable bare) or writes outside.
+fn self_view(canary: &HostCanary) -> String {
+    format!(
+        "grep -E '^(NoNewPrivs|Seccomp|Seccomp_filters|CapEff):' /proc/self/status; \
+         readlink /proc/self/ns/user /proc/1/ns/user 2>&1; \
+         {}; \
+         (echo x > outside-test 2>/dev/null; echo x > /var/tmp/sandbox-matrix-$$ 2>/dev/null && echo wrote-outside) || echo outside-blocked",
+        canary.probe()
+    )
+}
 
 /// `sandbox ARGS` run by the project's identity under one seccomp wrapper
 /// per mode (stacked, the first outermost).
@@ -78,9 +84,14 @@ fn refused(project: &Project, modes: &[&str], profile: &str) -> String {
     err
 }
 
-/// `sandbox run --profile PROFILE --json` of [`SELF_VIEW`] under the
-/// wrappers: asserts it ran and returns (stdout, stderr, the report).
+/// `sandbox run --profile PROFILE --json` of [`self_view`] under the
+/// wrappers: asserts it ran, kept a host canary its identity reads bare
+/// out of sight and wrote nothing outside; returns (stdout, stderr, the
+/// report).
 fn confined_run(project: &Project, modes: &[&str], profile: &str) -> (String, String, Value) {
+    let canary = HostCanary::new();
+    canary.assert_readable_bare(project.who);
+    let view = self_view(&canary);
     let out = wrapped(
         project,
         modes,
@@ -92,13 +103,13 @@ fn confined_run(project: &Project, modes: &[&str], profile: &str) -> (String, St
             "--",
             "/bin/sh",
             "-c",
-            SELF_VIEW,
+            &view,
         ],
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     let who = project.who;
     assert_eq!(out.status.code(), Some(0), "{who:?}:\n{stdout}\n{stderr}");
-    assert!(stdout.contains("shadow-blocked"), "{who:?}: {stdout}");
+    canary.assert_blocked_in(&stdout, &format!("{who:?} {profile} under {modes:?}"));
     assert!(stdout.contains("outside-blocked"), "{who:?}: {stdout}");
     assert!(!stdout.contains("wrote-outside"), "{who:?}: {stdout}");
     let report = support::json_report(&stderr, profile);

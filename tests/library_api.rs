@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use sandbox::{Command, Stdio};
 
-/// Whether a sandbox can start here. A failure other than the kernel
-/// refusing to create namespaces is a bug and fails the test.
-fn userns_available() -> bool {
+/// Whether a sandbox can start here, for `test`: skipped loudly through
+/// [`support::require`] when the kernel refuses to create namespaces. A
+/// failure other than that is a bug and fails the test.
+fn userns_available(test: &str) -> bool {
     let project = tempfile::tempdir().expect("tempdir");
-    match Command::new("/bin/true", strict())
+    let refused = match Command::new("/bin/true", strict())
         .project(project.path())
         .stdout(Stdio::Null)
         .status()
@@ -26,17 +27,16 @@ fn userns_available() -> bool {
                 status.success(),
                 "/bin/true failed in the sandbox: {status:?}"
             );
-            true
+            None
         }
-        Err(err @ sandbox::SpawnError::Clone { .. }) => {
-            if std::env::var_os("SANDBOX_TEST_REQUIRE").is_some_and(|v| v == "1") {
-                panic!("SANDBOX_TEST_REQUIRE=1 but namespaces are unavailable: {err}");
-            }
-            eprintln!("SKIP: library_api: {err}");
-            false
-        }
+        Err(err @ sandbox::SpawnError::Clone { .. }) => Some(err.to_string()),
         Err(err) => panic!("the sandbox failed to start: {err}"),
-    }
+    };
+    let feature = match &refused {
+        Some(err) => format!("namespaces for the library's sandbox ({err})"),
+        None => String::new(),
+    };
+    support::require(test, &feature, refused.is_none())
 }
 
 fn strict() -> sandbox::Policy {
@@ -48,7 +48,7 @@ fn process_alive(host_pid: u32) -> bool {
 }
 
 fn status_carries_the_exit_code_and_output_flows_through_a_pipe() {
-    if !userns_available() {
+    if !userns_available("status_carries_the_exit_code_and_output_flows_through_a_pipe") {
         return;
     }
     let project = tempfile::tempdir().unwrap();
@@ -72,7 +72,7 @@ fn status_carries_the_exit_code_and_output_flows_through_a_pipe() {
 }
 
 fn kill_ends_every_process_of_the_run() {
-    if !userns_available() {
+    if !userns_available("kill_ends_every_process_of_the_run") {
         return;
     }
     let project = tempfile::tempdir().unwrap();
@@ -91,7 +91,7 @@ fn kill_ends_every_process_of_the_run() {
 }
 
 fn dropping_a_child_without_waiting_kills_the_run() {
-    if !userns_available() {
+    if !userns_available("dropping_a_child_without_waiting_kills_the_run") {
         return;
     }
     let project = tempfile::tempdir().unwrap();
@@ -110,7 +110,7 @@ fn dropping_a_child_without_waiting_kills_the_run() {
 }
 
 fn a_missing_program_is_an_exec_error_with_status_127() {
-    if !userns_available() {
+    if !userns_available("a_missing_program_is_an_exec_error_with_status_127") {
         return;
     }
     let project = tempfile::tempdir().unwrap();
@@ -186,21 +186,5 @@ fn main() {
             a_multi_threaded_caller_is_refused_instead_of_cloning_unsafely,
         ),
     ];
-    let (mut passed, mut failed) = (0, 0);
-    for (name, test) in tests {
-        match std::panic::catch_unwind(test) {
-            Ok(()) => {
-                println!("test {name} ... ok");
-                passed += 1;
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED");
-                failed += 1;
-            }
-        }
-    }
-    println!("library_api: {passed} passed, {failed} failed");
-    if failed > 0 {
-        std::process::exit(101);
-    }
+    support::harness::run("library_api", &tests);
 }

@@ -190,8 +190,7 @@ fn a_user_writes_another_users_project_inside_exactly_when_bare() {
     if !running_as_root(test) {
         return;
     }
-    if !support::sandbox_works(support::Who::User) {
-        require(test, "user namespaces for an unprivileged user", false);
+    if !support::require_user_sandbox(test) {
         return;
     }
     let sandbox = support::binary_for_test_user();
@@ -260,5 +259,209 @@ fn root_runs_a_project_of_its_own_as_a_regular_uid() {
         (made.uid(), made.gid()),
         (0, 0),
         "root's project keeps root's files"
+    );
+}
+
+/// Pre-approves the broker's write actions (nobody can be asked here).
+const GRANT_WRITES: &[&str] = &[
+    "--grant",
+    "fs.write",
+    "--grant",
+    "fs.mkdir",
+    "--grant",
+    "fs.delete",
+];
+
+/// A shell line sending one `sandbox ipc` request, which prints
+/// `NAME ok` or `NAME refused: ERROR`.
+fn ipc(name: &str, method: &str, params: &str) -> String {
+    format!(
+        "if out=$(sandbox ipc {method} '{params}' 2>&1); then echo '{name} ok'; \
+         else echo \"{name} refused: $out\"; fi; "
+    )
+}
+
+/// Root's sandbox writes through a mount idmapped to the project's owner;
+/// the broker, which runs in root's supervisor, must leave the same owner
+/// on what it creates, or the project's owner finds root's directories in
+/// their checkout that they cannot write into.
+#[test]
+fn root_brokers_writes_in_a_project_of_another_user_belong_to_its_owner() {
+    let test = "root_brokers_writes_in_a_project_of_another_user_belong_to_its_owner";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(TEST_UID, TEST_GID, 0o755);
+    let foreign = project.path().join("foreign");
+    std::fs::write(&foreign, "theirs\n").unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::chown(&foreign, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
+    let script = [
+        ipc("mkdir", "fs.mkdir", r#"{"path": "notes"}"#),
+        ipc(
+            "write",
+            "fs.write",
+            r#"{"path": "notes/todo.txt", "content": "from the broker\n"}"#,
+        ),
+        ipc(
+            "foreign",
+            "fs.write",
+            r#"{"path": "foreign", "content": "overwritten\n"}"#,
+        ),
+    ]
+    .concat();
+    let out = root_runs(project.path(), GRANT_WRITES, &script);
+    assert_ok(&out, "the broker requests as root");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("mkdir ok") && stdout.contains("write ok"),
+        "{stdout}"
+    );
+    for made in ["notes", "notes/todo.txt"] {
+        let meta = std::fs::metadata(project.path().join(made)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (TEST_UID, TEST_GID),
+            "{made}, written by root's broker, belongs to the project's owner"
+        );
+    }
+    // The sandbox may not write a third user's file (see above); its
+    // broker may not either.
+    assert!(stdout.contains("foreign refused"), "{stdout}");
+    assert!(stdout.contains("permission denied"), "{stdout}");
+    assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "theirs\n");
+
+    // The owner, bare, keeps working in what the broker made.
+    let bare = as_test_user(
+        &[],
+        project.path(),
+        &[
+            "sh",
+            "-c",
+            "echo mine > notes/mine && echo more >> notes/todo.txt && echo owner-wrote",
+        ],
+    );
+    assert_ok(&bare, "the owner writing into the broker's directory");
+    assert!(
+        String::from_utf8_lossy(&bare.stdout).contains("owner-wrote"),
+        "{}",
+        String::from_utf8_lossy(&bare.stderr)
+    );
+}
+
+/// The attack on the above: root's broker acts for the sandbox with its
+/// owner's ids, so a write led outside the project would land in the
+/// owner's other files (their home), and a chown that followed a link
+/// would hand the owner one of root's. The payload plants a symlink to
+/// such a directory, writes through it, and swaps the symlink in for a
+/// real directory while its requests are in flight.
+#[test]
+fn root_brokers_owner_writes_follow_no_link_out_of_the_project() {
+    let test = "root_brokers_owner_writes_follow_no_link_out_of_the_project";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(TEST_UID, TEST_GID, 0o755);
+    // The owner's home, outside the project: theirs to write, with a file
+    // of root's in it.
+    let home = project_owned_by(TEST_UID, TEST_GID, 0o755);
+    let roots = home.path().join("roots");
+    std::fs::write(&roots, "root's\n").unwrap();
+    std::fs::set_permissions(&roots, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Root's too, under the names the raced requests use: what a chown
+    // made after the write, by path, would reach when the link is swapped
+    // in between.
+    std::fs::write(home.path().join("raced"), "root's\n").unwrap();
+    std::fs::create_dir(home.path().join("raced-dir")).unwrap();
+    let listing = |dir: &Path| {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(home.path());
+    let payload = format!(
+        r#"
+import json, os, socket, threading
+home = {home:?}
+os.symlink(home + "/existing", "to-existing")
+os.symlink(home + "/roots", "to-roots")
+os.symlink(home, "to-home")
+s = socket.socket(fileno=3)
+answers = s.makefile("r")
+def ask(n, method, params):
+    s.sendall((json.dumps({{"jsonrpc": "2.0", "id": n, "method": method, "params": params}}) + "\n").encode())
+    return json.loads(answers.readline())
+for n, path in enumerate(["to-existing", "to-roots", "to-home/planted"]):
+    print(path, json.dumps(ask(n, "fs.write", {{"path": path, "content": "attacker"}})))
+print("to-home/made", json.dumps(ask(9, "fs.mkdir", {{"path": "to-home/made"}})))
+stop = False
+def swap():
+    os.mkdir("real")
+    while not stop:
+        os.rename("real", "d")
+        os.rename("d", "real")
+        os.symlink(home, "d.new")
+        os.rename("d.new", "d")
+        os.unlink("d")
+racer = threading.Thread(target=swap)
+racer.start()
+served = refused = 0
+for n in range(10, 1010):
+    for method, path in [("fs.write", "d/raced"), ("fs.mkdir", "d/raced-dir"), ("fs.delete", "d/raced-dir")]:
+        answer = ask(n, method, {{"path": path, "content": "attacker"}} if method == "fs.write" else {{"path": path}})
+        if "result" in answer:
+            served += 1
+        else:
+            refused += 1
+stop = True
+racer.join()
+print("raced", served, "served", refused, "refused")
+"#,
+        home = home.path().to_str().unwrap()
+    );
+    let out = Command::new(sandbox_bin())
+        .arg("run")
+        .args(GRANT_WRITES)
+        .args(["--", "python3", "-c", &payload])
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("sandbox starts");
+    assert_ok(&out, "the attack as root");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("raced"), "{stdout}");
+    let refusals: Vec<&str> = stdout.lines().filter(|l| l.starts_with("to-")).collect();
+    assert_eq!(refusals.len(), 4, "{stdout}");
+    for line in refusals {
+        // -32001: refused as a link or an escape, not merely failed.
+        assert!(
+            line.contains(r#""code": -32001"#),
+            "a write through a link out of the project was not refused: {line}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("existing")).unwrap(),
+        "before\n"
+    );
+    for name in ["roots", "raced", "raced-dir"] {
+        let meta = std::fs::symlink_metadata(home.path().join(name)).unwrap();
+        assert_eq!(
+            (meta.uid(), meta.gid()),
+            (0, 0),
+            "root's {name} was chowned"
+        );
+    }
+    assert_eq!(std::fs::read_to_string(&roots).unwrap(), "root's\n");
+    assert_eq!(
+        std::fs::read_to_string(home.path().join("raced")).unwrap(),
+        "root's\n"
+    );
+    assert_eq!(
+        listing(home.path()),
+        before,
+        "the broker created or removed something outside the project"
     );
 }

@@ -123,18 +123,10 @@ fn started_by_root_the_sandbox_is_never_host_root() {
 
 #[test]
 fn secrets_outside_the_view_are_unreadable() {
-    let canary = tempfile::Builder::new()
-        .prefix("host-canary-")
-        .tempfile_in("/tmp")
-        .unwrap();
-    std::fs::write(canary.path(), "CANARY").unwrap();
-    std::fs::set_permissions(
-        canary.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o644),
-    )
-    .unwrap();
+    let canary = support::HostCanary::new();
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     for who in identities("secrets_outside_the_view_are_unreadable") {
+        canary.assert_readable_bare(who);
         let script = format!(
             "for p in /root {home} /etc/shadow /etc/ssh {canary}; do \
                if cat $p 2>/dev/null || ls $p 2>/dev/null | grep -q .; then echo VISIBLE $p; fi; done; echo checked",
@@ -145,7 +137,7 @@ fn secrets_outside_the_view_are_unreadable() {
         // The host's /run (its sockets) is not there: only the sandbox's own binary directory.
         let run = Project::new(who).sh_ok("ls -A /run");
         assert_eq!(run, "sandbox\n", "{who:?}");
-        assert!(!out.contains("CANARY"));
+        assert!(!out.contains(canary.content()), "{who:?}:\n{out}");
         assert!(out.contains("checked"));
     }
 }

@@ -105,6 +105,9 @@ pub struct Resolver {
     /// name (the targets of secret and protected symlinks), absolute.
     secret_paths: Vec<PathBuf>,
     read_only: Vec<PathBuf>,
+    /// Whose file-system ids the write actions take (uid, gid): the
+    /// project root's owner when root's supervisor serves it.
+    owner: Option<(u32, u32)>,
 }
 
 impl Resolver {
@@ -140,7 +143,34 @@ impl Resolver {
             rules,
             secret_paths: Vec::new(),
             read_only: Vec::new(),
+            owner: None,
         })
+    }
+
+    /// Write, create and remove as the owner of the project root, as the
+    /// sandbox does: root's sandbox writes its project through a mount
+    /// idmapped to that owner, so what it creates is the owner's and what
+    /// the owner may not touch it may not either. Without this, root's
+    /// broker would leave root's files in someone else's project (which
+    /// its owner then cannot change) and write what the owner may not.
+    /// The owner is read from the root descriptor the resolver holds, the
+    /// same directory the sandbox's idmapping takes it from.
+    pub fn write_as_owner(&mut self) -> std::io::Result<()> {
+        let st = nix::sys::stat::fstat(&self.project).map_err(std::io::Error::from)?;
+        self.owner = Some((st.st_uid, st.st_gid));
+        Ok(())
+    }
+
+    /// Take the owner's file-system ids on this thread until the guard is
+    /// dropped (no-op when the writes are not the owner's). Only the
+    /// action's own calls run under them, not the resolution before. A new
+    /// object is the owner's from its creation, so there is no later chown
+    /// a swapped-in symlink could redirect.
+    pub fn acting_as_owner(&self) -> Result<ActingAsOwner, Failure> {
+        match self.owner {
+            Some((uid, gid)) => ActingAsOwner::take(uid, gid),
+            None => Ok(ActingAsOwner { previous: None }),
+        }
     }
 
     /// The project root.
@@ -309,6 +339,56 @@ impl Resolver {
     }
 }
 
+/// The thread's file-system ids taken for the broker's write actions,
+/// given back when dropped. setfsuid and setfsgid change the calling
+/// thread only and report no error, so each is read back; leaving uid 0
+/// drops the thread's file capabilities (CAP_DAC_OVERRIDE, CAP_CHOWN,
+/// CAP_FOWNER...), and returning to it restores them.
+#[derive(Debug)]
+pub struct ActingAsOwner {
+    previous: Option<(nix::unistd::Uid, nix::unistd::Gid)>,
+}
+
+impl ActingAsOwner {
+    fn take(uid: u32, gid: u32) -> Result<ActingAsOwner, Failure> {
+        use nix::unistd::{setfsgid, setfsuid, Gid, Uid};
+        let (uid, gid) = (Uid::from_raw(uid), Gid::from_raw(gid));
+        let refused = |what: &str| {
+            fail(
+                code::INTERNAL_ERROR,
+                format!(
+                    "cannot take the project owner's {what} ({uid}:{gid}) for the write; \
+                     run sandbox as the project's owner"
+                ),
+            )
+        };
+        let previous_gid = setfsgid(gid);
+        if setfsgid(gid) != gid {
+            setfsgid(previous_gid);
+            return Err(refused("group"));
+        }
+        let previous_uid = setfsuid(uid);
+        if setfsuid(uid) != uid {
+            setfsuid(previous_uid);
+            setfsgid(previous_gid);
+            return Err(refused("user"));
+        }
+        Ok(ActingAsOwner {
+            previous: Some((previous_uid, previous_gid)),
+        })
+    }
+}
+
+impl Drop for ActingAsOwner {
+    fn drop(&mut self) {
+        if let Some((uid, gid)) = self.previous {
+            // The uid first: back at 0 the thread has CAP_SETGID again.
+            nix::unistd::setfsuid(uid);
+            nix::unistd::setfsgid(gid);
+        }
+    }
+}
+
 /// `fs.stat`.
 pub fn stat(object: &Resolved) -> Result<Value, Failure> {
     let st = nix::sys::stat::fstat(&object.fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
@@ -462,6 +542,7 @@ pub fn write(target: &ResolvedName, params: &WriteParams) -> Result<Value, Failu
         Errno::ENXIO | Errno::EISDIR => {
             fail(code::INVALID_PARAMS, "fs.write writes regular files only")
         }
+        Errno::EACCES | Errno::EPERM => owner_may_not(target),
         other => fail(code::INTERNAL_ERROR, other.desc()),
     })?;
     let st = nix::sys::stat::fstat(&fd).map_err(|e| fail(code::INTERNAL_ERROR, e.desc()))?;
@@ -502,6 +583,7 @@ pub fn mkdir(target: &ResolvedName) -> Result<Value, Failure> {
     )
     .map_err(|e| match e {
         Errno::EEXIST => fail(code::INVALID_PARAMS, "it already exists"),
+        Errno::EACCES | Errno::EPERM => owner_may_not(target),
         other => fail(code::INTERNAL_ERROR, other.desc()),
     })?;
     Ok(json!({ "path": target.relative }))
@@ -525,6 +607,7 @@ pub fn delete(target: &ResolvedName) -> Result<Value, Failure> {
             code::INVALID_PARAMS,
             "the directory is not empty (fs.delete is not recursive)",
         ),
+        Errno::EACCES | Errno::EPERM => owner_may_not(target),
         other => fail(code::INTERNAL_ERROR, other.desc()),
     })?;
     Ok(json!({ "path": target.relative }))
@@ -536,6 +619,18 @@ fn check_path(path: &str) -> Result<(), Failure> {
         return Err(fail(code::INVALID_PARAMS, "the path contains a NUL byte"));
     }
     Ok(())
+}
+
+/// The file permissions refused the write to whoever the broker writes as.
+fn owner_may_not(target: &ResolvedName) -> Failure {
+    Failure {
+        code: code::PERMISSION_DENIED,
+        message: format!(
+            "{}: permission denied (the broker writes with the rights of the project's owner, as the sandbox does)",
+            target.relative
+        ),
+        rule: Some("file permissions".into()),
+    }
 }
 
 fn denied_outside(path: &str) -> Failure {

@@ -267,6 +267,12 @@ impl Broker {
         })
     }
 
+    /// Create, write and remove the project's files as its owner (root's
+    /// supervisor on a project it may not own), as the sandbox itself does.
+    pub fn write_as_project_owner(&mut self) -> std::io::Result<()> {
+        self.resolver.write_as_owner()
+    }
+
     /// Append the audit lines to `audit` from now on (a warm run learns
     /// its audit file when it gets its command).
     pub fn use_audit(&mut self, audit: std::fs::File) {
@@ -990,11 +996,13 @@ impl Broker {
                 Self::resolved(record, &path, &target.relative);
                 self.resolver.refuse_protected(&target, &path)?;
                 self.gate(action, Some(&target.relative), record)?;
+                let acting = self.resolver.acting_as_owner()?;
                 let value = match (action, &write) {
                     (Action::FsWrite, Some(write)) => fs_actions::write(&target, write)?,
                     (Action::FsMkdir, _) => fs_actions::mkdir(&target)?,
                     _ => fs_actions::delete(&target)?,
                 };
+                drop(acting);
                 Ok(Served::Done(value))
             }
             Action::SecretsGet => {

@@ -674,6 +674,15 @@ fn start_cloned(
         source,
     })?;
     let mut broker = broker;
+    if prepared.planned.ids.root_mode {
+        broker
+            .write_as_project_owner()
+            .map_err(|source| SpawnError::Path {
+                what: "reading the owner of the project root for the broker",
+                path: project.clone(),
+                source,
+            })?;
+    }
     match &config.supervision.skill {
         Some(skill) => {
             let program = crate::broker::identity::Program::Skill {

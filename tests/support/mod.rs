@@ -8,6 +8,7 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
 pub mod docs;
+pub mod harness;
 pub mod mcp_client;
 pub mod net;
 pub mod oci;
@@ -63,8 +64,17 @@ pub fn require(test: &str, feature: &str, available: bool) -> bool {
             "SKIP: {test}: {feature} unavailable"
         );
         record_skip(test, feature);
+        SKIPS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     available
+}
+
+/// How many skips [`require`] counted in this process.
+static SKIPS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// How many checks this process has skipped so far (for [`harness`]).
+pub fn skips_so_far() -> usize {
+    SKIPS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Where this `cargo test` invocation's skips are collected: one directory
@@ -127,10 +137,8 @@ pub fn identities(test: &str) -> Vec<Who> {
     ) {
         out.push(Who::Root);
     }
-    if sandbox_works(Who::User) {
+    if require_user_sandbox(test) {
         out.push(Who::User);
-    } else {
-        require(test, "user namespaces for an unprivileged user", false);
     }
     out
 }
@@ -140,6 +148,16 @@ pub fn identities(test: &str) -> Vec<Who> {
 /// under SANDBOX_TEST_REQUIRE=1) when there is none.
 pub fn require_root_sandbox(test: &str) -> bool {
     require(test, "a sandbox as root", sandbox_works(Who::Root))
+}
+
+/// For tests that need a sandbox started by the unprivileged identity:
+/// skip loudly (or fail under SANDBOX_TEST_REQUIRE=1) when there is none.
+pub fn require_user_sandbox(test: &str) -> bool {
+    require(
+        test,
+        "user namespaces for an unprivileged user",
+        sandbox_works(Who::User),
+    )
 }
 
 /// Whether a trivial run starts for `who` (probed once per identity).
@@ -158,6 +176,81 @@ pub fn sandbox_works(who: Who) -> bool {
         }
         out.status.success()
     })
+}
+
+/// A secret of the host's that a sandbox must not show: a file outside
+/// every project (in /tmp, mode 0644) that both test identities read bare,
+/// so a run that cannot read it was refused by the sandbox, not by the
+/// file's permissions (as `/etc/shadow` would be for the unprivileged one).
+pub struct HostCanary {
+    file: tempfile::NamedTempFile,
+    content: String,
+}
+
+impl HostCanary {
+    /// A fresh canary.
+    pub fn new() -> HostCanary {
+        let file = tempfile::Builder::new()
+            .prefix("host-canary-")
+            .tempfile_in("/tmp")
+            .expect("canary");
+        let content = format!("CANARY-{}", marker("canary"));
+        std::fs::write(file.path(), &content).expect("canary");
+        std::fs::set_permissions(file.path(), std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        HostCanary { file, content }
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// What it holds (never to be seen in a sandbox's output).
+    pub fn content(&self) -> &str {
+        &self.content
+    }
+
+    /// A shell fragment printing `canary-readable` (and the content) when
+    /// the canary can be read, `canary-blocked` otherwise.
+    pub fn probe(&self) -> String {
+        format!(
+            "(cat '{}' 2>/dev/null && echo && echo canary-readable) || echo canary-blocked",
+            self.path().display()
+        )
+    }
+
+    /// Asserts that `who`, outside any sandbox, reads the canary: without
+    /// that, its being blocked inside proves nothing.
+    #[track_caller]
+    pub fn assert_readable_bare(&self, who: Who) {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", &self.probe()]).stdin(Stdio::null());
+        if who == Who::User && running_as_root() {
+            cmd.uid(TEST_UID).gid(TEST_GID);
+        }
+        let out = cmd.output().expect("sh");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("canary-readable") && stdout.contains(&self.content),
+            "{who:?} cannot read the canary {} bare, so a sandbox blocking it shows nothing: {stdout}",
+            self.path().display()
+        );
+    }
+
+    /// Asserts that a sandbox's output `stdout` of [`HostCanary::probe`]
+    /// shows the canary blocked and none of its content.
+    #[track_caller]
+    pub fn assert_blocked_in(&self, stdout: &str, what: &str) {
+        assert!(
+            stdout.contains("canary-blocked") && !stdout.contains("canary-readable"),
+            "{what}: the host's canary was readable inside:\n{stdout}"
+        );
+        assert!(
+            !stdout.contains(&self.content),
+            "{what}: the canary's content leaked:\n{stdout}"
+        );
+    }
 }
 
 /// A temporary project root owned by the identity that runs the sandbox.
