@@ -1,17 +1,27 @@
 //! Reading a run's log (`spool/<id>/log.ndjson`) while its supervisor may
 //! still append to it: only whole lines, from a byte position, a bounded
 //! chunk at a time, so a reader never holds more than one chunk of a log
-//! that may be many megabytes.
+//! that may be many megabytes. The supervisor runs as the caller, so the
+//! log is untrusted: its lines come through [`crate::jsonl::Framer`], and
+//! a line over [`LOG_LINE_LIMIT`] is skipped, never held.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::launch::protocol::{LogEvent, LogRecord};
+use crate::jsonl::{Frame, Framer};
+use crate::launch::protocol::{LogEvent, LogRecord, MAX_MESSAGE};
 
-/// Most bytes one read hands out (a longer line is handed out whole).
+/// Bytes one read takes from the log.
 pub const CHUNK: usize = 64 * 1024;
+
+/// Longest log line handed out. The longest record is the daemon's `end`,
+/// which carries the report of a `finished` event (at most
+/// [`MAX_MESSAGE`]) and its reason; an output record is one read of the
+/// supervisor (64 KiB) at most six times over once escaped. Each follower
+/// of a run holds up to this much of a line that has not ended.
+pub const LOG_LINE_LIMIT: usize = 2 * MAX_MESSAGE;
 
 /// A reader of one log from a sequence number on.
 #[derive(Debug)]
@@ -19,8 +29,10 @@ pub struct Tail {
     file: File,
     /// Lines still to skip (those with `seq <= since`).
     skip: u64,
-    /// Bytes read past the last newline handed out.
-    partial: Vec<u8>,
+    /// The line the writer has not ended yet.
+    framer: Framer,
+    /// Lines over [`LOG_LINE_LIMIT`] skipped so far.
+    too_large: u64,
 }
 
 impl Tail {
@@ -33,13 +45,17 @@ impl Tail {
         Ok(Tail {
             file,
             skip: since,
-            partial: Vec::new(),
+            framer: Framer::new(LOG_LINE_LIMIT),
+            too_large: 0,
         })
     }
 
-    /// The next whole lines that are there now (empty at the current end).
+    /// The next whole lines that are there now (empty at the current end),
+    /// each with its newline. A line over [`LOG_LINE_LIMIT`] is left out
+    /// (it still counts as a record for `since`).
     pub fn read_lines(&mut self) -> io::Result<Vec<u8>> {
         let mut buffer = vec![0u8; CHUNK];
+        let mut frames = Vec::new();
         loop {
             let n = match self.file.read(&mut buffer) {
                 Ok(n) => n,
@@ -49,26 +65,35 @@ impl Tail {
             if n == 0 {
                 return Ok(Vec::new());
             }
-            self.partial.extend_from_slice(&buffer[..n]);
-            let mut start = 0;
-            while self.skip > 0 {
-                match self.partial[start..].iter().position(|b| *b == b'\n') {
-                    Some(at) => {
-                        start += at + 1;
-                        self.skip -= 1;
+            self.framer.push(&buffer[..n], &mut frames);
+            let mut lines = Vec::new();
+            for frame in frames.drain(..) {
+                if self.skip > 0 {
+                    self.skip -= 1;
+                    continue;
+                }
+                match frame {
+                    Frame::Line(line) => {
+                        lines.extend_from_slice(&line);
+                        lines.push(b'\n');
                     }
-                    None => break,
+                    Frame::TooLarge { bytes } => {
+                        self.too_large += 1;
+                        tracing::warn!(
+                            "a run's log has a line of {bytes} bytes (at most {LOG_LINE_LIMIT}): left out"
+                        );
+                    }
                 }
             }
-            self.partial.drain(..start);
-            if self.skip > 0 {
-                continue;
-            }
-            if let Some(last) = self.partial.iter().rposition(|b| *b == b'\n') {
-                let rest = self.partial.split_off(last + 1);
-                return Ok(std::mem::replace(&mut self.partial, rest));
+            if !lines.is_empty() {
+                return Ok(lines);
             }
         }
+    }
+
+    /// Lines over [`LOG_LINE_LIMIT`] left out so far.
+    pub fn too_large(&self) -> u64 {
+        self.too_large
     }
 }
 
@@ -207,6 +232,29 @@ mod tests {
             got.extend(seqs(&chunk));
         }
         assert_eq!(got, (101..=5_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_endless_line_is_skipped_not_held_and_the_next_record_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.ndjson");
+        let mut file = std::fs::File::create(&path).unwrap();
+        file.write_all(line(1).as_bytes()).unwrap();
+        file.write_all(&vec![b'x'; 3 * LOG_LINE_LIMIT]).unwrap();
+        let mut reader = Tail::open(&path, 0).unwrap();
+        assert_eq!(seqs(&reader.read_lines().unwrap()), [1]);
+        assert!(reader.read_lines().unwrap().is_empty());
+        assert_eq!(reader.framer.pending(), 0, "the long line is not held");
+        file.write_all(b"\n").unwrap();
+        file.write_all(line(3).as_bytes()).unwrap();
+        assert_eq!(seqs(&reader.read_lines().unwrap()), [3]);
+        assert_eq!(reader.too_large(), 1);
+        let mut after = Tail::open(&path, 2).unwrap();
+        assert_eq!(
+            seqs(&after.read_lines().unwrap()),
+            [3],
+            "it counts for since"
+        );
     }
 
     #[test]
