@@ -65,6 +65,13 @@ fn running_sleep(daemon: &Daemon, project: &Path) -> String {
             ),
         }
     });
+    // The supervisor writes its `started` record after telling the daemon:
+    // what the test appends must come after it, or that record would end
+    // the test's line.
+    let log = daemon.state.join("spool").join(&id).join("log.ndjson");
+    support::wait::until_true("the started record", Duration::from_secs(60), || {
+        std::fs::read(&log).is_ok_and(|text| text.windows(9).any(|w| w == b"\"started\""))
+    });
     id
 }
 
@@ -205,6 +212,106 @@ fn an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon() {
         after.saturating_sub(before) < RSS_GROWTH_BOUND_KIB,
         "the daemon grew by {} MiB reading one endless log line ({FOLLOWERS} followers)",
         after.saturating_sub(before) >> 10
+    );
+    let end = cancel_and_wait(&daemon, &id);
+    assert_eq!(end["state"], "cancelled", "{end}");
+}
+
+/// The daemon's read positions in `log`, one per open descriptor of it.
+fn log_read_positions(daemon: &Daemon, log: &Path) -> Vec<u64> {
+    let pid = daemon.pid();
+    let mut positions = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if std::fs::read_link(entry.path()).ok().as_deref() != Some(log) {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            entry.file_name().to_string_lossy()
+        ));
+        if let Some(pos) = info.ok().and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("pos:"))
+                .and_then(|p| p.trim().parse().ok())
+        }) {
+            positions.push(pos);
+        }
+    }
+    positions
+}
+
+/// Followers of a log that ends in an unended line just under the limit
+/// (which a follower must hand out whole once it ends). Before the tail
+/// left such a line in the file between reads, each follower held it:
+/// 128 followers (a caller may hold 256 connections) made 256 MiB.
+#[test]
+fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
+    let test = "followers_of_an_unended_line_under_the_limit_do_not_each_hold_it";
+    if !support::require(
+        test,
+        "root (the daemon runs as root)",
+        nix::unistd::geteuid().is_root(),
+    ) || !support::require_root_sandbox(test)
+    {
+        return;
+    }
+    const MANY: usize = 128;
+    let daemon = daemon_for_root();
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    let id = running_sleep(&daemon, project.path());
+    let log = log_path(&daemon, &id);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .expect("log");
+    let head = b"{\"seq\":1000000,\"time_ms\":1,\"type\":\"stdout\",\"data\":\"";
+    let tail = b"\"}\n";
+    let filler =
+        sandbox::daemon::log::LOG_LINE_LIMIT - head.len() - tail.len() - "unended-line-ends".len();
+    file.write_all(head).expect("append");
+    file.write_all(&vec![b'y'; filler]).expect("append");
+    let size = std::fs::metadata(&log).expect("log").len();
+    let before = peak_rss_kib(&daemon);
+    let followers: Vec<_> = (0..MANY)
+        .map(|_| {
+            let (socket, id) = (daemon.socket.clone(), id.clone());
+            std::thread::spawn(move || follow_until(socket, id, b"unended-line-ends"))
+        })
+        .collect();
+    // Every follower has read up to the end of the log, the unended line
+    // included (its descriptor's position in /proc says so).
+    support::wait::until_true(
+        "every follower to read to the end of the log",
+        Duration::from_secs(120),
+        || {
+            let positions = log_read_positions(&daemon, &log);
+            positions.len() == MANY && positions.iter().all(|pos| *pos == size)
+        },
+    );
+    let held = peak_rss_kib(&daemon).saturating_sub(before);
+    file.write_all(b"unended-line-ends").expect("append");
+    file.write_all(tail).expect("append");
+    for follower in followers {
+        assert!(
+            follower.join().expect("follower"),
+            "a follower never got the line once it ended:\n{}",
+            daemon.log()
+        );
+    }
+    eprintln!(
+        "daemon peak RSS grew {} MiB with {MANY} followers on the unended line, {} MiB in all",
+        held >> 10,
+        peak_rss_kib(&daemon).saturating_sub(before) >> 10
+    );
+    assert!(
+        held < RSS_GROWTH_BOUND_KIB,
+        "{MANY} followers of an unended {} MiB line grew the daemon by {} MiB",
+        sandbox::daemon::log::LOG_LINE_LIMIT >> 20,
+        held >> 10
     );
     let end = cancel_and_wait(&daemon, &id);
     assert_eq!(end["state"], "cancelled", "{end}");
