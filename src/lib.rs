@@ -32,6 +32,7 @@ pub mod sysctl;
 
 pub mod command;
 pub mod environment;
+pub mod jsonl;
 
 pub use command::{Child, Command, ExitStatus, Finished};
 pub use profile::policy::Policy;

@@ -1,6 +1,6 @@
 //! JSON-RPC 2.0 over a byte stream, one message per line, with limits that
-//! hold against a hostile peer: a line longer than the limit is discarded as
-//! it streams in (the buffer never grows past the limit), nesting deeper
+//! hold against a hostile peer: lines come from [`crate::jsonl::Framer`]
+//! (a line longer than the limit is skipped as it streams in), nesting deeper
 //! than the limit is rejected before the JSON parser recurses, and every
 //! malformed message gets a JSON-RPC error instead of ending the channel.
 
@@ -59,130 +59,6 @@ impl Default for Limits {
             max_message: 1 << 20,
             max_depth: 64,
         }
-    }
-}
-
-/// One line out of the stream, or the news that one was too long.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Frame {
-    /// A complete line (without its newline).
-    Line(Vec<u8>),
-    /// A line over the limit was dropped; `bytes` is how long it was.
-    TooLarge {
-        /// Its length.
-        bytes: usize,
-    },
-}
-
-/// What one [`Framer::fill`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fill {
-    /// Bytes were read.
-    Data,
-    /// Nothing to read now.
-    WouldBlock,
-    /// End-of-file, or the descriptor failed.
-    Closed,
-}
-
-/// Splits a byte stream into lines, holding at most `max_message` bytes.
-#[derive(Debug)]
-pub struct Framer {
-    buffer: Vec<u8>,
-    max: usize,
-    /// Bytes of an over-long line dropped so far (None: not dropping).
-    dropping: Option<usize>,
-    /// Where reads land, kept between reads: a fresh zeroed 64 KiB per
-    /// read was a memset on every message of the round trip.
-    scratch: Vec<u8>,
-    /// The descriptor said it is no socket (a pipe): read(2) it directly
-    /// instead of failing recv(2) first on every read.
-    not_socket: bool,
-}
-
-impl Framer {
-    /// A framer for messages of at most `max` bytes.
-    pub fn new(max: usize) -> Framer {
-        Framer {
-            buffer: Vec::new(),
-            max,
-            dropping: None,
-            scratch: Vec::new(),
-            not_socket: false,
-        }
-    }
-
-    /// Read what `fd` holds now, without waiting (sockets: MSG_DONTWAIT;
-    /// a pipe only after poll said it is readable), and append the
-    /// complete frames to `out`.
-    pub fn fill(&mut self, fd: std::os::fd::BorrowedFd<'_>, out: &mut Vec<Frame>) -> Fill {
-        use std::os::fd::AsRawFd;
-        let mut buf = std::mem::take(&mut self.scratch);
-        buf.resize(64 * 1024, 0);
-        let read = if self.not_socket {
-            nix::unistd::read(fd, &mut buf)
-        } else {
-            match nix::sys::socket::recv(
-                fd.as_raw_fd(),
-                &mut buf,
-                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-            ) {
-                Err(nix::errno::Errno::ENOTSOCK) => {
-                    self.not_socket = true;
-                    nix::unistd::read(fd, &mut buf)
-                }
-                other => other,
-            }
-        };
-        let filled = match read {
-            Ok(0) => Fill::Closed,
-            Ok(n) => {
-                self.push(&buf[..n], out);
-                Fill::Data
-            }
-            Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => Fill::WouldBlock,
-            Err(_) => Fill::Closed,
-        };
-        self.scratch = buf;
-        filled
-    }
-
-    /// Feed bytes; complete frames are appended to `out`.
-    pub fn push(&mut self, mut data: &[u8], out: &mut Vec<Frame>) {
-        while !data.is_empty() {
-            let newline = data.iter().position(|b| *b == b'\n');
-            let (chunk, rest, complete) = match newline {
-                Some(i) => (&data[..i], &data[i + 1..], true),
-                None => (data, &[][..], false),
-            };
-            data = rest;
-            if let Some(dropped) = &mut self.dropping {
-                *dropped += chunk.len();
-                if complete {
-                    out.push(Frame::TooLarge { bytes: *dropped });
-                    self.dropping = None;
-                }
-                continue;
-            }
-            if self.buffer.len() + chunk.len() > self.max {
-                self.dropping = Some(self.buffer.len() + chunk.len());
-                self.buffer = Vec::new();
-                if complete {
-                    let bytes = self.dropping.take().unwrap_or(0);
-                    out.push(Frame::TooLarge { bytes });
-                }
-                continue;
-            }
-            self.buffer.extend_from_slice(chunk);
-            if complete {
-                out.push(Frame::Line(std::mem::take(&mut self.buffer)));
-            }
-        }
-    }
-
-    /// Bytes held for an incomplete line.
-    pub fn pending(&self) -> usize {
-        self.buffer.len()
     }
 }
 
@@ -468,45 +344,8 @@ pub fn fail(code: i64, message: impl Into<String>) -> Failure {
 mod tests {
     use super::*;
 
-    fn frames(framer: &mut Framer, data: &[u8]) -> Vec<Frame> {
-        let mut out = Vec::new();
-        framer.push(data, &mut out);
-        out
-    }
-
     fn code_of(line: &[u8]) -> i64 {
         parse(line, &Limits::default()).unwrap_err().code
-    }
-
-    #[test]
-    fn lines_split_across_reads_are_reassembled() {
-        let mut f = Framer::new(100);
-        assert!(frames(&mut f, b"{\"a\":").is_empty());
-        assert_eq!(
-            frames(&mut f, b"1}\n{}\n"),
-            vec![
-                Frame::Line(b"{\"a\":1}".to_vec()),
-                Frame::Line(b"{}".to_vec())
-            ]
-        );
-        assert_eq!(f.pending(), 0);
-    }
-
-    #[test]
-    fn a_gigabyte_line_is_dropped_with_bounded_memory() {
-        let mut f = Framer::new(1 << 20);
-        let chunk = vec![b'x'; 1 << 20];
-        for _ in 0..1024 {
-            assert!(frames(&mut f, &chunk).is_empty());
-            assert!(f.pending() <= 1 << 20);
-        }
-        assert_eq!(
-            frames(&mut f, b"\n{}\n"),
-            vec![
-                Frame::TooLarge { bytes: 1 << 30 },
-                Frame::Line(b"{}".to_vec())
-            ]
-        );
     }
 
     #[test]

@@ -30,12 +30,13 @@ use super::fs::{self as fs_actions, Resolver};
 use super::identity::{self, Program};
 use super::invoke::{Invocations, Plain};
 use super::permission::{self, Verdict};
-use super::protocol::{self, code, Fill, Frame, Id, Message};
+use super::protocol::{self, code, Id, Message};
 use super::protocol::{fail, Failure};
 use super::secrets::{SecretParams, SecretSpec, Secrets};
 use super::terminal::{Job, RunParams};
 use super::transport::Transport;
 use crate::action::{Action, Permission};
+use crate::jsonl::{Fill, Frame};
 use crate::profile::policy::{BrokerPolicy, Decision};
 
 pub use super::invoke::InvocationAnswer;

@@ -14,7 +14,8 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 use nix::errno::Errno;
 use serde::Serialize;
 
-use super::protocol::{self, code, Fill, Frame, Framer, Id, Limits};
+use super::protocol::{self, code, Id, Limits};
+use crate::jsonl::{Fill, Frame, Framer};
 
 /// Most bytes of answers queued before no further request is handled.
 pub const OUTBOX_LIMIT: usize = 4 << 20;

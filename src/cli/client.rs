@@ -11,6 +11,7 @@ use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
 
+use sandbox::jsonl::{Frame, Framer};
 use sandbox::launch::protocol::LogRecord;
 
 /// The environment variable that sends `sandbox run` to a daemon and names
@@ -352,40 +353,6 @@ pub fn is_busy(status: StatusCode) -> bool {
     status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE
 }
 
-/// Splits a byte stream into lines, keeping a partial line for the next
-/// piece.
-#[derive(Debug, Default)]
-pub struct LineDecoder {
-    pending: Vec<u8>,
-}
-
-impl LineDecoder {
-    /// Feed bytes; every line completed by them, without its `\n`.
-    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<Vec<u8>>, String> {
-        let mut lines = Vec::new();
-        let mut rest = bytes;
-        while let Some(end) = rest.iter().position(|b| *b == b'\n') {
-            self.pending.extend_from_slice(&rest[..end]);
-            lines.push(std::mem::take(&mut self.pending));
-            rest = &rest[end + 1..];
-        }
-        self.pending.extend_from_slice(rest);
-        if self.pending.len() > MAX_LINE {
-            return Err(format!(
-                "a line longer than {} MiB without its end",
-                MAX_LINE >> 20
-            ));
-        }
-        Ok(lines)
-    }
-
-    /// Drop a partial line: the connection broke in its middle, and the
-    /// resumed stream sends the whole record again.
-    pub fn reset(&mut self) {
-        self.pending.clear();
-    }
-}
-
 /// One line of the event stream, read.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EventLine {
@@ -399,18 +366,24 @@ pub struct EventLine {
 
 /// Tracks the last record seen on a run's event stream, so a dropped
 /// connection resumes with `since=` and nothing is shown twice.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct EventFollower {
-    decoder: LineDecoder,
+    lines: Framer,
     /// The highest sequence number handed out so far.
     pub last_seq: u64,
+}
+
+impl Default for EventFollower {
+    fn default() -> EventFollower {
+        EventFollower::after(0)
+    }
 }
 
 impl EventFollower {
     /// Starting after `since`.
     pub fn after(since: u64) -> EventFollower {
         EventFollower {
-            decoder: LineDecoder::default(),
+            lines: Framer::new(MAX_LINE),
             last_seq: since,
         }
     }
@@ -420,7 +393,16 @@ impl EventFollower {
     /// are skipped.
     pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<EventLine>, String> {
         let mut out = Vec::new();
-        for line in self.decoder.push(bytes)? {
+        let mut frames = Vec::new();
+        self.lines.push(bytes, &mut frames);
+        let too_long = || format!("a line longer than {} MiB", MAX_LINE >> 20);
+        if self.lines.skipping().is_some() {
+            return Err(format!("{} without its end", too_long()));
+        }
+        for frame in frames {
+            let Frame::Line(line) = frame else {
+                return Err(too_long());
+            };
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
@@ -445,7 +427,7 @@ impl EventFollower {
 
     /// The connection ended: forget a partial line.
     pub fn disconnected(&mut self) {
-        self.decoder.reset();
+        self.lines = Framer::new(MAX_LINE);
     }
 
     /// The path that resumes the stream of `run` after the last record.
@@ -527,8 +509,13 @@ mod tests {
 
     #[test]
     fn an_endless_line_is_refused() {
-        let mut decoder = LineDecoder::default();
-        assert!(decoder.push(&vec![b'x'; MAX_LINE + 1]).is_err());
+        let mut follower = EventFollower::default();
+        assert!(follower.push(&vec![b'x'; MAX_LINE + 1]).is_err());
+        let mut follower = EventFollower::default();
+        assert!(follower.push(&vec![b'x'; MAX_LINE / 2]).unwrap().is_empty());
+        let mut line = vec![b'x'; MAX_LINE];
+        line.push(b'\n');
+        assert!(follower.push(&line).is_err(), "split across pushes");
     }
 
     #[test]

@@ -1,9 +1,15 @@
 //! `sandbox ipc`: one broker request from a shell script inside a sandbox.
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 
 use anyhow::{bail, Context};
 use clap::Args;
+use sandbox::broker::transport::ANSWER_LIMIT;
+use sandbox::jsonl::{Frame, Framer, Lines};
+
+/// Longest invocation read from the channel: the host's control line
+/// (1 MiB of params) wrapped in its `skill.invoke` request.
+const INVOCATION_LIMIT: usize = 2 << 20;
 
 /// Arguments of `sandbox ipc`.
 #[derive(Debug, Args)]
@@ -60,15 +66,18 @@ pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
     stream
         .write_all(format!("{request}\n").as_bytes())
         .context("sending the request")?;
-    let mut line = String::new();
-    BufReader::new(&stream)
-        .read_line(&mut line)
-        .context("reading the answer")?;
-    if line.is_empty() {
-        bail!("the broker closed the channel");
-    }
+    let line = match Lines::new(&stream, ANSWER_LIMIT)
+        .next_frame()
+        .context("reading the answer")?
+    {
+        Some(Frame::Line(line)) => line,
+        Some(Frame::TooLarge { bytes }) => {
+            bail!("the broker's answer is {bytes} bytes, more than the {ANSWER_LIMIT} it sends")
+        }
+        None => bail!("the broker closed the channel"),
+    };
     let answer: serde_json::Value =
-        serde_json::from_str(&line).context("the broker's answer is not JSON")?;
+        serde_json::from_slice(&line).context("the broker's answer is not JSON")?;
     if let Some(error) = answer.get("error") {
         eprintln!(
             "sandbox ipc: {} (code {})",
@@ -95,7 +104,8 @@ pub fn run(args: IpcArgs) -> anyhow::Result<i32> {
 fn read_line(socket: &std::os::fd::OwnedFd) -> anyhow::Result<Option<Vec<u8>>> {
     use nix::sys::socket::{recv, MsgFlags};
     use std::os::fd::AsRawFd;
-    let mut line = Vec::new();
+    let mut framer = Framer::new(INVOCATION_LIMIT);
+    let mut frames = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let n = recv(socket.as_raw_fd(), &mut buf, MsgFlags::MSG_PEEK)
@@ -103,20 +113,21 @@ fn read_line(socket: &std::os::fd::OwnedFd) -> anyhow::Result<Option<Vec<u8>>> {
         if n == 0 {
             return Ok(None);
         }
+        // Only up to the newline: what follows is the next reader's.
         let take = buf[..n]
             .iter()
             .position(|b| *b == b'\n')
             .map_or(n, |i| i + 1);
         let got = recv(socket.as_raw_fd(), &mut buf[..take], MsgFlags::empty())
             .context("reading the channel")?;
-        line.extend_from_slice(&buf[..got]);
-        if line.last() == Some(&b'\n') {
-            return Ok(Some(line));
+        framer.push(&buf[..got], &mut frames);
+        match frames.pop() {
+            Some(Frame::Line(line)) => return Ok(Some(line)),
+            Some(Frame::TooLarge { bytes }) => bail!(
+                "a message on the channel is {bytes} bytes, over the {INVOCATION_LIMIT} an invocation takes"
+            ),
+            None => {}
         }
-        anyhow::ensure!(
-            line.len() <= 1 << 20,
-            "a message on the channel is over 1 MiB"
-        );
     }
 }
 

@@ -1,17 +1,40 @@
 //! Reading a run's log (`spool/<id>/log.ndjson`) while its supervisor may
 //! still append to it: only whole lines, from a byte position, a bounded
 //! chunk at a time, so a reader never holds more than one chunk of a log
-//! that may be many megabytes.
+//! that may be many megabytes. The supervisor runs as the caller, so the
+//! log is untrusted: its lines come through [`crate::jsonl::Framer`], and
+//! a line over [`LOG_LINE_LIMIT`] is skipped, never held.
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::launch::protocol::{LogEvent, LogRecord};
+use crate::jsonl::{Frame, Framer};
+use crate::launch::protocol::{LogEvent, LogRecord, MAX_MESSAGE};
 
-/// Most bytes one read hands out (a longer line is handed out whole).
+/// Bytes one read takes from the log.
 pub const CHUNK: usize = 64 * 1024;
+
+/// Longest log line handed out. The longest record is the daemon's `end`,
+/// which carries the report of a `finished` event (at most
+/// [`MAX_MESSAGE`]) and its reason; an output record is one read of the
+/// supervisor (64 KiB) at most six times over once escaped. Each follower
+/// of a run holds up to this much of a line that has not ended.
+pub const LOG_LINE_LIMIT: usize = 2 * MAX_MESSAGE;
+
+/// The start of a line the writer had not ended when a read reached the
+/// end of the log. Its bytes stay in the file, not in the follower: a
+/// caller may open hundreds of followers on a log that ends in an unended
+/// line just under the limit. They are read again, once, when the line
+/// ends.
+#[derive(Debug, Clone, Copy)]
+struct Released {
+    /// Where the line starts in the log.
+    offset: u64,
+    /// Its bytes so far.
+    bytes: usize,
+}
 
 /// A reader of one log from a sequence number on.
 #[derive(Debug)]
@@ -19,8 +42,12 @@ pub struct Tail {
     file: File,
     /// Lines still to skip (those with `seq <= since`).
     skip: u64,
-    /// Bytes read past the last newline handed out.
-    partial: Vec<u8>,
+    /// The lines of what one call reads.
+    framer: Framer,
+    /// The line being read, left in the file.
+    released: Option<Released>,
+    /// Lines over [`LOG_LINE_LIMIT`] skipped so far.
+    too_large: u64,
 }
 
 impl Tail {
@@ -33,13 +60,19 @@ impl Tail {
         Ok(Tail {
             file,
             skip: since,
-            partial: Vec::new(),
+            framer: Framer::new(LOG_LINE_LIMIT),
+            released: None,
+            too_large: 0,
         })
     }
 
-    /// The next whole lines that are there now (empty at the current end).
+    /// The next whole lines that are there now (empty at the current end),
+    /// each with its newline. A line over [`LOG_LINE_LIMIT`] is left out
+    /// (it still counts as a record for `since`). Between calls the tail
+    /// holds no bytes of the log.
     pub fn read_lines(&mut self) -> io::Result<Vec<u8>> {
         let mut buffer = vec![0u8; CHUNK];
+        let mut frames = Vec::new();
         loop {
             let n = match self.file.read(&mut buffer) {
                 Ok(n) => n,
@@ -47,28 +80,84 @@ impl Tail {
                 Err(err) => return Err(err),
             };
             if n == 0 {
+                self.release()?;
                 return Ok(Vec::new());
             }
-            self.partial.extend_from_slice(&buffer[..n]);
-            let mut start = 0;
-            while self.skip > 0 {
-                match self.partial[start..].iter().position(|b| *b == b'\n') {
-                    Some(at) => {
-                        start += at + 1;
-                        self.skip -= 1;
+            self.framer.push(&buffer[..n], &mut frames);
+            let mut lines = Vec::new();
+            for frame in frames.drain(..) {
+                let frame = match self.released.take() {
+                    Some(start) => self.join(start, frame)?,
+                    None => frame,
+                };
+                if self.skip > 0 {
+                    self.skip -= 1;
+                    continue;
+                }
+                match frame {
+                    Frame::Line(line) => {
+                        lines.extend_from_slice(&line);
+                        lines.push(b'\n');
                     }
-                    None => break,
+                    Frame::TooLarge { bytes } => {
+                        self.too_large += 1;
+                        tracing::warn!(
+                            "a run's log has a line of {bytes} bytes (at most {LOG_LINE_LIMIT}): left out"
+                        );
+                    }
                 }
             }
-            self.partial.drain(..start);
-            if self.skip > 0 {
-                continue;
+            // A long line is not gathered in memory either: 16 blocking
+            // threads gathering lines of 2 MiB while their writer has not
+            // ended them made 80 MiB that the allocator kept.
+            if self.framer.pending() > CHUNK || self.framer.skipping().is_some() {
+                self.release()?;
             }
-            if let Some(last) = self.partial.iter().rposition(|b| *b == b'\n') {
-                let rest = self.partial.split_off(last + 1);
-                return Ok(std::mem::replace(&mut self.partial, rest));
+            if !lines.is_empty() {
+                return Ok(lines);
             }
         }
+    }
+
+    /// Leave the line being read in the file (at the end of the log, or
+    /// once it is long): its bytes are read again once it has ended.
+    fn release(&mut self) -> io::Result<()> {
+        let held = self.framer.skipping().unwrap_or(self.framer.pending());
+        if held == 0 {
+            return Ok(());
+        }
+        let end = self.file.stream_position()?;
+        let start = self.released.get_or_insert(Released {
+            offset: end.saturating_sub(held as u64),
+            bytes: 0,
+        });
+        start.bytes = start.bytes.saturating_add(held);
+        self.framer = Framer::new(LOG_LINE_LIMIT);
+        Ok(())
+    }
+
+    /// The first frame after a release is the end of the released line.
+    fn join(&self, start: Released, end: Frame) -> io::Result<Frame> {
+        let bytes = start.bytes.saturating_add(match &end {
+            Frame::Line(line) => line.len(),
+            Frame::TooLarge { bytes } => *bytes,
+        });
+        let Frame::Line(rest) = end else {
+            return Ok(Frame::TooLarge { bytes });
+        };
+        if bytes > LOG_LINE_LIMIT {
+            return Ok(Frame::TooLarge { bytes });
+        }
+        use std::os::unix::fs::FileExt;
+        let mut line = vec![0u8; start.bytes];
+        self.file.read_exact_at(&mut line, start.offset)?;
+        line.extend_from_slice(&rest);
+        Ok(Frame::Line(line))
+    }
+
+    /// Lines over [`LOG_LINE_LIMIT`] left out so far.
+    pub fn too_large(&self) -> u64 {
+        self.too_large
     }
 }
 
@@ -207,6 +296,64 @@ mod tests {
             got.extend(seqs(&chunk));
         }
         assert_eq!(got, (101..=5_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn an_endless_line_is_skipped_not_held_and_the_next_record_comes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.ndjson");
+        let mut file = std::fs::File::create(&path).unwrap();
+        file.write_all(line(1).as_bytes()).unwrap();
+        file.write_all(&vec![b'x'; 3 * LOG_LINE_LIMIT]).unwrap();
+        let mut reader = Tail::open(&path, 0).unwrap();
+        assert_eq!(seqs(&reader.read_lines().unwrap()), [1]);
+        assert!(reader.read_lines().unwrap().is_empty());
+        assert_eq!(reader.framer.pending(), 0, "the long line is not held");
+        assert_eq!(reader.framer.skipping(), None, "nor counted in the framer");
+        file.write_all(b"\n").unwrap();
+        file.write_all(line(3).as_bytes()).unwrap();
+        assert_eq!(seqs(&reader.read_lines().unwrap()), [3]);
+        assert_eq!(reader.too_large(), 1);
+        let mut after = Tail::open(&path, 2).unwrap();
+        assert_eq!(
+            seqs(&after.read_lines().unwrap()),
+            [3],
+            "it counts for since"
+        );
+    }
+
+    #[test]
+    fn an_unended_line_is_left_in_the_file_between_reads_and_comes_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("log.ndjson");
+        let mut file = std::fs::File::create(&path).unwrap();
+        file.write_all(line(1).as_bytes()).unwrap();
+        let long = line(2).replace("line 2", &"y".repeat(LOG_LINE_LIMIT - 200));
+        let (head, tail) = long.split_at(LOG_LINE_LIMIT / 2);
+        let (middle, tail) = tail.split_at(CHUNK + 7);
+        file.write_all(head.as_bytes()).unwrap();
+        let mut reader = Tail::open(&path, 0).unwrap();
+        assert_eq!(seqs(&reader.read_lines().unwrap()), [1]);
+        for piece in [middle, ""] {
+            assert!(reader.read_lines().unwrap().is_empty());
+            assert_eq!(reader.framer.pending(), 0, "nothing held between reads");
+            file.write_all(piece.as_bytes()).unwrap();
+        }
+        file.write_all(tail.as_bytes()).unwrap();
+        file.write_all(line(3).as_bytes()).unwrap();
+        let got = reader.read_lines().unwrap();
+        assert_eq!(seqs(&got), [2, 3]);
+        assert_eq!(&got[..long.len()], long.as_bytes(), "the line is whole");
+        // Just over the limit in the same pieces: left out, and the next
+        // record still comes.
+        let over = format!("{}\n", "z".repeat(LOG_LINE_LIMIT + 1));
+        let (head, tail) = over.split_at(LOG_LINE_LIMIT - 5);
+        file.write_all(head.as_bytes()).unwrap();
+        assert!(reader.read_lines().unwrap().is_empty());
+        file.write_all(tail.as_bytes()).unwrap();
+        file.write_all(line(5).as_bytes()).unwrap();
+        assert_eq!(seqs(&reader.read_lines().unwrap()), [5]);
+        assert_eq!(reader.too_large(), 1);
     }
 
     #[test]

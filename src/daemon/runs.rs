@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, watch};
 
 use super::config::{Config, Rule};
@@ -19,8 +19,9 @@ use super::error::ApiError;
 use super::launcher::{Launcher, LauncherEvent};
 use super::resolve::{Caller, Resolved};
 use super::store::{Outcome, RunRecord, Store};
+use crate::jsonl::{AsyncLines, Frame};
 use crate::launch::protocol::{
-    Approval, FromLauncher, FromSupervisor, RunSpec, ToLauncher, ToSupervisor,
+    Approval, FromLauncher, FromSupervisor, RunSpec, ToLauncher, ToSupervisor, MAX_MESSAGE,
 };
 
 /// Milliseconds since the Unix epoch.
@@ -681,7 +682,9 @@ impl Runs {
             Err(err) => return failed("failed", format!("events socket: {err}")),
         };
         let (reader, mut writer) = stream.into_split();
-        let mut lines = BufReader::new(reader).lines();
+        // The supervisor runs as the caller: its lines are bounded like any
+        // untrusted peer's (the largest it sends is `finished` with its report).
+        let mut lines = AsyncLines::new(reader, MAX_MESSAGE);
         let mut finished: Option<(i32, serde_json::Value, Option<String>)> = None;
         let mut ended: Option<String> = None;
         let mut events_open = true;
@@ -694,8 +697,9 @@ impl Runs {
                 break;
             }
             tokio::select! {
-                line = lines.next_line(), if events_open => match line {
-                    Ok(Some(line)) => match serde_json::from_str::<FromSupervisor>(&line) {
+                line = lines.next_frame(), if events_open => match line {
+                    Ok(Some(Frame::TooLarge { bytes })) => tracing::warn!("run {id}: ignoring an event of {bytes} bytes (at most {MAX_MESSAGE})"),
+                    Ok(Some(Frame::Line(line))) => match serde_json::from_slice::<FromSupervisor>(&line) {
                         Ok(FromSupervisor::Started { init_pid, init_start }) => {
                             let store = self.store.clone();
                             let run = id.clone();

@@ -9,7 +9,7 @@
 //! keeps the latest `skill.stateChanged` of each skill.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -19,12 +19,20 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::jsonl::{Frame, Lines};
+
 /// Most `serve` processes at once, in all: past it a new one is refused
 /// (never another caller's stopped to make room).
 const MAX_SERVERS: usize = 16;
 /// Most `serve` processes of one caller: its own unused longest is
 /// stopped to make room for its next.
 const MAX_SERVERS_PER_CALLER: usize = 4;
+/// Longest line read from a `serve` process. A skill's answer reaches its
+/// host in a broker message of at most 1 MiB (the channel's default
+/// limit) and is re-encoded twice on the way (host, serve), never longer;
+/// the skill that chose it is untrusted, and up to [`MAX_SERVERS`] readers
+/// may each hold one line.
+const SERVER_LINE_LIMIT: usize = 4 << 20;
 /// A server nobody called for this long is stopped.
 const IDLE: Duration = Duration::from_secs(600);
 /// Skill calls waiting at once, in all. Each holds one of the runtime's
@@ -366,9 +374,16 @@ fn read_answers(
     states: &Mutex<BTreeMap<String, Value>>,
     alive: &AtomicBool,
 ) {
-    for line in BufReader::new(stdout).lines() {
-        let Ok(line) = line else { break };
-        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+    for frame in Lines::new(stdout, SERVER_LINE_LIMIT) {
+        let line = match frame {
+            Ok(Frame::Line(line)) => line,
+            Ok(Frame::TooLarge { bytes }) => {
+                tracing::warn!("a skill server wrote a line of {bytes} bytes (at most {SERVER_LINE_LIMIT}): dropped");
+                continue;
+            }
+            Err(_) => break,
+        };
+        let Ok(message) = serde_json::from_slice::<Value>(&line) else {
             continue;
         };
         if message["method"] == "skill.stateChanged" {
@@ -410,25 +425,28 @@ fn read_answers(
         .clear();
 }
 
-/// Longest line of a skill server's log relayed whole; the rest of it is
-/// cut, so a skill cannot hold the daemon's memory with one endless line.
-const LOG_LINE: u64 = 4096;
+/// Longest line of a skill server's log relayed; a longer one is left
+/// out (its length is said), so a skill can neither hold the daemon's
+/// memory with one endless line nor fill its journal with one.
+const LOG_LINE: usize = 4096;
 
 /// The skills' logs go to the daemon's own stderr (its journal), each line
 /// prefixed with the caller's uid and escaped, so a skill can neither
 /// write lines that look like the daemon's nor hide its own.
 fn relay_log(stderr: std::process::ChildStderr, uid: u32) {
-    use std::io::Read;
-    let mut reader = BufReader::new(stderr);
-    loop {
-        let mut line = Vec::new();
-        match (&mut reader).take(LOG_LINE).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {
+    for frame in Lines::new(stderr, LOG_LINE) {
+        match frame {
+            Ok(Frame::Line(line)) => {
                 let text = String::from_utf8_lossy(&line);
-                let text = crate::broker::prompt::escape(text.trim_end_matches('\n'));
+                let text = crate::broker::prompt::escape(&text);
                 tracing::warn!("skills of uid {uid}: {text}");
             }
+            Ok(Frame::TooLarge { bytes }) => {
+                tracing::warn!(
+                    "skills of uid {uid}: a line of {bytes} bytes (at most {LOG_LINE}) left out"
+                );
+            }
+            Err(_) => return,
         }
     }
 }

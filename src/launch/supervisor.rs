@@ -5,7 +5,7 @@
 //! written as records of the run's log instead of to a terminal.
 
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -17,6 +17,7 @@ use super::protocol::{
     SPAWN_FDS_EVENTS, SPAWN_FDS_LOG, SPAWN_FDS_STDIN,
 };
 use crate::broker::prompt::{Answer, Asker};
+use crate::jsonl::{Fill, Frame, Framer};
 use crate::spawn::output::{OutputLog, OutputStream, SharedLog};
 use crate::spawn::parent::{Driver, Steer, Turn};
 
@@ -116,7 +117,7 @@ impl OutputLog for RunLog {
 /// (answers) from one buffer, so a line split across reads is never lost.
 struct Events {
     sock: OwnedFd,
-    buffer: Vec<u8>,
+    buffer: Framer,
     /// A cancel arrived (possibly while a question was open).
     cancel: Option<Duration>,
     /// The daemon closed its end.
@@ -144,30 +145,20 @@ impl Events {
 
     /// Read what is there (one read), and return the complete messages.
     fn read(&mut self) -> Vec<ToSupervisor> {
-        let mut chunk = [0u8; 4096];
-        match nix::sys::socket::recv(
-            self.sock.as_raw_fd(),
-            &mut chunk,
-            nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-        ) {
-            Ok(0) => self.closed = true,
-            Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
-            Err(Errno::EINTR | Errno::EAGAIN) => {}
-            Err(_) => self.closed = true,
+        let mut frames = Vec::new();
+        if self.buffer.fill(self.sock.as_fd(), &mut frames) == Fill::Closed {
+            self.closed = true;
         }
         let mut messages = Vec::new();
-        while let Some(end) = self.buffer.iter().position(|b| *b == b'\n') {
-            let line: Vec<u8> = self.buffer.drain(..=end).collect();
+        for frame in frames {
             // The daemon is trusted; a line that does not parse is dropped.
+            let Frame::Line(line) = frame else { continue };
             if let Ok(message) = serde_json::from_slice::<ToSupervisor>(&line) {
                 if let ToSupervisor::Cancel { grace_ms } = message {
                     self.cancel = Some(Duration::from_millis(grace_ms));
                 }
                 messages.push(message);
             }
-        }
-        if self.buffer.len() > MAX_MESSAGE {
-            self.buffer.clear();
         }
         messages
     }
@@ -331,7 +322,7 @@ impl Session {
         Session {
             events: Arc::new(Mutex::new(Events {
                 sock: events,
-                buffer: Vec::new(),
+                buffer: Framer::new(MAX_MESSAGE),
                 cancel: None,
                 closed: false,
             })),
@@ -350,7 +341,7 @@ impl Session {
     pub(super) fn attach(&self, events: OwnedFd, log: OwnedFd, output_cap: Option<u64>) {
         *lock(&self.events) = Events {
             sock: events,
-            buffer: Vec::new(),
+            buffer: Framer::new(MAX_MESSAGE),
             cancel: None,
             closed: false,
         };

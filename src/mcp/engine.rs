@@ -23,7 +23,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::sync::{broadcast, mpsc, oneshot, Notify};
 
 use crate::broker::protocol::{self, Limits};
-use crate::skill::serve::{ServeError, ServeOptions, Server};
+use crate::jsonl::{Frame, Framer};
+use crate::skill::serve::{ServeError, ServeOptions, Server, HOST_LINE_LIMIT};
 use crate::sys::epoll::WaitSet;
 
 /// Why the engine failed.
@@ -84,6 +85,11 @@ pub struct Ask {
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, Value>>>>>;
 type AskRoutes = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Ask>>>>;
+
+/// Longest line of the server's own output: a host's answer
+/// ([`HOST_LINE_LIMIT`]) in serve's envelope. The server writes whole
+/// lines into memory; the limit only keeps one reader for every stream.
+const SERVER_LINE_LIMIT: usize = HOST_LINE_LIMIT + (1 << 20);
 
 /// What the server writes for the client: whole lines, read back by
 /// [`Engine::flush`].
@@ -296,8 +302,20 @@ impl Engine {
     /// unlocked: answering a question feeds the server again.
     fn flush(&self) {
         let written = std::mem::take(&mut *lock(&self.lines.0));
-        for line in written.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
-            match serde_json::from_slice::<Value>(line) {
+        let mut framer = Framer::new(SERVER_LINE_LIMIT);
+        let mut frames = Vec::new();
+        framer.push(&written, &mut frames);
+        frames.extend(framer.finish());
+        for frame in frames {
+            let line = match frame {
+                Frame::Line(line) if line.is_empty() => continue,
+                Frame::Line(line) => line,
+                Frame::TooLarge { bytes } => {
+                    eprintln!("sandbox serve --mcp: a line of {bytes} bytes from the skill engine (at most {SERVER_LINE_LIMIT}) was dropped");
+                    continue;
+                }
+            };
+            match serde_json::from_slice::<Value>(&line) {
                 Ok(message) => self.dispatch(message),
                 Err(err) => {
                     eprintln!("sandbox serve --mcp: unreadable line from the skill engine: {err}")

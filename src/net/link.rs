@@ -15,6 +15,7 @@ use nix::errno::Errno;
 use serde::{Deserialize, Serialize};
 
 use super::fetch::{FetchRequest, FetchResponse};
+use crate::jsonl::{Fill, Frame, Framer};
 
 /// The longest line the supervisor takes from the net process: a
 /// response at `net.http`'s largest cap (640 KiB), base64-encoded, with
@@ -115,10 +116,7 @@ pub enum ToNet {
 #[derive(Debug)]
 pub struct SupervisorEnd {
     sock: OwnedFd,
-    read: Vec<u8>,
-    /// How much of `read` is known to hold no newline: a long line is
-    /// scanned once, not again on every read.
-    scanned: usize,
+    read: Framer,
     write: Vec<u8>,
     closed: bool,
 }
@@ -129,8 +127,7 @@ impl SupervisorEnd {
     pub fn new(sock: OwnedFd) -> SupervisorEnd {
         SupervisorEnd {
             sock,
-            read: Vec::new(),
-            scanned: 0,
+            read: Framer::new(MAX_LINE),
             write: Vec::new(),
             closed: false,
         }
@@ -197,43 +194,32 @@ impl SupervisorEnd {
     /// does not parse ends the link: the net process is ours, so it is
     /// broken, and nothing it says after can be trusted to line up.
     pub fn receive(&mut self) -> Vec<FromNet> {
-        let mut buf = [0u8; 64 * 1024];
+        let mut frames = Vec::new();
         while !self.closed {
-            match nix::sys::socket::recv(
-                self.sock.as_raw_fd(),
-                &mut buf,
-                nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-            ) {
-                Ok(0) => self.closed = true,
-                Ok(n) => {
-                    self.read.extend_from_slice(&buf[..n]);
-                    if self.read.len() > MAX_LINE && !self.read[self.scanned..].contains(&b'\n') {
-                        self.closed = true;
-                    }
-                }
-                Err(Errno::EINTR) => continue,
-                Err(Errno::EAGAIN) => break,
-                Err(_) => self.closed = true,
+            match self.read.fill(self.sock.as_fd(), &mut frames) {
+                Fill::Data => {}
+                Fill::WouldBlock => break,
+                Fill::Closed => self.closed = true,
+            }
+            // A line over the limit ends the link as soon as it is seen.
+            if self.read.skipping().is_some() {
+                self.closed = true;
             }
         }
         let mut messages = Vec::new();
-        while let Some(end) = self.read[self.scanned..]
-            .iter()
-            .position(|b| *b == b'\n')
-            .map(|at| at + self.scanned)
-        {
-            self.scanned = 0;
-            let line: Vec<u8> = self.read.drain(..=end).collect();
-            match serde_json::from_slice(&line[..end]) {
-                Ok(message) => messages.push(message),
-                Err(_) => {
+        for frame in frames {
+            let parsed = match frame {
+                Frame::Line(line) => serde_json::from_slice(&line).ok(),
+                Frame::TooLarge { .. } => None,
+            };
+            match parsed {
+                Some(message) => messages.push(message),
+                None => {
                     self.closed = true;
-                    self.read.clear();
                     break;
                 }
             }
         }
-        self.scanned = self.read.len();
         messages
     }
 }

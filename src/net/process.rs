@@ -16,13 +16,14 @@ use std::sync::{Arc, Mutex};
 use nix::sys::signal::{SigSet, SigmaskHow, Signal};
 use nix::sys::socket::{socketpair, AddressFamily, MsgFlags, SockFlag, SockType};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
 
 use super::allow::{Allowlist, Host};
 use super::link::{FetchOutcome, FromNet, SupervisorEnd, ToNet};
 use super::proxy::{Gate, Record, Target, Verdict};
 use super::resolve::Resolver;
+use crate::jsonl::{AsyncLines, Frame};
 
 /// Why the net process could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -321,9 +322,14 @@ async fn serve(
         });
     }
     let tls = Arc::new(TlsConfigs::default());
-    let mut lines = tokio::io::BufReader::new(reader).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        match serde_json::from_str::<ToNet>(&line) {
+    // The broker's lines carry `net.http` requests the sandbox made, which
+    // the broker bounded; the link's limit holds the rest.
+    let mut lines = AsyncLines::new(reader, super::link::MAX_LINE);
+    while let Ok(Some(frame)) = lines.next_frame().await {
+        let Frame::Line(line) = frame else {
+            continue;
+        };
+        match serde_json::from_slice::<ToNet>(&line) {
             Ok(ToNet::Answer { id, allow, rule }) => {
                 let answer = gate.asked.lock().ok().and_then(|mut a| a.remove(&id));
                 if let Some(answer) = answer {

@@ -16,6 +16,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use serde::Serialize;
 
 use super::OciError;
+use crate::jsonl::{Frame, Framer};
 use crate::profile::policy::Policy;
 
 /// The most audit lines one supervisor writes, in bytes. Each broker
@@ -439,22 +440,27 @@ fn serve(
 
 /// The init's first line, parsed; None when the channel closed first.
 fn read_report(channel: &OwnedFd) -> Result<Option<serde_json::Value>, String> {
-    let mut line = Vec::with_capacity(512);
+    let mut framer = Framer::new(REPORT_MAX);
+    let mut frames = Vec::with_capacity(1);
     let mut byte = [0u8; 1];
-    loop {
+    let line = loop {
         // One byte at a time: what follows the report is the broker's, and
         // must stay in the channel for it.
         match nix::unistd::read(channel.as_fd(), &mut byte) {
             Ok(0) => return Ok(None),
-            Ok(_) if byte[0] == b'\n' => break,
-            Ok(_) => line.push(byte[0]),
+            Ok(_) => framer.push(&byte, &mut frames),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(errno) => return Err(format!("reading the init's report: {errno}")),
         }
-        if line.len() > REPORT_MAX {
+        if let Some(Frame::Line(line)) = frames.pop() {
+            break line;
+        }
+        // Refused as soon as it passes the limit (a line over it is never
+        // a frame before that).
+        if framer.skipping().is_some() {
             return Err("the init's report is longer than 1 MiB".to_owned());
         }
-    }
+    };
     let report: sandbox_oci_init::Report = serde_json::from_slice(&line)
         .map_err(|err| format!("the init's report is not one: {err}"))?;
     if report.method != sandbox_oci_init::REPORT_METHOD {

@@ -30,7 +30,8 @@ use nix::poll::{PollFd, PollFlags, PollTimeout};
 use serde_json::{json, Value};
 
 use crate::broker::prompt::{self, Answer as Choice, Asker};
-use crate::broker::protocol::{code, Fill, Frame, Framer};
+use crate::broker::protocol::code;
+use crate::jsonl::{Fill, Frame, Framer};
 use crate::spawn::parent::{Driver, Steer, Turn};
 
 /// How long an invocation may take unless the manifest says otherwise.

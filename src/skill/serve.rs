@@ -65,8 +65,14 @@ use serde_json::{json, Value};
 
 use super::host::{error_object, ACTIVATION_TIMEOUT};
 use super::manifest::{self, Activation, ExecutionMode, Skill};
-use crate::broker::protocol::{self, code, Fill, Frame, Framer, Id, Limits, Message};
+use crate::broker::protocol::{self, code, Id, Limits, Message};
+use crate::jsonl::{Fill, Frame, Framer};
 use crate::sys::fork::ForkError;
+
+/// Longest line a skill host sends on its control socket: an answer with
+/// the skill's result in it. The host is this program, forked; the limit
+/// only bounds what a broken or compromised one makes serve hold.
+pub const HOST_LINE_LIMIT: usize = 64 << 20;
 
 /// Waits before restarting a skill after its 1st, 2nd, ... crash.
 pub const BACKOFF: [Duration; 5] = [
@@ -1379,7 +1385,7 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
         pid,
         serial: 0,
         control: ours,
-        framer: Framer::new(64 << 20),
+        framer: Framer::new(HOST_LINE_LIMIT),
         stopping: false,
         spent: false,
         timed_out: false,

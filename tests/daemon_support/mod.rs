@@ -366,7 +366,7 @@ pub fn have_curl() -> bool {
 }
 
 /// One HTTP/1.1 exchange on a fresh connection, read to its end.
-fn raw_request(
+pub fn raw_request(
     socket: &Path,
     method: &str,
     path: &str,
