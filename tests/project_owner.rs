@@ -497,6 +497,7 @@ fn root_brokers_reads_and_lookups_have_the_project_owners_rights() {
          ls roots-private >/dev/null 2>&1 && echo INSIDE-LISTED; \
          touch roots-private/open/inside 2>/dev/null && echo INSIDE-WROTE; "
             .to_string(),
+        ipc("own", "fs.read", r#"{"path": "existing"}"#),
         ipc("read", "fs.read", r#"{"path": "root-token"}"#),
         "sandbox ipc fs.read '{\"path\": \"root-token\"}' 2>&1; ".to_string(),
         ipc("list", "fs.list", r#"{"path": "roots-private"}"#),
@@ -524,6 +525,10 @@ fn root_brokers_reads_and_lookups_have_the_project_owners_rights() {
     assert!(
         !stdout.contains("ROOTS-LISTED-NAME"),
         "the broker listed root's 0700 directory for the sandbox:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("own ok"),
+        "the owner's own file is read as before:\n{stdout}"
     );
     for name in ["read", "list", "below"] {
         assert!(
