@@ -595,3 +595,69 @@ fn root_brokers_writes_do_not_keep_roots_supplementary_groups() {
         "root's broker wrote with root's supplementary group:\n{stdout}"
     );
 }
+
+/// The same on a project of root's: inside, the sandbox is a regular uid
+/// whose writes are root's through the idmapped mount, without root's
+/// capabilities, so a third user's files in root's project are closed to
+/// it. Root's broker took "the owner's ids" (uid 0, a no-op) and kept its
+/// capabilities: it read the third user's 0600 file and overwrote their
+/// 0644 one for the payload.
+#[test]
+fn root_brokers_calls_in_roots_own_project_have_no_capabilities() {
+    let test = "root_brokers_calls_in_roots_own_project_have_no_capabilities";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(0, 0, 0o755);
+    let secret = project.path().join("their-secret");
+    std::fs::write(&secret, "THIRD-USERS-SECRET\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let theirs = project.path().join("theirs");
+    std::fs::write(&theirs, "theirs\n").unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for path in [&secret, &theirs] {
+        std::os::unix::fs::chown(path, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
+    }
+    let mut grants = vec!["--grant", "fs.read"];
+    grants.extend_from_slice(GRANT_WRITES);
+    let script = [
+        "cat their-secret >/dev/null 2>&1 && echo INSIDE-READ; \
+         echo x >> theirs 2>/dev/null && echo INSIDE-WROTE; "
+            .to_string(),
+        ipc("own", "fs.write", r#"{"path": "made", "content": "x"}"#),
+        ipc("read", "fs.read", r#"{"path": "their-secret"}"#),
+        "sandbox ipc fs.read '{\"path\": \"their-secret\"}' 2>&1; ".to_string(),
+        ipc(
+            "write",
+            "fs.write",
+            r#"{"path": "theirs", "content": "overwritten\n"}"#,
+        ),
+    ]
+    .concat();
+    let out = root_runs(project.path(), &grants, &script);
+    assert_ok(&out, "the broker in root's project");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for inside in ["INSIDE-READ", "INSIDE-WROTE"] {
+        assert!(
+            !stdout.contains(inside),
+            "the sandbox itself is refused these (the premise):\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("own ok"), "{stdout}");
+    let made = std::fs::metadata(project.path().join("made")).unwrap();
+    assert_eq!(
+        (made.uid(), made.gid()),
+        (0, 0),
+        "root's project, root's file"
+    );
+    assert!(
+        !stdout.contains("THIRD-USERS-SECRET") && stdout.contains("read refused"),
+        "root's broker read a third user's 0600 file for the sandbox:\n{stdout}"
+    );
+    assert!(stdout.contains("write refused"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(&theirs).unwrap(),
+        "theirs\n",
+        "root's broker overwrote a third user's file for the sandbox:\n{stdout}"
+    );
+}
