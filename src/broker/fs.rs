@@ -349,7 +349,10 @@ impl Resolver {
 /// CAP_FOWNER...), and returning to it restores them. They leave the
 /// supplementary groups alone, and root's (group 0 from a login, a
 /// service's SupplementaryGroups=) would still open a file those groups
-/// may write: the thread drops them too, as the sandbox has none.
+/// may write: the thread drops them too, as the sandbox has none. And
+/// on a project of root's the owner's uid is 0, where setfsuid drops
+/// nothing, while the sandbox writes it as root without capabilities: the
+/// thread's effective capabilities are cleared for the call as well.
 #[derive(Debug)]
 pub struct ActingAsOwner {
     previous: Option<Previous>,
@@ -361,6 +364,7 @@ struct Previous {
     uid: nix::unistd::Uid,
     gid: nix::unistd::Gid,
     groups: Vec<nix::unistd::Gid>,
+    effective: caps::CapsHashSet,
 }
 
 impl ActingAsOwner {
@@ -376,6 +380,8 @@ impl ActingAsOwner {
                 ),
             )
         };
+        let effective =
+            caps::read(None, caps::CapSet::Effective).map_err(|_| refused("capabilities"))?;
         let groups = nix::unistd::getgroups().map_err(|_| refused("groups"))?;
         crate::sys::creds::set_thread_groups(&[]).map_err(|_| refused("groups"))?;
         let previous_gid = setfsgid(gid);
@@ -391,19 +397,26 @@ impl ActingAsOwner {
             let _ = crate::sys::creds::set_thread_groups(&groups);
             return Err(refused("user"));
         }
-        Ok(ActingAsOwner {
+        let acting = ActingAsOwner {
             previous: Some(Previous {
                 uid: previous_uid,
                 gid: previous_gid,
                 groups,
+                effective,
             }),
-        })
+        };
+        // Last: the steps above need CAP_SETUID and CAP_SETGID. Should
+        // this fail, dropping `acting` gives everything back.
+        caps::clear(None, caps::CapSet::Effective).map_err(|_| refused("capabilities"))?;
+        Ok(acting)
     }
 }
 
 impl Drop for ActingAsOwner {
     fn drop(&mut self) {
         if let Some(previous) = self.previous.take() {
+            // First: setfsuid and setgroups need CAP_SETUID and CAP_SETGID.
+            let _ = caps::set(None, caps::CapSet::Effective, &previous.effective);
             nix::unistd::setfsuid(previous.uid);
             nix::unistd::setfsgid(previous.gid);
             // Should this fail, the thread keeps fewer groups than it had:
