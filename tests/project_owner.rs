@@ -661,3 +661,59 @@ fn root_brokers_calls_in_roots_own_project_have_no_capabilities() {
         "root's broker overwrote a third user's file for the sandbox:\n{stdout}"
     );
 }
+
+/// `terminal.run`'s `cwd` was looked up by root's broker: below root's
+/// 0700 directory in the owner's project, a name that exists got another
+/// answer (the nested run failing to enter it) than one that does not
+/// ("no such file"), an oracle on names the sandbox may not list.
+#[test]
+fn root_brokers_terminal_cwd_is_looked_up_as_the_project_owner() {
+    let test = "root_brokers_terminal_cwd_is_looked_up_as_the_project_owner";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(TEST_UID, TEST_GID, 0o755);
+    let private = project.path().join("roots-private");
+    std::fs::create_dir_all(private.join("exists")).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let payload = r#"
+import json, os, socket
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+answers = s.makefile("r")
+for n, name in enumerate(["exists", "missing"]):
+    params = {"argv": ["true"], "cwd": "roots-private/" + name}
+    s.sendall((json.dumps({"jsonrpc": "2.0", "id": n, "method": "terminal.run", "params": params}) + "\n").encode())
+    answer = json.loads(answers.readline())
+    error = answer.get("error", {})
+    print(name, error.get("code"), error.get("message", "").replace(name, "NAME"))
+"#;
+    let out = Command::new(sandbox_bin())
+        .args([
+            "run",
+            "--grant",
+            "terminal.run",
+            "--",
+            "python3",
+            "-c",
+            payload,
+        ])
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("sandbox starts");
+    assert_ok(&out, "terminal.run below root's directory");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let answer = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no answer for {name}:\n{stdout}"))
+            .to_string()
+    };
+    assert!(!answer("exists").starts_with("None"), "{stdout}");
+    assert_eq!(
+        answer("exists"),
+        answer("missing"),
+        "a name below root's 0700 directory is told from a missing one"
+    );
+}
