@@ -676,12 +676,15 @@ fn root_brokers_terminal_cwd_is_looked_up_as_the_project_owner() {
     let private = project.path().join("roots-private");
     std::fs::create_dir_all(private.join("exists")).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let owners = project.path().join("owners");
+    std::fs::create_dir(&owners).unwrap();
+    std::os::unix::fs::chown(&owners, Some(TEST_UID), Some(TEST_GID)).unwrap();
     let payload = r#"
 import json, os, socket
 s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
 answers = s.makefile("r")
-for n, name in enumerate(["exists", "missing"]):
-    params = {"argv": ["true"], "cwd": "roots-private/" + name}
+for n, name in enumerate(["exists", "missing", "owners"]):
+    params = {"argv": ["true"], "cwd": name if name == "owners" else "roots-private/" + name}
     s.sendall((json.dumps({"jsonrpc": "2.0", "id": n, "method": "terminal.run", "params": params}) + "\n").encode())
     answer = json.loads(answers.readline())
     error = answer.get("error", {})
@@ -710,6 +713,10 @@ for n, name in enumerate(["exists", "missing"]):
             .unwrap_or_else(|| panic!("no answer for {name}:\n{stdout}"))
             .to_string()
     };
+    assert!(
+        answer("owners").starts_with("None"),
+        "a directory of the owner's is still a cwd: {stdout}"
+    );
     assert!(!answer("exists").starts_with("None"), "{stdout}");
     assert_eq!(
         answer("exists"),

@@ -1032,9 +1032,11 @@ impl Broker {
                     .ok_or_else(|| fail(code::INTERNAL_ERROR, "terminal.run is not set up"))?;
                 let cwd = match &run.cwd {
                     Some(cwd) => {
-                        let dir = self
-                            .resolver
-                            .object(cwd, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+                        let dir = {
+                            let _acting = self.resolver.acting_as_owner()?;
+                            self.resolver
+                                .object(cwd, OFlag::O_PATH | OFlag::O_DIRECTORY)?
+                        };
                         Some(self.resolver.project_path().join(&dir.relative))
                     }
                     None => None,
