@@ -465,3 +465,262 @@ print("raced", served, "served", refused, "refused")
         "the broker created or removed something outside the project"
     );
 }
+
+/// The attack on the broker reading for the sandbox: root's supervisor
+/// opened what the payload asked to read as root, so a file of root's in
+/// the owner's project (a CI runner's token, mode 0600), which the sandbox
+/// itself cannot read, was read out through `fs.read`, and root's private
+/// directory listed through `fs.list`. Writes the same: a directory the
+/// owner cannot enter (root's, 0700) was crossed on the way to a writable
+/// directory below it, which the sandbox cannot reach either.
+#[test]
+fn root_brokers_reads_and_lookups_have_the_project_owners_rights() {
+    let test = "root_brokers_reads_and_lookups_have_the_project_owners_rights";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(TEST_UID, TEST_GID, 0o755);
+    let token = project.path().join("root-token");
+    std::fs::write(&token, "ROOTS-SECRET-TOKEN\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let private = project.path().join("roots-private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::write(private.join("ROOTS-LISTED-NAME"), "").unwrap();
+    let open_below = private.join("open");
+    std::fs::create_dir(&open_below).unwrap();
+    std::fs::set_permissions(&open_below, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut grants = vec!["--grant", "fs.read", "--grant", "fs.list"];
+    grants.extend_from_slice(GRANT_WRITES);
+    let script = [
+        "cat root-token >/dev/null 2>&1 && echo INSIDE-READ; \
+         ls roots-private >/dev/null 2>&1 && echo INSIDE-LISTED; \
+         touch roots-private/open/inside 2>/dev/null && echo INSIDE-WROTE; "
+            .to_string(),
+        ipc("own", "fs.read", r#"{"path": "existing"}"#),
+        ipc("read", "fs.read", r#"{"path": "root-token"}"#),
+        "sandbox ipc fs.read '{\"path\": \"root-token\"}' 2>&1; ".to_string(),
+        ipc("list", "fs.list", r#"{"path": "roots-private"}"#),
+        "sandbox ipc fs.list '{\"path\": \"roots-private\"}' 2>&1; ".to_string(),
+        ipc(
+            "below",
+            "fs.write",
+            r#"{"path": "roots-private/open/planted", "content": "x"}"#,
+        ),
+    ]
+    .concat();
+    let out = root_runs(project.path(), &grants, &script);
+    assert_ok(&out, "the broker reads as root");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for inside in ["INSIDE-READ", "INSIDE-LISTED", "INSIDE-WROTE"] {
+        assert!(
+            !stdout.contains(inside),
+            "the sandbox itself is refused these (the premise):\n{stdout}"
+        );
+    }
+    assert!(
+        !stdout.contains("ROOTS-SECRET-TOKEN"),
+        "the broker read root's 0600 file for the sandbox, which may not:\n{stdout}"
+    );
+    assert!(
+        !stdout.contains("ROOTS-LISTED-NAME"),
+        "the broker listed root's 0700 directory for the sandbox:\n{stdout}"
+    );
+    assert!(
+        stdout.contains("own ok"),
+        "the owner's own file is read as before:\n{stdout}"
+    );
+    for name in ["read", "list", "below"] {
+        assert!(
+            stdout.contains(&format!("{name} refused")),
+            "{name} was served:\n{stdout}"
+        );
+    }
+    assert!(
+        !open_below.join("planted").exists(),
+        "the broker crossed root's 0700 directory to write below it:\n{stdout}"
+    );
+}
+
+/// The attack on the write guard's identity: setfsuid/setfsgid leave the
+/// supplementary groups alone, so root's supervisor started with one (a
+/// service's SupplementaryGroups=, root's own group 0 from a login) wrote,
+/// through `fs.write`, a third user's file writable by that group, which
+/// the sandbox (the owner, with no such group) may not write.
+#[test]
+fn root_brokers_writes_do_not_keep_roots_supplementary_groups() {
+    let test = "root_brokers_writes_do_not_keep_roots_supplementary_groups";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(TEST_UID, TEST_GID, 0o755);
+    let grouped = project.path().join("group-writable");
+    std::fs::write(&grouped, "theirs\n").unwrap();
+    std::fs::set_permissions(&grouped, std::fs::Permissions::from_mode(0o664)).unwrap();
+    std::os::unix::fs::chown(&grouped, Some(OTHER_UID), Some(SHARED_GID)).unwrap();
+    let script = [
+        "echo inside >> group-writable 2>/dev/null && echo INSIDE-WROTE; ".to_string(),
+        ipc(
+            "grouped",
+            "fs.write",
+            r#"{"path": "group-writable", "content": "overwritten\n"}"#,
+        ),
+    ]
+    .concat();
+    // Root, with SHARED_GID among its supplementary groups.
+    let out = Command::new("setpriv")
+        .arg(format!("--groups={SHARED_GID}"))
+        .arg("--")
+        .arg(sandbox_bin())
+        .arg("run")
+        .args(GRANT_WRITES)
+        .args(["--", "sh", "-c", &script])
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("setpriv starts");
+    assert_ok(&out, "the broker write as root with a supplementary group");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !stdout.contains("INSIDE-WROTE"),
+        "the sandbox itself may not write it (the premise):\n{stdout}"
+    );
+    assert!(
+        stdout.contains("grouped refused") && stdout.contains("permission denied"),
+        "{stdout}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&grouped).unwrap(),
+        "theirs\n",
+        "root's broker wrote with root's supplementary group:\n{stdout}"
+    );
+}
+
+/// The same on a project of root's: inside, the sandbox is a regular uid
+/// whose writes are root's through the idmapped mount, without root's
+/// capabilities, so a third user's files in root's project are closed to
+/// it. Root's broker took "the owner's ids" (uid 0, a no-op) and kept its
+/// capabilities: it read the third user's 0600 file and overwrote their
+/// 0644 one for the payload.
+#[test]
+fn root_brokers_calls_in_roots_own_project_have_no_capabilities() {
+    let test = "root_brokers_calls_in_roots_own_project_have_no_capabilities";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(0, 0, 0o755);
+    let secret = project.path().join("their-secret");
+    std::fs::write(&secret, "THIRD-USERS-SECRET\n").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let theirs = project.path().join("theirs");
+    std::fs::write(&theirs, "theirs\n").unwrap();
+    std::fs::set_permissions(&theirs, std::fs::Permissions::from_mode(0o644)).unwrap();
+    for path in [&secret, &theirs] {
+        std::os::unix::fs::chown(path, Some(OTHER_UID), Some(OTHER_UID)).unwrap();
+    }
+    let mut grants = vec!["--grant", "fs.read"];
+    grants.extend_from_slice(GRANT_WRITES);
+    let script = [
+        "cat their-secret >/dev/null 2>&1 && echo INSIDE-READ; \
+         echo x >> theirs 2>/dev/null && echo INSIDE-WROTE; "
+            .to_string(),
+        ipc("own", "fs.write", r#"{"path": "made", "content": "x"}"#),
+        ipc("read", "fs.read", r#"{"path": "their-secret"}"#),
+        "sandbox ipc fs.read '{\"path\": \"their-secret\"}' 2>&1; ".to_string(),
+        ipc(
+            "write",
+            "fs.write",
+            r#"{"path": "theirs", "content": "overwritten\n"}"#,
+        ),
+    ]
+    .concat();
+    let out = root_runs(project.path(), &grants, &script);
+    assert_ok(&out, "the broker in root's project");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for inside in ["INSIDE-READ", "INSIDE-WROTE"] {
+        assert!(
+            !stdout.contains(inside),
+            "the sandbox itself is refused these (the premise):\n{stdout}"
+        );
+    }
+    assert!(stdout.contains("own ok"), "{stdout}");
+    let made = std::fs::metadata(project.path().join("made")).unwrap();
+    assert_eq!(
+        (made.uid(), made.gid()),
+        (0, 0),
+        "root's project, root's file"
+    );
+    assert!(
+        !stdout.contains("THIRD-USERS-SECRET") && stdout.contains("read refused"),
+        "root's broker read a third user's 0600 file for the sandbox:\n{stdout}"
+    );
+    assert!(stdout.contains("write refused"), "{stdout}");
+    assert_eq!(
+        std::fs::read_to_string(&theirs).unwrap(),
+        "theirs\n",
+        "root's broker overwrote a third user's file for the sandbox:\n{stdout}"
+    );
+}
+
+/// `terminal.run`'s `cwd` was looked up by root's broker: below root's
+/// 0700 directory in the owner's project, a name that exists got another
+/// answer (the nested run failing to enter it) than one that does not
+/// ("no such file"), an oracle on names the sandbox may not list.
+#[test]
+fn root_brokers_terminal_cwd_is_looked_up_as_the_project_owner() {
+    let test = "root_brokers_terminal_cwd_is_looked_up_as_the_project_owner";
+    if !running_as_root(test) {
+        return;
+    }
+    let project = project_owned_by(TEST_UID, TEST_GID, 0o755);
+    let private = project.path().join("roots-private");
+    std::fs::create_dir_all(private.join("exists")).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let owners = project.path().join("owners");
+    std::fs::create_dir(&owners).unwrap();
+    std::os::unix::fs::chown(&owners, Some(TEST_UID), Some(TEST_GID)).unwrap();
+    let payload = r#"
+import json, os, socket
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+answers = s.makefile("r")
+for n, name in enumerate(["exists", "missing", "owners"]):
+    params = {"argv": ["true"], "cwd": name if name == "owners" else "roots-private/" + name}
+    s.sendall((json.dumps({"jsonrpc": "2.0", "id": n, "method": "terminal.run", "params": params}) + "\n").encode())
+    answer = json.loads(answers.readline())
+    error = answer.get("error", {})
+    print(name, error.get("code"), error.get("message", "").replace(name, "NAME"))
+"#;
+    let out = Command::new(sandbox_bin())
+        .args([
+            "run",
+            "--grant",
+            "terminal.run",
+            "--",
+            "python3",
+            "-c",
+            payload,
+        ])
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .expect("sandbox starts");
+    assert_ok(&out, "terminal.run below root's directory");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let answer = |name: &str| {
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no answer for {name}:\n{stdout}"))
+            .to_string()
+    };
+    assert!(
+        answer("owners").starts_with("None"),
+        "a directory of the owner's is still a cwd: {stdout}"
+    );
+    assert!(!answer("exists").starts_with("None"), "{stdout}");
+    assert_eq!(
+        answer("exists"),
+        answer("missing"),
+        "a name below root's 0700 directory is told from a missing one"
+    );
+}

@@ -162,10 +162,13 @@ impl Resolver {
     }
 
     /// Take the owner's file-system ids on this thread until the guard is
-    /// dropped (no-op when the writes are not the owner's). Only the
-    /// action's own calls run under them, not the resolution before. A new
-    /// object is the owner's from its creation, so there is no later chown
-    /// a swapped-in symlink could redirect.
+    /// dropped (no-op when the writes are not the owner's). The resolution
+    /// of a request's path runs under them as well as the action: the
+    /// sandbox reads and looks up its project as the owner too, so root's
+    /// 0600 file or 0700 directory in the project is no more the broker's
+    /// to read, list or cross than the sandbox's. A new object is the
+    /// owner's from its creation, so there is no later chown a swapped-in
+    /// symlink could redirect.
     pub fn acting_as_owner(&self) -> Result<ActingAsOwner, Failure> {
         match self.owner {
             Some((uid, gid)) => ActingAsOwner::take(uid, gid),
@@ -339,14 +342,29 @@ impl Resolver {
     }
 }
 
-/// The thread's file-system ids taken for the broker's write actions,
+/// The thread's file-system ids taken for the broker's file actions,
 /// given back when dropped. setfsuid and setfsgid change the calling
 /// thread only and report no error, so each is read back; leaving uid 0
 /// drops the thread's file capabilities (CAP_DAC_OVERRIDE, CAP_CHOWN,
-/// CAP_FOWNER...), and returning to it restores them.
+/// CAP_FOWNER...), and returning to it restores them. They leave the
+/// supplementary groups alone, and root's (group 0 from a login, a
+/// service's SupplementaryGroups=) would still open a file those groups
+/// may write: the thread drops them too, as the sandbox has none. And
+/// on a project of root's the owner's uid is 0, where setfsuid drops
+/// nothing, while the sandbox writes it as root without capabilities: the
+/// thread's effective capabilities are cleared for the call as well.
 #[derive(Debug)]
 pub struct ActingAsOwner {
-    previous: Option<(nix::unistd::Uid, nix::unistd::Gid)>,
+    previous: Option<Previous>,
+}
+
+/// What [`ActingAsOwner`] gives back.
+#[derive(Debug)]
+struct Previous {
+    uid: nix::unistd::Uid,
+    gid: nix::unistd::Gid,
+    groups: Vec<nix::unistd::Gid>,
+    effective: caps::CapsHashSet,
 }
 
 impl ActingAsOwner {
@@ -362,29 +380,48 @@ impl ActingAsOwner {
                 ),
             )
         };
+        let effective =
+            caps::read(None, caps::CapSet::Effective).map_err(|_| refused("capabilities"))?;
+        let groups = nix::unistd::getgroups().map_err(|_| refused("groups"))?;
+        crate::sys::creds::set_thread_groups(&[]).map_err(|_| refused("groups"))?;
         let previous_gid = setfsgid(gid);
         if setfsgid(gid) != gid {
             setfsgid(previous_gid);
+            let _ = crate::sys::creds::set_thread_groups(&groups);
             return Err(refused("group"));
         }
         let previous_uid = setfsuid(uid);
         if setfsuid(uid) != uid {
             setfsuid(previous_uid);
             setfsgid(previous_gid);
+            let _ = crate::sys::creds::set_thread_groups(&groups);
             return Err(refused("user"));
         }
-        Ok(ActingAsOwner {
-            previous: Some((previous_uid, previous_gid)),
-        })
+        let acting = ActingAsOwner {
+            previous: Some(Previous {
+                uid: previous_uid,
+                gid: previous_gid,
+                groups,
+                effective,
+            }),
+        };
+        // Last: the steps above need CAP_SETUID and CAP_SETGID. Should
+        // this fail, dropping `acting` gives everything back.
+        caps::clear(None, caps::CapSet::Effective).map_err(|_| refused("capabilities"))?;
+        Ok(acting)
     }
 }
 
 impl Drop for ActingAsOwner {
     fn drop(&mut self) {
-        if let Some((uid, gid)) = self.previous {
-            // The uid first: back at 0 the thread has CAP_SETGID again.
-            nix::unistd::setfsuid(uid);
-            nix::unistd::setfsgid(gid);
+        if let Some(previous) = self.previous.take() {
+            // First: setfsuid and setgroups need CAP_SETUID and CAP_SETGID.
+            let _ = caps::set(None, caps::CapSet::Effective, &previous.effective);
+            nix::unistd::setfsuid(previous.uid);
+            nix::unistd::setfsgid(previous.gid);
+            // Should this fail, the thread keeps fewer groups than it had:
+            // less, never more, than root may.
+            let _ = crate::sys::creds::set_thread_groups(&previous.groups);
         }
     }
 }

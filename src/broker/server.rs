@@ -974,7 +974,11 @@ impl Broker {
                     Action::FsList => fs_actions::LIST_FLAGS,
                     _ => OFlag::O_PATH,
                 };
-                let object = self.resolver.object(&path, flags)?;
+                // Opened as the owner: the open is the read's permission check.
+                let object = {
+                    let _acting = self.resolver.acting_as_owner()?;
+                    self.resolver.object(&path, flags)?
+                };
                 Self::resolved(record, &path, &object.relative);
                 self.gate(action, Some(&object.relative), record)?;
                 let value = match (action, &read) {
@@ -993,7 +997,10 @@ impl Broker {
                 )?;
                 record.target = Some(self.resolver.literal(&path));
                 self.refuse_early(action, &path, record)?;
-                let target = self.resolver.name(&path)?;
+                let target = {
+                    let _acting = self.resolver.acting_as_owner()?;
+                    self.resolver.name(&path)?
+                };
                 Self::resolved(record, &path, &target.relative);
                 self.resolver.refuse_protected(&target, &path)?;
                 self.gate(action, Some(&target.relative), record)?;
@@ -1026,9 +1033,11 @@ impl Broker {
                     .ok_or_else(|| fail(code::INTERNAL_ERROR, "terminal.run is not set up"))?;
                 let cwd = match &run.cwd {
                     Some(cwd) => {
-                        let dir = self
-                            .resolver
-                            .object(cwd, OFlag::O_PATH | OFlag::O_DIRECTORY)?;
+                        let dir = {
+                            let _acting = self.resolver.acting_as_owner()?;
+                            self.resolver
+                                .object(cwd, OFlag::O_PATH | OFlag::O_DIRECTORY)?
+                        };
                         Some(self.resolver.project_path().join(&dir.relative))
                     }
                     None => None,

@@ -3,6 +3,7 @@
 //! returns `nix::Result` (an errno) and leaves policy to the callers.
 
 pub mod clone;
+pub mod creds;
 pub mod epoll;
 pub mod fd;
 pub mod fork;

@@ -179,9 +179,12 @@ pub fn sandbox_works(who: Who) -> bool {
 }
 
 /// A secret of the host's that a sandbox must not show: a file outside
-/// every project (in /tmp, mode 0644) that both test identities read bare,
-/// so a run that cannot read it was refused by the sandbox, not by the
-/// file's permissions (as `/etc/shadow` would be for the unprivileged one).
+/// every project (in /var/tmp, mode 0644) that both test identities read
+/// bare, so a run that cannot read it was refused by the sandbox, not by
+/// the file's permissions (as `/etc/shadow` would be for the unprivileged
+/// one). Not in /tmp: every view puts a private /tmp over the host's, so a
+/// canary there is hidden by that mount alone, whatever else the view
+/// shows of the host.
 pub struct HostCanary {
     file: tempfile::NamedTempFile,
     content: String,
@@ -192,7 +195,7 @@ impl HostCanary {
     pub fn new() -> HostCanary {
         let file = tempfile::Builder::new()
             .prefix("host-canary-")
-            .tempfile_in("/tmp")
+            .tempfile_in("/var/tmp")
             .expect("canary");
         let content = format!("CANARY-{}", marker("canary"));
         std::fs::write(file.path(), &content).expect("canary");
