@@ -6,6 +6,7 @@ pub mod clone;
 pub mod epoll;
 pub mod fd;
 pub mod fork;
+pub mod fs_identity;
 pub mod mount_api;
 pub mod net;
 pub mod probe;
