@@ -68,15 +68,13 @@ pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
     };
     let result = serve_loop(&control, &signals, &old_mask, &mut children);
     // Nothing of a run outlives the daemon's interest in it.
-    for pid in children
-        .supervisors
-        .keys()
-        .chain(children.pool.iter().map(|warm| &warm.pid))
-    {
-        let _ = kill(*pid, Signal::SIGKILL);
-    }
+    children.end_all(&signals);
     result
 }
+
+/// How long a stopping launcher waits for its supervisors' janitors to
+/// end and their delegated cgroups to empty.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Every process the launcher forked, until reaped.
 struct Children {
@@ -100,6 +98,55 @@ struct WarmSandbox {
 }
 
 impl Children {
+    /// Kill every supervisor, warm or not, then reap them and the janitors
+    /// reparented here (each removes its run's own cgroup) for at most
+    /// [`STOP_WAIT`], and remove the delegated cgroups they leave: a warm
+    /// sandbox's (`sandbox-run-warm-N`) is otherwise left behind once the
+    /// daemon is gone, since no run's end removes it.
+    fn end_all(&mut self, signals: &SignalFd) {
+        for pid in self
+            .supervisors
+            .keys()
+            .chain(self.pool.iter().map(|warm| &warm.pid))
+        {
+            let _ = kill(*pid, Signal::SIGKILL);
+        }
+        let delegated: Vec<String> = self
+            .supervisors
+            .values()
+            .filter_map(|s| s.delegated.clone())
+            .chain(self.pool.iter().filter_map(|w| w.delegated.clone()))
+            .collect();
+        for name in &delegated {
+            self.leftovers.add(name);
+        }
+        let until = std::time::Instant::now() + STOP_WAIT;
+        loop {
+            let children_left = loop {
+                match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) => break true,
+                    Err(Errno::ECHILD) => break false,
+                    Err(Errno::EINTR) | Ok(_) => continue,
+                    Err(_) => break false,
+                }
+            };
+            self.leftovers.sweep();
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if (!children_left && self.leftovers.dirs.is_empty()) || left.is_zero() {
+                return;
+            }
+            // A child's end wakes this; a cgroup still busy without
+            // children here is retried every 50 ms.
+            let wait = left.min(std::time::Duration::from_millis(50));
+            let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(
+                &mut fds,
+                PollTimeout::try_from(wait.as_millis() as i32).unwrap_or(PollTimeout::ZERO),
+            );
+            while let Ok(Some(_)) = signals.read_signal() {}
+        }
+    }
+
     /// Take a warm supervisor out of the pool: it ends by itself (its
     /// socket closes with `warm`), and is reaped as a supervisor without
     /// a run.
@@ -253,7 +300,7 @@ fn serve_loop(
                         )?;
                     }
                 }
-                Err(WireError::Closed) => return Ok(()),
+                Ok((ToLauncher::Stop, _)) | Err(WireError::Closed) => return Ok(()),
                 // One malformed request is refused; the socket stays usable.
                 Err(err @ (WireError::Malformed(_) | WireError::TooLarge(_))) => {
                     wire::send(
@@ -366,29 +413,18 @@ fn spawn(
     })
 }
 
-/// Give a warm supervisor its run: the spawn request's descriptors, and
-/// the run's audit file, opened here with the launcher's rights.
+/// Give a warm supervisor its run: the spawn request's descriptors.
 fn hand_over(
     warm: &WarmSandbox,
     run: &str,
     spec: &super::protocol::RunSpec,
     fds: &[OwnedFd],
 ) -> Result<(), String> {
-    let wanted = if spec.stdin { 3 } else { 2 };
+    let wanted = super::supervisor::spawn_fd_count(spec);
     if fds.len() != wanted {
         return Err(format!("{} descriptors where {wanted} belong", fds.len()));
     }
-    let audit = match &spec.audit {
-        Some(path) => Some(
-            super::supervisor::open_audit(path, spec.run_as.as_ref())
-                .map_err(|err| format!("the run's audit file {}: {err}", path.display()))?,
-        ),
-        None => None,
-    };
-    let mut passed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
-    if let Some(audit) = &audit {
-        passed.push(audit.as_fd());
-    }
+    let passed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
     let commit = super::warm::ToWarm::Commit {
         run: run.to_string(),
         spec: Box::new(spec.clone()),
@@ -418,7 +454,7 @@ fn start_warm(
         let Some(theirs) = kept.into_iter().next() else {
             return 125;
         };
-        if !detach_from_launcher(old_mask) {
+        if !detach_from_launcher(old_mask) || !silence_stdio() {
             return 125;
         }
         super::warm::serve(warm_spec, theirs, idle, budget)
@@ -448,6 +484,23 @@ fn detach_from_launcher(old_mask: &SigSet) -> bool {
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old_mask), None);
     let launcher = nix::unistd::getppid();
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_ok() && nix::unistd::getppid() == launcher
+}
+
+/// In a forked supervisor, before it becomes the caller: its stdio is
+/// /dev/null, never the daemon's stdout and stderr (its journal), which
+/// the caller could take from it and write as the daemon. False when
+/// /dev/null cannot be opened.
+fn silence_stdio() -> bool {
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return false;
+    };
+    nix::unistd::dup2_stdin(&null).is_ok()
+        && nix::unistd::dup2_stdout(&null).is_ok()
+        && nix::unistd::dup2_stderr(&null).is_ok()
 }
 
 /// Collect every child that ended: supervisors are reported, janitors and
@@ -501,16 +554,17 @@ fn start_supervisor(
     fds: Vec<OwnedFd>,
     old_mask: &SigSet,
 ) -> Result<Pid, String> {
-    let wanted = if spec.stdin { 3 } else { 2 };
+    let wanted = super::supervisor::spawn_fd_count(&spec);
     if fds.len() != wanted {
         return Err(format!(
-            "a spawn request carries {} descriptors; {wanted} were expected (events socket, log{})",
+            "a spawn request carries {} descriptors; {wanted} were expected (events socket, log{}{})",
             fds.len(),
-            if spec.stdin { ", stdin" } else { "" }
+            if spec.stdin { ", stdin" } else { "" },
+            if spec.audit.is_some() { ", audit" } else { "" }
         ));
     }
     crate::sys::fork::fork_keeping_only(fds, move |fds| {
-        if !detach_from_launcher(old_mask) {
+        if !detach_from_launcher(old_mask) || !silence_stdio() {
             return 125;
         }
         super::supervisor::run(spec, fds)
