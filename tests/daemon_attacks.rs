@@ -84,6 +84,7 @@ fn the_spool_stays_within_the_output_cap_whatever_the_supervisor_writes() {
     let daemon = daemon_for(&project);
     let client = sleeping_run(&daemon, &project, &["--max-output", "1MiB"]);
     let (id, log, pid) = daemon_support::caller_run_supervisor(&daemon);
+    let before = daemon_support::peak_rss_kib(daemon.pid());
     let attack = daemon_support::steal_and_write(pid, "flood");
     assert_eq!(attack["pidfd"], true, "{attack}");
     let run = cancel_and_wait(&daemon, &id, client);
@@ -103,7 +104,7 @@ fn the_spool_stays_within_the_output_cap_whatever_the_supervisor_writes() {
     );
     assert_eq!(run["state"], "cancelled", "{run}");
     eprintln!(
-        "{test}: log {} bytes, audit {} bytes, daemon VmHWM {} KiB",
+        "{test}: log {} bytes, audit {} bytes, daemon VmHWM {before} KiB before, {} KiB after",
         size(&log),
         size(&audit),
         daemon_support::peak_rss_kib(daemon.pid())
@@ -158,6 +159,7 @@ fn forged_questions_are_bounded_per_run() {
     let daemon = daemon_for(&project);
     let client = sleeping_run(&daemon, &project, &[]);
     let (id, _, pid) = daemon_support::caller_run_supervisor(&daemon);
+    let before = daemon_support::peak_rss_kib(daemon.pid());
     let attack = daemon_support::steal_and_write(pid, "asks");
     assert!(
         !attack["written"].as_array().unwrap().is_empty(),
@@ -221,7 +223,7 @@ fn forged_questions_are_bounded_per_run() {
         daemon.log()
     );
     eprintln!(
-        "{test}: {} kept, daemon VmHWM {rss} KiB ({attack})",
+        "{test}: {} kept, daemon VmHWM {before} KiB before, {rss} KiB after ({attack})",
         open.len()
     );
 }

@@ -386,7 +386,7 @@ fn a_warm_payload_holds_exactly_the_descriptors_of_a_cold_one() {
 }
 
 /// A caller's warm sandbox has a delegated cgroup of its own
-/// (`sandbox-run-warm-N`, made by root with the run's limits): a daemon
+/// (`sandbox-run-warm-PID-N`, made by root with the run's limits): a daemon
 /// that stops with it in the pool removes it, with the warm processes.
 #[test]
 fn a_stopped_daemon_leaves_no_warm_cgroup_behind() {

@@ -535,9 +535,11 @@ impl Runs {
         let mut spec = spec;
         spec.audit = None;
         spec.stdin = false;
-        // Its own delegated cgroup: the run's name is the run's.
+        // Its own delegated cgroup: the run's name is the run's. With the
+        // daemon's pid: two daemons' launchers may share a cgroup, and
+        // each counts its warm sandboxes from 1.
         if let Some(run_as) = &mut spec.run_as {
-            run_as.run = format!("warm-{gen}");
+            run_as.run = format!("warm-{}-{gen}", std::process::id());
         }
         self.tell_launcher(ToLauncher::Warm {
             key: key.clone(),

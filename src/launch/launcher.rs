@@ -101,7 +101,7 @@ impl Children {
     /// Kill every supervisor, warm or not, then reap them and the janitors
     /// reparented here (each removes its run's own cgroup) for at most
     /// [`STOP_WAIT`], and remove the delegated cgroups they leave: a warm
-    /// sandbox's (`sandbox-run-warm-N`) is otherwise left behind once the
+    /// sandbox's (`sandbox-run-warm-PID-N`) is otherwise left behind once the
     /// daemon is gone, since no run's end removes it.
     fn end_all(&mut self, signals: &SignalFd) {
         for pid in self
