@@ -87,6 +87,19 @@ fn the_spool_stays_within_the_output_cap_whatever_the_supervisor_writes() {
     let before = daemon_support::peak_rss_kib(daemon.pid());
     let attack = daemon_support::steal_and_write(pid, "flood");
     assert_eq!(attack["pidfd"], true, "{attack}");
+    // No file of root's among them: the spool and the journal are pipes
+    // the daemon reads, or not there at all.
+    let files: Vec<&String> = attack["copied"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, kind)| *kind == "reg")
+        .map(|(fd, _)| fd)
+        .collect();
+    assert!(
+        files.is_empty(),
+        "the supervisor holds regular files {files:?} ({attack})"
+    );
     let run = cancel_and_wait(&daemon, &id, client);
     let bound = 2 * (1 << 20) + 2 * (64 << 10) + (8 << 10);
     let audit = log.with_file_name("audit.ndjson");
