@@ -385,23 +385,9 @@ fn a_warm_payload_holds_exactly_the_descriptors_of_a_cold_one() {
     );
 }
 
-/// A caller's warm sandbox has a delegated cgroup of its own
-/// (`sandbox-run-warm-PID-N`, made by root with the run's limits): a daemon
-/// that stops with it in the pool removes it, with the warm processes.
-#[test]
-fn a_stopped_daemon_leaves_no_warm_cgroup_behind() {
-    let test = "a_stopped_daemon_leaves_no_warm_cgroup_behind";
-    if !support::require_root_sandbox(test) || !support::sandbox_works(support::Who::User) {
-        return;
-    }
-    let project = support::Project::new(support::Who::User);
-    let mut daemon = Daemon::start(&format!(
-        "[daemon]\nmax_concurrent = 4\nsocket_mode = \"0666\"\n[pool]\nenabled = true\nidle = \"600s\"\n\
-         [[allow]]\nuids = [0]\nprojects = [\"/tmp\"]\n\
-         [[allow]]\nuids = [{}]\nprofiles = [\"strict\"]\nprojects = [\"{}\"]\n",
-        support::TEST_UID,
-        project.path().display()
-    ));
+/// A caller's run in a delegated cgroup, and its warm successor's: the
+/// dirs of the warm supervisor's delegated cgroup, once it is in them.
+fn warm_delegated_cgroups(daemon: &Daemon, project: &support::Project) -> Vec<std::path::PathBuf> {
     let out = daemon
         .cli_as_user(project.path())
         .args(["run", "--", "true"])
@@ -435,6 +421,56 @@ fn a_stopped_daemon_leaves_no_warm_cgroup_behind() {
         "no warm sandbox in a delegated cgroup:\n{}",
         daemon.log()
     );
+    delegated
+}
+
+fn users_pooled_daemon(project: &support::Project) -> Daemon {
+    Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 4\nsocket_mode = \"0666\"\n[pool]\nenabled = true\nidle = \"600s\"\n\
+         [[allow]]\nuids = [0]\nprojects = [\"/tmp\"]\n\
+         [[allow]]\nuids = [{}]\nprofiles = [\"strict\"]\nprojects = [\"{}\"]\n",
+        support::TEST_UID,
+        project.path().display()
+    ))
+}
+
+/// A daemon that dies (SIGKILL, a crash) sends its launcher SIGTERM (the
+/// parent death signal), which ends the warm sandboxes and removes their
+/// delegated cgroups all the same.
+#[test]
+fn a_killed_daemon_leaves_no_warm_cgroup_behind() {
+    let test = "a_killed_daemon_leaves_no_warm_cgroup_behind";
+    if !support::require_root_sandbox(test) || !support::sandbox_works(support::Who::User) {
+        return;
+    }
+    let project = support::Project::new(support::Who::User);
+    let mut daemon = users_pooled_daemon(&project);
+    let delegated = warm_delegated_cgroups(&daemon, &project);
+    let launcher = daemon.launcher_pid().expect("launcher");
+    daemon.kill();
+    let gone = support::wait::holds_within(Duration::from_secs(30), || {
+        delegated.iter().all(|dir| !dir.exists())
+            && !Path::new(&format!("/proc/{launcher}/exe")).exists()
+    });
+    let left: Vec<_> = delegated.iter().filter(|dir| dir.exists()).collect();
+    assert!(
+        gone,
+        "the killed daemon left its warm sandbox's cgroups: {left:?}"
+    );
+}
+
+/// A caller's warm sandbox has a delegated cgroup of its own
+/// (`sandbox-run-warm-PID-N`, made by root with the run's limits): a daemon
+/// that stops with it in the pool removes it, with the warm processes.
+#[test]
+fn a_stopped_daemon_leaves_no_warm_cgroup_behind() {
+    let test = "a_stopped_daemon_leaves_no_warm_cgroup_behind";
+    if !support::require_root_sandbox(test) || !support::sandbox_works(support::Who::User) {
+        return;
+    }
+    let project = support::Project::new(support::Who::User);
+    let mut daemon = users_pooled_daemon(&project);
+    let delegated = warm_delegated_cgroups(&daemon, &project);
     let status = daemon.terminate();
     assert!(status.success(), "{status}\n{}", daemon.log());
     let left: Vec<_> = delegated.iter().filter(|dir| dir.exists()).collect();

@@ -362,8 +362,8 @@ fn notify_ready() {
 const DRAIN: Duration = Duration::from_secs(5);
 
 /// How long a stopping daemon waits for its launcher to end its
-/// supervisors and remove their cgroups (its own bound is 10 s).
-const LAUNCHER_STOP: Duration = Duration::from_secs(15);
+/// supervisors and remove their cgroups (its own bound is 15 s).
+const LAUNCHER_STOP: Duration = Duration::from_secs(20);
 
 /// How often old runs are pruned while the daemon runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);

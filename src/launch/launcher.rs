@@ -7,9 +7,10 @@
 //! stays in that run's process. It is a child subreaper: the janitors of
 //! supervisors that died are reparented to it and reaped here.
 //!
-//! When the daemon goes away (its end of the socket closes, or the parent
-//! death signal), every supervisor is killed; each run's janitor then
-//! removes its payload and cgroup, as it does for a killed `sandbox run`.
+//! When the daemon goes away (`stop`, its end of the socket closes, or the
+//! parent death signal, SIGTERM), every supervisor is killed; each run's
+//! janitor then removes its payload and cgroup, as it does for a killed
+//! `sandbox run`, and the launcher removes the delegated cgroups.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -48,19 +49,24 @@ fn sys(op: &'static str) -> impl FnOnce(Errno) -> LaunchError {
 /// Serve spawn requests on `control` until the daemon closes it.
 pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
     let daemon = nix::unistd::getppid();
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(sys("PR_SET_PDEATHSIG"))?;
+    // SIGTERM, read from the signalfd like SIGCHLD, is the daemon's death
+    // (a SIGKILL or a crash, which never sends `stop`): the launcher still
+    // ends its supervisors and removes their delegated cgroups, which a
+    // SIGKILL here would leave behind.
+    let mut handled = SigSet::empty();
+    handled.add(Signal::SIGCHLD);
+    handled.add(Signal::SIGTERM);
+    let mut old_mask = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled), Some(&mut old_mask))
+        .map_err(sys("sigprocmask"))?;
+    let signals = SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(sys("signalfd"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(sys("PR_SET_PDEATHSIG"))?;
     if nix::unistd::getppid() != daemon {
         // The daemon died before the death signal was armed.
         return Ok(());
     }
     nix::sys::prctl::set_child_subreaper(true).map_err(sys("PR_SET_CHILD_SUBREAPER"))?;
-    let mut children = SigSet::empty();
-    children.add(Signal::SIGCHLD);
-    let mut old_mask = SigSet::empty();
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&children), Some(&mut old_mask))
-        .map_err(sys("sigprocmask"))?;
-    let signals = SignalFd::with_flags(&children, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(sys("signalfd"))?;
     let mut children = Children {
         supervisors: HashMap::new(),
         pool: Vec::new(),
@@ -74,7 +80,7 @@ pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
 
 /// How long a stopping launcher waits for its supervisors' janitors to
 /// end and their delegated cgroups to empty.
-const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Every process the launcher forked, until reaped.
 struct Children {
@@ -130,7 +136,10 @@ impl Children {
                     Err(_) => break false,
                 }
             };
-            self.leftovers.sweep();
+            // Until the deadline, not LEFTOVER_TRIES: a janitor may take
+            // seconds to remove the run's own cgroup inside (a memory
+            // cgroup of v1 stays busy while its pages are uncharged).
+            self.leftovers.sweep_patiently();
             let left = until.saturating_duration_since(std::time::Instant::now());
             if (!children_left && self.leftovers.dirs.is_empty()) || left.is_zero() {
                 return;
@@ -201,6 +210,14 @@ impl Leftovers {
         }
     }
 
+    /// [`Leftovers::sweep`] without counting tries.
+    fn sweep_patiently(&mut self) {
+        for (_, tries) in &mut self.dirs {
+            *tries = 0;
+        }
+        self.sweep();
+    }
+
     fn sweep(&mut self) {
         self.dirs.retain_mut(|(dir, tries)| {
             *tries += 1;
@@ -246,7 +263,13 @@ fn serve_loop(
             hear_warm(control, children, index)?;
         }
         if ready[1] {
-            while let Ok(Some(_)) = signals.read_signal() {}
+            let mut terminated = false;
+            while let Ok(Some(info)) = signals.read_signal() {
+                terminated |= info.ssi_signo == Signal::SIGTERM as u32;
+            }
+            if terminated {
+                return Ok(());
+            }
             reap(control, children)?;
             children.leftovers.sweep();
         }

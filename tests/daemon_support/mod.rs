@@ -302,8 +302,14 @@ impl Drop for Daemon {
         let launcher = self.child.as_ref().and_then(|_| self.launcher_pid());
         self.kill();
         if let Some(pid) = launcher {
-            // Tests must not leave a launcher behind if the daemon's death
-            // did not end it (that failure is asserted where it matters).
+            // The launcher ends its runs and removes their cgroups once the
+            // daemon is gone (at most 15 s): given that time, a test leaves
+            // no cgroup behind. Tests must not leave a launcher behind if
+            // the daemon's death did not end it (that failure is asserted
+            // where it matters).
+            support::wait::holds_within(Duration::from_secs(20), || {
+                !Path::new(&format!("/proc/{pid}/exe")).exists()
+            });
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
                 nix::sys::signal::Signal::SIGKILL,
