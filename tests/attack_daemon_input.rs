@@ -217,7 +217,7 @@ fn an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon() {
     assert_eq!(end["state"], "cancelled", "{end}");
 }
 
-/// The daemon's read positions in `log`, one per open descriptor of it.
+/// The daemon's read positions in `log`, one per descriptor open for reading.
 fn log_read_positions(daemon: &Daemon, log: &Path) -> Vec<u64> {
     let pid = daemon.pid();
     let mut positions = Vec::new();
@@ -233,11 +233,18 @@ fn log_read_positions(daemon: &Daemon, log: &Path) -> Vec<u64> {
             "/proc/{pid}/fdinfo/{}",
             entry.file_name().to_string_lossy()
         ));
-        if let Some(pos) = info.ok().and_then(|text| {
-            text.lines()
-                .find_map(|l| l.strip_prefix("pos:"))
-                .and_then(|p| p.trim().parse().ok())
-        }) {
+        let Ok(info) = info else { continue };
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        // Readers only: the daemon's relay holds the log open for writing.
+        let flags = field("flags:").and_then(|f| u32::from_str_radix(&f, 8).ok());
+        if flags.is_none_or(|f| f & libc::O_ACCMODE as u32 != libc::O_RDONLY as u32) {
+            continue;
+        }
+        if let Some(pos) = field("pos:").and_then(|p| p.parse().ok()) {
             positions.push(pos);
         }
     }

@@ -638,3 +638,67 @@ fn an_approval_lets_an_ask_through_and_silence_denies_it() {
         "{records:?}"
     );
 }
+
+/// Review finding: a caller's run is supervised by a process of the
+/// caller's uid that the launcher made dumpable again, holding the run's
+/// log (root's file, 0600, in the daemon's 0700 spool) open for appending.
+/// The caller takes that descriptor with pidfd_getfd and writes records of
+/// its own: an `end` saying the run exited 0 (what `sandbox logs`, a
+/// follower and a `see_all` reviewer read), and any number of bytes past
+/// the output cap into the daemon's disk. A run's log must hold only what
+/// the supervisor and the daemon wrote: one `end`, the daemon's. The
+/// attack copies every descriptor the supervisor holds and writes the
+/// forged `end` into each.
+#[test]
+fn a_caller_cannot_write_its_runs_log_past_the_supervisor() {
+    if !ready("a_caller_cannot_write_its_runs_log_past_the_supervisor")
+        || !support::sandbox_works(Who::User)
+    {
+        return;
+    }
+    let project = Project::new(Who::User);
+    let rule = format!(
+        "[[allow]]\nuids = [{}]\nprofiles = [\"strict\"]\nprojects = [\"{}\"]\n",
+        support::TEST_UID,
+        project.path().display()
+    );
+    let daemon = daemon_with("", &rule);
+    let mut client = daemon
+        .cli_as_user(project.path())
+        .args(["run", "--", "/bin/sh", "-c", "exec sleep 60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let (id, log, pid) = daemon_support::caller_run_supervisor(&daemon);
+    let forged = daemon_support::steal_and_write(pid, "end");
+    assert_eq!(
+        forged["pidfd"], true,
+        "the caller may pidfd_open its own supervisor: {forged}"
+    );
+    let _ = daemon
+        .cli_as_user(project.path())
+        .args(["cancel", &id])
+        .output();
+    let _ = client.wait();
+    // The daemon's own `end` is the last record once the run is over.
+    let mut text = String::new();
+    let records: Vec<Value> = support::wait::within(Duration::from_secs(120), || {
+        text = std::fs::read_to_string(&log).unwrap_or_default();
+        let records: Vec<Value> = text
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect();
+        records
+            .last()
+            .is_some_and(|r| r["type"] == "end" && r["state"] != "exited")
+            .then_some(records)
+    })
+    .unwrap_or_else(|| panic!("the run never ended with the daemon's end: {text}"));
+    let ends: Vec<&Value> = records.iter().filter(|r| r["type"] == "end").collect();
+    assert_eq!(
+        ends.len(),
+        1,
+        "the caller wrote into its run's log ({forged}): {ends:?}"
+    );
+}

@@ -384,3 +384,99 @@ fn a_warm_payload_holds_exactly_the_descriptors_of_a_cold_one() {
         "a warm run's report says how long its commit took to reach exec: {warm}"
     );
 }
+
+/// A caller's run in a delegated cgroup, and its warm successor's: the
+/// dirs of the warm supervisor's delegated cgroup, once it is in them.
+fn warm_delegated_cgroups(daemon: &Daemon, project: &support::Project) -> Vec<std::path::PathBuf> {
+    let out = daemon
+        .cli_as_user(project.path())
+        .args(["run", "--", "true"])
+        .output()
+        .expect("sandbox run");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        daemon.log()
+    );
+    // The warm supervisor moves itself into its delegated cgroup before it
+    // builds the sandbox below it.
+    let launcher = daemon.launcher_pid().expect("launcher");
+    let mut delegated = Vec::new();
+    let found = support::wait::holds_within(Duration::from_secs(60), || {
+        delegated = daemon_support::children_of(launcher)
+            .into_iter()
+            .filter(|pid| comm(*pid) == "sandbox-warm")
+            .flat_map(|pid| own_cgroups(pid, launcher))
+            .filter(|dir| {
+                dir.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("sandbox-run-warm-"))
+            })
+            .collect();
+        !delegated.is_empty()
+    });
+    assert!(
+        found,
+        "no warm sandbox in a delegated cgroup:\n{}",
+        daemon.log()
+    );
+    delegated
+}
+
+fn users_pooled_daemon(project: &support::Project) -> Daemon {
+    Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 4\nsocket_mode = \"0666\"\n[pool]\nenabled = true\nidle = \"600s\"\n\
+         [[allow]]\nuids = [0]\nprojects = [\"/tmp\"]\n\
+         [[allow]]\nuids = [{}]\nprofiles = [\"strict\"]\nprojects = [\"{}\"]\n",
+        support::TEST_UID,
+        project.path().display()
+    ))
+}
+
+/// A daemon that dies (SIGKILL, a crash) sends its launcher SIGTERM (the
+/// parent death signal), which ends the warm sandboxes and removes their
+/// delegated cgroups all the same.
+#[test]
+fn a_killed_daemon_leaves_no_warm_cgroup_behind() {
+    let test = "a_killed_daemon_leaves_no_warm_cgroup_behind";
+    if !support::require_root_sandbox(test) || !support::sandbox_works(support::Who::User) {
+        return;
+    }
+    let project = support::Project::new(support::Who::User);
+    let mut daemon = users_pooled_daemon(&project);
+    let delegated = warm_delegated_cgroups(&daemon, &project);
+    let launcher = daemon.launcher_pid().expect("launcher");
+    daemon.kill();
+    let gone = support::wait::holds_within(Duration::from_secs(30), || {
+        delegated.iter().all(|dir| !dir.exists())
+            && !Path::new(&format!("/proc/{launcher}/exe")).exists()
+    });
+    let left: Vec<_> = delegated.iter().filter(|dir| dir.exists()).collect();
+    assert!(
+        gone,
+        "the killed daemon left its warm sandbox's cgroups: {left:?}"
+    );
+}
+
+/// A caller's warm sandbox has a delegated cgroup of its own
+/// (`sandbox-run-warm-PID-N`, made by root with the run's limits): a daemon
+/// that stops with it in the pool removes it, with the warm processes.
+#[test]
+fn a_stopped_daemon_leaves_no_warm_cgroup_behind() {
+    let test = "a_stopped_daemon_leaves_no_warm_cgroup_behind";
+    if !support::require_root_sandbox(test) || !support::sandbox_works(support::Who::User) {
+        return;
+    }
+    let project = support::Project::new(support::Who::User);
+    let mut daemon = users_pooled_daemon(&project);
+    let delegated = warm_delegated_cgroups(&daemon, &project);
+    let status = daemon.terminate();
+    assert!(status.success(), "{status}\n{}", daemon.log());
+    let left: Vec<_> = delegated.iter().filter(|dir| dir.exists()).collect();
+    assert!(
+        left.is_empty(),
+        "the stopped daemon left its warm sandbox's cgroups: {left:?}\n{}",
+        daemon.log()
+    );
+}

@@ -161,13 +161,15 @@ fn finished(run: &mut Run) -> (i32, serde_json::Value) {
     }
 }
 
-fn expect_exited(launcher: &Launcher, id: &str) {
+/// The supervisor exits with the status it reported, so the daemon's
+/// record rests on the launcher's wait (root's), not on the report.
+fn expect_exited(launcher: &Launcher, id: &str, status: i32) {
     match launcher.receive() {
         FromLauncher::Exited { run, code, signal } => {
             assert_eq!(run, id);
             assert_eq!(
                 (code, signal),
-                (Some(0), None),
+                (Some(status), None),
                 "the supervisor's own status"
             );
         }
@@ -197,7 +199,7 @@ fn a_run_through_the_launcher_reports_like_a_local_run() {
         report["enforced"]["seccomp"]["status"], "installed",
         "{report}"
     );
-    expect_exited(&launcher, "r1");
+    expect_exited(&launcher, "r1", 3);
     assert_eq!(run.stdout(), b"hi\xff", "exact bytes, not UTF-8 only");
     let records = run.records();
     let seqs: Vec<u64> = records.iter().map(|r| r.seq).collect();
@@ -229,7 +231,7 @@ fn cancel_ends_the_run_with_sigterm() {
     run.send(&ToSupervisor::Cancel { grace_ms: 5_000 });
     let (status, _) = finished(&mut run);
     assert_eq!(status, 128 + 15, "sleep dies of the SIGTERM");
-    expect_exited(&launcher, "r2");
+    expect_exited(&launcher, "r2", 128 + 15);
 
     // A command that ignores SIGTERM is killed after the grace.
     let mut run = spawn(
@@ -302,7 +304,7 @@ fn an_ask_waits_for_the_daemons_answer() {
         &["/usr/bin/python3", "-c", support::ASK_FS_WRITE],
     );
     denied.ask_deadline_ms = 300;
-    expect_exited(&launcher, "r4");
+    expect_exited(&launcher, "r4", 0);
     std::fs::remove_file(project.path().join("granted.txt")).unwrap();
     let mut run = spawn(&launcher, "r5", denied);
     let (status, _) = finished(&mut run);

@@ -114,6 +114,8 @@ pub struct Launcher {
     routes: Arc<Mutex<Routes>>,
     up: AtomicBool,
     restart: Mutex<Option<Restart>>,
+    /// True once the serving thread is done with every launcher.
+    ended: Arc<(Mutex<bool>, std::sync::Condvar)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -129,6 +131,7 @@ impl Launcher {
             routes: Arc::new(Mutex::new(HashMap::new())),
             up: AtomicBool::new(false),
             restart: Mutex::new(restart),
+            ended: Arc::new((Mutex::new(false), std::sync::Condvar::new())),
         });
         launcher.adopt(process);
         launcher
@@ -151,6 +154,35 @@ impl Launcher {
         if let Err(err) = spawned {
             tracing::warn!("no thread to hear the launcher: {err}");
             self.up.store(false, Ordering::SeqCst);
+            self.mark_ended();
+        }
+    }
+
+    fn mark_ended(&self) {
+        let (ended, wake) = &*self.ended;
+        *lock(ended) = true;
+        wake.notify_all();
+    }
+
+    /// The daemon stops: the launcher is not restarted, ends every
+    /// supervisor (warm ones too), waits for their janitors, removes their
+    /// delegated cgroups and exits; this waits for that, at most `wait`.
+    /// Blocks.
+    pub fn stop(&self, wait: std::time::Duration) {
+        lock(&self.restart).take();
+        if self.send(&ToLauncher::Stop).is_err() {
+            return;
+        }
+        let (ended, wake) = &*self.ended;
+        let guard = lock(ended);
+        let (_guard, timeout) = wake
+            .wait_timeout_while(guard, wait, |ended| !*ended)
+            .unwrap_or_else(PoisonError::into_inner);
+        if timeout.timed_out() {
+            tracing::warn!(
+                "the launcher did not end within {} s of the stop",
+                wait.as_secs()
+            );
         }
     }
 
@@ -181,6 +213,7 @@ impl Launcher {
                 Err(err) => tracing::error!("restarting the launcher failed: {err}"),
             }
         }
+        self.mark_ended();
     }
 
     fn receive_until_closed(&self, socket: BorrowedFd<'_>) {

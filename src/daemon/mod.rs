@@ -20,10 +20,12 @@ pub mod launcher;
 pub mod listener;
 pub mod log;
 pub mod quota;
+pub mod relay;
 pub mod resolve;
 pub mod runs;
 pub mod skills;
 pub mod store;
+pub mod verdict;
 
 use config::{Config, ConfigError};
 use launcher::{Launcher, LauncherError};
@@ -301,7 +303,11 @@ fn state_dir(options: &Options, config: &Config) -> Result<PathBuf, DaemonError>
 /// say why.
 fn recover(store: &Store, spool: &Path) -> Result<(), DaemonError> {
     for run in store.recover(runs::now_ms())? {
-        if let Some(pid) = run.init_pid {
+        // The sandbox's init pid came from the supervisor, which is the
+        // caller's to speak for: only a process of the run's caller is
+        // killed by it, never one of root's or another user's the caller
+        // named. The supervisor's pid is the launcher's (root's) word.
+        if let (Some(pid), true) = (run.init_pid, runs::owned_by(run.init_pid, run.uid)) {
             runs::kill_if_same(pid, run.init_start);
         }
         if let Some(pid) = run.supervisor_pid {
@@ -354,6 +360,10 @@ fn notify_ready() {
 /// How long open requests (event streams, `wait` submissions, skill
 /// calls) may take to finish once a stopping daemon closed its listener.
 const DRAIN: Duration = Duration::from_secs(5);
+
+/// How long a stopping daemon waits for its launcher to end its
+/// supervisors and remove their cgroups (its own bound is 15 s).
+const LAUNCHER_STOP: Duration = Duration::from_secs(20);
 
 /// How often old runs are pruned while the daemon runs.
 const PRUNE_EVERY: Duration = Duration::from_secs(3600);
@@ -429,7 +439,12 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     let result = runtime.block_on(async move {
         let restart: launcher::Restart = Box::new(move || launcher::start(&exe));
         let launcher = Launcher::new(first, Some(restart));
-        let runs = runs::Runs::new(config.clone(), store.clone(), spool.clone(), launcher);
+        let runs = runs::Runs::new(
+            config.clone(),
+            store.clone(),
+            spool.clone(),
+            launcher.clone(),
+        );
         let skills = Arc::new(skills::SkillHosts::new(
             PathBuf::from("/proc/self/exe"),
             config.skills_dirs.clone(),
@@ -518,6 +533,10 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
         // listener closes and open requests get a bounded time to finish
         // (a skill call that hangs does not hold the stop).
         runs.shut_down().await;
+        // Then the launcher, with what is left (warm sandboxes, runs not
+        // over within the stop's grace), while the daemon still lives: its
+        // death would kill the launcher before it cleaned up.
+        let _ = tokio::task::spawn_blocking(move || launcher.stop(LAUNCHER_STOP)).await;
         let _ = stop_serving.send(());
         if tokio::time::timeout(DRAIN, &mut server).await.is_err() {
             tracing::warn!(

@@ -155,7 +155,7 @@ pub fn resolve(
     check_guarded(config, &project)?;
     let cwd = match &request.cwd {
         None => None,
-        Some(cwd) => Some(check_cwd(&project, cwd)?),
+        Some(cwd) => Some(check_cwd(caller, &project, cwd)?),
     };
     apply_grants(rule, &mut policy, &request.grants)?;
     apply_network(rule, &mut policy, request.network.as_deref())?;
@@ -318,16 +318,15 @@ fn check_project(rule: &Rule, caller: Caller, requested: &Path) -> Result<PathBu
             "give the project's absolute path",
         ));
     }
-    let project = std::fs::canonicalize(requested).map_err(|err| {
+    let (project, meta) = as_caller(caller, || {
+        let project = std::fs::canonicalize(requested)?;
+        let meta = std::fs::metadata(&project)?;
+        Ok((project, meta))
+    })
+    .map_err(|err| {
         ApiError::bad_request(
             format!("project: {}: {err}", requested.display()),
-            "give an existing directory",
-        )
-    })?;
-    let meta = std::fs::metadata(&project).map_err(|err| {
-        ApiError::bad_request(
-            format!("project: {}: {err}", project.display()),
-            "give an existing directory",
+            "give an existing directory you can reach",
         )
     })?;
     if !meta.is_dir() {
@@ -374,6 +373,29 @@ fn check_project(rule: &Rule, caller: Caller, requested: &Path) -> Result<PathBu
     Ok(project)
 }
 
+/// Look at a caller's path with the caller's rights: as root the daemon
+/// would resolve it through directories the caller may not search, and
+/// its answer ("no such file" or a rule's refusal naming the resolved
+/// path) would tell the caller what exists there. On a thread of its own
+/// with the caller's filesystem uid, gid and groups (`sys::fs_identity`);
+/// a daemon of the caller's own uid looks directly.
+fn as_caller<T: Send>(
+    caller: Caller,
+    look: impl FnOnce() -> std::io::Result<T> + Send,
+) -> std::io::Result<T> {
+    if caller.uid == nix::unistd::geteuid().as_raw() {
+        return look();
+    }
+    let groups = super::config::caller_groups(caller.uid, caller.gid);
+    crate::sys::fs_identity::with_fs_identity(caller.uid, caller.gid, &groups, look).map_err(
+        |errno| {
+            std::io::Error::other(format!(
+                "the daemon cannot take your identity to look at it ({errno})"
+            ))
+        },
+    )?
+}
+
 /// A project that holds the daemon's database, spool or socket (or lies
 /// inside them) would hand a run every caller's output and the records.
 fn check_guarded(config: &Config, project: &Path) -> Result<(), ApiError> {
@@ -393,15 +415,20 @@ fn check_guarded(config: &Config, project: &Path) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn check_cwd(project: &Path, requested: &Path) -> Result<PathBuf, ApiError> {
+fn check_cwd(caller: Caller, project: &Path, requested: &Path) -> Result<PathBuf, ApiError> {
     let joined = project.join(requested);
-    let cwd = std::fs::canonicalize(&joined).map_err(|err| {
+    let (cwd, is_dir) = as_caller(caller, || {
+        let cwd = std::fs::canonicalize(&joined)?;
+        let is_dir = cwd.is_dir();
+        Ok((cwd, is_dir))
+    })
+    .map_err(|err| {
         ApiError::bad_request(
             format!("cwd: {}: {err}", joined.display()),
             "give an existing directory inside the project",
         )
     })?;
-    if !cwd.starts_with(project) || !cwd.is_dir() {
+    if !cwd.starts_with(project) || !is_dir {
         return Err(ApiError::forbidden(
             "project_not_allowed",
             format!(

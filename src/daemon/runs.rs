@@ -19,6 +19,7 @@ use super::error::ApiError;
 use super::launcher::{Launcher, LauncherEvent};
 use super::resolve::{Caller, Resolved};
 use super::store::{Outcome, RunRecord, Store};
+use super::verdict::{self, Claim, Observed};
 use crate::jsonl::{AsyncLines, Frame};
 use crate::launch::protocol::{
     Approval, FromLauncher, FromSupervisor, RunSpec, ToLauncher, ToSupervisor, MAX_MESSAGE,
@@ -535,9 +536,11 @@ impl Runs {
         let mut spec = spec;
         spec.audit = None;
         spec.stdin = false;
-        // Its own delegated cgroup: the run's name is the run's.
+        // Its own delegated cgroup: the run's name is the run's. With the
+        // daemon's pid: two daemons' launchers may share a cgroup, and
+        // each counts its warm sandboxes from 1.
         if let Some(run_as) = &mut spec.run_as {
-            run_as.run = format!("warm-{gen}");
+            run_as.run = format!("warm-{}-{gen}", std::process::id());
         }
         self.tell_launcher(ToLauncher::Warm {
             key: key.clone(),
@@ -641,19 +644,39 @@ impl Runs {
         let store = self.store.clone();
         let dir = self.run_dir(&id);
         let launcher = self.launcher.clone();
+        let output_cap = run.spec.policy.limits.output;
         let launched = blocking(move || {
             store.set_running(&run.id).map_err(store_error)?;
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()
                 .map_err(|err| ApiError::internal(format!("events socket: {err}")))?;
-            let log = open_log(&dir.join("log.ndjson"))?;
+            // The supervisor runs as the caller and may lose any of its
+            // descriptors to the caller: it gets pipes the daemon reads
+            // and a sealed copy of the caller's own stdin, never a file of
+            // root's spool (`relay`).
+            let relay_error = |err: super::relay::RelayError| ApiError::internal(err.to_string());
+            let (log_feed, log) =
+                super::relay::log_pipe(&dir.join("log.ndjson"), output_cap).map_err(relay_error)?;
+            let mut feeds = vec![log_feed];
+            let audit = match &run.spec.audit {
+                Some(path) => {
+                    let (feed, write) =
+                        super::relay::audit_pipe(path, output_cap).map_err(relay_error)?;
+                    feeds.push(feed);
+                    Some(write)
+                }
+                None => None,
+            };
             let stdin = match run.spec.stdin {
-                true => Some(open_read(&dir.join("stdin"))?),
+                true => Some(sealed_copy(&dir.join("stdin"))?),
                 false => None,
             };
             let theirs = OwnedFd::from(theirs);
             let mut fds = vec![theirs.as_fd(), log.as_fd()];
             if let Some(stdin) = &stdin {
                 fds.push(stdin.as_fd());
+            }
+            if let Some(audit) = &audit {
+                fds.push(audit.as_fd());
             }
             let request = ToLauncher::Spawn {
                 run: run.id.clone(),
@@ -665,11 +688,11 @@ impl Runs {
                 .map_err(|err| ApiError::internal(err.to_string()))?;
             ours.set_nonblocking(true)
                 .map_err(|err| ApiError::internal(format!("events socket: {err}")))?;
-            Ok((ours, events))
+            Ok((ours, events, feeds))
         })
         .await;
-        let (ours, mut launcher_events) = match launched {
-            Ok(pair) => pair,
+        let (ours, mut launcher_events, feeds) = match launched {
+            Ok(launched) => launched,
             Err(err) => {
                 return failed(
                     "failed",
@@ -677,81 +700,120 @@ impl Runs {
                 )
             }
         };
+        let relays = super::relay::Relays::start(&id, feeds);
+        let outcome = self
+            .hear_supervisor(&id, ours, &mut launcher_events, &mut controls)
+            .await;
+        // Before the daemon's `end`: nothing of the supervisor's follows it.
+        relays.finish(LINGER).await;
+        outcome
+    }
+
+    /// The run's events socket and the launcher's news of its supervisor,
+    /// until both are over; the run's end as [`verdict::judge`] finds it.
+    async fn hear_supervisor(
+        self: &Arc<Self>,
+        id: &str,
+        ours: std::os::unix::net::UnixStream,
+        launcher_events: &mut mpsc::UnboundedReceiver<LauncherEvent>,
+        controls: &mut mpsc::UnboundedReceiver<Control>,
+    ) -> Outcome {
         let stream = match tokio::net::UnixStream::from_std(ours) {
             Ok(stream) => stream,
-            Err(err) => return failed("failed", format!("events socket: {err}")),
+            Err(err) => {
+                return verdict::judge(
+                    None,
+                    None,
+                    Observed::Refused(format!("events socket: {err}")),
+                )
+            }
         };
         let (reader, mut writer) = stream.into_split();
         // The supervisor runs as the caller: its lines are bounded like any
-        // untrusted peer's (the largest it sends is `finished` with its report).
+        // untrusted peer's (the largest it sends is `finished` with its
+        // report); a longer one is skipped without being held.
         let mut lines = AsyncLines::new(reader, MAX_MESSAGE);
-        let mut finished: Option<(i32, serde_json::Value, Option<String>)> = None;
-        let mut ended: Option<String> = None;
+        let mut too_large = 0u64;
+        let mut claim: Option<Claim> = None;
+        let mut started = false;
+        let mut observed = Observed::Unknown;
         let mut events_open = true;
         let mut launcher_open = true;
         let mut cancelled: Option<&'static str> = None;
         let mut controls_open = true;
+        let mut refused_questions = 0u64;
+        // The supervisor (the launcher's word) and when root kills it: a
+        // cancel the supervisor does not carry out (the caller stopped or
+        // ptraced it) ends it all the same, `cancel_grace` and [`LINGER`]
+        // later, and its janitor cleans up as for a killed `sandbox run`.
+        let mut supervisor: Option<(i32, Option<u64>)> = None;
+        let mut kill_at: Option<tokio::time::Instant> = None;
         let grace_ms = u64::try_from(self.config.cancel_grace.as_millis()).unwrap_or(u64::MAX);
-        loop {
-            if !events_open && (finished.is_some() || !launcher_open || ended.is_some()) {
-                break;
-            }
+        let ask_deadline_ms =
+            u64::try_from(self.config.ask_deadline.as_millis()).unwrap_or(u64::MAX);
+        while events_open || launcher_open {
             tokio::select! {
-                line = lines.next_frame(), if events_open => match line {
-                    Ok(Some(Frame::TooLarge { bytes })) => tracing::warn!("run {id}: ignoring an event of {bytes} bytes (at most {MAX_MESSAGE})"),
-                    Ok(Some(Frame::Line(line))) => match serde_json::from_slice::<FromSupervisor>(&line) {
-                        Ok(FromSupervisor::Started { init_pid, init_start }) => {
-                            let store = self.store.clone();
-                            let run = id.clone();
-                            let _ = blocking(move || {
-                                store
-                                    .set_started(&run, init_pid, init_start, now_ms())
-                                    .map_err(store_error)
-                            })
-                            .await;
+                read = lines.next_frame(), if events_open => match read {
+                    Ok(Some(Frame::TooLarge { bytes })) => {
+                        too_large += 1;
+                        // Once a run: each is the caller's to repeat.
+                        if too_large == 1 {
+                            tracing::warn!(run = %id, "ignoring an event of {bytes} bytes (at most {MAX_MESSAGE}) and any more like it");
                         }
-                        Ok(FromSupervisor::Ask { id: n, caller, action, target, deadline_ms }) => {
-                            tracing::debug!(run = %id, question = n, action = %action, "question asked");
-                            let mut state = lock(&self.state);
-                            if let Some(live) = state.running.get_mut(&id) {
-                                let uid = live.uid;
-                                live.questions.insert(n, Question {
-                                    id: format!("{id}/{n}"),
-                                    run: id.clone(),
-                                    caller,
-                                    action,
-                                    target,
-                                    deadline_ms,
-                                    uid,
-                                });
+                    }
+                    Ok(Some(Frame::Line(line))) => {
+                        let message = serde_json::from_slice::<FromSupervisor>(&line);
+                        match message {
+                            // Once: a copy of the socket in the caller's
+                            // hands may repeat it, and each is a write.
+                            Ok(FromSupervisor::Started { init_pid, init_start }) if !started => {
+                                started = true;
+                                let store = self.store.clone();
+                                let run = id.to_string();
+                                let _ = blocking(move || {
+                                    store
+                                        .set_started(&run, init_pid, init_start, now_ms())
+                                        .map_err(store_error)
+                                })
+                                .await;
                             }
+                            Ok(FromSupervisor::Started { .. }) => {}
+                            Ok(FromSupervisor::Ask { id: n, caller, action, target, deadline_ms }) => {
+                                let kept = self.keep_question(id, n, caller, action, target, verdict::bounded_deadline(deadline_ms, now_ms(), ask_deadline_ms));
+                                if !kept {
+                                    refused_questions += 1;
+                                    if refused_questions == 1 {
+                                        tracing::warn!(run = %id, "the run asked more than {} open questions; the excess is refused", verdict::MAX_OPEN_QUESTIONS);
+                                    }
+                                }
+                            }
+                            // The first: what comes later on a copy of the
+                            // socket is not the supervisor's last word.
+                            Ok(FromSupervisor::Finished { status, report, error }) if claim.is_none() => {
+                                claim = Some(Claim { status, report, error });
+                            }
+                            Ok(FromSupervisor::Finished { .. }) => {}
+                            Err(err) => tracing::debug!("run {id}: ignoring a malformed event: {err}"),
                         }
-                        Ok(FromSupervisor::Finished { status, report, error }) => {
-                            finished = Some((status, report, error));
-                        }
-                        Err(err) => tracing::warn!("run {id}: ignoring a malformed event: {err}"),
-                    },
+                    }
                     Ok(None) | Err(_) => events_open = false,
                 },
                 event = launcher_events.recv(), if launcher_open => match event {
                     Some(LauncherEvent::Message(FromLauncher::Started { pid, start, .. })) => {
+                        supervisor = Some((pid, start));
                         let store = self.store.clone();
-                        let run = id.clone();
+                        let run = id.to_string();
                         let _ = blocking(move || {
                             store.set_supervisor(&run, pid, start).map_err(store_error)
                         })
                         .await;
                     }
                     Some(LauncherEvent::Message(FromLauncher::Refused { error, .. })) => {
-                        ended = Some(format!("the launcher refused the run: {error}"));
+                        observed = Observed::Refused(error);
                         launcher_open = false;
                     }
                     Some(LauncherEvent::Message(FromLauncher::Exited { code, signal, .. })) => {
-                        ended = Some(match (code, signal) {
-                            (_, Some(signal)) => format!("the run's supervisor was killed by signal {signal} before it sent a result"),
-                            (Some(code), None) => format!("the run's supervisor exited with code {code} before it sent a result"),
-                            (None, None) => "the run's supervisor ended before it sent a result".to_string(),
-                        });
+                        observed = Observed::Reaped { code, signal };
                         launcher_open = false;
                     }
                     Some(LauncherEvent::Message(FromLauncher::WarmReady { .. } | FromLauncher::WarmDiscarded { .. })) => {}
@@ -760,14 +822,17 @@ impl Runs {
                 // One side ended and the other has not followed: a closed
                 // events socket is normally reported by the launcher at once,
                 // and a reaped supervisor's socket closes at once unless a
-                // copy leaked. Neither may hold the run's slot for ever.
-                _ = tokio::time::sleep(LINGER), if (!events_open && launcher_open) || (events_open && ended.is_some()) => {
-                    if events_open {
-                        events_open = false;
-                    } else {
-                        launcher_open = false;
-                        if finished.is_none() {
-                            ended = Some("the run's supervisor closed its events socket without a result, and the launcher did not report its end".into());
+                // copy leaked (or the caller keeps one). Neither may hold the
+                // run's slot for ever.
+                _ = tokio::time::sleep(LINGER), if events_open != launcher_open => {
+                    events_open = false;
+                    launcher_open = false;
+                }
+                _ = tokio::time::sleep_until(kill_at.unwrap_or_else(tokio::time::Instant::now)), if kill_at.is_some() && launcher_open => {
+                    kill_at = None;
+                    if let Some((pid, start)) = supervisor {
+                        if kill_if_same(pid, start) {
+                            tracing::warn!(run = %id, pid, "the run's supervisor did not end on the cancel; killed");
                         }
                     }
                 }
@@ -775,6 +840,9 @@ impl Runs {
                     let message = match control {
                         Some(Control::Cancel(reason)) => {
                             cancelled = Some(reason);
+                            kill_at.get_or_insert(
+                                tokio::time::Instant::now() + self.config.cancel_grace + LINGER,
+                            );
                             ToSupervisor::Cancel { grace_ms }
                         }
                         Some(Control::Answer(n, answer)) => ToSupervisor::Answer { id: n, answer },
@@ -793,29 +861,48 @@ impl Runs {
                 }
             }
         }
-        match finished {
-            Some((status, report, error)) => Outcome {
-                state: if cancelled.is_some() {
-                    "cancelled"
-                } else if error.is_some() {
-                    "failed"
-                } else {
-                    "exited"
-                },
-                status: Some(status),
-                reason: error.or(cancelled.map(str::to_string)),
-                report: Some(report),
-                log_records: 0,
-                finished_ms: 0,
-            },
-            None => match ended {
-                Some(reason) => failed("failed", reason),
-                None => failed(
-                    "lost",
-                    "the launcher died and the run's supervisor ended without a result".into(),
-                ),
-            },
+        if refused_questions > 0 {
+            tracing::warn!(run = %id, refused = refused_questions, "questions refused past the run's bound");
         }
+        verdict::judge(cancelled, claim, observed)
+    }
+
+    /// Keep question `n` of run `id` unless the run holds
+    /// [`verdict::MAX_OPEN_QUESTIONS`] open ones already; its fields are
+    /// cut to [`verdict::MAX_QUESTION_TEXT`]. False when it was refused.
+    fn keep_question(
+        &self,
+        id: &str,
+        n: u64,
+        caller: String,
+        action: String,
+        target: Option<String>,
+        deadline_ms: u64,
+    ) -> bool {
+        let now = now_ms();
+        let mut state = lock(&self.state);
+        let Some(live) = state.running.get_mut(id) else {
+            return false;
+        };
+        live.questions.retain(|_, q| q.deadline_ms > now);
+        if !live.questions.contains_key(&n) && live.questions.len() >= verdict::MAX_OPEN_QUESTIONS {
+            return false;
+        }
+        tracing::debug!(run = %id, question = n, action = %action, "question asked");
+        let uid = live.uid;
+        live.questions.insert(
+            n,
+            Question {
+                id: format!("{id}/{n}"),
+                run: id.to_string(),
+                caller: verdict::bounded_text(caller),
+                action: verdict::bounded_text(action),
+                target: target.map(verdict::bounded_text),
+                deadline_ms,
+                uid,
+            },
+        );
+        true
     }
 
     /// Cancel a run the caller may see. Returns its state after the call.
@@ -1035,28 +1122,50 @@ fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ApiError> {
         .map_err(|err| ApiError::internal(format!("writing {}: {err}", path.display())))
 }
 
-fn open_log(path: &Path) -> Result<std::fs::File, ApiError> {
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|err| ApiError::internal(format!("opening {}: {err}", path.display())))
-}
-
-fn open_read(path: &Path) -> Result<std::fs::File, ApiError> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|err| ApiError::internal(format!("opening {}: {err}", path.display())))
+/// The submitted stdin as a sealed memfd: the caller's own bytes, which
+/// the caller (holding the supervisor's descriptors) may read but neither
+/// change nor use to reach the spool file they came from.
+fn sealed_copy(path: &Path) -> Result<OwnedFd, ApiError> {
+    use std::io::{Seek, Write};
+    let fail = |err: std::io::Error| {
+        ApiError::internal(format!("the run's stdin {}: {err}", path.display()))
+    };
+    let bytes = std::fs::read(path).map_err(fail)?;
+    let memfd = nix::sys::memfd::memfd_create(
+        c"sandbox-stdin",
+        nix::sys::memfd::MFdFlags::MFD_CLOEXEC | nix::sys::memfd::MFdFlags::MFD_ALLOW_SEALING,
+    )
+    .map_err(|errno| fail(errno.into()))?;
+    let mut file = std::fs::File::from(memfd);
+    file.write_all(&bytes).map_err(fail)?;
+    file.rewind().map_err(fail)?;
+    use nix::fcntl::SealFlag;
+    nix::fcntl::fcntl(
+        &file,
+        nix::fcntl::FcntlArg::F_ADD_SEALS(
+            SealFlag::F_SEAL_WRITE
+                | SealFlag::F_SEAL_GROW
+                | SealFlag::F_SEAL_SHRINK
+                | SealFlag::F_SEAL_SEAL,
+        ),
+    )
+    .map_err(|errno| fail(errno.into()))?;
+    Ok(OwnedFd::from(file))
 }
 
 /// A process's start time in clock ticks since boot (`/proc/PID/stat`,
 /// field 22): with the pid it names one process, where a pid alone may
 /// have been reused by the time it is read again.
 pub use crate::launch::protocol::process_start_time as proc_start_time;
+
+/// Whether `pid` is a process whose files in /proc belong to `uid` (its
+/// owner, while it is dumpable, as a sandbox's init of that caller is).
+pub fn owned_by(pid: Option<i32>, uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    pid.filter(|pid| *pid > 1)
+        .and_then(|pid| std::fs::metadata(format!("/proc/{pid}")).ok())
+        .is_some_and(|meta| meta.uid() == uid)
+}
 
 /// Kill a process recorded by an earlier daemon if it is still the same
 /// process (same start time).
@@ -1092,6 +1201,11 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
+        assert!(owned_by(Some(pid), 0));
+        assert!(
+            !owned_by(Some(pid), 61_234),
+            "root's process is not a caller's init"
+        );
         assert!(kill_if_same(pid, proc_start_time(pid)));
         let status = child.wait().unwrap();
         assert_eq!(

@@ -7,9 +7,10 @@
 //! stays in that run's process. It is a child subreaper: the janitors of
 //! supervisors that died are reparented to it and reaped here.
 //!
-//! When the daemon goes away (its end of the socket closes, or the parent
-//! death signal), every supervisor is killed; each run's janitor then
-//! removes its payload and cgroup, as it does for a killed `sandbox run`.
+//! When the daemon goes away (`stop`, its end of the socket closes, or the
+//! parent death signal, SIGTERM), every supervisor is killed; each run's
+//! janitor then removes its payload and cgroup, as it does for a killed
+//! `sandbox run`, and the launcher removes the delegated cgroups.
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -48,19 +49,24 @@ fn sys(op: &'static str) -> impl FnOnce(Errno) -> LaunchError {
 /// Serve spawn requests on `control` until the daemon closes it.
 pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
     let daemon = nix::unistd::getppid();
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(sys("PR_SET_PDEATHSIG"))?;
+    // SIGTERM, read from the signalfd like SIGCHLD, is the daemon's death
+    // (a SIGKILL or a crash, which never sends `stop`): the launcher still
+    // ends its supervisors and removes their delegated cgroups, which a
+    // SIGKILL here would leave behind.
+    let mut handled = SigSet::empty();
+    handled.add(Signal::SIGCHLD);
+    handled.add(Signal::SIGTERM);
+    let mut old_mask = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&handled), Some(&mut old_mask))
+        .map_err(sys("sigprocmask"))?;
+    let signals = SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(sys("signalfd"))?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGTERM).map_err(sys("PR_SET_PDEATHSIG"))?;
     if nix::unistd::getppid() != daemon {
         // The daemon died before the death signal was armed.
         return Ok(());
     }
     nix::sys::prctl::set_child_subreaper(true).map_err(sys("PR_SET_CHILD_SUBREAPER"))?;
-    let mut children = SigSet::empty();
-    children.add(Signal::SIGCHLD);
-    let mut old_mask = SigSet::empty();
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&children), Some(&mut old_mask))
-        .map_err(sys("sigprocmask"))?;
-    let signals = SignalFd::with_flags(&children, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(sys("signalfd"))?;
     let mut children = Children {
         supervisors: HashMap::new(),
         pool: Vec::new(),
@@ -68,15 +74,13 @@ pub fn serve(control: OwnedFd) -> Result<(), LaunchError> {
     };
     let result = serve_loop(&control, &signals, &old_mask, &mut children);
     // Nothing of a run outlives the daemon's interest in it.
-    for pid in children
-        .supervisors
-        .keys()
-        .chain(children.pool.iter().map(|warm| &warm.pid))
-    {
-        let _ = kill(*pid, Signal::SIGKILL);
-    }
+    children.end_all(&signals);
     result
 }
+
+/// How long a stopping launcher waits for its supervisors' janitors to
+/// end and their delegated cgroups to empty.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Every process the launcher forked, until reaped.
 struct Children {
@@ -100,6 +104,58 @@ struct WarmSandbox {
 }
 
 impl Children {
+    /// Kill every supervisor, warm or not, then reap them and the janitors
+    /// reparented here (each removes its run's own cgroup) for at most
+    /// [`STOP_WAIT`], and remove the delegated cgroups they leave: a warm
+    /// sandbox's (`sandbox-run-warm-PID-N`) is otherwise left behind once the
+    /// daemon is gone, since no run's end removes it.
+    fn end_all(&mut self, signals: &SignalFd) {
+        for pid in self
+            .supervisors
+            .keys()
+            .chain(self.pool.iter().map(|warm| &warm.pid))
+        {
+            let _ = kill(*pid, Signal::SIGKILL);
+        }
+        let delegated: Vec<String> = self
+            .supervisors
+            .values()
+            .filter_map(|s| s.delegated.clone())
+            .chain(self.pool.iter().filter_map(|w| w.delegated.clone()))
+            .collect();
+        for name in &delegated {
+            self.leftovers.add(name);
+        }
+        let until = std::time::Instant::now() + STOP_WAIT;
+        loop {
+            let children_left = loop {
+                match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::StillAlive) => break true,
+                    Err(Errno::ECHILD) => break false,
+                    Err(Errno::EINTR) | Ok(_) => continue,
+                    Err(_) => break false,
+                }
+            };
+            // Until the deadline, not LEFTOVER_TRIES: a janitor may take
+            // seconds to remove the run's own cgroup inside (a memory
+            // cgroup of v1 stays busy while its pages are uncharged).
+            self.leftovers.sweep_patiently();
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if (!children_left && self.leftovers.dirs.is_empty()) || left.is_zero() {
+                return;
+            }
+            // A child's end wakes this; a cgroup still busy without
+            // children here is retried every 50 ms.
+            let wait = left.min(std::time::Duration::from_millis(50));
+            let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(
+                &mut fds,
+                PollTimeout::try_from(wait.as_millis() as i32).unwrap_or(PollTimeout::ZERO),
+            );
+            while let Ok(Some(_)) = signals.read_signal() {}
+        }
+    }
+
     /// Take a warm supervisor out of the pool: it ends by itself (its
     /// socket closes with `warm`), and is reaped as a supervisor without
     /// a run.
@@ -154,6 +210,14 @@ impl Leftovers {
         }
     }
 
+    /// [`Leftovers::sweep`] without counting tries.
+    fn sweep_patiently(&mut self) {
+        for (_, tries) in &mut self.dirs {
+            *tries = 0;
+        }
+        self.sweep();
+    }
+
     fn sweep(&mut self) {
         self.dirs.retain_mut(|(dir, tries)| {
             *tries += 1;
@@ -199,7 +263,13 @@ fn serve_loop(
             hear_warm(control, children, index)?;
         }
         if ready[1] {
-            while let Ok(Some(_)) = signals.read_signal() {}
+            let mut terminated = false;
+            while let Ok(Some(info)) = signals.read_signal() {
+                terminated |= info.ssi_signo == Signal::SIGTERM as u32;
+            }
+            if terminated {
+                return Ok(());
+            }
             reap(control, children)?;
             children.leftovers.sweep();
         }
@@ -253,7 +323,7 @@ fn serve_loop(
                         )?;
                     }
                 }
-                Err(WireError::Closed) => return Ok(()),
+                Ok((ToLauncher::Stop, _)) | Err(WireError::Closed) => return Ok(()),
                 // One malformed request is refused; the socket stays usable.
                 Err(err @ (WireError::Malformed(_) | WireError::TooLarge(_))) => {
                     wire::send(
@@ -366,29 +436,18 @@ fn spawn(
     })
 }
 
-/// Give a warm supervisor its run: the spawn request's descriptors, and
-/// the run's audit file, opened here with the launcher's rights.
+/// Give a warm supervisor its run: the spawn request's descriptors.
 fn hand_over(
     warm: &WarmSandbox,
     run: &str,
     spec: &super::protocol::RunSpec,
     fds: &[OwnedFd],
 ) -> Result<(), String> {
-    let wanted = if spec.stdin { 3 } else { 2 };
+    let wanted = super::supervisor::spawn_fd_count(spec);
     if fds.len() != wanted {
         return Err(format!("{} descriptors where {wanted} belong", fds.len()));
     }
-    let audit = match &spec.audit {
-        Some(path) => Some(
-            super::supervisor::open_audit(path, spec.run_as.as_ref())
-                .map_err(|err| format!("the run's audit file {}: {err}", path.display()))?,
-        ),
-        None => None,
-    };
-    let mut passed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
-    if let Some(audit) = &audit {
-        passed.push(audit.as_fd());
-    }
+    let passed: Vec<_> = fds.iter().map(|fd| fd.as_fd()).collect();
     let commit = super::warm::ToWarm::Commit {
         run: run.to_string(),
         spec: Box::new(spec.clone()),
@@ -418,7 +477,7 @@ fn start_warm(
         let Some(theirs) = kept.into_iter().next() else {
             return 125;
         };
-        if !detach_from_launcher(old_mask) {
+        if !detach_from_launcher(old_mask) || !silence_stdio() {
             return 125;
         }
         super::warm::serve(warm_spec, theirs, idle, budget)
@@ -448,6 +507,23 @@ fn detach_from_launcher(old_mask: &SigSet) -> bool {
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old_mask), None);
     let launcher = nix::unistd::getppid();
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_ok() && nix::unistd::getppid() == launcher
+}
+
+/// In a forked supervisor, before it becomes the caller: its stdio is
+/// /dev/null, never the daemon's stdout and stderr (its journal), which
+/// the caller could take from it and write as the daemon. False when
+/// /dev/null cannot be opened.
+fn silence_stdio() -> bool {
+    let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    else {
+        return false;
+    };
+    nix::unistd::dup2_stdin(&null).is_ok()
+        && nix::unistd::dup2_stdout(&null).is_ok()
+        && nix::unistd::dup2_stderr(&null).is_ok()
 }
 
 /// Collect every child that ended: supervisors are reported, janitors and
@@ -501,16 +577,17 @@ fn start_supervisor(
     fds: Vec<OwnedFd>,
     old_mask: &SigSet,
 ) -> Result<Pid, String> {
-    let wanted = if spec.stdin { 3 } else { 2 };
+    let wanted = super::supervisor::spawn_fd_count(&spec);
     if fds.len() != wanted {
         return Err(format!(
-            "a spawn request carries {} descriptors; {wanted} were expected (events socket, log{})",
+            "a spawn request carries {} descriptors; {wanted} were expected (events socket, log{}{})",
             fds.len(),
-            if spec.stdin { ", stdin" } else { "" }
+            if spec.stdin { ", stdin" } else { "" },
+            if spec.audit.is_some() { ", audit" } else { "" }
         ));
     }
     crate::sys::fork::fork_keeping_only(fds, move |fds| {
-        if !detach_from_launcher(old_mask) {
+        if !detach_from_launcher(old_mask) || !silence_stdio() {
             return 125;
         }
         super::supervisor::run(spec, fds)

@@ -8,10 +8,14 @@
 //! - daemon ↔ one run's supervisor: a `SOCK_STREAM` socket handed over
 //!   with the spawn request, one JSON object per line ([`FromSupervisor`],
 //!   [`ToSupervisor`]);
-//! - the run's log: a file in the daemon's spool that only the supervisor
-//!   appends to while it lives, one [`LogRecord`] per line, numbered from 1.
-//!   Readers (the daemon's NDJSON stream, `sandbox logs`) tail it; output
-//!   never passes through the daemon's memory.
+//! - the run's log and audit: pipes whose read ends the daemon keeps. The
+//!   supervisor writes [`LogRecord`] lines (and the broker its audit
+//!   lines) into them; the daemon checks, numbers and bounds each line and
+//!   alone writes the files in its spool, which readers (the daemon's
+//!   NDJSON stream, `sandbox logs`) tail. The supervisor runs as the
+//!   caller, who may take any of its descriptors (`pidfd_getfd`), so it
+//!   is never given one the caller could not have opened itself
+//!   (`docs/src/daemon.md`, "What a caller's supervisor can do").
 
 use std::path::PathBuf;
 
@@ -25,13 +29,31 @@ use crate::profile::policy::Policy;
 pub const MAX_MESSAGE: usize = 1 << 20;
 
 /// Descriptors that travel with [`ToLauncher::Spawn`], in this order:
-/// the run's events socket, its log file (opened `O_APPEND`), then stdin
-/// when [`RunSpec::stdin`] is true.
+/// the run's events socket, the write end of its log pipe, then stdin
+/// when [`RunSpec::stdin`] is true (a sealed copy of the submitted bytes).
 pub const SPAWN_FDS_EVENTS: usize = 0;
 /// Index of the log file among a spawn request's descriptors.
 pub const SPAWN_FDS_LOG: usize = 1;
 /// Index of stdin among a spawn request's descriptors, when there is one.
+/// The write end of the run's audit pipe, when [`RunSpec::audit`] names
+/// one, comes last.
 pub const SPAWN_FDS_STDIN: usize = 2;
+
+/// Room in a run's log for the records around the output (started, asks,
+/// exit).
+pub const LOG_SLACK: u64 = 64 << 10;
+
+/// Most bytes a run's output records may take in its log. The output cap
+/// counts the command's bytes; their records can take several times more
+/// (escaped control bytes, a record per one-byte write), and the spool is
+/// the daemon's disk. The supervisor stops its output here, and the
+/// daemon, which alone writes the spool, stops the whole log at this plus
+/// [`LOG_SLACK`] whatever the supervisor sends.
+pub fn log_bound(output_cap: Option<u64>) -> u64 {
+    output_cap.map_or(u64::MAX, |cap| {
+        cap.saturating_mul(2).saturating_add(LOG_SLACK)
+    })
+}
 
 /// One run, fully resolved by the daemon after the caller's mapping
 /// narrowed it. The launcher never looks a profile up by name: it gets the
@@ -53,7 +75,10 @@ pub struct RunSpec {
     pub secrets: Vec<crate::broker::secrets::SecretSpec>,
     /// The delegated cgroup to create the run's cgroup below.
     pub cgroup_parent: Option<PathBuf>,
-    /// Where the broker appends its audit lines (in the daemon's spool).
+    /// Where the daemon keeps the broker's audit lines (in its spool).
+    /// Never opened by the launcher or the supervisor: when it is set, the
+    /// write end of a pipe the daemon reads travels as the last spawn
+    /// descriptor.
     pub audit: Option<PathBuf>,
     /// The caller's own grant store; `None` uses no stored grants (never
     /// the daemon user's).
@@ -137,6 +162,9 @@ pub enum ToLauncher {
         /// Projects with more directories than this are never pooled.
         budget: usize,
     },
+    /// The daemon stops: end every supervisor, wait for them and their
+    /// janitors, remove their delegated cgroups (warm ones too), exit.
+    Stop,
     /// Discard every warm sandbox of `key`.
     Drain {
         /// The pool key.

@@ -13,8 +13,8 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::protocol::{
-    Approval, Chunk, FromSupervisor, LogEvent, LogRecord, RunSpec, ToSupervisor, MAX_MESSAGE,
-    SPAWN_FDS_EVENTS, SPAWN_FDS_LOG, SPAWN_FDS_STDIN,
+    log_bound, Approval, Chunk, FromSupervisor, LogEvent, LogRecord, RunSpec, ToSupervisor,
+    MAX_MESSAGE, SPAWN_FDS_EVENTS, SPAWN_FDS_LOG, SPAWN_FDS_STDIN,
 };
 use crate::broker::prompt::{Answer, Asker};
 use crate::jsonl::{Fill, Frame, Framer};
@@ -51,9 +51,6 @@ struct RunLog {
     /// Output stopped at `max_bytes`.
     cut: bool,
 }
-
-/// Room for the records around the output (started, asks, exit).
-const LOG_SLACK: u64 = 64 << 10;
 
 impl RunLog {
     fn line(&self, event: LogEvent) -> std::io::Result<Vec<u8>> {
@@ -311,12 +308,6 @@ pub(super) struct Session {
     log: Arc<Mutex<RunLog>>,
 }
 
-fn log_bound(output_cap: Option<u64>) -> u64 {
-    output_cap.map_or(u64::MAX, |cap| {
-        cap.saturating_mul(2).saturating_add(LOG_SLACK)
-    })
-}
-
 impl Session {
     pub(super) fn new(events: OwnedFd, log: OwnedFd, output_cap: Option<u64>) -> Session {
         Session {
@@ -366,51 +357,73 @@ impl Session {
     }
 }
 
-/// A spawn request's descriptors: events socket, log, stdin if any.
-pub(super) fn split_fds(
-    spec: &RunSpec,
-    mut fds: Vec<OwnedFd>,
-) -> Option<(OwnedFd, OwnedFd, Option<OwnedFd>)> {
-    let stdin = if spec.stdin && fds.len() > SPAWN_FDS_STDIN {
-        Some(fds.remove(SPAWN_FDS_STDIN))
-    } else {
-        None
-    };
-    if fds.len() <= SPAWN_FDS_LOG {
-        return None;
-    }
-    let log = fds.remove(SPAWN_FDS_LOG);
-    let events = fds.remove(SPAWN_FDS_EVENTS);
-    Some((events, log, stdin))
+/// A spawn request's descriptors: events socket, log pipe, stdin if any,
+/// audit pipe if any.
+pub(super) struct RunFds {
+    pub(super) events: OwnedFd,
+    pub(super) log: OwnedFd,
+    pub(super) stdin: Option<OwnedFd>,
+    pub(super) audit: Option<std::fs::File>,
 }
 
-/// Run one daemon run to its end; the process exit status (0 once the
-/// result was handed over, whatever the command's status).
+/// How many descriptors a spawn request of `spec` carries.
+pub(super) fn spawn_fd_count(spec: &RunSpec) -> usize {
+    2 + usize::from(spec.stdin) + usize::from(spec.audit.is_some())
+}
+
+/// Split a spawn request's descriptors; `None` when their count is not
+/// [`spawn_fd_count`].
+pub(super) fn split_fds(spec: &RunSpec, mut fds: Vec<OwnedFd>) -> Option<RunFds> {
+    if fds.len() != spawn_fd_count(spec) {
+        return None;
+    }
+    let audit = match spec.audit.is_some() {
+        true => fds.pop().map(std::fs::File::from),
+        false => None,
+    };
+    let stdin = match spec.stdin {
+        true => Some(fds.remove(SPAWN_FDS_STDIN)),
+        false => None,
+    };
+    let log = fds.remove(SPAWN_FDS_LOG);
+    let events = fds.remove(SPAWN_FDS_EVENTS);
+    Some(RunFds {
+        events,
+        log,
+        stdin,
+        audit,
+    })
+}
+
+/// Run one daemon run to its end. The process exits with the status it
+/// reports, so the launcher's wait (root's) confirms the report or shows
+/// it false (`daemon::verdict`).
 pub fn run(spec: RunSpec, fds: Vec<OwnedFd>) -> i32 {
-    let Some((events, log, stdin)) = split_fds(&spec, fds) else {
+    let Some(fds) = split_fds(&spec, fds) else {
         return 125;
     };
-    let session = Session::new(events, log, spec.policy.limits.output);
-    let status = supervise(spec, stdin, Identity::Launcher, &session);
+    let session = Session::new(fds.events, fds.log, spec.policy.limits.output);
+    let status = supervise(spec, fds.stdin, fds.audit, Identity::Launcher, &session);
     session.exit(status);
-    0
+    status & 0xff
 }
 
 /// Who the supervisor is when a cold run starts.
-#[derive(Debug)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Identity {
-    /// Still the launcher's (root for a system daemon): it opens the
-    /// audit file and becomes the run's caller first.
+    /// Still the launcher's (root for a system daemon): it becomes the
+    /// run's caller first.
     Launcher,
     /// A warm supervisor that went cold at commit: it became the caller
-    /// when it was forked, and the launcher opened the audit file.
-    Caller(Option<std::fs::File>),
+    /// when it was forked.
+    Caller,
 }
 
 /// A cold run.
 pub(super) fn supervise(
     spec: RunSpec,
     stdin: Option<OwnedFd>,
+    audit: Option<std::fs::File>,
     identity: Identity,
     session: &Session,
 ) -> i32 {
@@ -418,21 +431,7 @@ pub(super) fn supervise(
     if spec.argv.is_empty() {
         return finish_failed(events, &spec, "the run has no command".into(), 125);
     }
-    // Opened while still root: the spool is the daemon's, and the caller
-    // this process becomes next may not reach it.
-    let from_launcher = matches!(identity, Identity::Launcher);
-    let audit = match (identity, &spec.audit) {
-        (Identity::Caller(audit), _) => audit,
-        (Identity::Launcher, Some(path)) => match open_audit(path, spec.run_as.as_ref()) {
-            Ok(file) => Some(file),
-            Err(err) => {
-                let why = format!("the run's audit file {}: {err}", path.display());
-                return finish_failed(events, &spec, why, 125);
-            }
-        },
-        (Identity::Launcher, None) => None,
-    };
-    if let (Some(run_as), true) = (&spec.run_as, from_launcher) {
+    if let (Some(run_as), Identity::Launcher) = (&spec.run_as, identity) {
         if let Err(why) = become_caller(run_as, &spec.policy) {
             return finish_failed(events, &spec, why, 125);
         }
@@ -571,27 +570,6 @@ fn finish_failed(events: &Arc<Mutex<Events>>, spec: &RunSpec, error: String, sta
     status
 }
 
-pub(super) fn open_audit(
-    path: &std::path::Path,
-    run_as: Option<&super::protocol::RunAs>,
-) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    if let Some(run_as) = run_as {
-        nix::unistd::fchown(
-            &file,
-            Some(nix::unistd::Uid::from_raw(run_as.uid)),
-            Some(nix::unistd::Gid::from_raw(run_as.gid)),
-        )?;
-    }
-    Ok(file)
-}
-
 /// Become the caller whose run this is, after giving it a cgroup of its
 /// own to put the run's below: created here as root with the run's limits,
 /// so that the caller may create and fill cgroups inside it but can never
@@ -641,7 +619,14 @@ pub(super) fn become_caller(
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("setresuid({uid}): {e}"))?;
     // setuid cleared the dumpable flag, which would leave /proc/<pid> of
     // the sandbox's processes root's: the id maps of the user namespace
-    // this process creates could not be written.
+    // this process creates could not be written. Dumpable, it is the
+    // caller's to ptrace and to take descriptors from (pidfd_getfd), and
+    // it would be even if it stayed undumpable: the flag comes back with
+    // any execve and the payload it forks is the caller's anyway. So it
+    // holds nothing of root's the caller could not have opened: pipes
+    // the daemon reads and bounds for the log and audit, a sealed memfd
+    // of the caller's own stdin, its events socket (whose every message
+    // the daemon treats as a claim), /dev/null for stdio.
     nix::sys::prctl::set_dumpable(true).map_err(|e| format!("PR_SET_DUMPABLE: {e}"))?;
     Ok(())
 }

@@ -27,10 +27,8 @@ use super::wire::{self, WireError};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ToWarm {
-    /// Run this. Descriptors: the spawn request's (events socket, log,
-    /// stdin when the spec has one), then the run's audit file when the
-    /// spec names one, opened by the launcher (the supervisor is the
-    /// caller by now and may not reach the daemon's spool).
+    /// Run this. Descriptors: the spawn request's (events socket, log
+    /// pipe, stdin when the spec has one, audit pipe when it names one).
     Commit {
         /// The daemon's run id.
         run: String,
@@ -263,7 +261,7 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
             }
         }
     };
-    let (run_spec, mut fds, committed, warm_child) = match waited {
+    let (run_spec, fds, committed, warm_child) = match waited {
         Ok((spec, fds, committed)) => (spec, fds, committed, Some(child)),
         Err(reason) => {
             drop(child);
@@ -277,14 +275,11 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
             }
         }
     };
-    let audit = match run_spec.audit.is_some() {
-        true => fds.pop().map(std::fs::File::from),
-        false => None,
-    };
-    let Some((events, log, stdin)) = supervisor::split_fds(&run_spec, fds) else {
+    let Some(run_fds) = supervisor::split_fds(&run_spec, fds) else {
         return 125;
     };
-    session.attach(events, log, run_spec.policy.limits.output);
+    let (stdin, audit) = (run_fds.stdin, run_fds.audit);
+    session.attach(run_fds.events, run_fds.log, run_spec.policy.limits.output);
     let status = match warm_child {
         Some(child) if !fresh.changed() => commit(
             child, &run_spec, &project, stdin, audit, &ours, &session, committed,
@@ -298,11 +293,12 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
                 let _ = discard("the project changed after the sandbox was prepared".into());
                 drop(still_warm);
             }
-            supervisor::supervise(run_spec, stdin, Identity::Caller(audit), &session)
+            supervisor::supervise(run_spec, stdin, audit, Identity::Caller, &session)
         }
     };
     session.exit(status);
-    0
+    // As a cold supervisor does: root's wait confirms the report.
+    status & 0xff
 }
 
 /// Hand the waiting payload its command and see the run to its end.

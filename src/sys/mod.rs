@@ -7,6 +7,7 @@ pub mod creds;
 pub mod epoll;
 pub mod fd;
 pub mod fork;
+pub mod fs_identity;
 pub mod mount_api;
 pub mod net;
 pub mod probe;

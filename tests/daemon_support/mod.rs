@@ -302,8 +302,14 @@ impl Drop for Daemon {
         let launcher = self.child.as_ref().and_then(|_| self.launcher_pid());
         self.kill();
         if let Some(pid) = launcher {
-            // Tests must not leave a launcher behind if the daemon's death
-            // did not end it (that failure is asserted where it matters).
+            // The launcher ends its runs and removes their cgroups once the
+            // daemon is gone (at most 15 s): given that time, a test leaves
+            // no cgroup behind. Tests must not leave a launcher behind if
+            // the daemon's death did not end it (that failure is asserted
+            // where it matters).
+            support::wait::holds_within(Duration::from_secs(20), || {
+                !Path::new(&format!("/proc/{pid}/exe")).exists()
+            });
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid as i32),
                 nix::sys::signal::Signal::SIGKILL,
@@ -418,4 +424,158 @@ fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
         out.extend_from_slice(data.get(..size)?);
         data = data.get(size + 2..)?;
     }
+}
+
+/// The host processes of `uid` named `comm` (`sandbox-run`: a caller's run
+/// supervisors; `sandbox-warm`: warm ones).
+pub fn processes_named(comm: &str, uid: u32) -> Vec<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if entry.metadata().map(|m| m.uid()).ok() != Some(uid) {
+            continue;
+        }
+        let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        if name.trim_end() == comm {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// What a caller does to its run's supervisor, a process of its own uid:
+/// copy every descriptor it holds (pidfd_open, pidfd_getfd) and write into
+/// each. Modes: `end` (a forged `end` record saying exited 0), `flood` (12
+/// MiB of forged stdout records, and the forged `end`), `finished` (a
+/// forged `finished` saying status 0 on every socket, then SIGKILL to the
+/// supervisor), `asks` (50,000 forged questions with far deadlines on
+/// every socket, then waiting until the daemon has read them all). Prints
+/// one JSON object: what it copied and where its writes went through.
+pub const STEAL_AND_WRITE: &str = r#"
+import ctypes, fcntl, json, os, signal, stat, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+pid, mode = int(sys.argv[1]), sys.argv[2]
+def timeout(*_):
+    raise TimeoutError()
+signal.signal(signal.SIGALRM, timeout)
+END = b'\n{"seq":99,"time_ms":0,"type":"end","state":"exited","status":0,"reason":null,"report":null}\n'
+FIN = b'\n{"type":"finished","status":0,"report":{"version":1,"forged":true},"error":null}\n'
+LINE = b'{"seq":1,"time_ms":0,"type":"stdout","data":"' + b'x' * 4000 + b'"}\n'
+def ask(n):
+    return b'{"type":"ask","id":%d,"caller":"command:forged","action":"fs.write","target":"/forged/%d","deadline_ms":18446744073709551615}\n' % (n, n)
+def write_all(fd, data, idle=5):
+    # Gives up on a descriptor nobody reads (a broker socket the payload
+    # never serves): no piece of 4 KiB went through in `idle` seconds.
+    view = memoryview(data)
+    try:
+        while view:
+            signal.setitimer(signal.ITIMER_REAL, idle)
+            try:
+                view = view[os.write(fd, view[:4096]):]
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        return True
+    except (TimeoutError, OSError):
+        return False
+pidfd = libc.syscall(434, pid, 0)
+out = {"pidfd": pidfd >= 0, "copied": {}, "refused": 0, "written": []}
+try:
+    numbers = sorted(int(n) for n in os.listdir('/proc/%d/fd' % pid))
+except OSError:
+    numbers = list(range(64))
+copies = {}
+for n in numbers:
+    fd = libc.syscall(438, pidfd, n, 0) if pidfd >= 0 else -1
+    if fd < 0:
+        out["refused"] += 1
+        continue
+    mode_bits = os.fstat(fd).st_mode
+    kind = "sock" if stat.S_ISSOCK(mode_bits) else "fifo" if stat.S_ISFIFO(mode_bits) else "reg" if stat.S_ISREG(mode_bits) else "other"
+    copies[n] = (fd, kind)
+    out["copied"][str(n)] = kind
+for n, (fd, kind) in copies.items():
+    if mode in ("end", "flood") and kind in ("fifo", "reg", "sock"):
+        data = END
+        if mode == "flood":
+            data = LINE * (12 * 1024 * 1024 // len(LINE)) + END
+        if write_all(fd, data):
+            out["written"].append(n)
+    elif mode == "finished" and kind == "sock":
+        if write_all(fd, FIN):
+            out["written"].append(n)
+    elif mode == "asks" and kind == "sock":
+        if write_all(fd, b"".join(ask(i) for i in range(1, 50001))):
+            out["written"].append(n)
+            started = time.monotonic()
+            buf = bytearray(4)
+            while time.monotonic() < started + 10:
+                fcntl.ioctl(fd, 0x5411, buf)
+                if struct.unpack("i", buf)[0] == 0:
+                    break
+                time.sleep(0.05)
+            out["unread_%d" % n] = struct.unpack("i", buf)[0]
+            out["waited_%d" % n] = time.monotonic() - started
+if mode == "finished":
+    os.kill(pid, signal.SIGKILL)
+print(json.dumps(out))
+"#;
+
+/// Run [`STEAL_AND_WRITE`] as the test user against `pid`.
+pub fn steal_and_write(pid: u32, mode: &str) -> Value {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new("python3")
+        .args(["-c", STEAL_AND_WRITE, &pid.to_string(), mode])
+        .uid(support::TEST_UID)
+        .gid(support::TEST_GID)
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 runs");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|_| {
+        panic!(
+            "the attacker printed no JSON: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The supervisor of the test user's one running run, once its sandbox
+/// exists (its log has a `started` record): (run id, its log, the pid).
+pub fn caller_run_supervisor(daemon: &Daemon) -> (String, PathBuf, u32) {
+    let spool = daemon.state.join("spool");
+    let mut last = String::new();
+    support::wait::within(Duration::from_secs(60), || {
+        let log = std::fs::read_dir(&spool)
+            .ok()?
+            .flatten()
+            .map(|entry| entry.path().join("log.ndjson"))
+            .find(|log| {
+                std::fs::read_to_string(log).is_ok_and(|text| text.contains("\"type\":\"started\""))
+            })?;
+        // The launcher's child: what the supervisor forks is named the
+        // same until it executes something else (the run's janitor).
+        let launcher = daemon.launcher_pid()?;
+        let pids: Vec<u32> = processes_named("sandbox-run", support::TEST_UID)
+            .into_iter()
+            .filter(|pid| children_of(launcher).contains(pid))
+            .collect();
+        last = format!("{} supervisors: {pids:?}", log.display());
+        let pid = *pids.first()?;
+        let id = log.parent()?.file_name()?.to_string_lossy().into_owned();
+        Some((id, log.clone(), pid))
+    })
+    .unwrap_or_else(|| panic!("no run of the caller started ({last}):\n{}", daemon.log()))
+}
+
+/// The daemon's peak resident set (VmHWM, KiB).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
 }
