@@ -33,6 +33,10 @@ pub mod sysctl;
 pub mod command;
 pub mod environment;
 
+// The fuzz targets' entry points (fuzz/), not part of the documented API.
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use command::{Child, Command, ExitStatus, Finished};
 pub use profile::policy::Policy;
 pub use spawn::{Report, SpawnError, Stdio};
