@@ -1018,12 +1018,22 @@ impl Request {
                     .into(),
             })
         });
-        Ok(Request {
+        let request = Request {
             head,
             uri,
             body,
             forbidden,
-        })
+        };
+        // The origin gets the head in origin form, with a Host field added
+        // when the client sent none: it must fit the limits this proxy
+        // holds its clients to, or the proxy would send a head it refuses
+        // itself (128 fields and no Host became 129, found by fuzzing).
+        let origin = request.origin_head();
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        match httparse::Request::new(&mut fields).parse(&origin) {
+            Ok(httparse::Status::Complete(len)) if len <= HEAD_LIMIT => Ok(request),
+            _ => Err(HeadError::TooLarge.outcome()),
+        }
     }
 
     fn requested(&self) -> String {
@@ -1317,7 +1327,30 @@ pub(crate) mod fuzzing {
             return;
         };
         let _ = request.requested();
-        let _ = request.origin_head();
+        // What the origin server gets must read as the request the proxy
+        // checked: one complete head, for the same target, whose body is
+        // framed the same way (anything else is request smuggling).
+        let origin = request.origin_head();
+        match parse_request(&origin) {
+            Ok(Some(forwarded)) => {
+                assert_eq!(forwarded.len, origin.len(), "the head ends where it should");
+                assert_eq!(forwarded.method, request.head.method);
+                assert_eq!(forwarded.target, request.uri.path);
+                assert_eq!(request_body(&forwarded.headers), Ok(request.body));
+                let hosts: Vec<&[u8]> = values(&forwarded.headers, "host").collect();
+                assert_eq!(hosts.len(), 1, "one Host header names the target");
+                assert!(
+                    !forwarded.headers.iter().any(|(name, _)| name
+                        .get(..6)
+                        .is_some_and(|p| p.eq_ignore_ascii_case("proxy-"))),
+                    "Proxy-* fields are the proxy's"
+                );
+            }
+            Ok(None) | Err(_) => panic!(
+                "the forwarded head does not parse: {:?}",
+                String::from_utf8_lossy(&origin)
+            ),
+        }
         let mut client = Inbound::new(rest);
         let mut sink = Vec::new();
         let _ = block_on(copy_body(
@@ -1326,6 +1359,8 @@ pub(crate) mod fuzzing {
             request.body,
             &mut Vec::new(),
         ));
+        // A body is forwarded as it came, never rewritten.
+        assert_eq!(sink, rest[..sink.len()]);
     }
 
     /// An upstream's answer as relayed to the client; the first byte says
@@ -1342,6 +1377,8 @@ pub(crate) mod fuzzing {
             flags & 1 == 1,
             &mut Vec::new(),
         ));
+        // A response is relayed as it came, never rewritten.
+        assert_eq!(client, rest[..client.len()]);
     }
 
     /// A chunked body on its own.
@@ -2053,6 +2090,35 @@ mod tests {
             .await;
         assert_eq!(client.response().await.0, 200);
         assert_eq!(client.echo("alive").await, "alive");
+    }
+
+    #[test]
+    fn a_head_the_origin_form_would_take_past_the_limits_is_refused() {
+        // Found by the proxy_request fuzz target: 128 fields (the most a
+        // client may send) and no Host, to which the forwarded head adds one.
+        let mut text = String::from("GET http://example.com/ HTTP/1.1\r\n");
+        for i in 0..MAX_HEADERS {
+            text.push_str(&format!("X-{i}: v\r\n"));
+        }
+        text.push_str("\r\n");
+        let head = match parse_request(text.as_bytes()) {
+            Ok(Some(head)) => head,
+            _ => panic!("a head of {MAX_HEADERS} fields parses"),
+        };
+        assert!(matches!(
+            Request::check(head),
+            Err(HttpOutcome::Answer(status, _)) if status.starts_with("431")
+        ));
+        // One field fewer leaves room for the Host the proxy adds.
+        let text = text.replacen("X-0: v\r\n", "", 1);
+        let head = match parse_request(text.as_bytes()) {
+            Ok(Some(head)) => head,
+            _ => panic!("a head of {} fields parses", MAX_HEADERS - 1),
+        };
+        let request = Request::check(head).unwrap_or_else(|_| panic!("127 fields and a Host fit"));
+        assert!(
+            String::from_utf8_lossy(&request.origin_head()).contains("\r\nHost: example.com\r\n")
+        );
     }
 
     #[test]
