@@ -63,13 +63,25 @@ pub fn broker(bytes: &[u8]) {
         );
     }
     assert_eq!(fed, stream.len());
-    for frame in frames {
+    // Every complete line comes out whole, or as its length when too long,
+    // in order, whatever the pieces were.
+    let complete = match stream.iter().rposition(|b| *b == b'\n') {
+        Some(end) => stream[..end].split(|b| *b == b'\n').collect(),
+        None => Vec::new(),
+    };
+    assert_eq!(frames.len(), complete.len(), "one frame per line");
+    for (frame, expected) in frames.iter().zip(&complete) {
         match frame {
-            Frame::Line(line) => {
-                assert!(line.len() <= MAX && !line.contains(&b'\n'));
-                crate::broker::server::fuzzing::message(&line);
+            Frame::Line(line) => assert_eq!(line, expected),
+            Frame::TooLarge { bytes } => {
+                assert!(expected.len() > MAX);
+                assert_eq!(*bytes, expected.len());
             }
-            Frame::TooLarge { bytes } => assert!(bytes > MAX),
+        }
+    }
+    for frame in frames {
+        if let Frame::Line(line) = frame {
+            crate::broker::server::fuzzing::message(&line);
         }
     }
 }
@@ -210,7 +222,25 @@ pub fn daemon_request(bytes: &[u8]) {
         Config::parse(&text, Path::new("/nonexistent-sandbox-fuzz/daemon.toml"))
             .unwrap_or_else(|err| panic!("the daemon target's config does not parse: {err}"))
     });
-    let _ = resolve(config, &config.rules[0], caller, request);
+    let Ok(resolved) = resolve(config, &config.rules[0], caller, request) else {
+        return;
+    };
+    // Whatever was asked, the run stays inside the rule.
+    let spec = &resolved.spec;
+    let limits = &spec.policy.limits;
+    assert!(limits.memory.is_some_and(|m| m <= 1 << 30), "{limits:?}");
+    assert!(limits.pids.is_some_and(|p| p <= 100), "{limits:?}");
+    assert!(
+        limits
+            .timeout
+            .is_some_and(|t| t <= std::time::Duration::from_secs(600)),
+        "{limits:?}"
+    );
+    assert!(spec.project.starts_with("/tmp"), "{:?}", spec.project);
+    if let Some(cwd) = &spec.cwd {
+        assert!(cwd.starts_with(&spec.project), "{cwd:?}");
+    }
+    assert!(spec.policy.env.pass.is_empty());
 }
 
 #[cfg(test)]
