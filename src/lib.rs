@@ -34,6 +34,10 @@ pub mod command;
 pub mod environment;
 pub mod jsonl;
 
+// The fuzz targets' entry points (fuzz/), not part of the documented API.
+#[doc(hidden)]
+pub mod fuzzing;
+
 pub use command::{Child, Command, ExitStatus, Finished};
 pub use profile::policy::Policy;
 pub use spawn::{Report, SpawnError, Stdio};

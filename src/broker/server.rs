@@ -1109,6 +1109,62 @@ impl Broker {
     }
 }
 
+/// The broker's reading of one message, for the fuzz targets
+/// (`crate::fuzzing`): parse, method, then the parameters as `serve`
+/// decodes them before it decides or touches anything.
+pub(crate) mod fuzzing {
+    use super::*;
+
+    /// One line as the channel delivers it.
+    pub fn message(line: &[u8]) {
+        let (id, method, params) = match protocol::parse(line, &protocol::Limits::default()) {
+            Ok(Message::Request { id, method, params }) => (Some(id), method, params),
+            Ok(Message::Notification { method, params }) => (None, method, params),
+            Ok(Message::Response { .. }) => return,
+            Err(error) => {
+                let _ = protocol::error_response(&error.id, error.code, &error.message, None);
+                return;
+            }
+        };
+        if let Some(id) = &id {
+            let _ = protocol::response(id, &params);
+        }
+        let Ok(action) = method.parse::<Action>() else {
+            return;
+        };
+        let decoded: Result<(), Failure> = match action {
+            Action::PermissionQuery => typed::<QueryParams>(action, params).map(drop),
+            Action::Log => typed::<LogParams>(action, params).map(drop),
+            Action::FsRead | Action::FsStat | Action::FsList => path_params(
+                action,
+                Action::FsRead,
+                params,
+                |r: &fs_actions::ReadParams| &r.path,
+            )
+            .map(|(path, _)| drop(lexical(&path))),
+            Action::FsWrite | Action::FsMkdir | Action::FsDelete => path_params(
+                action,
+                Action::FsWrite,
+                params,
+                |w: &fs_actions::WriteParams| &w.path,
+            )
+            .map(|(path, _)| drop(lexical(&path))),
+            Action::SecretsGet => typed::<SecretParams>(action, params).map(drop),
+            Action::TerminalRun => typed::<RunParams>(action, params).map(drop),
+            Action::NetHttp => {
+                let mut secrets = Secrets::default();
+                secrets.add(vec![SecretSpec::unbound("TOKEN", "fuzz-secret-value")]);
+                super::super::http::prepare(params, &secrets).map(drop)
+            }
+            Action::SecretsRead => Ok(()),
+        };
+        if let Err(failure) = decoded {
+            let id = id.unwrap_or(Id::Null);
+            let _ = protocol::error_response(&id, failure.code, &failure.message, None);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

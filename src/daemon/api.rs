@@ -735,3 +735,25 @@ async fn wrong_method() -> ApiError {
         "see docs/src/daemon.md for each endpoint's method",
     )
 }
+
+/// The request bodies and query strings of the API, decoded as the
+/// handlers decode them, for the fuzz targets (`crate::fuzzing`).
+pub(crate) mod fuzzing {
+    use super::*;
+
+    /// `bytes` as every body and query the API reads.
+    pub fn bodies(bytes: &[u8]) {
+        let _ = serde_json::from_slice::<AnswerBody>(bytes);
+        let _ = skill_body::<InvokeBody>(Ok(Bytes::copy_from_slice(bytes)));
+        let _ = skill_body::<SkillsWhere>(Ok(Bytes::copy_from_slice(bytes)));
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            return;
+        };
+        let Ok(uri) = format!("/v1/runs?{text}").parse::<axum::http::Uri>() else {
+            return;
+        };
+        let _ = Query::<ListQuery>::try_from_uri(&uri);
+        let _ = Query::<EventsQuery>::try_from_uri(&uri);
+        let _ = Query::<SkillsWhere>::try_from_uri(&uri);
+    }
+}

@@ -256,54 +256,15 @@ impl Proxy {
         mut write: OwnedWriteHalf,
         deadline: Instant,
     ) -> io::Result<()> {
-        client.need(2, deadline).await?;
-        let methods = usize::from(client.buf[1]);
-        client.need(2 + methods, deadline).await?;
-        let no_auth = client.buf[2..2 + methods].contains(&SOCKS_NO_AUTH);
-        client.consume(2 + methods);
-        if !no_auth {
+        if !socks_greeting(&mut client, deadline).await? {
             // Credentials would only name the client, which is the sandbox.
             return write.write_all(&[SOCKS_VERSION, 0xff]).await;
         }
         write.write_all(&[SOCKS_VERSION, SOCKS_NO_AUTH]).await?;
-
-        client.need(4, deadline).await?;
-        let (version, command, address_type) = (client.buf[0], client.buf[1], client.buf[3]);
-        if version != SOCKS_VERSION {
-            return Ok(());
-        }
-        let (host, address_len) = match address_type {
-            1 => {
-                client.need(4 + 4 + 2, deadline).await?;
-                let octets: [u8; 4] = client.buf[4..8].try_into().map_err(io::Error::other)?;
-                (Some(Host::Ip(octets.into())), 4)
-            }
-            3 => {
-                client.need(5, deadline).await?;
-                let len = usize::from(client.buf[4]);
-                client.need(5 + len + 2, deadline).await?;
-                let host = std::str::from_utf8(&client.buf[5..5 + len])
-                    .ok()
-                    .and_then(|name| Host::parse(name).ok());
-                (host, 1 + len)
-            }
-            4 => {
-                client.need(4 + 16 + 2, deadline).await?;
-                let octets: [u8; 16] = client.buf[4..20].try_into().map_err(io::Error::other)?;
-                (Some(Host::Ip(octets.into())), 16)
-            }
-            _ => return socks_reply(&mut write, SOCKS_ADDRESS_TYPE_UNSUPPORTED).await,
-        };
-        let port_at = 4 + address_len;
-        let port = u16::from_be_bytes([client.buf[port_at], client.buf[port_at + 1]]);
-        client.consume(port_at + 2);
-        if command != SOCKS_CONNECT {
-            // BIND and UDP ASSOCIATE would open ways in and out the
-            // allowlist cannot see.
-            return socks_reply(&mut write, SOCKS_COMMAND_UNSUPPORTED).await;
-        }
-        let Some(host) = host.filter(|_| port != 0) else {
-            return socks_reply(&mut write, SOCKS_GENERAL_FAILURE).await;
+        let (host, port) = match socks_request(&mut client, deadline).await? {
+            SocksRequest::WrongVersion => return Ok(()),
+            SocksRequest::Refused(code) => return socks_reply(&mut write, code).await,
+            SocksRequest::Connect(host, port) => (host, port),
         };
         let requested = format!("SOCKS5 {}", host.with_port(port));
         match self.open(host, port, requested).await {
@@ -600,6 +561,75 @@ const SOCKS_HOST_UNREACHABLE: u8 = 4;
 const SOCKS_REFUSED: u8 = 5;
 const SOCKS_COMMAND_UNSUPPORTED: u8 = 7;
 const SOCKS_ADDRESS_TYPE_UNSUPPORTED: u8 = 8;
+
+/// Reads a SOCKS5 greeting; whether the client offers "no authentication".
+async fn socks_greeting<R: AsyncRead + Unpin>(
+    client: &mut Inbound<R>,
+    deadline: Instant,
+) -> io::Result<bool> {
+    client.need(2, deadline).await?;
+    let methods = usize::from(client.buf[1]);
+    client.need(2 + methods, deadline).await?;
+    let no_auth = client.buf[2..2 + methods].contains(&SOCKS_NO_AUTH);
+    client.consume(2 + methods);
+    Ok(no_auth)
+}
+
+/// What a SOCKS5 request (after the greeting) asks for.
+#[derive(Debug, PartialEq)]
+enum SocksRequest {
+    /// Not SOCKS version 5: the connection is closed unanswered.
+    WrongVersion,
+    /// Answered with this reply code and closed.
+    Refused(u8),
+    /// A CONNECT to a target the allowlist decides on.
+    Connect(Host, u16),
+}
+
+async fn socks_request<R: AsyncRead + Unpin>(
+    client: &mut Inbound<R>,
+    deadline: Instant,
+) -> io::Result<SocksRequest> {
+    client.need(4, deadline).await?;
+    let (version, command, address_type) = (client.buf[0], client.buf[1], client.buf[3]);
+    if version != SOCKS_VERSION {
+        return Ok(SocksRequest::WrongVersion);
+    }
+    let (host, address_len) = match address_type {
+        1 => {
+            client.need(4 + 4 + 2, deadline).await?;
+            let octets: [u8; 4] = client.buf[4..8].try_into().map_err(io::Error::other)?;
+            (Some(Host::Ip(octets.into())), 4)
+        }
+        3 => {
+            client.need(5, deadline).await?;
+            let len = usize::from(client.buf[4]);
+            client.need(5 + len + 2, deadline).await?;
+            let host = std::str::from_utf8(&client.buf[5..5 + len])
+                .ok()
+                .and_then(|name| Host::parse(name).ok());
+            (host, 1 + len)
+        }
+        4 => {
+            client.need(4 + 16 + 2, deadline).await?;
+            let octets: [u8; 16] = client.buf[4..20].try_into().map_err(io::Error::other)?;
+            (Some(Host::Ip(octets.into())), 16)
+        }
+        _ => return Ok(SocksRequest::Refused(SOCKS_ADDRESS_TYPE_UNSUPPORTED)),
+    };
+    let port_at = 4 + address_len;
+    let port = u16::from_be_bytes([client.buf[port_at], client.buf[port_at + 1]]);
+    client.consume(port_at + 2);
+    if command != SOCKS_CONNECT {
+        // BIND and UDP ASSOCIATE would open ways in and out the
+        // allowlist cannot see.
+        return Ok(SocksRequest::Refused(SOCKS_COMMAND_UNSUPPORTED));
+    }
+    Ok(match host.filter(|_| port != 0) {
+        Some(host) => SocksRequest::Connect(host, port),
+        None => SocksRequest::Refused(SOCKS_GENERAL_FAILURE),
+    })
+}
 
 async fn socks_reply(write: &mut OwnedWriteHalf, code: u8) -> io::Result<()> {
     write
@@ -988,12 +1018,22 @@ impl Request {
                     .into(),
             })
         });
-        Ok(Request {
+        let request = Request {
             head,
             uri,
             body,
             forbidden,
-        })
+        };
+        // The origin gets the head in origin form, with a Host field added
+        // when the client sent none: it must fit the limits this proxy
+        // holds its clients to, or the proxy would send a head it refuses
+        // itself (128 fields and no Host became 129, found by fuzzing).
+        let origin = request.origin_head();
+        let mut fields = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        match httparse::Request::new(&mut fields).parse(&origin) {
+            Ok(httparse::Status::Complete(len)) if len <= HEAD_LIMIT => Ok(request),
+            _ => Err(HeadError::TooLarge.outcome()),
+        }
     }
 
     fn requested(&self) -> String {
@@ -1249,6 +1289,124 @@ fn chunk_size(line: &[u8]) -> Option<u64> {
         return None;
     }
     u64::from_str_radix(digits, 16).ok()
+}
+
+/// The proxy's readers over bytes in memory, for the fuzz targets
+/// (`crate::fuzzing`): the same functions a connection runs, fed from a
+/// slice instead of a socket.
+pub(crate) mod fuzzing {
+    use super::*;
+
+    fn block_on<F: Future>(future: F) -> F::Output {
+        thread_local! {
+            static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .expect("a current-thread runtime builds");
+        }
+        RUNTIME.with(|runtime| runtime.block_on(future))
+    }
+
+    fn deadline() -> Instant {
+        Instant::now() + Duration::from_secs(5)
+    }
+
+    /// A client's request head, then its body as the head frames it.
+    pub fn request(bytes: &[u8]) {
+        let head = match parse_request(bytes) {
+            Ok(Some(head)) => head,
+            Ok(None) | Err(_) => return,
+        };
+        let rest = &bytes[head.len.min(bytes.len())..];
+        if head.method == "CONNECT" {
+            let _ = split_target(&head.target);
+            return;
+        }
+        let _ = keeps_alive(head.minor, &head.headers);
+        let Ok(request) = Request::check(head) else {
+            return;
+        };
+        let _ = request.requested();
+        // What the origin server gets must read as the request the proxy
+        // checked: one complete head, for the same target, whose body is
+        // framed the same way (anything else is request smuggling).
+        let origin = request.origin_head();
+        match parse_request(&origin) {
+            Ok(Some(forwarded)) => {
+                assert_eq!(forwarded.len, origin.len(), "the head ends where it should");
+                assert_eq!(forwarded.method, request.head.method);
+                assert_eq!(forwarded.target, request.uri.path);
+                assert_eq!(request_body(&forwarded.headers), Ok(request.body));
+                let hosts: Vec<&[u8]> = values(&forwarded.headers, "host").collect();
+                assert_eq!(hosts.len(), 1, "one Host header names the target");
+                assert!(
+                    !forwarded.headers.iter().any(|(name, _)| name
+                        .get(..6)
+                        .is_some_and(|p| p.eq_ignore_ascii_case("proxy-"))),
+                    "Proxy-* fields are the proxy's"
+                );
+            }
+            Ok(None) | Err(_) => panic!(
+                "the forwarded head does not parse: {:?}",
+                String::from_utf8_lossy(&origin)
+            ),
+        }
+        let mut client = Inbound::new(rest);
+        let mut sink = Vec::new();
+        let _ = block_on(copy_body(
+            &mut client,
+            &mut sink,
+            request.body,
+            &mut Vec::new(),
+        ));
+        // A body is forwarded as it came, never rewritten.
+        assert_eq!(sink, rest[..sink.len()]);
+    }
+
+    /// An upstream's answer as relayed to the client; the first byte says
+    /// whether the request was a HEAD.
+    pub fn response(bytes: &[u8]) {
+        let Some((&flags, rest)) = bytes.split_first() else {
+            return;
+        };
+        let mut upstream = Inbound::new(rest);
+        let mut client = Vec::new();
+        let _ = block_on(relay_response(
+            &mut upstream,
+            &mut client,
+            flags & 1 == 1,
+            &mut Vec::new(),
+        ));
+        // A response is relayed as it came, never rewritten.
+        assert_eq!(client, rest[..client.len()]);
+    }
+
+    /// A chunked body on its own.
+    pub fn chunked(bytes: &[u8]) {
+        let mut from = Inbound::new(bytes);
+        let mut to = Vec::new();
+        if block_on(copy_chunked(&mut from, &mut to, &mut Vec::new())).is_ok() {
+            // What was forwarded is exactly what was read: the proxy never
+            // rewrites a body.
+            assert_eq!(to, bytes[..to.len()]);
+        }
+    }
+
+    /// A SOCKS5 greeting and request (the byte that picked SOCKS included).
+    pub fn socks5(bytes: &[u8]) {
+        let mut client = Inbound::new(bytes);
+        let _ = block_on(async {
+            if socks_greeting(&mut client, deadline()).await? {
+                if let SocksRequest::Connect(host, port) =
+                    socks_request(&mut client, deadline()).await?
+                {
+                    assert_ne!(port, 0);
+                    let _ = format!("SOCKS5 {}", host.with_port(port));
+                }
+            }
+            io::Result::Ok(())
+        });
+    }
 }
 
 #[cfg(test)]
@@ -1932,6 +2090,35 @@ mod tests {
             .await;
         assert_eq!(client.response().await.0, 200);
         assert_eq!(client.echo("alive").await, "alive");
+    }
+
+    #[test]
+    fn a_head_the_origin_form_would_take_past_the_limits_is_refused() {
+        // Found by the proxy_request fuzz target: 128 fields (the most a
+        // client may send) and no Host, to which the forwarded head adds one.
+        let mut text = String::from("GET http://example.com/ HTTP/1.1\r\n");
+        for i in 0..MAX_HEADERS {
+            text.push_str(&format!("X-{i}: v\r\n"));
+        }
+        text.push_str("\r\n");
+        let head = match parse_request(text.as_bytes()) {
+            Ok(Some(head)) => head,
+            _ => panic!("a head of {MAX_HEADERS} fields parses"),
+        };
+        assert!(matches!(
+            Request::check(head),
+            Err(HttpOutcome::Answer(status, _)) if status.starts_with("431")
+        ));
+        // One field fewer leaves room for the Host the proxy adds.
+        let text = text.replacen("X-0: v\r\n", "", 1);
+        let head = match parse_request(text.as_bytes()) {
+            Ok(Some(head)) => head,
+            _ => panic!("a head of {} fields parses", MAX_HEADERS - 1),
+        };
+        let request = Request::check(head).unwrap_or_else(|_| panic!("127 fields and a Host fit"));
+        assert!(
+            String::from_utf8_lossy(&request.origin_head()).contains("\r\nHost: example.com\r\n")
+        );
     }
 
     #[test]

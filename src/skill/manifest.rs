@@ -266,13 +266,23 @@ fn line_of(yaml: &str, first_line: usize, key: &str) -> usize {
 /// Parse and validate `dir/SKILL.md`.
 pub fn load(dir: &Path) -> Result<Skill, ManifestError> {
     let file = dir.join("SKILL.md");
+    let text = read_manifest(&file).map_err(|e| ManifestError {
+        file: file.clone(),
+        line: 0,
+        message: format!("cannot read it: {e}"),
+    })?;
+    parse(dir, &text)
+}
+
+/// Validate the text of `dir/SKILL.md`; `dir` is where `main` must exist.
+pub fn parse(dir: &Path, text: &str) -> Result<Skill, ManifestError> {
+    let file = dir.join("SKILL.md");
     let err = |line: usize, message: String| ManifestError {
         file: file.clone(),
         line,
         message,
     };
-    let text = read_manifest(&file).map_err(|e| err(0, format!("cannot read it: {e}")))?;
-    let (yaml, first, body) = front_matter(&text).ok_or_else(|| {
+    let (yaml, first, body) = front_matter(text).ok_or_else(|| {
         err(
             1,
             "no front matter: the file must start with a `---` line and close it with another"
