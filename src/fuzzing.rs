@@ -41,11 +41,11 @@ pub fn skill_manifest(bytes: &[u8]) {
     let _ = crate::skill::manifest::parse(Path::new("/nonexistent-sandbox-fuzz/skill"), text);
 }
 
-/// Bytes on a broker channel: split into lines by the broker's framer (in
+/// Bytes on a broker channel: split into lines by the code base's one framer (in
 /// pieces whose sizes the input's first byte chooses, so that lines span
 /// reads), each line parsed and its parameters decoded.
 pub fn broker(bytes: &[u8]) {
-    use crate::broker::protocol::{Frame, Framer};
+    use crate::jsonl::{Frame, Framer};
     let Some((&step, stream)) = bytes.split_first() else {
         return;
     };
