@@ -135,12 +135,7 @@ fn follow_until(socket: PathBuf, id: String, marker: &'static [u8]) -> bool {
 #[test]
 fn an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon() {
     let test = "an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon";
-    if !support::require(
-        test,
-        "root (the daemon runs as root)",
-        nix::unistd::geteuid().is_root(),
-    ) || !support::require_root_sandbox(test)
-    {
+    if !support::require_root_daemon(test) {
         return;
     }
     let daemon = daemon_for_root();
@@ -258,12 +253,7 @@ fn log_read_positions(daemon: &Daemon, log: &Path) -> Vec<u64> {
 #[test]
 fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
     let test = "followers_of_an_unended_line_under_the_limit_do_not_each_hold_it";
-    if !support::require(
-        test,
-        "root (the daemon runs as root)",
-        nix::unistd::geteuid().is_root(),
-    ) || !support::require_root_sandbox(test)
-    {
+    if !support::require_root_daemon(test) {
         return;
     }
     const MANY: usize = 128;
@@ -365,12 +355,7 @@ sys.exit("the supervisor holds no events socket")
 #[test]
 fn an_endless_line_on_the_events_socket_is_not_held_by_the_daemon() {
     let test = "an_endless_line_on_the_events_socket_is_not_held_by_the_daemon";
-    if !support::require(
-        test,
-        "root (the daemon runs as root)",
-        nix::unistd::geteuid().is_root(),
-    ) || !support::require_root_sandbox(test)
-    {
+    if !support::require_root_daemon(test) {
         return;
     }
     let daemon = daemon_for_root();

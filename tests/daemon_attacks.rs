@@ -17,17 +17,13 @@ use serde_json::{json, Value};
 use support::{Project, Who};
 
 fn ready(test: &str) -> bool {
-    support::require(
-        test,
-        "root (the daemon runs as root)",
-        nix::unistd::geteuid().is_root(),
-    ) && support::require_root_sandbox(test)
+    support::require_root_daemon(test)
         && support::require(
             test,
             "python3 (the attacker's pidfd_getfd)",
             support::commands_exist(&["python3"]),
         )
-        && support::sandbox_works(Who::User)
+        && support::require_user_sandbox(test)
 }
 
 /// Root sees every run; the test user may run `strict` in `project`.

@@ -27,11 +27,7 @@ fn daemon_with(extra_daemon: &str, extra_rules: &str) -> Daemon {
 }
 
 fn ready(test: &str) -> bool {
-    support::require(
-        test,
-        "root (the daemon runs as root)",
-        nix::unistd::geteuid().is_root(),
-    ) && support::require_root_sandbox(test)
+    support::require_root_daemon(test)
 }
 
 fn text(bytes: &[u8]) -> String {

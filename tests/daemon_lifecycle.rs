@@ -12,11 +12,7 @@ use serde_json::json;
 use support::{Project, Who};
 
 fn ready(test: &str) -> bool {
-    support::require(
-        test,
-        "root (the daemon runs as root)",
-        nix::unistd::geteuid().is_root(),
-    ) && support::require_root_sandbox(test)
+    support::require_root_daemon(test)
 }
 
 /// Root's rule over projects below /tmp.

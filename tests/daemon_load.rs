@@ -72,12 +72,7 @@ fn runs_by_command(daemon: &Daemon) -> Vec<Value> {
 #[test]
 fn a_hundred_runs_at_once_then_a_sigkill_mid_load_loses_nothing_finished() {
     let test = "a_hundred_runs_at_once_then_a_sigkill_mid_load_loses_nothing_finished";
-    if !support::require(
-        test,
-        "root (the daemon runs as root)",
-        nix::unistd::geteuid().is_root(),
-    ) || !support::require_root_sandbox(test)
-    {
+    if !support::require_root_daemon(test) {
         return;
     }
     let mut daemon = Daemon::start(

@@ -150,6 +150,17 @@ pub fn require_root_sandbox(test: &str) -> bool {
     require(test, "a sandbox as root", sandbox_works(Who::Root))
 }
 
+/// For tests that start `sandbox daemon`, which runs as root and starts
+/// root's sandboxes: skip loudly (or fail under SANDBOX_TEST_REQUIRE=1)
+/// when either is missing.
+pub fn require_root_daemon(test: &str) -> bool {
+    require(
+        test,
+        "root (the daemon runs as root)",
+        nix::unistd::geteuid().is_root(),
+    ) && require_root_sandbox(test)
+}
+
 /// For tests that need a sandbox started by the unprivileged identity:
 /// skip loudly (or fail under SANDBOX_TEST_REQUIRE=1) when there is none.
 pub fn require_user_sandbox(test: &str) -> bool {
