@@ -13,6 +13,7 @@ pub mod action;
 pub mod broker;
 pub mod caps;
 pub mod cgroup;
+pub mod clock;
 pub mod daemon;
 pub mod landlock;
 pub mod launch;

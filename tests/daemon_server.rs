@@ -625,7 +625,7 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
                     vec!["/bin/sleep".into()],
                     "strict".into(),
                     "/".into(),
-                    sandbox::daemon::runs::now_ms(),
+                    sandbox::clock::unix_ms(),
                 ))
                 .unwrap();
             store.set_running(id).unwrap();

@@ -176,7 +176,7 @@ pub fn ps(args: PsArgs) -> anyhow::Result<i32> {
         println!("{}", json!({ "runs": runs }));
         return Ok(0);
     }
-    let now = now_ms();
+    let now = sandbox::clock::unix_ms();
     let mut rows = vec![[
         "ID".to_string(),
         "STATE".into(),
@@ -256,7 +256,7 @@ pub fn approvals(args: ApprovalsArgs) -> anyhow::Result<i32> {
         .get("approvals")
         .and_then(Value::as_array)
         .ok_or_else(|| client.bad("/v1/approvals", "no \"approvals\" list".into()))?;
-    let now = now_ms();
+    let now = sandbox::clock::unix_ms();
     let mut rows = vec![[
         "ID".to_string(),
         "ACTION".into(),
@@ -898,12 +898,6 @@ fn append_audit(client: &Client, id: &str, file: &Path) -> anyhow::Result<()> {
     out.write_all(&answer.body)
         .with_context(|| format!("writing the audit file {}", file.display()))?;
     Ok(())
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn text(value: &Value) -> String {

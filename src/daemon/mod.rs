@@ -302,7 +302,7 @@ fn state_dir(options: &Options, config: &Config) -> Result<PathBuf, DaemonError>
 /// is killed (only if the pid is still the same process) and their logs
 /// say why.
 fn recover(store: &Store, spool: &Path) -> Result<(), DaemonError> {
-    for run in store.recover(runs::now_ms())? {
+    for run in store.recover(crate::clock::unix_ms())? {
         // The sandbox's init pid came from the supervisor, which is the
         // caller's to speak for: only a process of the run's caller is
         // killed by it, never one of root's or another user's the caller
@@ -317,7 +317,7 @@ fn recover(store: &Store, spool: &Path) -> Result<(), DaemonError> {
         tracing::warn!(run = %run.id, "run lost: {reason}");
         if runs::is_run_id(&run.id) {
             let log = spool.join(&run.id).join("log.ndjson");
-            if let Err(err) = log::append_lost(&log, &reason, runs::now_ms()) {
+            if let Err(err) = log::append_lost(&log, &reason, crate::clock::unix_ms()) {
                 tracing::warn!("run {}: appending to its log: {err}", run.id);
             }
         }
@@ -327,7 +327,7 @@ fn recover(store: &Store, spool: &Path) -> Result<(), DaemonError> {
 
 fn prune(store: &Store, spool: &Path, config: &Config) {
     let keep_for = u64::try_from(config.keep_for.as_millis()).unwrap_or(u64::MAX);
-    match store.prune(runs::now_ms(), config.keep_runs, keep_for) {
+    match store.prune(crate::clock::unix_ms(), config.keep_runs, keep_for) {
         Ok(ids) => {
             for id in ids.iter().filter(|id| runs::is_run_id(id)) {
                 let _ = std::fs::remove_dir_all(spool.join(id));

@@ -271,7 +271,7 @@ impl Spool {
         self.seq += 1;
         serde_json::to_vec(&LogRecord {
             seq: self.seq,
-            time_ms: super::runs::now_ms(),
+            time_ms: crate::clock::unix_ms(),
             event,
         })
         .ok()

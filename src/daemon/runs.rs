@@ -25,13 +25,6 @@ use crate::launch::protocol::{
     Approval, FromLauncher, FromSupervisor, RunSpec, ToLauncher, ToSupervisor, MAX_MESSAGE,
 };
 
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// A new run id: 16 hex digits from the kernel's random source, so ids
 /// are not guessable from each other (a guessed id still meets the owner
 /// check, but need not leak how busy the daemon is).
@@ -40,7 +33,7 @@ pub fn new_run_id() -> String {
     let mut bytes = [0u8; 8];
     let read = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes));
     if read.is_err() {
-        bytes = now_ms()
+        bytes = crate::clock::unix_ms()
             .wrapping_mul(6_364_136_223_846_793_005)
             .to_le_bytes();
     }
@@ -395,7 +388,7 @@ impl Runs {
             resolved.spec.argv.clone(),
             resolved.profile.clone(),
             resolved.spec.project.display().to_string(),
-            now_ms(),
+            crate::clock::unix_ms(),
         );
         let mut spec = resolved.spec;
         spec.audit = Some(dir.join("audit.ndjson"));
@@ -601,14 +594,15 @@ impl Runs {
         let written = blocking(move || {
             if outcome.state == "lost" || (outcome.state == "failed" && outcome.report.is_none()) {
                 if let Some(reason) = &outcome.reason {
-                    if let Err(err) = super::log::append_lost(&log, reason, now_ms()) {
+                    if let Err(err) = super::log::append_lost(&log, reason, crate::clock::unix_ms())
+                    {
                         tracing::warn!("run {run}: appending to its log: {err}");
                     }
                 }
             }
             append_end(&run, &log, &outcome);
             outcome.log_records = super::log::count_records(&log).unwrap_or(0);
-            outcome.finished_ms = now_ms();
+            outcome.finished_ms = crate::clock::unix_ms();
             store.finish(&run, &outcome).map_err(store_error)
         })
         .await;
@@ -772,14 +766,14 @@ impl Runs {
                                 let run = id.to_string();
                                 let _ = blocking(move || {
                                     store
-                                        .set_started(&run, init_pid, init_start, now_ms())
+                                        .set_started(&run, init_pid, init_start, crate::clock::unix_ms())
                                         .map_err(store_error)
                                 })
                                 .await;
                             }
                             Ok(FromSupervisor::Started { .. }) => {}
                             Ok(FromSupervisor::Ask { id: n, caller, action, target, deadline_ms }) => {
-                                let kept = self.keep_question(id, n, caller, action, target, verdict::bounded_deadline(deadline_ms, now_ms(), ask_deadline_ms));
+                                let kept = self.keep_question(id, n, caller, action, target, verdict::bounded_deadline(deadline_ms, crate::clock::unix_ms(), ask_deadline_ms));
                                 if !kept {
                                     refused_questions += 1;
                                     if refused_questions == 1 {
@@ -879,7 +873,7 @@ impl Runs {
         target: Option<String>,
         deadline_ms: u64,
     ) -> bool {
-        let now = now_ms();
+        let now = crate::clock::unix_ms();
         let mut state = lock(&self.state);
         let Some(live) = state.running.get_mut(id) else {
             return false;
@@ -950,7 +944,7 @@ impl Runs {
             reason: Some(reason.to_string()),
             report: None,
             log_records: 0,
-            finished_ms: now_ms(),
+            finished_ms: crate::clock::unix_ms(),
         };
         log_end(id, uid, &outcome);
         let log = self.log_path(id);
@@ -967,7 +961,7 @@ impl Runs {
 
     /// Open questions of runs `uid` may see (`None`: every run's).
     pub fn questions(&self, uid: Option<u32>) -> Vec<Question> {
-        let now = now_ms();
+        let now = crate::clock::unix_ms();
         let state = lock(&self.state);
         let mut out: Vec<Question> = state
             .running
@@ -1002,7 +996,7 @@ impl Runs {
             return Err(missing());
         }
         match live.questions.get(&n) {
-            Some(q) if q.deadline_ms > now_ms() => {}
+            Some(q) if q.deadline_ms > crate::clock::unix_ms() => {}
             _ => return Err(missing()),
         }
         live.questions.remove(&n);
@@ -1065,7 +1059,7 @@ fn append_end(run: &str, log: &Path, outcome: &Outcome) {
         reason: outcome.reason.clone(),
         report: outcome.report.clone(),
     };
-    if let Err(err) = super::log::append(log, end, now_ms()) {
+    if let Err(err) = super::log::append(log, end, crate::clock::unix_ms()) {
         tracing::warn!("run {run}: appending its end to its log: {err}");
     }
 }

@@ -7,7 +7,7 @@
 use std::io::Write;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -25,12 +25,6 @@ use crate::spawn::parent::{Driver, Steer, Turn};
 /// poisoned one (impossible without a second thread) is still usable.
 fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// The run's log file: numbered records, one write each (`O_APPEND`, so a
@@ -56,7 +50,7 @@ impl RunLog {
     fn line(&self, event: LogEvent) -> std::io::Result<Vec<u8>> {
         let record = LogRecord {
             seq: self.seq + 1,
-            time_ms: now_ms(),
+            time_ms: crate::clock::unix_ms(),
             event,
         };
         let mut line = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
@@ -198,7 +192,7 @@ impl Asker for DaemonAsker {
                 caller: caller.to_string(),
                 action: action.to_string(),
                 target: target.clone(),
-                deadline_ms: now_ms() + left.as_millis() as u64,
+                deadline_ms: crate::clock::unix_ms() + left.as_millis() as u64,
             });
         }
         let _ = lock(&self.log).record(LogEvent::Ask {

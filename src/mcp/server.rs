@@ -159,7 +159,7 @@ impl McpServer {
                 Some(ask) = invocation.asks.recv() => {
                     // Queued while the call waited for the client (its host
                     // has stopped waiting for it): not put to the person.
-                    if ask.deadline_ms.is_some_and(|deadline| deadline <= now_ms()) {
+                    if ask.deadline_ms.is_some_and(|deadline| deadline <= crate::clock::unix_ms()) {
                         self.engine.answer(&ask, "unanswered");
                         continue;
                     }
@@ -558,7 +558,7 @@ async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> &'static str {
     };
     let left = ask
         .deadline_ms
-        .map(|deadline| Duration::from_millis(deadline.saturating_sub(now_ms())))
+        .map(|deadline| Duration::from_millis(deadline.saturating_sub(crate::clock::unix_ms())))
         .unwrap_or(crate::broker::prompt::DEFAULT_DEADLINE);
     match tokio::time::timeout(left, peer.send_request(request)).await {
         Ok(Ok(ClientResult::ElicitResult(result))) => {
@@ -600,7 +600,7 @@ fn fresh_token() -> String {
         // the client can only answer); the clock and a counter give that.
         static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        return format!("{}-{n}", now_ms());
+        return format!("{}-{n}", crate::clock::unix_ms());
     }
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -608,13 +608,6 @@ fn fresh_token() -> String {
 fn getrandom(bytes: &mut [u8]) -> std::io::Result<()> {
     use std::io::Read;
     std::fs::File::open("/dev/urandom")?.read_exact(bytes)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -1033,7 +1033,7 @@ impl Server {
         };
         // The host's own deadline, never more than the terminal's.
         let until_ms = event["deadline_ms"].as_u64().unwrap_or(0);
-        let left = Duration::from_millis(until_ms.saturating_sub(unix_ms()))
+        let left = Duration::from_millis(until_ms.saturating_sub(crate::clock::unix_ms()))
             .min(self.options.question_timeout);
         let deadline = now + left;
         // Waiting for a person is no hang: the host gets its invocation's
@@ -1354,12 +1354,6 @@ fn write_answer(host: &mut HostProc, ask: u64, choice: &str) {
     let line = json!({ "answer": ask, "choice": choice });
     // A host that is gone shows as its end-of-file.
     let _ = host.control.write_all(format!("{line}\n").as_bytes());
-}
-
-fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn kill_host(host: &mut HostProc) {
