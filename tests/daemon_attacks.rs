@@ -335,3 +335,43 @@ fn a_stopped_supervisor_does_not_outlive_a_cancel() {
     assert_eq!(run["state"], "cancelled", "{run}\n{}", daemon.log());
     assert_eq!(run["status"], 137, "{run}");
 }
+
+/// The run's timeout is enforced by its supervisor, which the caller may
+/// stop: root ends a run whose supervisor outlives its timeout, or a
+/// stopped supervisor would hold the run's slot (and its command would
+/// run on) for as long as the caller likes.
+#[test]
+fn a_stopped_supervisor_does_not_outlive_the_runs_timeout() {
+    if !ready("a_stopped_supervisor_does_not_outlive_the_runs_timeout") {
+        return;
+    }
+    let project = Project::new(Who::User);
+    let daemon = daemon_for(&project);
+    // Long enough that the supervisor is stopped well before its own
+    // timeout fires (checked below: stopped while the run still runs).
+    let mut client = sleeping_run(&daemon, &project, &["--timeout", "10s"]);
+    let (id, _, pid) = daemon_support::caller_run_supervisor(&daemon);
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .uid(support::TEST_UID)
+        .gid(support::TEST_GID)
+        .status()
+        .unwrap();
+    assert!(stopped.success(), "the caller stops its own supervisor");
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    assert!(
+        state
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T')),
+        "the supervisor is stopped: {state}"
+    );
+    let run = daemon.wait_finished(&id);
+    let _ = client.wait();
+    assert_eq!(run["state"], "failed", "{run}\n{}", daemon.log());
+    assert_eq!(run["status"], 137, "{run}");
+    assert!(
+        daemon.log().contains("did not end on its timeout; killed"),
+        "{}",
+        daemon.log()
+    );
+}

@@ -164,6 +164,11 @@ impl State {
 /// closed, supervisor reaped) once the first has come.
 const LINGER: Duration = Duration::from_secs(5);
 
+/// Past a run's timeout, what its supervisor may still take before root
+/// kills it: the supervisor's own SIGTERM-to-SIGKILL grace (2 s) and
+/// its tear-down, with room for a loaded machine.
+const TIMEOUT_BACKSTOP_SLACK: Duration = Duration::from_secs(10);
+
 /// Load figures for `/v1/info`.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Load {
@@ -639,6 +644,7 @@ impl Runs {
         let dir = self.run_dir(&id);
         let launcher = self.launcher.clone();
         let output_cap = run.spec.policy.limits.output;
+        let timeout = run.spec.policy.limits.timeout;
         let launched = blocking(move || {
             store.set_running(&run.id).map_err(store_error)?;
             let (ours, theirs) = std::os::unix::net::UnixStream::pair()
@@ -696,7 +702,7 @@ impl Runs {
         };
         let relays = super::relay::Relays::start(&id, feeds);
         let outcome = self
-            .hear_supervisor(&id, ours, &mut launcher_events, &mut controls)
+            .hear_supervisor(&id, ours, timeout, &mut launcher_events, &mut controls)
             .await;
         // Before the daemon's `end`: nothing of the supervisor's follows it.
         relays.finish(LINGER).await;
@@ -709,6 +715,7 @@ impl Runs {
         self: &Arc<Self>,
         id: &str,
         ours: std::os::unix::net::UnixStream,
+        timeout: Option<Duration>,
         launcher_events: &mut mpsc::UnboundedReceiver<LauncherEvent>,
         controls: &mut mpsc::UnboundedReceiver<Control>,
     ) -> Outcome {
@@ -742,6 +749,16 @@ impl Runs {
         // later, and its janitor cleans up as for a killed `sandbox run`.
         let mut supervisor: Option<(i32, Option<u64>)> = None;
         let mut kill_at: Option<tokio::time::Instant> = None;
+        // The run's timeout is the supervisor's to enforce, and the
+        // supervisor is the caller's to stop: root ends it too, once the
+        // timeout, the supervisor's own grace and a cancel's are all over
+        // (counted from before the supervisor started, so never first).
+        if let Some(timeout) = timeout {
+            let backstop = timeout
+                .checked_add(TIMEOUT_BACKSTOP_SLACK + self.config.cancel_grace + LINGER)
+                .and_then(|after| tokio::time::Instant::now().checked_add(after));
+            kill_at = backstop;
+        }
         let grace_ms = u64::try_from(self.config.cancel_grace.as_millis()).unwrap_or(u64::MAX);
         let ask_deadline_ms =
             u64::try_from(self.config.ask_deadline.as_millis()).unwrap_or(u64::MAX);
@@ -826,7 +843,8 @@ impl Runs {
                     kill_at = None;
                     if let Some((pid, start)) = supervisor {
                         if kill_if_same(pid, start) {
-                            tracing::warn!(run = %id, pid, "the run's supervisor did not end on the cancel; killed");
+                            let missed = if cancelled.is_some() { "the cancel" } else { "its timeout" };
+                            tracing::warn!(run = %id, pid, "the run's supervisor did not end on {missed}; killed");
                         }
                     }
                 }
@@ -834,9 +852,9 @@ impl Runs {
                     let message = match control {
                         Some(Control::Cancel(reason)) => {
                             cancelled = Some(reason);
-                            kill_at.get_or_insert(
-                                tokio::time::Instant::now() + self.config.cancel_grace + LINGER,
-                            );
+                            let after_cancel =
+                                tokio::time::Instant::now() + self.config.cancel_grace + LINGER;
+                            kill_at = Some(kill_at.map_or(after_cancel, |at| at.min(after_cancel)));
                             ToSupervisor::Cancel { grace_ms }
                         }
                         Some(Control::Answer(n, answer)) => ToSupervisor::Answer { id: n, answer },
