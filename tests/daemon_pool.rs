@@ -440,7 +440,7 @@ fn users_pooled_daemon(project: &support::Project) -> Daemon {
 #[test]
 fn a_killed_daemon_leaves_no_warm_cgroup_behind() {
     let test = "a_killed_daemon_leaves_no_warm_cgroup_behind";
-    if !support::require_root_sandbox(test) || !support::sandbox_works(support::Who::User) {
+    if !support::require_root_sandbox(test) || !support::require_user_sandbox(test) {
         return;
     }
     let project = support::Project::new(support::Who::User);
@@ -465,7 +465,7 @@ fn a_killed_daemon_leaves_no_warm_cgroup_behind() {
 #[test]
 fn a_stopped_daemon_leaves_no_warm_cgroup_behind() {
     let test = "a_stopped_daemon_leaves_no_warm_cgroup_behind";
-    if !support::require_root_sandbox(test) || !support::sandbox_works(support::Who::User) {
+    if !support::require_root_sandbox(test) || !support::require_user_sandbox(test) {
         return;
     }
     let project = support::Project::new(support::Who::User);

@@ -221,13 +221,50 @@ impl Leftovers {
     fn sweep(&mut self) {
         self.dirs.retain_mut(|(dir, tries)| {
             *tries += 1;
-            match std::fs::remove_dir(&*dir) {
+            match remove_cgroup_tree(dir) {
                 Ok(()) => false,
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
                 Err(_) => *tries < LEFTOVER_TRIES,
             }
         });
     }
+}
+
+/// Deepest and widest cgroup tree [`remove_cgroup_tree`] walks: a delegated
+/// cgroup is the caller's to fill with cgroups of its own, and the launcher
+/// runs as root, so its walk is bounded rather than recursive.
+const CGROUP_TREE_DEPTH: usize = 16;
+const CGROUP_TREE_DIRS: usize = 4096;
+
+/// Remove an empty cgroup and the empty cgroups below it, deepest first.
+/// The run's janitor normally removes the run's own cgroup inside a
+/// delegated one; when it is slow (a loaded machine) or was killed with its
+/// supervisor, the delegated cgroup would stay busy until the launcher's
+/// stop deadline passed, so the launcher does not depend on it.
+fn remove_cgroup_tree(top: &std::path::Path) -> std::io::Result<()> {
+    let mut found = vec![(top.to_path_buf(), 0usize)];
+    let mut next = 0;
+    while next < found.len() && found.len() < CGROUP_TREE_DIRS {
+        let (dir, depth) = found[next].clone();
+        next += 1;
+        if depth >= CGROUP_TREE_DEPTH {
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            // cgroupfs holds no links: file_type is the entry's own.
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                found.push((entry.path(), depth + 1));
+            }
+        }
+    }
+    // Children were found after their parents: remove in reverse.
+    for (dir, _) in found.iter().skip(1).rev() {
+        let _ = std::fs::remove_dir(dir);
+    }
+    std::fs::remove_dir(top)
 }
 
 fn serve_loop(
@@ -593,4 +630,38 @@ fn start_supervisor(
         super::supervisor::run(spec, fds)
     })
     .map_err(|err| err.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A delegated cgroup whose run's own cgroup the janitor never removed
+    /// (its supervisor was killed before it started one) goes all the
+    /// same; plain directories stand in for cgroupfs, whose rmdir has the
+    /// same rule (only an empty directory goes).
+    #[test]
+    fn a_delegated_cgroup_goes_with_the_empty_cgroups_left_inside() {
+        let root = tempfile::tempdir().unwrap();
+        let delegated = root.path().join("sandbox-run-warm-1-1");
+        std::fs::create_dir_all(delegated.join("run/inner")).unwrap();
+        std::fs::create_dir_all(delegated.join("other")).unwrap();
+        remove_cgroup_tree(&delegated).unwrap();
+        assert!(!delegated.exists());
+    }
+
+    /// Past the walk's bounds the tree is left (for the daemon's restart),
+    /// never walked without end.
+    #[test]
+    fn a_tree_deeper_than_the_bound_is_left_not_walked_for_ever() {
+        let root = tempfile::tempdir().unwrap();
+        let delegated = root.path().join("sandbox-run-1");
+        let mut deep = delegated.clone();
+        for _ in 0..CGROUP_TREE_DEPTH + 2 {
+            deep.push("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        assert!(remove_cgroup_tree(&delegated).is_err());
+        assert!(delegated.exists());
+    }
 }
