@@ -61,6 +61,17 @@ fn cancel_and_wait(daemon: &Daemon, id: &str, mut client: Child) -> Value {
     run
 }
 
+/// The caller sends its own supervisor SIGSTOP (it is the caller's process).
+fn stop_as_caller(pid: u32) {
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .uid(support::TEST_UID)
+        .gid(support::TEST_GID)
+        .status()
+        .unwrap();
+    assert!(stopped.success(), "the caller stops its own supervisor");
+}
+
 fn size(path: &std::path::Path) -> u64 {
     std::fs::metadata(path).map_or(0, |m| m.len())
 }
@@ -321,13 +332,7 @@ fn a_stopped_supervisor_does_not_outlive_a_cancel() {
     let daemon = daemon_for(&project);
     let mut client = sleeping_run(&daemon, &project, &[]);
     let (id, _, pid) = daemon_support::caller_run_supervisor(&daemon);
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid.to_string()])
-        .uid(support::TEST_UID)
-        .gid(support::TEST_GID)
-        .status()
-        .unwrap();
-    assert!(stopped.success(), "the caller stops its own supervisor");
+    stop_as_caller(pid);
     let (status, _) = daemon.request("POST", &format!("/v1/runs/{id}/cancel"), None);
     assert!(status == 200 || status == 202, "cancel {id}: {status}");
     let run = daemon.wait_finished(&id);
@@ -351,13 +356,7 @@ fn a_stopped_supervisor_does_not_outlive_the_runs_timeout() {
     // timeout fires (checked below: stopped while the run still runs).
     let mut client = sleeping_run(&daemon, &project, &["--timeout", "10s"]);
     let (id, _, pid) = daemon_support::caller_run_supervisor(&daemon);
-    let stopped = std::process::Command::new("kill")
-        .args(["-STOP", &pid.to_string()])
-        .uid(support::TEST_UID)
-        .gid(support::TEST_GID)
-        .status()
-        .unwrap();
-    assert!(stopped.success(), "the caller stops its own supervisor");
+    stop_as_caller(pid);
     let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     assert!(
         state
