@@ -249,7 +249,9 @@ fn log_read_positions(daemon: &Daemon, log: &Path) -> Vec<u64> {
 /// Followers of a log that ends in an unended line just under the limit
 /// (which a follower must hand out whole once it ends). Before the tail
 /// left such a line in the file between reads, each follower held it:
-/// 128 followers (a caller may hold 256 connections) made 256 MiB.
+/// 128 followers (a caller may hold 256 connections) made 256 MiB. Once
+/// the line ends, every follower sends it, and the caller's stream budget
+/// (src/daemon/budget.rs) bounds how much of that is in flight.
 #[test]
 fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
     let test = "followers_of_an_unended_line_under_the_limit_do_not_each_hold_it";
@@ -309,6 +311,16 @@ fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
         "{MANY} followers of an unended {} MiB line grew the daemon by {} MiB",
         sandbox::daemon::log::LOG_LINE_LIMIT >> 20,
         held >> 10
+    );
+    // Once the line ends each follower hands it out whole, and the
+    // caller's stream budget bounds how many are in flight at once.
+    // Before it, the 128 copies sat in hyper's buffers: +320 MiB.
+    let in_all = peak_rss_kib(&daemon).saturating_sub(before);
+    assert!(
+        in_all < RSS_GROWTH_BOUND_KIB,
+        "{MANY} followers handing out one {} MiB line grew the daemon by {} MiB",
+        sandbox::daemon::log::LOG_LINE_LIMIT >> 20,
+        in_all >> 10
     );
     let end = cancel_and_wait(&daemon, &id);
     assert_eq!(end["state"], "cancelled", "{end}");

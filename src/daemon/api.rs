@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use super::budget::{StreamBudget, MOST_ONE_READ_HOLDS};
 use super::listener::CappedListener;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::connect_info::{ConnectInfo, Connected};
@@ -60,6 +61,8 @@ pub struct App {
     pub doctor: serde_json::Value,
     /// The callers' skill servers.
     pub skills: Arc<super::skills::SkillHosts>,
+    /// Bytes of run logs in flight to each caller.
+    pub streams: Arc<super::budget::StreamBudget>,
 }
 
 type Shared = State<Arc<App>>;
@@ -377,7 +380,15 @@ impl HttpBody for ChannelBody {
 /// How often a follower looks for new lines while the run writes.
 const FOLLOW_POLL: Duration = Duration::from_millis(20);
 
-fn ndjson(tail: Tail, over: Option<tokio::sync::watch::Receiver<bool>>, follow: bool) -> Response {
+/// A run's log (or audit) as a response, read by a task that pays for each
+/// chunk from `uid`'s stream budget before reading it.
+fn ndjson(
+    budget: Arc<StreamBudget>,
+    uid: u32,
+    tail: Tail,
+    over: Option<tokio::sync::watch::Receiver<bool>>,
+    follow: bool,
+) -> Response {
     let (sender, receiver) = mpsc::channel::<Bytes>(2);
     tokio::spawn(async move {
         let mut tail = tail;
@@ -386,6 +397,9 @@ fn ndjson(tail: Tail, over: Option<tokio::sync::watch::Receiver<bool>>, follow: 
             // Read before deciding the stream is over: a run that ended
             // after this check still has its last lines read below.
             let was_over = over.as_ref().is_none_or(|watch| *watch.borrow());
+            let Some(reserved) = budget.reserve(uid, MOST_ONE_READ_HOLDS).await else {
+                return;
+            };
             let read = tokio::task::spawn_blocking(move || {
                 let chunk = tail.read_lines();
                 (tail, chunk)
@@ -395,7 +409,7 @@ fn ndjson(tail: Tail, over: Option<tokio::sync::watch::Receiver<bool>>, follow: 
             tail = back;
             match chunk {
                 Ok(chunk) if !chunk.is_empty() => {
-                    if sender.send(Bytes::from(chunk)).await.is_err() {
+                    if sender.send(reserved.attach(chunk)).await.is_err() {
                         return;
                     }
                     continue;
@@ -447,7 +461,13 @@ async fn events(
     })
     .await?;
     Ok(match tail {
-        Some(tail) => ndjson(tail, over, q.follow.unwrap_or(false)),
+        Some(tail) => ndjson(
+            app.streams.clone(),
+            who.caller.uid,
+            tail,
+            over,
+            q.follow.unwrap_or(false),
+        ),
         None => ([(header::CONTENT_TYPE, "application/x-ndjson")], "").into_response(),
     })
 }
@@ -467,7 +487,7 @@ async fn audit(
     })
     .await?;
     Ok(match tail {
-        Some(tail) => ndjson(tail, None, false),
+        Some(tail) => ndjson(app.streams.clone(), who.caller.uid, tail, None, false),
         None => ([(header::CONTENT_TYPE, "application/x-ndjson")], "").into_response(),
     })
 }

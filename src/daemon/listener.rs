@@ -116,6 +116,22 @@ impl AsyncWrite for CountedStream {
         Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
+    // Forwarded so that hyper queues a response's chunks as they are
+    // rather than copying each into a buffer of its own: the copy would
+    // outlive the chunk and with it the caller's stream budget
+    // (src/daemon/budget.rs).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.stream.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.stream).poll_flush(cx)
     }

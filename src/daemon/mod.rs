@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod api;
+pub mod budget;
 pub mod config;
 pub mod error;
 pub mod journal;
@@ -455,6 +456,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
             runs: runs.clone(),
             doctor,
             skills,
+            streams: Arc::default(),
         });
         listener
             .set_nonblocking(true)
