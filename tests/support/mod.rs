@@ -12,6 +12,7 @@ pub mod harness;
 pub mod mcp_client;
 pub mod net;
 pub mod oci;
+pub mod serve;
 pub mod wait;
 
 /// The binary under test.
