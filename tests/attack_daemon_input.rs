@@ -5,7 +5,6 @@
 //! holds the daemon to a memory bound measured from /proc, while another
 //! request is still answered.
 
-mod daemon_support;
 mod support;
 
 use std::io::{Read, Write};
@@ -13,8 +12,9 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use daemon_support::{children_of, Daemon};
 use serde_json::Value;
+use support::children_of;
+use support::daemon::Daemon;
 
 /// Most the daemon's peak RSS may grow during one attack. The daemon
 /// holds at most one line limit per reader (2 MiB for each of the 16 log
@@ -164,7 +164,7 @@ fn an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon() {
         let socket = daemon.socket.clone();
         std::thread::spawn(move || {
             let started = Instant::now();
-            let answered = daemon_support::raw_request(&socket, "GET", "/v1/runs", None)
+            let answered = support::daemon::raw_request(&socket, "GET", "/v1/runs", None)
                 .map(|(status, _)| status);
             (answered, started.elapsed())
         })

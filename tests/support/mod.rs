@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+pub mod daemon;
 pub mod docs;
 pub mod harness;
 pub mod mcp_client;
