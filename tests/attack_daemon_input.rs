@@ -175,15 +175,19 @@ fn an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon() {
         .expect("append");
     // Watched while it happens, so that a daemon that holds the line fails
     // here as soon as it passes the bound, not after it is done with it.
-    while !(lister.is_finished() && followers.iter().all(|f| f.is_finished())) {
-        let grown = peak_rss_kib(&daemon).saturating_sub(before);
-        assert!(
-            grown < RSS_GROWTH_BOUND_KIB,
-            "the daemon grew by {} MiB reading one endless log line ({FOLLOWERS} followers)",
-            grown >> 10
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait::until_true(
+        "the lister and every follower to finish",
+        Duration::from_secs(300),
+        || {
+            let grown = peak_rss_kib(&daemon).saturating_sub(before);
+            assert!(
+                grown < RSS_GROWTH_BOUND_KIB,
+                "the daemon grew by {} MiB reading one endless log line ({FOLLOWERS} followers)",
+                grown >> 10
+            );
+            lister.is_finished() && followers.iter().all(|f| f.is_finished())
+        },
+    );
     let (answered, took) = lister.join().expect("lister");
     assert_eq!(
         answered.expect("GET /v1/runs answered"),

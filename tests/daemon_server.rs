@@ -953,20 +953,6 @@ fn skills_are_listed_and_invoked_through_the_daemon() {
     );
 }
 
-/// Poll a run until it is over; its record.
-fn wait_over(daemon: &Daemon, as_uid: Option<u32>, id: &str) -> Value {
-    let mut last = Value::Null;
-    support::wait::within(Duration::from_secs(60), || {
-        let (code, run) = daemon.json(as_uid, "GET", &format!("/v1/runs/{id}"), None);
-        assert_eq!(code, 200, "{run}");
-        let over = !matches!(run["state"].as_str(), Some("queued" | "running"));
-        last = run;
-        over.then_some(())
-    })
-    .unwrap_or_else(|| panic!("run {id} never ended: {last}"));
-    last
-}
-
 #[test]
 fn a_callers_run_has_the_callers_rights_only() {
     let test = "a_callers_run_has_the_callers_rights_only";
@@ -1025,7 +1011,7 @@ fn a_callers_run_has_the_callers_rights_only() {
     std::os::unix::fs::symlink(&secret, &second).unwrap();
     std::fs::write(first.join("go"), "").unwrap();
     let id = queued["id"].as_str().unwrap();
-    let run = wait_over(&daemon, Some(user), id);
+    let run = daemon.wait_finished_as(Some(user), id);
     let (_, events) = daemon.curl(Some(user), "GET", &format!("/v1/runs/{id}/events"), None);
     assert!(
         !events.contains("TOPSECRET"),

@@ -309,9 +309,21 @@ impl Daemon {
 
     /// A run's object, polled until it is over.
     pub fn wait_finished(&self, id: &str) -> Value {
+        self.poll_until_over(id, || self.request("GET", &format!("/v1/runs/{id}"), None))
+    }
+
+    /// [`Daemon::wait_finished`], asked with `curl` as `as_uid` (None:
+    /// the test's own user).
+    pub fn wait_finished_as(&self, as_uid: Option<u32>, id: &str) -> Value {
+        self.poll_until_over(id, || {
+            self.json(as_uid, "GET", &format!("/v1/runs/{id}"), None)
+        })
+    }
+
+    fn poll_until_over(&self, id: &str, fetch: impl Fn() -> (u16, Value)) -> Value {
         let mut last = Value::Null;
         super::wait::within(Duration::from_secs(120), || {
-            let (status, run) = self.request("GET", &format!("/v1/runs/{id}"), None);
+            let (status, run) = fetch();
             assert_eq!(status, 200, "run {id}: {run}");
             let over = !matches!(run["state"].as_str(), Some("queued" | "running"));
             last = run;
@@ -527,7 +539,7 @@ pub fn raw_request(
     body: Option<&Value>,
 ) -> std::io::Result<(u16, Vec<u8>)> {
     let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(300)))?;
+    stream.set_read_timeout(Some(super::wait::limit(Duration::from_secs(300))))?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n\
