@@ -281,16 +281,14 @@ fn bad_requests_get_json_errors() {
     assert_eq!((code, error_code(&err)), (404, "no_such_approval"), "{err}");
 
     // A second daemon on the same socket refuses to take it over.
-    let out = Command::new(support::sandbox_bin())
-        .arg("daemon")
-        .arg("--socket")
-        .arg(&daemon.socket)
-        .arg("--state-dir")
-        .arg(daemon.dir().join("state2"))
-        .arg("--config")
-        .arg(&daemon.config)
-        .output()
-        .unwrap();
+    let out = support::daemon::command(
+        Command::new(support::sandbox_bin()),
+        &daemon.socket,
+        &daemon.dir().join("state2"),
+        Some(&daemon.config),
+    )
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("in use by a running daemon"), "{stderr}");
