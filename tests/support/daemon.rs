@@ -612,12 +612,13 @@ pub fn processes_named(comm: &str, uid: u32) -> Vec<u32> {
 /// MiB of forged stdout records, and the forged `end`), `finished` (a
 /// forged `finished` saying status 0 on every socket, then SIGKILL to the
 /// supervisor), `asks` (50,000 forged questions with far deadlines on
-/// every socket, then waiting until the daemon has read them all). Prints
-/// one JSON object: what it copied and where its writes went through.
+/// every socket, then waiting until the daemon has read them all, at most
+/// argv[3] seconds: 10 scaled by the load). Prints one JSON object: what it
+/// copied and where its writes went through.
 pub const STEAL_AND_WRITE: &str = r#"
 import ctypes, fcntl, json, os, signal, stat, struct, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
-pid, mode = int(sys.argv[1]), sys.argv[2]
+pid, mode, limit = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 def timeout(*_):
     raise TimeoutError()
 signal.signal(signal.SIGALRM, timeout)
@@ -671,7 +672,7 @@ for n, (fd, kind) in copies.items():
             out["written"].append(n)
             started = time.monotonic()
             buf = bytearray(4)
-            while time.monotonic() < started + 10:
+            while time.monotonic() < started + limit:
                 fcntl.ioctl(fd, 0x5411, buf)
                 if struct.unpack("i", buf)[0] == 0:
                     break
@@ -688,6 +689,7 @@ pub fn steal_and_write(pid: u32, mode: &str) -> Value {
     use std::os::unix::process::CommandExt;
     let out = Command::new("python3")
         .args(["-c", STEAL_AND_WRITE, &pid.to_string(), mode])
+        .arg(super::wait::seconds(Duration::from_secs(10)).to_string())
         .uid(super::TEST_UID)
         .gid(super::TEST_GID)
         .stdin(Stdio::null())
