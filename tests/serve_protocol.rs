@@ -412,7 +412,7 @@ fn only_a_response_to_the_questions_own_id_answers_it() {
         serve.line(json!({"jsonrpc": "2.0", "id": id, "result": {"answer": "once"}}));
     }
     assert!(
-        !serve.arrives_within(Duration::from_secs(2), |m| m["id"] == call),
+        !serve.arrives_within(Duration::from_secs(2), |m| serve::is_response_to(m, call)),
         "a forged answer unblocked the question: {:?}",
         serve.seen
     );
@@ -461,7 +461,7 @@ fn answers_reach_only_the_skill_that_asked() {
     let answered = serve.response(other);
     assert_eq!(answered["result"]["written"], true, "{answered}");
     assert!(
-        !serve.arrives_within(Duration::from_secs(1), |m| m["id"] == writer),
+        !serve.arrives_within(Duration::from_secs(1), |m| serve::is_response_to(m, writer)),
         "the other skill's answer reached writer"
     );
     assert!(!project.path().join("writer.txt").exists());

@@ -273,14 +273,14 @@ impl Serve {
         }
     }
 
-    /// Whether a message `wanted` picks arrives within `window` (for what
-    /// must not happen: the window only bounds how long the test looks,
-    /// so it is not scaled).
+    /// Whether a message `wanted` picks arrives within `window` scaled by
+    /// the load (for what must not happen: the window bounds how long the
+    /// test looks, and a loaded machine gets a longer look).
     pub fn arrives_within(&mut self, window: Duration, wanted: impl Fn(&Value) -> bool) -> bool {
         if self.seen.iter().any(&wanted) {
             return true;
         }
-        let until = std::time::Instant::now() + window;
+        let until = std::time::Instant::now() + wait::limit(window);
         while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
             match self.lines.recv_timeout(left) {
                 Ok(Ok(message)) => {
