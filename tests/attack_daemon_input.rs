@@ -5,7 +5,6 @@
 //! holds the daemon to a memory bound measured from /proc, while another
 //! request is still answered.
 
-mod daemon_support;
 mod support;
 
 use std::io::{Read, Write};
@@ -13,8 +12,9 @@ use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use daemon_support::{children_of, Daemon};
 use serde_json::Value;
+use support::children_of;
+use support::daemon::Daemon;
 
 /// Most the daemon's peak RSS may grow during one attack. The daemon
 /// holds at most one line limit per reader (2 MiB for each of the 16 log
@@ -164,7 +164,7 @@ fn an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon() {
         let socket = daemon.socket.clone();
         std::thread::spawn(move || {
             let started = Instant::now();
-            let answered = daemon_support::raw_request(&socket, "GET", "/v1/runs", None)
+            let answered = support::daemon::raw_request(&socket, "GET", "/v1/runs", None)
                 .map(|(status, _)| status);
             (answered, started.elapsed())
         })
@@ -175,15 +175,19 @@ fn an_endless_line_in_a_run_log_holds_neither_memory_nor_the_daemon() {
         .expect("append");
     // Watched while it happens, so that a daemon that holds the line fails
     // here as soon as it passes the bound, not after it is done with it.
-    while !(lister.is_finished() && followers.iter().all(|f| f.is_finished())) {
-        let grown = peak_rss_kib(&daemon).saturating_sub(before);
-        assert!(
-            grown < RSS_GROWTH_BOUND_KIB,
-            "the daemon grew by {} MiB reading one endless log line ({FOLLOWERS} followers)",
-            grown >> 10
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait::until_true(
+        "the lister and every follower to finish",
+        Duration::from_secs(300),
+        || {
+            let grown = peak_rss_kib(&daemon).saturating_sub(before);
+            assert!(
+                grown < RSS_GROWTH_BOUND_KIB,
+                "the daemon grew by {} MiB reading one endless log line ({FOLLOWERS} followers)",
+                grown >> 10
+            );
+            lister.is_finished() && followers.iter().all(|f| f.is_finished())
+        },
+    );
     let (answered, took) = lister.join().expect("lister");
     assert_eq!(
         answered.expect("GET /v1/runs answered"),

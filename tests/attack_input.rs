@@ -9,6 +9,9 @@ mod support;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+use serde_json::json;
+use support::serve::{self, Face, Serve};
+
 fn sandbox(args: &[&str]) -> Output {
     Command::new(support::sandbox_bin())
         .args(args)
@@ -245,36 +248,18 @@ fn a_skill_whose_timeout_overflows_the_clock_is_refused_before_it_runs() {
     assert_ne!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.contains(TIMEOUT_RANGE), "{stderr}");
 
-    let mut serve = Command::new(support::sandbox_bin())
-        .args(["serve", "--stdio", "--project", path])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut stdin = serve.stdin.take().unwrap();
-        stdin
-            .write_all(
-                b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"skill.invoke\",\"params\":{\"name\":\"forever\",\"params\":{}}}\n\
-                  {\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"skill.list\"}\n",
-            )
-            .unwrap();
-    }
-    let out = serve.wait_with_output().unwrap();
-    let (stdout, stderr) = text(&out);
+    let mut serve = Serve::start(serve::command(Face::Stdio, project.path(), &[]));
+    let invoked = serve.invoke_and_wait("forever", json!({}));
+    let list = serve.send_object(json!({"method": "skill.list"}));
+    let listed = serve.response(list);
+    let stderr = serve.finish();
     assert!(!stderr.contains("panicked"), "{stderr}");
-    let answers: Vec<serde_json::Value> = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str(l).ok())
-        .collect();
-    assert!(answers[0]["error"].is_object(), "{stdout}");
+    assert!(invoked["error"].is_object(), "{invoked}");
     assert!(
-        answers[1]["result"]["invalid"]
+        listed["result"]["invalid"]
             .to_string()
             .contains(TIMEOUT_RANGE),
-        "{stdout}"
+        "{listed}"
     );
 }
 

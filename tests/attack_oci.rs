@@ -10,102 +10,16 @@
 mod support;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use serde_json::{json, Value};
 
-use support::oci::{text, OciRuntime};
+use support::oci::{container_id as id, text, OciRuntime as Engine, LONGER_THAN_ANY_TEST};
 use support::wait;
-
-/// How long a container's `sleep` lasts: past any test, however loaded the
-/// machine (every test deletes its containers, and `OciRuntime`'s drop
-/// deletes what a failed one left).
-const LONGER_THAN_ANY_TEST: &str = "86400";
 
 fn usable(test: &str) -> bool {
     support::oci::usable(test, &["runc"], "runc busybox-static")
-}
-
-/// A busybox root, `sandbox oci` behind a wrapper naming its settings, and
-/// runc's state of its own.
-struct Engine {
-    runtime: OciRuntime,
-}
-
-impl std::ops::Deref for Engine {
-    type Target = OciRuntime;
-    fn deref(&self) -> &OciRuntime {
-        &self.runtime
-    }
-}
-
-impl Engine {
-    fn new(settings: &str) -> Engine {
-        Engine {
-            runtime: OciRuntime::new("sandbox-attack-", settings),
-        }
-    }
-
-    /// `create` of `bundle` as `id`: the container keeps runc's stdio, so
-    /// it goes to the file `output` returns (with create's own errors).
-    fn create(&self, bundle: &Path, id: &str) -> bool {
-        let log = std::fs::File::create(self.output_path(id)).expect("log");
-        Command::new(self.wrapper())
-            .arg("--root")
-            .arg(self.runc_root())
-            .args(["create", "--bundle"])
-            .arg(bundle)
-            .arg(id)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .status()
-            .expect("create")
-            .success()
-    }
-
-    fn output_path(&self, id: &str) -> PathBuf {
-        self.path().join(format!("output-{id}"))
-    }
-
-    fn output(&self, id: &str) -> String {
-        std::fs::read_to_string(self.output_path(id)).unwrap_or_default()
-    }
-
-    /// `start`, then wait until the container's process ended.
-    fn start_and_wait(&self, id: &str) {
-        let started = self.oci(&["start", id]);
-        assert!(started.status.success(), "{}", text(&started.stderr));
-        wait::until_true(
-            &format!("container {id} to stop"),
-            std::time::Duration::from_secs(60),
-            || self.status(id) == "stopped",
-        );
-    }
-
-    /// A container named `tag` running `sleep`, created and started.
-    fn running(&self, tag: &str) -> String {
-        let id = id(tag);
-        let bundle = self.bundle(tag, &["/bin/sleep", LONGER_THAN_ANY_TEST], |_| {});
-        assert!(self.create(&bundle, &id), "{}", self.output(&id));
-        let started = self.oci(&["start", &id]);
-        assert!(started.status.success(), "{}", text(&started.stderr));
-        id
-    }
-
-    /// `exec --process` of `process` (a process JSON) into `id`.
-    fn exec(&self, id: &str, process: &Value) -> Output {
-        let path = self
-            .path()
-            .join(format!("process-{}.json", support::marker("p")));
-        std::fs::write(&path, serde_json::to_vec(process).unwrap()).unwrap();
-        self.oci(&["exec", "--process", path.to_str().unwrap(), id])
-    }
-}
-
-fn id(tag: &str) -> String {
-    format!("attack-{}", support::marker(tag))
 }
 
 fn process(script: &str) -> Value {
@@ -127,7 +41,7 @@ fn a_start_container_hook_runs_no_image_code_outside_the_layers() {
     // dropped capabilities but before the process: under plain runc they
     // are image code with none of the profile's layers, holding the broker
     // channel before the init wrote its report.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let forged = r#"{"method":"sandbox.enforced","params":{"landlock":"full","seccomp_programs":1,"no_new_privs":true,"args":["forged"]}}"#;
     let bundle = engine.bundle("hook", &["/bin/true"], |spec| {
         spec["hooks"] = json!({"startContainer": [{
@@ -162,7 +76,7 @@ fn a_second_create_with_a_running_containers_id_changes_none_of_its_layers() {
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = engine.running("twice");
     // The same id again, with a config whose read-write volume at /etc
     // would make /etc writable: runc refuses the id, but what sandbox oci
@@ -219,7 +133,7 @@ fn update_cannot_lift_the_profiles_limits() {
     }
     // A Kubernetes in-place resize or `podman update` is runc's `update`:
     // strict's 512 tasks must stay a ceiling after create.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = engine.running("update");
     assert_eq!(pids_limit(&engine, &id), Some(512));
     let flag = engine.oci(&["update", "--pids-limit", "100000", &id]);
@@ -278,7 +192,7 @@ fn a_user_who_can_rename_the_state_directory_cannot_swap_a_record() {
     // owns. That user renames the state directory away and puts one of
     // their own in its place, with a record whose layers are none: the next
     // `exec` (root's) would read it.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let parent = engine.path().join("users");
     std::fs::create_dir(&parent).unwrap();
     std::os::unix::fs::chown(&parent, Some(support::TEST_UID), Some(support::TEST_GID)).unwrap();
@@ -343,7 +257,7 @@ fn restore_from_a_checkpoint_is_refused() {
     }
     // A checkpoint (an engine imports it from an archive) brings its own
     // config.json, with the image's process and no init in front of it.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = id("restore");
     let bundle = engine.bundle("restore", &["/bin/sh", "-c", "touch /etc/restored"], |_| {});
     let images = engine.path().join("checkpoint");
@@ -376,7 +290,7 @@ fn a_working_directory_spelled_as_the_root_grants_no_write_on_the_image() {
     // The image's working directory is writable under strict (its project
     // is read-write), except when it is `/`, the whole image. `//` and `/.`
     // are `/` too, and so is a volume mounted at one of them.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     for (n, (cwd, mount)) in [("//", None), ("/.", None), ("/work", Some("/./"))]
         .into_iter()
         .enumerate()
@@ -417,7 +331,7 @@ fn the_brokers_file_access_stays_in_the_containers_root() {
     // container's root: the image's links must not lead it to the host's.
     // The target is a host file anyone may read, next to the root, so a
     // refusal is the broker's and not a missing file's or its mode's.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let secret = support::marker("host-secret");
     let outside = engine.path().join("host-secret");
     std::fs::write(&outside, format!("HOST-SECRET-{secret}\n")).unwrap();
@@ -472,7 +386,7 @@ fn keys_runc_reads_under_another_spelling_change_nothing_it_runs() {
     // `K` (U+212A) to `k`. A key sandbox oci does not read ("proceſs",
     // "argſ", "StartContainer") would be runc's `process`, its `args`, its
     // startContainer hooks: the image's process run in place of the init.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let escape = |n: usize| format!("touch /etc/escaped{n}");
     type Respelling = fn(&mut Value, String);
     let respellings: [(&str, Respelling); 3] = [
@@ -537,7 +451,7 @@ fn a_network_the_engine_connects_through_a_hook_is_refused_under_a_profile_off_t
     // namespace the spec shows as joined. Docker's default bridge network
     // shows as a fresh namespace: a prestart hook (libnetwork-setkey)
     // connects it after create. This hook does the same with a veth pair.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let suffix: String = support::marker("n")
         .chars()
         .filter(char::is_ascii_alphanumeric)
@@ -593,7 +507,7 @@ fn the_broker_reads_no_file_the_containers_user_cannot() {
     // The supervisor runs as the engine's user, root. An image that runs
     // its process as another user (`USER app`, a pod's runAsUser) keeps
     // files that user cannot read: the broker must not read them for it.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let secret = engine.rootfs().join("etc/secret");
     std::fs::write(&secret, "root-only-secret\n").unwrap();
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -634,7 +548,7 @@ fn a_working_directory_in_proc_or_dev_grants_no_write_there() {
     // engine that unmasks /proc, as Kubernetes' procMount: Unmasked does),
     // root without capabilities writes sysctls its mode allows: here the
     // container's own hostname, elsewhere kernel.core_pattern.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let cases = [
         (
             "/proc/sys/kernel",
@@ -678,7 +592,7 @@ fn an_annotation_names_no_criu_configuration_for_checkpoint() {
     // action-script runs programs). runc reads annotations back from
     // "key=value" labels split at the first '=', so a key holding '='
     // is the same annotation.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     for (n, equals_in_key) in [false, true].into_iter().enumerate() {
         let clobbered = engine.path().join(format!("clobbered{n}"));
         let config = engine.path().join(format!("criu{n}.conf="));
@@ -725,7 +639,7 @@ fn a_double_dash_before_the_command_is_no_way_around_exec() {
     // runc's global flags are read by Go's flag package, which stops at
     // `--` and drops it: `runc -- exec` is runc's exec. sandbox oci must
     // not take `--` for a command it passes through unchecked.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = engine.running("dashes");
     let process_file = engine.path().join("dashes-process.json");
     let escape = process("touch /etc/escaped-dashes");
@@ -761,7 +675,7 @@ fn a_process_whose_environment_is_larger_than_one_argument_starts() {
     // pod seven variables per service of its namespace: a big namespace
     // passes that in all, which the process's own exec takes, and the init
     // in front of it must too.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = id("env");
     let bundle = engine.bundle(
         "env",
@@ -796,7 +710,7 @@ fn another_user_in_the_container_never_sees_an_execs_environment() {
     // arguments, or the secret is there to read until it executes the
     // process. The pattern is bracketed so the watcher's own command line
     // does not match it.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = id("environ");
     let watch =
         "while :; do grep -a -q -s 'hunte[r]2' /proc/[0-9]*/cmdline && touch /tmp/seen; done";
@@ -840,7 +754,7 @@ fn a_group_the_image_names_after_a_number_gives_the_process_no_other_group() {
     // a group name first, in the image's /etc/group: an image with a group
     // *named* 10 of gid 0 turns the engine's group 10 into root's group,
     // the host's without a user namespace.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let groups_of = |tag: &str, group_file: &str| {
         std::fs::write(engine.rootfs().join("etc/group"), group_file).unwrap();
         let id = id(tag);
@@ -878,7 +792,7 @@ fn a_container_flooding_its_broker_cannot_fill_the_hosts_disk_with_audit() {
     // asked for in it. A container that sends fs.stat requests with 64 KiB
     // paths in a loop (strict allows fs.stat) writes megabytes a second
     // into the host's audit directory for as long as it runs.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = id("flood");
     let script = r#"p=a; i=0; while [ $i -lt 16 ]; do p=$p$p; i=$((i+1)); done
 cat <&3 >/dev/null &
@@ -889,9 +803,8 @@ while :; do echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\",\"params\
     assert!(started.status.success(), "{}", text(&started.stderr));
     let path = engine.path().join("audit").join(format!("{id}.jsonl"));
     let limit: u64 = 64 << 20;
-    let mut deadline = wait::Deadline::after(std::time::Duration::from_secs(120));
-    let ended = loop {
-        std::thread::sleep(std::time::Duration::from_millis(200));
+    // Ended (true), or grown far past the limit (false: no use waiting).
+    let ended = wait::within(std::time::Duration::from_secs(120), || {
         let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let audit = std::fs::read_to_string(&path).unwrap_or_default();
         let ended = audit
@@ -899,10 +812,9 @@ while :; do echo "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"fs.stat\",\"params\
             .rev()
             .take(3)
             .any(|l| l.contains("\"event\":\"ended\"") && l.contains("audit"));
-        if ended || size > limit + (8 << 20) || deadline.passed() {
-            break ended;
-        }
-    };
+        (ended || size > limit + (8 << 20)).then_some(ended)
+    })
+    .unwrap_or(false);
     let _ = engine.oci(&["delete", "--force", &id]);
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     assert!(
@@ -921,7 +833,7 @@ fn processes_execs_leave_behind_cannot_pile_up_supervisors_on_the_host() {
     // holds its broker channel. An exec of the image's (a health check run
     // every few seconds) that leaves a process behind keeps its supervisor
     // alive past the exec: without a bound they pile up on the host.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let id = engine.running("pileup");
     // Each exec leaves behind a process that lives until the test creates
     // `released` in the image: the 32 before the 33rd are alive when it is
@@ -965,7 +877,7 @@ fn a_container_sharing_the_hosts_pid_namespace_kills_no_host_process() {
     // `--pid host` (Kubernetes hostPID): without a user namespace the
     // container's root is the host's, equal uids need no capability to
     // signal, and the profile's filter allows kill.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let mut victim = Command::new("/bin/sleep")
         .arg("600")
         .spawn()
@@ -1017,7 +929,7 @@ fn the_init_reports_landlocks_signal_and_socket_scopes_where_the_kernel_has_them
     {
         return;
     }
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let bundle = engine.bundle("scopes", &["/bin/true"], |_| {});
     let id = id("scopes");
     assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
@@ -1076,7 +988,7 @@ fn a_privileged_containers_host_block_device_cannot_be_written() {
     // the device cgroup reach every device: root:disk 0660 nodes open for
     // the container's root, the host's root without a user namespace. A
     // loop device over a scratch file stands in for the host's disk.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let device = LoopDevice::new(engine.path());
     if !support::require(test, "losetup and a free loop device", device.is_some()) {
         return;
@@ -1136,7 +1048,7 @@ fn landlock_grants_no_write_on_a_device_node_beyond_the_ordinary_ones() {
     // make for --device): here a second /dev/null, harmless to write, that
     // the device cgroup lets through. Landlock grants only the ordinary
     // devices by path, not all of /dev.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-attack-", "");
     let node = engine.path().join("extra-null");
     nix::sys::stat::mknod(
         &node,

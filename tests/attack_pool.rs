@@ -2,10 +2,9 @@
 //! between the sandbox's walk and its commit must not let the payload do
 //! what a cold run of the same command would refuse.
 
-mod daemon_support;
 mod support;
 
-use daemon_support::{pooled_daemon, run_to_end, wait_for_warm_sandbox};
+use support::daemon::{pooled_daemon, run_to_end, wait_for_warm_sandbox};
 
 /// A project file that gains a hard link outside the project after the
 /// warm sandbox's walk (a local `git clone`, a `cp -al` backup) is one a

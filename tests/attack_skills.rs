@@ -6,14 +6,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::serve::{self, Face, Serve};
 use support::{Project, Who};
 
 /// A skill answering every invocation with `answer`, after trying to leave
@@ -99,53 +97,33 @@ fn skill_run(project: &Project, config: &Path, extra: &[&str], name: &str) -> (i
     )
 }
 
-/// Talk to `sandbox serve --stdio`: send each request, collect the answers.
+/// Talk to `sandbox serve --stdio`: send each request (an object with a
+/// `method`), collect the answers; serve must not panic.
 fn serve(project: &Project, config: &Path, extra: &[&str], requests: &[Value]) -> Vec<Value> {
-    let mut cmd = project.command();
-    cmd.env("XDG_CONFIG_HOME", config)
-        .args(["serve", "--stdio", "--project"])
-        .arg(project.path())
-        .args(extra)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if tx
-                .send(serde_json::from_str::<Value>(&line).unwrap())
-                .is_err()
-            {
-                break;
-            }
-        }
-    });
-    let mut answers = Vec::new();
-    for (i, request) in requests.iter().enumerate() {
-        let id = i + 1;
-        let mut line = request.clone();
-        line["jsonrpc"] = json!("2.0");
-        line["id"] = json!(id);
-        stdin.write_all(format!("{line}\n").as_bytes()).unwrap();
-        loop {
-            let message = rx
-                .recv_timeout(support::wait::limit(Duration::from_secs(60)))
-                .expect("an answer from serve");
-            if message["id"] == id {
-                answers.push(message);
-                break;
-            }
-        }
-    }
-    let _ = child.kill();
-    let output = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let mut serve = start_serve(project, config, extra);
+    let answers = requests
+        .iter()
+        .map(|request| {
+            let id = serve.send_object(request.clone());
+            serve.response(id)
+        })
+        .collect();
+    let stderr = serve.finish();
     assert!(!stderr.contains("panicked"), "{stderr}");
     answers
+}
+
+/// `sandbox serve --stdio` run by the project's identity, with the
+/// person's configuration in `config`.
+fn start_serve(project: &Project, config: &Path, extra: &[&str]) -> Serve {
+    let mut base = project.command();
+    base.env("XDG_CONFIG_HOME", config);
+    Serve::start(serve::command_from(
+        base,
+        Face::Stdio,
+        project.path(),
+        extra,
+    ))
 }
 
 fn each_identity(test: &str, body: impl Fn(Who)) {
@@ -483,44 +461,21 @@ fn an_installed_profile_widened_while_serving_refuses_the_next_call() {
         open_up(&skills);
         project.write(".keep", "");
 
-        let mut cmd = project.command();
-        cmd.env("XDG_CONFIG_HOME", config.path())
-            .args(["serve", "--stdio", "--project"])
-            .arg(project.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
-        let mut child = cmd.spawn().unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut call = |id: u64| -> Value {
-            let request = json!({"jsonrpc": "2.0", "id": id, "method": "skill.invoke",
-                                 "params": {"name": "mine", "params": {}}});
-            stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
-            loop {
-                let mut line = String::new();
-                assert_ne!(stdout.read_line(&mut line).unwrap(), 0, "serve ended");
-                let message: Value = serde_json::from_str(&line).unwrap();
-                if message["id"] == id {
-                    return message;
-                }
-            }
-        };
+        let mut serve = start_serve(&project, config.path(), &[]);
+        let mut call = || serve.invoke_and_wait("mine", json!({}));
         // Served twice under the narrow profile: the second call's check
         // is the one decided on what the first one saw.
-        for id in [1, 2] {
-            let answer = call(id);
+        for _ in 0..2 {
+            let answer = call();
             assert_eq!(answer["result"]["ran"], true, "{who:?}: {answer}");
         }
         let wide = "version = 1\nextends = \"permissive\"\n";
         std::fs::write(&installed, wide).unwrap();
-        let answer = call(3);
+        let answer = call();
         let error = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(
             error.contains("asks for more than your profile strict allows"),
             "{who:?}: the widened profile was not seen: {answer}"
         );
-        let _ = child.kill();
-        let _ = child.wait();
     });
 }

@@ -5,15 +5,14 @@
 //! open questions, the daemon's memory and journal) does not depend on it.
 //! And a caller asks for projects where it cannot look.
 
-mod daemon_support;
 mod support;
 
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use daemon_support::Daemon;
 use serde_json::{json, Value};
+use support::daemon::Daemon;
 use support::{Project, Who};
 
 fn ready(test: &str) -> bool {
@@ -90,9 +89,9 @@ fn the_spool_stays_within_the_output_cap_whatever_the_supervisor_writes() {
     let project = Project::new(Who::User);
     let daemon = daemon_for(&project);
     let client = sleeping_run(&daemon, &project, &["--max-output", "1MiB"]);
-    let (id, log, pid) = daemon_support::caller_run_supervisor(&daemon);
-    let before = daemon_support::peak_rss_kib(daemon.pid());
-    let attack = daemon_support::steal_and_write(pid, "flood");
+    let (id, log, pid) = support::daemon::caller_run_supervisor(&daemon);
+    let before = support::daemon::peak_rss_kib(daemon.pid());
+    let attack = support::daemon::steal_and_write(pid, "flood");
     assert_eq!(attack["pidfd"], true, "{attack}");
     // No file of root's among them: the spool and the journal are pipes
     // the daemon reads, or not there at all.
@@ -127,7 +126,7 @@ fn the_spool_stays_within_the_output_cap_whatever_the_supervisor_writes() {
         "{test}: log {} bytes, audit {} bytes, daemon VmHWM {before} KiB before, {} KiB after",
         size(&log),
         size(&audit),
-        daemon_support::peak_rss_kib(daemon.pid())
+        support::daemon::peak_rss_kib(daemon.pid())
     );
 }
 
@@ -144,8 +143,8 @@ fn a_forged_finished_does_not_make_a_killed_run_exit_0() {
     let project = Project::new(Who::User);
     let daemon = daemon_for(&project);
     let mut client = sleeping_run(&daemon, &project, &[]);
-    let (id, log, pid) = daemon_support::caller_run_supervisor(&daemon);
-    let attack = daemon_support::steal_and_write(pid, "finished");
+    let (id, log, pid) = support::daemon::caller_run_supervisor(&daemon);
+    let attack = support::daemon::steal_and_write(pid, "finished");
     assert_eq!(attack["pidfd"], true, "{attack}");
     assert!(
         !attack["written"].as_array().unwrap().is_empty(),
@@ -178,9 +177,9 @@ fn forged_questions_are_bounded_per_run() {
     let project = Project::new(Who::User);
     let daemon = daemon_for(&project);
     let client = sleeping_run(&daemon, &project, &[]);
-    let (id, _, pid) = daemon_support::caller_run_supervisor(&daemon);
-    let before = daemon_support::peak_rss_kib(daemon.pid());
-    let attack = daemon_support::steal_and_write(pid, "asks");
+    let (id, _, pid) = support::daemon::caller_run_supervisor(&daemon);
+    let before = support::daemon::peak_rss_kib(daemon.pid());
+    let attack = support::daemon::steal_and_write(pid, "asks");
     assert!(
         !attack["written"].as_array().unwrap().is_empty(),
         "the events socket was not reached: {attack}"
@@ -225,7 +224,7 @@ fn forged_questions_are_bounded_per_run() {
             "a forged deadline was kept: {question}"
         );
     }
-    let rss = daemon_support::peak_rss_kib(daemon.pid());
+    let rss = support::daemon::peak_rss_kib(daemon.pid());
     let run = cancel_and_wait(&daemon, &id, client);
     let log = std::fs::read_to_string(daemon.state.join("spool").join(&id).join("log.ndjson"))
         .unwrap_or_default();
@@ -331,7 +330,7 @@ fn a_stopped_supervisor_does_not_outlive_a_cancel() {
     let project = Project::new(Who::User);
     let daemon = daemon_for(&project);
     let mut client = sleeping_run(&daemon, &project, &[]);
-    let (id, _, pid) = daemon_support::caller_run_supervisor(&daemon);
+    let (id, _, pid) = support::daemon::caller_run_supervisor(&daemon);
     stop_as_caller(pid);
     let (status, _) = daemon.request("POST", &format!("/v1/runs/{id}/cancel"), None);
     assert!(status == 200 || status == 202, "cancel {id}: {status}");
@@ -355,7 +354,7 @@ fn a_stopped_supervisor_does_not_outlive_the_runs_timeout() {
     // Long enough that the supervisor is stopped well before its own
     // timeout fires (checked below: stopped while the run still runs).
     let mut client = sleeping_run(&daemon, &project, &["--timeout", "10s"]);
-    let (id, _, pid) = daemon_support::caller_run_supervisor(&daemon);
+    let (id, _, pid) = support::daemon::caller_run_supervisor(&daemon);
     stop_as_caller(pid);
     let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     assert!(

@@ -2,14 +2,13 @@
 //! real `sandbox daemon`, compared with local runs; peer authentication
 //! with a second user; the API's JSON through curl.
 
-mod daemon_support;
 mod support;
 
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use daemon_support::Daemon;
 use serde_json::Value;
+use support::daemon::Daemon;
 use support::{Project, Who};
 
 /// Root's rule: the built-in profiles, projects under /tmp.
@@ -336,15 +335,12 @@ fn cancel_and_ctrl_c_end_a_sleeping_run() {
 }
 
 fn wait_for_state(daemon: &Daemon, id: &str, state: &str) {
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(60));
-    loop {
-        let (_, run) = daemon.request("GET", &format!("/v1/runs/{id}"), None);
-        if run["state"] == state {
-            return;
-        }
-        assert!(!deadline.passed(), "run {id} never {state}: {run}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut run = Value::Null;
+    let reached = support::wait::holds_within(Duration::from_secs(60), || {
+        run = daemon.request("GET", &format!("/v1/runs/{id}"), None).1;
+        run["state"] == state
+    });
+    assert!(reached, "run {id} never {state}: {run}");
 }
 
 #[test]
@@ -470,7 +466,7 @@ fn curl_gets_the_info_and_json_errors() {
         || !support::require(
             "curl_gets_the_info_and_json_errors",
             "curl",
-            daemon_support::have_curl(),
+            support::daemon::have_curl(),
         )
     {
         return;
@@ -567,21 +563,16 @@ fn an_approval_lets_an_ask_through_and_silence_denies_it() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(60));
-    let approval = loop {
+    let approval = support::wait::within(Duration::from_secs(60), || {
         let out = daemon.cli().args(["approvals", "--json"]).output().unwrap();
         support::assert_ok(&out, "approvals");
         let list: Value = serde_json::from_slice(&out.stdout).unwrap();
-        if let Some(first) = list["approvals"].as_array().and_then(|a| a.first()) {
-            break first.clone();
-        }
-        assert!(
-            !deadline.passed(),
-            "no approval appeared:\n{}",
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    };
+        list["approvals"]
+            .as_array()
+            .and_then(|a| a.first())
+            .cloned()
+    })
+    .unwrap_or_else(|| panic!("no approval appeared:\n{}", daemon.log()));
     assert_eq!(approval["action"], "fs.write");
     assert!(
         approval["target"]
@@ -666,8 +657,8 @@ fn a_caller_cannot_write_its_runs_log_past_the_supervisor() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let (id, log, pid) = daemon_support::caller_run_supervisor(&daemon);
-    let forged = daemon_support::steal_and_write(pid, "end");
+    let (id, log, pid) = support::daemon::caller_run_supervisor(&daemon);
+    let forged = support::daemon::steal_and_write(pid, "end");
     assert_eq!(
         forged["pidfd"], true,
         "the caller may pidfd_open its own supervisor: {forged}"

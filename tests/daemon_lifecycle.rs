@@ -2,13 +2,12 @@
 //! logs (listening, each run's start and end, stopping), and what a SIGTERM
 //! does to runs in flight and to the clients attached to them.
 
-mod daemon_support;
 mod support;
 
 use std::time::Duration;
 
-use daemon_support::Daemon;
 use serde_json::json;
+use support::daemon::Daemon;
 use support::{Project, Who};
 
 fn ready(test: &str) -> bool {
@@ -111,7 +110,7 @@ fn without_verbose_the_log_keeps_to_the_lifecycle() {
     }
     let daemon = Daemon::start(&config(""));
     let project = Project::new(Who::Root);
-    let (run, _, _) = daemon_support::run_to_end(&daemon, project.path(), &["/bin/true"]);
+    let (run, _, _) = support::daemon::run_to_end(&daemon, project.path(), &["/bin/true"]);
     let id = run["id"].as_str().expect("id");
     wait_for_line(&daemon, &["run ended", id, "status=0"]);
     let log = daemon.log();
@@ -240,19 +239,17 @@ fn a_daemon_refuses_a_socket_directory_others_can_write() {
     let config = dir.path().join("daemon.toml");
     std::fs::write(&config, "").unwrap();
     let socket = dir.path().join("sandbox.sock");
-    let mut daemon = std::process::Command::new(support::sandbox_bin())
-        .arg("daemon")
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--state-dir")
-        .arg(dir.path().join("state"))
-        .arg("--config")
-        .arg(&config)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut daemon = support::daemon::command(
+        std::process::Command::new(support::sandbox_bin()),
+        &socket,
+        &dir.path().join("state"),
+        Some(&config),
+    )
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
     // It must exit without ever serving: a socket that appears, or a daemon
     // still running at the (load-scaled) limit, is the failure.
     let mut serving = false;

@@ -3,15 +3,14 @@
 //! the daemon while runs are in flight, a restart on the same state, and
 //! every finished result still there while the in-flight ones are lost.
 
-mod daemon_support;
 mod support;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use daemon_support::Daemon;
 use serde_json::Value;
+use support::daemon::Daemon;
 use support::{Project, Who};
 
 const RUNS: usize = 100;
@@ -53,14 +52,13 @@ fn cgroup_children(pid: u32) -> BTreeSet<PathBuf> {
 /// Poll `check` for up to `seconds` (scaled by the machine's load); its
 /// last answer.
 fn settle<T>(seconds: u64, mut check: impl FnMut() -> (bool, T)) -> T {
-    let mut deadline = support::wait::Deadline::after(Duration::from_secs(seconds));
-    loop {
+    let mut last = None;
+    support::wait::within(Duration::from_secs(seconds), || {
         let (done, value) = check();
-        if done || deadline.passed() {
-            return value;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+        last = Some(value);
+        done.then_some(())
+    });
+    last.expect("checked at least once")
 }
 
 fn runs_by_command(daemon: &Daemon) -> Vec<Value> {
@@ -132,7 +130,7 @@ fn a_hundred_runs_at_once_then_a_sigkill_mid_load_loses_nothing_finished() {
     }
     let launcher = daemon.launcher_pid().expect("the daemon has a launcher");
     let left = settle(10, || {
-        let children = daemon_support::children_of(launcher);
+        let children = support::children_of(launcher);
         (children.is_empty(), children)
     });
     assert!(left.is_empty(), "the launcher still has children: {left:?}");
@@ -206,7 +204,7 @@ fn a_hundred_runs_at_once_then_a_sigkill_mid_load_loses_nothing_finished() {
     if let Some(pid) = old_launcher {
         let gone = settle(20, || {
             let alive = std::path::Path::new(&format!("/proc/{pid}")).exists()
-                && daemon_support::cmdline(pid).contains("__launch");
+                && support::daemon::cmdline(pid).contains("__launch");
             (!alive, !alive)
         });
         assert!(gone, "the killed daemon's launcher {pid} is left behind");

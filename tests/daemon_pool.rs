@@ -4,14 +4,13 @@
 //! a file created in the project after the sandbox was prepared sends the
 //! run cold; a warm sandbox serves one run only.
 
-mod daemon_support;
 mod support;
 
 use std::path::Path;
 use std::time::Duration;
 
-use daemon_support::{pooled_daemon, run_to_end, wait_for_warm_sandbox, Daemon};
 use serde_json::{json, Value};
+use support::daemon::{pooled_daemon, run_to_end, wait_for_warm_sandbox, Daemon};
 
 fn my_uid() -> u32 {
     nix::unistd::geteuid().as_raw()
@@ -23,13 +22,13 @@ fn warm_processes(daemon: &Daemon) -> Vec<u32> {
     let Some(launcher) = daemon.launcher_pid() else {
         return Vec::new();
     };
-    let mut found: Vec<u32> = daemon_support::children_of(launcher)
+    let mut found: Vec<u32> = support::children_of(launcher)
         .into_iter()
         .filter(|pid| comm(*pid) == "sandbox-warm")
         .collect();
     let mut next = 0;
     while next < found.len() {
-        let below = daemon_support::children_of(found[next]);
+        let below = support::children_of(found[next]);
         found.extend(below);
         next += 1;
     }
@@ -405,7 +404,7 @@ fn warm_delegated_cgroups(daemon: &Daemon, project: &support::Project) -> Vec<st
     let launcher = daemon.launcher_pid().expect("launcher");
     let mut delegated = Vec::new();
     let found = support::wait::holds_within(Duration::from_secs(60), || {
-        delegated = daemon_support::children_of(launcher)
+        delegated = support::children_of(launcher)
             .into_iter()
             .filter(|pid| comm(*pid) == "sandbox-warm")
             .flat_map(|pid| own_cgroups(pid, launcher))

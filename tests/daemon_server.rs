@@ -8,21 +8,13 @@ mod support;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::os::unix::net::UnixDatagram;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-
-struct Daemon {
-    child: Option<Child>,
-    dir: tempfile::TempDir,
-    socket: PathBuf,
-    /// Where the daemon's stderr goes, when a test reads it.
-    stderr_to: Option<PathBuf>,
-}
+use support::daemon::Daemon;
 
 /// A directory every test user can reach (the socket and projects live
 /// below it).
@@ -30,180 +22,6 @@ fn open_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
-}
-
-impl Daemon {
-    /// Start a daemon with `config` (`{dir}` replaced by its directory)
-    /// and wait for its READY=1.
-    fn start(config: &str) -> Daemon {
-        let dir = open_dir();
-        let daemon = Daemon {
-            child: None,
-            socket: dir.path().join("sandbox.sock"),
-            dir,
-            stderr_to: None,
-        };
-        daemon.restart(config)
-    }
-
-    /// [`Daemon::start`], its stderr kept in a file ([`Daemon::stderr`]).
-    fn start_logged(config: &str) -> Daemon {
-        let dir = open_dir();
-        let daemon = Daemon {
-            child: None,
-            socket: dir.path().join("sandbox.sock"),
-            stderr_to: Some(dir.path().join("daemon.log")),
-            dir,
-        };
-        daemon.restart(config)
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr_to
-            .as_ref()
-            .map(|path| std::fs::read_to_string(path).unwrap_or_default())
-            .unwrap_or_default()
-    }
-
-    fn config_path(&self) -> PathBuf {
-        self.dir.path().join("daemon.toml")
-    }
-
-    fn restart(mut self, config: &str) -> Daemon {
-        let text = config.replace("{dir}", &self.dir.path().display().to_string());
-        std::fs::write(self.config_path(), text).unwrap();
-        let notify_path = self.dir.path().join(format!("notify-{}", rand_suffix()));
-        let notify = UnixDatagram::bind(&notify_path).unwrap();
-        notify
-            .set_read_timeout(Some(support::wait::limit(Duration::from_secs(20))))
-            .unwrap();
-        let child = Command::new(support::sandbox_bin())
-            .arg("daemon")
-            .arg("--socket")
-            .arg(&self.socket)
-            .arg("--state-dir")
-            .arg(self.dir.path().join("state"))
-            .arg("--config")
-            .arg(self.config_path())
-            .env("NOTIFY_SOCKET", &notify_path)
-            .stdin(Stdio::null())
-            .stderr(match &self.stderr_to {
-                Some(path) => Stdio::from(std::fs::File::create(path).unwrap()),
-                None => Stdio::inherit(),
-            })
-            .spawn()
-            .unwrap();
-        self.child = Some(child);
-        let mut buffer = [0u8; 64];
-        let n = notify
-            .recv(&mut buffer)
-            .expect("the daemon says READY=1 on NOTIFY_SOCKET");
-        assert_eq!(&buffer[..n], b"READY=1");
-        self
-    }
-
-    fn project(&self, name: &str, owner: Option<u32>) -> PathBuf {
-        let path = self.dir.path().join(name);
-        std::fs::create_dir_all(&path).unwrap();
-        if let Some(uid) = owner {
-            std::os::unix::fs::chown(&path, Some(uid), Some(uid)).unwrap();
-        }
-        path
-    }
-
-    /// `curl` as the test's own user (`as_uid: None`) or another uid;
-    /// returns the HTTP status and the body.
-    fn curl(
-        &self,
-        as_uid: Option<u32>,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> (u16, String) {
-        let mut command = Command::new("curl");
-        command
-            .args([
-                "-s",
-                "-S",
-                "--max-time",
-                "30",
-                "-o",
-                "-",
-                "-w",
-                "\n%{http_code}",
-                "-X",
-                method,
-            ])
-            .arg("--unix-socket")
-            .arg(&self.socket)
-            .arg(format!("http://daemon{path}"));
-        if body.is_some() {
-            command.args([
-                "-H",
-                "content-type: application/json",
-                "--data-binary",
-                "@-",
-            ]);
-        }
-        if let Some(uid) = as_uid {
-            command.uid(uid).gid(uid);
-        }
-        command.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut child = command.spawn().unwrap();
-        {
-            use std::io::Write;
-            let mut stdin = child.stdin.take().unwrap();
-            if let Some(body) = body {
-                stdin.write_all(body.as_bytes()).unwrap();
-            }
-        }
-        let out = child.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).into_owned();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
-        (code.trim().parse().unwrap_or(0), body.to_string())
-    }
-
-    fn json(
-        &self,
-        as_uid: Option<u32>,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> (u16, Value) {
-        let (code, text) = self.curl(as_uid, method, path, body);
-        let value = serde_json::from_str(&text)
-            .unwrap_or_else(|err| panic!("{method} {path}: {code} {text:?} is not JSON: {err}"));
-        (code, value)
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGTERM,
-            );
-            let _ = child.wait();
-        }
-    }
-}
-
-fn rand_suffix() -> String {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
 }
 
 fn my_uid() -> u32 {
@@ -315,7 +133,7 @@ fn a_run_through_the_api_has_its_status_and_output() {
     assert_eq!(code, 204);
     let (code, gone) = daemon.json(None, "GET", &format!("/v1/runs/{second}"), None);
     assert_eq!((code, error_code(&gone)), (404, "no_such_run"));
-    assert!(!daemon.dir.path().join("state/spool").join(&second).exists());
+    assert!(!daemon.dir().join("state/spool").join(&second).exists());
 }
 
 #[test]
@@ -463,16 +281,14 @@ fn bad_requests_get_json_errors() {
     assert_eq!((code, error_code(&err)), (404, "no_such_approval"), "{err}");
 
     // A second daemon on the same socket refuses to take it over.
-    let out = Command::new(support::sandbox_bin())
-        .arg("daemon")
-        .arg("--socket")
-        .arg(&daemon.socket)
-        .arg("--state-dir")
-        .arg(daemon.dir.path().join("state2"))
-        .arg("--config")
-        .arg(daemon.config_path())
-        .output()
-        .unwrap();
+    let out = support::daemon::command(
+        Command::new(support::sandbox_bin()),
+        &daemon.socket,
+        &daemon.dir().join("state2"),
+        Some(&daemon.config),
+    )
+    .output()
+    .unwrap();
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("in use by a running daemon"), "{stderr}");
@@ -507,13 +323,9 @@ fn a_killed_daemon_finds_its_runs_lost_and_kills_them() {
     );
     assert_eq!(code, 202, "{queued}");
     let id = queued["id"].as_str().unwrap().to_string();
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
-    while support::host_pids_with(&marker).is_empty() {
-        assert!(!deadline.passed(), "the run never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_process(&marker);
     daemon.kill();
-    let daemon = daemon.restart(&config);
+    daemon.restart();
     let left = support::wait_until_gone(&marker, 10);
     assert!(
         left.is_empty(),
@@ -568,18 +380,12 @@ fn systemd_socket_activation_hands_over_the_socket() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(10));
-    while !socket.exists() {
-        assert!(!deadline.passed(), "systemd-socket-activate made no socket");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let daemon = Daemon {
-        child: None,
-        socket: socket.clone(),
-        dir,
-        stderr_to: None,
-    };
-    let (code, info) = daemon.json(None, "GET", "/v1/info", None);
+    support::wait::until_true(
+        "systemd-socket-activate to make its socket",
+        Duration::from_secs(10),
+        || socket.exists(),
+    );
+    let (code, info) = support::daemon::curl_json(&socket, None, "GET", "/v1/info", None);
     assert_eq!(code, 200, "{info}");
     assert_eq!(info["caller"]["uid"], my_uid());
     let _ = nix::sys::signal::kill(
@@ -603,8 +409,8 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
     // survived (here: a plain process standing in for its init), and a
     // record whose pid now names an unrelated process (pid reuse: the
     // start time differs).
-    let dir = open_dir();
-    let state = dir.path().join("state");
+    let mut daemon = Daemon::stopped();
+    let state = daemon.state.clone();
     std::fs::create_dir_all(state.join("spool")).unwrap();
     let mut survivor = Command::new("/bin/sleep").arg("600").spawn().unwrap();
     let mut bystander = Command::new("/bin/sleep").arg("600").spawn().unwrap();
@@ -633,25 +439,12 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
             store.set_started(id, pid, Some(start), 2).unwrap();
         }
     }
-    let daemon = Daemon {
-        child: None,
-        socket: dir.path().join("sandbox.sock"),
-        dir,
-        stderr_to: None,
+    daemon.launch(&format!("[[allow]]\nuids = [{}]\n", my_uid()));
+    let status = support::wait::exit_within(&mut survivor, Duration::from_secs(10));
+    if status.is_none() {
+        let _ = survivor.kill();
+        let _ = survivor.wait();
     }
-    .restart(&format!("[[allow]]\nuids = [{}]\n", my_uid()));
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(10));
-    let status = loop {
-        if let Some(status) = survivor.try_wait().unwrap() {
-            break Some(status);
-        }
-        if deadline.passed() {
-            let _ = survivor.kill();
-            let _ = survivor.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
     assert_eq!(
         status.and_then(|s| std::os::unix::process::ExitStatusExt::signal(&s)),
         Some(9),
@@ -670,11 +463,11 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
 }
 
 fn wait_for_process(marker: &str) {
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
-    while support::host_pids_with(marker).is_empty() {
-        assert!(!deadline.passed(), "the run never started");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::wait::until_true(
+        "the run to start (a process with its marker)",
+        Duration::from_secs(20),
+        || !support::host_pids_with(marker).is_empty(),
+    );
 }
 
 #[test]
@@ -759,43 +552,16 @@ fn the_queue_is_bounded_and_runs_are_cancelled() {
     );
     let busy = busy["id"].as_str().unwrap().to_string();
     wait_for_process(&last);
-    let mut child = daemon.child.take().unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
-    let status = child.wait().unwrap();
+    let status = daemon.terminate();
     assert!(status.success(), "{status:?}");
     assert!(support::wait_until_gone(&last, 10).is_empty());
     assert!(
         !daemon.socket.exists(),
         "the daemon removes the socket it made"
     );
-    daemon.kill();
-    let config = std::fs::read_to_string(daemon.config_path()).unwrap();
-    let daemon = daemon.restart(&config);
+    daemon.restart();
     let (_, after) = daemon.json(None, "GET", &format!("/v1/runs/{busy}"), None);
     assert_eq!(after["state"], "cancelled", "{after}");
-}
-
-/// The daemon's launcher process (its child running `__launch`).
-fn launcher_of(daemon_pid: u32) -> Option<i32> {
-    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let stat = std::fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
-        let parent = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|ppid| ppid.parse::<u32>().ok());
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if parent == Some(daemon_pid) && String::from_utf8_lossy(&cmdline).contains("__launch") {
-            return Some(pid);
-        }
-    }
-    None
 }
 
 #[test]
@@ -817,21 +583,17 @@ fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
     );
     let id = run["id"].as_str().unwrap().to_string();
     wait_for_process(&marker);
-    let daemon_pid = daemon.child.as_ref().unwrap().id();
-    let launcher = launcher_of(daemon_pid).expect("the daemon's launcher");
+    let launcher = daemon.launcher_pid().expect("the daemon's launcher");
     nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(launcher),
+        nix::unistd::Pid::from_raw(launcher as i32),
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
-    let after = loop {
-        let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
-        if shown["state"] != "running" || deadline.passed() {
-            break shown;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mut after = Value::Null;
+    support::wait::holds_within(Duration::from_secs(20), || {
+        after = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None).1;
+        after["state"] != "running"
+    });
     assert!(
         after["state"] == "lost" || after["state"] == "failed",
         "a run whose launcher died ends without a result: {after}"
@@ -842,23 +604,25 @@ fn a_dead_launcher_loses_its_runs_and_is_restarted_once() {
     );
     assert!(support::wait_until_gone(&marker, 10).is_empty());
     // The replacement takes runs.
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
-    loop {
-        let (code, run) = daemon.json(
-            None,
-            "POST",
-            "/v1/runs",
-            Some(&submit(&project, &["/bin/true"], true)),
-        );
-        if code == 200 {
-            assert_eq!(run["status"], 0, "{run}");
-            break;
-        }
-        assert_eq!((code, error_code(&run)), (503, "launcher_down"), "{run}");
-        assert!(!deadline.passed(), "the launcher was not restarted");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let replacement = launcher_of(daemon_pid).expect("a new launcher");
+    let run = support::wait::until(
+        "the launcher to be restarted",
+        Duration::from_secs(20),
+        || {
+            let (code, run) = daemon.json(
+                None,
+                "POST",
+                "/v1/runs",
+                Some(&submit(&project, &["/bin/true"], true)),
+            );
+            if code == 200 {
+                return Some(run);
+            }
+            assert_eq!((code, error_code(&run)), (503, "launcher_down"), "{run}");
+            None
+        },
+    );
+    assert_eq!(run["status"], 0, "{run}");
+    let replacement = daemon.launcher_pid().expect("a new launcher");
     assert_ne!(replacement, launcher);
 }
 
@@ -894,15 +658,13 @@ fn a_question_is_answered_through_the_api_by_its_owner_only() {
     );
     assert_eq!(code, 202, "{run}");
     let id = run["id"].as_str().unwrap().to_string();
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
-    let question = loop {
+    let question = support::wait::until("a question", Duration::from_secs(20), || {
         let (_, listed) = daemon.json(None, "GET", "/v1/approvals", None);
-        if let Some(first) = listed["approvals"].as_array().and_then(|a| a.first()) {
-            break first.clone();
-        }
-        assert!(!deadline.passed(), "no question appeared");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        listed["approvals"]
+            .as_array()
+            .and_then(|a| a.first())
+            .cloned()
+    });
     assert_eq!(question["run"], id.as_str(), "{question}");
     assert_eq!(question["action"], "fs.write", "{question}");
     let qid = question["id"].as_str().unwrap().to_string();
@@ -962,7 +724,7 @@ fn a_run_cannot_reach_the_daemons_socket_or_database() {
         "[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
         my_uid()
     ));
-    let state = daemon.dir.path().join("state");
+    let state = daemon.dir().join("state");
     let script = format!(
         "{}\nattempt('socket', lambda: socket.socket(socket.AF_UNIX).connect({:?}))\n\
          attempt('database', lambda: open({:?}, 'rb').read(1))\n\
@@ -999,7 +761,7 @@ fn a_run_cannot_reach_the_daemons_socket_or_database() {
 
     // Naming the directory that holds them as the project is refused,
     // as is the state directory itself.
-    for project in [daemon.dir.path().to_path_buf(), state.clone()] {
+    for project in [daemon.dir().to_path_buf(), state.clone()] {
         let (code, err) = daemon.json(
             None,
             "POST",
@@ -1038,38 +800,20 @@ fn a_user_daemon_without_config_serves_only_its_own_uid() {
     std::fs::create_dir(&project).unwrap();
     std::os::unix::fs::chown(&project, Some(user), Some(user)).unwrap();
     let socket = home.join("sandbox.sock");
-    let notify_path = dir.path().join("notify");
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    std::fs::set_permissions(&notify_path, std::fs::Permissions::from_mode(0o777)).unwrap();
-    notify
-        .set_read_timeout(Some(support::wait::limit(Duration::from_secs(20))))
-        .unwrap();
-    let child = Command::new(support::binary_for_test_user())
-        .arg("daemon")
-        .arg("--socket")
-        .arg(&socket)
-        .arg("--state-dir")
-        .arg(home.join("state"))
+    let mut command = support::daemon::command(
+        Command::new(support::binary_for_test_user()),
+        &socket,
+        &home.join("state"),
+        None,
+    );
+    command
         .env_clear()
         .env("HOME", &home)
         .env("PATH", "/usr/bin:/bin")
-        .env("NOTIFY_SOCKET", &notify_path)
         .uid(user)
-        .gid(user)
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
-    let daemon = Daemon {
-        child: Some(child),
-        socket: socket.clone(),
-        dir,
-        stderr_to: None,
-    };
-    let mut buffer = [0u8; 16];
-    let n = notify
-        .recv(&mut buffer)
-        .expect("READY=1 from the user's daemon");
-    assert_eq!(&buffer[..n], b"READY=1");
+        .gid(user);
+    // Ready when it says READY=1 on NOTIFY_SOCKET, like every daemon here.
+    let daemon = Daemon::adopt(dir, socket.clone(), command);
     let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(
         mode, 0o600,
@@ -1176,7 +920,7 @@ fn skills_are_listed_and_invoked_through_the_daemon() {
     // project linked to one only root can read is not read for it.
     let theirs = daemon.project("theirs", Some(other));
     let hidden = write_skill(
-        &daemon.dir.path().join("root-only"),
+        &daemon.dir().join("root-only"),
         "leaked",
         "root only",
         ("x.sh", "echo '{}'\n"),
@@ -1205,20 +949,6 @@ fn skills_are_listed_and_invoked_through_the_daemon() {
         (200, Some(3)),
         "{answer}"
     );
-}
-
-/// Poll a run until it is over; its record.
-fn wait_over(daemon: &Daemon, as_uid: Option<u32>, id: &str) -> Value {
-    let mut started = support::wait::Deadline::after(Duration::from_secs(60));
-    loop {
-        let (code, run) = daemon.json(as_uid, "GET", &format!("/v1/runs/{id}"), None);
-        assert_eq!(code, 200, "{run}");
-        if !matches!(run["state"].as_str(), Some("queued" | "running")) {
-            return run;
-        }
-        assert!(!started.passed(), "{run}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -1279,7 +1009,7 @@ fn a_callers_run_has_the_callers_rights_only() {
     std::os::unix::fs::symlink(&secret, &second).unwrap();
     std::fs::write(first.join("go"), "").unwrap();
     let id = queued["id"].as_str().unwrap();
-    let run = wait_over(&daemon, Some(user), id);
+    let run = daemon.wait_finished_as(Some(user), id);
     let (_, events) = daemon.curl(Some(user), "GET", &format!("/v1/runs/{id}/events"), None);
     assert!(
         !events.contains("TOPSECRET"),
@@ -1374,15 +1104,12 @@ fn hanging_skill_calls_cannot_stall_the_daemon() {
                 .unwrap(),
         );
     }
-    let mut started = support::wait::Deadline::after(Duration::from_secs(30));
-    loop {
-        let (_, info) = daemon.json(None, "GET", "/v1/info", None);
-        if info["skills"]["calls_waiting"] == 4 {
-            break;
-        }
-        assert!(!started.passed(), "{info}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut info = Value::Null;
+    let waiting = support::wait::holds_within(Duration::from_secs(30), || {
+        info = daemon.json(None, "GET", "/v1/info", None).1;
+        info["skills"]["calls_waiting"] == 4
+    });
+    assert!(waiting, "{info}");
     // A fifth call of the same caller is turned away at once.
     let (code, busy) = daemon.json(None, "POST", "/v1/skills/hang/invoke", Some(&invoke));
     assert_eq!(code, 503, "{busy}");
@@ -1462,8 +1189,8 @@ fn descriptors_the_daemon_inherited_reach_none_of_its_children() {
         my_uid()
     ));
     drop((read, write));
-    let daemon_pid = daemon.child.as_ref().unwrap().id();
-    let launcher = launcher_of(daemon_pid).expect("the daemon's launcher");
+    let daemon_pid = daemon.pid();
+    let launcher = daemon.launcher_pid().expect("the daemon's launcher");
     let holds = |pid: i32| -> bool {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|entries| {
@@ -1478,7 +1205,7 @@ fn descriptors_the_daemon_inherited_reach_none_of_its_children() {
         "the test's premise: the daemon inherited it"
     );
     assert!(
-        !holds(launcher),
+        !holds(launcher as i32),
         "the launcher holds the daemon's inherited pipe"
     );
 }
@@ -1500,7 +1227,7 @@ fn a_skills_log_lines_are_marked_with_their_caller() {
         ),
         "",
     );
-    let daemon = Daemon::start_logged(&format!(
+    let daemon = Daemon::start(&format!(
         "[daemon]\nskills_dirs = [\"{}\"]\n[[allow]]\nuids = [{}]\nprojects = [\"{{dir}}\"]\n",
         skills.path().display(),
         my_uid(),
@@ -1508,12 +1235,10 @@ fn a_skills_log_lines_are_marked_with_their_caller() {
     let project = daemon.project("job", None);
     let invoke = serde_json::json!({"project": project, "params": {}}).to_string();
     let _ = daemon.json(None, "POST", "/v1/skills/noisy/invoke", Some(&invoke));
-    let mut started = support::wait::Deadline::after(Duration::from_secs(20));
-    while !daemon.stderr().contains("FORGED") {
-        assert!(!started.passed(), "{}", daemon.stderr());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let log = daemon.stderr();
+    let logged =
+        support::wait::holds_within(Duration::from_secs(20), || daemon.log().contains("FORGED"));
+    assert!(logged, "{}", daemon.log());
+    let log = daemon.log();
     for line in log.lines().filter(|l| l.contains("FORGED")) {
         // The daemon's own prefix (time, level, source) comes first on
         // every line that holds the skill's text.

@@ -482,16 +482,13 @@ fn killing_the_supervisor_kills_the_run_and_removes_its_tmp() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("sandbox starts");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         let sleeper = format!("sleep 1000 {tag}");
         // Both sleeps (the supervisor's and the shells' command lines hold
         // the tag too, with quotes around it).
-        while (support::host_pids_with(&sleeper).len() < 4
-            || !project.path().join("tmpdir.txt").exists())
-            && std::time::Instant::now() < deadline
-        {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        support::wait::holds_within(std::time::Duration::from_secs(20), || {
+            support::host_pids_with(&sleeper).len() >= 4
+                && project.path().join("tmpdir.txt").exists()
+        });
         assert!(
             support::host_pids_with(&sleeper).len() >= 4,
             "{who:?}: run started"
@@ -505,10 +502,8 @@ fn killing_the_supervisor_kills_the_run_and_removes_its_tmp() {
         );
         let tmpdir = std::fs::read_to_string(project.path().join("tmpdir.txt")).unwrap();
         let tmpdir = Path::new(tmpdir.trim());
-        let gone = (0..500).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            !tmpdir.exists()
-        });
+        let gone =
+            support::wait::holds_within(std::time::Duration::from_secs(10), || !tmpdir.exists());
         assert!(gone, "{who:?}: {} outlived the run", tmpdir.display());
     }
 }

@@ -122,15 +122,12 @@ fn in_mapped_namespace(map: &str, script: &str, env: &[(&str, &Path)]) -> std::p
     // `read go` holds the shell until the maps are written; unshare itself
     // created the namespace before exec'ing it, but may still be on its way.
     let proc_dir = format!("/proc/{}", child.id());
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let own_userns = std::fs::read_link("/proc/self/ns/user").expect("own userns");
-    while std::fs::read_link(format!("{proc_dir}/ns/user")).ok() == Some(own_userns.clone()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "unshare never entered its namespace"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
+    support::wait::until_true(
+        "unshare to enter its namespace",
+        std::time::Duration::from_secs(10),
+        || std::fs::read_link(format!("{proc_dir}/ns/user")).ok() != Some(own_userns.clone()),
+    );
     for file in ["uid_map", "gid_map"] {
         // One write: a map is accepted once, whole.
         std::fs::write(format!("{proc_dir}/{file}"), map).expect(file);

@@ -7,13 +7,12 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use support::serve::{self, Face, Serve};
 
 /// Writes `path` through the broker (strict asks a person for that);
 /// answers whether it could.
@@ -25,133 +24,21 @@ except sandbox_ipc.SandboxError as e:\n        \
 return {'written': False, 'code': e.code, 'message': e.message}\n\
 c.serve(handle)\n";
 
-/// `sandbox serve --mcp` and a client speaking raw JSON-RPC lines to it.
-struct Mcp {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    lines: mpsc::Receiver<Value>,
-    seen: Vec<Value>,
-    next: u64,
-    _home: tempfile::TempDir,
-    _state: tempfile::TempDir,
-}
-
-impl Mcp {
-    /// Start the server for `project` and complete the 2025-11-25
-    /// handshake, declaring form elicitation.
-    fn start(project: &Path, extra: &[&str]) -> Mcp {
-        let home = tempfile::tempdir().unwrap();
-        let state = tempfile::tempdir().unwrap();
-        let mut child = Command::new(support::sandbox_bin())
-            .args(["serve", "--mcp", "--project"])
-            .arg(project)
-            .args(extra)
-            .env("HOME", home.path())
-            .env("SANDBOX_STATE_DIR", state.path())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let message = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("stdout carried a non-JSON line {line:?}: {e}"));
-                if tx.send(message).is_err() {
-                    break;
-                }
-            }
-        });
-        let mut mcp = Mcp {
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
-            next: 1,
-            _home: home,
-            _state: state,
-        };
-        let init = mcp.request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"elicitation": {"form": {}}},
-                "clientInfo": {"name": "attacks", "version": "1"},
-            }),
-        );
-        assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
-        mcp.line(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-        mcp
-    }
-
-    fn line(&mut self, message: Value) {
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .unwrap();
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next;
-        self.next += 1;
-        self.line(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params);
-        self.response(id, support::wait::limit(Duration::from_secs(60)))
-    }
-
-    fn call_tool(&mut self, name: &str, arguments: Value) -> u64 {
-        self.send("tools/call", json!({"name": name, "arguments": arguments}))
-    }
-
-    /// The first message (seen or next, within `wait`) that `wanted` picks.
-    fn wait_until(&mut self, what: &str, wait: Duration, wanted: impl Fn(&Value) -> bool) -> Value {
-        if let Some(at) = self.seen.iter().position(&wanted) {
-            return self.seen.remove(at);
-        }
-        let until = std::time::Instant::now() + wait;
-        loop {
-            let left = until.saturating_duration_since(std::time::Instant::now());
-            let message = self
-                .lines
-                .recv_timeout(left)
-                .unwrap_or_else(|_| panic!("no {what} within {wait:?}; seen {:?}", self.seen));
-            if wanted(&message) {
-                return message;
-            }
-            self.seen.push(message);
-        }
-    }
-
-    fn response(&mut self, id: u64, wait: Duration) -> Value {
-        self.wait_until(&format!("response {id}"), wait, |m| {
-            m["id"] == id && m.get("method").is_none()
-        })
-    }
-
-    fn elicitation(&mut self, wait: Duration) -> Value {
-        self.wait_until("elicitation/create", wait, |m| {
-            m["method"] == "elicitation/create"
-        })
-    }
-
-    fn answer(&mut self, elicitation: &Value, decision: &str) {
-        let id = elicitation["id"].clone();
-        self.line(json!({"jsonrpc": "2.0", "id": id,
-                         "result": {"action": "accept", "content": {"decision": decision}}}));
-    }
-}
-
-impl Drop for Mcp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// Start `sandbox serve --mcp` for `project` (a HOME and state directory
+/// of its own) and complete the 2025-11-25 handshake, declaring form
+/// elicitation.
+fn start_mcp(project: &Path, extra: &[&str]) -> Serve {
+    let home = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let mut command = serve::command(Face::Mcp, project, extra);
+    command
+        .env("HOME", home.path())
+        .env("SANDBOX_STATE_DIR", state.path());
+    let mut mcp = Serve::start(command);
+    mcp.keep(home);
+    mcp.keep(state);
+    mcp.initialize(json!({"elicitation": {"form": {}}}));
+    mcp
 }
 
 /// The person cancels a call while its skill's question is on the screen:
@@ -172,9 +59,9 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
         "activation: persistent\npermissions: [fs.write]\n",
         ("main.py", WRITER),
     );
-    let mut mcp = Mcp::start(project.path(), &["--question-timeout", "1h"]);
+    let mut mcp = start_mcp(project.path(), &["--question-timeout", "1h"]);
     let first = mcp.call_tool("writer", json!({"path": "after-cancel.txt"}));
-    let asked = mcp.elicitation(support::wait::limit(Duration::from_secs(60)));
+    let asked = mcp.elicitation();
     mcp.line(
         json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                     "params": {"requestId": first, "reason": "the person pressed stop"}}),
@@ -182,15 +69,15 @@ fn cancelling_a_call_while_its_question_is_open_stops_the_skill_at_once() {
     // The next call of the same skill gets its own question long before
     // the first question's deadline (an hour) would have freed the skill.
     let second = mcp.call_tool("writer", json!({"path": "second.txt"}));
-    let asked_again = mcp.elicitation(support::wait::limit(Duration::from_secs(60)));
+    let asked_again = mcp.elicitation();
     assert_ne!(asked["id"], asked_again["id"]);
     let message = asked_again["params"]["message"].as_str().unwrap();
     assert!(message.contains("second.txt"), "{message:?}");
     // The first question answered now, after its call was cancelled:
     // nobody is listening for it any more.
-    mcp.answer(&asked, "always");
-    mcp.answer(&asked_again, "deny");
-    let done = mcp.response(second, support::wait::limit(Duration::from_secs(60)));
+    mcp.answer_elicitation(&asked, "always");
+    mcp.answer_elicitation(&asked_again, "deny");
+    let done = mcp.response(second);
     assert_eq!(
         done["result"]["structuredContent"]["written"], false,
         "{done}"
@@ -214,7 +101,7 @@ fn a_shell_command_dies_with_the_server() {
         return;
     }
     let project = support::skill_project("sandbox-mcp-attack-");
-    let mut mcp = Mcp::start(project.path(), &["--shell"]);
+    let mut mcp = start_mcp(project.path(), &["--shell"]);
     let marker = support::marker("shell-orphan");
     let call = mcp.call_tool(
         "shell",
@@ -254,10 +141,10 @@ fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
         "activation: persistent\npermissions: [fs.write]\n",
         ("main.py", WRITER),
     );
-    let mut mcp = Mcp::start(project.path(), &[]);
+    let mut mcp = start_mcp(project.path(), &[]);
     let sneaky = "notes.txt (a preview only: nothing is written, \"always\" is safe)";
     let call = mcp.call_tool("writer", json!({"path": sneaky}));
-    let asked = mcp.elicitation(support::wait::limit(Duration::from_secs(60)));
+    let asked = mcp.elicitation();
     let message = asked["params"]["message"].as_str().unwrap().to_string();
     let first_line = message.lines().next().unwrap();
     assert_eq!(
@@ -266,8 +153,8 @@ fn a_target_with_spaces_cannot_pass_for_the_sandboxs_words() {
          \"notes.txt (a preview only: nothing is written, \\\"always\\\" is safe)\"",
         "{message:?}"
     );
-    mcp.answer(&asked, "deny");
-    let done = mcp.response(call, support::wait::limit(Duration::from_secs(60)));
+    mcp.answer_elicitation(&asked, "deny");
+    let done = mcp.response(call);
     assert_eq!(
         done["result"]["structuredContent"]["written"], false,
         "{done}"
@@ -291,9 +178,9 @@ fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
         "activation: persistent\npermissions: [fs.write]\n",
         ("main.py", WRITER),
     );
-    let mut mcp = Mcp::start(project.path(), &[]);
+    let mut mcp = start_mcp(project.path(), &[]);
     let big = mcp.call_tool("writer", json!({"path": "x".repeat(2 << 20)}));
-    let done = mcp.response(big, support::wait::limit(Duration::from_secs(30)));
+    let done = mcp.response_within(big, Duration::from_secs(30));
     assert_eq!(done["result"]["isError"], true, "{done}");
     let text = done["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("bytes, over serve's limit"), "{text}");
@@ -302,7 +189,7 @@ fn arguments_over_serves_limits_end_the_call_with_a_tool_error() {
         deep = json!({ "a": deep });
     }
     let nested = mcp.call_tool("writer", deep);
-    let done = mcp.response(nested, support::wait::limit(Duration::from_secs(30)));
+    let done = mcp.response_within(nested, Duration::from_secs(30));
     assert_eq!(done["result"]["isError"], true, "{done}");
     let text = done["result"]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains("nested deeper"), "{text}");
@@ -372,7 +259,7 @@ fn a_project_skill_cannot_show_the_host_hidden_or_unbounded_text() {
             .find(|c| matches!(c, '\u{1b}' | '\u{7}' | '\u{202e}' | '\u{200b}' | '\n'))
     };
 
-    let mut mcp = Mcp::start(project.path(), &[]);
+    let mut mcp = start_mcp(project.path(), &[]);
     let listed = mcp.request("tools/list", json!({}));
     let tools = listed["result"]["tools"].as_array().unwrap();
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();

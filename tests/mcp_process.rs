@@ -6,12 +6,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
-use std::process::{Child, Command, Stdio};
-
-use serde_json::{json, Value};
+use serde_json::json;
+use support::serve::{self, Face, Serve, Transport};
 
 /// A project with one persistent Python skill that prints to stdout
 /// (which must never reach the protocol) and answers.
@@ -41,88 +37,24 @@ fn project() -> tempfile::TempDir {
     dir
 }
 
-/// One JSON-RPC session over whatever `stdin`/`stdout` the server got.
-struct Session {
-    child: Child,
-    input: Box<dyn Write>,
-    output: BufReader<Box<dyn std::io::Read>>,
-}
-
-impl Session {
-    /// `extra`: more arguments, and `--tmpdir DIR` for the server's TMPDIR.
-    fn start(project: &std::path::Path, extra: &[&str], sockets: bool) -> Session {
-        let mut command = Command::new(support::sandbox_bin());
-        command
-            .args(["serve", "--mcp", "--project"])
-            .arg(project)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .stderr(Stdio::inherit());
-        let mut extra = extra.iter();
-        while let Some(arg) = extra.next() {
-            match *arg {
-                "--tmpdir" => {
-                    command.env("TMPDIR", extra.next().copied().unwrap_or("/tmp"));
-                }
-                other => {
-                    command.arg(other);
-                }
+/// `sandbox serve --mcp` for `project` over `transport`, started with
+/// nothing of this environment but PATH. `extra`: more arguments, and
+/// `--tmpdir DIR` for the server's TMPDIR.
+fn start_session(project: &std::path::Path, extra: &[&str], transport: Transport) -> Serve {
+    let mut command = serve::command(Face::Mcp, project, &[]);
+    command.env_clear().env("PATH", "/usr/bin:/bin");
+    let mut extra = extra.iter();
+    while let Some(arg) = extra.next() {
+        match *arg {
+            "--tmpdir" => {
+                command.env("TMPDIR", extra.next().copied().unwrap_or("/tmp"));
             }
-        }
-        if sockets {
-            // What a Node host (libuv) gives a child for `stdio: 'pipe'`.
-            let (ours, theirs) = UnixStream::pair().unwrap();
-            command
-                .stdin(Stdio::from(OwnedFd::from(theirs.try_clone().unwrap())))
-                .stdout(Stdio::from(OwnedFd::from(theirs)));
-            let child = command.spawn().unwrap();
-            let reader: Box<dyn std::io::Read> = Box::new(ours.try_clone().unwrap());
-            Session {
-                child,
-                input: Box::new(ours),
-                output: BufReader::new(reader),
-            }
-        } else {
-            command.stdin(Stdio::piped()).stdout(Stdio::piped());
-            let mut child = command.spawn().unwrap();
-            let input: Box<dyn Write> = Box::new(child.stdin.take().unwrap());
-            let reader: Box<dyn std::io::Read> = Box::new(child.stdout.take().unwrap());
-            Session {
-                child,
-                input,
-                output: BufReader::new(reader),
+            other => {
+                command.arg(other);
             }
         }
     }
-
-    fn send(&mut self, message: Value) {
-        let mut line = message.to_string();
-        line.push('\n');
-        self.input.write_all(line.as_bytes()).unwrap();
-        self.input.flush().unwrap();
-    }
-
-    /// The next line, which must be a protocol message.
-    fn receive(&mut self) -> Value {
-        let mut line = String::new();
-        self.output.read_line(&mut line).unwrap();
-        serde_json::from_str(&line)
-            .unwrap_or_else(|err| panic!("not a protocol message on stdout: {line:?} ({err})"))
-    }
-
-    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
-        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        let answer = self.receive();
-        assert_eq!(answer["id"], id, "answers come in order here: {answer}");
-        answer
-    }
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    Serve::start_over(command, transport)
 }
 
 /// The server's threads, and the command lines of its descendants.
@@ -157,23 +89,15 @@ fn shape(pid: u32) -> (usize, Vec<String>) {
     (threads, descendants)
 }
 
-fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, sockets: bool) {
+fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, transport: Transport) {
     if !support::require_root_sandbox(test) {
         return;
     }
     let project = project();
-    let mut session = Session::start(project.path(), &[], sockets);
-    let init = session.request(
-        1,
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {},
-               "clientInfo": {"name": "test", "version": "1"}}),
-    );
-    assert_eq!(init["result"]["protocolVersion"], "2025-11-25", "{init}");
-    session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut session = start_session(project.path(), &[], transport);
+    session.initialize(json!({}));
     for n in 0..3 {
-        let answer = session.request(
-            10 + n,
+        let answer = session.request_next(
             "tools/call",
             json!({"name": "noisy", "arguments": {"n": n}}),
         );
@@ -197,7 +121,7 @@ fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, sockets: bool) {
     );
     // The skill's prints (one of them a forged response) never reached
     // stdout: the next message is the answer to the next request.
-    let answer = session.request(20, "ping", json!({}));
+    let answer = session.request_next("ping", json!({}));
     assert!(answer.get("result").is_some(), "{answer}");
 }
 
@@ -205,7 +129,7 @@ fn one_thread_forked_hosts_and_a_clean_stdout(test: &str, sockets: bool) {
 fn over_pipes_one_thread_forked_hosts_and_a_clean_stdout() {
     one_thread_forked_hosts_and_a_clean_stdout(
         "over_pipes_one_thread_forked_hosts_and_a_clean_stdout",
-        false,
+        Transport::Pipes,
     );
 }
 
@@ -213,7 +137,7 @@ fn over_pipes_one_thread_forked_hosts_and_a_clean_stdout() {
 fn over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout() {
     one_thread_forked_hosts_and_a_clean_stdout(
         "over_a_socketpair_one_thread_forked_hosts_and_a_clean_stdout",
-        true,
+        Transport::Socketpair,
     );
 }
 
@@ -224,16 +148,9 @@ fn an_unknown_tool_is_a_protocol_error() {
         return;
     }
     let project = project();
-    let mut session = Session::start(project.path(), &[], false);
-    session.request(
-        1,
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {},
-               "clientInfo": {"name": "test", "version": "1"}}),
-    );
-    session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-    let answer = session.request(
-        2,
+    let mut session = start_session(project.path(), &[], Transport::Pipes);
+    session.initialize(json!({}));
+    let answer = session.request_next(
         "tools/call",
         json!({"name": "no-such-tool", "arguments": {}}),
     );
@@ -251,19 +168,16 @@ fn sigterm_ends_the_server_and_its_shell_commands_cleanly() {
     let project = project();
     let tmp = tempfile::tempdir().unwrap();
     let tmpdir = tmp.path().to_str().unwrap().to_string();
-    let mut session = Session::start(project.path(), &["--shell", "--tmpdir", &tmpdir], false);
-    session.request(
-        1,
-        "initialize",
-        json!({"protocolVersion": "2025-11-25", "capabilities": {},
-               "clientInfo": {"name": "test", "version": "1"}}),
+    let mut session = start_session(
+        project.path(),
+        &["--shell", "--tmpdir", &tmpdir],
+        Transport::Pipes,
     );
-    session.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    session.initialize(json!({}));
     // `sleep 30.MARKER` sleeps 30 s and names this test's process.
     let marker = support::marker("sigterm");
     let command = format!("sleep 30.{marker}");
-    session.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                        "params": {"name": "shell", "arguments": {"command": command}}}));
+    session.call_tool("shell", json!({"command": command}));
     // The command is running once its report directory exists.
     support::wait::until_true(
         "the shell command to start",

@@ -9,73 +9,12 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 
-use support::oci::{text, OciRuntime};
+use support::oci::{text, OciRuntime as Engine};
 
 fn usable(test: &str) -> bool {
     support::oci::usable(test, &["podman", "runc"], "podman runc busybox-static")
-}
-
-/// One engine with its own storage, a busybox root, and `sandbox oci`
-/// behind a wrapper that names the runtime's settings (an engine passes
-/// its runtime no environment of its own choosing).
-struct Engine {
-    runtime: OciRuntime,
-}
-
-impl std::ops::Deref for Engine {
-    type Target = OciRuntime;
-    fn deref(&self) -> &OciRuntime {
-        &self.runtime
-    }
-}
-
-impl Engine {
-    fn new(settings: &str) -> Engine {
-        Engine {
-            runtime: OciRuntime::new("sandbox-oci-", settings),
-        }
-    }
-
-    /// `podman` with this engine's storage and `runtime`.
-    fn podman(&self, runtime: &Path) -> Command {
-        let mut command = Command::new("podman");
-        command
-            .arg("--root")
-            .arg(self.path().join("storage"))
-            .arg("--runroot")
-            .arg(self.path().join("runroot"))
-            .arg("--runtime")
-            .arg(runtime)
-            .args(["--cgroup-manager", "cgroupfs", "--storage-driver", "vfs"])
-            .stdin(Stdio::null());
-        command
-    }
-
-    /// `podman run --rm` of `script` with `options`; `runtime` None is ours.
-    fn run_with(&self, runtime: Option<&Path>, options: &[&str], script: &str) -> Output {
-        let ours = self.wrapper();
-        self.podman(runtime.unwrap_or(&ours))
-            .args(["run", "--rm"])
-            // Root here may lack CAP_SYS_RESOURCE: podman must not raise rlimits.
-            .args([
-                "--ulimit",
-                "nofile=1024:1024",
-                "--ulimit",
-                "nproc=1024:1024",
-            ])
-            .args(options)
-            .arg("--rootfs")
-            .arg(self.rootfs())
-            .args(["/bin/sh", "-c", script])
-            .output()
-            .expect("podman runs")
-    }
-
-    fn run(&self, script: &str) -> Output {
-        self.run_with(None, &["--network", "none"], script)
-    }
 }
 
 /// What a process inside reports about itself and its writes.
@@ -89,8 +28,8 @@ fn podman_run_gets_the_layers_and_keeps_the_exit_code() {
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("");
-    let out = engine.run(&format!("{PROBE}; echo home=$HOME; exit 7"));
+    let engine = Engine::new("sandbox-oci-", "");
+    let out = engine.podman_run(&format!("{PROBE}; echo home=$HOME; exit 7"));
     let stdout = text(&out.stdout);
     assert_eq!(
         out.status.code(),
@@ -134,7 +73,7 @@ fn podman_run_gets_the_layers_and_keeps_the_exit_code() {
 
     // The same container under plain runc writes /etc: the denial above is
     // this runtime's.
-    let plain = engine.run_with(
+    let plain = engine.podman_run_with(
         Some(Path::new("runc")),
         &["--network", "none"],
         &format!("{PROBE}; echo home=$HOME"),
@@ -157,9 +96,9 @@ fn the_broker_answers_on_fd_3_and_audits_every_request() {
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-oci-", "");
     std::fs::write(engine.rootfs().join("etc/motd"), "hello from the image\n").expect("motd");
-    let out = engine.run(
+    let out = engine.podman_run(
         r#"echo "fd=$SANDBOX_IPC_FD"
 echo '{"jsonrpc":"2.0","id":1,"method":"fs.read","params":{"path":"etc/motd"}}' >&3
 head -n 1 <&3
@@ -204,7 +143,7 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-oci-", "");
     let runtime = engine.wrapper();
     let start = |name: &str, script: &str| {
         let out = engine
@@ -296,7 +235,7 @@ fn podman_exec_is_confined_tty_works_and_stop_leaves_nothing() {
         "{tty_out}\n{}",
         text(&tty.stderr)
     );
-    let run_tty = engine.run_with(None, &["--network", "none", "-t"], "tty");
+    let run_tty = engine.podman_run_with(None, &["--network", "none", "-t"], "tty");
     assert!(
         text(&run_tty.stdout).contains("/dev/pts/"),
         "{}",
@@ -363,10 +302,10 @@ fn a_symlinked_scratch_directory_in_the_image_grants_nothing() {
     }
     // The image decides what /tmp is. As a link to /etc, a write grant that
     // followed it would make the image's /etc writable.
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-oci-", "");
     std::fs::remove_dir(engine.rootfs().join("tmp")).expect("rmdir");
     std::os::unix::fs::symlink("/etc", engine.rootfs().join("tmp")).expect("symlink");
-    let out = engine.run("touch /tmp/through-link && echo link=written || echo link=denied");
+    let out = engine.podman_run("touch /tmp/through-link && echo link=written || echo link=denied");
     let stdout = text(&out.stdout);
     assert!(
         stdout.contains("link=denied"),
@@ -382,8 +321,8 @@ fn profiles_come_from_the_operator_not_from_the_container() {
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("annotation_profiles = [\"standard\"]\n");
-    let looser = engine.run_with(
+    let engine = Engine::new("sandbox-oci-", "annotation_profiles = [\"standard\"]\n");
+    let looser = engine.podman_run_with(
         None,
         &[
             "--network",
@@ -400,7 +339,7 @@ fn profiles_come_from_the_operator_not_from_the_container() {
         stderr.contains("permissive") && stderr.contains("annotation_profiles"),
         "{stderr}"
     );
-    let listed = engine.run_with(
+    let listed = engine.podman_run_with(
         None,
         &[
             "--network",
@@ -416,7 +355,7 @@ fn profiles_come_from_the_operator_not_from_the_container() {
         .iter()
         .any(|l| l["event"] == "enforced" && l["profile"] == "standard"));
     // strict keeps containers off the network: the host's is refused.
-    let host = engine.run_with(None, &["--network", "host"], "echo ran");
+    let host = engine.podman_run_with(None, &["--network", "host"], "echo ran");
     assert!(!host.status.success());
     assert!(
         text(&host.stderr).contains("shares the host's network"),
@@ -431,22 +370,10 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-oci-", "");
     let bundle = engine.bundle("sleep", &["/bin/sleep", "86400"], |_| {});
     let id = format!("oci-{}", support::marker("state"));
-    // The container keeps runc's stdio: nothing to read from it here.
-    let created = Command::new(engine.wrapper())
-        .arg("--root")
-        .arg(engine.runc_root())
-        .args(["create", "--bundle"])
-        .arg(&bundle)
-        .arg(&id)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("create");
-    assert!(created.success());
+    assert!(engine.create(&bundle, &id), "{}", engine.output(&id));
     assert_eq!(engine.status(&id), "created");
     let config: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(bundle.join("config.json")).unwrap())
@@ -533,7 +460,7 @@ fn exec_into_a_container_sandbox_did_not_create_is_refused() {
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-oci-", "");
     let process = engine.path().join("process.json");
     std::fs::write(
         &process,
@@ -583,7 +510,7 @@ fn two_runc_roots_keep_containers_of_the_same_id_apart() {
     if !usable(test) {
         return;
     }
-    let engine = Engine::new("");
+    let engine = Engine::new("sandbox-oci-", "");
     let bundle = engine.bundle("sleep", &["/bin/sleep", "86400"], |_| {});
     let id = format!("oci-{}", support::marker("roots"));
     let with_root = |root: &str, args: &[&str]| {

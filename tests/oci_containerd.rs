@@ -91,20 +91,14 @@ impl Containerd {
             .spawn()
             .expect("containerd starts");
         containerd.daemon = Some(daemon);
-        let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(30));
-        loop {
-            if path.join("containerd.sock").exists()
-                && containerd.ctr(&["version"]).status.success()
-            {
-                break;
-            }
-            assert!(
-                !deadline.passed(),
-                "containerd did not answer on its socket:\n{}",
-                containerd.daemon_log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let answered = support::wait::holds_within(Duration::from_secs(30), || {
+            path.join("containerd.sock").exists() && containerd.ctr(&["version"]).status.success()
+        });
+        assert!(
+            answered,
+            "containerd did not answer on its socket:\n{}",
+            containerd.daemon_log()
+        );
         containerd
     }
 
@@ -195,14 +189,12 @@ impl Containerd {
     }
 
     fn wait_for_status(&self, id: &str, wanted: &str) -> String {
-        let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
-        loop {
-            let status = self.task_status(id);
-            if status == wanted || deadline.passed() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut status = String::new();
+        support::wait::holds_within(Duration::from_secs(20), || {
+            status = self.task_status(id);
+            status == wanted
+        });
+        status
     }
 }
 
@@ -405,14 +397,11 @@ while :; do sleep 0.1; done"#,
     );
 
     // The container's process got its answers on fd 3.
-    let mut deadline = support::wait::Deadline::after(std::time::Duration::from_secs(20));
-    let answers = loop {
-        let log = std::fs::read_to_string(&output).unwrap_or_default();
-        if log.contains(r#""id":2"#) || deadline.passed() {
-            break log;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
+    let mut answers = String::new();
+    support::wait::holds_within(Duration::from_secs(20), || {
+        answers = std::fs::read_to_string(&output).unwrap_or_default();
+        answers.contains(r#""id":2"#)
+    });
     let mut lines = answers.lines();
     assert_eq!(lines.next(), Some("fd=3"), "{answers}");
     let read: serde_json::Value =

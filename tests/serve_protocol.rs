@@ -9,10 +9,11 @@ mod support;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
+
+use support::serve::{self, Face, Serve};
 
 /// Writes `started` (if given), waits until `gate` exists in the project
 /// (if given: the test holds the call running that way, for as long as it
@@ -45,140 +46,12 @@ except sandbox_ipc.SandboxError as e:\n        \
 return {'written': False, 'code': e.code, 'message': e.message}\n\
 c.serve(handle)\n";
 
-/// `sandbox serve --stdio` driven like a front end: it sends requests and
-/// answers serve's own requests.
-struct Serve {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    lines: mpsc::Receiver<Value>,
-    /// Messages read while waiting for something else.
-    seen: Vec<Value>,
-    next: u64,
-}
-
-impl Serve {
-    fn start(project: &Path, extra: &[&str], state: &Path) -> Serve {
-        let mut child = Command::new(support::sandbox_bin())
-            .args(["serve", "--stdio", "--project"])
-            .arg(project)
-            .args(extra)
-            .env("SANDBOX_STATE_DIR", state)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
-                    break;
-                }
-            }
-        });
-        Serve {
-            child,
-            stdin,
-            lines,
-            seen: Vec::new(),
-            next: 1,
-        }
-    }
-
-    fn line(&mut self, message: Value) {
-        self.stdin
-            .write_all(format!("{message}\n").as_bytes())
-            .unwrap();
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next;
-        self.next += 1;
-        self.line(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        id
-    }
-
-    fn invoke(&mut self, name: &str, params: Value) -> u64 {
-        self.send("skill.invoke", json!({"name": name, "params": params}))
-    }
-
-    /// The first message (seen or next) that `wanted` picks.
-    fn wait_until(&mut self, what: &str, wanted: impl Fn(&Value) -> bool) -> Value {
-        if let Some(at) = self.seen.iter().position(&wanted) {
-            return self.seen.remove(at);
-        }
-        loop {
-            let message = self
-                .lines
-                .recv_timeout(support::wait::limit(Duration::from_secs(60)))
-                .unwrap_or_else(|_| panic!("no {what} from serve; seen {:?}", self.seen));
-            if wanted(&message) {
-                return message;
-            }
-            self.seen.push(message);
-        }
-    }
-
-    /// The response to our request `id`.
-    fn wait_for(&mut self, id: u64) -> Value {
-        self.wait_until(&format!("response {id}"), |m| {
-            m["id"] == id && m.get("method").is_none()
-        })
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params);
-        self.wait_for(id)
-    }
-
-    /// Serve's next `skill.ask` request.
-    fn next_ask(&mut self) -> Value {
-        self.wait_until("skill.ask", |m| m["method"] == "skill.ask")
-    }
-
-    fn answer(&mut self, ask: &Value, choice: &str) {
-        let id = ask["id"].clone();
-        self.line(json!({"jsonrpc": "2.0", "id": id, "result": {"answer": choice}}));
-    }
-
-    /// Whether a message `wanted` picks arrives within `wait` (for what
-    /// must not happen: the wait only bounds how long the test looks).
-    fn arrives_within(&mut self, wait: Duration, wanted: impl Fn(&Value) -> bool) -> bool {
-        if self.seen.iter().any(&wanted) {
-            return true;
-        }
-        let until = Instant::now() + wait;
-        while let Some(left) = until.checked_duration_since(Instant::now()) {
-            match self.lines.recv_timeout(left) {
-                Ok(message) => {
-                    let hit = wanted(&message);
-                    self.seen.push(message);
-                    if hit {
-                        return true;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-        false
-    }
-
-    fn states(&self, name: &str) -> Vec<String> {
-        self.seen
-            .iter()
-            .filter(|n| n["method"] == "skill.stateChanged" && n["params"]["name"] == name)
-            .map(|n| n["params"]["state"].as_str().unwrap_or("").to_string())
-            .collect()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `sandbox serve --stdio` for `project` with `extra` arguments and its
+/// own state directory, driven like a front end.
+fn start_serve(project: &Path, extra: &[&str], state: &Path) -> Serve {
+    let mut command = serve::command(Face::Stdio, project, extra);
+    command.env("SANDBOX_STATE_DIR", state);
+    Serve::start(command)
 }
 
 #[test]
@@ -196,9 +69,9 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
         SLEEPER_MANIFEST,
         ("main.py", SLEEPER),
     );
-    let mut serve = Serve::start(project.path(), &["--grant", "fs.write"], state.path());
+    let mut serve = start_serve(project.path(), &["--grant", "fs.write"], state.path());
     let first = serve.invoke(&name, json!({}));
-    let first = serve.wait_for(first);
+    let first = serve.response(first);
     let first_process = first["result"]["process"].clone();
     assert!(first_process.is_string(), "{first}");
 
@@ -213,9 +86,9 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
         project.path().join("slow-started.txt").exists()
     });
     assert!(!support::host_pids_with(&mark).is_empty());
-    let cancel = serve.call("skill.cancel", json!({"id": slow}));
+    let cancel = serve.request("skill.cancel", json!({"id": slow}));
     assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
-    let answered = serve.wait_for(slow);
+    let answered = serve.response(slow);
     assert_eq!(answered["error"]["code"], -32800, "{answered}");
     assert_eq!(
         answered["error"]["message"], "cancelled by the client",
@@ -229,7 +102,7 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
 
     // No crash, no back-off: the next call gets a fresh process at once.
     let next = serve.invoke(&name, json!({}));
-    let next = serve.wait_for(next);
+    let next = serve.response(next);
     assert!(next["result"]["process"].is_string(), "{next}");
     assert_ne!(next["result"]["process"], first_process, "a fresh process");
     // Calls to a persistent skill are answered in turn: the cancelled one,
@@ -242,7 +115,7 @@ fn cancelling_a_running_call_kills_its_host_without_counting_a_crash() {
         "{states:?}"
     );
     // Answered already: nothing to cancel.
-    let again = serve.call("skill.cancel", json!({"id": slow}));
+    let again = serve.request("skill.cancel", json!({"id": slow}));
     assert_eq!(again["result"], json!({"cancelled": false}), "{again}");
 }
 
@@ -259,7 +132,7 @@ fn cancelling_a_queued_call_drops_it_and_an_unknown_id_cancels_nothing() {
         SLEEPER_MANIFEST,
         ("main.py", SLEEPER),
     );
-    let mut serve = Serve::start(project.path(), &["--grant", "fs.write"], state.path());
+    let mut serve = start_serve(project.path(), &["--grant", "fs.write"], state.path());
     // The first call runs until the test opens its gate: the second one
     // is still queued when it is cancelled.
     let running = serve.invoke(
@@ -270,28 +143,28 @@ fn cancelling_a_queued_call_drops_it_and_an_unknown_id_cancels_nothing() {
     support::wait::until_true("the first call to start", Duration::from_secs(60), || {
         project.path().join("first-started.txt").exists()
     });
-    let cancel = serve.call("skill.cancel", json!({"id": queued}));
+    let cancel = serve.request("skill.cancel", json!({"id": queued}));
     assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
-    let dropped = serve.wait_for(queued);
+    let dropped = serve.response(queued);
     assert_eq!(dropped["error"]["code"], -32800, "{dropped}");
     std::fs::write(project.path().join("go.txt"), "").unwrap();
     // The running call is untouched.
-    let done = serve.wait_for(running);
+    let done = serve.response(running);
     assert!(done["result"]["process"].is_string(), "{done}");
     assert!(project.path().join("first.txt").exists());
     // The dropped call never ran (a later call's write shows the queue
     // has moved past where it stood).
     let after = serve.invoke("queue", json!({"mark": "third.txt"}));
-    let after = serve.wait_for(after);
+    let after = serve.response(after);
     assert!(after["result"]["process"].is_string(), "{after}");
     assert!(project.path().join("third.txt").exists());
     assert!(!project.path().join("second.txt").exists());
 
     for id in [json!(999), json!("nope"), json!(null)] {
-        let unknown = serve.call("skill.cancel", json!({"id": id}));
+        let unknown = serve.request("skill.cancel", json!({"id": id}));
         assert_eq!(unknown["result"], json!({"cancelled": false}), "{unknown}");
     }
-    let bad = serve.call("skill.cancel", json!({}));
+    let bad = serve.request("skill.cancel", json!({}));
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
 }
 
@@ -302,7 +175,7 @@ fn asking_serve(project: &Path, state: &Path) -> Serve {
         "activation: persistent\npermissions: [fs.write]\n",
         ("main.py", WRITER),
     );
-    Serve::start(project, &["--ask-client"], state)
+    start_serve(project, &["--ask-client"], state)
 }
 
 #[test]
@@ -334,8 +207,8 @@ fn a_question_answered_once_allows_that_write_only() {
         .unwrap()
         .as_millis() as u64;
     assert!(params["deadline_ms"].as_u64().unwrap() > now_ms, "{ask}");
-    serve.answer(&ask, "once");
-    let answer = serve.wait_for(call);
+    serve.answer_ask(&ask, "once");
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], true, "{answer}");
     assert_eq!(
         std::fs::read_to_string(project.path().join("once.txt")).unwrap(),
@@ -345,8 +218,8 @@ fn a_question_answered_once_allows_that_write_only() {
     let call = serve.invoke("writer", json!({"path": "twice.txt"}));
     let ask = serve.next_ask();
     assert_eq!(ask["id"], "ask-2", "{ask}");
-    serve.answer(&ask, "deny");
-    let answer = serve.wait_for(call);
+    serve.answer_ask(&ask, "deny");
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert!(!project.path().join("twice.txt").exists());
 }
@@ -367,7 +240,7 @@ fn a_question_nobody_answers_is_denied_at_the_question_timeout() {
         ("main.py", WRITER),
     );
     let state = tempfile::tempdir().unwrap();
-    let mut serve = Serve::start(
+    let mut serve = start_serve(
         project.path(),
         &["--ask-client", "--question-timeout", "1s"],
         state.path(),
@@ -383,7 +256,7 @@ fn a_question_nobody_answers_is_denied_at_the_question_timeout() {
         deadline_ms <= read_ms + 1_000,
         "the deadline is the timeout from when it was asked: {ask}"
     );
-    let answer = serve.wait_for(call);
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert!(!project.path().join("unanswered.txt").exists());
 }
@@ -404,13 +277,13 @@ fn a_run_answer_allows_the_action_for_the_rest_of_the_skills_run() {
         let ask = serve.next_ask();
         let question = ask["params"]["question"].as_str().unwrap();
         assert!(question.contains("[r]un"), "{question:?}");
-        serve.answer(&ask, word);
-        let answer = serve.wait_for(call);
+        serve.answer_ask(&ask, word);
+        let answer = serve.response(call);
         assert_eq!(answer["result"]["written"], true, "{word}: {answer}");
         // Another target, nobody asked: an unanswered question would be
         // refused at its deadline instead.
         let call = serve.invoke("writer", json!({"path": "second.txt"}));
-        let answer = serve.wait_for(call);
+        let answer = serve.response(call);
         assert_eq!(answer["result"]["written"], true, "{word}: {answer}");
         assert!(
             serve.seen.iter().all(|m| m["method"] != "skill.ask"),
@@ -437,11 +310,11 @@ fn a_denied_target_is_not_asked_again_in_the_same_run() {
     let call = serve.invoke("writer", json!({"path": "no.txt"}));
     let ask = serve.next_ask();
     assert_eq!(ask["id"], "ask-1", "{ask}");
-    serve.answer(&ask, "deny");
-    assert_eq!(serve.wait_for(call)["result"]["written"], false);
+    serve.answer_ask(&ask, "deny");
+    assert_eq!(serve.response(call)["result"]["written"], false);
     for _ in 0..3 {
         let call = serve.invoke("writer", json!({"path": "no.txt"}));
-        let answer = serve.wait_for(call);
+        let answer = serve.response(call);
         assert_eq!(answer["result"]["written"], false, "{answer}");
         let message = answer["result"]["message"].as_str().unwrap_or_default();
         assert!(message.contains("earlier answer"), "{answer}");
@@ -453,8 +326,8 @@ fn a_denied_target_is_not_asked_again_in_the_same_run() {
         ask["id"], "ask-2",
         "a new target is asked, and only it: {ask}"
     );
-    serve.answer(&ask, "once");
-    assert_eq!(serve.wait_for(call)["result"]["written"], true);
+    serve.answer_ask(&ask, "once");
+    assert_eq!(serve.response(call)["result"]["written"], true);
 }
 
 /// The target comes from the sandbox: its control and bidi characters
@@ -477,8 +350,8 @@ fn a_denied_question_refuses_and_its_target_is_escaped() {
         !question.contains('\u{1b}') && !question.contains('\u{202e}'),
         "{question:?}"
     );
-    serve.answer(&ask, "deny");
-    let answer = serve.wait_for(call);
+    serve.answer_ask(&ask, "deny");
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert_eq!(answer["result"]["code"], -32001, "{answer}");
     assert!(!project.path().join(sneaky).exists());
@@ -504,8 +377,8 @@ fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
     let mut serve = asking_serve(project.path(), state.path());
     let call = serve.invoke("writer", json!({"path": "kept.txt"}));
     let ask = serve.next_ask();
-    serve.answer(&ask, "always");
-    let answer = serve.wait_for(call);
+    serve.answer_ask(&ask, "always");
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], true, "{answer}");
     let listed = stored_grants(state.path());
     let grants = listed.as_array().unwrap();
@@ -517,7 +390,7 @@ fn an_always_answer_stores_a_grant_that_later_calls_use_without_asking() {
     // The same write again: the grant decides, nobody is asked.
     std::fs::remove_file(project.path().join("kept.txt")).unwrap();
     let call = serve.invoke("writer", json!({"path": "kept.txt"}));
-    let answer = serve.wait_for(call);
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], true, "{answer}");
     assert!(!serve.seen.iter().any(|m| m["method"] == "skill.ask"));
 }
@@ -539,20 +412,20 @@ fn only_a_response_to_the_questions_own_id_answers_it() {
         serve.line(json!({"jsonrpc": "2.0", "id": id, "result": {"answer": "once"}}));
     }
     assert!(
-        !serve.arrives_within(Duration::from_secs(2), |m| m["id"] == call),
+        !serve.arrives_within(Duration::from_secs(2), |m| serve::is_response_to(m, call)),
         "a forged answer unblocked the question: {:?}",
         serve.seen
     );
     assert!(!project.path().join("forged.txt").exists());
     serve.line(json!({"jsonrpc": "2.0", "id": ask["id"], "error": {"code": -1, "message": "no"}}));
-    let answer = serve.wait_for(call);
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert!(!project.path().join("forged.txt").exists());
     // Garbage is a deny too.
     let call = serve.invoke("writer", json!({"path": "garbage.txt"}));
     let ask = serve.next_ask();
     serve.line(json!({"jsonrpc": "2.0", "id": ask["id"], "result": {"answer": "yes please"}}));
-    let answer = serve.wait_for(call);
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert!(!project.path().join("garbage.txt").exists());
 }
@@ -584,16 +457,16 @@ fn answers_reach_only_the_skill_that_asked() {
     };
     assert_eq!(to_other["params"]["skill"], "other", "{to_other}");
     assert_eq!(to_other["params"]["call"], other, "{to_other}");
-    serve.answer(&to_other, "once");
-    let answered = serve.wait_for(other);
+    serve.answer_ask(&to_other, "once");
+    let answered = serve.response(other);
     assert_eq!(answered["result"]["written"], true, "{answered}");
     assert!(
-        !serve.arrives_within(Duration::from_secs(1), |m| m["id"] == writer),
+        !serve.arrives_within(Duration::from_secs(1), |m| serve::is_response_to(m, writer)),
         "the other skill's answer reached writer"
     );
     assert!(!project.path().join("writer.txt").exists());
-    serve.answer(&to_writer, "deny");
-    let answered = serve.wait_for(writer);
+    serve.answer_ask(&to_writer, "deny");
+    let answered = serve.response(writer);
     assert_eq!(answered["result"]["written"], false, "{answered}");
     assert!(!project.path().join("writer.txt").exists());
     assert!(project.path().join("other.txt").exists());
@@ -611,16 +484,16 @@ fn an_answer_to_a_cancelled_calls_question_allows_nothing() {
     let mut serve = asking_serve(project.path(), state.path());
     let call = serve.invoke("writer", json!({"path": "cancelled.txt"}));
     let ask = serve.next_ask();
-    let cancel = serve.call("skill.cancel", json!({"id": call}));
+    let cancel = serve.request("skill.cancel", json!({"id": call}));
     assert_eq!(cancel["result"], json!({"cancelled": true}), "{cancel}");
-    assert_eq!(serve.wait_for(call)["error"]["code"], -32800);
-    serve.answer(&ask, "always");
+    assert_eq!(serve.response(call)["error"]["code"], -32800);
+    serve.answer_ask(&ask, "always");
     let next = serve.invoke("writer", json!({"path": "next.txt"}));
     let asked = serve.next_ask();
     assert_ne!(asked["id"], ask["id"]);
     assert_eq!(asked["params"]["call"], next, "{asked}");
-    serve.answer(&asked, "deny");
-    let answer = serve.wait_for(next);
+    serve.answer_ask(&asked, "deny");
+    let answer = serve.response(next);
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert!(!project.path().join("cancelled.txt").exists());
     assert!(!project.path().join("next.txt").exists());
@@ -641,9 +514,9 @@ fn without_ask_client_nobody_is_asked_and_the_broker_says_which_grant_to_add() {
         "activation: persistent\npermissions: [fs.write]\n",
         ("main.py", WRITER),
     );
-    let mut serve = Serve::start(project.path(), &[], state.path());
+    let mut serve = start_serve(project.path(), &[], state.path());
     let call = serve.invoke("writer", json!({"path": "plain.txt"}));
-    let answer = serve.wait_for(call);
+    let answer = serve.response(call);
     assert_eq!(answer["result"]["written"], false, "{answer}");
     assert_eq!(answer["result"]["code"], -32002, "{answer}");
     let message = answer["result"]["message"].as_str().unwrap();
@@ -655,7 +528,7 @@ fn without_ask_client_nobody_is_asked_and_the_broker_says_which_grant_to_add() {
 /// The listChanged notification that tells `changes` (the field and the
 /// skill's name), from a file watch or the reload itself.
 fn list_changed(serve: &mut Serve, field: &str, name: &str) -> Value {
-    let reload = serve.call("skill.reload", json!({}));
+    let reload = serve.request("skill.reload", json!({}));
     assert!(reload["result"].is_object(), "{reload}");
     serve.wait_until(&format!("listChanged {field} {name}"), |m| {
         m["method"] == "skill.listChanged"
@@ -670,9 +543,9 @@ fn reloads_announce_added_changed_and_removed_skills() {
     let project = support::skill_project("sandbox-serve-");
     let state = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(project.path().join(".skills")).unwrap();
-    let mut serve = Serve::start(project.path(), &[], state.path());
+    let mut serve = start_serve(project.path(), &[], state.path());
     assert_eq!(
-        serve.call("skill.list", json!({}))["result"]["skills"],
+        serve.request("skill.list", json!({}))["result"]["skills"],
         json!([])
     );
     let dir = support::write_skill(
@@ -690,7 +563,7 @@ fn reloads_announce_added_changed_and_removed_skills() {
     std::fs::remove_dir_all(&dir).unwrap();
     list_changed(&mut serve, "removed", "fresh");
     // A reload that changes nothing says nothing.
-    let quiet = serve.call("skill.reload", json!({}));
+    let quiet = serve.request("skill.reload", json!({}));
     assert_eq!(
         quiet["result"],
         json!({"added": [], "removed": [], "changed": []})
@@ -711,8 +584,8 @@ fn skill_list_gives_the_declared_output_schema_only() {
         ("main.sh", "true\n"),
     );
     support::write_skill(project.path(), "untyped", "", ("main.sh", "true\n"));
-    let mut serve = Serve::start(project.path(), &[], state.path());
-    let list = serve.call("skill.list", json!({}));
+    let mut serve = start_serve(project.path(), &[], state.path());
+    let list = serve.request("skill.list", json!({}));
     let skills = list["result"]["skills"].as_array().unwrap();
     let typed = skills.iter().find(|s| s["name"] == "typed").unwrap();
     assert_eq!(
@@ -755,7 +628,7 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
         "activation: persistent\npermissions: [\"fs.write:between.txt\", \"fs.stat:go.txt\"]\n",
         ("main.sh", script),
     );
-    let mut serve = Serve::start(
+    let mut serve = start_serve(
         project.path(),
         &[
             "--ask-client",
@@ -767,23 +640,20 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
         state.path(),
     );
     let first = serve.invoke("busy", json!({}));
-    assert_eq!(serve.wait_for(first)["result"], "first");
+    assert_eq!(serve.response(first)["result"], "first");
     std::fs::write(project.path().join("go.txt"), "").unwrap();
     // The write between the calls is decided (the audit says so) before
     // the next call is sent.
     // Denied at once and denied at the question's deadline read the same
     // in the audit: the deadline is an hour, so a limit that scales with
     // the machine still tells them apart.
-    let decided = std::time::Instant::now() + support::wait::limit(Duration::from_secs(60));
-    while !std::fs::read_to_string(&audit).is_ok_and(|a| a.contains("between.txt")) {
-        assert!(
-            std::time::Instant::now() < decided,
-            "the write between calls was not decided: its question waits"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    support::wait::until_true(
+        "the write between calls to be decided (else its question waits)",
+        Duration::from_secs(60),
+        || std::fs::read_to_string(&audit).is_ok_and(|a| a.contains("between.txt")),
+    );
     let second = serve.invoke("busy", json!({}));
-    assert_eq!(serve.wait_for(second)["result"], "denied");
+    assert_eq!(serve.response(second)["result"], "denied");
     assert!(!serve.seen.iter().any(|m| m["method"] == "skill.ask"));
     assert!(!project.path().join("between.txt").exists());
     // Nobody said no to that question: within a call, the same write is
@@ -791,8 +661,8 @@ sandbox ipc --result \"\\\"$r\\\"\"\n";
     let third = serve.invoke("busy", json!({}));
     let ask = serve.next_ask();
     assert_eq!(ask["params"]["target"], "between.txt", "{ask}");
-    serve.answer(&ask, "once");
-    assert_eq!(serve.wait_for(third)["result"], "written");
+    serve.answer_ask(&ask, "once");
+    assert_eq!(serve.response(third)["result"], "written");
 }
 
 /// The host as `sandbox __skill-host --ask-client` (what serve executes

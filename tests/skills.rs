@@ -4,13 +4,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+
+use support::serve::{self, Face, Serve};
 
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("skills")
@@ -165,90 +165,9 @@ fn an_invocation_that_takes_too_long_times_out_and_its_process_is_killed() {
     assert!(support::wait_until_gone(&mark, 30).is_empty());
 }
 
-/// `sandbox serve --stdio` driven like an agent host.
-struct Serve {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    lines: mpsc::Receiver<Value>,
-    notes: Vec<Value>,
-    next: u64,
-}
-
-impl Serve {
-    fn start(project: &Path) -> Serve {
-        let mut child = Command::new(support::sandbox_bin())
-            .args(["serve", "--stdio", "--project"])
-            .arg(project)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stdin = child.stdin.take().unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
-                    break;
-                }
-            }
-        });
-        Serve {
-            child,
-            stdin,
-            lines,
-            notes: Vec::new(),
-            next: 1,
-        }
-    }
-
-    fn send(&mut self, method: &str, params: Value) -> u64 {
-        let id = self.next;
-        self.next += 1;
-        let line = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        self.stdin
-            .write_all(format!("{line}\n").as_bytes())
-            .unwrap();
-        id
-    }
-
-    fn wait_for(&mut self, id: u64) -> Value {
-        loop {
-            let message = self
-                .lines
-                .recv_timeout(support::wait::limit(Duration::from_secs(60)))
-                .expect("an answer from serve");
-            if message["id"] == id {
-                return message;
-            }
-            self.notes.push(message);
-        }
-    }
-
-    fn call(&mut self, method: &str, params: Value) -> Value {
-        let id = self.send(method, params);
-        self.wait_for(id)
-    }
-
-    fn invoke(&mut self, name: &str, params: Value) -> Value {
-        self.call("skill.invoke", json!({"name": name, "params": params}))
-    }
-
-    fn states(&self, name: &str) -> Vec<String> {
-        self.notes
-            .iter()
-            .filter(|n| n["params"]["name"] == name)
-            .map(|n| n["params"]["state"].as_str().unwrap_or("").to_string())
-            .collect()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `sandbox serve --stdio` for `project`, driven like an agent host.
+fn start_serve(project: &Path) -> Serve {
+    Serve::start(serve::command(Face::Stdio, project, &[]))
 }
 
 #[test]
@@ -266,24 +185,24 @@ fn serve_lists_and_invokes_skills_lazily() {
             "require('sandbox-ipc').onInvoke((p) => ({ n: p.n, pid: process.pid }));\n",
         ),
     );
-    let mut serve = Serve::start(project.path());
-    let list = serve.call("skill.list", json!({}));
+    let mut serve = start_serve(project.path());
+    let list = serve.request("skill.list", json!({}));
     let skill = &list["result"]["skills"][0];
     assert_eq!(skill["name"], "echo");
     assert_eq!(skill["state"], "inactive", "nothing starts before a call");
     assert_eq!(skill["inputSchema"]["properties"]["n"]["type"], "integer");
-    let first = serve.invoke("echo", json!({"n": 1}));
+    let first = serve.invoke_and_wait("echo", json!({"n": 1}));
     assert_eq!(first["result"]["n"], 1, "{first}");
-    let second = serve.invoke("echo", json!({"n": 2}));
+    let second = serve.invoke_and_wait("echo", json!({"n": 2}));
     assert_eq!(
         second["result"]["pid"], first["result"]["pid"],
         "a persistent skill serves many calls"
     );
     assert_eq!(serve.states("echo"), ["activating", "active"]);
-    let bad = serve.invoke("echo", json!({"n": "two"}));
+    let bad = serve.invoke_and_wait("echo", json!({"n": "two"}));
     assert_eq!(bad["error"]["code"], -32602, "{bad}");
     assert_eq!(bad["error"]["data"]["field"], "/n", "{bad}");
-    let missing = serve.invoke("nope", json!({}));
+    let missing = serve.invoke_and_wait("nope", json!({}));
     assert_eq!(missing["error"]["code"], -32010, "{missing}");
 }
 
@@ -304,12 +223,12 @@ fn an_on_demand_skill_answers_calls_sent_right_after_its_last_answer() {
             "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: {'n': p.get('n')})\n",
         ),
     );
-    let mut serve = Serve::start(project.path());
+    let mut serve = start_serve(project.path());
     // Each call goes out the moment the previous answer arrives, while the
     // on-demand skill that gave it is still ending: the call must wait for
     // a fresh process, not be handed to the dying one.
     for n in 1..=4 {
-        let answer = serve.invoke("once", json!({"n": n}));
+        let answer = serve.invoke_and_wait("once", json!({"n": n}));
         assert_eq!(answer["result"]["n"], n, "call {n}: {answer}");
     }
 }
@@ -338,21 +257,21 @@ fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaff
             "require('sandbox-ipc').onInvoke(async (p) => { await new Promise(r => setTimeout(r, 300)); return { ok: p.k }; });\n",
         ),
     );
-    let mut serve = Serve::start(project.path());
+    let mut serve = start_serve(project.path());
     // Concurrent: a slow call to steady while crash crashes.
     let steady = serve.send(
         "skill.invoke",
         json!({"name": "steady", "params": {"k": 1}}),
     );
     let crash = serve.send("skill.invoke", json!({"name": "crash", "params": {}}));
-    let crashed = serve.wait_for(crash);
+    let crashed = serve.response(crash);
     let mut starts = vec![Instant::now()];
     assert_eq!(crashed["error"]["code"], -32011, "{crashed}");
-    let steady = serve.wait_for(steady);
+    let steady = serve.response(steady);
     assert_eq!(steady["result"]["ok"], 1, "{steady}");
 
     for _ in 0..4 {
-        let answer = serve.invoke("crash", json!({}));
+        let answer = serve.invoke_and_wait("crash", json!({}));
         starts.push(Instant::now());
         assert_eq!(answer["error"]["code"], -32011, "{answer}");
     }
@@ -364,12 +283,12 @@ fn a_crashing_skill_restarts_with_back_off_then_is_disabled_and_others_are_unaff
             "gaps {gaps:?} should follow the back-off"
         );
     }
-    let disabled = serve.invoke("crash", json!({}));
+    let disabled = serve.invoke_and_wait("crash", json!({}));
     assert_eq!(disabled["error"]["code"], -32012, "{disabled}");
     assert_eq!(serve.states("crash").last().unwrap(), "disabled");
-    let again = serve.invoke("steady", json!({"k": 2}));
+    let again = serve.invoke_and_wait("steady", json!({"k": 2}));
     assert_eq!(again["result"]["ok"], 2, "{again}");
-    let enabled = serve.call("skill.enable", json!({"name": "crash"}));
+    let enabled = serve.request("skill.enable", json!({"name": "crash"}));
     assert_eq!(enabled["result"]["state"], "inactive", "{enabled}");
 }
 
@@ -388,8 +307,8 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
             "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: 'hello')\n",
         ),
     );
-    let mut serve = Serve::start(project.path());
-    assert_eq!(serve.invoke("greet", json!({}))["result"], "hello");
+    let mut serve = start_serve(project.path());
+    assert_eq!(serve.invoke_and_wait("greet", json!({}))["result"], "hello");
     std::fs::write(
         dir.join("greet.py"),
         "import sandbox_ipc\nsandbox_ipc.connect().serve(lambda p: 'bonjour')\n",
@@ -397,7 +316,7 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
     .unwrap();
     let mut answer = Value::Null;
     let changed = support::wait::holds_within(Duration::from_secs(60), || {
-        answer = serve.invoke("greet", json!({}));
+        answer = serve.invoke_and_wait("greet", json!({}));
         answer["result"] == "bonjour"
     });
     assert!(changed, "still {answer}");
@@ -412,7 +331,7 @@ fn editing_a_skill_while_serving_changes_the_next_result() {
         ),
     );
     let appeared = support::wait::holds_within(Duration::from_secs(60), || {
-        answer = serve.invoke("late", json!({}));
+        answer = serve.invoke_and_wait("late", json!({}));
         answer["result"] == "late"
     });
     assert!(appeared, "still {answer}");
@@ -432,8 +351,8 @@ fn killing_serve_kills_every_skill_process() {
         "activation: persistent\n",
         ("k.js", "require('sandbox-ipc').onInvoke(() => 'up');\n"),
     );
-    let mut serve = Serve::start(project.path());
-    let answer = serve.invoke(&format!("k{mark}"), json!({}));
+    let mut serve = start_serve(project.path());
+    let answer = serve.invoke_and_wait(&format!("k{mark}"), json!({}));
     assert_eq!(answer["result"], "up", "{answer}");
     assert!(!support::host_pids_with(&mark).is_empty());
     serve.child.kill().unwrap();
@@ -479,9 +398,9 @@ fn a_skill_host_holds_none_of_serves_sockets() {
             ("k.js", "require('sandbox-ipc').onInvoke(() => 'up');\n"),
         );
     }
-    let mut serve = Serve::start(project.path());
+    let mut serve = start_serve(project.path());
     for name in ["first", "second"] {
-        let answer = serve.invoke(&format!("{name}{mark}"), json!({}));
+        let answer = serve.invoke_and_wait(&format!("{name}{mark}"), json!({}));
         assert_eq!(answer["result"], "up", "{answer}");
     }
     let serve_pid = serve.child.id();

@@ -7,11 +7,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 
+pub mod daemon;
 pub mod docs;
 pub mod harness;
 pub mod mcp_client;
 pub mod net;
 pub mod oci;
+pub mod serve;
 pub mod wait;
 
 /// The binary under test.

@@ -1,6 +1,8 @@
-//! What the tests that drive `sandbox oci` share: a busybox root (no image
+//! The one driver of `sandbox oci` in the tests: a busybox root (no image
 //! registry is reachable) and the runtime behind a wrapper, because an
-//! engine passes its runtime no environment of its own choosing.
+//! engine passes its runtime no environment of its own choosing, driven
+//! the way an engine drives it (runc's command line, or Podman pointed at
+//! the wrapper).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,6 +11,16 @@ use std::process::{Command, Output, Stdio};
 use serde_json::{json, Value};
 
 pub const BUSYBOX: &str = "/bin/busybox";
+
+/// How long a container's `sleep` lasts: past any test, however loaded the
+/// machine (every test deletes its containers, and `OciRuntime`'s drop
+/// deletes what a failed one left).
+pub const LONGER_THAN_ANY_TEST: &str = "86400";
+
+/// A container id unique to this test process, named after `tag`.
+pub fn container_id(tag: &str) -> String {
+    format!("attack-{}", super::marker(tag))
+}
 
 const APPLETS: [&str; 13] = [
     "sh", "cat", "echo", "touch", "grep", "head", "sleep", "tty", "ls", "id", "rm", "ln", "true",
@@ -149,6 +161,110 @@ impl OciRuntime {
             .stdin(Stdio::null())
             .output()
             .expect("sandbox oci")
+    }
+
+    /// `create` of `bundle` as `id`: the container keeps runc's stdio, so
+    /// it goes to the file `output` returns (with create's own errors).
+    pub fn create(&self, bundle: &Path, id: &str) -> bool {
+        let log = std::fs::File::create(self.output_path(id)).expect("log");
+        Command::new(self.wrapper())
+            .arg("--root")
+            .arg(self.runc_root())
+            .args(["create", "--bundle"])
+            .arg(bundle)
+            .arg(id)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .status()
+            .expect("create")
+            .success()
+    }
+
+    pub fn output_path(&self, id: &str) -> PathBuf {
+        self.path().join(format!("output-{id}"))
+    }
+
+    /// What container `id` (and its `create`) wrote on stdout and stderr.
+    pub fn output(&self, id: &str) -> String {
+        std::fs::read_to_string(self.output_path(id)).unwrap_or_default()
+    }
+
+    /// `start`, then wait until the container's process ended.
+    pub fn start_and_wait(&self, id: &str) {
+        let started = self.oci(&["start", id]);
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        super::wait::until_true(
+            &format!("container {id} to stop"),
+            std::time::Duration::from_secs(60),
+            || self.status(id) == "stopped",
+        );
+    }
+
+    /// A container named `tag` running `sleep`, created and started.
+    pub fn running(&self, tag: &str) -> String {
+        let id = container_id(tag);
+        let bundle = self.bundle(tag, &["/bin/sleep", LONGER_THAN_ANY_TEST], |_| {});
+        assert!(self.create(&bundle, &id), "{}", self.output(&id));
+        let started = self.oci(&["start", &id]);
+        assert!(started.status.success(), "{}", text(&started.stderr));
+        id
+    }
+
+    /// `exec --process` of `process` (a process JSON) into `id`.
+    pub fn exec(&self, id: &str, process: &Value) -> Output {
+        let path = self
+            .path()
+            .join(format!("process-{}.json", super::marker("p")));
+        std::fs::write(&path, serde_json::to_vec(process).unwrap()).unwrap();
+        self.oci(&["exec", "--process", path.to_str().unwrap(), id])
+    }
+
+    /// `podman` with storage of its own (vfs, the cgroupfs manager) in
+    /// this directory, and `runtime`.
+    pub fn podman(&self, runtime: &Path) -> Command {
+        let mut command = Command::new("podman");
+        command
+            .arg("--root")
+            .arg(self.path().join("storage"))
+            .arg("--runroot")
+            .arg(self.path().join("runroot"))
+            .arg("--runtime")
+            .arg(runtime)
+            .args(["--cgroup-manager", "cgroupfs", "--storage-driver", "vfs"])
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// `podman run --rm` of `script` on the busybox root with `options`;
+    /// `runtime` None is ours.
+    pub fn podman_run_with(
+        &self,
+        runtime: Option<&Path>,
+        options: &[&str],
+        script: &str,
+    ) -> Output {
+        let ours = self.wrapper();
+        self.podman(runtime.unwrap_or(&ours))
+            .args(["run", "--rm"])
+            // Root here may lack CAP_SYS_RESOURCE: podman must not raise rlimits.
+            .args([
+                "--ulimit",
+                "nofile=1024:1024",
+                "--ulimit",
+                "nproc=1024:1024",
+            ])
+            .args(options)
+            .arg("--rootfs")
+            .arg(self.rootfs())
+            .args(["/bin/sh", "-c", script])
+            .output()
+            .expect("podman runs")
+    }
+
+    /// [`OciRuntime::podman_run_with`] of ours, off the network.
+    pub fn podman_run(&self, script: &str) -> Output {
+        self.podman_run_with(None, &["--network", "none"], script)
     }
 
     /// The status `state` gives for `id` (empty when it gives none).

@@ -1,18 +1,18 @@
-//! A real `sandbox daemon` for the tests: started on a socket, state
-//! directory and config of its own in a temporary directory, waited for
-//! until it answers, killed when dropped.
-#![allow(dead_code)]
+//! The one driver of `sandbox daemon` in the tests: a real daemon on a
+//! socket, state directory and config of its own in a temporary directory,
+//! started the way systemd starts it (ready once it says `READY=1` on
+//! `NOTIFY_SOCKET`), its stdout and stderr in a log, killed when dropped;
+//! and the two clients the tests talk to it with (raw HTTP/1.1, and
+//! `curl --unix-socket` as any uid).
 
 use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixDatagram, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-
-use crate::support;
 
 /// A daemon under test.
 pub struct Daemon {
@@ -28,33 +28,77 @@ pub struct Daemon {
     child: Option<Child>,
 }
 
+/// `sandbox daemon --socket SOCKET --state-dir STATE [--config CONFIG]`
+/// on `base` (the binary, as whoever runs it).
+pub fn command(mut base: Command, socket: &Path, state: &Path, config: Option<&Path>) -> Command {
+    base.arg("daemon")
+        .arg("--socket")
+        .arg(socket)
+        .arg("--state-dir")
+        .arg(state);
+    if let Some(config) = config {
+        base.arg("--config").arg(config);
+    }
+    base
+}
+
 impl Daemon {
     /// Start a daemon with this config (`[daemon]` and `[[allow]]` tables;
-    /// the socket and state directory come from the command line).
+    /// the socket and state directory come from the command line; `{dir}`
+    /// stands for the daemon's directory, [`Daemon::dir`]).
     pub fn start(config_toml: &str) -> Daemon {
         Daemon::start_with(config_toml, &[])
     }
 
     /// [`Daemon::start`] with more arguments of `sandbox daemon`.
     pub fn start_with(config_toml: &str, args: &[&str]) -> Daemon {
+        let mut daemon = Daemon::stopped();
+        daemon.args = args.iter().map(|a| a.to_string()).collect();
+        daemon.launch(config_toml);
+        daemon
+    }
+
+    /// A daemon's directory, with nothing running yet (for a test that
+    /// prepares its state directory first): [`Daemon::launch`] starts it.
+    pub fn stopped() -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("sandbox-daemon-test-")
             .tempdir_in("/tmp")
             .expect("tempdir");
-        // The second user of the peer-auth tests reaches the socket through it.
+        // Other users (the peer-auth tests, projects below it) reach the
+        // socket through it.
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
             .expect("chmod");
-        let config = dir.path().join("daemon.toml");
-        std::fs::write(&config, config_toml).expect("config");
-        let mut daemon = Daemon {
+        Daemon {
             socket: dir.path().join("sandbox.sock"),
             state: dir.path().join("state"),
-            config,
+            config: dir.path().join("daemon.toml"),
             dir,
-            args: args.iter().map(|a| a.to_string()).collect(),
+            args: Vec::new(),
+            child: None,
+        }
+    }
+
+    /// Write `config_toml` (`{dir}` replaced) and start the daemon on it.
+    pub fn launch(&mut self, config_toml: &str) {
+        let text = config_toml.replace("{dir}", &self.dir.path().display().to_string());
+        std::fs::write(&self.config, text).expect("config");
+        self.spawn();
+    }
+
+    /// A daemon started by `command` (see [`command`]; another identity's,
+    /// another environment) on `socket`, its files in `dir`; waited for
+    /// like every other.
+    pub fn adopt(dir: tempfile::TempDir, socket: PathBuf, command: Command) -> Daemon {
+        let mut daemon = Daemon {
+            state: dir.path().join("state"),
+            config: dir.path().join("daemon.toml"),
+            socket,
+            dir,
+            args: Vec::new(),
             child: None,
         };
-        daemon.spawn();
+        daemon.spawn_command(command);
         daemon
     }
 
@@ -63,39 +107,69 @@ impl Daemon {
         self.dir.path()
     }
 
+    /// A project directory `name` below [`Daemon::dir`], owned by `owner`
+    /// (uid and gid) when given.
+    pub fn project(&self, name: &str, owner: Option<u32>) -> PathBuf {
+        let path = self.dir.path().join(name);
+        std::fs::create_dir_all(&path).expect("project");
+        if let Some(uid) = owner {
+            std::os::unix::fs::chown(&path, Some(uid), Some(uid)).expect("chown");
+        }
+        path
+    }
+
     fn spawn(&mut self) {
+        let mut command = command(
+            Command::new(super::sandbox_bin()),
+            &self.socket,
+            &self.state,
+            Some(&self.config),
+        );
+        command.args(&self.args);
+        self.spawn_command(command);
+    }
+
+    fn spawn_command(&mut self, mut command: Command) {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.dir.path().join("daemon.log"))
             .expect("daemon log");
-        let child = Command::new(support::sandbox_bin())
-            .arg("daemon")
-            .arg("--socket")
-            .arg(&self.socket)
-            .arg("--state-dir")
-            .arg(&self.state)
-            .arg("--config")
-            .arg(&self.config)
-            .args(&self.args)
+        let notify_path = self
+            .dir
+            .path()
+            .join(format!("notify-{}", super::marker("n")));
+        let notify = UnixDatagram::bind(&notify_path).expect("notify socket");
+        // A daemon of another user says READY=1 on it too.
+        std::fs::set_permissions(&notify_path, std::fs::Permissions::from_mode(0o777))
+            .expect("chmod");
+        notify.set_nonblocking(true).expect("nonblocking");
+        let child = command
+            .env("NOTIFY_SOCKET", &notify_path)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
             .spawn()
             .expect("sandbox daemon starts");
         self.child = Some(child);
-        self.wait_ready();
+        self.wait_ready(&notify);
+        let _ = std::fs::remove_file(&notify_path);
     }
 
-    fn wait_ready(&mut self) {
-        let ready = support::wait::holds_within(Duration::from_secs(60), || {
-            if let Ok((200, _)) = self.try_request("GET", "/v1/info", None) {
+    /// Ready is what systemd waits for: `READY=1` (the daemon sends it once
+    /// its socket listens and the API is served).
+    fn wait_ready(&mut self, notify: &UnixDatagram) {
+        let mut said = None;
+        let ready = super::wait::holds_within(Duration::from_secs(60), || {
+            let mut buffer = [0u8; 64];
+            if let Ok(n) = notify.recv(&mut buffer) {
+                said = Some(buffer[..n].to_vec());
                 return true;
             }
             if let Some(child) = &mut self.child {
                 if let Ok(Some(status)) = child.try_wait() {
                     panic!(
-                        "the daemon exited ({status}) before answering:\n{}",
+                        "the daemon exited ({status}) before it was ready:\n{}",
                         self.log()
                     );
                 }
@@ -104,8 +178,14 @@ impl Daemon {
         });
         assert!(
             ready,
-            "the daemon did not answer on {}:\n{}",
+            "the daemon on {} never said READY=1 on NOTIFY_SOCKET:\n{}",
             self.socket.display(),
+            self.log()
+        );
+        assert_eq!(
+            said.as_deref(),
+            Some(&b"READY=1"[..]),
+            "the daemon's first word on NOTIFY_SOCKET:\n{}",
             self.log()
         );
     }
@@ -137,7 +217,7 @@ impl Daemon {
             nix::sys::signal::Signal::SIGTERM,
         )
         .expect("SIGTERM");
-        match support::wait::exit_within(&mut child, Duration::from_secs(120)) {
+        match super::wait::exit_within(&mut child, Duration::from_secs(120)) {
             Some(status) => status,
             None => {
                 let _ = child.kill();
@@ -153,10 +233,39 @@ impl Daemon {
         self.spawn();
     }
 
+    /// The daemon's process, left to the caller (which signals and reaps
+    /// it itself).
+    pub fn take_child(&mut self) -> Child {
+        self.child.take().expect("running")
+    }
+
+    /// `curl` to this daemon as the test's own user (`as_uid` None) or
+    /// another uid: see [`curl`].
+    pub fn curl(
+        &self,
+        as_uid: Option<u32>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, String) {
+        curl(&self.socket, as_uid, method, path, body)
+    }
+
+    /// [`Daemon::curl`] of a JSON answer: see [`curl_json`].
+    pub fn json(
+        &self,
+        as_uid: Option<u32>,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        curl_json(&self.socket, as_uid, method, path, body)
+    }
+
     /// `sandbox ARGS` talking to this daemon (through the environment
     /// variable, so `run` goes to the daemon too), run by root.
     pub fn cli(&self) -> Command {
-        let mut cmd = Command::new(support::sandbox_bin());
+        let mut cmd = Command::new(super::sandbox_bin());
         cmd.env("SANDBOX_DAEMON", &self.socket).stdin(Stdio::null());
         cmd
     }
@@ -164,13 +273,13 @@ impl Daemon {
     /// `sandbox ARGS` run by the throwaway unprivileged user, in `cwd`.
     pub fn cli_as_user(&self, cwd: &Path) -> Command {
         use std::os::unix::process::CommandExt;
-        let mut cmd = Command::new(support::binary_for_test_user());
+        let mut cmd = Command::new(super::binary_for_test_user());
         cmd.env("SANDBOX_DAEMON", &self.socket)
             .env_remove("XDG_RUNTIME_DIR")
             .current_dir(cwd)
             .stdin(Stdio::null())
-            .uid(support::TEST_UID)
-            .gid(support::TEST_GID);
+            .uid(super::TEST_UID)
+            .gid(super::TEST_GID);
         cmd
     }
 
@@ -200,9 +309,21 @@ impl Daemon {
 
     /// A run's object, polled until it is over.
     pub fn wait_finished(&self, id: &str) -> Value {
+        self.poll_until_over(id, || self.request("GET", &format!("/v1/runs/{id}"), None))
+    }
+
+    /// [`Daemon::wait_finished`], asked with `curl` as `as_uid` (None:
+    /// the test's own user).
+    pub fn wait_finished_as(&self, as_uid: Option<u32>, id: &str) -> Value {
+        self.poll_until_over(id, || {
+            self.json(as_uid, "GET", &format!("/v1/runs/{id}"), None)
+        })
+    }
+
+    fn poll_until_over(&self, id: &str, fetch: impl Fn() -> (u16, Value)) -> Value {
         let mut last = Value::Null;
-        support::wait::within(Duration::from_secs(120), || {
-            let (status, run) = self.request("GET", &format!("/v1/runs/{id}"), None);
+        super::wait::within(Duration::from_secs(120), || {
+            let (status, run) = fetch();
             assert_eq!(status, 200, "run {id}: {run}");
             let over = !matches!(run["state"].as_str(), Some("queued" | "running"));
             last = run;
@@ -236,7 +357,7 @@ impl Daemon {
     /// (polled until there is one).
     pub fn find_run(&self, marker: &str) -> Value {
         let mut last = Value::Null;
-        support::wait::within(Duration::from_secs(60), || {
+        super::wait::within(Duration::from_secs(60), || {
             let (_, list) = self.request("GET", "/v1/runs?limit=1000", None);
             let found = list["runs"]
                 .as_array()
@@ -252,7 +373,7 @@ impl Daemon {
 
     /// The launcher process (`sandbox __launch`), the daemon's child.
     pub fn launcher_pid(&self) -> Option<u32> {
-        children_of(self.pid())
+        super::children_of(self.pid())
             .into_iter()
             .find(|pid| cmdline(*pid).contains("__launch"))
     }
@@ -289,7 +410,7 @@ pub fn run_to_end(daemon: &Daemon, project: &Path, command: &[&str]) -> (Value, 
 /// launcher reported them built. Waiting for `ready` alone would take a
 /// sandbox warm for another profile for the one the next run needs.
 pub fn wait_for_warm_sandbox(daemon: &Daemon) {
-    let ready = support::wait::holds_within(Duration::from_secs(60), || {
+    let ready = super::wait::holds_within(Duration::from_secs(60), || {
         let (_, info) = daemon.request("GET", "/v1/info", None);
         info["pool"]["ready"].as_u64().unwrap_or(0) > 0
             && info["pool"]["preparing"].as_u64() == Some(0)
@@ -307,7 +428,7 @@ impl Drop for Daemon {
             // no cgroup behind. Tests must not leave a launcher behind if
             // the daemon's death did not end it (that failure is asserted
             // where it matters).
-            support::wait::holds_within(Duration::from_secs(20), || {
+            super::wait::holds_within(Duration::from_secs(20), || {
                 !Path::new(&format!("/proc/{pid}/exe")).exists()
             });
             let _ = nix::sys::signal::kill(
@@ -332,28 +453,6 @@ pub fn chunk_bytes(record: &Value) -> Vec<u8> {
     Vec::new()
 }
 
-/// Host pids whose parent is `parent`.
-pub fn children_of(parent: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) {
-            // The command name may hold spaces and parentheses: fields
-            // start after the last ')'.
-            let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest) else {
-                continue;
-            };
-            let ppid = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok());
-            if ppid == Some(parent) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
 /// A process's command line, NULs as spaces ("" when it is gone).
 pub fn cmdline(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
@@ -363,12 +462,73 @@ pub fn cmdline(pid: u32) -> String {
 
 /// Whether `curl` with `--unix-socket` is there.
 pub fn have_curl() -> bool {
-    Command::new("curl")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    super::commands_exist(&["curl"])
+}
+
+/// `curl` on `socket` (a real client of the API) as the test's own user
+/// (`as_uid` None) or another uid: the HTTP status and the body.
+pub fn curl(
+    socket: &Path,
+    as_uid: Option<u32>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, String) {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new("curl");
+    command
+        .args([
+            "-s",
+            "-S",
+            "--max-time",
+            "30",
+            "-o",
+            "-",
+            "-w",
+            "\n%{http_code}",
+            "-X",
+            method,
+        ])
+        .arg("--unix-socket")
+        .arg(socket)
+        .arg(format!("http://daemon{path}"));
+    if body.is_some() {
+        command.args([
+            "-H",
+            "content-type: application/json",
+            "--data-binary",
+            "@-",
+        ]);
+    }
+    if let Some(uid) = as_uid {
+        command.uid(uid).gid(uid);
+    }
+    command.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = command.spawn().expect("curl starts");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        if let Some(body) = body {
+            stdin.write_all(body.as_bytes()).expect("curl's stdin");
+        }
+    }
+    let out = child.wait_with_output().expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+/// [`curl`] of an answer that must be JSON.
+pub fn curl_json(
+    socket: &Path,
+    as_uid: Option<u32>,
+    method: &str,
+    path: &str,
+    body: Option<&str>,
+) -> (u16, Value) {
+    let (code, text) = curl(socket, as_uid, method, path, body);
+    let value = serde_json::from_str(&text)
+        .unwrap_or_else(|err| panic!("{method} {path}: {code} {text:?} is not JSON: {err}"));
+    (code, value)
 }
 
 /// One HTTP/1.1 exchange on a fresh connection, read to its end.
@@ -379,7 +539,7 @@ pub fn raw_request(
     body: Option<&Value>,
 ) -> std::io::Result<(u16, Vec<u8>)> {
     let mut stream = UnixStream::connect(socket)?;
-    stream.set_read_timeout(Some(Duration::from_secs(300)))?;
+    stream.set_read_timeout(Some(super::wait::limit(Duration::from_secs(300))))?;
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let head = format!(
         "{method} {path} HTTP/1.1\r\nHost: sandbox\r\nConnection: close\r\n\
@@ -452,12 +612,13 @@ pub fn processes_named(comm: &str, uid: u32) -> Vec<u32> {
 /// MiB of forged stdout records, and the forged `end`), `finished` (a
 /// forged `finished` saying status 0 on every socket, then SIGKILL to the
 /// supervisor), `asks` (50,000 forged questions with far deadlines on
-/// every socket, then waiting until the daemon has read them all). Prints
-/// one JSON object: what it copied and where its writes went through.
+/// every socket, then waiting until the daemon has read them all, at most
+/// argv[3] seconds: 10 scaled by the load). Prints one JSON object: what it
+/// copied and where its writes went through.
 pub const STEAL_AND_WRITE: &str = r#"
 import ctypes, fcntl, json, os, signal, stat, struct, sys, time
 libc = ctypes.CDLL(None, use_errno=True)
-pid, mode = int(sys.argv[1]), sys.argv[2]
+pid, mode, limit = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 def timeout(*_):
     raise TimeoutError()
 signal.signal(signal.SIGALRM, timeout)
@@ -511,7 +672,7 @@ for n, (fd, kind) in copies.items():
             out["written"].append(n)
             started = time.monotonic()
             buf = bytearray(4)
-            while time.monotonic() < started + 10:
+            while time.monotonic() < started + limit:
                 fcntl.ioctl(fd, 0x5411, buf)
                 if struct.unpack("i", buf)[0] == 0:
                     break
@@ -528,8 +689,9 @@ pub fn steal_and_write(pid: u32, mode: &str) -> Value {
     use std::os::unix::process::CommandExt;
     let out = Command::new("python3")
         .args(["-c", STEAL_AND_WRITE, &pid.to_string(), mode])
-        .uid(support::TEST_UID)
-        .gid(support::TEST_GID)
+        .arg(super::wait::seconds(Duration::from_secs(10)).to_string())
+        .uid(super::TEST_UID)
+        .gid(super::TEST_GID)
         .stdin(Stdio::null())
         .output()
         .expect("python3 runs");
@@ -547,7 +709,7 @@ pub fn steal_and_write(pid: u32, mode: &str) -> Value {
 pub fn caller_run_supervisor(daemon: &Daemon) -> (String, PathBuf, u32) {
     let spool = daemon.state.join("spool");
     let mut last = String::new();
-    support::wait::within(Duration::from_secs(60), || {
+    super::wait::within(Duration::from_secs(60), || {
         let log = std::fs::read_dir(&spool)
             .ok()?
             .flatten()
@@ -558,9 +720,9 @@ pub fn caller_run_supervisor(daemon: &Daemon) -> (String, PathBuf, u32) {
         // The launcher's child: what the supervisor forks is named the
         // same until it executes something else (the run's janitor).
         let launcher = daemon.launcher_pid()?;
-        let pids: Vec<u32> = processes_named("sandbox-run", support::TEST_UID)
+        let pids: Vec<u32> = processes_named("sandbox-run", super::TEST_UID)
             .into_iter()
-            .filter(|pid| children_of(launcher).contains(pid))
+            .filter(|pid| super::children_of(launcher).contains(pid))
             .collect();
         last = format!("{} supervisors: {pids:?}", log.display());
         let pid = *pids.first()?;

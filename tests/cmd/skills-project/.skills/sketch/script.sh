@@ -1,0 +1,1 @@
+echo adapt me
