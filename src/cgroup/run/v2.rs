@@ -2,8 +2,9 @@
 //! `--cgroup-parent`), the controllers enabled for it in the parent, and
 //! the supervisor moved into a leaf of its own when the kernel's rule
 //! that a cgroup with processes enables no controllers for its children
-//! requires it. Every step goes through [`CgroupOps`], so the tests below
-//! play the kernel on a fake tree.
+//! requires it. Deciding and creating (reads, the leaf, enabling, the
+//! directory) go through [`CgroupOps`], so the tests below play the kernel
+//! on a fake tree; limits and statistics are plain file writes and reads.
 
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
