@@ -1,0 +1,391 @@
+//! The run's own cgroup: created below the supervisor's cgroup (or below a
+//! delegated `--cgroup-parent`) before clone, limits written, init added
+//! before it is released, statistics read and the directory removed at the
+//! end. Never touches a cgroup that is not the run's own, except enabling
+//! controllers for children in the parent on cgroup v2, which the kernel
+//! requires.
+//!
+//! What both hierarchies share is here: the filesystem seam
+//! ([`CgroupOps`]), limits, statistics, the run's cgroup and the decision
+//! between v1 and v2. Each hierarchy's own steps are in [`v1`] (one
+//! directory per controller) and [`v2`] (one directory, controllers
+//! enabled in the parent, the supervisor's leaf); the errors and their
+//! fixes are in [`error`].
+
+use std::path::{Path, PathBuf};
+
+use super::{CgroupInfo, CgroupMode};
+
+mod error;
+mod v1;
+mod v2;
+
+pub use error::{CgroupError, FixContext};
+pub use v2::supervisor_leaf_name;
+
+/// The cgroup filesystem operations that creating a run's cgroup performs,
+/// so tests can play the kernel's part (EBUSY, EROFS) on a fake tree.
+pub trait CgroupOps {
+    /// Read a control file.
+    fn read(&self, path: &Path) -> std::io::Result<String>;
+    /// Write a control file.
+    fn write(&self, path: &Path, data: &str) -> std::io::Result<()>;
+    /// Create a cgroup.
+    fn mkdir(&self, path: &Path) -> std::io::Result<()>;
+    /// Remove an empty cgroup.
+    fn rmdir(&self, path: &Path) -> std::io::Result<()>;
+    /// This process's pid, as the cgroup files show it.
+    fn own_pid(&self) -> i32;
+    /// Whether a process is alive (a stale supervisor leaf can go).
+    fn alive(&self, pid: i32) -> bool;
+    /// A process's command name, for the explanation.
+    fn comm(&self, pid: i32) -> String;
+}
+
+/// The real cgroup filesystem.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KernelOps;
+
+impl CgroupOps for KernelOps {
+    fn read(&self, path: &Path) -> std::io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+    fn write(&self, path: &Path, data: &str) -> std::io::Result<()> {
+        std::fs::write(path, data)
+    }
+    fn mkdir(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::create_dir(path)
+    }
+    fn rmdir(&self, path: &Path) -> std::io::Result<()> {
+        std::fs::remove_dir(path)
+    }
+    fn own_pid(&self) -> i32 {
+        std::process::id() as i32
+    }
+    fn alive(&self, pid: i32) -> bool {
+        Path::new("/proc").join(pid.to_string()).exists()
+    }
+    fn comm(&self, pid: i32) -> String {
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .map(|c| c.trim().to_owned())
+            .unwrap_or_else(|_| "?".to_owned())
+    }
+}
+
+/// The limits a cgroup enforces.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CgroupLimits {
+    /// Bytes of memory (swap is not allowed on top).
+    pub memory: Option<u64>,
+    /// Tasks.
+    pub pids: Option<u64>,
+    /// Cores (0.5 = half a core).
+    pub cpu: Option<f64>,
+}
+
+impl CgroupLimits {
+    /// Whether any limit is set.
+    pub fn any(&self) -> bool {
+        self.memory.is_some() || self.pids.is_some() || self.cpu.is_some()
+    }
+}
+
+/// What the cgroup saw, read before it is removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CgroupStats {
+    /// Peak memory in bytes, where the kernel reports it.
+    pub memory_peak: Option<u64>,
+    /// Processes the OOM killer killed in the run's cgroup.
+    pub oom_kills: u64,
+    /// Times a fork failed at the pids limit.
+    pub pids_limit_hits: u64,
+    /// Most tasks at once, where the kernel reports it (cgroup v2 `pids.peak`).
+    pub pids_peak: Option<u64>,
+}
+
+/// The CFS period used for CPU quotas (100 ms, the kernel's default).
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// One run's cgroup (one directory per v1 hierarchy, or one v2 directory).
+#[derive(Debug)]
+pub struct RunCgroup {
+    version: u8,
+    /// (controller, directory) pairs; for v2 a single ("unified", dir).
+    dirs: Vec<(&'static str, PathBuf)>,
+    /// Where the supervisor moved itself (v2, a parent holding it).
+    supervisor_leaf: Option<PathBuf>,
+}
+
+/// Where a run's cgroup would go, as far as it can be told without creating it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// 1 or 2.
+    pub version: u8,
+    /// The directories the run's cgroups go below (one per v1 hierarchy, one for v2).
+    pub parents: Vec<PathBuf>,
+    /// cgroup v2: the supervisor is in the parent, which has not enabled the
+    /// controllers yet, so it will move itself into a leaf child first.
+    pub moves_supervisor: bool,
+}
+
+/// The decision [`RunCgroup::create`] makes before it changes anything: which
+/// hierarchy, below which cgroup, and every obstacle it can see (read-only
+/// mount, no write access, controller not delegated, other processes in a v2
+/// parent). `doctor` and the delegated-scope decision use it, so they say
+/// what `run` will do.
+pub fn predict(
+    info: &CgroupInfo,
+    parent: Option<&Path>,
+    limits: &CgroupLimits,
+) -> Result<Placement, CgroupError> {
+    predict_with(info, parent, limits, &KernelOps)
+}
+
+/// [`predict`] reading through `ops`.
+pub fn predict_with(
+    info: &CgroupInfo,
+    parent: Option<&Path>,
+    limits: &CgroupLimits,
+    ops: &dyn CgroupOps,
+) -> Result<Placement, CgroupError> {
+    let wanted = wanted_controllers(limits);
+    let v2 = info.mode == CgroupMode::V2
+        || wanted
+            .iter()
+            .all(|c| info.controller(c).is_some_and(|c| c.version == 2));
+    if !v2 {
+        return v1::predict(info, parent, &wanted);
+    }
+    v2::predict(info, parent, &wanted, ops)
+}
+
+fn wanted_controllers(limits: &CgroupLimits) -> Vec<&'static str> {
+    [
+        limits.memory.map(|_| "memory"),
+        limits.pids.map(|_| "pids"),
+        limits.cpu.map(|_| "cpu"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+fn write(path: &Path, data: &str) -> Result<(), CgroupError> {
+    std::fs::write(path, data).map_err(|source| write_error(path, data, source))
+}
+
+fn write_error(path: &Path, data: &str, source: std::io::Error) -> CgroupError {
+    if source.raw_os_error() == Some(libc::EROFS) {
+        return CgroupError::ReadOnly {
+            path: path.to_path_buf(),
+        };
+    }
+    CgroupError::Write {
+        path: path.to_path_buf(),
+        data: data.into(),
+        source,
+    }
+}
+
+fn create_error(path: &Path, version: u8, source: std::io::Error) -> CgroupError {
+    match source.raw_os_error() {
+        Some(libc::EROFS) => CgroupError::ReadOnly {
+            path: path.to_path_buf(),
+        },
+        Some(libc::EACCES | libc::EPERM) => CgroupError::NotWritable {
+            path: path.parent().unwrap_or(path).to_path_buf(),
+            version,
+        },
+        _ => CgroupError::Create {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// The value of `key` in a flat-keyed file (`memory.events`, `pids.events`, `oom_control`).
+fn keyed(path: &Path, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    text.lines().find_map(|line| {
+        line.strip_prefix(key)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+impl RunCgroup {
+    /// Create the run's cgroup named `name` and write `limits`. `parent`
+    /// overrides the supervisor's own cgroup (a delegated subtree, v2).
+    pub fn create(
+        info: &CgroupInfo,
+        parent: Option<&Path>,
+        name: &str,
+        limits: &CgroupLimits,
+    ) -> Result<RunCgroup, CgroupError> {
+        Self::create_with(info, parent, name, limits, &KernelOps)
+    }
+
+    /// [`RunCgroup::create`] with the cgroup v2 steps made through `ops`.
+    pub fn create_with(
+        info: &CgroupInfo,
+        parent: Option<&Path>,
+        name: &str,
+        limits: &CgroupLimits,
+        ops: &dyn CgroupOps,
+    ) -> Result<RunCgroup, CgroupError> {
+        let wanted = wanted_controllers(limits);
+        let v2 = predict_with(info, parent, limits, ops)?.version == 2;
+        let cgroup = if v2 {
+            Self::create_v2(info, parent, name, &wanted, ops)?
+        } else {
+            Self::create_v1(info, name, &wanted)?
+        };
+        if let Err(err) = cgroup.write_limits(limits) {
+            cgroup.remove();
+            return Err(err);
+        }
+        Ok(cgroup)
+    }
+
+    /// The leaf cgroup this supervisor moved itself into for this run's
+    /// controllers, if it had to (see [`supervisor_leaf_name`]).
+    pub fn supervisor_leaf(&self) -> Option<&Path> {
+        self.supervisor_leaf.as_deref()
+    }
+
+    fn dir(&self, controller: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(c, _)| *c == controller || *c == "unified")
+            .map(|(_, d)| d.as_path())
+    }
+
+    fn write_limits(&self, limits: &CgroupLimits) -> Result<(), CgroupError> {
+        let v2 = self.version == 2;
+        if let (Some(memory), Some(dir)) = (limits.memory, self.dir("memory")) {
+            if v2 {
+                v2::write_memory(dir, memory)?;
+            } else {
+                v1::write_memory(dir, memory)?;
+            }
+        }
+        if let (Some(pids), Some(dir)) = (limits.pids, self.dir("pids")) {
+            write(&dir.join("pids.max"), &pids.to_string())?;
+        }
+        if let (Some(cpu), Some(dir)) = (limits.cpu, self.dir("cpu")) {
+            let quota = ((cpu * CPU_PERIOD_US as f64).round() as u64).max(1000);
+            if v2 {
+                v2::write_cpu(dir, quota)?;
+            } else {
+                v1::write_cpu(dir, quota)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Put `pid` (and so everything it will fork) into the cgroup.
+    pub fn add(&self, pid: i32) -> Result<(), CgroupError> {
+        for (_, dir) in &self.dirs {
+            write(&dir.join("cgroup.procs"), &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The cgroup version (1 or 2).
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
+    /// The run's cgroup directories.
+    pub fn paths(&self) -> Vec<PathBuf> {
+        self.dirs.iter().map(|(_, d)| d.clone()).collect()
+    }
+
+    /// Controllers in use.
+    pub fn controllers(&self) -> Vec<String> {
+        if self.version == 2 {
+            return vec!["unified".into()];
+        }
+        self.dirs.iter().map(|(c, _)| c.to_string()).collect()
+    }
+
+    /// Read what the run did.
+    pub fn stats(&self) -> CgroupStats {
+        let mut stats = CgroupStats::default();
+        if let Some(dir) = self.dir("memory") {
+            if self.version == 2 {
+                v2::read_memory(dir, &mut stats);
+            } else {
+                v1::read_memory(dir, &mut stats);
+            }
+        }
+        if let Some(dir) = self.dir("pids") {
+            stats.pids_limit_hits = keyed(&dir.join("pids.events"), "max").unwrap_or(0);
+            stats.pids_peak = read_u64(&dir.join("pids.peak"));
+        }
+        stats
+    }
+
+    /// Kill every task left in the cgroup. After a run's init is reaped its
+    /// pid namespace is already empty; this covers a supervisor that died
+    /// first. cgroup v2 kills atomically through `cgroup.kill` (Linux 5.14);
+    /// v1 has no such file, so tasks are killed until none is left (a fork
+    /// racing the sweep is caught by the next round).
+    pub fn kill_all(&self) {
+        for (_, dir) in &self.dirs {
+            let kill_file = dir.join("cgroup.kill");
+            if self.version == 2 && kill_file.exists() {
+                let _ = std::fs::write(&kill_file, "1");
+                continue;
+            }
+            for _ in 0..100 {
+                let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+                    break;
+                };
+                let pids: Vec<i32> = procs
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect();
+                if pids.is_empty() {
+                    break;
+                }
+                for pid in pids {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
+    }
+
+    /// Remove the run's directories; true when none is left. The run is
+    /// over (init's exit emptied the pid namespace), but the last exits may
+    /// still be in flight, so an EBUSY is retried briefly.
+    pub fn remove(&self) -> bool {
+        self.kill_all();
+        let mut all_gone = true;
+        for (_, dir) in &self.dirs {
+            for attempt in 0..100 {
+                match std::fs::remove_dir(dir) {
+                    Err(err) if err.raw_os_error() == Some(libc::EBUSY) && attempt < 99 => {
+                        std::thread::sleep(std::time::Duration::from_millis(1))
+                    }
+                    Err(err) if err.kind() != std::io::ErrorKind::NotFound => {
+                        all_gone = false;
+                        break;
+                    }
+                    _ => break,
+                }
+            }
+        }
+        all_gone
+    }
+}

@@ -1,0 +1,157 @@
+//! cgroup v1: one hierarchy per controller, the run's directory created
+//! below the supervisor's own cgroup in each. Tested for real where the
+//! host has v1 controllers (tests/cgroup_env.rs, tests/run_limits.rs).
+
+use std::path::Path;
+
+use super::{
+    create_error, keyed, read_u64, write, CgroupError, CgroupStats, Placement, RunCgroup,
+    CPU_PERIOD_US,
+};
+use crate::cgroup::CgroupInfo;
+
+/// Where the run's cgroups go on v1: below the supervisor's own cgroup in
+/// each hierarchy a limit needs (v1 has no delegated parent to name).
+pub(super) fn predict(
+    info: &CgroupInfo,
+    parent: Option<&Path>,
+    wanted: &[&'static str],
+) -> Result<Placement, CgroupError> {
+    if parent.is_some() {
+        return Err(CgroupError::Unavailable(
+            "--cgroup-parent needs cgroup v2: on v1 every controller has its own hierarchy".into(),
+        ));
+    }
+    let mut parents = Vec::new();
+    for controller in wanted {
+        let Some(found) = info.controller(controller).filter(|c| c.version == 1) else {
+            return Err(CgroupError::Unavailable(format!(
+                "no cgroup v1 hierarchy for the {controller} controller"
+            )));
+        };
+        if found.read_only {
+            return Err(CgroupError::ReadOnly {
+                path: found.own_cgroup.clone(),
+            });
+        }
+        if !found.writable {
+            return Err(CgroupError::NotWritable {
+                path: found.own_cgroup.clone(),
+                version: 1,
+            });
+        }
+        parents.push(found.own_cgroup.clone());
+    }
+    Ok(Placement {
+        version: 1,
+        parents,
+        moves_supervisor: false,
+    })
+}
+
+fn mkdir(path: &Path) -> Result<(), CgroupError> {
+    std::fs::create_dir(path).map_err(|source| create_error(path, 1, source))
+}
+
+impl RunCgroup {
+    pub(super) fn create_v1(
+        info: &CgroupInfo,
+        name: &str,
+        wanted: &[&'static str],
+    ) -> Result<RunCgroup, CgroupError> {
+        let mut cgroup = RunCgroup {
+            version: 1,
+            dirs: Vec::new(),
+            supervisor_leaf: None,
+        };
+        for controller in wanted {
+            let Some(found) = info.controller(controller).filter(|c| c.version == 1) else {
+                cgroup.remove();
+                return Err(CgroupError::Unavailable(format!(
+                    "no cgroup v1 hierarchy for the {controller} controller"
+                )));
+            };
+            let dir = found.own_cgroup.join(name);
+            if let Err(err) = mkdir(&dir) {
+                cgroup.remove();
+                return Err(err);
+            }
+            cgroup.dirs.push((controller, dir));
+        }
+        Ok(cgroup)
+    }
+}
+
+/// `memory.limit_in_bytes`, and no swap on top of it.
+pub(super) fn write_memory(dir: &Path, memory: u64) -> Result<(), CgroupError> {
+    write(&dir.join("memory.limit_in_bytes"), &memory.to_string())?;
+    // memory+swap equal to memory: no swap (present only with swap accounting).
+    let memsw = dir.join("memory.memsw.limit_in_bytes");
+    if memsw.exists() {
+        write(&memsw, &memory.to_string())?;
+    }
+    Ok(())
+}
+
+/// The CFS quota over [`CPU_PERIOD_US`].
+pub(super) fn write_cpu(dir: &Path, quota: u64) -> Result<(), CgroupError> {
+    write(&dir.join("cpu.cfs_period_us"), &CPU_PERIOD_US.to_string())?;
+    write(&dir.join("cpu.cfs_quota_us"), &quota.to_string())
+}
+
+/// Peak memory and OOM kills (`memory.oom_control`).
+pub(super) fn read_memory(dir: &Path, stats: &mut CgroupStats) {
+    stats.memory_peak = read_u64(&dir.join("memory.max_usage_in_bytes"));
+    stats.oom_kills = keyed(&dir.join("memory.oom_control"), "oom_kill").unwrap_or(0);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::cgroup::{CgroupInfo, CgroupLimits, CgroupMode, ControllerInfo, RunCgroup};
+
+    #[test]
+    fn a_missing_v1_hierarchy_is_an_error_that_leaves_nothing_behind() {
+        let root = tempfile::tempdir().unwrap();
+        let memory_own = root.path().join("memory/own");
+        std::fs::create_dir_all(&memory_own).unwrap();
+        let info = CgroupInfo {
+            mode: CgroupMode::V1,
+            controllers: vec![ControllerInfo {
+                name: "memory".into(),
+                version: 1,
+                own_cgroup: memory_own.clone(),
+                writable: true,
+                read_only: false,
+            }],
+            unified_mount: None,
+        };
+        let limits = CgroupLimits {
+            memory: Some(1 << 30),
+            pids: Some(10),
+            cpu: None,
+        };
+        let err = RunCgroup::create(&info, None, "run-2", &limits).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no cgroup v1 hierarchy for the pids controller"
+        );
+        assert!(
+            !memory_own.join("run-2").exists(),
+            "the memory directory was removed again"
+        );
+        let memory_only = CgroupLimits {
+            memory: Some(1 << 30),
+            pids: None,
+            cpu: None,
+        };
+        let err = RunCgroup::create(&info, Some(Path::new("/delegated")), "run-3", &memory_only)
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("--cgroup-parent needs cgroup v2"),
+            "{err}"
+        );
+    }
+}
