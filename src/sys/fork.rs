@@ -22,10 +22,6 @@ pub enum ForkError {
     Fork(Errno),
 }
 
-fn thread_count() -> Result<u64, ForkError> {
-    super::thread::count().map_err(|errno| ForkError::Status(errno.into()))
-}
-
 /// [`fork_single_threaded`] for a child that holds nothing of this process's
 /// descriptors but standard input, output and error and `keep`: a forked
 /// server's child (a skill host, a run's supervisor) must not keep the
@@ -80,10 +76,10 @@ pub fn fork_keeping_only(
 /// [`super::clone::CHILD_PANICKED`] if it panicked), without unwinding into
 /// the parent's frames. Refused unless this process has exactly one thread.
 pub fn fork_single_threaded(child: impl FnOnce() -> i32) -> Result<Pid, ForkError> {
-    let threads = thread_count()?;
-    if threads != 1 {
-        return Err(ForkError::Threaded(threads));
-    }
+    super::thread::require_single_thread().map_err(|refusal| match refusal {
+        super::thread::NotSingleThreaded::Threads(threads) => ForkError::Threaded(threads),
+        super::thread::NotSingleThreaded::Unreadable(errno) => ForkError::Status(errno.into()),
+    })?;
     // SAFETY: the process has one thread (checked just above, and no thread
     // can be started between the check and the fork by this thread), so the
     // child's copy holds no lock another thread took; glibc's fork runs its
