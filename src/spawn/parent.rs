@@ -227,26 +227,6 @@ impl SweepPlan {
     }
 }
 
-/// The tree the payload can write (the project, a profile write path) that
-/// holds `path`, judged by the real path of its nearest existing ancestor.
-fn writable_tree_holding(
-    config: &RunConfig,
-    project: &std::path::Path,
-    path: &std::path::Path,
-) -> Option<std::path::PathBuf> {
-    use crate::profile::policy::ProjectAccess;
-    let real = path
-        .ancestors()
-        .find_map(|a| std::fs::canonicalize(a).ok())?;
-    let policy = &config.policy;
-    let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
-    std::iter::once(project)
-        .filter(|_| project_writable)
-        .chain(policy.filesystem.write.iter().map(PathBuf::as_path))
-        .find(|tree| std::fs::canonicalize(tree).is_ok_and(|tree| real.starts_with(tree)))
-        .map(std::path::Path::to_path_buf)
-}
-
 fn children_cpu() -> (Duration, Duration) {
     use nix::sys::resource::{getrusage, UsageWho};
     match getrusage(UsageWho::RUSAGE_CHILDREN) {
@@ -361,14 +341,6 @@ impl Janitor {
     }
 }
 
-/// The syscall filter the run's helpers outside the sandbox (its net
-/// process) run under: the run's own, unless the profile turned it off.
-fn syscalls_for_helpers(
-    policy: &crate::profile::policy::Policy,
-) -> Option<&crate::seccomp::policy::SyscallPolicy> {
-    (policy.enforce.seccomp != crate::profile::policy::Enforcement::Off).then_some(&policy.syscalls)
-}
-
 /// Distinct names for the runs of one supervisor process.
 static RUN_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
@@ -460,10 +432,9 @@ pub fn run_measured(
 /// What the payload must find before exec: the namespaces it is cloned
 /// into differ from the supervisor's, and the filters it installs sit on
 /// top of the ones the supervisor inherited.
-fn expected_confinement(plan: &ChildPlan) -> super::measure::Expected {
+fn expected_confinement(plan: &ChildPlan, host: View) -> super::measure::Expected {
     use nix::sched::CloneFlags as F;
     let flags = plan.clone_flags;
-    let host = super::measure::read_own_view();
     // Without a user namespace of its own the payload can clear its bounding
     // set only where the supervisor holds CAP_SETPCAP (root in a container
     // often does not); with no_new_privs an exec cannot use what remains.
@@ -515,45 +486,89 @@ fn fall_back(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> 
     Ok(())
 }
 
-/// Where the environment already says that a new user namespace would
-/// hold no capabilities (Ubuntu's AppArmor restriction, see
-/// [`crate::environment::Environment::namespaces_withheld`]), none is
-/// attempted: a best-effort profile plans its run without namespaces, a
-/// required one is refused naming the cause and the fixes.
-fn decide_namespaces_up_front(prepared: &mut Prepared) -> Result<(), SpawnError> {
+/// The run's plan, decided once before anything of the run exists: with
+/// namespaces, or (a best-effort profile where they cannot work here) its
+/// plan without them, or refused. Everything known before clone is asked
+/// here, in this order; only a refusal that clone itself or init's first
+/// steps meet is learned later ([`launch_init`]), and goes the same way
+/// through [`fall_back`].
+///
+/// `supervisor_capabilities`: the supervisor's CapEff (see
+/// [`supervisor_effective_capabilities`]).
+fn decide_namespaces(
+    prepared: &mut Prepared,
+    supervisor_capabilities: Option<u64>,
+) -> Result<(), SpawnError> {
     use crate::profile::policy::Enforcement;
+    let userns = prepared.config.policy.enforce.userns;
+    if userns == Enforcement::Off && prepared.started.no_namespaces.is_none() {
+        fall_back(prepared, "the profile sets enforce.userns = \"off\"".into())?;
+    }
     if prepared.started.no_namespaces.is_some() || !prepared.planned.namespaces {
         return Ok(());
     }
-    let Some(why) = crate::environment::namespaces_withheld_here() else {
-        return Ok(());
-    };
-    step_note(
-        prepared,
-        format_args!("no user namespace attempted: {}", why.cause),
-    );
-    match prepared.config.policy.enforce.userns {
-        Enforcement::Required => Err(SpawnError::Explained {
-            error: Box::new(SpawnError::LayerUnavailable {
-                layer: "userns",
-                reason: "a new user namespace would get no capabilities here, so none was created"
-                    .into(),
+    // Where the environment already says that a new user namespace would
+    // hold no capabilities (Ubuntu's AppArmor restriction, see
+    // [`crate::environment::Environment::namespaces_withheld`]), none is
+    // attempted: a best-effort profile plans its run without namespaces, a
+    // required one is refused naming the cause and the fixes.
+    if let Some(why) = crate::environment::namespaces_withheld_here() {
+        step_note(
+            prepared,
+            format_args!("no user namespace attempted: {}", why.cause),
+        );
+        return match userns {
+            Enforcement::Required => Err(SpawnError::Explained {
+                error: Box::new(SpawnError::LayerUnavailable {
+                    layer: "userns",
+                    reason:
+                        "a new user namespace would get no capabilities here, so none was created"
+                            .into(),
+                }),
+                cause: why.cause,
+                fix: why.fix,
             }),
-            cause: why.cause,
-            fix: why.fix,
-        }),
-        Enforcement::BestEffort | Enforcement::Off => fall_back(prepared, why.cause),
+            Enforcement::BestEffort | Enforcement::Off => fall_back(prepared, why.cause),
+        };
     }
+    let flags = prepared.planned.clone_flags;
+    if flags.contains(nix::sched::CloneFlags::CLONE_NEWPID) && crate::environment::proc_is_masked()
+    {
+        // Known before clone, so a best-effort profile runs without
+        // namespaces instead of failing at init's /proc mount.
+        return if userns == Enforcement::BestEffort {
+            fall_back(
+                prepared,
+                "/proc here has paths mounted over it (a container's masked paths), and the kernel refuses a fresh /proc for a new pid namespace then".into(),
+            )
+        } else {
+            Err(SpawnError::Setup {
+                step: Step::MountProc,
+                errno: Errno::EPERM as i32,
+                detail: "/proc".into(),
+            })
+        };
+    }
+    let ids = prepared.planned.ids;
+    if flags.contains(nix::sched::CloneFlags::CLONE_NEWUSER)
+        && !ids.root_mode
+        && ids.host_uid == 0
+        && userns == Enforcement::BestEffort
+        && !super::ids::may_map_root(supervisor_capabilities)
+    {
+        // No user namespace can be had (see CANNOT_MAP_ROOT): known before
+        // clone, so a best-effort profile runs without one. A required one
+        // goes on to clone, where an outer sandbox's refusal is the more
+        // precise message, else the id map names this.
+        return fall_back(prepared, CANNOT_MAP_ROOT.into());
+    }
+    Ok(())
 }
 
 fn start_unexplained(prepared: &mut Prepared, inputs: StartInputs) -> Result<Running, SpawnError> {
     super::check_single_threaded()?;
-    if prepared.config.policy.enforce.userns == crate::profile::policy::Enforcement::Off
-        && prepared.started.no_namespaces.is_none()
-    {
-        fall_back(prepared, "the profile sets enforce.userns = \"off\"".into())?;
-    }
-    decide_namespaces_up_front(prepared)?;
+    let host = super::measure::read_own_view();
+    decide_namespaces(prepared, host.capabilities[2])?;
     let (cgroup, fallback_rlimits) =
         setup_cgroup(&prepared.config, &mut prepared.started.warnings)?;
     prepared.started.fallback_rlimits = fallback_rlimits;
@@ -564,7 +579,7 @@ fn start_unexplained(prepared: &mut Prepared, inputs: StartInputs) -> Result<Run
         ),
         None => step_note(prepared, format_args!("no cgroup for this run")),
     }
-    prepared.started.confinement = expected_confinement(prepared.plan());
+    prepared.started.confinement = expected_confinement(prepared.plan(), host);
     let sweep = SweepPlan::for_run(prepared);
     let janitor = match &cgroup {
         Some(cgroup) => match spawn_janitor(RunEnd::Cgroup(cgroup), sweep.as_ref()) {
@@ -660,48 +675,22 @@ fn start_cloned(
         )?),
         (None, None) => None,
     };
-    let broker = crate::broker::server::Broker::new(
-        config.policy.broker.clone(),
-        project,
-        &config.policy.filesystem.hide,
-        config.project_rules.clone(),
-        audit,
-        run_id,
-    )
-    .map_err(|source| SpawnError::Path {
-        what: "opening the project root for the broker",
-        path: project.clone(),
-        source,
-    })?;
-    let mut broker = broker;
-    if prepared.planned.ids.root_mode {
-        broker
-            .write_as_project_owner()
-            .map_err(|source| SpawnError::Path {
-                what: "reading the owner of the project root for the broker",
-                path: project.clone(),
-                source,
-            })?;
-    }
-    match &config.supervision.skill {
-        Some(skill) => {
-            let program = crate::broker::identity::Program::Skill {
-                dir: skill.dir.clone(),
-            };
-            broker.set_caller(format!("skill:{}", skill.name), program);
-            broker.restrict_to_declared(skill.permissions.clone());
-            broker.show_logs(format!("skill {}", skill.name));
-        }
+    let caller = match &config.supervision.skill {
+        Some(skill) => crate::broker::assemble::Caller::Skill {
+            name: skill.name.clone(),
+            dir: skill.dir.clone(),
+            permissions: skill.permissions.clone(),
+        },
         None => {
             // The plan so far: a profile without namespaces has its own.
             let plan = match &prepared.started.no_namespaces {
                 Some(without) => &without.plan,
                 None => &prepared.planned,
             };
-            set_command_caller(&mut broker, plan.command(), &plan.cwd)
+            let (name, program) = command_caller(plan.command(), &plan.cwd);
+            crate::broker::assemble::Caller::Command { name, program }
         }
-    }
-    broker.use_secrets(config.supervision.secrets.clone());
+    };
     // The allowlist's proxy: init hands its listening socket to the net
     // process over `handover`. Without namespaces there is no sandbox
     // loopback to listen on; net.http still works, through a net process
@@ -715,7 +704,7 @@ fn start_cloned(
         let process = crate::net::process::start(
             &network.allow,
             &network.resolve,
-            syscalls_for_helpers(&config.policy),
+            crate::broker::assemble::syscalls_for_helpers(&config.policy),
             Some(receive),
         )?;
         (Some(process), Some(send))
@@ -723,54 +712,28 @@ fn start_cloned(
         (None, None)
     };
     let net_pid = net_process.as_ref().map(|process| process.pid);
-    let mut network =
-        crate::broker::network::Network::new(config.policy.network.clone(), net_process);
-    network.confine_to(syscalls_for_helpers(&config.policy).cloned());
-    broker.use_network(network);
-    if let Some(runner) = &config.supervision.nested {
-        broker.use_nested_runner(runner.clone());
-    }
-    // Far above any real client, low enough that a flooding sandbox cannot
-    // keep the supervisor's core busy for free.
-    broker.set_rate_limit(
-        crate::broker::server::RATE_LIMIT.0,
-        crate::broker::server::RATE_LIMIT.1,
-    );
-    if let Some(scan) = &config.scan {
-        let paths = |found: &[crate::project::scan::Found]| -> Vec<std::path::PathBuf> {
-            found.iter().map(|f| f.path.clone()).collect()
-        };
-        broker.cover(&paths(&scan.secrets), &paths(&scan.protected));
-    }
-    let store = match &config.supervision.grant_store {
-        crate::broker::grants::StoreChoice::Default => Some(crate::broker::grants::default_path()),
-        crate::broker::grants::StoreChoice::Without => None,
-        crate::broker::grants::StoreChoice::At(path) => Some(path.clone()),
-    };
-    match store.as_ref().map(|store| (store, writable_tree_holding(config, project, store))) {
-        None => {}
-        // The payload could plant grants there for a later run.
-        Some((store, Some(tree))) => warnings.push(format!(
-            "stored grants are not used: the grant store {} is inside {}, which the sandboxed command can write; set SANDBOX_STATE_DIR or XDG_STATE_HOME to a directory outside it",
-            store.display(),
-            tree.display()
-        )),
-        Some((store, None)) => match crate::broker::grants::GrantStore::load(store) {
-            Ok(store) => broker.use_grants(store),
-            Err(err) => warnings.push(format!("stored grants are not used: {err}")),
-        },
-    }
-    if let Some(asker) = asker {
-        broker.use_asker(asker);
-    } else if config.supervision.interactive {
-        if let Some(prompter) = crate::broker::prompt::Prompter::open() {
-            broker.use_prompter(prompter);
-        }
-    }
-    // Before the clone: what the payload runs is hashed before it exists.
-    broker.bind_caller();
     let timeout = config.policy.limits.timeout;
-    broker.set_deadline(timeout.map(|t| Instant::now() + t));
+    let broker = crate::broker::assemble::assemble(
+        crate::broker::assemble::Inputs {
+            policy: &config.policy,
+            project,
+            project_rules: config.project_rules.clone(),
+            scan: config.scan.as_ref(),
+            audit,
+            run_id,
+            write_as_project_owner: prepared.planned.ids.root_mode,
+            caller,
+            secrets: config.supervision.secrets.clone(),
+            net_process,
+            nested: config.supervision.nested.clone(),
+            grant_store: &config.supervision.grant_store,
+            asker,
+            interactive: config.supervision.interactive,
+            timeout,
+        },
+        warnings,
+    )
+    .map_err(|err| broker_refused(err, project))?;
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
 
     // Blocked before clone so that a signal arriving during setup waits
@@ -792,48 +755,6 @@ fn start_cloned(
     let started = Instant::now();
     let net_handover = handover;
     crate::sys::proctitle::remember();
-    let userns = prepared.config.policy.enforce.userns;
-    if prepared.started.no_namespaces.is_none()
-        && prepared
-            .planned
-            .clone_flags
-            .contains(nix::sched::CloneFlags::CLONE_NEWPID)
-        && crate::environment::proc_is_masked()
-    {
-        // Known before clone, so a best-effort profile runs without
-        // namespaces instead of failing at init's /proc mount.
-        if userns == crate::profile::policy::Enforcement::BestEffort {
-            fall_back(
-                prepared,
-                "/proc here has paths mounted over it (a container's masked paths), and the kernel refuses a fresh /proc for a new pid namespace then".into(),
-            )
-            .map_err(restore)?;
-            prepared.started.confinement = expected_confinement(prepared.plan());
-        } else {
-            return Err(restore(SpawnError::Setup {
-                step: Step::MountProc,
-                errno: Errno::EPERM as i32,
-                detail: "/proc".into(),
-            }));
-        }
-    }
-    if prepared.started.no_namespaces.is_none()
-        && prepared
-            .planned
-            .clone_flags
-            .contains(nix::sched::CloneFlags::CLONE_NEWUSER)
-        && !prepared.planned.ids.root_mode
-        && prepared.planned.ids.host_uid == 0
-        && userns == crate::profile::policy::Enforcement::BestEffort
-        && !super::ids::may_map_root(supervisor_effective_capabilities(prepared))
-    {
-        // No user namespace can be had (see CANNOT_MAP_ROOT): known before
-        // clone, so a best-effort profile runs without one. A required one
-        // goes on to clone, where an outer sandbox's refusal is the more
-        // precise message, else the id map names this.
-        fall_back(prepared, CANNOT_MAP_ROOT.into()).map_err(restore)?;
-        prepared.started.confinement = expected_confinement(prepared.plan());
-    }
     let mut handover = Handover {
         stdio,
         ipc: Some(payload_end),
@@ -850,7 +771,9 @@ fn start_cloned(
         Attempt::NamespacesRefused(reason) => {
             fall_back(prepared, reason).map_err(restore)?;
             // The payload is now checked against the run it will really get.
-            prepared.started.confinement = expected_confinement(prepared.plan());
+            let host =
+                (prepared.started.confinement.host).unwrap_or_else(super::measure::read_own_view);
+            prepared.started.confinement = expected_confinement(prepared.plan(), host);
             handover.confinement = prepared.started.confinement;
             match launch_init(prepared, &handover, cgroup, net_handover).map_err(restore)? {
                 Attempt::Started(launched) => launched,
@@ -1182,12 +1105,12 @@ fn first_record(report: &OwnedFd) -> Result<Option<Record>, SpawnError> {
     }
 }
 
-/// The broker's caller is the command the payload runs.
-fn set_command_caller(
-    broker: &mut crate::broker::server::Broker,
+/// The broker's caller is the command the payload runs: its name in the
+/// audit (`command:PROGRAM`) and what is hashed of it.
+fn command_caller(
     command: super::warm::PayloadCommand<'_>,
     cwd: &std::ffi::CStr,
-) {
+) -> (String, crate::broker::identity::Program) {
     let cwd = PathBuf::from(std::ffi::OsStr::from_bytes(cwd.to_bytes()));
     let program = crate::broker::identity::Program::Command {
         // Relative programs (./tool) run from the working directory.
@@ -1204,10 +1127,30 @@ fn set_command_caller(
             .collect(),
         cwd,
     };
-    broker.set_caller(
+    (
         format!("command:{}", String::from_utf8_lossy(command.program)),
         program,
-    );
+    )
+}
+
+/// The broker's refusal as the run's error, naming the project root.
+fn broker_refused(
+    err: crate::broker::assemble::AssembleError,
+    project: &std::path::Path,
+) -> SpawnError {
+    use crate::broker::assemble::AssembleError;
+    let (what, source) = match err {
+        AssembleError::OpenRoot(source) => ("opening the project root for the broker", source),
+        AssembleError::ReadOwner(source) => (
+            "reading the owner of the project root for the broker",
+            source,
+        ),
+    };
+    SpawnError::Path {
+        what,
+        path: project.to_path_buf(),
+        source,
+    }
 }
 
 impl Running {
@@ -1225,7 +1168,8 @@ impl Running {
         self.timeout = limits.timeout;
         if let Some((_, broker)) = &self.broker {
             let mut broker = broker.borrow_mut();
-            set_command_caller(&mut broker, commit.command(), &commit.cwd);
+            let (name, program) = command_caller(commit.command(), &commit.cwd);
+            broker.set_caller(name, program);
             broker.bind_caller();
             broker.set_deadline(self.timeout.map(|t| self.started + t));
             if let Some(audit) = audit {
