@@ -1,0 +1,354 @@
+//! Starting a run: the steps from a prepared plan to a released init,
+//! in the order the kernel needs them.
+
+use std::os::fd::AsFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+
+use crate::spawn::prepare::{Handover, Prepared, StartInputs};
+use crate::spawn::SpawnError;
+
+use super::cgroup::setup_cgroup;
+use super::cgroup::RUN_COUNTER;
+use super::decide::decide_namespaces;
+use super::decide::expected_confinement;
+use super::decide::fall_back;
+use super::janitor::spawn_janitor;
+use super::janitor::RunEnd;
+use super::launch::launch_init;
+use super::launch::Attempt;
+use super::notes::step_note;
+use super::outcome::children_cpu;
+use super::running::Running;
+use super::sweep::SweepPlan;
+use super::sys;
+
+/// Clone the sandbox and release it; the command runs while the caller goes on.
+///
+/// The signals init forwards stay blocked in the calling process until
+/// [`Running::wait`] returns (they are read from a signalfd and forwarded),
+/// so a SIGTERM to the supervisor reaches the sandboxed command.
+pub fn start(prepared: &mut Prepared, inputs: StartInputs) -> Result<Running, SpawnError> {
+    start_unexplained(prepared, inputs).map_err(SpawnError::explained)
+}
+
+pub(super) fn start_unexplained(
+    prepared: &mut Prepared,
+    inputs: StartInputs,
+) -> Result<Running, SpawnError> {
+    crate::spawn::check_single_threaded()?;
+    let host = crate::spawn::measure::read_own_view();
+    decide_namespaces(prepared, host.capabilities[2])?;
+    let (cgroup, fallback_rlimits) =
+        setup_cgroup(&prepared.config, &mut prepared.started.warnings)?;
+    prepared.started.fallback_rlimits = fallback_rlimits;
+    match &cgroup {
+        Some(cgroup) => step_note(
+            prepared,
+            format_args!("cgroup v{} created: {:?}", cgroup.version(), cgroup.paths()),
+        ),
+        None => step_note(prepared, format_args!("no cgroup for this run")),
+    }
+    prepared.started.confinement = expected_confinement(prepared.plan(), host);
+    let sweep = SweepPlan::for_run(prepared);
+    let janitor = match &cgroup {
+        Some(cgroup) => match spawn_janitor(RunEnd::Cgroup(cgroup), sweep.as_ref()) {
+            Ok(janitor) => Some(janitor),
+            Err(err) => {
+                cgroup.remove();
+                return Err(err);
+            }
+        },
+        None => None,
+    };
+    let planned_without = prepared.started.no_namespaces.is_some();
+    match start_cloned(prepared, inputs, cgroup.as_ref()) {
+        Ok(mut running) => {
+            running.cgroup = cgroup;
+            running.janitor = janitor;
+            running.sweep = sweep;
+            if !planned_without && prepared.started.no_namespaces.is_some() {
+                // The run fell back to no namespaces at clone: its sweep now
+                // also restores and cleans up, and a janitor forked before
+                // must know that too.
+                running.sweep = SweepPlan::for_run(prepared);
+                if let Some(old) = running.janitor.take() {
+                    old.dismiss();
+                    if let Some(cgroup) = &running.cgroup {
+                        running.janitor = Some(spawn_janitor(
+                            RunEnd::Cgroup(cgroup),
+                            running.sweep.as_ref(),
+                        )?);
+                    }
+                }
+            }
+            if running.janitor.is_none() && running.sweep.is_some() {
+                let init = RunEnd::Init(running.pidfd.as_fd());
+                // On failure, dropping `running` kills and sweeps the run.
+                running.janitor = Some(spawn_janitor(init, running.sweep.as_ref())?);
+            }
+            Ok(running)
+        }
+        Err(err) => {
+            if let Some(cgroup) = cgroup {
+                cgroup.remove();
+            }
+            if let Some(janitor) = janitor {
+                janitor.dismiss();
+            }
+            Err(err)
+        }
+    }
+}
+
+pub(super) fn start_cloned(
+    prepared: &mut Prepared,
+    inputs: StartInputs,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+) -> Result<Running, SpawnError> {
+    let rusage_before = children_cpu();
+    let StartInputs {
+        mut stdio,
+        warm_commit,
+        asker,
+        audit_file,
+    } = inputs;
+    let ids = prepared.plan().ids;
+    let output = crate::spawn::output::relay_stdio(
+        &mut stdio,
+        prepared.config.policy.limits.output,
+        &ids,
+        &mut prepared.started.warnings,
+    )?;
+    let (broker_end, payload_end) = socketpair(
+        AddressFamily::Unix,
+        SockType::Stream,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(sys("socketpair(broker)"))?;
+    let run_id = format!(
+        "{}-{}",
+        std::process::id(),
+        RUN_COUNTER.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    let config = &prepared.config;
+    let project = &prepared.planned.project;
+    let warnings = &mut prepared.started.warnings;
+    let audit = match (audit_file, &config.supervision.audit) {
+        (Some(file), _) => Some(file),
+        (None, Some(path)) => Some(crate::safe_file::open_audit(
+            path,
+            project,
+            &config.policy.filesystem.write,
+            warnings,
+        )?),
+        (None, None) => None,
+    };
+    let caller = match &config.supervision.skill {
+        Some(skill) => crate::broker::assemble::Caller::Skill {
+            name: skill.name.clone(),
+            dir: skill.dir.clone(),
+            permissions: skill.permissions.clone(),
+        },
+        None => {
+            // The plan so far: a profile without namespaces has its own.
+            let plan = match &prepared.started.no_namespaces {
+                Some(without) => &without.plan,
+                None => &prepared.planned,
+            };
+            let (name, program) = command_caller(plan.command(), &plan.cwd);
+            crate::broker::assemble::Caller::Command { name, program }
+        }
+    };
+    // The allowlist's proxy: init hands its listening socket to the net
+    // process over `handover`. Without namespaces there is no sandbox
+    // loopback to listen on; net.http still works, through a net process
+    // started when first needed.
+    let proxied = config.policy.network.mode == crate::profile::policy::NetworkMode::Allowlist
+        && prepared.started.no_namespaces.is_none();
+    let (net_process, handover) = if proxied {
+        let (send, receive) =
+            crate::broker::network::listener_handover().map_err(sys("socketpair(proxy)"))?;
+        let network = &config.policy.network;
+        let process = crate::net::process::start(
+            &network.allow,
+            &network.resolve,
+            crate::broker::assemble::syscalls_for_helpers(&config.policy),
+            Some(receive),
+        )?;
+        (Some(process), Some(send))
+    } else {
+        (None, None)
+    };
+    let net_pid = net_process.as_ref().map(|process| process.pid);
+    let timeout = config.policy.limits.timeout;
+    let broker = crate::broker::assemble::assemble(
+        crate::broker::assemble::Inputs {
+            policy: &config.policy,
+            project,
+            project_rules: config.project_rules.clone(),
+            scan: config.scan.as_ref(),
+            audit,
+            run_id,
+            write_as_project_owner: prepared.planned.ids.root_mode,
+            caller,
+            secrets: config.supervision.secrets.clone(),
+            net_process,
+            nested: config.supervision.nested.clone(),
+            grant_store: &config.supervision.grant_store,
+            asker,
+            interactive: config.supervision.interactive,
+            timeout,
+        },
+        warnings,
+    )
+    .map_err(|err| broker_refused(err, project))?;
+    let broker = Some((broker_end, std::cell::RefCell::new(broker)));
+
+    // Blocked before clone so that a signal arriving during setup waits
+    // until init can forward it; init and the payload unblock them.
+    let mut forwarded = SigSet::empty();
+    for signal in crate::sys::signal::FORWARDED {
+        forwarded.add(signal);
+    }
+    let mut old_mask = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), Some(&mut old_mask))
+        .map_err(sys("sigprocmask"))?;
+    let restore = |err: SpawnError| {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
+        err
+    };
+    let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(sys("signalfd"))
+        .map_err(restore)?;
+    let started = Instant::now();
+    let net_handover = handover;
+    crate::sys::proctitle::remember();
+    let mut handover = Handover {
+        stdio,
+        ipc: Some(payload_end),
+        warm_commit,
+        fallback_rlimits: prepared.started.fallback_rlimits.clone(),
+        confinement: prepared.started.confinement,
+    };
+    let net_handover = net_handover.as_ref().map(|fd| fd.as_fd());
+    let launched = match launch_init(prepared, &handover, cgroup, net_handover).map_err(restore)? {
+        Attempt::Started(launched) => launched,
+        // The same fallback whether clone itself or the set-up inside the
+        // new namespaces was refused: the failed init is reaped, its
+        // channels closed, and nothing of it is in the cgroup any more.
+        Attempt::NamespacesRefused(reason) => {
+            fall_back(prepared, reason).map_err(restore)?;
+            // The payload is now checked against the run it will really get.
+            let host = (prepared.started.confinement.host)
+                .unwrap_or_else(crate::spawn::measure::read_own_view);
+            prepared.started.confinement = expected_confinement(prepared.plan(), host);
+            handover.confinement = prepared.started.confinement;
+            match launch_init(prepared, &handover, cgroup, net_handover).map_err(restore)? {
+                Attempt::Started(launched) => launched,
+                Attempt::NamespacesRefused(reason) => {
+                    return Err(restore(SpawnError::Invalid(format!(
+                        "a run without namespaces was refused as if it had them: {reason}"
+                    ))))
+                }
+            }
+        }
+    };
+    // The child holds its copies: the supervisor's close here.
+    drop(handover);
+    let init_pid = launched.init_pid;
+    // The net process holds the run's connections (socket and pipe
+    // buffers, lookup threads): it is counted against the run's limits.
+    // Moved only now, while init builds the root: on cgroup v1 a move
+    // waits for an RCU grace period (1-10 ms) that must not delay init.
+    if let (Some(cgroup), Some(pid)) = (cgroup, net_pid) {
+        if let Err(err) = cgroup.add(pid.as_raw()) {
+            prepared.started.warnings.push(format!(
+                "the allowlist's proxy runs outside the run's cgroup, so its buffers are not counted against the run's limits: {err}"
+            ));
+        }
+    }
+    step_note(
+        prepared,
+        format_args!(
+            "id maps written (uid {} inside is {} outside), {} idmapped tree(s); init released to build the root",
+            prepared.plan().ids.inside_uid,
+            prepared.plan().ids.host_uid,
+            prepared.plan().idmapped.len()
+        ),
+    );
+    Ok(Running {
+        without_namespaces: !prepared.plan().namespaces,
+        init_pid,
+        pidfd: launched.pidfd,
+        sync: launched.sync,
+        report: launched.report,
+        signals,
+        old_mask,
+        started,
+        collected: false,
+        cgroup: None,
+        rusage_before,
+        output,
+        janitor: None,
+        broker,
+        broker_closed: std::cell::Cell::new(false),
+        sweep: None,
+        program: prepared.plan().program.clone(),
+        timeout,
+    })
+}
+
+/// The broker's caller is the command the payload runs: its name in the
+/// audit (`command:PROGRAM`) and what is hashed of it.
+pub(super) fn command_caller(
+    command: crate::spawn::warm::PayloadCommand<'_>,
+    cwd: &std::ffi::CStr,
+) -> (String, crate::broker::identity::Program) {
+    let cwd = PathBuf::from(std::ffi::OsStr::from_bytes(cwd.to_bytes()));
+    let program = crate::broker::identity::Program::Command {
+        // Relative programs (./tool) run from the working directory.
+        candidates: command
+            .exec_candidates
+            .iter()
+            .map(|c| cwd.join(std::ffi::OsStr::from_bytes(c.to_bytes())))
+            .collect(),
+        args: command
+            .argv
+            .iter()
+            .skip(1)
+            .map(|a| std::ffi::OsStr::from_bytes(a.to_bytes()).to_os_string())
+            .collect(),
+        cwd,
+    };
+    (
+        format!("command:{}", String::from_utf8_lossy(command.program)),
+        program,
+    )
+}
+
+/// The broker's refusal as the run's error, naming the project root.
+pub(super) fn broker_refused(
+    err: crate::broker::assemble::AssembleError,
+    project: &std::path::Path,
+) -> SpawnError {
+    use crate::broker::assemble::AssembleError;
+    let (what, source) = match err {
+        AssembleError::OpenRoot(source) => ("opening the project root for the broker", source),
+        AssembleError::ReadOwner(source) => (
+            "reading the owner of the project root for the broker",
+            source,
+        ),
+    };
+    SpawnError::Path {
+        what,
+        path: project.to_path_buf(),
+        source,
+    }
+}
