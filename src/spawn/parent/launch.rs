@@ -13,7 +13,7 @@ use nix::unistd::Pid;
 
 use crate::spawn::channel::{self, Record};
 use crate::spawn::init::InitFds;
-use crate::spawn::prepare::{Handover, Prepared};
+use crate::spawn::prepare::{ChildPlan, Handover, Prepared};
 use crate::spawn::{SpawnError, Step};
 
 use super::decide::supervisor_effective_capabilities;
@@ -80,51 +80,10 @@ pub(super) fn launch_init(
         net_handover,
     };
     let plan = prepared.plan();
-    // cgroup v2: init is created in the run's cgroup and never moved.
-    let cgroup_dir = cgroup.and_then(crate::cgroup::RunCgroup::clone_target);
-    let mut created_in_cgroup = false;
-    let mut cloned = match &cgroup_dir {
-        Some(dir) => {
-            let in_cgroup = InitFds {
-                await_cgroup: false,
-                ..fds
-            };
-            crate::sys::clone::clone_into_cgroup(plan.clone_flags, dir.as_fd(), |init| {
-                crate::spawn::init::main(plan, handover, &in_cgroup, init)
-            })
-        }
-        None => Err(Errno::ENOSYS),
-    };
-    match &cloned {
-        Ok(_) => created_in_cgroup = true,
-        // Without clone3 (a kernel before 5.7, a container's seccomp
-        // profile) or when it refuses: the classic clone, then the move. A
-        // refusal of the namespaces themselves comes again from it.
-        Err(_) => {
-            cloned = crate::sys::clone::clone_into_namespaces(plan.clone_flags, |init| {
-                crate::spawn::init::main(plan, handover, &fds, init)
-            })
-        }
-    }
+    let (cloned, created_in_cgroup) = clone_init(plan, handover, &fds, cgroup);
     let (init_pid, pidfd) = match cloned {
         Ok(pair) => pair,
-        Err(errno) if may_fall_back && crate::spawn::no_namespaces::means_unavailable(errno) => {
-            let why = crate::probe::userns_unavailable_reason()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_else(|| {
-                    ": a seccomp filter or security module refuses it (a container engine's default profile, a Kubernetes pod, or another sandbox)".into()
-                });
-            return Ok(Attempt::NamespacesRefused(format!(
-                "creating a user namespace failed with {errno}{why}"
-            )));
-        }
-        // The cause and the fix come from SpawnError::explained.
-        Err(source) => {
-            return Err(SpawnError::Clone {
-                source,
-                hint: String::new(),
-            })
-        }
+        Err(errno) => return clone_refused(errno, may_fall_back),
     };
     drop(sync_child);
     drop(report_write);
@@ -316,4 +275,57 @@ pub(super) fn namespace_names(flags: nix::sched::CloneFlags) -> String {
     } else {
         names.join(" ")
     }
+}
+
+/// Clone init on `plan`: created in the run's cgroup v2 directory where
+/// clone3 can do that, else with the classic clone (moved into the cgroup
+/// later). Also returns whether it was created in its cgroup.
+pub(super) fn clone_init(
+    plan: &ChildPlan,
+    handover: &Handover,
+    fds: &InitFds<'_>,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+) -> (nix::Result<(Pid, OwnedFd)>, bool) {
+    // cgroup v2: init is created in the run's cgroup and never moved.
+    let cgroup_dir = cgroup.and_then(crate::cgroup::RunCgroup::clone_target);
+    if let Some(dir) = &cgroup_dir {
+        let in_cgroup = InitFds {
+            await_cgroup: false,
+            ..*fds
+        };
+        let cloned = crate::sys::clone::clone_into_cgroup(plan.clone_flags, dir.as_fd(), |init| {
+            crate::spawn::init::main(plan, handover, &in_cgroup, init)
+        });
+        if cloned.is_ok() {
+            return (cloned, true);
+        }
+    }
+    // Without clone3 (a kernel before 5.7, a container's seccomp
+    // profile) or when it refuses: the classic clone, then the move. A
+    // refusal of the namespaces themselves comes again from it.
+    let cloned = crate::sys::clone::clone_into_namespaces(plan.clone_flags, |init| {
+        crate::spawn::init::main(plan, handover, fds, init)
+    });
+    (cloned, false)
+}
+
+/// Clone refused with `errno`: the fallback where that means no user
+/// namespace can be had here and the profile allows it, else the run's
+/// error.
+fn clone_refused(errno: Errno, may_fall_back: bool) -> Result<Attempt, SpawnError> {
+    if may_fall_back && crate::spawn::no_namespaces::means_unavailable(errno) {
+        let why = crate::probe::userns_unavailable_reason()
+            .map(|r| format!(": {r}"))
+            .unwrap_or_else(|| {
+                ": a seccomp filter or security module refuses it (a container engine's default profile, a Kubernetes pod, or another sandbox)".into()
+            });
+        return Ok(Attempt::NamespacesRefused(format!(
+            "creating a user namespace failed with {errno}{why}"
+        )));
+    }
+    // The cause and the fix come from SpawnError::explained.
+    Err(SpawnError::Clone {
+        source: errno,
+        hint: String::new(),
+    })
 }

@@ -11,6 +11,7 @@ mod janitor;
 mod launch;
 mod notes;
 mod outcome;
+mod poll_set;
 mod release;
 mod running;
 mod start;

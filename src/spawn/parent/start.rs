@@ -1,7 +1,7 @@
 //! Starting a run: the steps from a prepared plan to a released init,
 //! in the order the kernel needs them.
 
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -21,7 +21,7 @@ use super::decide::fall_back;
 use super::janitor::spawn_janitor;
 use super::janitor::RunEnd;
 use super::launch::launch_init;
-use super::launch::Attempt;
+use super::launch::{Attempt, Launched};
 use super::notes::step_note;
 use super::outcome::children_cpu;
 use super::running::Running;
@@ -137,98 +137,19 @@ pub(super) fn start_cloned(
         std::process::id(),
         RUN_COUNTER.load(std::sync::atomic::Ordering::Relaxed)
     );
-    let config = &prepared.config;
-    let project = &prepared.planned.project;
-    let warnings = &mut prepared.started.warnings;
-    let audit = match (audit_file, &config.supervision.audit) {
-        (Some(file), _) => Some(file),
-        (None, Some(path)) => Some(crate::safe_file::open_audit(
-            path,
-            project,
-            &config.policy.filesystem.write,
-            warnings,
-        )?),
-        (None, None) => None,
-    };
-    let caller = match &config.supervision.skill {
-        Some(skill) => crate::broker::assemble::Caller::Skill {
-            name: skill.name.clone(),
-            dir: skill.dir.clone(),
-            permissions: skill.permissions.clone(),
-        },
-        None => {
-            // The plan so far: a profile without namespaces has its own.
-            let plan = match &prepared.started.no_namespaces {
-                Some(without) => &without.plan,
-                None => &prepared.planned,
-            };
-            let (name, program) = command_caller(plan.command(), &plan.cwd);
-            crate::broker::assemble::Caller::Command { name, program }
-        }
-    };
-    // The allowlist's proxy: init hands its listening socket to the net
-    // process over `handover`. Without namespaces there is no sandbox
-    // loopback to listen on; net.http still works, through a net process
-    // started when first needed.
-    let proxied = config.policy.network.mode == crate::profile::policy::NetworkMode::Allowlist
-        && prepared.started.no_namespaces.is_none();
-    let (net_process, handover) = if proxied {
-        let (send, receive) =
-            crate::broker::network::listener_handover().map_err(sys("socketpair(proxy)"))?;
-        let network = &config.policy.network;
-        let process = crate::net::process::start(
-            &network.allow,
-            &network.resolve,
-            crate::broker::assemble::syscalls_for_helpers(&config.policy),
-            Some(receive),
-        )?;
-        (Some(process), Some(send))
-    } else {
-        (None, None)
-    };
-    let net_pid = net_process.as_ref().map(|process| process.pid);
-    let timeout = config.policy.limits.timeout;
-    let broker = crate::broker::assemble::assemble(
-        crate::broker::assemble::Inputs {
-            policy: &config.policy,
-            project,
-            project_rules: config.project_rules.clone(),
-            scan: config.scan.as_ref(),
-            audit,
-            run_id,
-            write_as_project_owner: prepared.planned.ids.root_mode,
-            caller,
-            secrets: config.supervision.secrets.clone(),
-            net_process,
-            nested: config.supervision.nested.clone(),
-            grant_store: &config.supervision.grant_store,
-            asker,
-            interactive: config.supervision.interactive,
-            timeout,
-        },
-        warnings,
-    )
-    .map_err(|err| broker_refused(err, project))?;
+    let timeout = prepared.config.policy.limits.timeout;
+    let BrokerSide {
+        broker,
+        net_handover,
+        net_pid,
+    } = open_broker(prepared, asker, audit_file, run_id)?;
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
-
-    // Blocked before clone so that a signal arriving during setup waits
-    // until init can forward it; init and the payload unblock them.
-    let mut forwarded = SigSet::empty();
-    for signal in crate::sys::signal::FORWARDED {
-        forwarded.add(signal);
-    }
-    let mut old_mask = SigSet::empty();
-    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), Some(&mut old_mask))
-        .map_err(sys("sigprocmask"))?;
+    let (signals, old_mask) = block_forwarded_signals()?;
     let restore = |err: SpawnError| {
         let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
         err
     };
-    let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
-        .map_err(sys("signalfd"))
-        .map_err(restore)?;
     let started = Instant::now();
-    let net_handover = handover;
     crate::sys::proctitle::remember();
     let mut handover = Handover {
         stdio,
@@ -238,28 +159,8 @@ pub(super) fn start_cloned(
         confinement: prepared.started.confinement,
     };
     let net_handover = net_handover.as_ref().map(|fd| fd.as_fd());
-    let launched = match launch_init(prepared, &handover, cgroup, net_handover).map_err(restore)? {
-        Attempt::Started(launched) => launched,
-        // The same fallback whether clone itself or the set-up inside the
-        // new namespaces was refused: the failed init is reaped, its
-        // channels closed, and nothing of it is in the cgroup any more.
-        Attempt::NamespacesRefused(reason) => {
-            fall_back(prepared, reason).map_err(restore)?;
-            // The payload is now checked against the run it will really get.
-            let host = (prepared.started.confinement.host)
-                .unwrap_or_else(crate::spawn::measure::read_own_view);
-            prepared.started.confinement = expected_confinement(prepared.plan(), host);
-            handover.confinement = prepared.started.confinement;
-            match launch_init(prepared, &handover, cgroup, net_handover).map_err(restore)? {
-                Attempt::Started(launched) => launched,
-                Attempt::NamespacesRefused(reason) => {
-                    return Err(restore(SpawnError::Invalid(format!(
-                        "a run without namespaces was refused as if it had them: {reason}"
-                    ))))
-                }
-            }
-        }
-    };
+    let launched =
+        launch_or_fall_back(prepared, &mut handover, cgroup, net_handover).map_err(restore)?;
     // The child holds its copies: the supervisor's close here.
     drop(handover);
     let init_pid = launched.init_pid;
@@ -351,4 +252,156 @@ pub(super) fn broker_refused(
         path: project.to_path_buf(),
         source,
     }
+}
+
+/// The run's broker, and for an allowlist its net process: the
+/// supervisor's end of the listener's handover and the process's pid.
+pub(super) struct BrokerSide {
+    pub(super) broker: crate::broker::server::Broker,
+    pub(super) net_handover: Option<OwnedFd>,
+    pub(super) net_pid: Option<nix::unistd::Pid>,
+}
+
+/// Open the audit, start the allowlist's net process, and assemble the
+/// broker ([`crate::broker::assemble`]): all before the clone, so that
+/// what the payload runs is hashed before it exists.
+pub(super) fn open_broker(
+    prepared: &mut Prepared,
+    asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+    audit_file: Option<std::fs::File>,
+    run_id: String,
+) -> Result<BrokerSide, SpawnError> {
+    let config = &prepared.config;
+    let project = &prepared.planned.project;
+    let warnings = &mut prepared.started.warnings;
+    let audit = match (audit_file, &config.supervision.audit) {
+        (Some(file), _) => Some(file),
+        (None, Some(path)) => Some(crate::safe_file::open_audit(
+            path,
+            project,
+            &config.policy.filesystem.write,
+            warnings,
+        )?),
+        (None, None) => None,
+    };
+    let caller = match &config.supervision.skill {
+        Some(skill) => crate::broker::assemble::Caller::Skill {
+            name: skill.name.clone(),
+            dir: skill.dir.clone(),
+            permissions: skill.permissions.clone(),
+        },
+        None => {
+            // The plan so far: a profile without namespaces has its own.
+            let plan = match &prepared.started.no_namespaces {
+                Some(without) => &without.plan,
+                None => &prepared.planned,
+            };
+            let (name, program) = command_caller(plan.command(), &plan.cwd);
+            crate::broker::assemble::Caller::Command { name, program }
+        }
+    };
+    // The allowlist's proxy: init hands its listening socket to the net
+    // process over `handover`. Without namespaces there is no sandbox
+    // loopback to listen on; net.http still works, through a net process
+    // started when first needed.
+    let proxied = config.policy.network.mode == crate::profile::policy::NetworkMode::Allowlist
+        && prepared.started.no_namespaces.is_none();
+    let (net_process, handover) = if proxied {
+        let (send, receive) =
+            crate::broker::network::listener_handover().map_err(sys("socketpair(proxy)"))?;
+        let network = &config.policy.network;
+        let process = crate::net::process::start(
+            &network.allow,
+            &network.resolve,
+            crate::broker::assemble::syscalls_for_helpers(&config.policy),
+            Some(receive),
+        )?;
+        (Some(process), Some(send))
+    } else {
+        (None, None)
+    };
+    let net_pid = net_process.as_ref().map(|process| process.pid);
+    let timeout = config.policy.limits.timeout;
+    let broker = crate::broker::assemble::assemble(
+        crate::broker::assemble::Inputs {
+            policy: &config.policy,
+            project,
+            project_rules: config.project_rules.clone(),
+            scan: config.scan.as_ref(),
+            audit,
+            run_id,
+            write_as_project_owner: prepared.planned.ids.root_mode,
+            caller,
+            secrets: config.supervision.secrets.clone(),
+            net_process,
+            nested: config.supervision.nested.clone(),
+            grant_store: &config.supervision.grant_store,
+            asker,
+            interactive: config.supervision.interactive,
+            timeout,
+        },
+        warnings,
+    )
+    .map_err(|err| broker_refused(err, project))?;
+    Ok(BrokerSide {
+        broker,
+        net_handover: handover,
+        net_pid,
+    })
+}
+
+/// Block the signals init forwards, and read them from a signalfd: blocked
+/// before clone so that a signal arriving during setup waits until init
+/// can forward it; init and the payload unblock them. Returns the mask to
+/// restore.
+pub(super) fn block_forwarded_signals() -> Result<(SignalFd, SigSet), SpawnError> {
+    let mut forwarded = SigSet::empty();
+    for signal in crate::sys::signal::FORWARDED {
+        forwarded.add(signal);
+    }
+    let mut old_mask = SigSet::empty();
+    sigprocmask(SigmaskHow::SIG_BLOCK, Some(&forwarded), Some(&mut old_mask))
+        .map_err(sys("sigprocmask"))?;
+    let restore = |err: SpawnError| {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old_mask), None);
+        err
+    };
+    let signals = SignalFd::with_flags(&forwarded, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(sys("signalfd"))
+        .map_err(restore)?;
+    Ok((signals, old_mask))
+}
+
+/// Launch init on the decided plan; where the namespaces are refused at
+/// clone or in init's first steps (a best-effort profile), once more on
+/// the plan without them.
+pub(super) fn launch_or_fall_back(
+    prepared: &mut Prepared,
+    handover: &mut Handover,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
+    net_handover: Option<std::os::fd::BorrowedFd<'_>>,
+) -> Result<Launched, SpawnError> {
+    let launched = match launch_init(prepared, handover, cgroup, net_handover)? {
+        Attempt::Started(launched) => launched,
+        // The same fallback whether clone itself or the set-up inside the
+        // new namespaces was refused: the failed init is reaped, its
+        // channels closed, and nothing of it is in the cgroup any more.
+        Attempt::NamespacesRefused(reason) => {
+            fall_back(prepared, reason)?;
+            // The payload is now checked against the run it will really get.
+            let host = (prepared.started.confinement.host)
+                .unwrap_or_else(crate::spawn::measure::read_own_view);
+            prepared.started.confinement = expected_confinement(prepared.plan(), host);
+            handover.confinement = prepared.started.confinement;
+            match launch_init(prepared, handover, cgroup, net_handover)? {
+                Attempt::Started(launched) => launched,
+                Attempt::NamespacesRefused(reason) => {
+                    return Err(SpawnError::Invalid(format!(
+                        "a run without namespaces was refused as if it had them: {reason}"
+                    )))
+                }
+            }
+        }
+    };
+    Ok(launched)
 }
