@@ -19,7 +19,7 @@ use crate::spawn::{SpawnError, Step};
 use super::decide::supervisor_effective_capabilities;
 use super::notes::note_record;
 use super::notes::step_note;
-use super::release::release_init;
+use super::release::{release_init, Kernel};
 use super::sys;
 
 /// An init that was cloned, given its id maps and released.
@@ -119,10 +119,14 @@ pub(super) fn launch_init(
         None => Ok(()),
     };
     if let Err(err) = release_init(
-        plan,
+        plan.ids,
+        plan.clone_flags,
+        &plan.idmapped,
         supervisor_effective_capabilities(prepared),
         init_pid,
-        &launched.sync,
+        &mut Kernel {
+            sync: launched.sync.as_fd(),
+        },
     )
     .and_then(|()| joined())
     {

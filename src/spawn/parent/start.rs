@@ -34,18 +34,99 @@ use super::sys;
 /// [`Running::wait`] returns (they are read from a signalfd and forwarded),
 /// so a SIGTERM to the supervisor reaches the sandboxed command.
 pub fn start(prepared: &mut Prepared, inputs: StartInputs) -> Result<Running, SpawnError> {
-    start_unexplained(prepared, inputs).map_err(SpawnError::explained)
+    start_unexplained(prepared, inputs, &mut Kernel).map_err(SpawnError::explained)
+}
+
+/// The steps of a start whose order the kernel imposes (the cgroup and
+/// the broker's socket before the clone, the clone only from a
+/// single-threaded process): the seam a unit test replaces with a
+/// recording double. [`Kernel`] makes them for real.
+pub(super) trait StartCalls {
+    /// Refuse unless this process may be copied (one thread).
+    fn check_single_threaded(&mut self) -> Result<(), SpawnError>;
+    /// Create the run's cgroup (see [`setup_cgroup`]).
+    fn create_cgroup(
+        &mut self,
+        config: &crate::spawn::prepare::RunConfig,
+        warnings: &mut Vec<String>,
+    ) -> Result<
+        (
+            Option<crate::cgroup::RunCgroup>,
+            super::cgroup::FallbackRlimits,
+        ),
+        SpawnError,
+    >;
+    /// Bind the broker's caller and start the net process (see [`open_broker`]).
+    fn open_broker(
+        &mut self,
+        prepared: &mut Prepared,
+        asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+        audit_file: Option<std::fs::File>,
+        run_id: String,
+    ) -> Result<BrokerSide, SpawnError>;
+    /// Clone init, write its id maps and release it (see [`launch_or_fall_back`]).
+    fn launch(
+        &mut self,
+        prepared: &mut Prepared,
+        handover: &mut Handover,
+        cgroup: Option<&crate::cgroup::RunCgroup>,
+        net_handover: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<Launched, SpawnError>;
+}
+
+/// The real steps.
+pub(super) struct Kernel;
+
+impl StartCalls for Kernel {
+    fn check_single_threaded(&mut self) -> Result<(), SpawnError> {
+        crate::spawn::check_single_threaded()
+    }
+
+    fn create_cgroup(
+        &mut self,
+        config: &crate::spawn::prepare::RunConfig,
+        warnings: &mut Vec<String>,
+    ) -> Result<
+        (
+            Option<crate::cgroup::RunCgroup>,
+            super::cgroup::FallbackRlimits,
+        ),
+        SpawnError,
+    > {
+        setup_cgroup(config, warnings)
+    }
+
+    fn open_broker(
+        &mut self,
+        prepared: &mut Prepared,
+        asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+        audit_file: Option<std::fs::File>,
+        run_id: String,
+    ) -> Result<BrokerSide, SpawnError> {
+        open_broker(prepared, asker, audit_file, run_id)
+    }
+
+    fn launch(
+        &mut self,
+        prepared: &mut Prepared,
+        handover: &mut Handover,
+        cgroup: Option<&crate::cgroup::RunCgroup>,
+        net_handover: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> Result<Launched, SpawnError> {
+        launch_or_fall_back(prepared, handover, cgroup, net_handover)
+    }
 }
 
 pub(super) fn start_unexplained(
     prepared: &mut Prepared,
     inputs: StartInputs,
+    calls: &mut dyn StartCalls,
 ) -> Result<Running, SpawnError> {
-    crate::spawn::check_single_threaded()?;
+    calls.check_single_threaded()?;
     let host = crate::spawn::measure::read_own_view();
     decide_namespaces(prepared, host.capabilities[2])?;
     let (cgroup, fallback_rlimits) =
-        setup_cgroup(&prepared.config, &mut prepared.started.warnings)?;
+        calls.create_cgroup(&prepared.config, &mut prepared.started.warnings)?;
     prepared.started.fallback_rlimits = fallback_rlimits;
     match &cgroup {
         Some(cgroup) => step_note(
@@ -67,7 +148,7 @@ pub(super) fn start_unexplained(
         None => None,
     };
     let planned_without = prepared.started.no_namespaces.is_some();
-    match start_cloned(prepared, inputs, cgroup.as_ref()) {
+    match start_cloned(prepared, inputs, cgroup.as_ref(), calls) {
         Ok(mut running) => {
             running.cgroup = cgroup;
             running.janitor = janitor;
@@ -110,6 +191,7 @@ pub(super) fn start_cloned(
     prepared: &mut Prepared,
     inputs: StartInputs,
     cgroup: Option<&crate::cgroup::RunCgroup>,
+    calls: &mut dyn StartCalls,
 ) -> Result<Running, SpawnError> {
     let rusage_before = children_cpu();
     let StartInputs {
@@ -142,7 +224,7 @@ pub(super) fn start_cloned(
         broker,
         net_handover,
         net_pid,
-    } = open_broker(prepared, asker, audit_file, run_id)?;
+    } = calls.open_broker(prepared, asker, audit_file, run_id)?;
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
     let (signals, old_mask) = block_forwarded_signals()?;
     let restore = |err: SpawnError| {
@@ -159,8 +241,9 @@ pub(super) fn start_cloned(
         confinement: prepared.started.confinement,
     };
     let net_handover = net_handover.as_ref().map(|fd| fd.as_fd());
-    let launched =
-        launch_or_fall_back(prepared, &mut handover, cgroup, net_handover).map_err(restore)?;
+    let launched = calls
+        .launch(prepared, &mut handover, cgroup, net_handover)
+        .map_err(restore)?;
     // The child holds its copies: the supervisor's close here.
     drop(handover);
     let init_pid = launched.init_pid;
@@ -404,4 +487,101 @@ pub(super) fn launch_or_fall_back(
         }
     };
     Ok(launched)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A recording double: each step is noted in order; the broker is the
+    /// real one (its socket and bound caller), and the launch stops the
+    /// start right after it is recorded, since nothing is cloned.
+    #[derive(Default)]
+    struct Recorder {
+        calls: Vec<&'static str>,
+    }
+
+    impl StartCalls for Recorder {
+        fn check_single_threaded(&mut self) -> Result<(), SpawnError> {
+            self.calls.push("check single thread");
+            Ok(())
+        }
+
+        fn create_cgroup(
+            &mut self,
+            _config: &crate::spawn::prepare::RunConfig,
+            _warnings: &mut Vec<String>,
+        ) -> Result<
+            (
+                Option<crate::cgroup::RunCgroup>,
+                super::super::cgroup::FallbackRlimits,
+            ),
+            SpawnError,
+        > {
+            self.calls.push("create cgroup");
+            Ok((None, Vec::new()))
+        }
+
+        fn open_broker(
+            &mut self,
+            prepared: &mut Prepared,
+            asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+            audit_file: Option<std::fs::File>,
+            run_id: String,
+        ) -> Result<BrokerSide, SpawnError> {
+            self.calls.push("bind broker");
+            open_broker(prepared, asker, audit_file, run_id)
+        }
+
+        fn launch(
+            &mut self,
+            _prepared: &mut Prepared,
+            handover: &mut Handover,
+            _cgroup: Option<&crate::cgroup::RunCgroup>,
+            _net_handover: Option<std::os::fd::BorrowedFd<'_>>,
+        ) -> Result<Launched, SpawnError> {
+            // The payload's end of the broker's socket is handed over at
+            // clone: it exists by now.
+            assert!(
+                handover.ipc.is_some(),
+                "the broker's socket exists at clone"
+            );
+            self.calls.push("clone init");
+            Err(SpawnError::Invalid("the double clones nothing".into()))
+        }
+    }
+
+    #[test]
+    fn the_cgroup_and_the_broker_come_before_the_clone() {
+        let policy = crate::profile::load("strict").expect("the strict profile");
+        let dir = tempfile::tempdir().expect("a project directory");
+        let project = std::fs::canonicalize(dir.path()).expect("its real path");
+        let spec = crate::spawn::SpawnSpec {
+            program: "true".into(),
+            args: vec![],
+            project,
+            project_explicit: true,
+            cwd: None,
+            env: vec![],
+            dry_run: false,
+            read_only_extra: vec![],
+        };
+        let mut prepared =
+            Prepared::new(&policy, spec, Default::default()).expect("a prepared run");
+        let mut recorder = Recorder::default();
+        let started = start_unexplained(&mut prepared, StartInputs::default(), &mut recorder);
+        assert!(
+            matches!(started, Err(SpawnError::Invalid(ref why)) if why.contains("clones nothing")),
+            "{started:?}"
+        );
+        assert_eq!(
+            recorder.calls,
+            [
+                "check single thread",
+                "create cgroup",
+                "bind broker",
+                "clone init"
+            ]
+        );
+    }
 }
