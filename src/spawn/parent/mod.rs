@@ -5,6 +5,7 @@
 //! run is gone ([`supervise`]), and the outcome ([`outcome`]), with the
 //! [`janitor`] and the [`sweep`] for what a run leaves behind.
 
+mod broker;
 mod cgroup;
 mod decide;
 mod janitor;

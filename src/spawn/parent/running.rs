@@ -12,8 +12,8 @@ use nix::unistd::Pid;
 
 use crate::spawn::SpawnError;
 
+use super::broker::command_caller;
 use super::janitor::Janitor;
-use super::start::command_caller;
 use super::sweep::SweepPlan;
 
 /// A started run, until [`Running::wait`] collects it.
