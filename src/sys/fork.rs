@@ -1,5 +1,13 @@
 //! `fork(2)` for a process that is single-threaded by construction (the
 //! daemon's launcher), checked at the call.
+//!
+//! Beside the raw clone of [`super::clone`] on purpose: glibc's fork runs
+//! its atfork handlers and renews the thread id it caches, so the child may
+//! live a full life (start threads, take pthread locks, raise signals), as
+//! a launched supervisor, a net process or a skill host does. The raw clone
+//! gives what fork cannot (new namespaces, a pidfd, CLONE_INTO_CGROUP) to
+//! children that only set themselves up and exec or exit. Both make the
+//! one single-thread check, [`super::thread::require_single_thread`].
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 

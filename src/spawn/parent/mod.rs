@@ -1,7 +1,7 @@
 //! P0: the supervisor's side of a run, in the order it happens: the plan
 //! decided once ([`decide`]), the cgroup ([`cgroup`]), the start
-//! ([`start`]: broker, net process, clone, id maps, release, see
-//! [`launch`] and [`release`]), the supervision until every process of the
+//! ([`start`]: the broker and net process ([`broker`]), clone, id maps,
+//! release, see [`launch`] and [`release`]), the supervision until every process of the
 //! run is gone ([`supervise`]), and the outcome ([`outcome`]), with the
 //! [`janitor`] and the [`sweep`] for what a run leaves behind.
 
