@@ -1,6 +1,7 @@
 //! The permission broker: the sandboxed process asks, over an inherited
 //! socket, for actions it cannot do itself; the supervisor decides,
 //! performs and audits them. [`server`] ties the parts together.
+pub mod assemble;
 pub mod audit;
 pub mod decision;
 pub mod fs;

@@ -182,7 +182,7 @@ pub enum SpawnError {
     /// The supervisor has more than one thread, so it cannot clone safely.
     #[error("the supervisor has {threads} threads; cloning is only safe from a single-threaded process (daemons must go through `sandbox __launch`)")]
     NotSingleThreaded {
-        /// Threads seen in /proc/self/status.
+        /// Threads seen in /proc/self/task.
         threads: u64,
     },
     /// An argument or environment value cannot be passed to execve.
@@ -400,12 +400,11 @@ fn in_parentheses(detail: &str) -> String {
 pub fn check_single_threaded() -> Result<(), SpawnError> {
     // The same check the clone wrapper makes (one stat of /proc/self/task),
     // made first so that the refusal names the thread count.
+    use crate::sys::thread::NotSingleThreaded;
     match crate::sys::thread::require_single_thread() {
         Ok(()) => Ok(()),
-        Err(nix::errno::Errno::EDEADLK) => Err(SpawnError::NotSingleThreaded {
-            threads: crate::sys::thread::count().unwrap_or(0),
-        }),
-        Err(errno) => Err(SpawnError::Path {
+        Err(NotSingleThreaded::Threads(threads)) => Err(SpawnError::NotSingleThreaded { threads }),
+        Err(NotSingleThreaded::Unreadable(errno)) => Err(SpawnError::Path {
             what: "reading",
             path: "/proc/self/task".into(),
             source: std::io::Error::from(errno),

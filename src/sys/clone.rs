@@ -27,28 +27,45 @@ pub fn clone_into_namespaces(
     flags: CloneFlags,
     child: impl FnOnce(&ClonedChild) -> i32,
 ) -> nix::Result<(Pid, OwnedFd)> {
-    super::thread::require_single_thread()?;
+    super::thread::require_single_thread().map_err(Errno::from)?;
     let mut pidfd: libc::c_int = -1;
+    // SAFETY: the process has one thread (checked just above; only this
+    // thread could have started another since), and `pidfd` outlives the call.
+    let ret = unsafe { clone_copy(flags, &mut pidfd) };
+    after_clone(ret, pidfd, child)
+}
+
+/// The raw `clone` that copies this process as fork does; what it returns
+/// as the system call does (-1 with errno, 0 in the child, the child's pid).
+///
+/// # Safety
+///
+/// The calling process must be single-threaded: the child continues on a
+/// copy-on-write copy of this process's memory and stack, and a lock another
+/// thread held at the copy (the allocator's) would stay held forever in the
+/// child. The caller's code in the child must end by `execve` or `_exit`
+/// without unwinding into the copied frames (see [`after_clone`]). `pidfd`
+/// must stay valid for the call (CLONE_PIDFD writes one int there).
+unsafe fn clone_copy(flags: CloneFlags, pidfd: &mut libc::c_int) -> libc::c_long {
     let raw_flags = flags.bits() as libc::c_ulong
         | libc::CLONE_PIDFD as libc::c_ulong
         | libc::SIGCHLD as libc::c_ulong;
     // SAFETY: with a null stack the kernel gives the child a copy-on-write copy
-    // of this process, as fork does; the process has one thread (checked just
-    // above; only this thread could have started another since), so the copy
-    // holds no lock that a vanished thread took. CLONE_PIDFD writes one int to
-    // `pidfd`, which outlives the call; the child and parent tid pointers and
-    // tls are unused (0) because CLONE_*TID and CLONE_SETTLS are not set.
-    let ret = unsafe {
+    // of this process, as fork does; the caller guarantees a single thread
+    // (this function's contract), so the copy holds no lock that a vanished
+    // thread took. CLONE_PIDFD writes one int to `pidfd`, which outlives the
+    // call; the child and parent tid pointers and tls are unused (0) because
+    // CLONE_*TID and CLONE_SETTLS are not set.
+    unsafe {
         libc::syscall(
             libc::SYS_clone,
             raw_flags,
             0usize,
-            &mut pidfd as *mut libc::c_int,
+            pidfd as *mut libc::c_int,
             0usize,
             0usize,
         )
-    };
-    after_clone(ret, pidfd, child)
+    }
 }
 
 /// `clone3`'s argument block (`struct clone_args`, its Linux 5.7 size: up to
@@ -84,7 +101,7 @@ pub fn clone_into_cgroup(
     cgroup: BorrowedFd<'_>,
     child: impl FnOnce(&ClonedChild) -> i32,
 ) -> nix::Result<(Pid, OwnedFd)> {
-    super::thread::require_single_thread()?;
+    super::thread::require_single_thread().map_err(Errno::from)?;
     let mut pidfd: libc::c_int = -1;
     let args = CloneArgs {
         flags: u64::from(flags.bits() as u32) | libc::CLONE_PIDFD as u64 | CLONE_INTO_CGROUP,
@@ -99,7 +116,7 @@ pub fn clone_into_cgroup(
         set_tid_size: 0,
         cgroup: cgroup.as_raw_fd() as u64,
     };
-    // SAFETY: as in `clone_into_namespaces`: with no stack (0, size 0) the
+    // SAFETY: as in `clone_copy`: with no stack (0, size 0) the
     // child gets a copy-on-write copy of this single-threaded process, as
     // fork gives. `args` is a complete `struct clone_args` of the size
     // passed, alive for the call; CLONE_PIDFD writes one int to `pidfd`,

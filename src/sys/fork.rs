@@ -1,5 +1,13 @@
 //! `fork(2)` for a process that is single-threaded by construction (the
 //! daemon's launcher), checked at the call.
+//!
+//! Beside the raw clone of [`super::clone`] on purpose: glibc's fork runs
+//! its atfork handlers and renews the thread id it caches, so the child may
+//! live a full life (start threads, take pthread locks, raise signals), as
+//! a launched supervisor, a net process or a skill host does. The raw clone
+//! gives what fork cannot (new namespaces, a pidfd, CLONE_INTO_CGROUP) to
+//! children that only set themselves up and exec or exit. Both make the
+//! one single-thread check, [`super::thread::require_single_thread`].
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd, RawFd};
 
@@ -20,10 +28,6 @@ pub enum ForkError {
     /// fork failed.
     #[error("fork: {0}")]
     Fork(Errno),
-}
-
-fn thread_count() -> Result<u64, ForkError> {
-    super::thread::count().map_err(|errno| ForkError::Status(errno.into()))
 }
 
 /// [`fork_single_threaded`] for a child that holds nothing of this process's
@@ -80,10 +84,10 @@ pub fn fork_keeping_only(
 /// [`super::clone::CHILD_PANICKED`] if it panicked), without unwinding into
 /// the parent's frames. Refused unless this process has exactly one thread.
 pub fn fork_single_threaded(child: impl FnOnce() -> i32) -> Result<Pid, ForkError> {
-    let threads = thread_count()?;
-    if threads != 1 {
-        return Err(ForkError::Threaded(threads));
-    }
+    super::thread::require_single_thread().map_err(|refusal| match refusal {
+        super::thread::NotSingleThreaded::Threads(threads) => ForkError::Threaded(threads),
+        super::thread::NotSingleThreaded::Unreadable(errno) => ForkError::Status(errno.into()),
+    })?;
     // SAFETY: the process has one thread (checked just above, and no thread
     // can be started between the check and the fork by this thread), so the
     // child's copy holds no lock another thread took; glibc's fork runs its

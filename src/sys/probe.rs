@@ -31,7 +31,7 @@ pub enum ChildProbeError {
     #[error("probing in a child needs a single-threaded process, this one has {0} threads")]
     MultiThreaded(usize),
     /// The thread count could not be read.
-    #[error("cannot count threads in /proc/self/status: {0}")]
+    #[error("cannot count threads in /proc/self/task: {0}")]
     ThreadCount(#[source] std::io::Error),
     /// `fork` failed.
     #[error("fork failed: {0}")]
@@ -53,8 +53,9 @@ pub enum ChildProbeError {
 
 /// Fork a child that calls `unshare(flags)` and reports whether it worked.
 ///
-/// The calling process must be single-threaded (checked: `Threads` in
-/// `/proc/self/status` must be 1, else [`ChildProbeError::MultiThreaded`]),
+/// The calling process must be single-threaded (checked by
+/// [`super::thread::require_single_thread`], else
+/// [`ChildProbeError::MultiThreaded`]),
 /// because between `fork` and `_exit` the child only makes raw system calls and
 /// must not touch a lock another thread could have held. The caller's own
 /// namespaces are never changed.
@@ -79,10 +80,14 @@ fn fork_probe(
     flags: CloneFlags,
     ids: Option<(libc::uid_t, libc::gid_t)>,
 ) -> Result<(), ChildProbeError> {
-    let threads = thread_count().map_err(ChildProbeError::ThreadCount)?;
-    if threads != 1 {
-        return Err(ChildProbeError::MultiThreaded(threads));
-    }
+    super::thread::require_single_thread().map_err(|refusal| match refusal {
+        super::thread::NotSingleThreaded::Threads(threads) => {
+            ChildProbeError::MultiThreaded(threads as usize)
+        }
+        super::thread::NotSingleThreaded::Unreadable(errno) => {
+            ChildProbeError::ThreadCount(errno.into())
+        }
+    })?;
     let raw_flags = flags.bits();
     // SAFETY: the process is single-threaded (checked just above), so the child
     // is a complete copy with no lock held by a vanished thread; and the child
@@ -147,15 +152,6 @@ fn exit_now(code: i32) -> ! {
     // SAFETY: _exit ends the process without running atexit handlers or
     // flushing stdio buffers that belong to the parent's copy of the state.
     unsafe { libc::_exit(code) }
-}
-
-fn thread_count() -> std::io::Result<usize> {
-    let status = std::fs::read_to_string("/proc/self/status")?;
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("Threads:"))
-        .and_then(|n| n.trim().parse().ok())
-        .ok_or_else(|| std::io::Error::other("no Threads: line"))
 }
 
 /// The fixed system calls [`raw_probe_syscall`] can make. Each passes only NULL

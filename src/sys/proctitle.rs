@@ -50,20 +50,40 @@ pub fn remember() {
 
 /// In init: replace the command line by "sandbox-init" and blank the
 /// environment area, and rename the process. Best effort: without known
-/// bounds nothing is written.
+/// bounds, or in a process with more than one thread (which could be
+/// reading its environment meanwhile), nothing is written.
 pub fn conceal() {
     let _ = nix::sys::prctl::set_name(c"sandbox-init");
     let Some(Some(areas)) = AREAS.get().copied() else {
         return;
     };
+    if super::thread::require_single_thread().is_err() {
+        return;
+    }
+    // SAFETY: the areas were read by `remember` in this process image (a
+    // clone of the supervisor has its memory layout, and an exec would
+    // have replaced AREAS with the image), and the process has one thread
+    // (checked just above; only this thread could start another).
+    unsafe { blank(areas) }
+}
+
+/// Write the name over the argv area and zeros over the environment area.
+///
+/// # Safety
+///
+/// `areas` must be the bounds the kernel reports (/proc/self/stat) for this
+/// process image, and no other thread may run: another thread reading argv
+/// or the environment while it is written would be a data race.
+unsafe fn blank(areas: Areas) {
     let (arg_start, arg_end) = areas.args;
     let name = NAME.len().min(arg_end - arg_start);
-    // SAFETY: the kernel reported these ranges for this process image: the
-    // argv and environment strings on the initial stack, mapped writable,
-    // and unchanged by clone (init runs on a copy of the supervisor's
-    // memory). Nothing in init reads argv or the environment afterwards
-    // (the payload's environment comes from the prepared plan), and a
-    // libc `environ` entry pointing at zeroed bytes reads as an empty string.
+    // SAFETY: the kernel reported these ranges for this process image (the
+    // caller's contract): the argv and environment strings on the initial
+    // stack, mapped writable, and unchanged by clone. No other thread runs
+    // (the contract again). Nothing in init reads argv or the environment
+    // afterwards (the payload's environment comes from the prepared plan),
+    // and a libc `environ` entry pointing at zeroed bytes reads as an empty
+    // string.
     unsafe {
         std::ptr::copy_nonoverlapping(NAME.as_ptr(), arg_start as *mut u8, name);
         std::ptr::write_bytes((arg_start + name) as *mut u8, 0, arg_end - arg_start - name);
