@@ -8,12 +8,12 @@ use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::super::allow::split_target;
 use super::forward::Request;
 use super::gate::Failure;
+use super::http1::{bad_request, HttpOutcome};
 use super::http1::{read_request, HEAD_LIMIT};
 use super::inbound::Inbound;
 use super::Proxy;
@@ -87,32 +87,6 @@ pub(super) fn failure_outcome(failure: Failure) -> HttpOutcome {
         Failure::Unresolved(message) | Failure::Unreachable(message) => {
             HttpOutcome::Answer("502 Bad Gateway", message)
         }
-    }
-}
-
-pub(super) fn bad_request(message: String) -> HttpOutcome {
-    HttpOutcome::Answer("400 Bad Request", message)
-}
-
-/// How an HTTP connection's handling ends.
-pub(super) enum HttpOutcome {
-    /// Nothing more to say.
-    Done,
-    /// A status line and a reason, then close.
-    Answer(&'static str, String),
-    /// Relay both ways to the upstream.
-    Tunnel(TcpStream),
-}
-
-/// A request refused by policy before any decision (403, audited).
-pub(super) struct Forbidden {
-    pub(super) rule: String,
-    pub(super) message: String,
-}
-
-impl Forbidden {
-    pub(super) fn outcome(&self) -> HttpOutcome {
-        HttpOutcome::Answer("403 Forbidden", self.message.clone())
     }
 }
 

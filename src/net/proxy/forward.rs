@@ -13,12 +13,11 @@ use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::super::allow::Host;
-use super::connect::{bad_request, Forbidden, HttpOutcome};
 use super::gate::one_target_rule;
 use super::http1::{
-    absolute_uri, authority_parts, copy_body, keeps_alive, read_request, relay_response,
-    request_body, values, AbsoluteUri, Body, HeadError, RequestHead, ResponseError, HEAD_LIMIT,
-    MAX_HEADERS,
+    absolute_uri, authority_parts, bad_request, copy_body, keeps_alive, read_request,
+    relay_response, request_body, values, AbsoluteUri, Body, HeadError, HttpOutcome, RequestHead,
+    ResponseError, HEAD_LIMIT, MAX_HEADERS,
 };
 use super::inbound::Inbound;
 use super::{Proxy, HEAD_TIMEOUT};
@@ -142,6 +141,18 @@ pub(super) async fn relay(
     }
     let client = io.reunite(write).map_err(io::Error::other)?;
     super::super::splice::relay(&client, &upstream).await
+}
+
+/// A request refused by policy before any decision (403, audited).
+pub(super) struct Forbidden {
+    pub(super) rule: String,
+    pub(super) message: String,
+}
+
+impl Forbidden {
+    pub(super) fn outcome(&self) -> HttpOutcome {
+        HttpOutcome::Answer("403 Forbidden", self.message.clone())
+    }
 }
 
 /// A plain HTTP request checked for forwarding.
@@ -270,7 +281,7 @@ impl Request {
 
 #[cfg(test)]
 mod tests {
-    use super::super::connect::HttpOutcome;
+    use super::super::http1::HttpOutcome;
     use super::super::http1::{parse_request, MAX_HEADERS};
     use super::super::testing::*;
     use super::Request;

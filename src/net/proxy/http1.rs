@@ -1,17 +1,32 @@
 //! HTTP/1 framing: request and response heads (bounded), how a body is
 //! delimited (length, chunked, until close; never both length and
-//! chunked), absolute URIs and authorities, and the body copies that relay
-//! bytes exactly as they came.
+//! chunked), absolute URIs and authorities, the body copies that relay
+//! bytes exactly as they came, and how an HTTP exchange ends
+//! ([`HttpOutcome`]).
 
 use std::io;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 
 use super::super::allow::Host;
-use super::connect::{bad_request, HttpOutcome};
 use super::inbound::Inbound;
+
+pub(super) fn bad_request(message: String) -> HttpOutcome {
+    HttpOutcome::Answer("400 Bad Request", message)
+}
+
+/// How an HTTP connection's handling ends.
+pub(super) enum HttpOutcome {
+    /// Nothing more to say.
+    Done,
+    /// A status line and a reason, then close.
+    Answer(&'static str, String),
+    /// Relay both ways to the upstream.
+    Tunnel(TcpStream),
+}
 
 /// The largest request or response head read (request line or status line
 /// and headers); the bound keeps a hostile client from growing memory.

@@ -48,8 +48,9 @@ mod socks;
 #[cfg(test)]
 mod testing;
 
-use connect::{answer_and_close, HttpOutcome};
+use connect::answer_and_close;
 use forward::relay;
+use http1::HttpOutcome;
 use inbound::Inbound;
 use socks::SOCKS_VERSION;
 
