@@ -136,7 +136,7 @@ pub(super) fn write_answer(host: &mut HostProc, ask: u64, choice: &str) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{fake_host, host_got, server, write_skill};
+    use super::super::testing::{fake_host, host_got, running, server, write_skill};
     use super::super::Call;
     use super::*;
 
@@ -152,13 +152,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         write_skill(root.path(), "s", "");
         let (mut server, output) = server(root.path(), ask_client);
-        let (host, peer) = fake_host(1);
-        let slot = server.slots.get_mut("s").unwrap();
-        slot.host = Some(host);
-        slot.inflight = Some(Call {
-            id: Id::Number(5.into()),
-            params: json!({}),
-        });
+        let peer = running(&mut server, "s", 5);
         output.take();
         (root, server, output, peer)
     }

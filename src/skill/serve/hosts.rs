@@ -63,6 +63,23 @@ pub(super) struct HostProc {
 }
 
 impl HostProc {
+    /// A host just started as `pid`, speaking on `control`; its serial is
+    /// the loop's to give.
+    pub(super) fn new(pid: Pid, control: UnixStream) -> HostProc {
+        HostProc {
+            pid,
+            serial: 0,
+            control,
+            framer: Framer::new(HOST_LINE_LIMIT),
+            stopping: false,
+            spent: false,
+            timed_out: false,
+            failed: None,
+            exited: None,
+            watchdog: None,
+        }
+    }
+
     /// Whether the host's end was a crash (counted towards the back-off),
     /// and why it ended. `status`: its exit status, None when killed.
     /// Killed on purpose or timed out is no crash; a persistent skill's
@@ -340,18 +357,7 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
         Err(ForkError::Fork(errno)) => return Err(errno.into()),
         Err(ForkError::Status(err)) => return Err(err),
     };
-    Ok(HostProc {
-        pid,
-        serial: 0,
-        control: ours,
-        framer: Framer::new(HOST_LINE_LIMIT),
-        stopping: false,
-        spent: false,
-        timed_out: false,
-        failed: None,
-        exited: None,
-        watchdog: None,
-    })
+    Ok(HostProc::new(pid, ours))
 }
 
 /// The host as a fork of this process, running [`super::super::host_process`] on
@@ -445,9 +451,8 @@ fn exec_host(options: &ServeOptions, skill: &Skill, theirs: UnixStream) -> std::
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{fake_host, server, write_skill};
+    use super::super::testing::{fake_host, running, server, write_skill};
     use super::*;
-    use crate::broker::protocol::Id;
 
     fn slot(root: &std::path::Path, extra: &str) -> Slot {
         write_skill(root, "s", extra);
@@ -530,14 +535,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         write_skill(root.path(), "s", "");
         let (mut server, output) = server(root.path(), false);
-        let (host, _peer) = fake_host(1);
-        let slot = server.slots.get_mut("s").unwrap();
-        slot.host = Some(host);
-        slot.consecutive = 3;
-        slot.inflight = Some(Call {
-            id: Id::Number(7.into()),
-            params: json!({}),
-        });
+        let _peer = running(&mut server, "s", 7);
+        server.slots.get_mut("s").unwrap().consecutive = 3;
         output.take();
 
         // Events are no answer.
@@ -572,13 +571,7 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         write_skill(root.path(), "s", "activation: persistent\n");
         let (mut server, output) = server(root.path(), false);
-        let (host, _peer) = fake_host(1);
-        let slot = server.slots.get_mut("s").unwrap();
-        slot.host = Some(host);
-        slot.inflight = Some(Call {
-            id: Id::Number(8.into()),
-            params: json!({}),
-        });
+        let _peer = running(&mut server, "s", 8);
         let line = json!({"id": 1, "error": {"code": code::TIMEOUT, "message": "too slow"}});
         server
             .on_host_line("s", line.to_string().as_bytes())

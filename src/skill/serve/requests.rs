@@ -285,7 +285,7 @@ pub(super) fn no_such_skill(name: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{fake_host, request, server, write_skill};
+    use super::super::testing::{request, running, server, write_skill};
     use super::*;
     use std::time::Instant;
 
@@ -432,14 +432,8 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         write_skill(root.path(), "s", "");
         let (mut server, output) = server(root.path(), false);
-        let (host, _peer) = fake_host(1);
-        let slot = server.slots.get_mut("s").unwrap();
-        slot.host = Some(host);
-        slot.inflight = Some(Call {
-            id: Id::Number(20.into()),
-            params: json!({}),
-        });
-        slot.queue.push_back(Call {
+        let _peer = running(&mut server, "s", 20);
+        server.slots.get_mut("s").unwrap().queue.push_back(Call {
             id: Id::Number(21.into()),
             params: json!({}),
         });

@@ -11,9 +11,9 @@ use std::time::Duration;
 use nix::unistd::Pid;
 use serde_json::Value;
 
-use super::hosts::{HostProc, HOST_LINE_LIMIT};
-use super::{manifest, ServeOptions, Server};
-use crate::jsonl::Framer;
+use super::hosts::HostProc;
+use super::{manifest, Call, ServeOptions, Server};
+use crate::broker::protocol::Id;
 
 /// The client's side of the output: every line the server wrote.
 #[derive(Clone, Default)]
@@ -84,18 +84,8 @@ pub(super) fn server(root: &Path, ask_client: bool) -> (Server, Output) {
 pub(super) fn fake_host(serial: u64) -> (HostProc, UnixStream) {
     let (ours, theirs) = UnixStream::pair().unwrap();
     theirs.set_nonblocking(true).unwrap();
-    let host = HostProc {
-        pid: Pid::from_raw(i32::MAX),
-        serial,
-        control: ours,
-        framer: Framer::new(HOST_LINE_LIMIT),
-        stopping: false,
-        spent: false,
-        timed_out: false,
-        failed: None,
-        exited: None,
-        watchdog: None,
-    };
+    let mut host = HostProc::new(Pid::from_raw(i32::MAX), ours);
+    host.serial = serial;
     (host, theirs)
 }
 
@@ -124,4 +114,17 @@ pub(super) fn request(id: u64, method: &str, params: Value) -> Vec<u8> {
     serde_json::json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
         .to_string()
         .into_bytes()
+}
+
+/// Skill `name` of `server` running call `call` on a fake host of serial
+/// 1; the host's end of its socket is returned.
+pub(super) fn running(server: &mut Server, name: &str, call: u64) -> UnixStream {
+    let (host, peer) = fake_host(1);
+    let slot = server.slots.get_mut(name).unwrap();
+    slot.host = Some(host);
+    slot.inflight = Some(Call {
+        id: Id::Number(call.into()),
+        params: serde_json::json!({}),
+    });
+    peer
 }
