@@ -14,6 +14,7 @@ use nix::sched::CloneFlags;
 use serde::Serialize;
 
 use crate::cgroup::CgroupInfo;
+use crate::environment::Environment;
 use crate::sys::probe::{self as sys, ChildProbeError, ProbeCall};
 use crate::sysctl::{read_trimmed, UsernsSysctls};
 
@@ -98,16 +99,25 @@ pub struct Probes {
 pub fn probe() -> Probes {
     let running_as_root = nix::unistd::geteuid().is_root();
     let sysctls = UsernsSysctls::read();
+    let env = Environment::detect();
+    // Root's probe as nobody is judged as nobody: the unprivileged
+    // switches apply to it.
+    let sysctl_reason = |privileged: bool| {
+        Environment {
+            cap_sys_admin: privileged,
+            ..env.clone()
+        }
+        .sysctl_blocker()
+        .map(|why| why.inline())
+    };
     let user_namespaces = userns_availability(
         sys::try_unshare_in_child(CloneFlags::CLONE_NEWUSER),
-        &sysctls,
-        running_as_root,
+        sysctl_reason(running_as_root),
     );
     let user_namespaces_unprivileged = running_as_root.then(|| {
         userns_availability(
             sys::try_unshare_in_child_as(CloneFlags::CLONE_NEWUSER, NOBODY, NOBODY),
-            &sysctls,
-            false,
+            sysctl_reason(false),
         )
     });
     // Ubuntu's AppArmor restriction lets the probe's unshare succeed and
@@ -116,7 +126,6 @@ pub fn probe() -> Probes {
         .apparmor_restrict_unprivileged_userns
     {
         Some(true) => {
-            let env = crate::environment::Environment::detect();
             let withheld = |why: Option<crate::environment::Explanation>, was: Availability| match (
                 why, was,
             ) {
@@ -161,23 +170,25 @@ pub fn probe() -> Probes {
 }
 
 /// Why creating a user namespace fails here, with the fix, judged from the
-/// sysctls alone (cheap: three small reads, no fork). `sandbox run` calls it to
-/// explain a failed `clone(CLONE_NEWUSER)`. `None` when no sysctl explains it.
+/// sysctls (cheap: three small reads, no fork, unless one is set), in the
+/// words of the environment's refusals ([`Environment::sysctl_blocker`]).
+/// `sandbox run` calls it to explain a failed `clone(CLONE_NEWUSER)`.
+/// `None` when no sysctl explains it.
 pub fn userns_unavailable_reason() -> Option<String> {
-    UsernsSysctls::read().blocking_reason(nix::unistd::geteuid().is_root())
+    crate::environment::sysctl_blocker_here(nix::unistd::geteuid().is_root())
+        .map(|why| why.inline())
 }
 
+/// `sysctl_reason`: what the sysctls stop, from [`Environment::sysctl_blocker`].
 fn userns_availability(
     result: Result<(), ChildProbeError>,
-    sysctls: &UsernsSysctls,
-    privileged: bool,
+    sysctl_reason: Option<String>,
 ) -> Availability {
     let errno = match result {
         Ok(()) => return Availability::Available,
         Err(ChildProbeError::Unshare(errno)) => errno,
         Err(other) => {
-            let why = sysctls
-                .blocking_reason(privileged)
+            let why = sysctl_reason
                 .map(|r| format!("; the sysctls say: {r}"))
                 .unwrap_or_default();
             return Availability::Unavailable(format!(
@@ -186,7 +197,7 @@ fn userns_availability(
         }
     };
     // A sysctl is the likelier and more actionable cause than the bare errno.
-    if let Some(reason) = sysctls.blocking_reason(privileged) {
+    if let Some(reason) = sysctl_reason {
         return Availability::Unavailable(reason);
     }
     Availability::Unavailable(match errno {
@@ -338,56 +349,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sysctl_reasons_name_the_fix_and_spare_root() {
-        let off = UsernsSysctls {
-            unprivileged_userns_clone: Some(false),
-            ..UsernsSysctls::default()
-        };
-        assert!(off
-            .blocking_reason(false)
-            .unwrap()
-            .contains("sysctl -w kernel.unprivileged_userns_clone=1"));
-        assert_eq!(off.blocking_reason(true), None);
-
-        let apparmor = UsernsSysctls {
-            apparmor_restrict_unprivileged_userns: Some(true),
-            ..UsernsSysctls::default()
-        };
-        assert!(apparmor
-            .blocking_reason(false)
-            .unwrap()
-            .contains("AppArmor"));
-
-        let zero = UsernsSysctls {
-            max_user_namespaces: Some(0),
-            ..UsernsSysctls::default()
-        };
-        // The count limit stops root too.
-        assert!(zero
-            .blocking_reason(true)
-            .unwrap()
-            .contains("user.max_user_namespaces=15000"));
-        assert_eq!(UsernsSysctls::default().blocking_reason(false), None);
-    }
-
-    #[test]
     fn userns_errno_is_explained_when_no_sysctl_is() {
-        let none = UsernsSysctls::default();
-        let eperm = userns_availability(Err(ChildProbeError::Unshare(Errno::EPERM)), &none, false);
+        let eperm = userns_availability(Err(ChildProbeError::Unshare(Errno::EPERM)), None);
         assert!(eperm.reason().unwrap().contains("seccomp"));
-        let off = UsernsSysctls {
-            unprivileged_userns_clone: Some(false),
-            ..none
-        };
+        let off = Environment {
+            sysctls: UsernsSysctls {
+                unprivileged_userns_clone: Some(false),
+                ..UsernsSysctls::default()
+            },
+            ..Environment::default()
+        }
+        .sysctl_blocker()
+        .map(|why| why.inline());
         let explained =
-            userns_availability(Err(ChildProbeError::Unshare(Errno::EPERM)), &off, false);
+            userns_availability(Err(ChildProbeError::Unshare(Errno::EPERM)), off.clone());
         assert!(explained
             .reason()
             .unwrap()
             .contains("unprivileged_userns_clone=1"));
-        let threads = userns_availability(Err(ChildProbeError::MultiThreaded(3)), &none, false);
+        let threads = userns_availability(Err(ChildProbeError::MultiThreaded(3)), None);
         assert!(threads.reason().unwrap().contains("3 threads"));
-        assert!(userns_availability(Ok(()), &off, false).is_available());
+        assert!(userns_availability(Ok(()), off).is_available());
     }
 
     #[test]

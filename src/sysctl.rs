@@ -1,6 +1,8 @@
 //! The sysctls that decide whether this host lets a process create a user
 //! namespace. Read by both the probes (`sandbox doctor`) and the
-//! environment detector behind every refusal, so it lives below both.
+//! environment detector behind every refusal, so it lives below both; what
+//! they mean for a run is told in one place, the environment's
+//! (`Environment::sysctl_blocker`).
 
 use std::fs;
 use std::path::Path;
@@ -35,36 +37,6 @@ impl UsernsSysctls {
                 sys.join("kernel/apparmor_restrict_unprivileged_userns"),
             ),
         }
-    }
-
-    /// `privileged`: the caller has CAP_SYS_ADMIN (root), which the
-    /// unprivileged-user switches do not apply to; the namespace count limit
-    /// applies to everyone.
-    pub fn blocking_reason(&self, privileged: bool) -> Option<String> {
-        if self.max_user_namespaces == Some(0) {
-            return Some(
-                "max_user_namespaces is 0: `sysctl -w user.max_user_namespaces=15000`".to_owned(),
-            );
-        }
-        if privileged {
-            return None;
-        }
-        if self.unprivileged_userns_clone == Some(false) {
-            return Some(
-                "user namespaces are disabled for unprivileged users: run \
-                 `sysctl -w kernel.unprivileged_userns_clone=1`"
-                    .to_owned(),
-            );
-        }
-        if self.apparmor_restrict_unprivileged_userns == Some(true) {
-            return Some(
-                "AppArmor restricts unprivileged user namespaces: install the AppArmor \
-                 profile from packaging/apparmor/sandbox (docs/src/ubuntu.md) or \
-                 `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
-                    .to_owned(),
-            );
-        }
-        None
     }
 }
 
