@@ -6,6 +6,8 @@ use anyhow::Context;
 use clap::Args;
 use sandbox::broker::secrets::SecretSpec;
 use sandbox::profile::policy::{NetworkMode, NetworkPolicy};
+use sandbox::spawn::parent::LimitHit;
+use sandbox::Report;
 
 use super::UsageError;
 
@@ -349,18 +351,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
 
     let finished = command.run();
-    let report = match (&finished.report, &finished.result) {
-        (Some(report), _) => serde_json::to_value(report)?,
+    let report = match (finished.report, &finished.result) {
+        (Some(report), _) => Some(report),
         // The run failed before a plan existed; CI still gets a report that
         // says why, and claims nothing was enforced.
-        (None, Err(err)) => failure_report(&args.profile, &err.to_string()),
-        (None, Ok(_)) => serde_json::Value::Null,
+        (None, Err(err)) => Some(Report::refused(&args.profile, &err.to_string())),
+        (None, Ok(_)) => None,
     };
-    if let (Some(report), false) = (&finished.report, args.quiet) {
-        print_warnings(&report.warnings);
+    if let (Some(report), false) = (&report, args.quiet) {
+        print_warnings(report.warnings());
     }
-    let line = deliver_report(&report, report_target.as_ref(), report_fd)?;
-    for message in limit_messages(&report) {
+    let json = report
+        .as_ref()
+        .map_or(serde_json::Value::Null, Report::to_json);
+    let line = deliver_report(&json, report_target.as_ref(), report_fd)?;
+    for message in report.iter().flat_map(limit_messages) {
         eprintln!("sandbox: {message}");
     }
     let status = match finished.result {
@@ -453,19 +458,6 @@ pub(crate) fn prepare_report(
         );
     }
     Ok(target)
-}
-
-/// The report of a run that failed before a plan existed: CI still gets a
-/// report that says why, and claims nothing was enforced.
-pub(crate) fn failure_report(profile: &str, error: &str) -> serde_json::Value {
-    serde_json::json!({
-        "version": 1,
-        "profile": profile,
-        "exit": null,
-        "error": error,
-        "enforced": null,
-        "measured": null,
-    })
 }
 
 /// A `--secret NAME=env:VAR[@HOSTS]|file:PATH[@HOSTS]`, read from this
@@ -582,25 +574,26 @@ pub fn check_grant(grant: &str) -> Result<(), UsageError> {
 
 /// What stderr says about each limit the run reached: which limit, what it
 /// did to the run, and the flag and profile key that raise it. Read from
-/// the report's JSON, so a local run and a daemon run say the same. The
-/// output cap is not here: the relay says so the moment it is reached.
-pub(crate) fn limit_messages(report: &serde_json::Value) -> Vec<String> {
-    let enforced = &report["enforced"];
-    let resources = &report["resources"];
-    let killed = report["exit"]["signal"].as_i64() == Some(libc::SIGKILL as i64);
+/// the report, so a local run and a daemon run say the same. The output
+/// cap is not here: the relay says so the moment it is reached.
+pub(crate) fn limit_messages(report: &Report) -> Vec<String> {
+    let enforced = report.enforced.as_ref();
+    let cgroup = enforced.and_then(|enforced| enforced.cgroup.as_ref());
+    let resources = report.resources();
+    let killed = report.exit.as_ref().and_then(|exit| exit.signal) == Some(libc::SIGKILL);
     let mut out = Vec::new();
-    for hit in report["limits_hit"].as_array().into_iter().flatten() {
-        match hit.as_str() {
-            Some("timeout") => {
-                if let Some(seconds) = enforced["timeout_s"].as_f64() {
+    for hit in report.limits_hit() {
+        match hit {
+            LimitHit::Timeout => {
+                if let Some(seconds) = enforced.and_then(|enforced| enforced.timeout_s) {
                     out.push(format!(
                         "killed: timeout {} exceeded (raise it with --timeout DURATION or the profile's [limits] timeout)",
                         sandbox::profile::format_duration(std::time::Duration::from_secs_f64(seconds))
                     ));
                 }
             }
-            Some("memory") => {
-                if let Some(memory) = enforced["cgroup"]["memory"].as_u64() {
+            LimitHit::Memory => {
+                if let Some(memory) = cgroup.and_then(|cgroup| cgroup.memory) {
                     let memory = sandbox::profile::size::format_size(memory);
                     let raise = "raise it with --memory SIZE or the profile's [limits] memory";
                     out.push(if killed {
@@ -610,20 +603,20 @@ pub(crate) fn limit_messages(report: &serde_json::Value) -> Vec<String> {
                         // worker: the command may live on and fail in its own words.
                         format!(
                             "memory limit {memory} reached: the kernel killed {} process(es) of the run ({raise})",
-                            resources["oom_kills"].as_u64().unwrap_or(0)
+                            resources.map_or(0, |used| used.oom_kills)
                         )
                     });
                 }
             }
-            Some("pids") => {
-                if let Some(pids) = enforced["cgroup"]["pids"].as_u64() {
+            LimitHit::Pids => {
+                if let Some(pids) = cgroup.and_then(|cgroup| cgroup.pids) {
                     out.push(format!(
                         "pids limit {pids} reached: {} fork(s) or new thread(s) failed (raise it with --pids N or the profile's [limits] pids)",
-                        resources["pids_limit_hits"].as_u64().unwrap_or(0)
+                        resources.map_or(0, |used| used.pids_limit_hits)
                     ));
                 }
             }
-            _ => {}
+            LimitHit::Output => {}
         }
     }
     out

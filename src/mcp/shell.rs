@@ -33,6 +33,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::profile::policy::{NetworkMode, Policy, ProjectAccess};
 use crate::profile::size::{format_duration, format_size};
+use crate::spawn::parent::LimitHit;
+use crate::spawn::Report;
 
 /// The tool's name.
 pub const TOOL_NAME: &str = "shell";
@@ -952,9 +954,11 @@ fn supervisor_env(policy: &Policy) -> Vec<(String, OsString)> {
         .collect()
 }
 
-fn read_report(path: &Path) -> Option<Value> {
+/// The report `sandbox run --report` wrote; None when there is none or it
+/// does not read as one.
+fn read_report(path: &Path) -> Option<Report> {
     let text = std::fs::read(path).ok()?;
-    serde_json::from_slice(&text).ok()
+    Report::read_slice(&text).ok()
 }
 
 fn describe_status(status: std::process::ExitStatus) -> String {
@@ -980,30 +984,23 @@ fn supervisor_said(stderr: &str) -> String {
     }
 }
 
-fn apply_report(outcome: &mut ShellOutcome, report: &Value, status: std::process::ExitStatus) {
-    let exit = &report["exit"];
-    let as_i32 = |value: &Value| value.as_i64().and_then(|n| i32::try_from(n).ok());
-    outcome.exit_code = as_i32(&exit["code"]);
-    outcome.signal = as_i32(&exit["signal"]);
-    outcome.timed_out = report["limits_hit"]
-        .as_array()
-        .is_some_and(|hits| hits.iter().any(|hit| hit == "timeout"));
-    if exit.is_null() {
-        let error = report["error"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| {
-                format!(
-                    "the command never started ({}){}",
-                    describe_status(status),
-                    supervisor_said(&outcome.stderr.text)
-                )
-            });
+fn apply_report(outcome: &mut ShellOutcome, report: &Report, status: std::process::ExitStatus) {
+    outcome.exit_code = report.exit.as_ref().and_then(|exit| exit.code);
+    outcome.signal = report.exit.as_ref().and_then(|exit| exit.signal);
+    outcome.timed_out = report.limits_hit().contains(&LimitHit::Timeout);
+    if report.exit.is_none() {
+        let error = report.error.clone().unwrap_or_else(|| {
+            format!(
+                "the command never started ({}){}",
+                describe_status(status),
+                supervisor_said(&outcome.stderr.text)
+            )
+        });
         outcome.sandbox_error = Some(error);
-    } else if let Some(error) = report["error"].as_str() {
+    } else if let Some(error) = &report.error {
         // The command ran, and the sandbox failed after it (tearing down,
         // measuring): its status stands, and the failure is said.
-        outcome.sandbox_error = Some(error.to_owned());
+        outcome.sandbox_error = Some(error.clone());
     }
 }
 
@@ -1038,7 +1035,7 @@ mod tests {
             stderr: CapturedOutput::default(),
             sandbox_error: None,
         };
-        let refused = json!({"exit": null, "error": "Landlock is required", "limits_hit": []});
+        let refused = Report::refused("strict", "Landlock is required");
         apply_report(
             &mut outcome,
             &refused,
@@ -1050,7 +1047,17 @@ mod tests {
         );
         assert!(outcome.is_error());
 
-        let killed = json!({"exit": {"code": null, "signal": 15, "status": 143}, "error": null, "limits_hit": ["timeout"]});
+        let mut killed = Report::refused("strict", "");
+        killed.error = None;
+        killed.exit = Some(crate::spawn::ExitInfo {
+            code: None,
+            signal: Some(15),
+            status: 143,
+        });
+        killed.run = Some(crate::spawn::report::RunDetails {
+            limits_hit: vec![LimitHit::Timeout],
+            ..Default::default()
+        });
         let mut outcome = ShellOutcome {
             sandbox_error: None,
             ..outcome
