@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use sandbox::broker::secrets::SecretSpec;
-use sandbox::profile::policy::{NetworkMode, NetworkPolicy};
+use sandbox::profile::overrides::Overrides;
+use sandbox::profile::policy::NetworkPolicy;
 use sandbox::spawn::parent::LimitHit;
 use sandbox::Report;
 
@@ -130,24 +131,6 @@ pub(crate) fn parse_pin(spec: &str) -> Result<(String, std::net::IpAddr), String
     Ok((name.to_ascii_lowercase(), ip))
 }
 
-/// `--net` over the profile's network, then the `--resolve` pins.
-pub(crate) fn apply_network(
-    network: &mut NetworkPolicy,
-    flag: Option<NetworkPolicy>,
-    pins: &[(String, std::net::IpAddr)],
-) -> Result<(), UsageError> {
-    if let Some(flag) = flag {
-        let pinned = std::mem::take(&mut network.resolve);
-        *network = flag;
-        if network.mode == NetworkMode::Allowlist {
-            network.resolve = pinned;
-        }
-    }
-    // Pins serve the proxy and the broker's net.http, which every mode has.
-    network.resolve.extend(pins.iter().cloned());
-    Ok(())
-}
-
 pub(crate) fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
     std::fs::canonicalize(path).with_context(|| usage(format!("{what} {}", path.display())))
 }
@@ -228,8 +211,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let report_fd = args.report_fd.map(check_report_fd).transpose()?;
     let mut policy = sandbox::profile::load(&args.profile)
         .with_context(|| usage(format!("--profile {}", args.profile)))?;
+    // Each flag is checked here, where its name can be said; the policy
+    // changes in one place (`Overrides::apply`), as the daemon's does.
+    let mut overrides = Overrides {
+        memory: args.memory,
+        pids: args.pids,
+        cpu: args.cpus,
+        timeout: args.timeout,
+        output: args.max_output,
+        tmp_size: args.tmp_size,
+        network: args.net.clone(),
+        resolve: args.resolve.clone(),
+        ..Overrides::default()
+    };
     for path in &args.allow_read {
-        policy.filesystem.read.push(absolute(path, "--allow-read")?);
+        overrides.read.push(absolute(path, "--allow-read")?);
     }
     for tool in &args.tools {
         if sandbox::profile::tools::find(tool).is_none() {
@@ -239,42 +235,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             );
             return Ok(2);
         }
-        if !policy.tools.contains(tool) {
-            policy.tools.push(tool.clone());
-        }
+        overrides.tools.push(tool.clone());
     }
     for path in &args.allow_write {
-        policy
-            .filesystem
-            .write
-            .push(absolute(path, "--allow-write")?);
-    }
-    if let Some(memory) = args.memory {
-        policy.limits.memory = Some(memory);
-    }
-    if let Some(pids) = args.pids {
-        policy.limits.pids = Some(pids);
-    }
-    if let Some(cpus) = args.cpus {
-        policy.limits.cpu = Some(cpus);
+        overrides.write.push(absolute(path, "--allow-write")?);
     }
     for grant in &args.grants {
         check_grant(grant)?;
-        policy
-            .broker
-            .rules
-            .insert(grant.clone(), sandbox::profile::policy::Decision::Allow);
+        overrides.grants.push(grant.clone());
     }
-    if let Some(output) = args.max_output {
-        policy.limits.output = Some(output);
-    }
-    if let Some(tmp) = args.tmp_size {
-        policy.filesystem.tmp_size = tmp;
-    }
-    if let Some(timeout) = args.timeout {
-        policy.limits.timeout = Some(timeout);
-    }
-    apply_network(&mut policy.network, args.net.clone(), &args.resolve)?;
+    overrides
+        .apply(&mut policy)
+        .map_err(|err| usage(err.to_string()))?;
     // Before anything is opened: a supervisor that re-executes itself in a
     // delegated systemd scope must not leave half-prepared state behind.
     let limits = sandbox::cgroup::CgroupLimits {

@@ -266,19 +266,8 @@ mod tests {
         let typed = crate::spawn::Report::read(&out.report.unwrap()).unwrap();
         assert_eq!(typed.reported_by.as_deref(), Some("supervisor"));
         assert_eq!(typed.error.as_deref(), Some("no namespaces"));
-        let not_a_report = judge(
-            None,
-            Some(Claim {
-                status: 0,
-                report: serde_json::json!("fine"),
-                error: None,
-            }),
-            Observed::Reaped {
-                code: Some(0),
-                signal: None,
-            },
-        );
-        assert!(crate::spawn::Report::read(&not_a_report.report.unwrap()).is_err());
+        let not_a_report = labelled(serde_json::json!("fine"));
+        assert!(crate::spawn::Report::read(&not_a_report).is_err());
     }
 
     #[test]
