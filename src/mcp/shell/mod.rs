@@ -23,6 +23,11 @@
 //! `output_cap` bytes, and the rest is read and counted but dropped, so the
 //! command never blocks on a full pipe and memory stays bounded whatever it
 //! prints.
+//!
+//! One file per job: `request` checks a call's arguments, `describe` says
+//! what the tool does (schemas, description), `run` runs one call,
+//! `capture` reads the capped pipes and `outcome` says how it ended.
+
 mod capture;
 mod describe;
 mod outcome;
