@@ -35,7 +35,7 @@ pub fn input_schema(config: &ShellConfig) -> Value {
     })
 }
 
-/// The JSON schema of the tool's structured result ([`ShellOutcome::structured`]).
+/// The JSON schema of the tool's structured result ([`ShellOutcome::structured`](super::ShellOutcome::structured)).
 pub fn output_schema() -> Value {
     let count =
         |description: &str| json!({"type": "integer", "minimum": 0, "description": description});

@@ -52,7 +52,7 @@ impl ShellOutcome {
             || self.sandbox_error.is_some()
     }
 
-    /// The structured result, as [`output_schema`] describes it.
+    /// The structured result, as [`output_schema`](super::output_schema) describes it.
     pub fn structured(&self) -> Value {
         json!({
             "exit_code": self.exit_code,
