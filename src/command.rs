@@ -4,16 +4,12 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use crate::broker::terminal::{NestedCommand, NestedExit, NestedFailure, NestedRun, NestedRunner};
-use crate::profile::policy::{Enforcement, Policy};
+use crate::profile::policy::Policy;
 use crate::spawn::channel::PayloadExit;
-use crate::spawn::measure::{Measured, NamespaceState, View};
-use crate::spawn::parent::{self, Outcome};
+use crate::spawn::parent;
 use crate::spawn::prepare::{StartInputs, Supervision};
-use crate::spawn::report::{
-    CgroupReport, Enforced, ExitInfo, LandlockReport, Namespaces, Report, Resources, SeccompReport,
-    UserReport,
-};
-use crate::spawn::{Prepared, SpawnError, SpawnSpec, Stdio, Step};
+use crate::spawn::report::Report;
+use crate::spawn::{Prepared, SpawnError, SpawnSpec, Stdio};
 
 /// A command to run in a sandbox.
 ///
@@ -354,7 +350,7 @@ impl Command {
         };
         let (outcome, measured) = parent::run_measured(&mut prepared, inputs);
         let outcome = outcome.map_err(|err| where_on_host(err, &prepared));
-        let report = build_report(
+        let report = Report::build(
             &self.policy,
             &prepared,
             self.command_line(),
@@ -432,7 +428,7 @@ impl Child {
         } = self;
         let (outcome, measured) = running.wait_measured(&prepared, driver);
         let outcome = outcome.map_err(|err| where_on_host(err, &prepared));
-        let report = build_report(&policy, &prepared, command, &outcome, measured.as_ref());
+        let report = Report::build(&policy, &prepared, command, &outcome, measured.as_ref());
         Finished {
             result: outcome.map(|o| ExitStatus(o.exit)),
             report: Some(report),
@@ -622,287 +618,4 @@ fn where_on_host(err: SpawnError, prepared: &Prepared) -> SpawnError {
 fn is_executable(path: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
     std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-}
-
-fn build_report(
-    policy: &Policy,
-    prepared: &Prepared,
-    command: Vec<String>,
-    outcome: &Result<Outcome, SpawnError>,
-    view: Option<&View>,
-) -> Report {
-    let ok = outcome.as_ref().ok();
-    let started = ok.is_some();
-    // The payload set itself up up to exec: what it did is real even when
-    // exec then failed.
-    let reached_payload = view.is_some();
-    let plan = prepared.plan();
-    let mut warnings = prepared.warnings();
-    // What the run insisted on, which a run without namespaces raises to
-    // required (Landlock is its only filesystem boundary).
-    let landlock = match (plan.landlock, ok.and_then(|o| o.landlock)) {
-        (Enforcement::Off, _) => LandlockReport {
-            requested: Enforcement::Off,
-            abi: None,
-            status: "off".into(),
-            rules: 0,
-        },
-        (requested, Some((abi, status))) => {
-            if status != 2 {
-                warnings.push(format!(
-                    "Landlock: {}",
-                    crate::landlock::shortfall(abi, status)
-                ));
-            }
-            LandlockReport {
-                requested,
-                abi: Some(abi),
-                status: crate::landlock::status_name(status).into(),
-                rules: plan.landlock_rules.len(),
-            }
-        }
-        (requested, None) => LandlockReport {
-            requested,
-            abi: None,
-            status: "not-applied".into(),
-            rules: 0,
-        },
-    };
-    let seccomp_skipped = ok.and_then(|o| {
-        o.skipped
-            .iter()
-            .find(|(step, _)| *step == Step::Seccomp)
-            .copied()
-    });
-    if let Some((_, errno)) = seccomp_skipped {
-        warnings.push(format!(
-            "seccomp: not installed ({}); the profile marks it best-effort",
-            nix::errno::Errno::from_raw(errno).desc()
-        ));
-    }
-    for (step, errno) in ok.map(|o| o.skipped.as_slice()).unwrap_or_default() {
-        if crate::spawn::init::is_cosmetic(*step) {
-            warnings.push(format!(
-                "{} was skipped ({}); it is cosmetic, the run went on with every layer in place",
-                step.describe(),
-                nix::errno::Errno::from_raw(*errno).desc()
-            ));
-        }
-    }
-    let seccomp = match &plan.seccomp {
-        None => SeccompReport {
-            requested: plan.seccomp_enforcement,
-            mode: None,
-            filter_sha256: None,
-            instructions: 0,
-            status: "off".into(),
-        },
-        Some(filter) => SeccompReport {
-            requested: plan.seccomp_enforcement,
-            mode: filter.mode(),
-            filter_sha256: Some(filter.sha256().to_string()),
-            instructions: filter.instruction_count(),
-            status: if !started {
-                "not-started".into()
-            } else if seccomp_skipped.is_some() {
-                "skipped".into()
-            } else if filter.mode().is_none() {
-                "set-id-guard".into()
-            } else {
-                "installed".into()
-            },
-        },
-    };
-    let quarantined = ok.map(|o| o.sweep.quarantined.clone()).unwrap_or_default();
-    for moved in &quarantined {
-        warnings.push(format!(
-            "the run created the protected entry {}, which the host would act on later; moved it to {}",
-            moved.path.display(),
-            moved.moved_to.display()
-        ));
-    }
-    for (path, why) in ok.map(|o| o.sweep.failed.as_slice()).unwrap_or_default() {
-        warnings.push(format!(
-            "could not move the protected entry {} created by the run out of use ({why}): check it before git, your editor or your shell reads it",
-            path.display()
-        ));
-    }
-    if let Some(scan) = &prepared.config.scan {
-        if !scan.outside_links.is_empty() {
-            warnings.push(format!(
-                "{} file(s) hard-linked outside the project are read-only in this run (e.g. {})",
-                scan.outside_links.len(),
-                scan.outside_links[0].display()
-            ));
-        }
-    }
-    for path in ok.map(|o| o.sweep.restored.as_slice()).unwrap_or_default() {
-        warnings.push(format!(
-            "the protected entry {} was changed by the run and restored after it (this run had no namespaces, so it could not be read-only during it); the run's version is next to it as NAME.sandbox-quarantine-RUN",
-            path.display()
-        ));
-    }
-    let host = prepared.started.confinement.host.as_ref();
-    let measured = view.map(|view| Measured::new(view, host));
-    if let Some(measured) = &measured {
-        warnings.extend(measurement_warnings(prepared, measured, &seccomp));
-    }
-    let namespaces = measured.as_ref().map(|m| {
-        let new = |name: &str| match m.namespaces.get(name) {
-            Some(NamespaceState::New) => Some(true),
-            Some(NamespaceState::Shared) => Some(false),
-            _ => None,
-        };
-        Namespaces {
-            user: new("user"),
-            mount: new("mount"),
-            pid: new("pid"),
-            net: new("net"),
-            ipc: new("ipc"),
-            uts: new("uts"),
-            cgroup: new("cgroup"),
-        }
-    });
-    let enforced = Enforced {
-        isolation: reached_payload.then(|| crate::spawn::no_namespaces::Isolation::of(prepared)),
-        namespaces,
-        user: view.map(|view| UserReport {
-            inside_uid: view.uid.map_or(plan.ids.inside_uid, |uid| uid as u32),
-            host_uid: plan.ids.host_uid,
-            inside_gid: view.gid.map_or(plan.ids.inside_gid, |gid| gid as u32),
-            host_gid: plan.ids.host_gid,
-            idmapped_trees: plan.idmapped.len(),
-        }),
-        network: reached_payload.then_some(plan.network),
-        network_allow: (reached_payload
-            && plan.network == crate::profile::policy::NetworkMode::Allowlist)
-            .then(|| policy.network.allow.clone()),
-        landlock,
-        seccomp,
-        capabilities: view.and_then(Measured::capability_names),
-        no_new_privs: measured.as_ref().and_then(|m| m.no_new_privs),
-        // The payload sets them before it measures; a run that stopped
-        // earlier applied none.
-        rlimits: plan
-            .rlimits
-            .iter()
-            .chain(&prepared.started.fallback_rlimits)
-            .filter(|_| reached_payload)
-            .map(|(r, v)| (format!("{r:?}"), *v))
-            .collect(),
-        tmp_size: reached_payload.then_some(policy.filesystem.tmp_size),
-        cgroup: ok.and_then(|o| o.cgroup.as_ref()).map(|c| CgroupReport {
-            version: c.version,
-            controllers: c.controllers.clone(),
-            paths: c.paths.clone(),
-            memory: prepared.config.cgroup_limits().memory,
-            pids: prepared.config.cgroup_limits().pids,
-            cpu: prepared.config.cgroup_limits().cpu,
-        }),
-        // The caller's policy: a warm run's limits are its commit's.
-        timeout_s: policy
-            .limits
-            .timeout
-            .filter(|_| started || reached_payload)
-            .map(|t| t.as_secs_f64()),
-        project_view: prepared
-            .config
-            .scan
-            .as_ref()
-            .filter(|_| reached_payload)
-            .map(|scan| crate::spawn::report::ProjectView {
-                entries: scan.entries,
-                scan_ms: scan.elapsed.as_secs_f64() * 1000.0,
-                secrets_hidden: scan.secrets.iter().map(|f| f.path.clone()).collect(),
-                protected: scan.protected.iter().map(|f| f.path.clone()).collect(),
-                pinned: scan.pins.len(),
-                hardlinks_read_only: scan.outside_links.clone(),
-            }),
-    };
-    let resources = ok.map(|o| Resources {
-        cpu_user_ms: o.cpu_user.as_secs_f64() * 1000.0,
-        cpu_system_ms: o.cpu_system.as_secs_f64() * 1000.0,
-        memory_peak: o.cgroup.as_ref().and_then(|c| c.stats.memory_peak),
-        oom_kills: o.cgroup.as_ref().map_or(0, |c| c.stats.oom_kills),
-        pids_limit_hits: o.cgroup.as_ref().map_or(0, |c| c.stats.pids_limit_hits),
-        pids_peak: o.cgroup.as_ref().and_then(|c| c.stats.pids_peak),
-    });
-    let (exit, error) = match outcome {
-        Ok(o) => (
-            Some(ExitInfo {
-                code: ExitStatus(o.exit).code(),
-                signal: ExitStatus(o.exit).signal(),
-                status: o.exit.as_status(),
-            }),
-            None,
-        ),
-        Err(err) => (None, Some(err.to_string())),
-    };
-    Report {
-        version: 1,
-        profile: prepared.config.policy.name.clone(),
-        command,
-        project: plan.project.clone(),
-        exit,
-        error,
-        wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
-        resources,
-        broker: ok.and_then(|o| o.broker.clone()),
-        connections: ok.map(|o| o.connections.clone()).unwrap_or_default(),
-        limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
-        enforced,
-        measured,
-        quarantined,
-        warnings,
-    }
-}
-
-/// A measured value that falls short of what the report would otherwise
-/// say, or a field that could not be read. (The payload refuses to exec on
-/// a contradiction of a required layer; what is left here is best-effort
-/// or unmeasured.)
-fn measurement_warnings(
-    prepared: &Prepared,
-    measured: &Measured,
-    seccomp: &SeccompReport,
-) -> Vec<String> {
-    let mut warnings = Vec::new();
-    let expected = &prepared.started.confinement;
-    for (i, (name, _)) in crate::spawn::measure::NAMESPACES.iter().enumerate() {
-        match measured.namespaces.get(*name) {
-            Some(NamespaceState::Shared) if expected.new_namespaces[i] => warnings.push(format!(
-                "the {name} namespace was asked for but the payload shares the supervisor's"
-            )),
-            Some(NamespaceState::Unmeasured) | None => warnings.push(format!(
-                "the {name} namespace could not be measured from inside (unmeasured)"
-            )),
-            _ => {}
-        }
-    }
-    if measured.no_new_privs.is_none() {
-        warnings.push("no_new_privs could not be measured from inside (unmeasured)".into());
-    }
-    for (set, bits) in &measured.capabilities {
-        if bits.is_none() {
-            warnings.push(format!(
-                "the {set} capability set could not be measured from inside (unmeasured)"
-            ));
-        }
-    }
-    if seccomp.status == "installed" || seccomp.status == "set-id-guard" {
-        let wanted = measured.seccomp_filters_inherited.unwrap_or(0) + expected.seccomp_programs;
-        match (measured.seccomp_mode, measured.seccomp_filters) {
-            (Some(2), Some(filters)) if filters >= wanted => {}
-            (None, _) | (_, None) => warnings.push(
-                "the seccomp mode or filter count could not be measured from inside (unmeasured)"
-                    .into(),
-            ),
-            (mode, filters) => warnings.push(format!(
-                "seccomp: the payload measured mode {} with {} filter(s), {wanted} expected",
-                mode.unwrap_or(0),
-                filters.unwrap_or(0)
-            )),
-        }
-    }
-    warnings
 }

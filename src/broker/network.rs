@@ -35,7 +35,7 @@ pub const MAX_QUESTIONS: u32 = 20;
 pub const MAX_EXPLAINED_HOSTS: usize = 32;
 
 /// Connections to one host, for the report.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct HostCounts {
     /// Let through.
     pub allowed: u64,

@@ -42,7 +42,7 @@ use crate::profile::policy::{BrokerPolicy, Decision};
 pub use super::invoke::InvocationAnswer;
 
 /// Counts of decisions, for the report.
-#[derive(Debug, Clone, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct BrokerCounts {
     /// Requests answered.
     pub requests: u64,

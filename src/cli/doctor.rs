@@ -123,7 +123,7 @@ fn verdict(policy: Policy) -> anyhow::Result<Verdict> {
         .dry_run(true);
     let finished = command.run();
     let (warnings, enforced, measured) = match finished.report {
-        Some(report) => (report.warnings, Some(report.enforced), report.measured),
+        Some(report) => (report.warnings().to_vec(), report.enforced, report.measured),
         None => (Vec::new(), None, None),
     };
     let (can_run, refusal, exit_status) = match finished.result {

@@ -5,7 +5,10 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Args;
 use sandbox::broker::secrets::SecretSpec;
-use sandbox::profile::policy::{NetworkMode, NetworkPolicy};
+use sandbox::profile::overrides::Overrides;
+use sandbox::profile::policy::NetworkPolicy;
+use sandbox::spawn::parent::LimitHit;
+use sandbox::Report;
 
 use super::UsageError;
 
@@ -128,24 +131,6 @@ pub(crate) fn parse_pin(spec: &str) -> Result<(String, std::net::IpAddr), String
     Ok((name.to_ascii_lowercase(), ip))
 }
 
-/// `--net` over the profile's network, then the `--resolve` pins.
-pub(crate) fn apply_network(
-    network: &mut NetworkPolicy,
-    flag: Option<NetworkPolicy>,
-    pins: &[(String, std::net::IpAddr)],
-) -> Result<(), UsageError> {
-    if let Some(flag) = flag {
-        let pinned = std::mem::take(&mut network.resolve);
-        *network = flag;
-        if network.mode == NetworkMode::Allowlist {
-            network.resolve = pinned;
-        }
-    }
-    // Pins serve the proxy and the broker's net.http, which every mode has.
-    network.resolve.extend(pins.iter().cloned());
-    Ok(())
-}
-
 pub(crate) fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
     std::fs::canonicalize(path).with_context(|| usage(format!("{what} {}", path.display())))
 }
@@ -226,8 +211,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let report_fd = args.report_fd.map(check_report_fd).transpose()?;
     let mut policy = sandbox::profile::load(&args.profile)
         .with_context(|| usage(format!("--profile {}", args.profile)))?;
+    // Each flag is checked here, where its name can be said; the policy
+    // changes in one place (`Overrides::apply`), as the daemon's does.
+    let mut overrides = Overrides {
+        memory: args.memory,
+        pids: args.pids,
+        cpu: args.cpus,
+        timeout: args.timeout,
+        output: args.max_output,
+        tmp_size: args.tmp_size,
+        network: args.net.clone(),
+        resolve: args.resolve.clone(),
+        ..Overrides::default()
+    };
     for path in &args.allow_read {
-        policy.filesystem.read.push(absolute(path, "--allow-read")?);
+        overrides.read.push(absolute(path, "--allow-read")?);
     }
     for tool in &args.tools {
         if sandbox::profile::tools::find(tool).is_none() {
@@ -237,42 +235,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
             );
             return Ok(2);
         }
-        if !policy.tools.contains(tool) {
-            policy.tools.push(tool.clone());
-        }
+        overrides.tools.push(tool.clone());
     }
     for path in &args.allow_write {
-        policy
-            .filesystem
-            .write
-            .push(absolute(path, "--allow-write")?);
-    }
-    if let Some(memory) = args.memory {
-        policy.limits.memory = Some(memory);
-    }
-    if let Some(pids) = args.pids {
-        policy.limits.pids = Some(pids);
-    }
-    if let Some(cpus) = args.cpus {
-        policy.limits.cpu = Some(cpus);
+        overrides.write.push(absolute(path, "--allow-write")?);
     }
     for grant in &args.grants {
         check_grant(grant)?;
-        policy
-            .broker
-            .rules
-            .insert(grant.clone(), sandbox::profile::policy::Decision::Allow);
+        overrides.grants.push(grant.clone());
     }
-    if let Some(output) = args.max_output {
-        policy.limits.output = Some(output);
-    }
-    if let Some(tmp) = args.tmp_size {
-        policy.filesystem.tmp_size = tmp;
-    }
-    if let Some(timeout) = args.timeout {
-        policy.limits.timeout = Some(timeout);
-    }
-    apply_network(&mut policy.network, args.net.clone(), &args.resolve)?;
+    overrides
+        .apply(&mut policy)
+        .map_err(|err| usage(err.to_string()))?;
     // Before anything is opened: a supervisor that re-executes itself in a
     // delegated systemd scope must not leave half-prepared state behind.
     let limits = sandbox::cgroup::CgroupLimits {
@@ -349,18 +323,21 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     }
 
     let finished = command.run();
-    let report = match (&finished.report, &finished.result) {
-        (Some(report), _) => serde_json::to_value(report)?,
+    let report = match (finished.report, &finished.result) {
+        (Some(report), _) => Some(report),
         // The run failed before a plan existed; CI still gets a report that
         // says why, and claims nothing was enforced.
-        (None, Err(err)) => failure_report(&args.profile, &err.to_string()),
-        (None, Ok(_)) => serde_json::Value::Null,
+        (None, Err(err)) => Some(Report::refused(&args.profile, &err.to_string())),
+        (None, Ok(_)) => None,
     };
-    if let (Some(report), false) = (&finished.report, args.quiet) {
-        print_warnings(&report.warnings);
+    if let (Some(report), false) = (&report, args.quiet) {
+        print_warnings(report.warnings());
     }
-    let line = deliver_report(&report, report_target.as_ref(), report_fd)?;
-    for message in limit_messages(&report) {
+    let json = report
+        .as_ref()
+        .map_or(serde_json::Value::Null, Report::to_json);
+    let line = deliver_report(&json, report_target.as_ref(), report_fd)?;
+    for message in report.iter().flat_map(limit_messages) {
         eprintln!("sandbox: {message}");
     }
     let status = match finished.result {
@@ -453,19 +430,6 @@ pub(crate) fn prepare_report(
         );
     }
     Ok(target)
-}
-
-/// The report of a run that failed before a plan existed: CI still gets a
-/// report that says why, and claims nothing was enforced.
-pub(crate) fn failure_report(profile: &str, error: &str) -> serde_json::Value {
-    serde_json::json!({
-        "version": 1,
-        "profile": profile,
-        "exit": null,
-        "error": error,
-        "enforced": null,
-        "measured": null,
-    })
 }
 
 /// A `--secret NAME=env:VAR[@HOSTS]|file:PATH[@HOSTS]`, read from this
@@ -582,25 +546,26 @@ pub fn check_grant(grant: &str) -> Result<(), UsageError> {
 
 /// What stderr says about each limit the run reached: which limit, what it
 /// did to the run, and the flag and profile key that raise it. Read from
-/// the report's JSON, so a local run and a daemon run say the same. The
-/// output cap is not here: the relay says so the moment it is reached.
-pub(crate) fn limit_messages(report: &serde_json::Value) -> Vec<String> {
-    let enforced = &report["enforced"];
-    let resources = &report["resources"];
-    let killed = report["exit"]["signal"].as_i64() == Some(libc::SIGKILL as i64);
+/// the report, so a local run and a daemon run say the same. The output
+/// cap is not here: the relay says so the moment it is reached.
+pub(crate) fn limit_messages(report: &Report) -> Vec<String> {
+    let enforced = report.enforced.as_ref();
+    let cgroup = enforced.and_then(|enforced| enforced.cgroup.as_ref());
+    let resources = report.resources();
+    let killed = report.exit.as_ref().and_then(|exit| exit.signal) == Some(libc::SIGKILL);
     let mut out = Vec::new();
-    for hit in report["limits_hit"].as_array().into_iter().flatten() {
-        match hit.as_str() {
-            Some("timeout") => {
-                if let Some(seconds) = enforced["timeout_s"].as_f64() {
+    for hit in report.limits_hit() {
+        match hit {
+            LimitHit::Timeout => {
+                if let Some(seconds) = enforced.and_then(|enforced| enforced.timeout_s) {
                     out.push(format!(
                         "killed: timeout {} exceeded (raise it with --timeout DURATION or the profile's [limits] timeout)",
                         sandbox::profile::format_duration(std::time::Duration::from_secs_f64(seconds))
                     ));
                 }
             }
-            Some("memory") => {
-                if let Some(memory) = enforced["cgroup"]["memory"].as_u64() {
+            LimitHit::Memory => {
+                if let Some(memory) = cgroup.and_then(|cgroup| cgroup.memory) {
                     let memory = sandbox::profile::size::format_size(memory);
                     let raise = "raise it with --memory SIZE or the profile's [limits] memory";
                     out.push(if killed {
@@ -610,20 +575,20 @@ pub(crate) fn limit_messages(report: &serde_json::Value) -> Vec<String> {
                         // worker: the command may live on and fail in its own words.
                         format!(
                             "memory limit {memory} reached: the kernel killed {} process(es) of the run ({raise})",
-                            resources["oom_kills"].as_u64().unwrap_or(0)
+                            resources.map_or(0, |used| used.oom_kills)
                         )
                     });
                 }
             }
-            Some("pids") => {
-                if let Some(pids) = enforced["cgroup"]["pids"].as_u64() {
+            LimitHit::Pids => {
+                if let Some(pids) = cgroup.and_then(|cgroup| cgroup.pids) {
                     out.push(format!(
                         "pids limit {pids} reached: {} fork(s) or new thread(s) failed (raise it with --pids N or the profile's [limits] pids)",
-                        resources["pids_limit_hits"].as_u64().unwrap_or(0)
+                        resources.map_or(0, |used| used.pids_limit_hits)
                     ));
                 }
             }
-            _ => {}
+            LimitHit::Output => {}
         }
     }
     out

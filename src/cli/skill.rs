@@ -183,7 +183,7 @@ fn run_skill(
         }
     };
     if let Some(report) = &invoked.finished.report {
-        super::run::print_warnings(&report.warnings);
+        super::run::print_warnings(report.warnings());
     }
     if let Err(err) = &invoked.finished.result {
         eprintln!("sandbox: {err}");

@@ -15,7 +15,8 @@ use super::config::{Config, Rule};
 use super::error::ApiError;
 use crate::action::Permission;
 use crate::launch::protocol::RunSpec;
-use crate::profile::policy::{Decision, Policy};
+use crate::profile::overrides::Overrides;
+use crate::profile::policy::{NetworkPolicy, Policy};
 use crate::profile::size;
 
 /// Who is asking, as the kernel says (`SO_PEERCRED`).
@@ -157,14 +158,18 @@ pub fn resolve(
         None => None,
         Some(cwd) => Some(check_cwd(caller, &project, cwd)?),
     };
-    apply_grants(rule, &mut policy, &request.grants)?;
-    apply_network(rule, &mut policy, request.network.as_deref())?;
-    apply_limits(
-        config,
-        rule,
-        &mut policy,
-        request.limits.unwrap_or_default(),
-    )?;
+    // Everything the caller asks for is checked against its rule first;
+    // the policy then changes in one place, as `sandbox run`'s flags do.
+    let grants = grants_within(rule, &request.grants)?;
+    let network = network_within(rule, &policy, request.network.as_deref())?;
+    let limits = limits_within(config, rule, &policy, request.limits.unwrap_or_default())?;
+    Overrides {
+        grants,
+        network,
+        ..limits
+    }
+    .apply(&mut policy)
+    .map_err(|err| ApiError::internal(format!("applying a checked request: {err}")))?;
 
     let mut env = Vec::new();
     for (name, value) in &request.env {
@@ -449,7 +454,8 @@ fn grant_within(rule_grants: &[Permission], wanted: &Permission) -> bool {
     })
 }
 
-fn apply_grants(rule: &Rule, policy: &mut Policy, grants: &[String]) -> Result<(), ApiError> {
+/// The grants, each within the rule's.
+fn grants_within(rule: &Rule, grants: &[String]) -> Result<Vec<String>, ApiError> {
     for grant in grants {
         let wanted: Permission = grant.parse().map_err(|err| {
             ApiError::bad_request(
@@ -472,9 +478,8 @@ fn apply_grants(rule: &Rule, policy: &mut Policy, grants: &[String]) -> Result<(
                 },
             ));
         }
-        policy.broker.rules.insert(grant.clone(), Decision::Allow);
     }
-    Ok(())
+    Ok(grants.to_vec())
 }
 
 fn permission_text(permission: &Permission) -> String {
@@ -484,28 +489,28 @@ fn permission_text(permission: &Permission) -> String {
     }
 }
 
-fn apply_network(
+/// The network a request asks for (None: the profile's), when it is one
+/// the rule allows and, for an allowlist, within the profile's own list.
+fn network_within(
     rule: &Rule,
-    policy: &mut Policy,
+    policy: &Policy,
     requested: Option<&str>,
-) -> Result<(), ApiError> {
+) -> Result<Option<NetworkPolicy>, ApiError> {
+    let mut network = None;
     if let Some(spec) = requested {
         let profile_list = (policy.network.mode == crate::profile::policy::NetworkMode::Allowlist)
             .then(|| policy.network.allow.clone());
-        let pins = std::mem::take(&mut policy.network.resolve);
-        policy.network = crate::profile::policy::NetworkPolicy::from_spec(spec).map_err(|err| {
+        let asked = NetworkPolicy::from_spec(spec).map_err(|err| {
             ApiError::bad_request(
                 format!("network: {err}"),
                 "use none, loopback, host or allow:HOST[,HOST...]",
             )
         })?;
-        if policy.network.mode == crate::profile::policy::NetworkMode::Allowlist {
-            policy.network.resolve = pins;
+        if asked.mode == crate::profile::policy::NetworkMode::Allowlist {
             // A profile's own list is the most its runs may name: the
             // rule's "allowlist" lets a caller narrow it, not replace it.
             if let Some(list) = profile_list {
-                if let Some(entry) = policy
-                    .network
+                if let Some(entry) = asked
                     .allow
                     .iter()
                     .find(|entry| !crate::net::allow::entry_within(entry, &list))
@@ -521,8 +526,9 @@ fn apply_network(
                 }
             }
         }
+        network = Some(asked);
     }
-    let mode = policy.network.mode;
+    let mode = network.as_ref().unwrap_or(&policy.network).mode;
     if !rule.networks.contains(&mode) {
         let allowed: Vec<&str> = rule.networks.iter().map(|m| m.name()).collect();
         return Err(ApiError::forbidden(
@@ -540,7 +546,7 @@ fn apply_network(
             format!("ask for network {}", allowed.join(" or ")),
         ));
     }
-    Ok(())
+    Ok(network)
 }
 
 fn too_high(field: &str, asked: String, most: String, rule: &Rule) -> ApiError {
@@ -567,32 +573,35 @@ fn clamp<T: PartialOrd + Copy>(
     field: &str,
     requested: Option<T>,
     ceiling: Option<T>,
-    profile: &mut Option<T>,
+    profile: Option<T>,
     rule: &Rule,
     show: impl Fn(T) -> String,
-) -> Result<(), ApiError> {
+) -> Result<Option<T>, ApiError> {
+    let mut value = profile;
     if let Some(asked) = requested {
         if let Some(most) = ceiling {
             if asked > most {
                 return Err(too_high(field, show(asked), show(most), rule));
             }
         }
-        *profile = Some(asked);
+        value = Some(asked);
     }
     if let Some(most) = ceiling {
-        if profile.is_none_or(|value| value > most) {
-            *profile = Some(most);
+        if value.is_none_or(|value| value > most) {
+            value = Some(most);
         }
     }
-    Ok(())
+    Ok(value)
 }
 
-fn apply_limits(
+/// The run's limits: the request's, each at most the rule's, and the
+/// rule's ceiling where the profile has none or a higher one.
+fn limits_within(
     config: &Config,
     rule: &Rule,
-    policy: &mut Policy,
+    policy: &Policy,
     asked: RequestLimits,
-) -> Result<(), ApiError> {
+) -> Result<Overrides, ApiError> {
     let memory = asked
         .memory
         .as_deref()
@@ -621,31 +630,26 @@ fn apply_limits(
         .map(size::output_flag)
         .transpose()
         .map_err(|m| bad_limit("output", m))?;
-    let limits = &mut policy.limits;
-    clamp(
+    let limits = &policy.limits;
+    let memory = clamp(
         "memory",
         memory,
         rule.limits.memory,
-        &mut limits.memory,
+        limits.memory,
         rule,
         size::format_size,
     )?;
-    clamp(
-        "pids",
-        pids,
-        rule.limits.pids,
-        &mut limits.pids,
-        rule,
-        |n| n.to_string(),
-    )?;
-    clamp("cpus", cpu, rule.limits.cpu, &mut limits.cpu, rule, |n| {
+    let pids = clamp("pids", pids, rule.limits.pids, limits.pids, rule, |n| {
         n.to_string()
     })?;
-    clamp(
+    let cpu = clamp("cpus", cpu, rule.limits.cpu, limits.cpu, rule, |n| {
+        n.to_string()
+    })?;
+    let timeout = clamp(
         "timeout",
         timeout,
         rule.limits.timeout,
-        &mut limits.timeout,
+        limits.timeout,
         rule,
         size::format_duration,
     )?;
@@ -656,20 +660,28 @@ fn apply_limits(
             .output
             .map_or(config.max_output, |most| most.min(config.max_output)),
     );
-    clamp(
+    let output = clamp(
         "output",
         output,
         output_ceiling,
-        &mut limits.output,
+        limits.output,
         rule,
         size::format_size,
     )?;
-    Ok(())
+    Ok(Overrides {
+        memory,
+        pids,
+        cpu,
+        timeout,
+        output,
+        ..Overrides::default()
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::policy::Decision;
     use std::time::Duration;
 
     fn caller() -> Caller {
@@ -967,15 +979,24 @@ mod tests {
         let mut policy = crate::profile::load("strict").unwrap();
         policy.network =
             crate::profile::policy::NetworkPolicy::from_spec("allow:registry.npmjs.org").unwrap();
+        let apply_network = |policy: &mut Policy, requested| {
+            let network = network_within(rule, policy, requested)?;
+            Overrides {
+                network,
+                ..Overrides::default()
+            }
+            .apply(policy)
+            .map_err(|err| ApiError::internal(err.to_string()))
+        };
         let mut narrowed = policy.clone();
-        apply_network(rule, &mut narrowed, Some("allow:registry.npmjs.org:443")).unwrap();
+        apply_network(&mut narrowed, Some("allow:registry.npmjs.org:443")).unwrap();
         assert_eq!(narrowed.network.allow, ["registry.npmjs.org:443"]);
         let mut widened = policy.clone();
-        let err = apply_network(rule, &mut widened, Some("allow:*")).unwrap_err();
+        let err = apply_network(&mut widened, Some("allow:*")).unwrap_err();
         assert_eq!(err.code, "network_not_allowed", "{err:?}");
         // A profile without a list: the rule's "allowlist" lets the caller name hosts.
         let mut open = crate::profile::load("strict").unwrap();
-        apply_network(rule, &mut open, Some("allow:api.example.com")).unwrap();
+        apply_network(&mut open, Some("allow:api.example.com")).unwrap();
         assert_eq!(open.network.allow, ["api.example.com"]);
     }
 }
@@ -1005,8 +1026,7 @@ pub fn resolve_skills(
     let policy = load_profile(config, rule, name)?;
     let project = check_project(rule, caller, project)?;
     check_guarded(config, &project)?;
-    let mut narrowed = policy.clone();
-    apply_network(rule, &mut narrowed, None)?;
+    network_within(rule, &policy, None)?;
     let limits = &policy.limits;
     let most = &rule.limits;
     let over = |field: &str,

@@ -6,7 +6,9 @@
 //! the supervisor's report is kept, labelled as its own, and may make a
 //! run look worse than root saw it, never better. Its questions are
 //! bounded so a caller cannot make the daemon keep or list unbounded
-//! state.
+//! state. Its report is kept as sent (within the events socket's line
+//! bound) and read only through [`crate::spawn::Report::read`], which
+//! keeps the label and calls what does not fit the schema unreadable.
 
 use super::store::Outcome;
 
@@ -244,6 +246,28 @@ mod tests {
             },
         );
         assert_eq!(not_an_object.report.unwrap()["claim"], "fine");
+    }
+
+    #[test]
+    fn a_kept_report_reads_typed_with_its_label() {
+        let refused = crate::spawn::Report::refused("strict", "no namespaces");
+        let out = judge(
+            None,
+            Some(Claim {
+                status: 125,
+                report: refused.to_json(),
+                error: Some("no namespaces".into()),
+            }),
+            Observed::Reaped {
+                code: Some(125),
+                signal: None,
+            },
+        );
+        let typed = crate::spawn::Report::read(&out.report.unwrap()).unwrap();
+        assert_eq!(typed.reported_by.as_deref(), Some("supervisor"));
+        assert_eq!(typed.error.as_deref(), Some("no namespaces"));
+        let not_a_report = labelled(serde_json::json!("fine"));
+        assert!(crate::spawn::Report::read(&not_a_report).is_err());
     }
 
     #[test]

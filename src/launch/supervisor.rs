@@ -517,22 +517,18 @@ pub(super) fn drive(child: crate::Child, session: &Session, committed: Option<In
         input,
         executed_at: None,
     };
-    let finished = child.wait_driven(&mut driver);
-    let mut report = finished
-        .report
-        .as_ref()
-        .and_then(|report| serde_json::to_value(report).ok())
-        .unwrap_or(serde_json::Value::Null);
-    if let Some(fields) = report.as_object_mut() {
-        fields.insert("warm".into(), serde_json::Value::Bool(committed.is_some()));
-        if let (Some(committed), Some(executed)) = (committed, driver.executed_at) {
-            let micros = executed.saturating_duration_since(committed).as_micros();
-            fields.insert(
-                "commit_to_exec_us".into(),
-                u64::try_from(micros).unwrap_or(u64::MAX).into(),
-            );
+    let mut finished = child.wait_driven(&mut driver);
+    let report = match finished.report.as_mut() {
+        Some(report) => {
+            report.warm = Some(committed.is_some());
+            if let (Some(committed), Some(executed)) = (committed, driver.executed_at) {
+                let micros = executed.saturating_duration_since(committed).as_micros();
+                report.commit_to_exec_us = Some(u64::try_from(micros).unwrap_or(u64::MAX));
+            }
+            report.to_json()
         }
-    }
+        None => serde_json::Value::Null,
+    };
     let (status, error) = match &finished.result {
         Ok(status) => (status.as_shell_status(), None),
         Err(err) => (err.exit_status(), Some(err.to_string())),
@@ -548,14 +544,7 @@ pub(super) fn drive(child: crate::Child, session: &Session, committed: Option<In
 /// The run failed before a sandbox existed: the report says why and claims
 /// nothing was enforced, as `sandbox run --report` does.
 fn finish_failed(events: &Arc<Mutex<Events>>, spec: &RunSpec, error: String, status: i32) -> i32 {
-    let report = serde_json::json!({
-        "version": 1,
-        "profile": spec.policy.name,
-        "exit": null,
-        "error": error,
-        "enforced": null,
-        "measured": null,
-    });
+    let report = crate::spawn::Report::refused(&spec.policy.name, &error).to_json();
     lock(events).send(&FromSupervisor::Finished {
         status,
         report,

@@ -19,6 +19,7 @@ pub mod builtin;
 mod error;
 pub mod lint;
 pub mod narrow;
+pub mod overrides;
 pub mod permission;
 pub mod policy;
 pub mod raw;

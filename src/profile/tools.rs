@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::overrides::Overrides;
 use super::policy::Policy;
 
 /// A toolchain definition.
@@ -80,6 +81,9 @@ pub enum ToolError {
     /// No home directory to look in.
     #[error("tool `{0}`: no home directory ($HOME is unset or not absolute)")]
     NoHome(String),
+    /// What a toolchain shows could not be applied to the policy.
+    #[error("exposing the toolchains: {0}")]
+    Override(#[from] super::overrides::OverrideError),
 }
 
 /// The caller's home directory, where toolchains are installed.
@@ -122,12 +126,13 @@ fn node_bins(home: &Path) -> Vec<PathBuf> {
 /// (a nested run of the broker) adds nothing twice.
 pub fn expose(policy: &mut Policy, home: Option<&Path>) -> Result<(), ToolError> {
     let names = std::mem::take(&mut policy.tools);
+    let mut shown = Overrides::default();
     let mut path_dirs: Vec<PathBuf> = Vec::new();
     for name in &names {
         let tool = find(name).ok_or_else(|| ToolError::Unknown(name.clone()))?;
         let home = home.ok_or_else(|| ToolError::NoHome(name.clone()))?;
-        let shown: Vec<PathBuf> = tool.read.iter().filter_map(|r| real(home, r)).collect();
-        if shown.is_empty() {
+        let dirs: Vec<PathBuf> = tool.read.iter().filter_map(|r| real(home, r)).collect();
+        if dirs.is_empty() {
             return Err(ToolError::Missing {
                 name: name.clone(),
                 looked: tool
@@ -139,16 +144,15 @@ pub fn expose(policy: &mut Policy, home: Option<&Path>) -> Result<(), ToolError>
                 home: home.to_path_buf(),
             });
         }
-        for dir in shown {
-            if !policy.filesystem.read.contains(&dir) {
-                policy.filesystem.read.push(dir);
+        for dir in dirs {
+            if !shown.read.contains(&dir) {
+                shown.read.push(dir);
             }
         }
         for (var, relative) in tool.env {
             let value = real(home, relative).unwrap_or_else(|| home.join(relative));
-            policy
+            shown
                 .env
-                .set
                 .insert((*var).to_string(), value.to_string_lossy().into_owned());
         }
         path_dirs.extend(tool.path.iter().filter_map(|p| real(home, p)));
@@ -158,14 +162,22 @@ pub fn expose(policy: &mut Policy, home: Option<&Path>) -> Result<(), ToolError>
                     path_dirs.push(bin);
                 }
                 if let Ok(npmrc) = std::fs::canonicalize(version.join("etc/npmrc")) {
-                    policy.filesystem.hide.push(npmrc);
+                    shown.hide.push(npmrc);
                 }
             }
         }
     }
-    if path_dirs.is_empty() {
-        return Ok(());
+    if !path_dirs.is_empty() {
+        let path = search_path(policy, path_dirs);
+        shown.env.insert("PATH".into(), path);
     }
+    shown.apply(policy)?;
+    Ok(())
+}
+
+/// The toolchains' directories before the profile's PATH (its `set`, the
+/// caller's own when the profile passes it, else the usual default).
+fn search_path(policy: &Policy, path_dirs: Vec<PathBuf>) -> String {
     let current = policy
         .env
         .set
@@ -189,8 +201,7 @@ pub fn expose(policy: &mut Policy, home: Option<&Path>) -> Result<(), ToolError>
         }
     }
     entries.push(current);
-    policy.env.set.insert("PATH".into(), entries.join(":"));
-    Ok(())
+    entries.join(":")
 }
 
 /// The tool whose directories hold `path` (a program found on the host),

@@ -23,7 +23,7 @@ use super::scan::{self, Identity, ScanError};
 use super::Rules;
 
 /// One entry moved aside.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Quarantined {
     /// Where the run left it, below the project root.
     pub path: PathBuf,

@@ -260,7 +260,7 @@ pub fn contradiction(view: &View, expected: &Expected) -> Option<&'static str> {
 }
 
 /// A namespace as measured from inside.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NamespaceState {
     /// Its inode differs from the supervisor's.
@@ -273,7 +273,7 @@ pub enum NamespaceState {
 
 /// The `measured` section of the report: the payload's view as it read it
 /// just before exec. `null` fields could not be read.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Measured {
     /// NoNewPrivs.
     pub no_new_privs: Option<bool>,

@@ -95,16 +95,16 @@ pub enum NoNamespacesError {
 }
 
 /// How the run was isolated, for the report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Isolation {
     /// `all` (user, mount, pid, ipc, uts, cgroup and, unless the network
     /// is the host's, net) or `none`.
-    pub namespaces: &'static str,
+    pub namespaces: String,
     /// `mount-namespace` (a private root) or `landlock-only` (host paths,
     /// Landlock rules only).
-    pub view: &'static str,
+    pub view: String,
     /// `read-only` during the run, or `restored-after-the-run`.
-    pub protected_entries: &'static str,
+    pub protected_entries: String,
     /// Why the run has no namespaces.
     pub reason: Option<String>,
     /// What the run cannot promise.
@@ -116,16 +116,16 @@ impl Isolation {
     pub fn of(prepared: &Prepared) -> Isolation {
         match &prepared.started.no_namespaces {
             None => Isolation {
-                namespaces: "all",
-                view: "mount-namespace",
-                protected_entries: "read-only",
+                namespaces: "all".into(),
+                view: "mount-namespace".into(),
+                protected_entries: "read-only".into(),
                 reason: None,
                 not_promised: Vec::new(),
             },
             Some(plan) => Isolation {
-                namespaces: "none",
-                view: "landlock-only",
-                protected_entries: "restored-after-the-run",
+                namespaces: "none".into(),
+                view: "landlock-only".into(),
+                protected_entries: "restored-after-the-run".into(),
                 reason: Some(plan.reason.clone()),
                 not_promised: plan.not_promised.clone(),
             },

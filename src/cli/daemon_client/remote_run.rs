@@ -8,11 +8,11 @@ use hyper::Method;
 use serde_json::Value;
 
 use super::follow::{Follow, Sink};
-use super::render::text;
 use super::request::{read_stdin, run_request};
 use crate::cli::client::{segment, Client, ClientError, EventFollower};
 use crate::cli::run::limit_messages;
 use crate::cli::run::RunArgs;
+use sandbox::Report;
 
 /// How long `run --daemon` keeps resubmitting while the daemon says it is
 /// full (429/503 with `Retry-After`).
@@ -79,27 +79,35 @@ pub fn run_remote(args: RunArgs, socket: PathBuf) -> anyhow::Result<i32> {
     let state = run["state"].as_str().unwrap_or("");
     let reason = run["reason"].as_str().map(str::to_string);
     let report = match &run["report"] {
-        Value::Null => crate::cli::run::failure_report(
+        Value::Null => Report::refused(
             &args.profile,
             reason
                 .as_deref()
                 .unwrap_or("the run ended without a report"),
-        ),
+        )
+        .to_json(),
         report => report.clone(),
     };
-    if !args.quiet {
+    // The supervisor ran as this caller and its report is its claim (the
+    // daemon labels it `reported_by`): read against the schema, and an
+    // unreadable one is said, not trusted. The file gets it as the daemon
+    // keeps it.
+    let typed = match Report::read(&report) {
+        Ok(typed) => Some(typed),
+        Err(err) => {
+            if !args.quiet {
+                eprintln!("sandbox: warning: {err}");
+            }
+            None
+        }
+    };
+    if let (Some(typed), false) = (&typed, args.quiet) {
         // Said as `sandbox run` says them: the daemon's runs are on this
         // machine, so the cgroup v1 fallback is said once here too.
-        let warnings: Vec<String> = report["warnings"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(text)
-            .collect();
-        crate::cli::run::print_warnings(&warnings);
+        crate::cli::run::print_warnings(typed.warnings());
     }
     let line = crate::cli::run::deliver_report(&report, report_target.as_ref(), report_fd)?;
-    for message in limit_messages(&report) {
+    for message in typed.iter().flat_map(limit_messages) {
         eprintln!("sandbox: {message}");
     }
     if let Some(audit) = &args.audit {
@@ -187,11 +195,32 @@ mod tests {
 
     #[test]
     fn limit_messages_read_the_report() {
-        let report = json!({
-            "exit": {"signal": 9},
-            "limits_hit": ["memory", "timeout", "output"],
-            "enforced": {"timeout_s": 90.0, "cgroup": {"memory": 536870912}},
-            "resources": {"oom_kills": 1},
+        use sandbox::spawn::parent::LimitHit::{Memory, Output, Timeout};
+        let mut report = Report::refused("strict", "none");
+        report.exit = Some(sandbox::spawn::ExitInfo {
+            code: None,
+            signal: Some(9),
+            status: 137,
+        });
+        let mut with_enforced = report.to_json();
+        with_enforced["enforced"] = json!({
+            "timeout_s": 90.0,
+            "cgroup": {"version": 1, "controllers": [], "paths": [], "memory": 536870912, "pids": null, "cpu": null},
+            "landlock": {"requested": "off", "abi": null, "status": "off", "rules": 0},
+            "seccomp": {"requested": "off", "mode": null, "filter_sha256": null, "instructions": 0, "status": "off"},
+        });
+        let mut report = Report::read(&with_enforced).unwrap();
+        report.run = Some(sandbox::spawn::report::RunDetails {
+            limits_hit: vec![Memory, Timeout, Output],
+            resources: Some(sandbox::spawn::report::Resources {
+                cpu_user_ms: 0.0,
+                cpu_system_ms: 0.0,
+                memory_peak: None,
+                oom_kills: 1,
+                pids_limit_hits: 0,
+                pids_peak: None,
+            }),
+            ..Default::default()
         });
         let messages = limit_messages(&report);
         assert_eq!(messages.len(), 2, "{messages:?}");
