@@ -21,6 +21,8 @@ dpkg-query -W -f '${Status} ${Version}\n' sandbox
 step "the package's files are in place"
 dpkg -L sandbox >/tmp/sandbox.files
 for path in /usr/bin/sandbox /etc/apparmor.d/sandbox \
+    /usr/libexec/sandbox/sandbox-daemon /usr/libexec/sandbox/sandbox-mcp \
+    /usr/libexec/sandbox/sandbox-oci \
     /usr/lib/systemd/system/sandbox.service /usr/lib/systemd/system/sandbox.socket \
     /usr/share/man/man1/sandbox.1.gz /usr/share/man/man1/sandbox-run.1.gz \
     /usr/share/bash-completion/completions/sandbox \
@@ -29,11 +31,13 @@ for path in /usr/bin/sandbox /etc/apparmor.d/sandbox \
     [ -f "$path" ] || fail "$path is missing"
     grep -qx "$path" /tmp/sandbox.files || fail "$path is not listed by dpkg -L sandbox"
 done
-[ "$(readlink /usr/bin/sandbox-runc)" = sandbox ] || fail "/usr/bin/sandbox-runc is not a link to sandbox"
+[ "$(readlink /usr/bin/sandbox-runc)" = ../libexec/sandbox/sandbox-oci ] ||
+  fail "/usr/bin/sandbox-runc is not a link to ../libexec/sandbox/sandbox-oci"
 getent group sandbox >/dev/null || fail "postinst did not create the group sandbox"
-# The profile must name the installed binary (AppArmor attaches by path).
-grep -q '^profile sandbox /usr/{,local/}bin/sandbox ' /etc/apparmor.d/sandbox ||
-    fail "the AppArmor profile does not attach to /usr/bin/sandbox"
+# The profile must name the installed binaries (AppArmor attaches by path):
+# sandbox and the faces in /usr/libexec/sandbox.
+grep -qF 'profile sandbox /usr/{,local/}{bin,libexec/sandbox}/sandbox{,-daemon,-mcp,-oci} ' /etc/apparmor.d/sandbox ||
+    fail "the AppArmor profile does not attach to /usr/bin/sandbox and /usr/libexec/sandbox/sandbox-*"
 grep -qx 'ExecStart=sandbox daemon' /usr/lib/systemd/system/sandbox.service ||
     fail "sandbox.service does not start the installed binary"
 zcat /usr/share/man/man1/sandbox-run.1.gz | grep -q '^\.TH' || fail "sandbox-run.1.gz is not a man page"

@@ -1,4 +1,5 @@
 //! `sandbox daemon`: serve the run API on a Unix socket (docs/src/daemon.md).
+//! Its arguments; the command runs in src/bin/sandbox-daemon.rs.
 use std::path::PathBuf;
 
 use clap::Args;
@@ -19,14 +20,4 @@ pub struct DaemonArgs {
     /// lifecycle lines (listening, each run's start and end, stopping).
     #[arg(long, short = 'v')]
     pub verbose: bool,
-}
-
-pub fn run(args: DaemonArgs) -> anyhow::Result<i32> {
-    sandbox::daemon::run(sandbox::daemon::Options {
-        config: args.config,
-        socket: args.socket,
-        state_dir: args.state_dir,
-        verbose: args.verbose,
-    })?;
-    Ok(0)
 }

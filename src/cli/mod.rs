@@ -5,6 +5,7 @@ pub mod client;
 pub mod daemon;
 pub mod daemon_client;
 pub mod doctor;
+pub mod faces;
 pub mod generate;
 pub mod grants;
 pub mod ipc;
@@ -79,11 +80,17 @@ pub struct UsageError(pub String);
 /// Exit status of a usage error.
 pub const EXIT_USAGE: i32 = 2;
 
-/// Parse the command line, run the subcommand, return the process exit status.
-pub fn main() -> i32 {
+/// Exit status when the sandbox itself failed (as `env`, `timeout` and
+/// container tools use 125), distinct from the command's own statuses and
+/// from 126/127.
+pub const EXIT_SANDBOX_FAILED: i32 = 125;
+
+/// Parse the command line, run the subcommand, return the process exit
+/// status. `L` says which faces this executable runs itself (src/cli/faces.rs).
+pub fn main<L: faces::Linked>() -> i32 {
     if let Err(err) = sandbox::sys::fd::ensure_stdio_open() {
         eprintln!("sandbox: cannot open /dev/null for a closed standard stream: {err}");
-        return 125;
+        return EXIT_SANDBOX_FAILED;
     }
     // An engine runs its runtime by path with runc's command line: as the
     // `sandbox-runc` link, or as `sandbox oci`, before clap sees anything.
@@ -92,10 +99,10 @@ pub fn main() -> i32 {
         .first()
         .is_some_and(|a| sandbox::oci::started_as_runtime(a))
     {
-        return sandbox::oci::main(args[1..].to_vec());
+        return L::oci(args[1..].to_vec());
     }
     if args.get(1).is_some_and(|a| a == "oci") {
-        return sandbox::oci::main(args[2..].to_vec());
+        return L::oci(args[2..].to_vec());
     }
     let cli = Cli::parse();
     let result = match cli.command {
@@ -109,8 +116,9 @@ pub fn main() -> i32 {
         Command::Ipc(args) => ipc::run(args),
         Command::Grants(cmd) => grants::run(cmd),
         Command::Skill(cmd) => skill::run(cmd),
+        Command::Serve(args) if args.mcp => L::serve_mcp(args),
         Command::Serve(args) => serve::run(args),
-        Command::Daemon(args) => daemon::run(args),
+        Command::Daemon(args) => L::daemon(args),
         Command::SkillHost(args) => skill::host(args),
         Command::Ps(args) => daemon_client::ps(args),
         Command::Logs(args) => daemon_client::logs(args),
@@ -118,7 +126,7 @@ pub fn main() -> i32 {
         Command::Approvals(args) => daemon_client::approvals(args),
         Command::Launch(args) => launch::run(args),
         Command::Generate(args) => generate::run(args),
-        Command::Oci { args } => return sandbox::oci::main(args),
+        Command::Oci { args } => return L::oci(args),
     };
     match result {
         Ok(code) => code,
@@ -130,9 +138,7 @@ pub fn main() -> i32 {
             if let Some(client) = err.downcast_ref::<client::ClientError>() {
                 return client.exit_status();
             }
-            // 125: the sandbox itself failed (as `env`, `timeout` and container tools use it),
-            // distinct from the command's own statuses and from 126/127.
-            125
+            EXIT_SANDBOX_FAILED
         }
     }
 }

@@ -42,7 +42,19 @@ pub struct ServeArgs {
     pub question_timeout: std::time::Duration,
 }
 
+/// `sandbox serve --stdio`; `--mcp` is the face of src/bin/sandbox-mcp.rs.
 pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
+    let options = options(args)?;
+    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
+    let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
+    let server = serve::Server::new(options, stdout);
+    server.run(stdin).context("serving skills")?;
+    Ok(0)
+}
+
+/// What both protocols serve: the skills, profile, grants and audit file
+/// the arguments name.
+pub fn options(args: ServeArgs) -> anyhow::Result<serve::ServeOptions> {
     // Agent hosts start MCP servers with almost no environment. Skill
     // roots, the grant store and the client libraries' cache all live
     // below the person's home, so without HOME it is the account's own
@@ -62,7 +74,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         Some(path) => Some(std::path::absolute(path).context("--audit")?),
         None => None,
     };
-    let options = serve::ServeOptions {
+    Ok(serve::ServeOptions {
         roots,
         profile,
         profile_spec,
@@ -73,26 +85,5 @@ pub fn run(args: ServeArgs) -> anyhow::Result<i32> {
         host_program: PathBuf::from("/proc/self/exe"),
         ask_client: args.ask_client,
         question_timeout: args.question_timeout,
-    };
-    if args.mcp {
-        let shell = if args.shell {
-            Some(
-                sandbox::mcp::ShellTool::new(
-                    &options.profile,
-                    &options.profile_spec,
-                    &options.project,
-                )
-                .context("--shell")?,
-            )
-        } else {
-            None
-        };
-        sandbox::mcp::serve(options, shell).context("serving skills over MCP")?;
-        return Ok(0);
-    }
-    let stdout = std::io::stdout().as_fd().try_clone_to_owned()?;
-    let stdin = std::io::stdin().as_fd().try_clone_to_owned()?;
-    let server = serve::Server::new(options, stdout);
-    server.run(stdin).context("serving skills")?;
-    Ok(0)
+    })
 }
