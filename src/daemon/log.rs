@@ -7,7 +7,6 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::jsonl::{Frame, Framer};
@@ -53,10 +52,7 @@ pub struct Tail {
 impl Tail {
     /// Start reading `path` after record `since`.
     pub fn open(path: &Path, since: u64) -> io::Result<Tail> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)?;
+        let file = crate::safe_file::open_read(path)?;
         Ok(Tail {
             file,
             skip: since,
@@ -163,7 +159,7 @@ impl Tail {
 
 /// How many records a log holds (its newlines).
 pub fn count_records(path: &Path) -> io::Result<u64> {
-    let mut file = match File::open(path) {
+    let mut file = match crate::safe_file::open_read(path).map_err(io::Error::from) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(err) => return Err(err),
@@ -196,13 +192,7 @@ pub fn append_lost(path: &Path, reason: &str, time_ms: u64) -> io::Result<u64> {
 /// writes the log. A line the supervisor left half-written is ended first
 /// so the new record is a line of its own.
 pub fn append(path: &Path, event: LogEvent, time_ms: u64) -> io::Result<u64> {
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)?;
+    let mut file = crate::safe_file::open_read_append(path, 0o600)?;
     let len = file.seek(SeekFrom::End(0))?;
     let mut line = Vec::new();
     if len > 0 {
