@@ -365,4 +365,24 @@ mod tests {
         let empty = dir.path().join("empty.ndjson");
         assert_eq!(append_lost(&empty, "x", 1).unwrap(), 1);
     }
+
+    /// A log replaced by a link to another file or by a FIFO (which would
+    /// hang a blocking open with no writer) is refused at once by every
+    /// reader and writer, and the link's target is left as it was.
+    #[test]
+    fn a_log_replaced_by_a_link_or_a_fifo_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let canary = dir.path().join("canary");
+        std::fs::write(&canary, line(1)).unwrap();
+        let link = dir.path().join("link.ndjson");
+        std::os::unix::fs::symlink(&canary, &link).unwrap();
+        let fifo = dir.path().join("fifo.ndjson");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for path in [&link, &fifo] {
+            assert!(Tail::open(path, 0).is_err(), "{}", path.display());
+            assert!(count_records(path).is_err(), "{}", path.display());
+            assert!(append_lost(path, "x", 1).is_err(), "{}", path.display());
+        }
+        assert_eq!(std::fs::read_to_string(&canary).unwrap(), line(1));
+    }
 }
