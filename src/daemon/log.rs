@@ -7,7 +7,6 @@
 
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::jsonl::{Frame, Framer};
@@ -53,10 +52,7 @@ pub struct Tail {
 impl Tail {
     /// Start reading `path` after record `since`.
     pub fn open(path: &Path, since: u64) -> io::Result<Tail> {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)?;
+        let file = crate::safe_file::open_read(path)?;
         Ok(Tail {
             file,
             skip: since,
@@ -163,7 +159,7 @@ impl Tail {
 
 /// How many records a log holds (its newlines).
 pub fn count_records(path: &Path) -> io::Result<u64> {
-    let mut file = match File::open(path) {
+    let mut file = match crate::safe_file::open_read(path).map_err(io::Error::from) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(err) => return Err(err),
@@ -196,13 +192,7 @@ pub fn append_lost(path: &Path, reason: &str, time_ms: u64) -> io::Result<u64> {
 /// writes the log. A line the supervisor left half-written is ended first
 /// so the new record is a line of its own.
 pub fn append(path: &Path, event: LogEvent, time_ms: u64) -> io::Result<u64> {
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)?;
+    let mut file = crate::safe_file::open_read_append(path, 0o600)?;
     let len = file.seek(SeekFrom::End(0))?;
     let mut line = Vec::new();
     if len > 0 {
@@ -374,5 +364,25 @@ mod tests {
         );
         let empty = dir.path().join("empty.ndjson");
         assert_eq!(append_lost(&empty, "x", 1).unwrap(), 1);
+    }
+
+    /// A log replaced by a link to another file or by a FIFO (which would
+    /// hang a blocking open with no writer) is refused at once by every
+    /// reader and writer, and the link's target is left as it was.
+    #[test]
+    fn a_log_replaced_by_a_link_or_a_fifo_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let canary = dir.path().join("canary");
+        std::fs::write(&canary, line(1)).unwrap();
+        let link = dir.path().join("link.ndjson");
+        std::os::unix::fs::symlink(&canary, &link).unwrap();
+        let fifo = dir.path().join("fifo.ndjson");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        for path in [&link, &fifo] {
+            assert!(Tail::open(path, 0).is_err(), "{}", path.display());
+            assert!(count_records(path).is_err(), "{}", path.display());
+            assert!(append_lost(path, "x", 1).is_err(), "{}", path.display());
+        }
+        assert_eq!(std::fs::read_to_string(&canary).unwrap(), line(1));
     }
 }

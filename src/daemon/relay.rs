@@ -33,15 +33,9 @@ pub enum RelayError {
         #[source]
         source: std::io::Error,
     },
-    /// The spool file.
-    #[error("opening {path}: {source}")]
-    File {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
+    /// The spool file (its error names it).
+    #[error(transparent)]
+    File(crate::safe_file::SafeFileError),
 }
 
 /// One spool file and the read end of the pipe that feeds it, before the
@@ -68,21 +62,11 @@ fn pipe_into(
     path: &Path,
     output_cap: Option<u64>,
 ) -> Result<(Feed, OwnedFd), RelayError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let what = match kind {
         Kind::Log => "log",
         Kind::Audit => "audit",
     };
-    let file = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(|source| RelayError::File {
-            path: path.to_path_buf(),
-            source,
-        })?;
+    let file = crate::safe_file::open_append(path, 0o600).map_err(RelayError::File)?;
     let (read, write) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|errno| RelayError::Pipe {
             what,

@@ -3,7 +3,7 @@
 //! where every container bind-mounts it read-only.
 
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use super::OciError;
@@ -51,13 +51,8 @@ pub fn materialize(state_dir: &Path) -> Result<PathBuf, OciError> {
             })?;
     let temporary = state_dir.join(format!(".init-{INIT_DIGEST}.{}", std::process::id()));
     let _ = std::fs::remove_file(&temporary);
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&temporary)
-        .map_err(|e| io("writing the container init", e))?;
+    let mut file = crate::safe_file::create_new(&temporary, 0o600)
+        .map_err(|e| io("writing the container init", e.into()))?;
     file.write_all(&init)
         .and_then(|()| file.set_permissions(std::fs::Permissions::from_mode(0o555)))
         .and_then(|()| file.sync_all())

@@ -60,7 +60,7 @@ pub const EXEC_SUPERVISORS_MAX: usize = 32;
 /// supervisor holds any more are removed.
 pub fn claim_exec_slot(dir: &Path) -> Result<OwnedFd, OciError> {
     use nix::fcntl::{Flock, FlockArg};
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::DirBuilderExt;
     let slots = dir.join("execs");
     let io = |what: &'static str, path: &Path| {
         let path = path.to_path_buf();
@@ -78,11 +78,7 @@ pub fn claim_exec_slot(dir: &Path) -> Result<OwnedFd, OciError> {
     let entries = std::fs::read_dir(&slots).map_err(io("listing the exec supervisors", &slots))?;
     for entry in entries.flatten() {
         let path = entry.path();
-        let Ok(file) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&path)
-        else {
+        let Ok(file) = crate::safe_file::open_read(&path) else {
             continue;
         };
         match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
@@ -107,12 +103,8 @@ pub fn claim_exec_slot(dir: &Path) -> Result<OwnedFd, OciError> {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let path = slots.join(format!("{}-{nanos}", std::process::id()));
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-        .map_err(io("creating an exec supervisor's slot", &path))?;
+    let file = crate::safe_file::create_new(&path, 0o600)
+        .map_err(|err| io("creating an exec supervisor's slot", &path)(err.into()))?;
     let held = file
         .try_clone()
         .map_err(io("creating an exec supervisor's slot", &path))?;
@@ -263,18 +255,11 @@ fn act_as(identity: &super::spec::Identity) -> Result<(), String> {
 }
 
 fn open_audit(path: &Path) -> Result<std::fs::File, OciError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|source| OciError::Io {
-            what: "opening the container's audit log",
-            path: path.to_path_buf(),
-            source,
-        })
+    crate::safe_file::open_append(path, 0o600).map_err(|err| OciError::Io {
+        what: "opening the container's audit log",
+        path: path.to_path_buf(),
+        source: err.into(),
+    })
 }
 
 #[derive(Serialize)]

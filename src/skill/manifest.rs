@@ -21,17 +21,7 @@ const MAX_MANIFEST_SIZE: u64 = 1 << 20;
 /// without following a final symlink, and at most [`MAX_MANIFEST_SIZE`].
 fn read_manifest(file: &Path) -> std::io::Result<String> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(file)?;
-    if !opened.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
+    let opened = crate::safe_file::open_read(file)?;
     let mut bytes = Vec::new();
     opened.take(MAX_MANIFEST_SIZE + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_MANIFEST_SIZE {

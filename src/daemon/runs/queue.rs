@@ -3,7 +3,7 @@
 //! as slots free.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -235,12 +235,8 @@ impl Runs {
 
 fn write_new(path: &Path, bytes: &[u8]) -> Result<(), ApiError> {
     use std::io::Write;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-        .open(path)
-        .and_then(|mut file| file.write_all(bytes))
+    let mut file = crate::safe_file::create_new(path, 0o600)
+        .map_err(|err| ApiError::internal(err.to_string()))?;
+    file.write_all(bytes)
         .map_err(|err| ApiError::internal(format!("writing {}: {err}", path.display())))
 }

@@ -29,6 +29,9 @@ use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, OpenHow, ResolveFlag};
 use nix::sys::stat::{Mode, SFlag};
 
+mod by_path;
+pub use by_path::{create_new, open_append, open_read, open_read_append};
+
 /// Why a file the supervisor writes could not be opened or written.
 #[derive(Debug, thiserror::Error)]
 pub enum SafeFileError {
@@ -417,55 +420,17 @@ impl OutputTarget {
         let how = Beneath::new(flags)
             .mode(Mode::from_bits_truncate(0o666))
             .no_symlinks();
-        let fd =
-            openat2_beneath(self.dir.as_fd(), Path::new(&self.name), how).map_err(|errno| {
-                match errno {
-                    Errno::ELOOP => SafeFileError::Symlink { path: path() },
-                    Errno::EISDIR => SafeFileError::NotRegular {
-                        path: path(),
-                        kind: "a directory",
-                    },
-                    // O_NONBLOCK | O_WRONLY on a FIFO without a reader, or a socket.
-                    Errno::ENXIO => SafeFileError::NotRegular {
-                        path: path(),
-                        kind: "a FIFO or socket",
-                    },
-                    source => SafeFileError::Io {
-                        op: "opening",
-                        path: path(),
-                        source: source.into(),
-                    },
-                }
-            })?;
-        let stat = nix::sys::stat::fstat(fd.as_fd()).map_err(|source| SafeFileError::Io {
-            op: "inspecting",
-            path: path(),
-            source: source.into(),
-        })?;
-        if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(SafeFileError::NotRegular {
-                path: path(),
-                kind: kind_of(stat.st_mode),
-            });
-        }
-        if stat.st_nlink > 1 {
-            return Err(SafeFileError::HardLinked {
-                path: path(),
-                links: stat.st_nlink as u64,
-            });
-        }
-        let keep = OFlag::from_bits_truncate(
-            nix::fcntl::fcntl(fd.as_fd(), FcntlArg::F_GETFL).unwrap_or(0),
-        ) & !OFlag::O_NONBLOCK;
-        let _ = nix::fcntl::fcntl(fd.as_fd(), FcntlArg::F_SETFL(keep));
+        let fd = openat2_beneath(self.dir.as_fd(), Path::new(&self.name), how)
+            .map_err(|errno| open_error(errno, &self.path))?;
+        let file = regular_file(fd, &self.path, Links::One)?;
         if !append {
-            nix::unistd::ftruncate(fd.as_fd(), 0).map_err(|source| SafeFileError::Io {
+            nix::unistd::ftruncate(file.as_fd(), 0).map_err(|source| SafeFileError::Io {
                 op: "truncating",
                 path: path(),
                 source: source.into(),
             })?;
         }
-        Ok(File::from(fd))
+        Ok(file)
     }
 
     /// Open for appending (the audit log), creating the file if needed.
@@ -482,6 +447,69 @@ impl OutputTarget {
             source,
         })
     }
+}
+
+/// What an `open` of a supervisor's file answered, named: a link at the
+/// name (ELOOP under `O_NOFOLLOW`), a directory, a FIFO or socket that
+/// `O_NONBLOCK` turned away.
+fn open_error(errno: Errno, path: &Path) -> SafeFileError {
+    match errno {
+        Errno::ELOOP => SafeFileError::Symlink {
+            path: path.to_path_buf(),
+        },
+        Errno::EISDIR => SafeFileError::NotRegular {
+            path: path.to_path_buf(),
+            kind: "a directory",
+        },
+        // O_NONBLOCK | O_WRONLY on a FIFO without a reader, or a socket.
+        Errno::ENXIO => SafeFileError::NotRegular {
+            path: path.to_path_buf(),
+            kind: "a FIFO or socket",
+        },
+        source => SafeFileError::Io {
+            op: "opening",
+            path: path.to_path_buf(),
+            source: source.into(),
+        },
+    }
+}
+
+/// How many names a file opened for a supervisor may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Links {
+    /// Exactly one: writing a second name of a file elsewhere would change
+    /// that file too.
+    One,
+    /// Any number: only read, or the caller's directory is its own.
+    Any,
+}
+
+/// The opened descriptor as a file, if `fstat` on it says it is a regular
+/// file (with a single name when `links` asks), and blocking again: it
+/// was opened `O_NONBLOCK` only so a FIFO could not hang the open.
+fn regular_file(fd: OwnedFd, path: &Path, links: Links) -> Result<File, SafeFileError> {
+    let stat = nix::sys::stat::fstat(fd.as_fd()).map_err(|source| SafeFileError::Io {
+        op: "inspecting",
+        path: path.to_path_buf(),
+        source: source.into(),
+    })?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(SafeFileError::NotRegular {
+            path: path.to_path_buf(),
+            kind: kind_of(stat.st_mode),
+        });
+    }
+    if links == Links::One && stat.st_nlink > 1 {
+        return Err(SafeFileError::HardLinked {
+            path: path.to_path_buf(),
+            links: stat.st_nlink as u64,
+        });
+    }
+    let keep =
+        OFlag::from_bits_truncate(nix::fcntl::fcntl(fd.as_fd(), FcntlArg::F_GETFL).unwrap_or(0))
+            & !OFlag::O_NONBLOCK;
+    let _ = nix::fcntl::fcntl(fd.as_fd(), FcntlArg::F_SETFL(keep));
+    Ok(File::from(fd))
 }
 
 /// Open the audit log for appending before the run starts, warning when
