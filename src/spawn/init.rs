@@ -490,6 +490,17 @@ fn build_root<'a>(
     trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
     report: BorrowedFd<'_>,
 ) -> Result<(), Failed<'a>> {
+    pivot_to_staging(report)?;
+    mount_base_of_new_root(plan)?;
+    mount_plan(plan, trees)?;
+    provide_etc(plan)?;
+    enter_new_root()
+}
+
+/// Makes every mount private and pivots into a small staging tmpfs that
+/// holds `newroot`, `oldroot` (the host's tree, the binds' source) and the
+/// file that masks hidden files.
+fn pivot_to_staging(report: BorrowedFd<'_>) -> Result<(), Failed<'static>> {
     let rec_private = MsFlags::MS_REC | MsFlags::MS_PRIVATE;
     mount(NONE, "/", NONE, rec_private, NONE).step(Step::MountPrivate, b"/")?;
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
@@ -511,7 +522,12 @@ fn build_root<'a>(
     nix::unistd::pivot_root(".", "oldroot").step(Step::PivotToBase, b"/tmp")?;
     nix::unistd::chdir("/").step(Step::PivotToBase, b"/")?;
     channel::report_namespaces_usable(report);
+    Ok(())
+}
 
+/// The new root's own tmpfs, with its private `/tmp`, `/proc` and `/dev`.
+fn mount_base_of_new_root(plan: &ChildPlan) -> Result<(), Failed<'_>> {
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     tmpfs(c"/newroot", nosuid_nodev, c"mode=0755").step(Step::MountNewRoot, b"/newroot")?;
     for dir in [c"/newroot/tmp", c"/newroot/proc", c"/newroot/dev"] {
         mkdir_if_missing(dir)?;
@@ -526,7 +542,14 @@ fn build_root<'a>(
     )
     .step(Step::MountProc, b"/proc")?;
     build_dev(plan)?;
+    Ok(())
+}
 
+/// The view the supervisor planned, in its order (parents before children).
+fn mount_plan<'a>(
+    plan: &'a ChildPlan,
+    trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+) -> Result<(), Failed<'a>> {
     for dir in &plan.mount_dirs {
         mkdir_if_missing(dir)?;
     }
@@ -543,41 +566,51 @@ fn build_root<'a>(
         noexec: false,
     };
     for op in &plan.mounts {
-        match op {
-            MountOp::Bind {
-                source,
-                target,
-                kind,
-                writable: rw,
-            } => {
-                match kind {
-                    NodeKind::Dir => mkdir_if_missing(target)?,
-                    NodeKind::File => file_if_missing(target)?,
-                }
-                bind_tree(source, target, if *rw { writable } else { read_only })?;
+        mount_op(op, trees, read_only, writable)?;
+    }
+    Ok(())
+}
+
+/// One step of the view.
+fn mount_op<'a>(
+    op: &'a MountOp,
+    trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+    read_only: MountAttrs,
+    writable: MountAttrs,
+) -> Result<(), Failed<'a>> {
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    match op {
+        MountOp::Bind {
+            source,
+            target,
+            kind,
+            writable: rw,
+        } => {
+            match kind {
+                NodeKind::Dir => mkdir_if_missing(target)?,
+                NodeKind::File => file_if_missing(target)?,
             }
-            MountOp::Idmapped {
-                index,
-                target,
-                kind,
-            } => {
-                match kind {
-                    NodeKind::Dir => mkdir_if_missing(target)?,
-                    NodeKind::File => file_if_missing(target)?,
-                }
-                let tree = trees.get_mut(*index).and_then(Option::take).ok_or(Failed {
-                    step: Step::AttachIdmappedTree,
-                    errno: Errno::EBADF,
-                    detail: target.to_bytes(),
-                })?;
-                mount_api::attach_tree(tree.as_fd(), target)
-                    .step(Step::AttachIdmappedTree, target.to_bytes())?;
+            bind_tree(source, target, if *rw { writable } else { read_only })?;
+        }
+        MountOp::Idmapped {
+            index,
+            target,
+            kind,
+        } => {
+            match kind {
+                NodeKind::Dir => mkdir_if_missing(target)?,
+                NodeKind::File => file_if_missing(target)?,
             }
-            MountOp::Symlink { link, target } => match nix::unistd::symlinkat(
-                link.as_c_str(),
-                nix::fcntl::AT_FDCWD,
-                target.as_c_str(),
-            ) {
+            let tree = trees.get_mut(*index).and_then(Option::take).ok_or(Failed {
+                step: Step::AttachIdmappedTree,
+                errno: Errno::EBADF,
+                detail: target.to_bytes(),
+            })?;
+            mount_api::attach_tree(tree.as_fd(), target)
+                .step(Step::AttachIdmappedTree, target.to_bytes())?;
+        }
+        MountOp::Symlink { link, target } => {
+            match nix::unistd::symlinkat(link.as_c_str(), nix::fcntl::AT_FDCWD, target.as_c_str()) {
                 Ok(()) | Err(Errno::EEXIST) => {}
                 Err(errno) => {
                     return Err(Failed {
@@ -586,52 +619,53 @@ fn build_root<'a>(
                         detail: target.to_bytes(),
                     })
                 }
-            },
-            MountOp::HideDir { target } => {
-                let flags = nosuid_nodev | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
-                tmpfs(target, flags, c"mode=0555,size=4k")
-                    .step(Step::HidePath, target.to_bytes())?;
-            }
-            MountOp::Rebind {
-                target,
-                read_only: ro,
-            } => {
-                let tree =
-                    mount_api::clone_tree(target).step(Step::ProtectPath, target.to_bytes())?;
-                if *ro {
-                    mount_api::set_tree_attrs(tree.as_fd(), read_only)
-                        .step(Step::ProtectPath, target.to_bytes())?;
-                }
-                mount_api::attach_tree(tree.as_fd(), target)
-                    .step(Step::ProtectPath, target.to_bytes())?;
-            }
-            MountOp::HideFile { target } => {
-                mount(
-                    Some("/hidden"),
-                    target.as_c_str(),
-                    NONE,
-                    MsFlags::MS_BIND,
-                    NONE,
-                )
-                .step(Step::HidePath, target.to_bytes())?;
-                mount(
-                    NONE,
-                    target.as_c_str(),
-                    NONE,
-                    MsFlags::MS_BIND
-                        | MsFlags::MS_REMOUNT
-                        | MsFlags::MS_RDONLY
-                        | nosuid_nodev
-                        | MsFlags::MS_NOEXEC,
-                    NONE,
-                )
-                .step(Step::HidePath, target.to_bytes())?;
             }
         }
+        MountOp::HideDir { target } => {
+            let flags = nosuid_nodev | MsFlags::MS_NOEXEC | MsFlags::MS_RDONLY;
+            tmpfs(target, flags, c"mode=0555,size=4k").step(Step::HidePath, target.to_bytes())?;
+        }
+        MountOp::Rebind {
+            target,
+            read_only: ro,
+        } => {
+            let tree = mount_api::clone_tree(target).step(Step::ProtectPath, target.to_bytes())?;
+            if *ro {
+                mount_api::set_tree_attrs(tree.as_fd(), read_only)
+                    .step(Step::ProtectPath, target.to_bytes())?;
+            }
+            mount_api::attach_tree(tree.as_fd(), target)
+                .step(Step::ProtectPath, target.to_bytes())?;
+        }
+        MountOp::HideFile { target } => {
+            mount(
+                Some("/hidden"),
+                target.as_c_str(),
+                NONE,
+                MsFlags::MS_BIND,
+                NONE,
+            )
+            .step(Step::HidePath, target.to_bytes())?;
+            mount(
+                NONE,
+                target.as_c_str(),
+                NONE,
+                MsFlags::MS_BIND
+                    | MsFlags::MS_REMOUNT
+                    | MsFlags::MS_RDONLY
+                    | nosuid_nodev
+                    | MsFlags::MS_NOEXEC,
+                NONE,
+            )
+            .step(Step::HidePath, target.to_bytes())?;
+        }
     }
+    Ok(())
+}
 
-    provide_etc(plan)?;
-
+/// Makes the new root read-only, pivots into it and detaches the host's.
+fn enter_new_root() -> Result<(), Failed<'static>> {
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     mount(
         NONE,
         "/newroot",

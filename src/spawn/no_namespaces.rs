@@ -440,6 +440,64 @@ fn plan(
     policy: &crate::profile::policy::Policy,
     private_tmp: &Path,
 ) -> Result<ChildPlan, SpawnError> {
+    let mut rules = landlock_rules(planned, read_only_extra, policy, private_tmp)?;
+    let bin_dir = private_tmp.join("bin");
+    link_sandbox_binary(&bin_dir, &mut rules)?;
+    let envp = relocated_environment(planned, read_only_extra, private_tmp, &bin_dir)?;
+    let exec_candidates = relocated_exec_candidates(planned, &bin_dir)?;
+
+    // Network and IPC: the filter stands in for the namespaces.
+    let deny_sockets = policy.network.mode != NetworkMode::Host;
+    let syscalls = (policy.enforce.seccomp != Enforcement::Off).then_some(&policy.syscalls);
+    let seccomp = Some(crate::seccomp::compile_without_namespaces(
+        syscalls,
+        crate::seccomp::SharedHost { deny_sockets },
+    )?);
+    let network = match policy.network.mode {
+        NetworkMode::Loopback | NetworkMode::Allowlist => NetworkMode::None,
+        mode => mode,
+    };
+
+    Ok(ChildPlan {
+        argv: planned.argv.clone(),
+        envp,
+        program: planned.program.clone(),
+        exec_candidates,
+        cwd: planned.cwd.clone(),
+        project: planned.project.clone(),
+        // No root of its own: the host's, seen through Landlock.
+        mount_dirs: Vec::new(),
+        mounts: Vec::new(),
+        idmapped: Vec::new(),
+        landlock_rules: rules,
+        landlock: Enforcement::Required,
+        seccomp,
+        // Without it the host's network and IPC would be open: not best-effort.
+        seccomp_enforcement: Enforcement::Required,
+        cpu_share: planned.cpu_share,
+        rlimits: planned.rlimits.clone(),
+        clone_flags: CloneFlags::empty(),
+        namespaces: false,
+        network,
+        tmp_options: planned.tmp_options.clone(),
+        ids: super::ids::IdMapping::unprivileged(
+            nix::unistd::geteuid().as_raw(),
+            nix::unistd::getegid().as_raw(),
+        ),
+        etc: Vec::new(),
+        dry_run: planned.dry_run,
+    })
+}
+
+/// What Landlock grants in place of a root of mounts: the profile's paths
+/// (less the hidden ones), the project, the private directory, the devices
+/// a root of mounts would hold, and /proc.
+fn landlock_rules(
+    planned: &ChildPlan,
+    read_only_extra: &[(PathBuf, PathBuf)],
+    policy: &crate::profile::policy::Policy,
+    private_tmp: &Path,
+) -> Result<Vec<(CString, LandlockAccess)>, SpawnError> {
     let hidden: Vec<PathBuf> = policy
         .filesystem
         .hide
@@ -485,17 +543,37 @@ fn plan(
     }
     rules.push((c"/proc".into(), LandlockAccess::Read));
 
+    Ok(rules)
+}
+
+/// A link to the sandbox binary in `bin_dir`, granted to the run; best
+/// effort, as with namespaces.
+fn link_sandbox_binary(
+    bin_dir: &Path,
+    rules: &mut Vec<(CString, LandlockAccess)>,
+) -> Result<(), SpawnError> {
     // The sandbox binary, for `sandbox ipc` and nested runs: a link in the
     // private directory stands in for the mount at SANDBOX_BIN_DIR.
-    let bin_dir = private_tmp.join("bin");
     if let Ok(exe) = std::env::current_exe().and_then(std::fs::canonicalize) {
         if exe.is_file()
-            && std::fs::create_dir(&bin_dir).is_ok()
+            && std::fs::create_dir(bin_dir).is_ok()
             && std::os::unix::fs::symlink(&exe, bin_dir.join("sandbox")).is_ok()
         {
             rules.push((cstring(&exe)?, LandlockAccess::ReadExec));
         }
     }
+    Ok(())
+}
+
+/// The planned environment, with the paths that are elsewhere without
+/// namespaces (/tmp, the binary's directory, paths shown at another path)
+/// named where they are.
+fn relocated_environment(
+    planned: &ChildPlan,
+    read_only_extra: &[(PathBuf, PathBuf)],
+    private_tmp: &Path,
+    bin_dir: &Path,
+) -> Result<Vec<CString>, SpawnError> {
     // Environment: /tmp and the binary's directory are elsewhere now.
     let tmp_bytes = private_tmp.as_os_str().as_bytes();
     let mut envp = planned.envp.clone();
@@ -507,7 +585,7 @@ fn plan(
             Some([b"HOME=", tmp_bytes].concat())
         } else {
             // PATH names the binary's directory, which is elsewhere now.
-            relocate_paths(bytes, Path::new(SANDBOX_BIN_DIR), &bin_dir)
+            relocate_paths(bytes, Path::new(SANDBOX_BIN_DIR), bin_dir)
         };
         if let Some(bytes) = replaced {
             *entry = CString::new(bytes).map_err(|err| SpawnError::NulByte {
@@ -537,6 +615,15 @@ fn plan(
             }
         }
     }
+    Ok(envp)
+}
+
+/// The planned exec candidates, with those in SANDBOX_BIN_DIR at the
+/// binary's link instead.
+fn relocated_exec_candidates(
+    planned: &ChildPlan,
+    bin_dir: &Path,
+) -> Result<Vec<CString>, SpawnError> {
     let old_bin = format!("{SANDBOX_BIN_DIR}/");
     let mut exec_candidates = planned.exec_candidates.clone();
     for candidate in exec_candidates.iter_mut() {
@@ -545,47 +632,7 @@ fn plan(
         }
     }
 
-    // Network and IPC: the filter stands in for the namespaces.
-    let deny_sockets = policy.network.mode != NetworkMode::Host;
-    let syscalls = (policy.enforce.seccomp != Enforcement::Off).then_some(&policy.syscalls);
-    let seccomp = Some(crate::seccomp::compile_without_namespaces(
-        syscalls,
-        crate::seccomp::SharedHost { deny_sockets },
-    )?);
-    let network = match policy.network.mode {
-        NetworkMode::Loopback | NetworkMode::Allowlist => NetworkMode::None,
-        mode => mode,
-    };
-
-    Ok(ChildPlan {
-        argv: planned.argv.clone(),
-        envp,
-        program: planned.program.clone(),
-        exec_candidates,
-        cwd: planned.cwd.clone(),
-        project: planned.project.clone(),
-        // No root of its own: the host's, seen through Landlock.
-        mount_dirs: Vec::new(),
-        mounts: Vec::new(),
-        idmapped: Vec::new(),
-        landlock_rules: rules,
-        landlock: Enforcement::Required,
-        seccomp,
-        // Without it the host's network and IPC would be open: not best-effort.
-        seccomp_enforcement: Enforcement::Required,
-        cpu_share: planned.cpu_share,
-        rlimits: planned.rlimits.clone(),
-        clone_flags: CloneFlags::empty(),
-        namespaces: false,
-        network,
-        tmp_options: planned.tmp_options.clone(),
-        ids: super::ids::IdMapping::unprivileged(
-            nix::unistd::geteuid().as_raw(),
-            nix::unistd::getegid().as_raw(),
-        ),
-        etc: Vec::new(),
-        dry_run: planned.dry_run,
-    })
+    Ok(exec_candidates)
 }
 
 impl Drop for NoNamespaces {
