@@ -39,7 +39,7 @@ pub struct Outcome {
 }
 
 /// A limit the run ran into.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LimitHit {
     /// The wall-clock timeout expired: the run got SIGTERM, then SIGKILL.
