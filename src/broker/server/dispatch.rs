@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::jobs::{Waiting, Work};
-use super::Broker;
+use super::{Broker, Record};
 use crate::action::Action;
 use crate::broker::fs::{self as fs_actions};
 use crate::broker::permission::{self, Verdict};
@@ -19,14 +19,6 @@ use crate::broker::protocol::{fail, Failure};
 use crate::broker::secrets::{SecretParams, SecretSpec, Secrets};
 use crate::broker::terminal::{Job, RunParams};
 use crate::profile::policy::Decision;
-
-/// What a request acted on, for the audit line.
-#[derive(Debug, Default)]
-pub(super) struct Record {
-    pub(super) target: Option<String>,
-    pub(super) requested: Option<String>,
-    pub(super) rule: String,
-}
 
 enum Served {
     Done(Value),

@@ -10,8 +10,7 @@ use std::time::Instant;
 use nix::poll::PollFlags;
 use serde_json::Value;
 
-use super::dispatch::Record;
-use super::Broker;
+use super::{Broker, Record};
 use crate::action::Action;
 use crate::broker::protocol::{code, fail, Failure, Id};
 use crate::broker::terminal::Job;

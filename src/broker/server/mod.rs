@@ -63,6 +63,14 @@ pub struct BrokerCounts {
     pub rate_limited: u64,
 }
 
+/// What a request acted on, for the audit line.
+#[derive(Debug, Default)]
+pub(super) struct Record {
+    pub(super) target: Option<String>,
+    pub(super) requested: Option<String>,
+    pub(super) rule: String,
+}
+
 /// One run's broker.
 pub struct Broker {
     transport: Transport,
