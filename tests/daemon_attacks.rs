@@ -60,7 +60,10 @@ fn cancel_and_wait(daemon: &Daemon, id: &str, mut client: Child) -> Value {
     run
 }
 
-/// The caller sends its own supervisor SIGSTOP (it is the caller's process).
+/// The caller sends its own supervisor SIGSTOP (it is the caller's
+/// process), and the supervisor is stopped. `kill` returns once the
+/// signal is sent; a supervisor running on the other CPU stops a moment
+/// later, so its state is waited for.
 fn stop_as_caller(pid: u32) {
     let stopped = std::process::Command::new("kill")
         .args(["-STOP", &pid.to_string()])
@@ -69,6 +72,16 @@ fn stop_as_caller(pid: u32) {
         .status()
         .unwrap();
     assert!(stopped.success(), "the caller stops its own supervisor");
+    support::wait::until_true(
+        "the supervisor to be stopped",
+        Duration::from_secs(10),
+        || {
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            state
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        },
+    );
 }
 
 fn size(path: &std::path::Path) -> u64 {
@@ -352,17 +365,10 @@ fn a_stopped_supervisor_does_not_outlive_the_runs_timeout() {
     let project = Project::new(Who::User);
     let daemon = daemon_for(&project);
     // Long enough that the supervisor is stopped well before its own
-    // timeout fires (checked below: stopped while the run still runs).
+    // timeout fires (stop_as_caller waits until it is).
     let mut client = sleeping_run(&daemon, &project, &["--timeout", "10s"]);
     let (id, _, pid) = support::daemon::caller_run_supervisor(&daemon);
     stop_as_caller(pid);
-    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    assert!(
-        state
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('T')),
-        "the supervisor is stopped: {state}"
-    );
     let run = daemon.wait_finished(&id);
     let _ = client.wait();
     assert_eq!(run["state"], "failed", "{run}\n{}", daemon.log());
