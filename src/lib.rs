@@ -1,44 +1,143 @@
-//! `sandbox`: run untrusted code in a layered Linux sandbox.
-//!
-//! The library mirrors [`std::process::Command`]: build a [`Command`], pick a
-//! [`Policy`] (a built-in profile such as `strict`, or your own), and call
-//! [`Command::status`] or [`Command::spawn`]. Every layer the policy marks
-//! `required` is applied or the run does not start; what was actually
-//! enforced is returned in a [`Report`].
-#![deny(missing_docs)]
-// Every unsafe block lives in `sys`, where each one states its contract.
-#![deny(unsafe_code)]
+//! The `sandbox` command line as a library: one file per subcommand, and
+//! [`main`], which every executable of this package runs with the faces it
+//! links (src/faces.rs).
+use clap::{Parser, Subcommand};
 
-pub mod action;
-pub mod broker;
-pub mod caps;
-pub mod cgroup;
-pub mod clock;
+pub mod client;
 pub mod daemon;
-pub mod landlock;
+pub mod daemon_client;
+pub mod doctor;
+pub mod faces;
+pub mod generate;
+pub mod grants;
+pub mod ipc;
 pub mod launch;
-pub mod mcp;
-pub mod net;
-pub mod oci;
-pub mod probe;
 pub mod profile;
-pub mod project;
-pub mod safe_file;
-pub mod seccomp;
+pub mod run;
+pub mod serve;
 pub mod skill;
-pub mod spawn;
-#[allow(unsafe_code)]
-pub mod sys;
-pub mod sysctl;
 
-pub mod command;
-pub mod environment;
-pub mod jsonl;
+/// Run untrusted code in a layered Linux sandbox.
+#[derive(Debug, Parser)]
+#[command(name = "sandbox", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
 
-// The fuzz targets' entry points (fuzz/), not part of the documented API.
-#[doc(hidden)]
-pub mod fuzzing;
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a command inside a sandbox; exits with the command's status.
+    Run(Box<run::RunArgs>),
+    /// List, show and check profiles.
+    #[command(subcommand)]
+    Profile(profile::ProfileCommand),
+    /// List, show and check skills.
+    #[command(subcommand)]
+    Skill(skill::SkillCommand),
+    /// List and revoke stored broker grants.
+    #[command(subcommand)]
+    Grants(grants::GrantsCommand),
+    /// Send one request to the broker from inside a sandbox and print the result.
+    Ipc(ipc::IpcArgs),
+    /// Show what this kernel and environment support, and what each built-in profile would enforce.
+    Doctor(doctor::DoctorArgs),
+    /// Serve the run API on a Unix socket (docs/src/daemon.md).
+    Daemon(daemon::DaemonArgs),
+    /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
+    Serve(serve::ServeArgs),
+    /// List the runs of `sandbox daemon` (yours, or all with see_all).
+    Ps(daemon_client::PsArgs),
+    /// Print a daemon run's output (-f: follow it to the end).
+    Logs(daemon_client::LogsArgs),
+    /// Cancel a daemon run: SIGTERM, then every process killed after the daemon's grace.
+    Cancel(daemon_client::CancelArgs),
+    /// List the open questions of your daemon runs, or answer one.
+    Approvals(daemon_client::ApprovalsArgs),
+    /// Be an OCI runtime (runc's command line) for Podman, containerd, CRI-O and Docker (docs/src/oci.md).
+    #[command(disable_help_flag = true)]
+    Oci {
+        /// runc's arguments: global flags, then create, start, state, kill, delete, exec, ...
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
+    /// The daemon's fork server (internal).
+    #[command(name = "__launch", hide = true)]
+    Launch(launch::LaunchArgs),
+    /// One skill process of `sandbox serve` (internal).
+    #[command(name = "__skill-host", hide = true)]
+    SkillHost(skill::HostArgs),
+    /// Shell completions and man pages from these definitions (packaging).
+    #[command(name = "__generate", hide = true)]
+    Generate(generate::GenerateArgs),
+}
 
-pub use command::{Child, Command, ExitStatus, Finished};
-pub use profile::policy::Policy;
-pub use spawn::{Report, SpawnError, Stdio};
+/// A command-line value that cannot be used (an unknown profile, a path
+/// that does not exist, a malformed `--secret`): exit 2 like clap's own
+/// errors, because nothing was tried. 125 stays "the sandbox failed".
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Exit status of a usage error.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Exit status when the sandbox itself failed (as `env`, `timeout` and
+/// container tools use 125), distinct from the command's own statuses and
+/// from 126/127.
+pub const EXIT_SANDBOX_FAILED: i32 = 125;
+
+/// Parse the command line, run the subcommand, return the process exit
+/// status. `L` says which faces this executable runs itself (src/faces.rs).
+pub fn main<L: faces::Linked>() -> i32 {
+    if let Err(err) = sandbox::os::ensure_stdio_open() {
+        eprintln!("sandbox: cannot open /dev/null for a closed standard stream: {err}");
+        return EXIT_SANDBOX_FAILED;
+    }
+    // An engine runs its runtime by path with runc's command line: as the
+    // `sandbox-runc` link, or as `sandbox oci`, before clap sees anything.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.first().is_some_and(|a| faces::started_as_runtime(a)) {
+        return L::oci(args[1..].to_vec());
+    }
+    if args.get(1).is_some_and(|a| a == "oci") {
+        return L::oci(args[2..].to_vec());
+    }
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => match daemon_client::daemon_of_run(&args) {
+            Ok(Some(socket)) => daemon_client::run_remote(*args, socket),
+            Ok(None) => run::run(*args),
+            Err(err) => Err(err.into()),
+        },
+        Command::Profile(cmd) => profile::run(cmd),
+        Command::Doctor(args) => doctor::run(args),
+        Command::Ipc(args) => ipc::run(args),
+        Command::Grants(cmd) => grants::run(cmd),
+        Command::Skill(cmd) => skill::run(cmd),
+        Command::Serve(args) if args.mcp => L::serve_mcp(args),
+        Command::Serve(args) => serve::run(args),
+        Command::Daemon(args) => L::daemon(args),
+        Command::SkillHost(args) => skill::host(args),
+        Command::Ps(args) => daemon_client::ps(args),
+        Command::Logs(args) => daemon_client::logs(args),
+        Command::Cancel(args) => daemon_client::cancel(args),
+        Command::Approvals(args) => daemon_client::approvals(args),
+        Command::Launch(args) => launch::run(args),
+        Command::Generate(args) => generate::run(args),
+        Command::Oci { args } => return L::oci(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("sandbox: {err:#}");
+            if err.downcast_ref::<UsageError>().is_some() {
+                return EXIT_USAGE;
+            }
+            if let Some(client) = err.downcast_ref::<client::ClientError>() {
+                return client.exit_status();
+            }
+            EXIT_SANDBOX_FAILED
+        }
+    }
+}

@@ -1,10 +1,10 @@
 //! The `sandbox` command. Thin: parse arguments, dispatch, turn errors into
 //! a message and an exit status. `sandbox daemon`, `sandbox serve --mcp`
 //! and `sandbox oci` run from their own executables (src/bin/*.rs, found
-//! by src/cli/faces.rs), so this one, which every cold `sandbox run`
+//! by src/faces.rs), so this one, which every cold `sandbox run`
 //! starts, links none of them.
 #![forbid(unsafe_code)]
-mod cli;
+use sandbox_cli as cli;
 
 /// Every face in its own executable.
 struct Core;

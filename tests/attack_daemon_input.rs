@@ -255,7 +255,7 @@ fn log_read_positions(daemon: &Daemon, log: &Path) -> Vec<u64> {
 /// left such a line in the file between reads, each follower held it:
 /// 128 followers (a caller may hold 256 connections) made 256 MiB. Once
 /// the line ends, every follower sends it, and the caller's stream budget
-/// (src/daemon/budget.rs) bounds how much of that is in flight.
+/// (crates/sandbox-daemon/src/budget.rs) bounds how much of that is in flight.
 #[test]
 fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
     let test = "followers_of_an_unended_line_under_the_limit_do_not_each_hold_it";
@@ -274,7 +274,7 @@ fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
     let head = b"{\"seq\":1000000,\"time_ms\":1,\"type\":\"stdout\",\"data\":\"";
     let tail = b"\"}\n";
     let filler =
-        sandbox::daemon::log::LOG_LINE_LIMIT - head.len() - tail.len() - "unended-line-ends".len();
+        sandbox_daemon::log::LOG_LINE_LIMIT - head.len() - tail.len() - "unended-line-ends".len();
     file.write_all(head).expect("append");
     file.write_all(&vec![b'y'; filler]).expect("append");
     let size = std::fs::metadata(&log).expect("log").len();
@@ -313,7 +313,7 @@ fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
     assert!(
         held < RSS_GROWTH_BOUND_KIB,
         "{MANY} followers of an unended {} MiB line grew the daemon by {} MiB",
-        sandbox::daemon::log::LOG_LINE_LIMIT >> 20,
+        sandbox_daemon::log::LOG_LINE_LIMIT >> 20,
         held >> 10
     );
     // Once the line ends each follower hands it out whole, and the
@@ -323,7 +323,7 @@ fn followers_of_an_unended_line_under_the_limit_do_not_each_hold_it() {
     assert!(
         in_all < RSS_GROWTH_BOUND_KIB,
         "{MANY} followers handing out one {} MiB line grew the daemon by {} MiB",
-        sandbox::daemon::log::LOG_LINE_LIMIT >> 20,
+        sandbox_daemon::log::LOG_LINE_LIMIT >> 20,
         in_all >> 10
     );
     let end = cancel_and_wait(&daemon, &id);

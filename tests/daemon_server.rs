@@ -415,8 +415,8 @@ fn a_restart_kills_a_recorded_process_only_while_it_is_the_same_one() {
     let mut survivor = Command::new("/bin/sleep").arg("600").spawn().unwrap();
     let mut bystander = Command::new("/bin/sleep").arg("600").spawn().unwrap();
     {
-        use sandbox::daemon::runs::proc_start_time;
-        use sandbox::daemon::store::{RunRecord, Store};
+        use sandbox_daemon::runs::proc_start_time;
+        use sandbox_daemon::store::{RunRecord, Store};
         let store = Store::open(&state.join("sandbox.db")).unwrap();
         for (id, child, start_offset) in [
             ("00000000000000a1", &survivor, 0),
@@ -1141,7 +1141,7 @@ fn one_uid_cannot_hold_every_connection() {
     ));
     // This uid opens more connections than it may hold, each with half a
     // request, and keeps them.
-    let limit = sandbox::daemon::listener::MAX_CONNECTIONS_PER_UID;
+    let limit = sandbox_daemon::listener::MAX_CONNECTIONS_PER_UID;
     let mut held = Vec::new();
     for _ in 0..limit + 8 {
         let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();

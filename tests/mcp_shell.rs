@@ -1,11 +1,11 @@
-//! The MCP shell tool's engine (`sandbox::mcp::shell`), called as the MCP
+//! The MCP shell tool's engine (`sandbox_mcp::shell`), called as the MCP
 //! front calls it, running the real binary's `sandbox run`.
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbox::mcp::shell::{self, ShellConfig, ShellError, ShellOutcome, ShellRequest};
+use sandbox_mcp::shell::{self, ShellConfig, ShellError, ShellOutcome, ShellRequest};
 use serde_json::{json, Map, Value};
 use support::{Project, Who};
 

@@ -1,4 +1,4 @@
-//! The seccomp compiler (src/seccomp) against libseccomp: every filter the
+//! The seccomp compiler (crates/sandbox/src/seccomp) against libseccomp: every filter the
 //! sandbox builds (the built-in profiles, the set-id guard, the filters of
 //! runs without namespaces and in a user namespace of their own, and
 //! randomly drawn policies) is also built by libseccomp from a statement
@@ -6,7 +6,7 @@
 //! by a small interpreter over the same system calls, architectures and
 //! argument values. Every answer (action and errno) must agree.
 //!
-//! The policy is stated here from the compiler's documentation (src/seccomp
+//! The policy is stated here from the compiler's documentation (crates/sandbox/src/seccomp
 //! module docs and its rule tables' comments), not taken from the compiler:
 //! a wrong layering (what wins over what) shows up as a disagreement as
 //! much as wrong BPF does.
@@ -51,7 +51,7 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 // ---- the policy as stated here ----
 
 /// One test on the low 32 bits of an argument (the kernel reads the
-/// filtered arguments as 32-bit values; see src/seccomp/rules.rs).
+/// filtered arguments as 32-bit values; see crates/sandbox/src/seccomp/rules.rs).
 #[derive(Debug, Clone, Copy)]
 enum Test {
     AnyBit(usize, u32),

@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sandbox::fuzzing::daemon_request(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sandbox_daemon::fuzzing::daemon_request(data));

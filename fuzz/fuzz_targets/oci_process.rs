@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sandbox::fuzzing::oci_process(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sandbox_oci::fuzzing::oci_process(data));

@@ -1,15 +1,14 @@
-//! `sandbox-daemon`: the executable `sandbox daemon` runs (src/cli/faces.rs).
+//! `sandbox-daemon`: the executable `sandbox daemon` runs (src/faces.rs).
 //! The whole command line of `sandbox`, with the daemon's HTTP server and
 //! SQLite store linked in; it starts its fork server (`__launch`) and skill
 //! hosts from itself (/proc/self/exe).
 #![forbid(unsafe_code)]
-#[path = "../cli/mod.rs"]
-mod cli;
+use sandbox_cli as cli;
 
 struct Daemon;
 impl cli::faces::Linked for Daemon {
     fn daemon(args: cli::daemon::DaemonArgs) -> anyhow::Result<i32> {
-        sandbox::daemon::run(sandbox::daemon::Options {
+        sandbox_daemon::run(sandbox_daemon::Options {
             config: args.config,
             socket: args.socket,
             state_dir: args.state_dir,

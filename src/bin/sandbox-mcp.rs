@@ -1,10 +1,9 @@
 //! `sandbox-mcp`: the executable `sandbox serve --mcp` runs
-//! (src/cli/faces.rs). The whole command line of `sandbox`, with the MCP
+//! (src/faces.rs). The whole command line of `sandbox`, with the MCP
 //! SDK linked in; its skill hosts and `shell` tool run from itself
 //! (/proc/self/exe).
 #![forbid(unsafe_code)]
-#[path = "../cli/mod.rs"]
-mod cli;
+use sandbox_cli as cli;
 
 use anyhow::Context;
 
@@ -15,7 +14,7 @@ impl cli::faces::Linked for Mcp {
         let options = cli::serve::options(args)?;
         let shell = if with_shell {
             Some(
-                sandbox::mcp::ShellTool::new(
+                sandbox_mcp::ShellTool::new(
                     &options.profile,
                     &options.profile_spec,
                     &options.project,
@@ -25,7 +24,7 @@ impl cli::faces::Linked for Mcp {
         } else {
             None
         };
-        sandbox::mcp::serve(options, shell).context("serving skills over MCP")?;
+        sandbox_mcp::serve(options, shell).context("serving skills over MCP")?;
         Ok(0)
     }
 }

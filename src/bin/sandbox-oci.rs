@@ -1,14 +1,13 @@
-//! `sandbox-oci`: the executable `sandbox oci` runs (src/cli/faces.rs), and
+//! `sandbox-oci`: the executable `sandbox oci` runs (src/faces.rs), and
 //! the one the `sandbox-runc` link names, so that a container engine's
 //! every runtime call starts it directly.
 #![forbid(unsafe_code)]
-#[path = "../cli/mod.rs"]
-mod cli;
+use sandbox_cli as cli;
 
 struct Oci;
 impl cli::faces::Linked for Oci {
     fn oci(args: Vec<std::ffi::OsString>) -> i32 {
-        sandbox::oci::main(args)
+        sandbox_oci::main(args)
     }
 }
 

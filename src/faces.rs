@@ -1,0 +1,197 @@
+//! The faces: `sandbox daemon`, `sandbox serve --mcp` and `sandbox oci`
+//! (`sandbox-runc`) run from executables of their own, installed beside
+//! `sandbox` (`sandbox-daemon`, `sandbox-mcp`, `sandbox-oci`), so that the
+//! binary every cold `sandbox run` maps, relocates and starts does not carry
+//! an HTTP server, SQLite or the MCP SDK (issue 31; scripts/bench-size).
+//!
+//! Each executable is this same command line (src/bin/*.rs call this crate's
+//! `main`)
+//! with its own face linked in: `main` is generic over [`Linked`], and a
+//! face the executable does not link is a default method that execs the
+//! executable which does, with the command line unchanged. The linker then
+//! drops from each binary the code its `Linked` never names.
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use super::{daemon::DaemonArgs, serve::ServeArgs};
+
+/// A command whose code lives in its own executable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Face {
+    Daemon,
+    Mcp,
+    Oci,
+}
+
+impl Face {
+    /// The executable's file name.
+    pub fn program(self) -> &'static str {
+        match self {
+            Face::Daemon => "sandbox-daemon",
+            Face::Mcp => "sandbox-mcp",
+            Face::Oci => "sandbox-oci",
+        }
+    }
+
+    fn command(self) -> &'static str {
+        match self {
+            Face::Daemon => "sandbox daemon",
+            Face::Mcp => "sandbox serve --mcp",
+            Face::Oci => "sandbox oci",
+        }
+    }
+}
+
+/// The faces an executable runs in its own process; every other one is
+/// handed to its executable by `exec`.
+pub trait Linked {
+    fn daemon(_args: DaemonArgs) -> anyhow::Result<i32> {
+        Err(exec(Face::Daemon).into())
+    }
+
+    fn serve_mcp(_args: ServeArgs) -> anyhow::Result<i32> {
+        Err(exec(Face::Mcp).into())
+    }
+
+    fn oci(_args: Vec<OsString>) -> i32 {
+        eprintln!("sandbox: {:#}", anyhow::Error::from(exec(Face::Oci)));
+        super::EXIT_SANDBOX_FAILED
+    }
+}
+
+/// Below the prefix of the executable's own directory: where a
+/// distribution puts programs that only other programs run (the .deb:
+/// /usr/libexec/sandbox for /usr/bin/sandbox; the tarball the same below
+/// /usr/local).
+const LIBEXEC: &str = "libexec/sandbox";
+
+/// Why a face could not be executed.
+#[derive(Debug, thiserror::Error)]
+pub enum FaceError {
+    #[error(
+        "`{command}`: cannot find this executable (/proc/self/exe) to look beside it: {source}"
+    )]
+    OwnPath {
+        command: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "`{command}` runs {program}, which is missing (looked for {tried}); \
+         reinstall the sandbox package, or run `cargo build --release`, which builds every executable"
+    )]
+    Missing {
+        command: &'static str,
+        program: &'static str,
+        tried: String,
+    },
+    #[error("`{command}`: executing {path}: {source}")]
+    Exec {
+        command: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Replace this process by `face`'s executable with the same arguments,
+/// environment and descriptors (a systemd socket's LISTEN_FDS and
+/// LISTEN_PID stay true: the pid does not change). Returns only on failure.
+pub fn exec(face: Face) -> FaceError {
+    use std::os::unix::process::CommandExt;
+    let own = match std::fs::read_link("/proc/self/exe") {
+        Ok(own) => own,
+        Err(source) => {
+            return FaceError::OwnPath {
+                command: face.command(),
+                source,
+            }
+        }
+    };
+    let candidates = candidates(&own, face);
+    let Some(path) = candidates.iter().find(|path| path.is_file()) else {
+        return FaceError::Missing {
+            command: face.command(),
+            program: face.program(),
+            tried: candidates
+                .iter()
+                .map(|path| path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" and "),
+        };
+    };
+    let mut args = std::env::args_os();
+    // argv[0] as given: `sandbox-runc` is recognised by it.
+    let argv0 = args.next().unwrap_or_else(|| OsString::from("sandbox"));
+    let source = std::process::Command::new(path)
+        .arg0(&argv0)
+        .args(args)
+        .exec();
+    FaceError::Exec {
+        command: face.command(),
+        path: path.clone(),
+        source,
+    }
+}
+
+/// Where `face`'s executable is looked for, in order: beside the running
+/// binary, then in the libexec directory of its prefix. Both are derived
+/// from the kernel's record of the running executable, never from PATH or
+/// any other part of the environment, so a caller cannot choose which
+/// program `sandbox daemon` (run as root by systemd) executes; and beside
+/// comes first because the executables of one build (target/release,
+/// `cargo install`, an unpacked tarball) are meant to run together.
+fn candidates(own: &Path, face: Face) -> Vec<PathBuf> {
+    let dir = own.parent().unwrap_or(Path::new("/"));
+    let program = OsStr::new(face.program());
+    let beside = dir.join(program);
+    // The prefix is the directory's parent as written (/proc/self/exe is
+    // already free of links), not `dir/..` resolved again on disk.
+    let prefix = dir.parent().unwrap_or(Path::new("/"));
+    let libexec = prefix.join(LIBEXEC).join(program);
+    vec![beside, libexec]
+}
+
+/// Whether this program was started as `sandbox-runc` (a link to it), in
+/// which case its whole command line is runc's.
+pub fn started_as_runtime(argv0: &OsStr) -> bool {
+    Path::new(argv0)
+        .file_name()
+        .is_some_and(|name| name == "sandbox-runc")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn faces_are_looked_for_beside_the_binary_then_in_its_libexec() {
+        assert_eq!(
+            candidates(Path::new("/usr/bin/sandbox"), Face::Daemon),
+            [
+                PathBuf::from("/usr/bin/sandbox-daemon"),
+                PathBuf::from("/usr/libexec/sandbox/sandbox-daemon")
+            ]
+        );
+        assert_eq!(
+            candidates(Path::new("/usr/local/bin/sandbox"), Face::Oci),
+            [
+                PathBuf::from("/usr/local/bin/sandbox-oci"),
+                PathBuf::from("/usr/local/libexec/sandbox/sandbox-oci")
+            ]
+        );
+    }
+
+    #[test]
+    fn a_missing_face_names_where_it_looked_and_the_fix() {
+        let err = FaceError::Missing {
+            command: Face::Mcp.command(),
+            program: Face::Mcp.program(),
+            tried: "/a/sandbox-mcp and /libexec/sandbox/sandbox-mcp".into(),
+        };
+        let text = err.to_string();
+        assert!(text.contains("/a/sandbox-mcp"), "{text}");
+        assert!(text.contains("reinstall"), "{text}");
+        assert!(text.contains("cargo build --release"), "{text}");
+    }
+}
