@@ -1,3 +1,3 @@
 #![no_main]
 
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sandbox::fuzzing::proxy_socks5(data));
+libfuzzer_sys::fuzz_target!(|data: &[u8]| sandbox_net::fuzzing::proxy_socks5(data));

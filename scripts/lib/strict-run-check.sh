@@ -25,3 +25,10 @@ verdict=$(sandbox run --profile strict -- sh -c '
     exit 1
 }
 echo "strict run as $who: wrote out.txt, could not read /etc/shadow nor $HOME/secret.txt" >&2
+# An allowlist run: its proxy is a program of its own (sandbox-net,
+# installed beside the faces), which the run does not start without.
+sandbox run --profile strict --net allow:example.invalid -- sh -c 'test -n "$HTTPS_PROXY"' || {
+    echo "an allowlist run as $who failed (status $?): is sandbox-net installed?" >&2
+    exit 1
+}
+echo "allowlist run as $who: started its net process" >&2

@@ -22,7 +22,7 @@ step "the package's files are in place"
 dpkg -L sandbox >/tmp/sandbox.files
 for path in /usr/bin/sandbox /etc/apparmor.d/sandbox \
     /usr/libexec/sandbox/sandbox-daemon /usr/libexec/sandbox/sandbox-mcp \
-    /usr/libexec/sandbox/sandbox-oci \
+    /usr/libexec/sandbox/sandbox-oci /usr/libexec/sandbox/sandbox-net \
     /usr/lib/systemd/system/sandbox.service /usr/lib/systemd/system/sandbox.socket \
     /usr/share/man/man1/sandbox.1.gz /usr/share/man/man1/sandbox-run.1.gz \
     /usr/share/bash-completion/completions/sandbox \

@@ -383,14 +383,20 @@ fn reachable_by_others(path: &Path) -> bool {
 /// below a private directory (a CI clone under `mktemp -d`, a home
 /// directory); then the binary is copied to a world-readable directory
 /// (atomically, by rename, so a running copy is never overwritten).
-/// The faces' executables (`sandbox daemon`, `serve --mcp`, `oci`), which
-/// `sandbox` looks for beside itself, are staged beside the copy too.
+/// The other executables `sandbox` looks for beside itself (the faces of
+/// `sandbox daemon`, `serve --mcp` and `oci`, and a run's net process) are
+/// staged beside the copy too.
 pub fn binary_for_test_user() -> PathBuf {
     static PATH: OnceLock<PathBuf> = OnceLock::new();
     PATH.get_or_init(|| {
         let original = Path::new(sandbox_bin());
         if let Some(dir) = original.parent() {
-            for face in ["sandbox-daemon", "sandbox-mcp", "sandbox-oci"] {
+            for face in [
+                "sandbox-daemon",
+                "sandbox-mcp",
+                "sandbox-oci",
+                "sandbox-net",
+            ] {
                 let path = dir.join(face);
                 if path.exists() {
                     staged_for_test_user(&path, face);

@@ -104,26 +104,6 @@ pub fn builtin_policy(name: &str) -> Option<&'static Policy> {
         .map(|(_, policy)| policy)
 }
 
-/// A client's request head and body at the allowlist proxy.
-pub fn proxy_request(bytes: &[u8]) {
-    crate::net::proxy::fuzzing::request(bytes);
-}
-
-/// An upstream's response as the proxy relays it.
-pub fn proxy_response(bytes: &[u8]) {
-    crate::net::proxy::fuzzing::response(bytes);
-}
-
-/// A chunked body as the proxy forwards it.
-pub fn proxy_chunked(bytes: &[u8]) {
-    crate::net::proxy::fuzzing::chunked(bytes);
-}
-
-/// A SOCKS5 greeting and request at the proxy.
-pub fn proxy_socks5(bytes: &[u8]) {
-    crate::net::proxy::fuzzing::socks5(bytes);
-}
-
 /// Run `run` on every input of the checked-in corpus `fuzz/corpus/TARGET`
 /// (the seeds and the inputs that once crashed), so that `cargo test` of
 /// each crate keeps what the fuzzers found fixed without a nightly
@@ -165,21 +145,5 @@ mod tests {
     #[test]
     fn broker_message() {
         replay("broker_message", super::broker_message);
-    }
-    #[test]
-    fn proxy_request() {
-        replay("proxy_request", super::proxy_request);
-    }
-    #[test]
-    fn proxy_response() {
-        replay("proxy_response", super::proxy_response);
-    }
-    #[test]
-    fn proxy_chunked() {
-        replay("proxy_chunked", super::proxy_chunked);
-    }
-    #[test]
-    fn proxy_socks5() {
-        replay("proxy_socks5", super::proxy_socks5);
     }
 }

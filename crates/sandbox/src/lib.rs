@@ -46,6 +46,7 @@ pub mod sysctl;
 
 pub mod command;
 pub mod environment;
+pub mod installed;
 pub mod jsonl;
 
 // The fuzz targets' entry points (fuzz/), not part of the documented API.

@@ -7,7 +7,7 @@
 pub use crate::sys::epoll::WaitSet;
 pub use crate::sys::fd::{
     adopt_inherited, adopt_inherited_socket, cloexec_from, dup_at_or_above, ensure_stdio_open,
-    exec_with_placed, redirect_standard_stream, standard_stream,
+    exec_with_placed, for_each_received_fd, redirect_standard_stream, standard_stream,
 };
 pub use crate::sys::fork::{die_with_spawner, fork_keeping_only, ForkError};
 pub use crate::sys::fs_identity::with_fs_identity;

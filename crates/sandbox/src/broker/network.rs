@@ -167,7 +167,7 @@ impl Network {
         if let Host::Ip(_) = host {
             return Verdict {
                 decision: Decision::Deny,
-                rule: crate::net::proxy::ADDRESS_LITERAL_RULE.to_string(),
+                rule: crate::net::ADDRESS_LITERAL_RULE.to_string(),
             };
         }
         // A payload naming a new host in every attempt would keep a

@@ -9,7 +9,7 @@
 //!   bypasses every name check, so it must be listed on its own);
 //! - `1.2.3.4`, `[::1]`, `10.0.0.0/8`, `[fd00::/8]`: an address or a range.
 //!   It allows connecting to the literal, and it lets a name that resolved
-//!   into the range through the address checks ([`crate::net::address`]
+//!   into the range through the address checks (the net process's, which
 //!   refuses loopback, private and metadata addresses otherwise).
 //!
 //! Each optionally ends in `:PORT` or `:*`; without a port an entry covers

@@ -90,6 +90,33 @@ pub enum FetchOutcome {
     },
 }
 
+/// What the net process serves: the first line the supervisor sends it,
+/// before any [`ToNet`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NetStart {
+    /// The supervisor's pid: the net process ends at once if its parent is
+    /// another (the supervisor died before the parent-death signal was
+    /// armed).
+    pub supervisor: i32,
+    /// The allowlist, entries as a profile writes them.
+    pub allow: Vec<String>,
+    /// Names fixed to an address (`[network] resolve`).
+    pub pins: std::collections::BTreeMap<String, std::net::IpAddr>,
+    /// The run's system call policy, which the net process applies to
+    /// itself with exec refused too.
+    pub syscalls: Option<crate::seccomp::policy::SyscallPolicy>,
+    /// Whether init hands over the proxy's listening socket on
+    /// [`LISTENER_SOURCE_FD`] (allowlist mode); without it the process
+    /// serves `net.http` alone.
+    pub proxy: bool,
+}
+
+/// The descriptor the net process finds its link on.
+pub const LINK_FD: i32 = 3;
+/// The descriptor on which init's listening socket arrives, when
+/// [`NetStart::proxy`].
+pub const LISTENER_SOURCE_FD: i32 = 4;
+
 /// From the broker to the net process.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -159,6 +186,15 @@ impl SupervisorEnd {
 
     /// Queue a message and write what the socket takes now.
     pub fn send(&mut self, message: &ToNet) {
+        self.queue(message);
+    }
+
+    /// Queue the net process's start, its first line.
+    pub(crate) fn send_start(&mut self, start: &NetStart) {
+        self.queue(start);
+    }
+
+    fn queue(&mut self, message: &impl Serialize) {
         if self.closed {
             return;
         }

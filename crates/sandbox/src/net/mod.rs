@@ -3,26 +3,30 @@
 //! A sandbox with an allowlist keeps its own network namespace, whose only
 //! interface is loopback. Init listens there on [`PROXY_PORT`] and hands
 //! the listening socket to the run's *net process*, a child of the
-//! supervisor that lives in the supervisor's network namespace. That
-//! process accepts the sandbox's connections, speaks HTTP CONNECT, plain
-//! HTTP forwarding and SOCKS5 ([`proxy`]), decides on the name the client
-//! asked for ([`allow`]), resolves it itself and refuses addresses a name
-//! must not lead to ([`address`], [`resolve`]), and performs the broker's
-//! `net.http` requests ([`fetch`]). Names that are not listed are decided
-//! by the run's broker (rules, grants, a person), which also audits and
-//! counts every decision.
+//! supervisor that lives in the supervisor's network namespace: the
+//! `sandbox-net` program (crates/sandbox-net), started by [`process`] and
+//! spoken to over [`link`]. That process accepts the sandbox's
+//! connections, speaks HTTP CONNECT, plain HTTP forwarding and SOCKS5,
+//! decides on the name the client asked for ([`allow`], shared with the
+//! profile checks and the broker), resolves it itself and refuses
+//! addresses a name must not lead to, and performs the broker's
+//! `net.http` requests ([`fetch`] holds their types). Names that are not
+//! listed are decided by the run's broker (rules, grants, a person), which
+//! also audits and counts every decision.
 //!
 //! A client that ignores the proxy variables has no route at all: nothing
 //! but the proxy leads out of the namespace.
 
-pub mod address;
 pub mod allow;
 pub mod fetch;
 pub mod link;
 pub mod process;
-pub mod proxy;
-pub mod resolve;
-pub mod splice;
+
+/// The rule that refuses a connection to an address written as such
+/// (`CONNECT 10.0.0.1:443`), whatever the allowlist lists: the proxy and
+/// the broker's `net.http` both name it.
+pub const ADDRESS_LITERAL_RULE: &str =
+    "network: an address, not a name, and network.allow does not list it";
 
 /// The port the proxy listens on inside the sandbox, on 127.0.0.1 (the
 /// sandbox's own loopback: a fresh namespace, so it is always free).

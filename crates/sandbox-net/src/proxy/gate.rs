@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use super::super::allow::{Host, DEFAULT_PORTS};
 use super::{Proxy, Record, Target, ADDRESS_LITERAL_RULE};
+use sandbox::net::allow::{Host, DEFAULT_PORTS};
 
 /// How long connecting to one upstream address may take.
 pub(super) const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
-use super::super::allow::Allowlist;
-use super::super::resolve::Resolver;
 use super::{serve, Gate, Record, Target, Verdict};
+use crate::resolve::Resolver;
+use sandbox::net::allow::Allowlist;
 
 /// Allows the names it lists, refuses the others; keeps what it saw.
 #[derive(Default)]

@@ -12,7 +12,6 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::super::allow::Host;
 use super::gate::one_target_rule;
 use super::http1::{
     absolute_uri, authority_parts, bad_request, copy_body, keeps_alive, read_request,
@@ -21,6 +20,7 @@ use super::http1::{
 };
 use super::inbound::Inbound;
 use super::{Proxy, HEAD_TIMEOUT};
+use sandbox::net::allow::Host;
 
 /// How much of a plain HTTP request's URL the audit keeps.
 pub(super) const REQUESTED_LIMIT: usize = 256;
@@ -140,7 +140,7 @@ pub(super) async fn relay(
         upstream.write_all(&buf).await?;
     }
     let client = io.reunite(write).map_err(io::Error::other)?;
-    super::super::splice::relay(&client, &upstream).await
+    crate::splice::relay(&client, &upstream).await
 }
 
 /// A request refused by policy before any decision (403, audited).

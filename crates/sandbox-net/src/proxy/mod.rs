@@ -35,8 +35,8 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
-use super::allow::{Allowlist, Host};
-use super::resolve::Resolver;
+use crate::resolve::Resolver;
+use sandbox::net::allow::{Allowlist, Host};
 
 mod connect;
 mod forward;
@@ -65,9 +65,7 @@ const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 /// Beyond it, connections wait in the listen queue until one ends.
 pub const MAX_CONNECTIONS: usize = 256;
 
-/// The rule an unlisted IP literal is refused under.
-pub const ADDRESS_LITERAL_RULE: &str =
-    "network: an address, not a name, and network.allow does not list it";
+pub use sandbox::net::ADDRESS_LITERAL_RULE;
 
 /// What a client asked to reach.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,8 +11,8 @@ use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::super::allow::Host;
 use super::inbound::Inbound;
+use sandbox::net::allow::Host;
 
 pub(super) fn bad_request(message: String) -> HttpOutcome {
     HttpOutcome::Answer("400 Bad Request", message)

@@ -7,11 +7,11 @@ use tokio::io::{AsyncRead, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 
-use super::super::allow::Host;
 use super::forward::relay;
 use super::gate::Failure;
 use super::inbound::Inbound;
 use super::Proxy;
+use sandbox::net::allow::Host;
 
 impl Proxy {
     pub(super) async fn socks(

@@ -7,13 +7,13 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::super::allow::split_target;
 use super::forward::Request;
 use super::http1::{
     copy_body, copy_chunked, keeps_alive, parse_request, relay_response, request_body, values,
 };
 use super::inbound::Inbound;
 use super::socks::{socks_greeting, socks_request, SocksRequest};
+use sandbox::net::allow::split_target;
 
 fn block_on<F: Future>(future: F) -> F::Output {
     thread_local! {

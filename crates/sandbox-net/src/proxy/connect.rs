@@ -10,13 +10,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::time::Instant;
 
-use super::super::allow::split_target;
 use super::forward::Request;
 use super::gate::Failure;
 use super::http1::{bad_request, HttpOutcome};
 use super::http1::{read_request, HEAD_LIMIT};
 use super::inbound::Inbound;
 use super::Proxy;
+use sandbox::net::allow::split_target;
 
 /// After a refusal, unread request bytes are drained this long before
 /// closing, so that the kernel does not answer them with a reset that

@@ -2,7 +2,7 @@
 //!
 //! Only names that were already allowed come here: resolving a refused name
 //! would itself tell its DNS server about it. The resolver answers with the
-//! addresses that passed the address checks ([`crate::net::address`]), and
+//! addresses that passed the address checks ([`crate::address`]), and
 //! the caller connects to exactly those: resolving again at connect time
 //! would let a DNS server that answers differently the second time (DNS
 //! rebinding) choose an address nobody checked.
@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
-use super::address::{classify, AddressClass};
-use super::allow::{Allowlist, Host};
+use crate::address::{classify, AddressClass};
+use sandbox::net::allow::{Allowlist, Host};
 
 /// How long the system resolver may take for one name; getaddrinfo itself
 /// may retry for much longer when no DNS server answers.
@@ -46,7 +46,7 @@ pub struct Resolver {
 impl Resolver {
     /// `pins` map names to the one address they resolve to (like curl's
     /// `--resolve`), `own` are this host's interface addresses
-    /// ([`crate::net::address::host_addresses`]).
+    /// ([`crate::address::host_addresses`]).
     pub fn new(allow: Arc<Allowlist>, pins: BTreeMap<String, IpAddr>, own: Vec<IpAddr>) -> Self {
         let pins = pins
             .into_iter()
