@@ -4,6 +4,12 @@
 //! current-thread tokio runtime that only the client commands build: a
 //! local `sandbox run` must stay single-threaded and runtime-free, because
 //! it clones its sandbox from its own main thread.
+//!
+//! Naming the socket ([`resolve_socket`], [`socket_from_env`]) touches
+//! neither HTTP nor the runtime and fails with [`NoSocket`], not
+//! [`ClientError`]: `sandbox` itself decides with it whether a run goes to
+//! a daemon, and hands only a remote run to `sandbox-daemon`, which links
+//! this client (src/faces.rs).
 use std::path::{Path, PathBuf};
 
 use http_body_util::{BodyExt, Full};
@@ -41,8 +47,8 @@ pub enum ClientError {
         error: std::io::Error,
     },
     /// No socket can be named (no `$XDG_RUNTIME_DIR` for a user).
-    #[error("no daemon socket: {0} (pass --daemon=SOCKET or set {ENV_VAR}=SOCKET)")]
-    NoSocket(String),
+    #[error(transparent)]
+    NoSocket(#[from] NoSocket),
     /// The HTTP exchange failed half-way.
     #[error("talking to the daemon at {socket} ({step}): {error} (is the daemon still running?)", socket = socket.display())]
     Http {
@@ -82,6 +88,13 @@ pub enum ClientError {
     Runtime(std::io::Error),
 }
 
+/// No socket can be named (no `$XDG_RUNTIME_DIR` for a user): a usage
+/// error (exit 2). Its own type, free of HTTP, so that `sandbox`, which
+/// names the socket of a run before handing it over, links no client.
+#[derive(Debug, thiserror::Error)]
+#[error("no daemon socket: {0} (pass --daemon=SOCKET or set {ENV_VAR}=SOCKET)")]
+pub struct NoSocket(String);
+
 impl ClientError {
     /// The exit status of a client command that failed this way: 2 when
     /// the daemon refused the request itself (4xx but 429: nothing was run,
@@ -100,13 +113,13 @@ impl ClientError {
 
 /// The daemon's default socket: `/run/sandbox/sandbox.sock` for root,
 /// `$XDG_RUNTIME_DIR/sandbox.sock` for anyone else.
-pub fn default_socket() -> Result<PathBuf, ClientError> {
+pub fn default_socket() -> Result<PathBuf, NoSocket> {
     if nix::unistd::geteuid().is_root() {
         return Ok(PathBuf::from("/run/sandbox/sandbox.sock"));
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(dir) if !dir.is_empty() => Ok(PathBuf::from(dir).join("sandbox.sock")),
-        _ => Err(ClientError::NoSocket(
+        _ => Err(NoSocket(
             "XDG_RUNTIME_DIR is not set, so there is no default socket".into(),
         )),
     }
@@ -114,11 +127,11 @@ pub fn default_socket() -> Result<PathBuf, ClientError> {
 
 /// What `SANDBOX_DAEMON` asks for: `None` when unset, empty or `0`, the
 /// default socket for `1`, else the path it names.
-pub fn socket_from_env() -> Result<Option<PathBuf>, ClientError> {
+pub fn socket_from_env() -> Result<Option<PathBuf>, NoSocket> {
     socket_from_value(std::env::var_os(ENV_VAR).as_deref())
 }
 
-fn socket_from_value(value: Option<&std::ffi::OsStr>) -> Result<Option<PathBuf>, ClientError> {
+fn socket_from_value(value: Option<&std::ffi::OsStr>) -> Result<Option<PathBuf>, NoSocket> {
     match value {
         None => Ok(None),
         Some(v) if v.is_empty() || v == "0" => Ok(None),
@@ -132,7 +145,7 @@ fn socket_from_value(value: Option<&std::ffi::OsStr>) -> Result<Option<PathBuf>,
 /// `--daemon` (an empty path) names no socket, so the variable still
 /// decides: an integrator sets `SANDBOX_DAEMON` once and passes the flag
 /// everywhere.
-pub fn resolve_socket(flag: Option<&Path>) -> Result<PathBuf, ClientError> {
+pub fn resolve_socket(flag: Option<&Path>) -> Result<PathBuf, NoSocket> {
     if let Some(path) = flag.filter(|path| !path.as_os_str().is_empty()) {
         return Ok(path.to_path_buf());
     }

@@ -3,22 +3,32 @@
 //! `sandbox` (`sandbox-daemon`, `sandbox-mcp`, `sandbox-oci`), so that the
 //! binary every cold `sandbox run` maps, relocates and starts does not carry
 //! an HTTP server, SQLite or the MCP SDK (issue 31; scripts/bench-size).
+//! The daemon's client commands (`sandbox ps`, `logs`, `cancel`,
+//! `approvals`, and a run sent to a daemon with `--daemon` or
+//! `SANDBOX_DAEMON`) run from `sandbox-daemon` too, so that `sandbox` links
+//! no HTTP client or async runtime either: it only names the socket of a
+//! run to tell a remote run from a local one (src/daemon_client).
 //!
 //! Each executable is this same command line (src/bin/*.rs call this crate's
 //! `main`)
 //! with its own face linked in: `main` is generic over [`Linked`], and a
 //! face the executable does not link is a default method that execs the
 //! executable which does, with the command line unchanged. The linker then
-//! drops from each binary the code its `Linked` never names.
+//! drops from each binary the code its `Linked` never names. The exec keeps
+//! the pid, the environment and every descriptor not marked close-on-exec
+//! (standard streams, `--report-fd N`, a systemd socket), so the face sees
+//! the process its caller started.
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use super::{daemon::DaemonArgs, serve::ServeArgs};
+use super::{daemon::DaemonArgs, daemon_client::ClientCommand, serve::ServeArgs};
 
 /// A command whose code lives in its own executable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Face {
     Daemon,
+    /// A client command of the daemon (`sandbox ps`...), named for messages.
+    DaemonClient(&'static str),
     Mcp,
     Oci,
 }
@@ -27,7 +37,7 @@ impl Face {
     /// The executable's file name.
     pub fn program(self) -> &'static str {
         match self {
-            Face::Daemon => "sandbox-daemon",
+            Face::Daemon | Face::DaemonClient(_) => "sandbox-daemon",
             Face::Mcp => "sandbox-mcp",
             Face::Oci => "sandbox-oci",
         }
@@ -36,6 +46,7 @@ impl Face {
     fn command(self) -> &'static str {
         match self {
             Face::Daemon => "sandbox daemon",
+            Face::DaemonClient(command) => command,
             Face::Mcp => "sandbox serve --mcp",
             Face::Oci => "sandbox oci",
         }
@@ -47,6 +58,12 @@ impl Face {
 pub trait Linked {
     fn daemon(_args: DaemonArgs) -> anyhow::Result<i32> {
         Err(exec(Face::Daemon).into())
+    }
+
+    /// `sandbox ps`, `logs`, `cancel`, `approvals` and a run sent to a
+    /// daemon: the daemon's client.
+    fn daemon_client(command: ClientCommand) -> anyhow::Result<i32> {
+        Err(exec(Face::DaemonClient(command.name())).into())
     }
 
     fn serve_mcp(_args: ServeArgs) -> anyhow::Result<i32> {
@@ -180,6 +197,13 @@ mod tests {
                 PathBuf::from("/usr/local/libexec/sandbox/sandbox-oci")
             ]
         );
+    }
+
+    #[test]
+    fn the_daemons_client_commands_run_from_the_daemons_executable() {
+        let face = Face::DaemonClient("sandbox ps");
+        assert_eq!(face.program(), Face::Daemon.program());
+        assert_eq!(face.command(), "sandbox ps");
     }
 
     #[test]

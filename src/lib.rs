@@ -3,6 +3,8 @@
 //! links (src/faces.rs).
 use clap::{Parser, Subcommand};
 
+use daemon_client::ClientCommand;
+
 pub mod client;
 pub mod daemon;
 pub mod daemon_client;
@@ -106,7 +108,7 @@ pub fn main<L: faces::Linked>() -> i32 {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => match daemon_client::daemon_of_run(&args) {
-            Ok(Some(socket)) => daemon_client::run_remote(*args, socket),
+            Ok(Some(socket)) => L::daemon_client(ClientCommand::Run(args, socket)),
             Ok(None) => run::run(*args),
             Err(err) => Err(err.into()),
         },
@@ -119,10 +121,10 @@ pub fn main<L: faces::Linked>() -> i32 {
         Command::Serve(args) => serve::run(args),
         Command::Daemon(args) => L::daemon(args),
         Command::SkillHost(args) => skill::host(args),
-        Command::Ps(args) => daemon_client::ps(args),
-        Command::Logs(args) => daemon_client::logs(args),
-        Command::Cancel(args) => daemon_client::cancel(args),
-        Command::Approvals(args) => daemon_client::approvals(args),
+        Command::Ps(args) => L::daemon_client(ClientCommand::Ps(args)),
+        Command::Logs(args) => L::daemon_client(ClientCommand::Logs(args)),
+        Command::Cancel(args) => L::daemon_client(ClientCommand::Cancel(args)),
+        Command::Approvals(args) => L::daemon_client(ClientCommand::Approvals(args)),
         Command::Launch(args) => launch::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Oci { args } => return L::oci(args),
@@ -131,7 +133,9 @@ pub fn main<L: faces::Linked>() -> i32 {
         Ok(code) => code,
         Err(err) => {
             eprintln!("sandbox: {err:#}");
-            if err.downcast_ref::<UsageError>().is_some() {
+            if err.downcast_ref::<UsageError>().is_some()
+                || err.downcast_ref::<client::NoSocket>().is_some()
+            {
                 return EXIT_USAGE;
             }
             if let Some(client) = err.downcast_ref::<client::ClientError>() {

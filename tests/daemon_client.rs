@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::process::{Output, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -152,6 +152,25 @@ fn a_daemon_run_gives_the_bytes_status_and_report_of_a_local_run() {
     let written: Value = serde_json::from_slice(&std::fs::read(&report_file).unwrap()).unwrap();
     assert_eq!(written["exit"]["code"], 0);
     assert_eq!(written["command"], serde_json::json!(["/bin/true"]));
+
+    // `sandbox` hands a daemon run to sandbox-daemon by exec: the
+    // descriptor it inherited must still be open there, and get the report.
+    let fd_file = project.path().join("report-fd.json");
+    let out = Command::new("/bin/sh")
+        .arg("-c")
+        .arg("exec \"$0\" run --report-fd 3 -- /bin/sh -c 'exit 5' 3>\"$1\"")
+        .arg(support::sandbox_bin())
+        .arg(&fd_file)
+        .env("SANDBOX_DAEMON", &daemon.socket)
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(5), "{}", text(&out.stderr));
+    let written = std::fs::read(&fd_file).unwrap();
+    assert!(written.ends_with(b"\n"), "one line: {}", text(&written));
+    let written: Value = serde_json::from_slice(&written).unwrap();
+    assert_eq!(written["exit"]["code"], 5);
 }
 
 #[test]
@@ -688,4 +707,83 @@ fn a_caller_cannot_write_its_runs_log_past_the_supervisor() {
         1,
         "the caller wrote into its run's log ({forged}): {ends:?}"
     );
+}
+
+/// The client commands run from sandbox-daemon (src/faces.rs): `sandbox`
+/// without it beside it says so for them, and still runs locally (here: a
+/// usage error, which a local run finds without any executable of a face).
+#[test]
+fn the_client_commands_need_sandbox_daemon_and_a_local_run_does_not() {
+    let dir = tempfile::Builder::new()
+        .prefix("lonely-sandbox-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let lonely = dir.path().join("sandbox");
+    if std::fs::hard_link(support::sandbox_bin(), &lonely).is_err() {
+        std::fs::copy(support::sandbox_bin(), &lonely).unwrap();
+    }
+    let socket = dir.path().join("no-daemon.sock");
+    for (args, command) in [
+        (vec!["ps"], "sandbox ps"),
+        (vec!["logs", "r1"], "sandbox logs"),
+        (vec!["cancel", "r1"], "sandbox cancel"),
+        (vec!["approvals"], "sandbox approvals"),
+        (vec!["run", "--", "/bin/true"], "sandbox run --daemon"),
+    ] {
+        let out = Command::new(&lonely)
+            .args(&args)
+            .env("SANDBOX_DAEMON", &socket)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "sandbox: `{command}` runs sandbox-daemon, which is missing"
+            )),
+            "{args:?}: {stderr}"
+        );
+    }
+    let out = Command::new(&lonely)
+        .args(["run", "--profile", "no-such-profile", "--", "/bin/true"])
+        .env_remove("SANDBOX_DAEMON")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("sandbox-daemon"), "{stderr}");
+}
+
+/// A user without `XDG_RUNTIME_DIR` has no default socket: `sandbox`
+/// names the run's socket itself, before any executable of a face, and
+/// both it and the client commands refuse with exit 2.
+#[test]
+fn no_default_socket_is_a_usage_error_before_and_after_the_exec() {
+    if !support::require_user_sandbox(
+        "no_default_socket_is_a_usage_error_before_and_after_the_exec",
+    ) {
+        return;
+    }
+    let project = Project::new(Who::User);
+    for args in [vec!["run", "--", "/bin/true"], vec!["ps"]] {
+        let mut cmd = Command::new(support::binary_for_test_user());
+        cmd.args(&args)
+            .env("SANDBOX_DAEMON", "1")
+            .env_remove("XDG_RUNTIME_DIR")
+            .current_dir(project.path())
+            .stdin(Stdio::null());
+        if nix::unistd::geteuid().is_root() {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(support::TEST_UID).gid(support::TEST_GID);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("sandbox: no daemon socket: XDG_RUNTIME_DIR is not set"),
+            "{args:?}: {stderr}"
+        );
+    }
 }

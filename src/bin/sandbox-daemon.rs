@@ -1,7 +1,9 @@
 //! `sandbox-daemon`: the executable `sandbox daemon` runs (src/faces.rs).
 //! The whole command line of `sandbox`, with the daemon's HTTP server and
 //! SQLite store linked in; it starts its fork server (`__launch`) and skill
-//! hosts from itself (/proc/self/exe).
+//! hosts from itself (/proc/self/exe). The daemon's client commands
+//! (`sandbox ps`, `logs`, `cancel`, `approvals`, `run --daemon`) run here
+//! too, so that `sandbox` links no HTTP client.
 #![forbid(unsafe_code)]
 use sandbox_cli as cli;
 
@@ -15,6 +17,10 @@ impl cli::faces::Linked for Daemon {
             verbose: args.verbose,
         })?;
         Ok(0)
+    }
+
+    fn daemon_client(command: cli::daemon_client::ClientCommand) -> anyhow::Result<i32> {
+        command.run()
     }
 }
 

@@ -13,11 +13,17 @@
 //! [`follow`] (a run's event stream, followed across reconnects) and
 //! [`render`] (tables and values as the commands print them). HTTP over
 //! the daemon's socket is [`super::client`]'s.
+//!
+//! They run from `sandbox-daemon` (src/faces.rs): `sandbox` parses them,
+//! and decides with [`daemon_of_run`] whether a run is remote, but hands
+//! every [`ClientCommand`] to that executable, so that the binary every
+//! cold local run starts links no HTTP client and no async runtime.
 use std::path::PathBuf;
 
 use clap::Args;
 
 use super::client::{Client, ClientError};
+use super::run::RunArgs;
 
 mod commands;
 mod follow;
@@ -27,6 +33,42 @@ mod request;
 
 pub use commands::{approvals, cancel, logs, ps, ApprovalsArgs, CancelArgs, LogsArgs, PsArgs};
 pub use remote_run::{daemon_of_run, run_remote};
+
+/// A client command, parsed: what [`super::faces::Linked::daemon_client`]
+/// runs.
+#[derive(Debug)]
+pub enum ClientCommand {
+    /// `sandbox run` sent to the daemon at this socket ([`daemon_of_run`]).
+    Run(Box<RunArgs>, PathBuf),
+    Ps(PsArgs),
+    Logs(LogsArgs),
+    Cancel(CancelArgs),
+    Approvals(ApprovalsArgs),
+}
+
+impl ClientCommand {
+    /// The command as its user typed it, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ClientCommand::Run(..) => "sandbox run --daemon",
+            ClientCommand::Ps(_) => "sandbox ps",
+            ClientCommand::Logs(_) => "sandbox logs",
+            ClientCommand::Cancel(_) => "sandbox cancel",
+            ClientCommand::Approvals(_) => "sandbox approvals",
+        }
+    }
+
+    /// Run it here: in `sandbox-daemon`, which links the client.
+    pub fn run(self) -> anyhow::Result<i32> {
+        match self {
+            ClientCommand::Run(args, socket) => run_remote(*args, socket),
+            ClientCommand::Ps(args) => ps(args),
+            ClientCommand::Logs(args) => logs(args),
+            ClientCommand::Cancel(args) => cancel(args),
+            ClientCommand::Approvals(args) => approvals(args),
+        }
+    }
+}
 
 /// The socket option shared by the client commands.
 #[derive(Debug, Args)]

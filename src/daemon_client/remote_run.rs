@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::follow::{Follow, Sink};
 use super::request::{read_stdin, run_request};
-use crate::client::{segment, Client, ClientError, EventFollower};
+use crate::client::{segment, Client, ClientError, EventFollower, NoSocket};
 use crate::run::limit_messages;
 use crate::run::RunArgs;
 use sandbox::Report;
@@ -19,8 +19,9 @@ use sandbox::Report;
 const BUSY_FOR: std::time::Duration = std::time::Duration::from_secs(120);
 
 /// The daemon `sandbox run` sends its run to, if any: `--daemon[=SOCKET]`,
-/// else `SANDBOX_DAEMON`.
-pub fn daemon_of_run(args: &RunArgs) -> Result<Option<PathBuf>, ClientError> {
+/// else `SANDBOX_DAEMON`. Decided in `sandbox` itself, before a remote run
+/// is handed to `sandbox-daemon` (src/faces.rs): it links no client.
+pub fn daemon_of_run(args: &RunArgs) -> Result<Option<PathBuf>, NoSocket> {
     match &args.daemon {
         Some(path) => crate::client::resolve_socket(Some(Path::new(path))).map(Some),
         None => crate::client::socket_from_env(),
