@@ -20,6 +20,7 @@ pub mod launch;
 pub mod mcp;
 pub mod net;
 pub mod oci;
+pub(crate) mod poll_set;
 pub mod probe;
 pub mod profile;
 pub mod project;
