@@ -37,13 +37,7 @@ impl<'fd> PollSet<'fd> {
         &mut self,
         deadlines: impl IntoIterator<Item = Option<Instant>>,
     ) -> nix::Result<()> {
-        let wait = match deadlines.into_iter().flatten().min() {
-            None => PollTimeout::NONE,
-            Some(at) => {
-                let left = at.saturating_duration_since(Instant::now()).as_millis();
-                PollTimeout::try_from(left.min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
-            }
-        };
+        let wait = timeout_until(deadlines.into_iter().flatten().min(), Instant::now());
         match poll(&mut self.fds, wait) {
             Ok(_) | Err(Errno::EINTR) => Ok(()),
             Err(errno) => Err(errno),
@@ -61,6 +55,20 @@ impl<'fd> PollSet<'fd> {
     pub(crate) fn ready(&self, slot: Option<Slot>) -> bool {
         !self.events(slot).is_empty()
     }
+}
+
+/// The wait from `now` until `deadline`, rounded up to poll's
+/// millisecond: a turn that ends by its deadline finds it passed, where
+/// rounding down woke up to a millisecond early and spun through
+/// zero-length waits until it had. Past `i32::MAX` ms (24 days) it waits
+/// that long and the loop's next turn waits the rest.
+fn timeout_until(deadline: Option<Instant>, now: Instant) -> PollTimeout {
+    let Some(at) = deadline else {
+        return PollTimeout::NONE;
+    };
+    let micros = at.saturating_duration_since(now).as_micros();
+    let millis = micros.div_ceil(1000).min(i32::MAX as u128) as i32;
+    PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
 }
 
 #[cfg(test)]
@@ -109,6 +117,23 @@ mod tests {
         let slot = set.add(read.as_fd(), PollFlags::POLLIN);
         set.wait([None, far, Some(near), None]).unwrap();
         assert!(!set.ready(Some(slot)));
+        assert!(Instant::now() >= near, "the wait ended before its deadline");
+    }
+
+    #[test]
+    fn the_wait_is_rounded_up_to_the_millisecond_and_saturates() {
+        let now = Instant::now();
+        let ms = |t: PollTimeout| i32::from(t);
+        assert_eq!(timeout_until(None, now), PollTimeout::NONE);
+        assert_eq!(ms(timeout_until(Some(now), now)), 0);
+        let past = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
+        assert_eq!(ms(timeout_until(Some(past), now)), 0);
+        let soon = now + Duration::from_micros(1_500);
+        assert_eq!(ms(timeout_until(Some(soon), now)), 2);
+        let exact = now + Duration::from_millis(50);
+        assert_eq!(ms(timeout_until(Some(exact), now)), 50);
+        let year = now + Duration::from_secs(365 * 24 * 3600);
+        assert_eq!(timeout_until(Some(year), now), PollTimeout::MAX);
     }
 
     #[test]
