@@ -5,9 +5,15 @@
 //! closed report pipe, a broker with nothing to send, a job's pipes). The
 //! epoll set in `sys::epoll` is for a Tokio runtime that watches a fixed
 //! set.
+//!
+//! The sandbox's init waits here between clone and exec, so nothing here
+//! (outside the tests) unwraps, indexes or overflows, and a wait without
+//! a deadline does not even read the clock. Its one allocation, the list
+//! of descriptors, is the one init's own loop made before; the clone is
+//! only made from a single-threaded process, so no allocator lock is held.
 
 use std::os::fd::BorrowedFd;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -37,8 +43,15 @@ impl<'fd> PollSet<'fd> {
         &mut self,
         deadlines: impl IntoIterator<Item = Option<Instant>>,
     ) -> nix::Result<()> {
-        let wait = timeout_until(deadlines.into_iter().flatten().min(), Instant::now());
-        match poll(&mut self.fds, wait) {
+        let earliest = deadlines.into_iter().flatten().min();
+        self.wait_for(earliest.map(|at| at.saturating_duration_since(Instant::now())))
+    }
+
+    /// Wait until a descriptor is ready or `timeout` has passed (none:
+    /// without a limit), for a loop that counts no deadline of its own. A
+    /// signal that interrupts the wait is a turn with nothing ready.
+    pub(crate) fn wait_for(&mut self, timeout: Option<Duration>) -> nix::Result<()> {
+        match poll(&mut self.fds, poll_timeout(timeout)) {
             Ok(_) | Err(Errno::EINTR) => Ok(()),
             Err(errno) => Err(errno),
         }
@@ -57,17 +70,16 @@ impl<'fd> PollSet<'fd> {
     }
 }
 
-/// The wait from `now` until `deadline`, rounded up to poll's
-/// millisecond: a turn that ends by its deadline finds it passed, where
-/// rounding down woke up to a millisecond early and spun through
-/// zero-length waits until it had. Past `i32::MAX` ms (24 days) it waits
-/// that long and the loop's next turn waits the rest.
-fn timeout_until(deadline: Option<Instant>, now: Instant) -> PollTimeout {
-    let Some(at) = deadline else {
+/// `timeout` rounded up to poll's millisecond: a turn that ends by its
+/// deadline finds it passed, where rounding down woke up to a millisecond
+/// early and spun through zero-length waits until it had. Past `i32::MAX`
+/// ms (24 days) it waits that long and the loop's next turn waits the
+/// rest.
+fn poll_timeout(timeout: Option<Duration>) -> PollTimeout {
+    let Some(left) = timeout else {
         return PollTimeout::NONE;
     };
-    let micros = at.saturating_duration_since(now).as_micros();
-    let millis = micros.div_ceil(1000).min(i32::MAX as u128) as i32;
+    let millis = left.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
     PollTimeout::try_from(millis).unwrap_or(PollTimeout::MAX)
 }
 
@@ -122,18 +134,24 @@ mod tests {
 
     #[test]
     fn the_wait_is_rounded_up_to_the_millisecond_and_saturates() {
-        let now = Instant::now();
-        let ms = |t: PollTimeout| i32::from(t);
-        assert_eq!(timeout_until(None, now), PollTimeout::NONE);
-        assert_eq!(ms(timeout_until(Some(now), now)), 0);
-        let past = now.checked_sub(Duration::from_secs(1)).unwrap_or(now);
-        assert_eq!(ms(timeout_until(Some(past), now)), 0);
-        let soon = now + Duration::from_micros(1_500);
-        assert_eq!(ms(timeout_until(Some(soon), now)), 2);
-        let exact = now + Duration::from_millis(50);
-        assert_eq!(ms(timeout_until(Some(exact), now)), 50);
-        let year = now + Duration::from_secs(365 * 24 * 3600);
-        assert_eq!(timeout_until(Some(year), now), PollTimeout::MAX);
+        let ms = |left: Duration| i32::from(poll_timeout(Some(left)));
+        assert_eq!(poll_timeout(None), PollTimeout::NONE);
+        assert_eq!(ms(Duration::ZERO), 0);
+        assert_eq!(ms(Duration::from_nanos(1)), 1);
+        assert_eq!(ms(Duration::from_micros(1_500)), 2);
+        assert_eq!(ms(Duration::from_millis(50)), 50);
+        assert_eq!(poll_timeout(Some(Duration::MAX)), PollTimeout::MAX);
+    }
+
+    #[test]
+    fn wait_for_ends_once_its_timeout_has_passed() {
+        let (read, _write) = nix::unistd::pipe().unwrap();
+        let mut set = PollSet::default();
+        let slot = set.add(read.as_fd(), PollFlags::POLLIN);
+        let started = Instant::now();
+        set.wait_for(Some(Duration::from_millis(20))).unwrap();
+        assert!(!set.ready(Some(slot)));
+        assert!(started.elapsed() >= Duration::from_millis(20));
     }
 
     #[test]
