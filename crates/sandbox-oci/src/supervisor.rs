@@ -10,13 +10,14 @@
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use serde::Serialize;
 
 use super::OciError;
 use sandbox::jsonl::{Frame, Framer};
+use sandbox::poll_set::PollSet;
 use sandbox::profile::policy::Policy;
 
 /// The most audit lines one supervisor writes, in bytes. Each broker
@@ -376,17 +377,12 @@ fn serve(
         if broker.wants_output() {
             events |= PollFlags::POLLOUT;
         }
-        let timeout = broker
-            .deadline()
-            .map(|at| at.saturating_duration_since(Instant::now()))
-            .map(|left| u16::try_from(left.as_millis()).unwrap_or(u16::MAX))
-            .map_or(PollTimeout::NONE, PollTimeout::from);
-        let mut fds = [PollFd::new(channel.as_fd(), events)];
-        match nix::poll::poll(&mut fds, timeout) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => break,
+        let mut set = PollSet::default();
+        let slot = set.add(channel.as_fd(), events);
+        if set.wait([broker.deadline()]).is_err() {
+            break;
         }
-        let revents = fds[0].revents().unwrap_or(PollFlags::empty());
+        let revents = set.events(Some(slot));
         if revents.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR)
             && !broker.on_readable(channel.as_fd())
         {

@@ -35,6 +35,7 @@ pub mod spawn;
 // reach the rest with the `test-internals` feature, which nothing shipped
 // enables.
 pub mod os;
+pub mod poll_set;
 #[allow(unsafe_code)]
 #[cfg(not(feature = "test-internals"))]
 mod sys;

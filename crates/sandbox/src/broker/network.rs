@@ -18,6 +18,7 @@ use crate::action::Action;
 use crate::net::allow::{Allowlist, Host};
 use crate::net::link::{FetchOutcome, FromNet, ToNet};
 use crate::net::process::NetProcess;
+use crate::poll_set::PollSet;
 use crate::profile::policy::{Decision, NetworkMode, NetworkPolicy};
 
 /// The most hosts the report counts connections for by name.
@@ -227,10 +228,10 @@ impl Network {
             if done || process.link.is_closed() || left.is_zero() {
                 break;
             }
-            let mut fds = [nix::poll::PollFd::new(process.link.fd(), PollFlags::POLLIN)];
-            let wait = nix::poll::PollTimeout::try_from(left.as_millis().min(1000) as i32)
-                .unwrap_or(nix::poll::PollTimeout::ZERO);
-            let _ = nix::poll::poll(&mut fds, wait);
+            let mut set = PollSet::default();
+            set.add(process.link.fd(), PollFlags::POLLIN);
+            let recheck = std::time::Instant::now().checked_add(std::time::Duration::from_secs(1));
+            let _ = set.wait([Some(deadline), recheck]);
         }
         // Killed and reaped now, not when the broker goes: it is in the
         // run's cgroup, which cannot be removed while it lives.

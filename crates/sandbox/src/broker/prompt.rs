@@ -24,8 +24,10 @@ use std::io::Write;
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use nix::sys::termios::{self, LocalFlags, SetArg, Termios};
+
+use crate::poll_set::PollSet;
 
 /// What the person chose.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -338,24 +340,22 @@ impl Prompter {
             if left.is_zero() {
                 return None;
             }
-            let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-                .unwrap_or(PollTimeout::MAX);
-            let mut fds = vec![PollFd::new(self.tty.as_fd(), PollFlags::POLLIN)];
-            if let Some(interrupt) = &self.interrupt {
-                fds.push(PollFd::new(interrupt.as_fd(), PollFlags::POLLIN));
-            }
-            match nix::poll::poll(&mut fds, wait) {
-                Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
-                Ok(_) => {}
-                Err(_) => return Some(String::new()),
+            let mut set = PollSet::default();
+            let tty = set.add(self.tty.as_fd(), PollFlags::POLLIN);
+            let interrupt = self
+                .interrupt
+                .as_ref()
+                .map(|interrupt| set.add(interrupt.as_fd(), PollFlags::POLLIN));
+            if set.wait([Some(until)]).is_err() {
+                return Some(String::new());
             }
             // Left pending for the supervision loop, which forwards it.
-            if fds
-                .get(1)
-                .and_then(|f| f.revents())
-                .is_some_and(|r| !r.is_empty())
-            {
+            if set.ready(interrupt) {
                 return Some(String::new());
+            }
+            // Nothing ready: the deadline passed or a signal came.
+            if !set.ready(Some(tty)) {
+                continue;
             }
             match nix::unistd::read(self.tty.as_fd(), &mut byte) {
                 Ok(0) => return Some(String::new()),

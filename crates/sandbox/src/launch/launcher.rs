@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
@@ -24,6 +24,7 @@ use nix::unistd::Pid;
 
 use super::protocol::{FromLauncher, ToLauncher};
 use super::wire::{self, WireError};
+use crate::poll_set::PollSet;
 
 /// Why the launcher stopped.
 #[derive(Debug, thiserror::Error)]
@@ -146,12 +147,10 @@ impl Children {
             }
             // A child's end wakes this; a cgroup still busy without
             // children here is retried every 50 ms.
-            let wait = left.min(std::time::Duration::from_millis(50));
-            let mut fds = [PollFd::new(signals.as_fd(), PollFlags::POLLIN)];
-            let _ = poll(
-                &mut fds,
-                PollTimeout::try_from(wait.as_millis() as i32).unwrap_or(PollTimeout::ZERO),
-            );
+            let retry = std::time::Instant::now().checked_add(std::time::Duration::from_millis(50));
+            let mut set = PollSet::default();
+            set.add(signals.as_fd(), PollFlags::POLLIN);
+            let _ = set.wait([Some(until), retry]);
             while let Ok(Some(_)) = signals.read_signal() {}
         }
     }
@@ -274,32 +273,30 @@ fn serve_loop(
     children: &mut Children,
 ) -> Result<(), LaunchError> {
     loop {
-        let mut fds = vec![
-            PollFd::new(control.as_fd(), PollFlags::POLLIN),
-            PollFd::new(signals.as_fd(), PollFlags::POLLIN),
-        ];
-        fds.extend(
-            children
-                .pool
-                .iter()
-                .map(|warm| PollFd::new(warm.sock.as_fd(), PollFlags::POLLIN)),
-        );
-        match poll(&mut fds, PollTimeout::NONE) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(source) => return Err(LaunchError::Sys { op: "poll", source }),
-        }
-        let ready: Vec<bool> = fds
+        let mut set = PollSet::default();
+        let control_slot = set.add(control.as_fd(), PollFlags::POLLIN);
+        let signals_slot = set.add(signals.as_fd(), PollFlags::POLLIN);
+        let pool_slots: Vec<_> = children
+            .pool
             .iter()
-            .map(|fd| fd.revents().is_some_and(|r| !r.is_empty()))
+            .map(|warm| set.add(warm.sock.as_fd(), PollFlags::POLLIN))
             .collect();
-        drop(fds);
-        // Warm supervisors' news first: their indices are the poll's.
-        let mut heard: Vec<usize> = (0..children.pool.len()).filter(|i| ready[i + 2]).collect();
+        set.wait([None])
+            .map_err(|source| LaunchError::Sys { op: "poll", source })?;
+        let (commanded, signalled) = (set.ready(Some(control_slot)), set.ready(Some(signals_slot)));
+        // Warm supervisors' news first: their indices are the pool's.
+        let mut heard: Vec<usize> = pool_slots
+            .iter()
+            .enumerate()
+            .filter(|(_, slot)| set.ready(Some(**slot)))
+            .map(|(index, _)| index)
+            .collect();
+        drop(set);
         heard.reverse();
         for index in heard {
             hear_warm(control, children, index)?;
         }
-        if ready[1] {
+        if signalled {
             let mut terminated = false;
             while let Ok(Some(info)) = signals.read_signal() {
                 terminated |= info.ssi_signo == Signal::SIGTERM as u32;
@@ -310,7 +307,7 @@ fn serve_loop(
             reap(control, children)?;
             children.leftovers.sweep();
         }
-        if ready[0] {
+        if commanded {
             match wire::receive::<ToLauncher>(control.as_fd()) {
                 Ok((ToLauncher::Spawn { run, spec, warm }, fds)) => {
                     let answer = spawn(control, children, old_mask, run, *spec, warm, fds)?;

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 
 use super::protocol::{
     log_bound, Approval, Chunk, FromSupervisor, LogEvent, LogRecord, RunSpec, ToSupervisor,
@@ -18,6 +18,7 @@ use super::protocol::{
 };
 use crate::broker::prompt::{Answer, Asker};
 use crate::jsonl::{Fill, Frame, Framer};
+use crate::poll_set::PollSet;
 use crate::spawn::output::{OutputLog, OutputStream, SharedLog};
 use crate::spawn::parent::{Driver, Steer, Turn};
 
@@ -242,12 +243,10 @@ impl DaemonAsker {
             if left.is_zero() {
                 return None;
             }
-            let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-                .unwrap_or(PollTimeout::MAX);
-            let mut fds = [PollFd::new(events.sock.as_fd(), PollFlags::POLLIN)];
-            match poll(&mut fds, wait) {
-                Ok(_) | Err(Errno::EINTR) => {}
-                Err(_) => return None,
+            let mut set = PollSet::default();
+            set.add(events.sock.as_fd(), PollFlags::POLLIN);
+            if set.wait([Some(until)]).is_err() {
+                return None;
             }
         }
     }

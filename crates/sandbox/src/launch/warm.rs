@@ -15,13 +15,14 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use serde::{Deserialize, Serialize};
 
 use super::protocol::RunSpec;
 use super::supervisor::{self, Identity, Session};
 use super::wire::{self, WireError};
+use crate::poll_set::PollSet;
 
 /// launcher → warm supervisor, on its own `SOCK_SEQPACKET` socket.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -237,18 +238,13 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
         if left.is_zero() {
             break Err(format!("unused for {} s", idle.as_secs()));
         }
-        let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-            .unwrap_or(PollTimeout::MAX);
-        let mut polled = [
-            PollFd::new(launcher.as_fd(), PollFlags::POLLIN),
-            PollFd::new(fresh.fd(), PollFlags::POLLIN),
-        ];
-        match poll(&mut polled, wait) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(errno) => return discard(format!("poll: {errno}")),
+        let mut set = PollSet::default();
+        let command_slot = set.add(launcher.as_fd(), PollFlags::POLLIN);
+        let watch_slot = set.add(fresh.fd(), PollFlags::POLLIN);
+        if let Err(errno) = set.wait([Some(until)]) {
+            return discard(format!("poll: {errno}"));
         }
-        let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
-        let (commanded, touched) = (ready(&polled[0]), ready(&polled[1]));
+        let (commanded, touched) = (set.ready(Some(command_slot)), set.ready(Some(watch_slot)));
         if touched && fresh.changed() {
             break Err("the project changed after the sandbox was prepared".into());
         }

@@ -18,6 +18,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::poll::PollFlags;
+
+use crate::poll_set::PollSet;
+
 /// How long one `git config --get` may take.
 const DEADLINE: Duration = Duration::from_secs(2);
 /// The most bytes of a value read.
@@ -117,17 +121,15 @@ fn read_until(mut stdout: std::process::ChildStdout, deadline: Instant) -> Optio
     let mut out = Vec::new();
     let mut chunk = [0u8; 1024];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let millis = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
-        let wait = nix::poll::PollTimeout::try_from(millis).ok()?;
         let ready = {
-            let mut fds = [nix::poll::PollFd::new(
-                stdout.as_fd(),
-                nix::poll::PollFlags::POLLIN,
-            )];
-            nix::poll::poll(&mut fds, wait).ok()?
+            let mut set = PollSet::default();
+            let slot = set.add(stdout.as_fd(), PollFlags::POLLIN);
+            set.wait([Some(deadline)]).ok()?;
+            set.ready(Some(slot))
         };
-        if ready == 0 {
+        // Nothing ready: the deadline passed, or a signal cut the wait
+        // short, which gives up as well.
+        if !ready {
             return None;
         }
         let n = stdout.read(&mut chunk).ok()?;

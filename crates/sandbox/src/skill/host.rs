@@ -26,12 +26,13 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use serde_json::{json, Value};
 
 use crate::broker::prompt::{self, Answer as Choice, Asker};
 use crate::broker::protocol::code;
 use crate::jsonl::{Fill, Frame, Framer};
+use crate::poll_set::PollSet;
 use crate::spawn::parent::{Driver, Steer, Turn};
 
 /// How long an invocation may take unless the manifest says otherwise.
@@ -430,13 +431,11 @@ impl ControlAsker {
             if left.is_zero() {
                 return Choice::Unanswered;
             }
-            let wait = PollTimeout::try_from(left.as_millis().min(i32::MAX as u128) as i32)
-                .unwrap_or(PollTimeout::MAX);
             let control = lock(&self.control);
-            let mut fds = [PollFd::new(control.stream.as_fd(), PollFlags::POLLIN)];
-            match nix::poll::poll(&mut fds, wait) {
-                Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-                Err(_) => return Choice::Unanswered,
+            let mut set = PollSet::default();
+            set.add(control.stream.as_fd(), PollFlags::POLLIN);
+            if set.wait([Some(until)]).is_err() {
+                return Choice::Unanswered;
             }
         }
     }

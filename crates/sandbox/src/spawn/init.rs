@@ -261,7 +261,8 @@ fn prepare_reaper(sync: BorrowedFd<'_>) -> Result<(), Option<Failed<'static>>> {
 /// for the end (the sync socket is readable: it sends nothing after "go"),
 /// then kill every descendant that is left.
 fn supervise_descendants(payload: Pid, sync: BorrowedFd<'_>) -> PayloadExit {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use crate::poll_set::PollSet;
+    use nix::poll::PollFlags;
     use nix::sys::signalfd::{SfdFlags, SignalFd};
     use nix::sys::wait::WaitPidFlag;
     let mut chld = SigSet::empty();
@@ -286,25 +287,22 @@ fn supervise_descendants(payload: Pid, sync: BorrowedFd<'_>) -> PayloadExit {
             kill_descendants();
             return exit;
         }
-        let mut fds = vec![PollFd::new(sync, PollFlags::POLLIN)];
+        let mut set = PollSet::default();
+        let supervisor = set.add(sync, PollFlags::POLLIN);
         if let Some(signals) = &signals {
-            fds.push(PollFd::new(signals.as_fd(), PollFlags::POLLIN));
+            set.add(signals.as_fd(), PollFlags::POLLIN);
         }
         // Without a signalfd (descriptors exhausted), look every 50 ms.
         let wait = if signals.is_some() {
-            PollTimeout::NONE
+            None
         } else {
-            PollTimeout::from(50u8)
+            Some(std::time::Duration::from_millis(50))
         };
-        match poll(&mut fds, wait) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(_) => {
-                kill_descendants();
-                return PayloadExit::Signal(Signal::SIGKILL as i32);
-            }
+        if set.wait_for(wait).is_err() {
+            kill_descendants();
+            return PayloadExit::Signal(Signal::SIGKILL as i32);
         }
-        let ended = fds[0].revents().is_some_and(|r| !r.is_empty());
-        if ended {
+        if set.ready(Some(supervisor)) {
             kill_descendants();
             return PayloadExit::Signal(Signal::SIGKILL as i32);
         }
@@ -395,6 +393,10 @@ fn kill_descendants() {
 }
 
 fn supervisor_gone(sync: BorrowedFd<'_>) -> bool {
+    // A look, not a wait, so not `PollSet`: an interrupted look reads as
+    // gone (init goes no further unless the supervisor is known to be
+    // there), where `PollSet` makes EINTR an empty turn, which would read
+    // as still there.
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut fds = [PollFd::new(sync, PollFlags::POLLIN)];
     match poll(&mut fds, PollTimeout::ZERO) {

@@ -6,8 +6,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
-use nix::errno::Errno;
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::poll::PollFlags;
 use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::waitpid;
@@ -15,6 +14,7 @@ use nix::sys::wait::waitpid;
 use super::hosts::kill_host;
 use super::{ServeError, Server};
 use crate::jsonl::{Fill, Frame, Framer};
+use crate::poll_set::PollSet;
 
 impl Server {
     /// When the server next has something to do on its own (a reload,
@@ -122,7 +122,7 @@ impl Server {
         let ready = match ready {
             Some(ready) => ready,
             None => {
-                looked = self.readable(&[], PollTimeout::ZERO)?.1;
+                looked = self.readable(&[], Some(Instant::now()))?.1;
                 &looked
             }
         };
@@ -143,34 +143,36 @@ impl Server {
         self.on_timers()
     }
 
-    /// Wait up to `timeout` for `extra` or [`Server::watched`] to be
-    /// readable: which of `extra` are, and which watched descriptors.
+    /// Wait until `deadline` (none: without a limit) for `extra` or
+    /// [`Server::watched`] to be readable: which of `extra` are, and which
+    /// watched descriptors.
     pub(super) fn readable(
         &self,
         extra: &[BorrowedFd<'_>],
-        timeout: PollTimeout,
+        deadline: Option<Instant>,
     ) -> Result<(Vec<bool>, Vec<std::os::fd::RawFd>), ServeError> {
         let watched = self.watched();
-        let mut fds: Vec<PollFd<'_>> = extra
+        let mut set = PollSet::default();
+        let extra_slots: Vec<_> = extra
             .iter()
-            .chain(&watched)
-            .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
+            .map(|fd| set.add(*fd, PollFlags::POLLIN))
             .collect();
-        match poll(&mut fds, timeout) {
-            Ok(_) | Err(Errno::EINTR) => {}
-            Err(source) => return Err(ServeError::Sys { op: "poll", source }),
-        }
-        let ready: Vec<bool> = fds
+        let watched_slots: Vec<_> = watched
             .iter()
-            .map(|p| p.revents().is_some_and(|r| !r.is_empty()))
+            .map(|fd| (fd.as_raw_fd(), set.add(*fd, PollFlags::POLLIN)))
             .collect();
-        let watched_ready = watched
-            .iter()
-            .zip(&ready[extra.len()..])
-            .filter(|(_, ready)| **ready)
-            .map(|(fd, _)| fd.as_raw_fd())
+        set.wait([deadline])
+            .map_err(|source| ServeError::Sys { op: "poll", source })?;
+        let watched_ready = watched_slots
+            .into_iter()
+            .filter(|(_, slot)| set.ready(Some(*slot)))
+            .map(|(fd, _)| fd)
             .collect();
-        Ok((ready[..extra.len()].to_vec(), watched_ready))
+        let extra_ready = extra_slots
+            .into_iter()
+            .map(|slot| set.ready(Some(slot)))
+            .collect();
+        Ok((extra_ready, watched_ready))
     }
 
     pub(super) fn serve_loop(
@@ -180,16 +182,8 @@ impl Server {
         framer: &mut Framer,
     ) -> Result<(), ServeError> {
         loop {
-            let timeout = match self.next_wakeup() {
-                None => PollTimeout::NONE,
-                Some(at) => {
-                    let left = at.saturating_duration_since(Instant::now());
-                    // Round up: waking a millisecond early spins.
-                    let ms = left.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
-                    PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
-                }
-            };
-            let (extra, watched) = self.readable(&[input.as_fd(), signalfd.as_fd()], timeout)?;
+            let wakeup = self.next_wakeup();
+            let (extra, watched) = self.readable(&[input.as_fd(), signalfd.as_fd()], wakeup)?;
             let (input_ready, signal_ready) = (extra[0], extra[1]);
             if signal_ready {
                 return Ok(());

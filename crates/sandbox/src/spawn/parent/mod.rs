@@ -12,7 +12,6 @@ mod janitor;
 mod launch;
 mod notes;
 mod outcome;
-mod poll_set;
 mod release;
 mod running;
 mod start;

@@ -11,8 +11,8 @@ use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 
 use super::notes::{note_record, step_note};
 use super::outcome::{children_cpu, outcome, CgroupUse, LimitHit, Outcome};
-use super::poll_set::{PollSet, Slot};
 use super::running::Running;
+use crate::poll_set::{PollSet, Slot};
 use crate::spawn::channel::{self, Record};
 use crate::spawn::measure::View;
 use crate::spawn::prepare::Prepared;
