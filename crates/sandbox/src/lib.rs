@@ -47,6 +47,7 @@ pub mod sysctl;
 pub mod command;
 pub mod environment;
 pub mod jsonl;
+pub mod text;
 
 // The fuzz targets' entry points (fuzz/), not part of the documented API.
 #[doc(hidden)]
