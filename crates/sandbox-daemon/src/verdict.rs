@@ -158,11 +158,7 @@ pub const MAX_QUESTION_TEXT: usize = 8 << 10;
 /// `text` cut to [`MAX_QUESTION_TEXT`] on a character boundary, marked.
 pub fn bounded_text(mut text: String) -> String {
     if text.len() > MAX_QUESTION_TEXT {
-        let mut end = MAX_QUESTION_TEXT;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        text.truncate(end);
+        text.truncate(sandbox::text::floor_char_boundary(&text, MAX_QUESTION_TEXT));
         text.push('…');
     }
     text

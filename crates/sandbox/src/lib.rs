@@ -49,6 +49,7 @@ pub mod command;
 pub mod environment;
 pub mod installed;
 pub mod jsonl;
+pub mod text;
 
 // The fuzz targets' entry points (fuzz/), not part of the documented API.
 #[doc(hidden)]

@@ -229,11 +229,7 @@ impl Request {
     pub(super) fn requested(&self) -> String {
         let mut text = format!("{} {}", self.head.method, self.head.target);
         if text.len() > REQUESTED_LIMIT {
-            let mut cut = REQUESTED_LIMIT;
-            while !text.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            text.truncate(cut);
+            text.truncate(crate::text::floor_char_boundary(&text, REQUESTED_LIMIT));
             text.push_str("...");
         }
         text

@@ -3,9 +3,27 @@
 //! fix that works here: the container engine's exact options, a pod's
 //! security context, the outer filter.
 
+use std::fmt::Display;
+
 use nix::errno::Errno;
 
 use super::{Container, Environment, Explanation, Outer, Refusal};
+
+/// The tail of every Landlock fix: the way to run without Landlock.
+const LANDLOCK_BEST_EFFORT: &str = ", or set enforce.landlock = \"best-effort\"";
+
+/// The system calls a run with namespaces needs a container's seccomp
+/// profile to allow.
+const NAMESPACE_CALLS: &str = "clone, clone3, unshare, mount and pivot_root";
+
+/// The explanation of a refusal, whose fix ends with `way_around`: the
+/// tail that names what works without a change outside ("" for none).
+fn explained(cause: impl Into<String>, fix: impl Display, way_around: &str) -> Option<Explanation> {
+    Some(Explanation {
+        cause: cause.into(),
+        fix: format!("{fix}{way_around}"),
+    })
+}
 
 impl Environment {
     /// The cause and fix of `refusal` here, when the environment explains it.
@@ -69,44 +87,44 @@ impl Environment {
         let alt = self.or_without_namespaces();
         let what = blocked.describe();
         if self.kubernetes {
-            return Some(Explanation {
-                cause: format!("the pod's seccomp profile (RuntimeDefault) forbids {what}"),
-                fix: format!(
+            let apparmor = if self.engine_apparmor() {
+                " (and `securityContext.appArmorProfile.type: Unconfined`)"
+            } else {
+                ""
+            };
+            return explained(
+                format!("the pod's seccomp profile (RuntimeDefault) forbids {what}"),
+                format!(
                     "set the container's `securityContext.seccompProfile.type: Unconfined` and \
                      `procMount: Unmasked`, and run the pod in its own user namespace with \
-                     `hostUsers: false`{}{alt}",
-                    if self.engine_apparmor() {
-                        " (and `securityContext.appArmorProfile.type: Unconfined`)"
-                    } else {
-                        ""
-                    }
+                     `hostUsers: false`{apparmor}"
                 ),
-            });
+                &alt,
+            );
         }
         let engine = match self.container.as_ref()? {
             Container::Docker => "Docker",
             Container::Podman { .. } => "Podman",
             Container::Other { name } => {
-                return Some(Explanation {
-                    cause: format!(
+                return explained(
+                    format!(
                         "this runs in a {name} container whose seccomp profile or capability set \
                          forbids {what}"
                     ),
-                    fix: format!(
-                        "run the container with a seccomp profile that allows clone, clone3, \
-                         unshare, mount and pivot_root (or none){alt}"
+                    format!(
+                        "run the container with a seccomp profile that allows {NAMESPACE_CALLS} \
+                         (or none)"
                     ),
-                });
+                    &alt,
+                );
             }
         };
         let options = self.engine_options(true)?;
-        Some(Explanation {
-            cause: format!("{engine}'s default seccomp profile forbids {what}"),
-            fix: format!(
-                "{options} (or a seccomp profile that allows clone, clone3, unshare, mount and \
-                 pivot_root){alt}"
-            ),
-        })
+        explained(
+            format!("{engine}'s default seccomp profile forbids {what}"),
+            format!("{options} (or a seccomp profile that allows {NAMESPACE_CALLS})"),
+            &alt,
+        )
     }
 
     /// Root of a child user namespace: its mapping is someone else's.
@@ -114,18 +132,36 @@ impl Environment {
         if !self.root_in_child_user_namespace() {
             return None;
         }
-        Some(Explanation {
-            cause: format!(
+        explained(
+            format!(
                 "sandbox runs as root of a child user namespace (uid_map {}, setgroups {}), \
                  not as host root, so it cannot map a host uid of its own choosing",
                 self.uid_map.join(", "),
                 self.setgroups.as_deref().unwrap_or("unknown")
             ),
-            fix: format!(
-                "start sandbox outside that namespace, as the user who created it{}",
-                self.or_without_namespaces()
+            "start sandbox outside that namespace, as the user who created it",
+            &self.or_without_namespaces(),
+        )
+    }
+
+    /// A seccomp filter inherited from what started sandbox `refuses` (the
+    /// cause, after `prefix`); the fix allows `calls` in it.
+    fn inherited_filter(
+        &self,
+        prefix: &str,
+        refuses: &str,
+        calls: &str,
+        way_around: &str,
+    ) -> Option<Explanation> {
+        explained(
+            format!(
+                "{prefix}a seccomp filter on this process ({} stacked, inherited from what \
+                 started sandbox) {refuses}",
+                self.seccomp.filters.unwrap_or(1)
             ),
-        })
+            format!("start sandbox outside that filter, or allow {calls} in it"),
+            way_around,
+        )
     }
 
     pub(super) fn mount_blocker(
@@ -159,24 +195,22 @@ impl Environment {
             let fix = if self.outer == Some(Outer::Bubblewrap) {
                 "bubblewrap started by root covers /proc/irq and /proc/bus (and /proc/sys) \
                  read-only: run bwrap as a regular user"
-                    .to_owned()
             } else if self.outer == Some(Outer::Sandbox) {
-                "the outer sandbox covers paths of its /proc".to_owned()
+                "the outer sandbox covers paths of its /proc"
             } else if self.kubernetes {
                 "set the container's `securityContext.procMount: Unmasked` (with `hostUsers: false`)"
-                    .to_owned()
-            } else if let Some(options) = engine {
-                options
+            } else if let Some(options) = &engine {
+                options.as_str()
             } else {
-                "start sandbox where /proc has no paths mounted over it".to_owned()
+                "start sandbox where /proc has no paths mounted over it"
             };
-            return Some(Explanation {
-                cause: "/proc here has paths mounted over it (a container's masked paths, or an \
-                        outer sandbox's read-only covers), and the kernel refuses a fresh /proc \
-                        for a new pid namespace then"
-                    .into(),
-                fix: format!("{fix}{alt}"),
-            });
+            return explained(
+                "/proc here has paths mounted over it (a container's masked paths, or an \
+                 outer sandbox's read-only covers), and the kernel refuses a fresh /proc \
+                 for a new pid namespace then",
+                fix,
+                &alt,
+            );
         }
         if let Some(explanation) = self.namespaces_withheld() {
             return Some(explanation);
@@ -186,13 +220,12 @@ impl Environment {
         }
         if let Some(profile) = self.apparmor.profile() {
             if !self.engine_apparmor() {
-                return Some(Explanation {
-                    cause: format!("the AppArmor profile `{profile}` forbids mounting"),
-                    fix: format!(
-                        "run sandbox under a profile that allows mount and pivot_root \
-                         (packaging/apparmor/sandbox){alt}"
-                    ),
-                });
+                return explained(
+                    format!("the AppArmor profile `{profile}` forbids mounting"),
+                    "run sandbox under a profile that allows mount and pivot_root \
+                     (packaging/apparmor/sandbox)",
+                    &alt,
+                );
             }
             // The engine's profile. Under the engine's seccomp profile too
             // (a filter is on), pivot_root is refused next: named at once.
@@ -214,10 +247,11 @@ impl Environment {
             } else {
                 self.engine_options(filtered)?
             };
-            return Some(Explanation {
-                cause: format!("the AppArmor profile `{profile}` forbids mounting{next}"),
-                fix: format!("{fix}{alt}"),
-            });
+            return explained(
+                format!("the AppArmor profile `{profile}` forbids mounting{next}"),
+                fix,
+                &alt,
+            );
         }
         // An engine's default seccomp profile refuses clone(CLONE_NEWUSER)
         // without CAP_SYS_ADMIN and lets mount through with it: once the
@@ -226,18 +260,13 @@ impl Environment {
             return self.container_blocker(Blocked::Pivot);
         }
         if self.seccomp.mode == Some(2) {
-            return Some(Explanation {
-                cause: format!(
-                    "a seccomp filter on this process ({} stacked, inherited from what started \
-                     sandbox) refuses {}",
-                    self.seccomp.filters.unwrap_or(1),
-                    if pivot { "pivot_root" } else { "mount" }
-                ),
-                fix: format!(
-                    "start sandbox outside that filter, or allow mount, umount2 and pivot_root \
-                     in it{alt}"
-                ),
-            });
+            let refused = if pivot { "pivot_root" } else { "mount" };
+            return self.inherited_filter(
+                "",
+                &format!("refuses {refused}"),
+                "mount, umount2 and pivot_root",
+                &alt,
+            );
         }
         None
     }
@@ -251,16 +280,10 @@ impl Environment {
             (_, Some(_), _) => "the container",
             _ => "the process that started sandbox",
         };
-        let cause = if errno == Errno::ENOMEM {
-            format!(
-                "{stacked} seccomp filter(s) from {outer} are already stacked on this process, \
-                 and with this profile's the kernel's limit on stacked filter length is passed"
-            )
+        let refused = if errno == Errno::ENOMEM {
+            "with this profile's the kernel's limit on stacked filter length is passed"
         } else {
-            format!(
-                "{stacked} seccomp filter(s) from {outer} are already stacked on this process, and \
-                 they refuse the seccomp system call or this filter"
-            )
+            "they refuse the seccomp system call or this filter"
         };
         // permissive's seccomp is best-effort, but only with namespaces: a
         // run without them needs its filter to close the host's network.
@@ -274,60 +297,56 @@ impl Environment {
             "start sandbox outside it: without namespaces every profile needs its own filter, \
              which closes the host's network and IPC"
         };
-        Some(Explanation {
-            cause,
-            fix: permissive.into(),
-        })
+        explained(
+            format!(
+                "{stacked} seccomp filter(s) from {outer} are already stacked on this process, \
+                 and {refused}"
+            ),
+            permissive,
+            "",
+        )
     }
 
     pub(super) fn landlock_blocker(&self, errno: Errno) -> Option<Explanation> {
-        let best_effort = "or set enforce.landlock = \"best-effort\"";
         if errno == Errno::EOPNOTSUPP || self.landlock_in_lsm_list == Some(false) {
-            return Some(Explanation {
-                cause: "Landlock is built into the kernel but not enabled (not in the lsm= list)"
-                    .into(),
-                fix: format!("add `landlock` to the `lsm=` kernel boot parameter, {best_effort}"),
-            });
+            return explained(
+                "Landlock is built into the kernel but not enabled (not in the lsm= list)",
+                "add `landlock` to the `lsm=` kernel boot parameter",
+                LANDLOCK_BEST_EFFORT,
+            );
         }
         if errno == Errno::ENOSYS && (self.container.is_some() || self.kubernetes) {
-            return Some(Explanation {
-                cause: "the container's seccomp profile does not know the Landlock system calls \
-                        and answers ENOSYS (Docker before 23.0, older containerd and Podman)"
-                    .into(),
-                fix: format!(
-                    "update the container engine, or run the container with \
-                     `--security-opt seccomp=unconfined`, {best_effort}"
-                ),
-            });
+            return explained(
+                "the container's seccomp profile does not know the Landlock system calls \
+                 and answers ENOSYS (Docker before 23.0, older containerd and Podman)",
+                "update the container engine, or run the container with \
+                 `--security-opt seccomp=unconfined`",
+                LANDLOCK_BEST_EFFORT,
+            );
         }
         // The kernel has it (securityfs lists it), or a filter that could
         // hide it is stacked here: the filter, not the kernel, is the cause.
         let hidden = self.landlock_in_lsm_list == Some(true) || self.seccomp.mode == Some(2);
         if hidden && (errno == Errno::ENOSYS || errno == Errno::EPERM) {
             let kernel = if self.landlock_in_lsm_list == Some(true) {
-                "this kernel has Landlock (it is in /sys/kernel/security/lsm), but"
+                "this kernel has Landlock (it is in /sys/kernel/security/lsm), but "
             } else {
-                "the kernel may have Landlock, but"
+                "the kernel may have Landlock, but "
             };
-            return Some(Explanation {
-                cause: format!(
-                    "{kernel} a seccomp filter on this process ({} stacked, inherited from what \
-                     started sandbox) answers the Landlock system calls with {errno}",
-                    self.seccomp.filters.unwrap_or(1)
-                ),
-                fix: format!(
-                    "start sandbox outside that filter, or allow landlock_create_ruleset, \
-                     landlock_add_rule and landlock_restrict_self in it, {best_effort}"
-                ),
-            });
+            return self.inherited_filter(
+                kernel,
+                &format!("answers the Landlock system calls with {errno}"),
+                "landlock_create_ruleset, landlock_add_rule and landlock_restrict_self",
+                LANDLOCK_BEST_EFFORT,
+            );
         }
         if errno == Errno::ENOSYS {
-            return Some(Explanation {
-                cause: "the kernel has no Landlock (older than 5.13 or built without \
-                        CONFIG_SECURITY_LANDLOCK)"
-                    .into(),
-                fix: format!("use Linux 6.12+ with Landlock enabled, {best_effort}"),
-            });
+            return explained(
+                "the kernel has no Landlock (older than 5.13 or built without \
+                 CONFIG_SECURITY_LANDLOCK)",
+                "use Linux 6.12+ with Landlock enabled",
+                LANDLOCK_BEST_EFFORT,
+            );
         }
         None
     }

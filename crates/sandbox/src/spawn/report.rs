@@ -19,9 +19,12 @@ use std::path::PathBuf;
 use serde::{Deserialize, Deserializer, Serialize};
 
 use crate::profile::policy::{Enforcement, NetworkMode, Policy, SyscallMode};
+use crate::project::quarantine::Sweep;
+use crate::project::scan::Scan;
 use crate::spawn::channel::PayloadExit;
 use crate::spawn::measure::{Measured, NamespaceState, View};
-use crate::spawn::parent::Outcome;
+use crate::spawn::parent::{CgroupUse, Outcome};
+use crate::spawn::prepare::ChildPlan;
 use crate::spawn::{Prepared, SpawnError, Step};
 
 /// How the command ended.
@@ -348,64 +351,147 @@ impl Report {
         view: Option<&View>,
     ) -> Report {
         let ok = outcome.as_ref().ok();
-        let started = ok.is_some();
+        let plan = prepared.plan();
+        let skipped = ok.map(|o| o.skipped.as_slice()).unwrap_or_default();
+        let mut warnings = prepared.warnings();
+        let (landlock, shortfall) = LandlockReport::of(plan, ok.and_then(|o| o.landlock));
+        warnings.extend(shortfall);
+        warnings.extend(skipped_step_warnings(skipped));
+        let seccomp = SeccompReport::of(plan, ok.is_some(), seccomp_skipped(skipped).is_some());
+        warnings.extend(protected_entry_warnings(
+            ok.map(|o| &o.sweep),
+            prepared.config.scan.as_ref(),
+        ));
+        let host = prepared.started.confinement.host.as_ref();
+        let measured = view.map(|view| Measured::new(view, host));
+        if let Some(measured) = &measured {
+            warnings.extend(measurement_warnings(prepared, measured, &seccomp));
+        }
+        let enforced = Enforced::of(
+            policy,
+            prepared,
+            ok,
+            view,
+            measured.as_ref(),
+            (landlock, seccomp),
+        );
+        Report {
+            version: 1,
+            profile: prepared.config.policy.name.clone(),
+            exit: ok.map(|o| ExitInfo::of(o.exit)),
+            error: outcome.as_ref().err().map(ToString::to_string),
+            enforced: Some(enforced),
+            measured,
+            run: Some(RunDetails::of(command, plan, ok, warnings)),
+            warm: None,
+            commit_to_exec_us: None,
+            reported_by: None,
+        }
+    }
+}
+
+impl Enforced {
+    /// What a run that had a plan enforced: `landlock` and `seccomp` as
+    /// already reported, the rest from the plan, the outcome (`ok`, None
+    /// when the run failed) and the payload's own `view`.
+    fn of(
+        policy: &Policy,
+        prepared: &Prepared,
+        ok: Option<&Outcome>,
+        view: Option<&View>,
+        measured: Option<&Measured>,
+        (landlock, seccomp): (LandlockReport, SeccompReport),
+    ) -> Enforced {
+        let plan = prepared.plan();
         // The payload set itself up up to exec: what it did is real even when
         // exec then failed.
         let reached_payload = view.is_some();
-        let plan = prepared.plan();
-        let mut warnings = prepared.warnings();
-        // What the run insisted on, which a run without namespaces raises to
-        // required (Landlock is its only filesystem boundary).
-        let landlock = match (plan.landlock, ok.and_then(|o| o.landlock)) {
-            (Enforcement::Off, _) => LandlockReport {
-                requested: Enforcement::Off,
-                abi: None,
-                status: "off".into(),
-                rules: 0,
-            },
-            (requested, Some((abi, status))) => {
-                if status != 2 {
-                    warnings.push(format!(
-                        "Landlock: {}",
-                        crate::landlock::shortfall(abi, status)
-                    ));
-                }
+        Enforced {
+            isolation: reached_payload
+                .then(|| crate::spawn::no_namespaces::Isolation::of(prepared)),
+            namespaces: measured.map(Namespaces::of),
+            user: view.map(|view| UserReport::of(plan, view)),
+            network: reached_payload.then_some(plan.network),
+            network_allow: (reached_payload
+                && plan.network == crate::profile::policy::NetworkMode::Allowlist)
+                .then(|| policy.network.allow.clone()),
+            landlock,
+            seccomp,
+            capabilities: view.and_then(Measured::capability_names),
+            no_new_privs: measured.and_then(|m| m.no_new_privs),
+            // The payload sets them before it measures; a run that stopped
+            // earlier applied none.
+            rlimits: plan
+                .rlimits
+                .iter()
+                .chain(&prepared.started.fallback_rlimits)
+                .filter(|_| reached_payload)
+                .map(|(r, v)| (format!("{r:?}"), *v))
+                .collect(),
+            tmp_size: reached_payload.then_some(policy.filesystem.tmp_size),
+            cgroup: ok
+                .and_then(|o| o.cgroup.as_ref())
+                .map(|cgroup| CgroupReport::of(cgroup, prepared.config.cgroup_limits())),
+            // The caller's policy: a warm run's limits are its commit's.
+            timeout_s: policy
+                .limits
+                .timeout
+                .filter(|_| ok.is_some() || reached_payload)
+                .map(|t| t.as_secs_f64()),
+            project_view: prepared
+                .config
+                .scan
+                .as_ref()
+                .filter(|_| reached_payload)
+                .map(ProjectView::of),
+        }
+    }
+}
+
+impl LandlockReport {
+    /// Landlock as `applied` ((abi, status) as the payload reported it),
+    /// with the shortfall to warn of when it applied less than all. What
+    /// the run insisted on is the plan's, which a run without namespaces
+    /// raises to required (Landlock is its only filesystem boundary).
+    fn of(plan: &ChildPlan, applied: Option<(u32, u8)>) -> (LandlockReport, Option<String>) {
+        match (plan.landlock, applied) {
+            (Enforcement::Off, _) => (
+                LandlockReport {
+                    requested: Enforcement::Off,
+                    abi: None,
+                    status: "off".into(),
+                    rules: 0,
+                },
+                None,
+            ),
+            (requested, Some((abi, status))) => (
                 LandlockReport {
                     requested,
                     abi: Some(abi),
                     status: crate::landlock::status_name(status).into(),
                     rules: plan.landlock_rules.len(),
-                }
-            }
-            (requested, None) => LandlockReport {
-                requested,
-                abi: None,
-                status: "not-applied".into(),
-                rules: 0,
-            },
-        };
-        let seccomp_skipped = ok.and_then(|o| {
-            o.skipped
-                .iter()
-                .find(|(step, _)| *step == Step::Seccomp)
-                .copied()
-        });
-        if let Some((_, errno)) = seccomp_skipped {
-            warnings.push(format!(
-                "seccomp: not installed ({}); the profile marks it best-effort",
-                nix::errno::Errno::from_raw(errno).desc()
-            ));
+                },
+                (status != 2)
+                    .then(|| format!("Landlock: {}", crate::landlock::shortfall(abi, status))),
+            ),
+            (requested, None) => (
+                LandlockReport {
+                    requested,
+                    abi: None,
+                    status: "not-applied".into(),
+                    rules: 0,
+                },
+                None,
+            ),
         }
-        for (step, errno) in ok.map(|o| o.skipped.as_slice()).unwrap_or_default() {
-            if crate::spawn::init::is_cosmetic(*step) {
-                warnings.push(format!(
-                "{} was skipped ({}); it is cosmetic, the run went on with every layer in place",
-                step.describe(),
-                nix::errno::Errno::from_raw(*errno).desc()
-            ));
-            }
-        }
-        let seccomp = match &plan.seccomp {
+    }
+}
+
+impl SeccompReport {
+    /// Seccomp as planned, and whether the run `started` and the payload
+    /// `skipped` installing it (best-effort).
+    fn of(plan: &ChildPlan, started: bool, skipped: bool) -> SeccompReport {
+        match &plan.seccomp {
             None => SeccompReport {
                 requested: plan.seccomp_enforcement,
                 mode: None,
@@ -420,7 +506,7 @@ impl Report {
                 instructions: filter.instruction_count(),
                 status: if !started {
                     "not-started".into()
-                } else if seccomp_skipped.is_some() {
+                } else if skipped {
                     "skipped".into()
                 } else if filter.mode().is_none() {
                     "set-id-guard".into()
@@ -428,162 +514,189 @@ impl Report {
                     "installed".into()
                 },
             },
+        }
+    }
+}
+
+impl Namespaces {
+    /// Which namespaces the payload measured as its own.
+    fn of(measured: &Measured) -> Namespaces {
+        let new = |name: &str| match measured.namespaces.get(name) {
+            Some(NamespaceState::New) => Some(true),
+            Some(NamespaceState::Shared) => Some(false),
+            _ => None,
         };
-        let quarantined = ok.map(|o| o.sweep.quarantined.clone()).unwrap_or_default();
-        for moved in &quarantined {
+        Namespaces {
+            user: new("user"),
+            mount: new("mount"),
+            pid: new("pid"),
+            net: new("net"),
+            ipc: new("ipc"),
+            uts: new("uts"),
+            cgroup: new("cgroup"),
+        }
+    }
+}
+
+impl UserReport {
+    /// The identity the payload saw, the plan's where it could not read it.
+    fn of(plan: &ChildPlan, view: &View) -> UserReport {
+        UserReport {
+            inside_uid: view.uid.map_or(plan.ids.inside_uid, |uid| uid as u32),
+            host_uid: plan.ids.host_uid,
+            inside_gid: view.gid.map_or(plan.ids.inside_gid, |gid| gid as u32),
+            host_gid: plan.ids.host_gid,
+            idmapped_trees: plan.idmapped.len(),
+        }
+    }
+}
+
+impl CgroupReport {
+    /// The cgroup the run used, with the limits set on it.
+    fn of(cgroup: &CgroupUse, limits: crate::cgroup::CgroupLimits) -> CgroupReport {
+        CgroupReport {
+            version: cgroup.version,
+            controllers: cgroup.controllers.clone(),
+            paths: cgroup.paths.clone(),
+            memory: limits.memory,
+            pids: limits.pids,
+            cpu: limits.cpu,
+        }
+    }
+}
+
+impl ProjectView {
+    /// What the walk of the project found.
+    fn of(scan: &Scan) -> ProjectView {
+        ProjectView {
+            entries: scan.entries,
+            scan_ms: scan.elapsed.as_secs_f64() * 1000.0,
+            secrets_hidden: scan.secrets.iter().map(|f| f.path.clone()).collect(),
+            protected: scan.protected.iter().map(|f| f.path.clone()).collect(),
+            pinned: scan.pins.len(),
+            hardlinks_read_only: scan.outside_links.clone(),
+        }
+    }
+}
+
+impl ExitInfo {
+    /// How the payload ended, and the status `sandbox run` exits with.
+    fn of(exit: PayloadExit) -> ExitInfo {
+        ExitInfo {
+            code: match exit {
+                PayloadExit::Code(code) => Some(code),
+                PayloadExit::Signal(_) => None,
+            },
+            signal: match exit {
+                PayloadExit::Signal(signal) => Some(signal),
+                PayloadExit::Code(_) => None,
+            },
+            status: exit.as_status(),
+        }
+    }
+}
+
+impl Resources {
+    /// What the run used: CPU time always, the rest from its cgroup.
+    fn of(outcome: &Outcome) -> Resources {
+        let stats = outcome.cgroup.as_ref().map(|c| &c.stats);
+        Resources {
+            cpu_user_ms: outcome.cpu_user.as_secs_f64() * 1000.0,
+            cpu_system_ms: outcome.cpu_system.as_secs_f64() * 1000.0,
+            memory_peak: stats.and_then(|s| s.memory_peak),
+            oom_kills: stats.map_or(0, |s| s.oom_kills),
+            pids_limit_hits: stats.map_or(0, |s| s.pids_limit_hits),
+            pids_peak: stats.and_then(|s| s.pids_peak),
+        }
+    }
+}
+
+impl RunDetails {
+    /// The run's record, from its outcome (`ok`, None when it failed).
+    fn of(
+        command: Vec<String>,
+        plan: &ChildPlan,
+        ok: Option<&Outcome>,
+        warnings: Vec<String>,
+    ) -> RunDetails {
+        RunDetails {
+            command,
+            project: plan.project.clone(),
+            wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
+            resources: ok.map(Resources::of),
+            broker: ok.and_then(|o| o.broker.clone()),
+            connections: ok.map(|o| o.connections.clone()).unwrap_or_default(),
+            limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
+            quarantined: ok.map(|o| o.sweep.quarantined.clone()).unwrap_or_default(),
+            warnings,
+        }
+    }
+}
+
+/// The payload's record of seccomp skipped (best-effort), with its errno.
+fn seccomp_skipped(skipped: &[(Step, i32)]) -> Option<(Step, i32)> {
+    skipped
+        .iter()
+        .find(|(step, _)| *step == Step::Seccomp)
+        .copied()
+}
+
+/// The steps the payload skipped that are worth a warning: seccomp (a
+/// best-effort layer missing), and the cosmetic ones.
+fn skipped_step_warnings(skipped: &[(Step, i32)]) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if let Some((_, errno)) = seccomp_skipped(skipped) {
+        warnings.push(format!(
+            "seccomp: not installed ({}); the profile marks it best-effort",
+            nix::errno::Errno::from_raw(errno).desc()
+        ));
+    }
+    for (step, errno) in skipped {
+        if crate::spawn::init::is_cosmetic(*step) {
             warnings.push(format!(
+                "{} was skipped ({}); it is cosmetic, the run went on with every layer in place",
+                step.describe(),
+                nix::errno::Errno::from_raw(*errno).desc()
+            ));
+        }
+    }
+    warnings
+}
+
+/// What the sweep after the run did to protected entries (`sweep`, None
+/// when the run failed), and the hard links the walk (`scan`) made
+/// read-only.
+fn protected_entry_warnings(sweep: Option<&Sweep>, scan: Option<&Scan>) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for moved in sweep.map(|s| s.quarantined.as_slice()).unwrap_or_default() {
+        warnings.push(format!(
             "the run created the protected entry {}, which the host would act on later; moved it to {}",
             moved.path.display(),
             moved.moved_to.display()
         ));
-        }
-        for (path, why) in ok.map(|o| o.sweep.failed.as_slice()).unwrap_or_default() {
-            warnings.push(format!(
+    }
+    for (path, why) in sweep.map(|s| s.failed.as_slice()).unwrap_or_default() {
+        warnings.push(format!(
             "could not move the protected entry {} created by the run out of use ({why}): check it before git, your editor or your shell reads it",
             path.display()
         ));
-        }
-        if let Some(scan) = &prepared.config.scan {
-            if !scan.outside_links.is_empty() {
-                warnings.push(format!(
+    }
+    if let Some(scan) = scan {
+        if !scan.outside_links.is_empty() {
+            warnings.push(format!(
                 "{} file(s) hard-linked outside the project are read-only in this run (e.g. {})",
                 scan.outside_links.len(),
                 scan.outside_links[0].display()
             ));
-            }
         }
-        for path in ok.map(|o| o.sweep.restored.as_slice()).unwrap_or_default() {
-            warnings.push(format!(
+    }
+    for path in sweep.map(|s| s.restored.as_slice()).unwrap_or_default() {
+        warnings.push(format!(
             "the protected entry {} was changed by the run and restored after it (this run had no namespaces, so it could not be read-only during it); the run's version is next to it as NAME.sandbox-quarantine-RUN",
             path.display()
         ));
-        }
-        let host = prepared.started.confinement.host.as_ref();
-        let measured = view.map(|view| Measured::new(view, host));
-        if let Some(measured) = &measured {
-            warnings.extend(measurement_warnings(prepared, measured, &seccomp));
-        }
-        let namespaces = measured.as_ref().map(|m| {
-            let new = |name: &str| match m.namespaces.get(name) {
-                Some(NamespaceState::New) => Some(true),
-                Some(NamespaceState::Shared) => Some(false),
-                _ => None,
-            };
-            Namespaces {
-                user: new("user"),
-                mount: new("mount"),
-                pid: new("pid"),
-                net: new("net"),
-                ipc: new("ipc"),
-                uts: new("uts"),
-                cgroup: new("cgroup"),
-            }
-        });
-        let enforced = Enforced {
-            isolation: reached_payload
-                .then(|| crate::spawn::no_namespaces::Isolation::of(prepared)),
-            namespaces,
-            user: view.map(|view| UserReport {
-                inside_uid: view.uid.map_or(plan.ids.inside_uid, |uid| uid as u32),
-                host_uid: plan.ids.host_uid,
-                inside_gid: view.gid.map_or(plan.ids.inside_gid, |gid| gid as u32),
-                host_gid: plan.ids.host_gid,
-                idmapped_trees: plan.idmapped.len(),
-            }),
-            network: reached_payload.then_some(plan.network),
-            network_allow: (reached_payload
-                && plan.network == crate::profile::policy::NetworkMode::Allowlist)
-                .then(|| policy.network.allow.clone()),
-            landlock,
-            seccomp,
-            capabilities: view.and_then(Measured::capability_names),
-            no_new_privs: measured.as_ref().and_then(|m| m.no_new_privs),
-            // The payload sets them before it measures; a run that stopped
-            // earlier applied none.
-            rlimits: plan
-                .rlimits
-                .iter()
-                .chain(&prepared.started.fallback_rlimits)
-                .filter(|_| reached_payload)
-                .map(|(r, v)| (format!("{r:?}"), *v))
-                .collect(),
-            tmp_size: reached_payload.then_some(policy.filesystem.tmp_size),
-            cgroup: ok.and_then(|o| o.cgroup.as_ref()).map(|c| CgroupReport {
-                version: c.version,
-                controllers: c.controllers.clone(),
-                paths: c.paths.clone(),
-                memory: prepared.config.cgroup_limits().memory,
-                pids: prepared.config.cgroup_limits().pids,
-                cpu: prepared.config.cgroup_limits().cpu,
-            }),
-            // The caller's policy: a warm run's limits are its commit's.
-            timeout_s: policy
-                .limits
-                .timeout
-                .filter(|_| started || reached_payload)
-                .map(|t| t.as_secs_f64()),
-            project_view: prepared
-                .config
-                .scan
-                .as_ref()
-                .filter(|_| reached_payload)
-                .map(|scan| ProjectView {
-                    entries: scan.entries,
-                    scan_ms: scan.elapsed.as_secs_f64() * 1000.0,
-                    secrets_hidden: scan.secrets.iter().map(|f| f.path.clone()).collect(),
-                    protected: scan.protected.iter().map(|f| f.path.clone()).collect(),
-                    pinned: scan.pins.len(),
-                    hardlinks_read_only: scan.outside_links.clone(),
-                }),
-        };
-        let resources = ok.map(|o| Resources {
-            cpu_user_ms: o.cpu_user.as_secs_f64() * 1000.0,
-            cpu_system_ms: o.cpu_system.as_secs_f64() * 1000.0,
-            memory_peak: o.cgroup.as_ref().and_then(|c| c.stats.memory_peak),
-            oom_kills: o.cgroup.as_ref().map_or(0, |c| c.stats.oom_kills),
-            pids_limit_hits: o.cgroup.as_ref().map_or(0, |c| c.stats.pids_limit_hits),
-            pids_peak: o.cgroup.as_ref().and_then(|c| c.stats.pids_peak),
-        });
-        let (exit, error) = match outcome {
-            Ok(o) => (
-                Some(ExitInfo {
-                    code: match o.exit {
-                        PayloadExit::Code(code) => Some(code),
-                        PayloadExit::Signal(_) => None,
-                    },
-                    signal: match o.exit {
-                        PayloadExit::Signal(signal) => Some(signal),
-                        PayloadExit::Code(_) => None,
-                    },
-                    status: o.exit.as_status(),
-                }),
-                None,
-            ),
-            Err(err) => (None, Some(err.to_string())),
-        };
-        Report {
-            version: 1,
-            profile: prepared.config.policy.name.clone(),
-            exit,
-            error,
-            enforced: Some(enforced),
-            measured,
-            run: Some(RunDetails {
-                command,
-                project: plan.project.clone(),
-                wall_time_ms: ok.map(|o| o.wall.as_secs_f64() * 1000.0).unwrap_or(0.0),
-                resources,
-                broker: ok.and_then(|o| o.broker.clone()),
-                connections: ok.map(|o| o.connections.clone()).unwrap_or_default(),
-                limits_hit: ok.map(|o| o.limits_hit.clone()).unwrap_or_default(),
-                quarantined,
-                warnings,
-            }),
-            warm: None,
-            commit_to_exec_us: None,
-            reported_by: None,
-        }
     }
+    warnings
 }
 
 /// A measured value that falls short of what the report would otherwise
