@@ -229,7 +229,7 @@ impl Request {
     pub(super) fn requested(&self) -> String {
         let mut text = format!("{} {}", self.head.method, self.head.target);
         if text.len() > REQUESTED_LIMIT {
-            text.truncate(crate::text::floor_char_boundary(&text, REQUESTED_LIMIT));
+            text.truncate(sandbox::text::floor_char_boundary(&text, REQUESTED_LIMIT));
             text.push_str("...");
         }
         text
