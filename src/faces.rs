@@ -21,7 +21,9 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use super::{daemon::DaemonArgs, daemon_client::ClientCommand, serve::ServeArgs};
+use super::{
+    daemon::DaemonArgs, daemon_client::ClientCommand, launch::LaunchArgs, serve::ServeArgs,
+};
 
 /// A command whose code lives in its own executable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +68,12 @@ pub trait Linked {
         Err(exec(Face::DaemonClient(command.name())).into())
     }
 
+    /// `sandbox __launch`, the daemon's fork server, which the daemon
+    /// starts from its own executable: never run from `sandbox` itself.
+    fn launch(_args: LaunchArgs) -> anyhow::Result<i32> {
+        Err(exec(Face::Daemon).into())
+    }
+
     fn serve_mcp(_args: ServeArgs) -> anyhow::Result<i32> {
         Err(exec(Face::Mcp).into())
     }
@@ -75,12 +83,6 @@ pub trait Linked {
         super::EXIT_SANDBOX_FAILED
     }
 }
-
-/// Below the prefix of the executable's own directory: where a
-/// distribution puts programs that only other programs run (the .deb:
-/// /usr/libexec/sandbox for /usr/bin/sandbox; the tarball the same below
-/// /usr/local).
-const LIBEXEC: &str = "libexec/sandbox";
 
 /// Why a face could not be executed.
 #[derive(Debug, thiserror::Error)]
@@ -116,57 +118,34 @@ pub enum FaceError {
 /// LISTEN_PID stay true: the pid does not change). Returns only on failure.
 pub fn exec(face: Face) -> FaceError {
     use std::os::unix::process::CommandExt;
-    let own = match std::fs::read_link("/proc/self/exe") {
-        Ok(own) => own,
-        Err(source) => {
+    let path = match sandbox::installed::find(face.program()) {
+        Ok(path) => path,
+        Err(sandbox::installed::NotInstalled::OwnPath(source)) => {
             return FaceError::OwnPath {
                 command: face.command(),
                 source,
             }
         }
-    };
-    let candidates = candidates(&own, face);
-    let Some(path) = candidates.iter().find(|path| path.is_file()) else {
-        return FaceError::Missing {
-            command: face.command(),
-            program: face.program(),
-            tried: candidates
-                .iter()
-                .map(|path| path.display().to_string())
-                .collect::<Vec<_>>()
-                .join(" and "),
-        };
+        Err(sandbox::installed::NotInstalled::Missing { program, tried }) => {
+            return FaceError::Missing {
+                command: face.command(),
+                program,
+                tried,
+            }
+        }
     };
     let mut args = std::env::args_os();
     // argv[0] as given: `sandbox-runc` is recognised by it.
     let argv0 = args.next().unwrap_or_else(|| OsString::from("sandbox"));
-    let source = std::process::Command::new(path)
+    let source = std::process::Command::new(&path)
         .arg0(&argv0)
         .args(args)
         .exec();
     FaceError::Exec {
         command: face.command(),
-        path: path.clone(),
+        path,
         source,
     }
-}
-
-/// Where `face`'s executable is looked for, in order: beside the running
-/// binary, then in the libexec directory of its prefix. Both are derived
-/// from the kernel's record of the running executable, never from PATH or
-/// any other part of the environment, so a caller cannot choose which
-/// program `sandbox daemon` (run as root by systemd) executes; and beside
-/// comes first because the executables of one build (target/release,
-/// `cargo install`, an unpacked tarball) are meant to run together.
-fn candidates(own: &Path, face: Face) -> Vec<PathBuf> {
-    let dir = own.parent().unwrap_or(Path::new("/"));
-    let program = OsStr::new(face.program());
-    let beside = dir.join(program);
-    // The prefix is the directory's parent as written (/proc/self/exe is
-    // already free of links), not `dir/..` resolved again on disk.
-    let prefix = dir.parent().unwrap_or(Path::new("/"));
-    let libexec = prefix.join(LIBEXEC).join(program);
-    vec![beside, libexec]
 }
 
 /// Whether this program was started as `sandbox-runc` (a link to it), in
@@ -180,24 +159,6 @@ pub fn started_as_runtime(argv0: &OsStr) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn faces_are_looked_for_beside_the_binary_then_in_its_libexec() {
-        assert_eq!(
-            candidates(Path::new("/usr/bin/sandbox"), Face::Daemon),
-            [
-                PathBuf::from("/usr/bin/sandbox-daemon"),
-                PathBuf::from("/usr/libexec/sandbox/sandbox-daemon")
-            ]
-        );
-        assert_eq!(
-            candidates(Path::new("/usr/local/bin/sandbox"), Face::Oci),
-            [
-                PathBuf::from("/usr/local/bin/sandbox-oci"),
-                PathBuf::from("/usr/local/libexec/sandbox/sandbox-oci")
-            ]
-        );
-    }
 
     #[test]
     fn the_daemons_client_commands_run_from_the_daemons_executable() {

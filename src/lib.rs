@@ -125,7 +125,7 @@ pub fn main<L: faces::Linked>() -> i32 {
         Command::Logs(args) => L::daemon_client(ClientCommand::Logs(args)),
         Command::Cancel(args) => L::daemon_client(ClientCommand::Cancel(args)),
         Command::Approvals(args) => L::daemon_client(ClientCommand::Approvals(args)),
-        Command::Launch(args) => launch::run(args),
+        Command::Launch(args) => L::launch(args),
         Command::Generate(args) => generate::run(args),
         Command::Oci { args } => return L::oci(args),
     };

@@ -22,6 +22,10 @@ impl cli::faces::Linked for Daemon {
     fn daemon_client(command: cli::daemon_client::ClientCommand) -> anyhow::Result<i32> {
         command.run()
     }
+
+    fn launch(args: cli::launch::LaunchArgs) -> anyhow::Result<i32> {
+        cli::launch::run(args)
+    }
 }
 
 fn main() {
