@@ -273,9 +273,10 @@ impl<R: Read> Iterator for Lines<R> {
 }
 
 /// Frames from a tokio reader (the daemon's run sockets, the net
-/// process's link). [`AsyncLines::next_frame`] is cancel-safe: a frame is
+/// process's link); with the `tokio` feature, which the faces enable. [`AsyncLines::next_frame`] is cancel-safe: a frame is
 /// only taken out when it is returned, and bytes only enter the framer
 /// once their read completed, so it can sit in a `select!`.
+#[cfg(any(test, feature = "tokio"))]
 #[derive(Debug)]
 pub struct AsyncLines<R> {
     reader: R,
@@ -285,6 +286,7 @@ pub struct AsyncLines<R> {
     ended: bool,
 }
 
+#[cfg(any(test, feature = "tokio"))]
 impl<R: tokio::io::AsyncRead + Unpin> AsyncLines<R> {
     /// Lines of at most `max_line` bytes from `reader`.
     pub fn new(reader: R, max_line: usize) -> AsyncLines<R> {

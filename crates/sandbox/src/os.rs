@@ -4,6 +4,7 @@
 //! under contracts it keeps). Adding one here is a decision about the
 //! core's public surface.
 
+#[cfg(feature = "tokio")]
 pub use crate::sys::epoll::WaitSet;
 pub use crate::sys::fd::{
     adopt_inherited, adopt_inherited_socket, cloexec_from, dup_at_or_above, ensure_stdio_open,

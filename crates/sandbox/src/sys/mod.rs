@@ -4,6 +4,7 @@
 
 pub mod clone;
 pub mod creds;
+#[cfg(feature = "tokio")]
 pub mod epoll;
 pub mod fd;
 pub mod fork;

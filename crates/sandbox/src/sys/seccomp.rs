@@ -31,10 +31,10 @@ pub fn install_filters(programs: &[Vec<libc::sock_filter>]) -> nix::Result<()> {
 
 // The probes below check an installed filter from the inside; only the
 // workspace's tests (tests/seccomp_filter.rs) make them.
-#[cfg(any(test, feature = "test-internals"))]
+#[cfg(feature = "test-internals")]
 pub use probes::*;
 
-#[cfg(any(test, feature = "test-internals"))]
+#[cfg(feature = "test-internals")]
 mod probes {
     use nix::errno::Errno;
 
