@@ -308,6 +308,10 @@ impl Queue {
     }
 }
 
+fn last_name(components: &[Vec<u8>]) -> &[u8] {
+    components.last().map_or(b"", Vec::as_slice)
+}
+
 fn relative(components: &[Vec<u8>]) -> PathBuf {
     let mut path = PathBuf::new();
     for c in components {
@@ -431,12 +435,14 @@ impl Walker<'_> {
         // Most entries match nothing and have one link: the path is only
         // built for those that are recorded or fail.
         let path = |components: &[Vec<u8>]| relative(components);
-        let name = self.components.last().cloned().unwrap_or_default();
+        // The entry's name, borrowed from `components` only for the calls
+        // that take it: no copy per entry.
+        let name = last_name;
         let mut stat = None;
         let kind = match reported {
             Some(kind) => kind,
             None => {
-                let s = stat_at(dir, &name, &path(&self.components))?;
+                let s = stat_at(dir, name(&self.components), &path(&self.components))?;
                 let kind = kind_of(&s);
                 stat = Some(s);
                 kind
@@ -469,7 +475,7 @@ impl Walker<'_> {
             if kind == Type::File {
                 let s = match stat {
                     Some(s) => s,
-                    None => stat_at(dir, &name, &here)?,
+                    None => stat_at(dir, name(&self.components), &here)?,
                 };
                 if s.st_nlink > 1 {
                     self.secret_inodes.insert(Identity::of(&s));
@@ -486,7 +492,7 @@ impl Walker<'_> {
             let here = path(&self.components);
             let s = match stat {
                 Some(s) => s,
-                None => stat_at(dir, &name, &here)?,
+                None => stat_at(dir, name(&self.components), &here)?,
             };
             stat = Some(s);
             self.scan
@@ -503,7 +509,7 @@ impl Walker<'_> {
             Type::Directory => {
                 let child = nix::fcntl::openat(
                     dir.as_fd(),
-                    OsStr::from_bytes(&name),
+                    OsStr::from_bytes(name(&self.components)),
                     DIR_FLAGS,
                     Mode::empty(),
                 )
@@ -536,7 +542,10 @@ impl Walker<'_> {
             Type::File => {
                 let s = match stat {
                     Some(s) => s,
-                    None => stat_at(dir, &name, Path::new(OsStr::from_bytes(&name)))?,
+                    None => {
+                        let name = name(&self.components);
+                        stat_at(dir, name, Path::new(OsStr::from_bytes(name)))?
+                    }
                 };
                 if s.st_nlink > 1 {
                     self.note_link(&s, &path(&self.components));
