@@ -5,6 +5,17 @@
 //! The walk works on directory descriptors opened with `O_NOFOLLOW`, never
 //! re-resolving a path string, and stats only regular files (for their link
 //! count) and entries whose type the directory does not report.
+//!
+//! Nothing is cached from one run's walk to the next. A directory's ctime
+//! would tell which names changed, but a hard link made outside the project
+//! to a file inside it changes only that file's link count and ctime: no
+//! directory of the project, and not even an inotify watch on the file's
+//! directory, sees it. Only a `stat` of every file answers for that, and it
+//! is most of the walk's time (about 2 µs a file on a loaded 2-core
+//! machine, against 0.5 µs for listing it), so a run's cost stays in
+//! proportion to the project until something long-lived (the daemon,
+//! `serve`) keeps a watch on every file. What the walk records does serve
+//! the sweep after the same run ([`ListedDir`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
