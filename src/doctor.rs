@@ -49,7 +49,56 @@ struct Report<'a> {
     default_profile_can_run: bool,
     environment: &'a Environment,
     probes: &'a Probes,
+    programs: &'a [Program],
     profiles: &'a [Verdict],
+}
+
+/// One of the installation's other programs, as `sandbox` looks for it
+/// (`sandbox::installed`): beside itself, then in its prefix's
+/// libexec/sandbox.
+#[derive(Debug, Serialize)]
+struct Program {
+    name: &'static str,
+    /// What needs it.
+    used_for: &'static str,
+    /// Where it was found; None when it is missing.
+    path: Option<std::path::PathBuf>,
+    /// Why it was not found: where it was looked for, and the fix.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    missing: Option<String>,
+}
+
+/// The programs `sandbox` executes: a run's net process and the faces.
+fn programs() -> Vec<Program> {
+    use crate::faces::Face;
+    [
+        (
+            sandbox::net::process::PROGRAM,
+            "a run with an allowlist, and net.http",
+        ),
+        (
+            Face::Daemon.program(),
+            "sandbox daemon, ps, logs, cancel, approvals, run --daemon",
+        ),
+        (Face::Mcp.program(), "sandbox serve --mcp"),
+        (Face::Oci.program(), "sandbox oci, sandbox-runc"),
+    ]
+    .into_iter()
+    .map(|(name, used_for)| match sandbox::installed::find(name) {
+        Ok(path) => Program {
+            name,
+            used_for,
+            path: Some(path),
+            missing: None,
+        },
+        Err(err) => Program {
+            name,
+            used_for,
+            path: None,
+            missing: Some(err.to_string()),
+        },
+    })
+    .collect()
 }
 
 /// What doctor found for one profile.
@@ -79,6 +128,7 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
     // namespace probe forks).
     let probes = probe::probe();
     let environment = Environment::detect();
+    let programs = programs();
     let verdicts: Vec<Verdict> = builtin_policies()?
         .into_iter()
         .map(|(_, policy)| verdict(policy))
@@ -93,13 +143,14 @@ pub fn run(args: DoctorArgs) -> anyhow::Result<i32> {
             default_profile_can_run: default_can_run,
             environment: &environment,
             probes: &probes,
+            programs: &programs,
             profiles: &verdicts,
         };
         let mut json = serde_json::to_string_pretty(&report).context("serializing the report")?;
         json.push('\n');
         json
     } else {
-        render_text(&probes, &environment, &verdicts)
+        render_text(&probes, &environment, &programs, &verdicts)
     };
     std::io::stdout()
         .lock()
@@ -292,7 +343,12 @@ fn opt<T: std::fmt::Display>(value: Option<T>) -> String {
     value.map_or_else(|| "absent".to_owned(), |v| v.to_string())
 }
 
-fn render_text(probes: &Probes, environment: &Environment, verdicts: &[Verdict]) -> String {
+fn render_text(
+    probes: &Probes,
+    environment: &Environment,
+    programs: &[Program],
+    verdicts: &[Verdict],
+) -> String {
     // Writing to a String cannot fail; the results are ignored for that reason.
     let mut out = String::new();
     let who = if probes.running_as_root {
@@ -369,6 +425,29 @@ fn render_text(probes: &Probes, environment: &Environment, verdicts: &[Verdict])
 
     let _ = writeln!(
         out,
+        "\nprograms (beside this executable, or in ../libexec/sandbox)"
+    );
+    for program in programs {
+        let _ = match (&program.path, &program.missing) {
+            (Some(path), _) => writeln!(
+                out,
+                "  ok       {:<15} {}  ({})",
+                program.name,
+                path.display(),
+                program.used_for
+            ),
+            (None, missing) => writeln!(
+                out,
+                "  missing  {:<15} needed for {}: {}",
+                program.name,
+                program.used_for,
+                missing.as_deref().unwrap_or("not found")
+            ),
+        };
+    }
+
+    let _ = writeln!(
+        out,
         "\nprofiles (each started with a dry run: everything but executing the command)"
     );
     if verdicts.is_empty() {
@@ -416,7 +495,7 @@ mod tests {
             enforced: None,
             measured: None,
         };
-        let text = render_text(&probes, &Environment::default(), &[refused]);
+        let text = render_text(&probes, &Environment::default(), &[], &[refused]);
         assert!(
             text.contains(
                 "strict (default): cannot run (exit 125): sandbox: cannot create the sandbox's namespaces (clone: EPERM); cause: x; fix: y"

@@ -200,3 +200,57 @@ fn json_output_follows_the_documented_schema() {
         &profiles[0],
     );
 }
+
+/// The programs `sandbox` executes are listed with where they were found;
+/// a `sandbox` copied alone says which are missing, what needs them and
+/// the fix, and still exits by the default profile alone.
+#[test]
+fn the_installation_s_programs_are_listed_and_a_missing_one_is_named() {
+    let out = doctor(&["--json"]);
+    let json: Value = serde_json::from_slice(&out.stdout).expect("doctor --json prints JSON");
+    let programs = json["programs"].as_array().expect("programs[]");
+    let names: Vec<&str> = programs.iter().filter_map(|p| p["name"].as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "sandbox-net",
+            "sandbox-daemon",
+            "sandbox-mcp",
+            "sandbox-oci"
+        ]
+    );
+    let built = std::path::Path::new(env!("CARGO_BIN_EXE_sandbox"))
+        .parent()
+        .expect("the build directory");
+    for program in programs {
+        let name = program["name"].as_str().unwrap_or_default();
+        assert_eq!(
+            program["path"].as_str().map(std::path::PathBuf::from),
+            Some(built.join(name)),
+            "{program}"
+        );
+    }
+
+    let alone = tempfile::tempdir().expect("a directory");
+    let copy = alone.path().join("sandbox");
+    std::fs::copy(env!("CARGO_BIN_EXE_sandbox"), &copy).expect("copying sandbox");
+    let out = Command::new(&copy)
+        .arg("doctor")
+        .output()
+        .expect("running the copy's doctor");
+    let text = String::from_utf8(out.stdout).expect("UTF-8 output");
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("missing  sandbox-net"))
+        .unwrap_or_else(|| panic!("sandbox-net not reported missing in:\n{text}"));
+    assert!(line.contains("a run with an allowlist"), "{line}");
+    assert!(
+        line.contains(&alone.path().join("sandbox-net").display().to_string()),
+        "{line}"
+    );
+    assert!(line.contains("reinstall"), "{line}");
+    let strict_runs = text
+        .lines()
+        .any(|l| l.trim_start() == "strict (default): can run");
+    assert_eq!(out.status.code(), Some(if strict_runs { 0 } else { 1 }));
+}
