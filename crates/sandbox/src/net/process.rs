@@ -27,6 +27,19 @@ use super::link::{NetStart, SupervisorEnd, LINK_FD, LISTENER_SOURCE_FD};
 /// The net process's executable.
 pub const PROGRAM: &str = "sandbox-net";
 
+/// What of the supervisor's environment the net process gets: where the
+/// system's TLS roots are (rustls-native-certs reads these two) and how
+/// the C library resolves names. Nothing else: a secret offered to the run
+/// from an environment variable (`--secret NAME=env:VAR`) stays in the
+/// supervisor, as does the rest of the caller's environment.
+pub const PASSED_ENVIRONMENT: &[&str] = &[
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "LOCALDOMAIN",
+    "RES_OPTIONS",
+    "HOSTALIASES",
+];
+
 /// Why the net process could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum NetProcessError {
@@ -75,6 +88,16 @@ pub fn start(
     let program = CString::new(program.as_os_str().as_bytes())
         .map_err(|_| NetProcessError::ProgramPath(program.clone()))?;
     let argv = [CString::from(c"sandbox-net")];
+    let environment: Vec<CString> = PASSED_ENVIRONMENT
+        .iter()
+        .filter_map(|name| {
+            let value = std::env::var_os(name)?;
+            let mut entry = name.as_bytes().to_vec();
+            entry.push(b'=');
+            entry.extend_from_slice(value.as_bytes());
+            CString::new(entry).ok()
+        })
+        .collect();
     let (supervisor_end, net_end) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -96,7 +119,7 @@ pub fn start(
     // LISTENER_SOURCE_FD: fork_keeping_only places what it keeps from 3 up.
     const _: () = assert!(LINK_FD == 3 && LISTENER_SOURCE_FD == 4);
     let pid = crate::sys::fork::fork_keeping_only(keep, move |kept| {
-        exec_net_process(supervisor, &program, &argv, &kept)
+        exec_net_process(supervisor, &program, &argv, &environment, &kept)
     })
     .map_err(NetProcessError::Fork)?;
     let mut link = SupervisorEnd::new(supervisor_end);
@@ -108,9 +131,16 @@ pub fn start(
 /// is known to be the parent (it survives the exec), leave the terminal's
 /// process group (a ^C is the supervisor's to forward to the run, and the
 /// run's connections need this process until the run has ended), and
-/// execute the net process with the kept descriptors open across the exec.
-/// Returns only on failure, with the status the child exits with.
-fn exec_net_process(supervisor: Pid, program: &CString, argv: &[CString], kept: &[OwnedFd]) -> i32 {
+/// execute the net process with the kept descriptors open across the exec
+/// and only `environment`. Returns only on failure, with the status the
+/// child exits with.
+fn exec_net_process(
+    supervisor: Pid,
+    program: &CString,
+    argv: &[CString],
+    environment: &[CString],
+    kept: &[OwnedFd],
+) -> i32 {
     if nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).is_err()
         || nix::unistd::getppid() != supervisor
     {
@@ -122,6 +152,6 @@ fn exec_net_process(supervisor: Pid, program: &CString, argv: &[CString], kept: 
             return 1;
         }
     }
-    let _ = nix::unistd::execv(program, argv);
+    let _ = nix::unistd::execve(program, argv, environment);
     1
 }
