@@ -254,6 +254,8 @@ impl Network {
         for message in messages {
             match message {
                 FromNet::Closing => done = true,
+                // Taken by `net::process::start` before the run went on.
+                FromNet::Ready => {}
                 FromNet::Ask { .. } if decider.is_none() => {}
                 FromNet::Ask {
                     id,

@@ -52,6 +52,9 @@ pub enum FromNet {
         #[serde(default)]
         refusal: Option<String>,
     },
+    /// The process read its start, confined itself and serves: its first
+    /// line, which the supervisor waits for before the run goes on.
+    Ready,
     /// The run ended (the broker shut its side): everything the process
     /// had to say was said before this.
     Closing,
