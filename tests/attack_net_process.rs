@@ -112,3 +112,64 @@ fn an_allowlist_run_refuses_to_start_without_sandbox_net() {
     assert!(!stdout.contains(RAN), "the payload ran: {stdout}");
     assert!(stderr.contains("sandbox-net is missing"), "{stderr}");
 }
+
+/// A `sandbox` unpacked inside the project: the payload can write the
+/// place where the supervisor looks for `sandbox-net`. The net process for
+/// `net.http` is started when first needed, after the payload has run, so
+/// the payload put its own program there and asked for `net.http`: the
+/// supervisor executed it outside the sandbox, as root with every
+/// capability. That start is refused now, naming the place and the fix.
+#[test]
+fn the_payload_cannot_plant_the_net_process_the_supervisor_starts_later() {
+    if !support::require_root_sandbox(
+        "the_payload_cannot_plant_the_net_process_the_supervisor_starts_later",
+    ) {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let tools = project.path().join("tools");
+    std::fs::create_dir(&tools).unwrap();
+    let sandbox = tools.join("sandbox");
+    std::fs::copy(support::sandbox_bin(), &sandbox).unwrap();
+    std::fs::copy(
+        Path::new(support::sandbox_bin()).with_file_name("sandbox-net"),
+        tools.join("sandbox-net"),
+    )
+    .unwrap();
+    let outside = tempfile::Builder::new()
+        .prefix("planted-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let escaped = outside.path().join("escaped");
+    let planted = format!("#!/bin/sh\nid > {}\nexit 1\n", escaped.display());
+    let script = format!(
+        "rm -f tools/sandbox-net && printf '%s' '{planted}' > tools/sandbox-net && \
+         chmod 755 tools/sandbox-net && \
+         sandbox ipc net.http '{{\"url\": \"http://example.com/\"}}'"
+    );
+    let out = Command::new(&sandbox)
+        .args(["run", "--net", "loopback", "--non-interactive"])
+        .args(["--grant", "net.http:example.com:80", "--", "/bin/sh", "-c"])
+        .arg(&script)
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        !escaped.exists(),
+        "the payload's program ran outside the sandbox: {}",
+        std::fs::read_to_string(&escaped).unwrap_or_default()
+    );
+    // The payload did plant it: the refusal is the supervisor's.
+    let written = std::fs::read_to_string(tools.join("sandbox-net")).unwrap_or_default();
+    assert!(written.contains("escaped"), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("net.http cannot be used in this run")
+            && stderr.contains(&tools.join("sandbox-net").display().to_string()),
+        "{stdout}{stderr}"
+    );
+}
