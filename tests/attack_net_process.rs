@@ -113,19 +113,11 @@ fn an_allowlist_run_refuses_to_start_without_sandbox_net() {
     assert!(stderr.contains("sandbox-net is missing"), "{stderr}");
 }
 
-/// A `sandbox` unpacked inside the project: the payload can write the
-/// place where the supervisor looks for `sandbox-net`. The net process for
-/// `net.http` is started when first needed, after the payload has run, so
-/// the payload put its own program there and asked for `net.http`: the
-/// supervisor executed it outside the sandbox, as root with every
-/// capability. That start is refused now, naming the place and the fix.
-#[test]
-fn the_payload_cannot_plant_the_net_process_the_supervisor_starts_later() {
-    if !support::require_root_sandbox(
-        "the_payload_cannot_plant_the_net_process_the_supervisor_starts_later",
-    ) {
-        return;
-    }
+/// A `sandbox` unpacked inside the project, whose payload replaces
+/// `tools/sandbox-net` with its own program and then makes the supervisor
+/// start a net process with `method`/`params` under the run flags `args`.
+/// Whether the program ran (outside the sandbox), and the streams.
+fn plant_then(args: &[&str], method: &str, params: &str) -> (bool, String) {
     let project = Project::new(Who::Root);
     let tools = project.path().join("tools");
     std::fs::create_dir(&tools).unwrap();
@@ -144,32 +136,76 @@ fn the_payload_cannot_plant_the_net_process_the_supervisor_starts_later() {
     let planted = format!("#!/bin/sh\nid > {}\nexit 1\n", escaped.display());
     let script = format!(
         "rm -f tools/sandbox-net && printf '%s' '{planted}' > tools/sandbox-net && \
-         chmod 755 tools/sandbox-net && \
-         sandbox ipc net.http '{{\"url\": \"http://example.com/\"}}'"
+         chmod 755 tools/sandbox-net && sandbox ipc {method} '{params}'"
     );
     let out = Command::new(&sandbox)
-        .args(["run", "--net", "loopback", "--non-interactive"])
-        .args(["--grant", "net.http:example.com:80", "--", "/bin/sh", "-c"])
+        .args(["run", "--non-interactive"])
+        .args(args)
+        .args(["--", "/bin/sh", "-c"])
         .arg(&script)
         .current_dir(project.path())
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let (stdout, stderr) = (
+    let streams = format!(
+        "{}{}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(
-        !escaped.exists(),
-        "the payload's program ran outside the sandbox: {}",
-        std::fs::read_to_string(&escaped).unwrap_or_default()
-    );
-    // The payload did plant it: the refusal is the supervisor's.
+    // The payload did plant it: a refusal is the supervisor's.
     let written = std::fs::read_to_string(tools.join("sandbox-net")).unwrap_or_default();
-    assert!(written.contains("escaped"), "{stdout}{stderr}");
-    assert!(
-        stderr.contains("net.http cannot be used in this run")
-            && stderr.contains(&tools.join("sandbox-net").display().to_string()),
-        "{stdout}{stderr}"
+    assert!(written.contains("escaped"), "{streams}");
+    let place = format!(
+        "the supervisor would execute {}, which is inside",
+        tools.join("sandbox-net").display()
     );
+    assert!(
+        escaped.exists() || streams.contains(&place),
+        "no refusal naming the place: {streams}"
+    );
+    (escaped.exists(), streams)
+}
+
+/// The net process for `net.http` is started when first needed, after the
+/// payload has run: the supervisor executed the payload's program outside
+/// the sandbox, as root with every capability.
+#[test]
+fn the_payload_cannot_plant_the_net_process_net_http_starts() {
+    if !support::require_root_sandbox("the_payload_cannot_plant_the_net_process_net_http_starts") {
+        return;
+    }
+    let (ran, streams) = plant_then(
+        &["--net", "loopback", "--grant", "net.http:example.com:80"],
+        "net.http",
+        r#"{"url": "http://example.com/"}"#,
+    );
+    assert!(
+        !ran,
+        "the payload's program ran outside the sandbox: {streams}"
+    );
+    assert!(
+        streams.contains("net.http cannot be used in this run"),
+        "{streams}"
+    );
+}
+
+/// `terminal.run` starts a nested run of the run's own allowlist policy,
+/// and with it a net process, from the supervisor after the payload ran.
+#[test]
+fn the_payload_cannot_plant_the_net_process_a_nested_run_starts() {
+    if !support::require_root_sandbox(
+        "the_payload_cannot_plant_the_net_process_a_nested_run_starts",
+    ) {
+        return;
+    }
+    let (ran, streams) = plant_then(
+        &["--net", "allow:example.com", "--grant", "terminal.run"],
+        "terminal.run",
+        r#"{"argv": ["/bin/true"]}"#,
+    );
+    assert!(
+        !ran,
+        "the payload's program ran outside the sandbox: {streams}"
+    );
+    assert!(streams.contains("the allowlist's proxy"), "{streams}");
 }

@@ -129,7 +129,7 @@ pub fn assemble(inputs: Inputs<'_>, warnings: &mut Vec<String>) -> Result<Broker
     let mut network = super::network::Network::new(policy.network.clone(), net_process);
     network.confine_to(syscalls_for_helpers(policy).cloned());
     if let Some(reason) = net_program_writable(policy, project) {
-        network.never_start(reason);
+        network.never_start(format!("net.http cannot be used in this run: {reason}"));
     }
     broker.use_network(network);
     if let Some(runner) = nested {
@@ -190,16 +190,15 @@ pub fn syscalls_for_helpers(policy: &Policy) -> Option<&crate::seccomp::policy::
 /// as the supervisor's user, could be the payload's own (a `sandbox`
 /// unpacked or built inside the project). None when every place is out of
 /// its reach.
-fn net_program_writable(policy: &Policy, project: &Path) -> Option<String> {
+pub(crate) fn net_program_writable(policy: &Policy, project: &Path) -> Option<String> {
     let program = crate::net::process::PROGRAM;
     let places = crate::installed::places(program).ok()?;
     places.iter().find_map(|place| {
         writable_tree_holding(policy, project, place).map(|tree| {
             format!(
-                "net.http cannot be used in this run: the supervisor would execute {}, \
-                 which is inside {}, where the sandboxed command can write; run a \
-                 sandbox installed outside the trees the run can write (the package, \
-                 or `cargo install`)",
+                "the supervisor would execute {}, which is inside {}, where a \
+                 sandboxed command can write; run a sandbox installed outside the \
+                 trees the run can write (the package, or `cargo install`)",
                 place.display(),
                 tree.display()
             )

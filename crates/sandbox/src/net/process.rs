@@ -37,6 +37,10 @@ pub enum NetProcessError {
     /// The executable's path cannot be passed to execve.
     #[error("the run's network helper's path {} holds a NUL byte", .0.display())]
     ProgramPath(std::path::PathBuf),
+    /// A run's payload could have replaced the program by now (see
+    /// `crate::broker::assemble::net_program_writable`).
+    #[error("{0}")]
+    Replaceable(String),
     /// The link's socket pair.
     #[error("creating the net process's link: {0}")]
     Link(#[source] nix::Error),
