@@ -76,12 +76,6 @@ pub trait Linked {
     }
 }
 
-/// Below the prefix of the executable's own directory: where a
-/// distribution puts programs that only other programs run (the .deb:
-/// /usr/libexec/sandbox for /usr/bin/sandbox; the tarball the same below
-/// /usr/local).
-const LIBEXEC: &str = "libexec/sandbox";
-
 /// Why a face could not be executed.
 #[derive(Debug, thiserror::Error)]
 pub enum FaceError {
@@ -151,22 +145,11 @@ pub fn exec(face: Face) -> FaceError {
     }
 }
 
-/// Where `face`'s executable is looked for, in order: beside the running
-/// binary, then in the libexec directory of its prefix. Both are derived
-/// from the kernel's record of the running executable, never from PATH or
-/// any other part of the environment, so a caller cannot choose which
-/// program `sandbox daemon` (run as root by systemd) executes; and beside
-/// comes first because the executables of one build (target/release,
-/// `cargo install`, an unpacked tarball) are meant to run together.
+/// Where `face`'s executable is looked for, in order: where the core looks
+/// for the programs of this installation (`sandbox::installed`: beside the
+/// running binary, then its prefix's libexec, never from PATH).
 fn candidates(own: &Path, face: Face) -> Vec<PathBuf> {
-    let dir = own.parent().unwrap_or(Path::new("/"));
-    let program = OsStr::new(face.program());
-    let beside = dir.join(program);
-    // The prefix is the directory's parent as written (/proc/self/exe is
-    // already free of links), not `dir/..` resolved again on disk.
-    let prefix = dir.parent().unwrap_or(Path::new("/"));
-    let libexec = prefix.join(LIBEXEC).join(program);
-    vec![beside, libexec]
+    sandbox::installed::candidates(own, face.program())
 }
 
 /// Whether this program was started as `sandbox-runc` (a link to it), in
