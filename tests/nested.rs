@@ -183,3 +183,34 @@ fn inside_bubblewrap_every_profile_runs_or_names_what_bubblewrap_covers() {
         );
     }
 }
+
+/// A run inside a run starts its own net process (an allowlist's proxy,
+/// `net.http`'s client): the supervisor inside looks for `sandbox-net`
+/// beside its binary, so the outer run shows it there too. Without it the
+/// inner allowlist run refused, telling the user to reinstall.
+#[test]
+fn an_allowlist_run_inside_a_run_finds_its_net_process() {
+    let test = "an_allowlist_run_inside_a_run_finds_its_net_process";
+    let Some(who) = support::identities(test).into_iter().next() else {
+        return;
+    };
+    let project = Project::new(who);
+    let out = project.run_with(
+        &["--profile", "standard"],
+        &[
+            "sandbox",
+            "run",
+            "--profile",
+            "standard",
+            "--net",
+            "allow:example.com",
+            "--",
+            "/bin/echo",
+            "inner-ran",
+        ],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("inner-ran"), "{stdout}\n{stderr}");
+    assert!(!stderr.contains("sandbox-net"), "{stderr}");
+}

@@ -70,8 +70,31 @@ pub fn main() -> i32 {
     else {
         return 1;
     };
+    // Confined and about to serve: the supervisor waits for this line
+    // before the run goes on.
+    if !say_ready(&link) {
+        return 1;
+    }
     runtime.block_on(serve(Arc::new(allow), start.pins, link, listener_from));
     0
+}
+
+/// Write [`FromNet::Ready`] on the link, whole, before the runtime owns it.
+fn say_ready(link: &OwnedFd) -> bool {
+    let Ok(mut line) = serde_json::to_vec(&FromNet::Ready) else {
+        return false;
+    };
+    line.push(b'\n');
+    let mut rest = line.as_slice();
+    while !rest.is_empty() {
+        match nix::unistd::write(link, rest) {
+            Ok(0) => return false,
+            Ok(n) => rest = rest.get(n..).unwrap_or_default(),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return false,
+        }
+    }
+    true
 }
 
 /// The link's first line, read byte by byte so that nothing after it is

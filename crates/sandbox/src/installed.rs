@@ -37,8 +37,7 @@ pub enum NotInstalled {
 
 /// The path of `program`, the first candidate that is a file.
 pub fn find(program: &'static str) -> Result<PathBuf, NotInstalled> {
-    let own = std::fs::read_link("/proc/self/exe").map_err(NotInstalled::OwnPath)?;
-    let candidates = candidates(&own, program);
+    let candidates = places(program)?;
     match candidates.iter().find(|path| path.is_file()) {
         Some(path) => Ok(path.clone()),
         None => Err(NotInstalled::Missing {
@@ -50,6 +49,13 @@ pub fn find(program: &'static str) -> Result<PathBuf, NotInstalled> {
                 .join(" and "),
         }),
     }
+}
+
+/// Every path [`find`] looks at for `program`, in order, whether or not a
+/// file is there now.
+pub fn places(program: &str) -> Result<Vec<PathBuf>, NotInstalled> {
+    let own = std::fs::read_link("/proc/self/exe").map_err(NotInstalled::OwnPath)?;
+    Ok(candidates(&own, program))
 }
 
 /// Where `program` is looked for when the running executable is `own`.

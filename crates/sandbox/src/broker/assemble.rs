@@ -128,6 +128,9 @@ pub fn assemble(inputs: Inputs<'_>, warnings: &mut Vec<String>) -> Result<Broker
     broker.use_secrets(secrets);
     let mut network = super::network::Network::new(policy.network.clone(), net_process);
     network.confine_to(syscalls_for_helpers(policy).cloned());
+    if let Some(reason) = net_program_writable(policy, project) {
+        network.never_start(format!("net.http cannot be used in this run: {reason}"));
+    }
     broker.use_network(network);
     if let Some(runner) = nested {
         broker.use_nested_runner(runner);
@@ -179,6 +182,28 @@ pub fn assemble(inputs: Inputs<'_>, warnings: &mut Vec<String>) -> Result<Broker
 /// process) run under: the run's own, unless the profile turned it off.
 pub fn syscalls_for_helpers(policy: &Policy) -> Option<&crate::seccomp::policy::SyscallPolicy> {
     (policy.enforce.seccomp != Enforcement::Off).then_some(&policy.syscalls)
+}
+
+/// Why no net process may be started once the payload runs: a place
+/// where the supervisor looks for `sandbox-net` is in a tree the payload
+/// can write, so the file it would execute then, outside the sandbox and
+/// as the supervisor's user, could be the payload's own (a `sandbox`
+/// unpacked or built inside the project). None when every place is out of
+/// its reach.
+pub(crate) fn net_program_writable(policy: &Policy, project: &Path) -> Option<String> {
+    let program = crate::net::process::PROGRAM;
+    let places = crate::installed::places(program).ok()?;
+    places.iter().find_map(|place| {
+        writable_tree_holding(policy, project, place).map(|tree| {
+            format!(
+                "the supervisor would execute {}, which is inside {}, where a \
+                 sandboxed command can write; run a sandbox installed outside the \
+                 trees the run can write (the package, or `cargo install`)",
+                place.display(),
+                tree.display()
+            )
+        })
+    })
 }
 
 /// The tree the payload can write (the project, a profile write path) that

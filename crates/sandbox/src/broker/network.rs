@@ -131,6 +131,14 @@ impl Network {
         Some(line)
     }
 
+    /// Start no net process from now on, for `reason`; one already started
+    /// (the allowlist's) is kept.
+    pub fn never_start(&mut self, reason: String) {
+        if self.process.is_none() {
+            self.failed = Some(reason);
+        }
+    }
+
     /// Run the net process under `syscalls` (the run's own filter) too.
     pub fn confine_to(&mut self, syscalls: Option<crate::seccomp::policy::SyscallPolicy>) {
         self.syscalls = syscalls;
@@ -254,6 +262,8 @@ impl Network {
         for message in messages {
             match message {
                 FromNet::Closing => done = true,
+                // Taken by `net::process::start` before the run went on.
+                FromNet::Ready => {}
                 FromNet::Ask { .. } if decider.is_none() => {}
                 FromNet::Ask {
                     id,

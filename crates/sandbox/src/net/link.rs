@@ -52,6 +52,9 @@ pub enum FromNet {
         #[serde(default)]
         refusal: Option<String>,
     },
+    /// The process read its start, confined itself and serves: its first
+    /// line, which the supervisor waits for before the run goes on.
+    Ready,
     /// The run ended (the broker shut its side): everything the process
     /// had to say was said before this.
     Closing,
@@ -91,8 +94,12 @@ pub enum FetchOutcome {
 }
 
 /// What the net process serves: the first line the supervisor sends it,
-/// before any [`ToNet`].
+/// before any [`ToNet`]. A field this build does not know is refused, not
+/// ignored: the program executed is whatever sits beside the binary (an
+/// older build after an upgrade), and a restriction it skipped would make
+/// the run silently weaker than asked.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NetStart {
     /// The supervisor's pid: the net process ends at once if its parent is
     /// another (the supervisor died before the parent-death signal was
@@ -257,5 +264,29 @@ impl SupervisorEnd {
             }
         }
         messages
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_start_with_a_field_this_build_does_not_know_is_refused() {
+        let start = NetStart {
+            supervisor: 1,
+            allow: vec!["example.com".into()],
+            pins: Default::default(),
+            syscalls: None,
+            proxy: true,
+        };
+        let line = serde_json::to_value(&start).unwrap();
+        assert_eq!(
+            serde_json::from_value::<NetStart>(line.clone()).unwrap(),
+            start
+        );
+        let mut newer = line;
+        newer["deny_ports"] = serde_json::json!([22]);
+        assert!(serde_json::from_value::<NetStart>(newer).is_err());
     }
 }

@@ -20,6 +20,7 @@ use std::os::unix::ffi::OsStrExt;
 use nix::fcntl::{FcntlArg, FdFlag};
 use nix::sys::signal::Signal;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
 use super::link::{NetStart, SupervisorEnd, LINK_FD, LISTENER_SOURCE_FD};
@@ -49,13 +50,38 @@ pub enum NetProcessError {
     /// The executable's path cannot be passed to execve.
     #[error("the run's network helper's path {} holds a NUL byte", .0.display())]
     ProgramPath(std::path::PathBuf),
+    /// A run's payload could have replaced the program by now (see
+    /// `crate::broker::assemble::net_program_writable`).
+    #[error("{0}")]
+    Replaceable(String),
     /// The link's socket pair.
     #[error("creating the net process's link: {0}")]
     Link(#[source] nix::Error),
     /// The fork.
     #[error("forking the net process: {0}")]
     Fork(#[source] crate::sys::fork::ForkError),
+    /// The program ended (or could not be executed) before it said it was
+    /// ready: a run that needs it does not go on without it.
+    #[error(
+        "the run's network helper {} {how}; it must be the \
+         sandbox-net built with this sandbox: reinstall the sandbox package, or run \
+         `cargo build --release`, which builds every executable",
+        program.display()
+    )]
+    NotReady {
+        /// The program executed.
+        program: std::path::PathBuf,
+        /// How it ended.
+        how: String,
+    },
 }
+
+/// The status the forked child exits with when `execve` fails.
+const EXEC_FAILED: i32 = 127;
+
+/// The longest first line taken from the net process: it is only
+/// [`FromNet::Ready`](super::link::FromNet::Ready).
+const MAX_READY_LINE: usize = 1024;
 
 /// A started net process, seen from the supervisor.
 #[derive(Debug)]
@@ -83,10 +109,10 @@ pub fn start(
     syscalls: Option<&crate::seccomp::policy::SyscallPolicy>,
     listener_from: Option<OwnedFd>,
 ) -> Result<NetProcess, NetProcessError> {
-    let program = crate::installed::find(PROGRAM)?;
+    let path = crate::installed::find(PROGRAM)?;
     // Made before the fork: the child only executes.
-    let program = CString::new(program.as_os_str().as_bytes())
-        .map_err(|_| NetProcessError::ProgramPath(program.clone()))?;
+    let program = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| NetProcessError::ProgramPath(path.clone()))?;
     let argv = [CString::from(c"sandbox-net")];
     let environment: Vec<CString> = PASSED_ENVIRONMENT
         .iter()
@@ -124,7 +150,85 @@ pub fn start(
     .map_err(NetProcessError::Fork)?;
     let mut link = SupervisorEnd::new(supervisor_end);
     link.send_start(&start);
-    Ok(NetProcess { pid, link })
+    // A program that could not be executed, or ended at once (another
+    // build's, which reads another start), would otherwise leave the run
+    // a proxy that refuses every connection and a `net.http` that fails,
+    // with nothing saying why. Before its first line it has read nothing
+    // but the start the supervisor wrote, so waiting on it is safe.
+    let how = match wait_ready(&mut link) {
+        FirstLine::Ready => return Ok(NetProcess { pid, link }),
+        // It closed its end, which it does only on its way out.
+        FirstLine::Closed => ended(pid),
+        FirstLine::Other => {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(pid, None);
+            "did not answer `ready` first".to_string()
+        }
+    };
+    Err(NetProcessError::NotReady { program: path, how })
+}
+
+/// What the net process said first.
+enum FirstLine {
+    /// [`FromNet::Ready`](super::link::FromNet::Ready).
+    Ready,
+    /// Nothing: end of file, or reset by its end.
+    Closed,
+    /// Anything else, or the link failed.
+    Other,
+}
+
+/// The net process's first line. Writes the rest of the start while it
+/// waits (the socket may not have taken all of it at once).
+fn wait_ready(link: &mut SupervisorEnd) -> FirstLine {
+    use nix::poll::PollFlags;
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        let mut events = PollFlags::POLLIN;
+        if link.wants_output() {
+            events |= PollFlags::POLLOUT;
+        }
+        let mut set = crate::poll_set::PollSet::default();
+        let slot = set.add(link.fd(), events);
+        if set.wait_for(None).is_err() {
+            return FirstLine::Other;
+        }
+        let ready = set.events(Some(slot));
+        drop(set);
+        if ready.contains(PollFlags::POLLOUT) {
+            link.flush();
+        }
+        if !ready.intersects(PollFlags::POLLIN | PollFlags::POLLHUP | PollFlags::POLLERR) {
+            continue;
+        }
+        match nix::unistd::read(link.fd(), &mut byte) {
+            // ECONNRESET: it ended without reading all of the start.
+            Ok(0) | Err(nix::errno::Errno::ECONNRESET) => return FirstLine::Closed,
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if line.len() < MAX_READY_LINE => line.push(byte[0]),
+            Ok(_) => return FirstLine::Other,
+            Err(nix::errno::Errno::EINTR | nix::errno::Errno::EAGAIN) => continue,
+            Err(_) => return FirstLine::Other,
+        }
+    }
+    match serde_json::from_slice::<super::link::FromNet>(&line) {
+        Ok(super::link::FromNet::Ready) => FirstLine::Ready,
+        _ => FirstLine::Other,
+    }
+}
+
+/// Reap the net process, which is ending; how it ended, for the message.
+fn ended(pid: Pid) -> String {
+    match nix::sys::wait::waitpid(pid, None) {
+        Ok(WaitStatus::Exited(_, EXEC_FAILED)) => "could not be executed (execve failed)".into(),
+        Ok(WaitStatus::Exited(_, code)) => format!("exited with status {code} before it was ready"),
+        Ok(WaitStatus::Signaled(_, signal, _)) => {
+            format!("was killed by {signal} before it was ready")
+        }
+        Ok(other) => format!("ended before it was ready ({other:?})"),
+        Err(errno) => format!("ended before it was ready (waitpid: {errno})"),
+    }
 }
 
 /// In the forked child: arm the parent-death signal while the supervisor
@@ -153,5 +257,5 @@ fn exec_net_process(
         }
     }
     let _ = nix::unistd::execve(program, argv, environment);
-    1
+    EXEC_FAILED
 }

@@ -560,6 +560,11 @@ fn link_sandbox_binary(
             && std::os::unix::fs::symlink(&exe, bin_dir.join("sandbox")).is_ok()
         {
             rules.push((cstring(&exe)?, LandlockAccess::ReadExec));
+            // A supervisor inside finds its net process beside the binary
+            // the link resolves to, and executes it.
+            if let Ok(net) = crate::installed::find(crate::net::process::PROGRAM) {
+                rules.push((cstring(&net)?, LandlockAccess::ReadExec));
+            }
         }
     }
     Ok(())

@@ -18,6 +18,10 @@ pub(super) struct BrokerSide {
     pub(super) net_pid: Option<nix::unistd::Pid>,
 }
 
+/// Whether a run's broker was set up in this process before: its payload
+/// has run since, and whatever it could write may have changed.
+static RUN_ASSEMBLED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Open the audit, start the allowlist's net process, and assemble the
 /// broker ([`crate::broker::assemble`]): all before the clone, so that
 /// what the payload runs is hashed before it exists.
@@ -62,7 +66,18 @@ pub(super) fn open_broker(
     // started when first needed.
     let proxied = config.policy.network.mode == crate::profile::policy::NetworkMode::Allowlist
         && prepared.started.no_namespaces.is_none();
+    // A run started by this process before (the run whose broker starts
+    // this one for `terminal.run`, or a library caller's earlier run) had
+    // a payload that may have replaced the program by now.
+    let earlier_run = RUN_ASSEMBLED.swap(true, std::sync::atomic::Ordering::SeqCst);
     let (net_process, handover) = if proxied {
+        if earlier_run {
+            if let Some(reason) =
+                crate::broker::assemble::net_program_writable(&config.policy, project)
+            {
+                return Err(crate::net::process::NetProcessError::Replaceable(reason).into());
+            }
+        }
         let (send, receive) =
             crate::broker::network::listener_handover().map_err(sys("socketpair(proxy)"))?;
         let network = &config.policy.network;

@@ -308,6 +308,15 @@ impl ViewPlan {
                     .into(),
             ),
         }
+        // The net process's program beside it, where a supervisor inside
+        // looks for it: a run inside starts its own allowlist proxy and
+        // `net.http` client, and without it refuses to.
+        if let Ok(net) = crate::installed::find(crate::net::process::PROGRAM) {
+            handed_over.push((
+                net,
+                Path::new(SANDBOX_BIN_DIR).join(crate::net::process::PROGRAM),
+            ));
+        }
         for (host, target) in handed_over {
             let meta = std::fs::metadata(&host).map_err(|source| SpawnError::Path {
                 what: "read-only path",
