@@ -113,6 +113,83 @@ fn an_allowlist_run_refuses_to_start_without_sandbox_net() {
     assert!(stderr.contains("sandbox-net is missing"), "{stderr}");
 }
 
+/// The net process gets the environment it reads (the TLS roots' and the
+/// resolver's variables) and nothing else: a secret offered to the run
+/// from an environment variable stays in the supervisor. A stand-in
+/// `sandbox-net` writes down the environment it was executed with, then
+/// executes the real one, so the run goes on as usual.
+#[test]
+fn the_net_process_gets_no_secret_from_the_supervisor_s_environment() {
+    if !support::require_root_sandbox(
+        "the_net_process_gets_no_secret_from_the_supervisor_s_environment",
+    ) {
+        return;
+    }
+    const SECRET: &str = "env-secret-4b1f9c";
+    let project = Project::new(Who::Root);
+    let (dir, sandbox) = installation(None);
+    let real = Path::new(support::sandbox_bin()).with_file_name("sandbox-net");
+    std::fs::copy(&real, dir.path().join("real-sandbox-net")).unwrap();
+    let seen = dir.path().join("environment");
+    let stand_in = format!(
+        "#!/bin/sh\n/usr/bin/env > '{}'\nexec '{}'\n",
+        seen.display(),
+        dir.path().join("real-sandbox-net").display()
+    );
+    let path = dir.path().join("sandbox-net");
+    std::fs::write(&path, stand_in).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&sandbox)
+        .args([
+            "run",
+            "--net",
+            "allow:example.com",
+            "--secret",
+            "TOKEN=env:SANDBOX_TEST_TOKEN@example.com",
+            "--",
+            "/bin/echo",
+            RAN,
+        ])
+        .env("SANDBOX_TEST_TOKEN", SECRET)
+        .env("SSL_CERT_DIR", "/etc/ssl/certs")
+        .current_dir(project.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}{stderr}");
+    assert!(stdout.contains(RAN), "{stdout}{stderr}");
+    let environment = std::fs::read_to_string(&seen).expect("the stand-in wrote its environment");
+    // The variable it may read arrived: the stand-in is what ran.
+    assert!(
+        environment.contains("SSL_CERT_DIR=/etc/ssl/certs"),
+        "{environment}"
+    );
+    assert!(!environment.contains(SECRET), "{environment}");
+    for line in environment.lines() {
+        let name = line.split('=').next().unwrap_or_default();
+        // /bin/sh sets PWD (and may set SHLVL, _) on its own.
+        assert!(
+            [
+                "SSL_CERT_FILE",
+                "SSL_CERT_DIR",
+                "LOCALDOMAIN",
+                "RES_OPTIONS",
+                "HOSTALIASES",
+                "PWD",
+                "SHLVL",
+                "_",
+                "OLDPWD"
+            ]
+            .contains(&name),
+            "the net process got {name}: {environment}"
+        );
+    }
+}
+
 /// A `sandbox` unpacked inside the project, whose payload replaces
 /// `tools/sandbox-net` with its own program and then makes the supervisor
 /// start a net process with `method`/`params` under the run flags `args`.
