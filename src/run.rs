@@ -255,7 +255,10 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         cpu: policy.limits.cpu,
     };
     let cgroups_off = policy.enforce.cgroups == sandbox::profile::policy::Enforcement::Off;
+    // Read once for the scope, the run's cgroup and its warnings.
+    let cgroup_layout = sandbox::cgroup::detect();
     if let Some(err) = sandbox::cgroup::scope::enter_delegated_scope(
+        &cgroup_layout,
         &limits,
         cgroups_off,
         args.cgroup_parent.is_some(),
@@ -285,6 +288,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     if let Some(parent) = &args.cgroup_parent {
         command.cgroup_parent(parent);
     }
+    command.cgroup_layout(cgroup_layout.clone());
     if let Some(audit) = &args.audit {
         command.audit(audit);
     }
@@ -331,7 +335,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         (None, Ok(_)) => None,
     };
     if let (Some(report), false) = (&report, args.quiet) {
-        print_warnings(report.warnings());
+        print_warnings_with(report.warnings(), Some(cgroup_layout));
     }
     let json = report
         .as_ref()
@@ -395,7 +399,15 @@ fn git_identity(
 /// machine for a user other than root, only the first time on this machine
 /// (see `sandbox::cgroup::notice`). The report keeps every warning.
 pub(crate) fn print_warnings(warnings: &[String]) {
-    let mut layout = None;
+    print_warnings_with(warnings, None);
+}
+
+/// [`print_warnings`] with the cgroup layout already detected, if any.
+pub(crate) fn print_warnings_with(
+    warnings: &[String],
+    layout: Option<sandbox::cgroup::CgroupInfo>,
+) {
+    let mut layout = layout;
     for warning in warnings {
         let shown = if sandbox::cgroup::notice::is_fallback(warning) {
             let info = layout.get_or_insert_with(sandbox::cgroup::detect);

@@ -33,6 +33,7 @@ pub struct Command {
     policy: Policy,
     stdio: [Stdio; 3],
     cgroup_parent: Option<PathBuf>,
+    cgroup_layout: Option<crate::cgroup::CgroupInfo>,
     audit: Option<PathBuf>,
     interactive: bool,
     secrets: Vec<crate::broker::secrets::SecretSpec>,
@@ -96,6 +97,7 @@ impl Command {
             policy,
             stdio: [Stdio::Inherit, Stdio::Inherit, Stdio::Inherit],
             cgroup_parent: None,
+            cgroup_layout: None,
             audit: None,
             interactive: false,
             secrets: Vec::new(),
@@ -166,6 +168,17 @@ impl Command {
     /// instead of below the supervisor's own cgroup.
     pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Command {
         self.cgroup_parent = Some(dir.as_ref().to_path_buf());
+        self
+    }
+    /// The cgroup layout this process found moments ago
+    /// ([`crate::cgroup::detect`]), for the run to create its cgroup by
+    /// instead of reading `/proc/self/mountinfo` again: the kernel formats
+    /// that file anew on every read, and a one-shot supervisor that also
+    /// needs the layout for its delegated scope and its warnings read it
+    /// three times a run. A long-lived caller should not keep one: mounts
+    /// and cgroups change.
+    pub fn cgroup_layout(&mut self, layout: crate::cgroup::CgroupInfo) -> &mut Command {
+        self.cgroup_layout = Some(layout);
         self
     }
     /// Let broker decisions that are "ask" prompt on the controlling
@@ -314,6 +327,7 @@ impl Command {
         let stdio = std::mem::take(&mut self.stdio);
         let supervision = Supervision {
             cgroup_parent: self.cgroup_parent.clone(),
+            cgroup_layout: self.cgroup_layout.clone(),
             audit: self.audit.clone(),
             interactive: self.interactive,
             grant_store: self.grant_store.clone(),

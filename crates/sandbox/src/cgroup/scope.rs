@@ -164,14 +164,14 @@ pub fn scope_note(info: &CgroupInfo, limits: &CgroupLimits, cgroup_parent_given:
 /// when no re-exec happened: `Some` with the reason when one was wanted and
 /// `systemd-run` could not be executed (the run goes on without it).
 pub fn enter_delegated_scope(
+    info: &CgroupInfo,
     limits: &CgroupLimits,
     cgroups_off: bool,
     cgroup_parent_given: bool,
 ) -> Option<String> {
     let env = ScopeEnv::current();
-    let info = super::detect();
     let ScopePlan::Reexec(systemd_run) =
-        plan_scope(&info, limits, cgroups_off, cgroup_parent_given, &env)
+        plan_scope(info, limits, cgroups_off, cgroup_parent_given, &env)
     else {
         return None;
     };

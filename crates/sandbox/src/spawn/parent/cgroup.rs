@@ -31,7 +31,10 @@ pub(super) fn setup_cgroup(
         );
         return Ok((None, Vec::new()));
     }
-    let info = crate::cgroup::detect();
+    let info = match &config.supervision.cgroup_layout {
+        Some(layout) => layout.clone(),
+        None => crate::cgroup::detect(),
+    };
     let name = format!(
         "sandbox-{}-{}",
         std::process::id(),

@@ -242,6 +242,8 @@ pub struct ChildPlan {
 pub struct Supervision {
     /// A delegated cgroup to create the run's cgroup in, instead of the supervisor's own.
     pub cgroup_parent: Option<PathBuf>,
+    /// The cgroup layout the caller already detected ([`crate::Command::cgroup_layout`]).
+    pub cgroup_layout: Option<crate::cgroup::CgroupInfo>,
     /// Where the broker writes one JSON line per request.
     pub audit: Option<PathBuf>,
     /// Whether "ask" may prompt on the supervisor's terminal.
