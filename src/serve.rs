@@ -58,10 +58,10 @@ pub fn options(args: ServeArgs) -> anyhow::Result<serve::ServeOptions> {
     // Agent hosts start MCP servers with almost no environment. Skill
     // roots, the grant store and the client libraries' cache all live
     // below the person's home, so without HOME it is the account's own
-    // (set while this process still has one thread).
+    // (set while this process still has one thread), from /etc/passwd.
     if std::env::var_os("HOME").is_none() {
-        if let Ok(Some(user)) = nix::unistd::User::from_uid(nix::unistd::getuid()) {
-            std::env::set_var("HOME", &user.dir);
+        if let Some(home) = sandbox::project::home::home_of_uid(nix::unistd::getuid().as_raw()) {
+            std::env::set_var("HOME", home);
         }
     }
     for grant in &args.grants {

@@ -34,6 +34,28 @@ pub fn home_directories() -> Vec<PathBuf> {
     real
 }
 
+/// The home directory of the account with this uid in `/etc/passwd` (the
+/// first entry for it, as `getpwuid` answers from files), read without
+/// the C library's NSS: the shipped `sandbox` is linked static, and a
+/// static program that loads NSS modules (sssd, LDAP, systemd's) of
+/// another glibc than its own may crash. An account that only a network
+/// directory knows has none here.
+pub fn home_of_uid(uid: u32) -> Option<PathBuf> {
+    home_of_uid_in(&std::fs::read_to_string("/etc/passwd").ok()?, uid)
+}
+
+fn home_of_uid_in(passwd: &str, uid: u32) -> Option<PathBuf> {
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        match fields.as_slice() {
+            [_, _, id, _, _, home, ..] if id.parse() == Ok(uid) && home.starts_with('/') => {
+                Some(PathBuf::from(home))
+            }
+            _ => None,
+        }
+    })
+}
+
 /// Why `project` (canonical) is too broad to be an implicit project root,
 /// or None when it is fine.
 pub fn too_broad(project: &Path, homes: &[PathBuf]) -> Option<String> {
@@ -52,6 +74,23 @@ pub fn too_broad(project: &Path, homes: &[PathBuf]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_passwd_entry_of_a_uid_names_its_home() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\n\
+                      # a comment\n\
+                      short:x:1000\n\
+                      alice:x:1000:1000:Alice:/home/alice:/bin/sh\n\
+                      again:x:1000:1000::/home/again:/bin/sh\n\
+                      relative:x:1001:1001::home/rel:/bin/sh\n";
+        assert_eq!(home_of_uid_in(passwd, 0), Some(PathBuf::from("/root")));
+        assert_eq!(
+            home_of_uid_in(passwd, 1000),
+            Some(PathBuf::from("/home/alice"))
+        );
+        assert_eq!(home_of_uid_in(passwd, 1001), None);
+        assert_eq!(home_of_uid_in(passwd, 4242), None);
+    }
 
     #[test]
     fn homes_and_their_ancestors_are_too_broad() {
