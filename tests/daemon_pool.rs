@@ -479,3 +479,154 @@ fn a_stopped_daemon_leaves_no_warm_cgroup_behind() {
         daemon.log()
     );
 }
+
+/// Submit `command` in `project` and wait until its sandbox runs (its
+/// `started` record): it holds its slot from then until it is cancelled.
+fn running(daemon: &Daemon, project: &Path, command: &[&str]) -> String {
+    let body = json!({"command": command, "project": project});
+    let (status, answer) = daemon.request("POST", "/v1/runs", Some(&body));
+    assert_eq!(status, 202, "{answer}\n{}", daemon.log());
+    let id = answer["id"].as_str().expect("id").to_string();
+    let started = support::wait::holds_within(Duration::from_secs(60), || {
+        let (_, _, records) = daemon.output(&id);
+        records.iter().any(|r| r["type"] == "started")
+    });
+    assert!(started, "run {id} never started:\n{}", daemon.log());
+    id
+}
+
+fn cancel(daemon: &Daemon, id: &str) -> Value {
+    let (status, answer) = daemon.request("POST", &format!("/v1/runs/{id}/cancel"), None);
+    assert!(status < 300, "{status} {answer}");
+    daemon.wait_finished(id)
+}
+
+/// `(ready, preparing)` of the caller's warm sandboxes, once the pool has
+/// none preparing and at least `ready`.
+fn settled_pool(daemon: &Daemon, ready: u64) -> (u64, u64) {
+    let mut figures = (0, 0);
+    let settled = support::wait::holds_within(Duration::from_secs(60), || {
+        let (_, info) = daemon.request("GET", "/v1/info", None);
+        figures = (
+            info["pool"]["ready"].as_u64().unwrap_or(0),
+            info["pool"]["preparing"].as_u64().unwrap_or(u64::MAX),
+        );
+        figures.0 >= ready && figures.1 == 0
+    });
+    assert!(
+        settled,
+        "the pool never had {ready} ready: {figures:?}\n{}",
+        daemon.log()
+    );
+    figures
+}
+
+fn roomy_pooled_daemon(rule: &str) -> Daemon {
+    Daemon::start(&format!(
+        "[daemon]\nmax_concurrent = 8\n[pool]\nenabled = true\nidle = \"600s\"\n\
+         [[allow]]\nuids = [{}]\nprojects = [\"/tmp\"]\n{rule}",
+        my_uid()
+    ))
+}
+
+/// Three runs of one key in flight at once: the pool prepares a sandbox
+/// for each one's successor while they run, so three are ready when they
+/// end, and the next three runs each take a different one.
+#[test]
+fn several_warm_sandboxes_are_prepared_ahead_for_one_key_each_used_once() {
+    let test = "several_warm_sandboxes_are_prepared_ahead_for_one_key_each_used_once";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let daemon = roomy_pooled_daemon("");
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    let ids: Vec<String> = (0..3)
+        .map(|_| running(&daemon, project.path(), &["sleep", "3600"]))
+        .collect();
+    // Asked for as the runs started, not after they ended.
+    let (ready, _) = settled_pool(&daemon, 3);
+    assert_eq!(ready, 3, "one for each run in flight\n{}", daemon.log());
+    for id in &ids {
+        assert_eq!(cancel(&daemon, id)["state"], "cancelled");
+    }
+    let warm: Vec<Value> = (0..3)
+        .map(|_| run_to_end(&daemon, project.path(), &["true"]).0)
+        .collect();
+    for run in &warm {
+        assert_eq!(run["report"]["warm"], true, "{run}\n{}", daemon.log());
+        assert_eq!(run["status"], 0, "{run}");
+    }
+    let inits: std::collections::BTreeSet<String> = warm
+        .iter()
+        .map(|run| init_pid(&daemon, run).to_string())
+        .collect();
+    assert_eq!(
+        inits.len(),
+        3,
+        "each warm run has a sandbox of its own: {inits:?}"
+    );
+}
+
+/// A warm sandbox holds one of the caller's slots: with the rule's
+/// `max_concurrent = 2` taken by two runs no sandbox is prepared, and when
+/// one ends only its slot goes to the pool.
+#[test]
+fn warm_sandboxes_stay_within_the_callers_quota() {
+    let test = "warm_sandboxes_stay_within_the_callers_quota";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let daemon = roomy_pooled_daemon("max_concurrent = 2\n");
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    let first = running(&daemon, project.path(), &["sleep", "3600"]);
+    let second = running(&daemon, project.path(), &["sleep", "3600"]);
+    let (_, info) = daemon.request("GET", "/v1/info", None);
+    assert_eq!(info["pool"]["ready"], 0, "{info}");
+    assert_eq!(info["pool"]["preparing"], 0, "{info}");
+    cancel(&daemon, &first);
+    let (ready, preparing) = settled_pool(&daemon, 1);
+    assert_eq!(
+        (ready, preparing),
+        (1, 0),
+        "one run and one warm sandbox fill the rule's 2\n{}",
+        daemon.log()
+    );
+    cancel(&daemon, &second);
+    let (run, _, _) = run_to_end(&daemon, project.path(), &["true"]);
+    assert_eq!(run["report"]["warm"], true, "{run}\n{}", daemon.log());
+}
+
+/// A change in the project discards every warm sandbox prepared before
+/// it: none of them serves a run that would see the project as it was (a
+/// warm run after the change has a sandbox built since, which hides the
+/// new `.env` as a cold one does).
+#[test]
+fn every_warm_sandbox_of_a_changed_project_is_discarded() {
+    let test = "every_warm_sandbox_of_a_changed_project_is_discarded";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let daemon = roomy_pooled_daemon("");
+    let project = tempfile::tempdir_in("/tmp").expect("project");
+    let ids: Vec<String> = (0..2)
+        .map(|_| running(&daemon, project.path(), &["sleep", "3600"]))
+        .collect();
+    for id in &ids {
+        cancel(&daemon, id);
+    }
+    let (ready, _) = settled_pool(&daemon, 2);
+    assert!(ready >= 2, "{}", daemon.log());
+    std::fs::write(project.path().join(".env"), "TOKEN=secret\n").expect(".env");
+    for _ in 0..ready + 1 {
+        let (run, out, err) = run_to_end(&daemon, project.path(), &["sh", "-c", "cat .env"]);
+        assert_eq!(run["status"], 1, "{run}\n{out}{err}");
+        assert!(!out.contains("secret"), "{out}{err}");
+        let hidden = run["report"]["enforced"]["project_view"]["secrets_hidden"].to_string();
+        assert!(
+            hidden.contains(".env"),
+            "warm {}: {run}\n{}",
+            run["report"]["warm"],
+            daemon.log()
+        );
+    }
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::pool::Moment;
 use super::{blocking, decrement, finish_watch, lock, store_error, Control, Runs};
 use crate::error::ApiError;
 use crate::store::Outcome;
@@ -45,8 +46,8 @@ impl Runs {
         let mut state = lock(&self.state);
         if let Some(live) = state.running.remove(id) {
             decrement(&mut state.running_by_uid, live.uid);
-            if let Some(refill) = live.refill {
-                self.refill(&mut state, live.uid, refill);
+            if let Some(template) = &live.warm_from {
+                self.prepare_ahead(&mut state, live.uid, template, Moment::Ended);
             }
         }
         finish_watch(&mut state, id);

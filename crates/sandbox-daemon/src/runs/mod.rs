@@ -15,7 +15,7 @@ mod end;
 mod pool;
 mod queue;
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -26,7 +26,7 @@ use super::config::Config;
 use super::error::ApiError;
 use super::launcher::Launcher;
 use super::store::Store;
-use sandbox::launch::protocol::{Approval, RunSpec};
+use sandbox::launch::protocol::{Approval, RunSpec, WarmPick};
 
 pub use approvals::Question;
 pub use driver::{kill_if_same, owned_by, proc_start_time};
@@ -74,15 +74,14 @@ struct QueuedRun {
     /// named (see [`pool_key`]).
     key: Option<String>,
     /// The ready warm sandbox it takes, chosen when it is dispatched.
-    warm: Option<String>,
+    warm: Option<WarmPick>,
 }
 
 struct LiveRun {
     uid: u32,
-    /// What to warm a sandbox for once the run is over (its key, rule
-    /// bound and spec): refilled after the use, so the run's own writes in
-    /// the project never discard it.
-    refill: Option<(String, Option<usize>, RunSpec)>,
+    /// What its key's warm sandboxes are made from (`pool`), when the
+    /// pool is on and the run has a key.
+    warm_from: Option<pool::Template>,
     control: mpsc::UnboundedSender<Control>,
     questions: BTreeMap<u64, Question>,
 }
@@ -98,9 +97,13 @@ struct State {
     /// Admitted but not yet in the queue (record being written).
     reserved: usize,
     stopping: bool,
-    /// Warm sandboxes by key: asked for or ready.
-    pool: HashMap<String, PoolEntry>,
+    /// Warm sandboxes asked for or ready, by the number of the request
+    /// (oldest first).
+    pool: BTreeMap<u64, PoolEntry>,
     pool_gen: u64,
+    /// Keys whose warm sandboxes are prepared after each run, not ahead
+    /// (`pool`).
+    pool_discarded: HashSet<String>,
 }
 
 /// Load figures for `/v1/info`.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
-use super::pool::pool_key;
+use super::pool::{pool_key, Moment};
 use super::{blocking, decrement, lock, new_run_id, store_error, LiveRun, QueuedRun, Runs, State};
 use crate::config::Rule;
 use crate::error::ApiError;
@@ -180,16 +180,28 @@ impl Runs {
             };
             let eligible = state.queue.iter().position(|run| fits(state, run));
             let Some(index) = eligible else {
-                // Warm sandboxes give way to runs waiting for their slots.
-                if !state.queue.is_empty() && !state.pool.is_empty() {
-                    let keys: Vec<String> = state.pool.keys().cloned().collect();
-                    for key in keys {
-                        state.pool.remove(&key);
-                        self.tell_launcher(ToLauncher::Drain { key });
-                    }
-                    continue;
+                // Warm sandboxes give way to runs waiting for their slots,
+                // one at a time: the newest not ready yet first, then the
+                // newest ready (which a waiting run of its key would take).
+                let newest = |ready: bool| {
+                    state
+                        .pool
+                        .iter()
+                        .rev()
+                        .find(|(_, entry)| entry.ready == ready)
+                        .map(|(gen, _)| *gen)
+                };
+                let give_way = newest(false).or_else(|| newest(true));
+                let Some(gen) = give_way.filter(|_| !state.queue.is_empty()) else {
+                    return;
+                };
+                if let Some(entry) = state.pool.remove(&gen) {
+                    self.tell_launcher(ToLauncher::Drain {
+                        key: entry.key,
+                        gen: Some(gen),
+                    });
                 }
-                return;
+                continue;
             };
             let Some(mut run) = state.queue.remove(index) else {
                 return;
@@ -197,12 +209,9 @@ impl Runs {
             decrement(&mut state.queued_by_uid, run.uid);
             *state.running_by_uid.entry(run.uid).or_default() += 1;
             if let Some(key) = &run.key {
-                if state.pool.get(key).is_some_and(|entry| entry.ready) {
-                    state.pool.remove(key);
-                    run.warm = Some(key.clone());
-                }
+                run.warm = state.take_ready(key);
             }
-            let refill = run
+            let warm_from = run
                 .key
                 .clone()
                 .map(|key| (key, run.rule_max, run.spec.clone()));
@@ -211,11 +220,15 @@ impl Runs {
                 run.id.clone(),
                 LiveRun {
                     uid: run.uid,
-                    refill,
+                    warm_from: warm_from.clone(),
                     control,
                     questions: BTreeMap::new(),
                 },
             );
+            // The sandbox for this run's successor, prepared while it runs.
+            if let Some(template) = &warm_from {
+                self.prepare_ahead(state, run.uid, template, Moment::Started);
+            }
             tracing::info!(
                 run = %run.id,
                 uid = run.uid,

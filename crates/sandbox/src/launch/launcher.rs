@@ -341,8 +341,9 @@ fn serve_loop(
                         }
                     }
                 }
-                Ok((ToLauncher::Drain { key }, _)) => {
-                    while let Some(index) = children.pool.iter().position(|w| w.key == key) {
+                Ok((ToLauncher::Drain { key, gen }, _)) => {
+                    let named = |w: &WarmSandbox| w.key == key && gen.is_none_or(|g| w.gen == g);
+                    while let Some(index) = children.pool.iter().position(named) {
                         let warm = children.pool.remove(index);
                         let gen = warm.gen;
                         children.retire(warm);
@@ -410,11 +411,14 @@ fn spawn(
     old_mask: &SigSet,
     run: String,
     spec: super::protocol::RunSpec,
-    warm: Option<String>,
+    warm: Option<super::protocol::WarmPick>,
     fds: Vec<OwnedFd>,
 ) -> Result<FromLauncher, LaunchError> {
-    let taken = warm.and_then(|key| {
-        let index = children.pool.iter().position(|w| w.key == key && w.ready)?;
+    let taken = warm.and_then(|pick| {
+        let index = children
+            .pool
+            .iter()
+            .position(|w| w.key == pick.key && w.gen == pick.gen && w.ready)?;
         Some(children.pool.remove(index))
     });
     if let Some(warm) = taken {

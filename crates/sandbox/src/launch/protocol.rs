@@ -138,11 +138,11 @@ pub enum ToLauncher {
         run: String,
         /// What to run.
         spec: Box<RunSpec>,
-        /// The pool key of a warm sandbox to run it in, when the daemon
-        /// holds one ready: used if its spec fits, else the run is cold.
-        /// Either way the warm sandbox of that key is gone afterwards.
+        /// The warm sandbox to run it in, when the daemon holds one
+        /// ready: used if its spec fits, else the run is cold. Either way
+        /// that warm sandbox is gone afterwards.
         #[serde(default)]
-        warm: Option<String>,
+        warm: Option<WarmPick>,
     },
     /// Prepare `count` warm sandboxes for runs of `spec` (its command,
     /// environment and working directory are ignored), each announced by
@@ -165,11 +165,26 @@ pub enum ToLauncher {
     /// The daemon stops: end every supervisor, wait for them and their
     /// janitors, remove their delegated cgroups (warm ones too), exit.
     Stop,
-    /// Discard every warm sandbox of `key`.
+    /// Discard the warm sandbox of `key` made for request `gen`, or every
+    /// warm sandbox of `key` when `gen` is not given.
     Drain {
         /// The pool key.
         key: String,
+        /// The [`ToLauncher::Warm`] request, when only its sandbox goes.
+        #[serde(default)]
+        gen: Option<u64>,
     },
+}
+
+/// One warm sandbox: its key and the [`ToLauncher::Warm`] request it came
+/// from (a key may have several ready; the daemon says which it counted
+/// as taken).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WarmPick {
+    /// The pool key.
+    pub key: String,
+    /// The request's number.
+    pub gen: u64,
 }
 
 /// launcher → daemon.
