@@ -64,6 +64,7 @@ use serde_json::{json, Value};
 use super::manifest::{self, Skill};
 use crate::broker::protocol::{self, code, Id, Limits};
 
+mod ahead;
 mod asks;
 mod discovery;
 mod event_loop;
@@ -72,6 +73,7 @@ mod requests;
 #[cfg(test)]
 mod testing;
 
+pub use ahead::PREPARED_LIMIT;
 pub use discovery::fingerprint;
 pub use hosts::{BACKOFF, CRASH_LIMIT, CRASH_WINDOW, HOST_LINE_LIMIT};
 
@@ -103,6 +105,10 @@ pub struct ServeOptions {
     pub ask_client: bool,
     /// How long such a question waits for the client's answer.
     pub question_timeout: Duration,
+    /// Keep a host with its sandbox prepared ahead for each on-demand
+    /// skill (at most [`PREPARED_LIMIT`]), so that a call only starts the
+    /// skill's runtime.
+    pub prepare_ahead: bool,
 }
 
 /// Why serving stopped early.
@@ -155,6 +161,11 @@ struct Slot {
     state: State,
     error: Option<String>,
     host: Option<HostProc>,
+    /// A host waiting with its sandbox prepared for the next call, and the
+    /// fingerprint of the skill's files it was started with.
+    spare: Option<(HostProc, u64)>,
+    /// Whether the running activation used a prepared sandbox.
+    prepared: bool,
     queue: VecDeque<Call>,
     inflight: Option<Call>,
     crashes: VecDeque<Instant>,
@@ -174,6 +185,8 @@ impl Slot {
             state: State::Inactive,
             error: None,
             host: None,
+            spare: None,
+            prepared: false,
             queue: VecDeque::new(),
             inflight: None,
             crashes: VecDeque::new(),
@@ -234,6 +247,7 @@ impl Server {
             next_host: 0,
         };
         server.rescan();
+        server.prepare_all();
         server
     }
 
@@ -260,6 +274,9 @@ impl Server {
             return Ok(());
         };
         let mut params = json!({ "name": name, "state": slot.state.name() });
+        if slot.state == State::Active {
+            params["prepared"] = json!(slot.prepared);
+        }
         if let Some(error) = &slot.error {
             params["error"] = json!(error);
         }
