@@ -6,7 +6,9 @@
 //! `skill.stateChanged {name, state, error}` with the states inactive,
 //! activating, active, failed, disabled (and removed, when a skill's
 //! directory goes away), then, after every reload that changed anything,
-//! `skill.listChanged {added, removed, changed}` (names).
+//! `skill.listChanged {added, removed, changed}` (names). The `active`
+//! notification carries `prepared`: whether the call took a sandbox kept
+//! prepared ahead ([`ahead`]).
 //!
 //! `skill.list` gives each skill's `inputSchema`, and its `outputSchema`
 //! when the manifest declares one.
@@ -49,8 +51,9 @@
 //!
 //! One file per job: [`requests`] (the client's requests), [`discovery`]
 //! (skills found, watched and reloaded), [`hosts`] (host processes, crashes
-//! and back-off), [`asks`] (questions to the client), [`event_loop`] (the
-//! loop and its timers).
+//! and back-off), [`ahead`] (hosts kept with a sandbox prepared ahead for
+//! on-demand skills), [`asks`] (questions to the client), [`event_loop`]
+//! (the loop and its timers).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
