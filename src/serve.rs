@@ -85,5 +85,6 @@ pub fn options(args: ServeArgs) -> anyhow::Result<serve::ServeOptions> {
         host_program: PathBuf::from("/proc/self/exe"),
         ask_client: args.ask_client,
         question_timeout: args.question_timeout,
+        prepare_ahead: true,
     })
 }

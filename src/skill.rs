@@ -244,6 +244,9 @@ pub struct HostArgs {
     #[arg(long, value_name = "DURATION", default_value = "60s",
           value_parser = sandbox::profile::size::timeout_flag)]
     pub question_timeout: std::time::Duration,
+    /// Prepare an on-demand skill's sandbox before its call arrives.
+    #[arg(long)]
+    pub prepare_ahead: bool,
 }
 
 pub fn host(args: HostArgs) -> anyhow::Result<i32> {
@@ -268,6 +271,7 @@ pub fn host(args: HostArgs) -> anyhow::Result<i32> {
         interactive: false,
         ask_client: args.ask_client,
         question_timeout: args.question_timeout,
+        prepare_ahead: args.prepare_ahead,
     };
     Ok(sandbox::skill::host_process(&skill, &launch, control))
 }
@@ -441,6 +445,8 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
                 interactive: !non_interactive,
                 ask_client: false,
                 question_timeout: sandbox::broker::prompt::DEFAULT_DEADLINE,
+                // One invocation in this process: nothing to prepare ahead of.
+                prepare_ahead: false,
             };
             run_skill(skill, &launch, params, json)
         }

@@ -433,6 +433,26 @@ impl Child {
         self.running.commit_warm(commit, limits, audit);
     }
 
+    /// Let a warm run of a command known when it was prepared go on to
+    /// execute that very command (a skill's runtime, which does not depend
+    /// on the invocation): its clock and broker caller start now, as they
+    /// would have at a cold run's clone, and the plan's own command is
+    /// committed on `sock`, the other end of [`Command::warm_commit`]'s.
+    /// Nothing about the command is decided here: it is exactly the one
+    /// the sandbox was planned and confined for.
+    pub fn start_prepared(&mut self, sock: std::os::fd::BorrowedFd<'_>) -> Result<(), SpawnError> {
+        let plan = self.prepared.plan();
+        let commit = crate::spawn::warm::Commit {
+            argv: plan.argv.clone(),
+            envp: plan.envp.clone(),
+            exec_candidates: plan.exec_candidates.clone(),
+            cwd: plan.cwd.clone(),
+        };
+        self.running.start_prepared();
+        // The stdio the run was spawned with stays: none travels.
+        commit.send(sock, [None, None, None])
+    }
+
     fn finish(self, driver: Option<&mut dyn parent::Driver>) -> Finished {
         let Child {
             running,

@@ -160,6 +160,25 @@ impl Freshness {
         Ok(Freshness { inotify })
     }
 
+    /// Watch only `project` itself (its owner, mode, removal or rename):
+    /// for a sandbox that shows none of the project's contents, which
+    /// is therefore not walked.
+    pub fn watch_root(project: &Path) -> Result<Freshness, FreshnessError> {
+        use inotify::WatchMask;
+        let watch = |source| FreshnessError::Watch {
+            path: project.to_path_buf(),
+            source,
+        };
+        let inotify = inotify::Inotify::init().map_err(watch)?;
+        let mask = WatchMask::ATTRIB
+            | WatchMask::DELETE_SELF
+            | WatchMask::MOVE_SELF
+            | WatchMask::DONT_FOLLOW
+            | WatchMask::ONLYDIR;
+        inotify.watches().add(project, mask).map_err(watch)?;
+        Ok(Freshness { inotify })
+    }
+
     /// Whether anything happened since the watches were set (read without
     /// blocking). A failed read counts as a change.
     pub fn changed(&mut self) -> bool {

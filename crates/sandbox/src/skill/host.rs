@@ -111,6 +111,8 @@ pub struct Host {
     served: usize,
     replies: Vec<(Value, Answer)>,
     timed_out: bool,
+    /// Its sandbox was prepared before the call (told in the `active` event).
+    prepared: bool,
 }
 
 impl std::fmt::Debug for Host {
@@ -139,7 +141,21 @@ impl Host {
             served: 0,
             replies: Vec::new(),
             timed_out: false,
+            prepared: false,
         }
+    }
+
+    /// The call arrived: the activation timeout counts from now, not from
+    /// when the host started waiting with its sandbox prepared (`prepared`:
+    /// whether that sandbox is the one used).
+    pub fn activation_starts_now(&mut self, prepared: bool) {
+        self.activation_deadline = Instant::now() + ACTIVATION_TIMEOUT;
+        self.prepared = prepared;
+    }
+
+    /// The control socket as the supervisor's loop polls it.
+    pub fn input_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.control.as_ref().map(|(_, polled)| polled.as_fd())
     }
 
     /// Take invocations from `control` and send answers and events there.
@@ -308,7 +324,8 @@ impl Driver for Host {
                 // manifests are bounded) is no deadline, not a panic.
                 current.deadline = now.checked_add(self.timeout);
             }
-            self.event(json!({ "event": "active" }));
+            let prepared = self.prepared;
+            self.event(json!({ "event": "active", "prepared": prepared }));
         }
         let asked_for = self
             .control

@@ -6,6 +6,7 @@ pub mod host;
 pub mod launch;
 pub mod manifest;
 pub mod params;
+mod prepared;
 mod schema_pointer;
 pub mod serve;
 
@@ -34,19 +35,26 @@ pub struct Launch {
     pub ask_client: bool,
     /// How long a question put to the control socket's peer waits.
     pub question_timeout: std::time::Duration,
+    /// In [`host_process`] of an on-demand skill: prepare the sandbox
+    /// before the call arrives (`serve`'s hosts kept ahead), see
+    /// [`prepared`].
+    pub prepare_ahead: bool,
 }
 
 /// Start `skill`'s runtime in its sandbox; its prints go to this
 /// process's stderr.
 pub fn start(skill: &manifest::Skill, launch: &Launch) -> Result<crate::Child, StartError> {
-    start_asking(skill, launch, None)
+    spawn(skill, launch, None, None)
 }
 
-/// [`start`], with `asker` answering the broker's "ask" decisions.
-fn start_asking(
+/// [`start`], with `asker` answering the broker's "ask" decisions; with
+/// `warm`, the sandbox is prepared and waits on that socket for the go
+/// ([`crate::Child::start_prepared`]).
+fn spawn(
     skill: &manifest::Skill,
     launch: &Launch,
     asker: Option<Box<dyn crate::broker::prompt::Asker>>,
+    warm: Option<std::os::fd::OwnedFd>,
 ) -> Result<crate::Child, StartError> {
     let mut policy = launch::policy_for(skill, &launch.profile)?;
     for grant in &launch.grants {
@@ -62,6 +70,9 @@ fn start_asking(
     }
     if let Some(audit) = &launch.audit {
         command.audit(audit);
+    }
+    if let Some(warm) = warm {
+        command.warm_commit(warm);
     }
     Ok(command.spawn()?)
 }
@@ -135,17 +146,37 @@ pub fn host_process(
                 return 125;
             }
         };
-    let asker = launch
-        .ask_client
-        .then(|| host.asker(launch.question_timeout))
-        .flatten()
-        .map(|asker| Box::new(asker) as Box<dyn crate::broker::prompt::Asker>);
-    let child = match start_asking(skill, launch, asker) {
-        Ok(child) => child,
-        Err(err) => {
-            host.event(json!({ "event": "failed", "error": err.to_string() }));
+    let asker = |host: &host::Host| {
+        launch
+            .ask_client
+            .then(|| host.asker(launch.question_timeout))
+            .flatten()
+            .map(|asker| Box::new(asker) as Box<dyn crate::broker::prompt::Asker>)
+    };
+    let mut child = None;
+    if once && launch.prepare_ahead {
+        // A sandbox that cannot be prepared now is prepared when the call
+        // comes, by the same code, which then reports why if it fails.
+        let ready = prepared::Prepared::new(skill, launch, asker(&host)).ok();
+        let Some(input) = host::Host::input_fd(&host) else {
             return 125;
+        };
+        if !prepared::wait_for_call(input) {
+            // serve let this host go unused: dropping the sandbox ends it.
+            return 0;
         }
+        child = ready.and_then(|ready| ready.start(skill, launch));
+        host.activation_starts_now(child.is_some());
+    }
+    let child = match child {
+        Some(child) => child,
+        None => match spawn(skill, launch, asker(&host), None) {
+            Ok(child) => child,
+            Err(err) => {
+                host.event(json!({ "event": "failed", "error": err.to_string() }));
+                return 125;
+            }
+        },
     };
     let finished = child.wait_driven(&mut host);
     let event = match &finished.result {

@@ -159,11 +159,17 @@ fn run<'a>(
 
     // Fork the payload. Signals stay blocked (the supervisor blocked them
     // before clone) until forwarding is in place, so none is lost.
-    let (payload, _pidfd) =
+    let (payload, pidfd) =
         crate::sys::clone::clone_into_namespaces(CloneFlags::empty(), |payload_child| {
             super::child::main(plan, handover, fds.report, payload_child)
         })
         .step(Step::ForkPayload, b"")?;
+    // Init waits by pid. Closed here, not by `close_from` below: an owned
+    // descriptor closed behind its back aborted init at its end in a debug
+    // build (std's I/O-safety check), and pid 1 ignores the SIGABRT, so it
+    // spun until its supervisor killed it (2 s of every skill activation's
+    // teardown in the debug tests).
+    drop(pidfd);
     crate::sys::signal::forward_signals_to(payload).step(Step::SignalForwarding, b"")?;
     // Without a pid namespace SIGCHLD stays blocked: init reads it from a
     // signalfd, next to the sync socket (see `supervise_descendants`).

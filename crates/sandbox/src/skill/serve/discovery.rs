@@ -176,6 +176,9 @@ impl Server {
                 if let Some(host) = &mut slot.host {
                     kill_host(host);
                 }
+                if let Some((spare, _)) = slot.spare.take() {
+                    super::ahead::end_spare(spare);
+                }
                 let message = format!("skill {name} was removed");
                 for call in slot.inflight.into_iter().chain(slot.queue) {
                     self.respond(
@@ -198,6 +201,7 @@ impl Server {
             }
         }
         for name in &changed {
+            self.discard_spare(name);
             if let Some(slot) = self.slots.get_mut(name) {
                 if slot.inflight.is_none() {
                     if let Some(host) = &mut slot.host {
@@ -207,6 +211,9 @@ impl Server {
                 }
             }
             self.set_state(name, State::Inactive, None)?;
+        }
+        for name in added.iter().chain(&changed) {
+            self.prepare_ahead(name);
         }
         let differences = json!({ "added": added, "removed": removed, "changed": changed });
         if !(added.is_empty() && removed.is_empty() && changed.is_empty()) {

@@ -62,6 +62,9 @@ impl Server {
     /// Kill every skill's host and reap it.
     pub fn shutdown(&mut self) {
         for slot in self.slots.values_mut() {
+            if let Some((host, _)) = slot.spare.take() {
+                super::ahead::end_spare(host);
+            }
             if let Some(host) = &mut slot.host {
                 kill_host(host);
                 let _ = waitpid(host.pid, None);
@@ -95,6 +98,9 @@ impl Server {
         let mut fds: Vec<BorrowedFd<'_>> = self.watcher.iter().map(|w| w.as_fd()).collect();
         for slot in self.slots.values() {
             if let Some(host) = &slot.host {
+                fds.push(host.control.as_fd());
+            }
+            if let Some((host, _)) = &slot.spare {
                 fds.push(host.control.as_fd());
             }
         }
@@ -133,9 +139,22 @@ impl Server {
             .filter(|(_, s)| s.host.as_ref().is_some_and(|h| is_ready(h.control.as_fd())))
             .map(|(n, _)| n.clone())
             .collect();
+        let spares: Vec<String> = self
+            .slots
+            .iter()
+            .filter(|(_, s)| {
+                s.spare
+                    .as_ref()
+                    .is_some_and(|(h, _)| is_ready(h.control.as_fd()))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
         let watch_ready = self.watcher.as_ref().is_some_and(|w| is_ready(w.as_fd()));
         for name in hosts {
             self.on_host_readable(&name)?;
+        }
+        for name in spares {
+            self.on_spare_readable(&name)?;
         }
         if watch_ready {
             self.on_watch_events();

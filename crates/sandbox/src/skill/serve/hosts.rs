@@ -136,6 +136,13 @@ impl Server {
     /// Move a skill along: start its host when a call waits and the
     /// back-off allows, hand it the next call, retire a stale host.
     pub(super) fn pump(&mut self, name: &str) -> Result<(), ServeError> {
+        self.pump_with(name, true)
+    }
+
+    /// [`Server::pump`]; `may_reload`: whether a host kept ahead for a
+    /// skill whose files changed since makes it read them now (once per
+    /// call: files that keep changing then get a host started for them).
+    fn pump_with(&mut self, name: &str, may_reload: bool) -> Result<(), ServeError> {
         let now = Instant::now();
         let Some(slot) = self.slots.get_mut(name) else {
             return Ok(());
@@ -161,10 +168,27 @@ impl Server {
             if slot.not_before.is_some_and(|t| now < t) {
                 return Ok(());
             }
-            match start_host(&self.options, &slot.skill) {
-                Ok(mut host) => {
+            let had_spare = slot.spare.is_some();
+            let spare = self.take_spare(name);
+            if had_spare && spare.is_none() && may_reload {
+                // The skill's files changed since its host was kept ahead:
+                // read them now, so that this call runs what they say.
+                self.reload()?;
+                return self.pump_with(name, false);
+            }
+            let Some(slot) = self.slots.get_mut(name) else {
+                return Ok(());
+            };
+            let started = match spare {
+                Some(host) => Ok(host),
+                None => start_host(&self.options, &slot.skill, false).map(|mut host| {
                     self.next_host += 1;
                     host.serial = self.next_host;
+                    host
+                }),
+            };
+            match started {
+                Ok(host) => {
                     slot.host = Some(host);
                 }
                 Err(err) => {
@@ -210,7 +234,12 @@ impl Server {
             return Ok(());
         };
         match message.get("event").and_then(Value::as_str) {
-            Some("active") => return self.set_state(name, State::Active, None),
+            Some("active") => {
+                if let Some(slot) = self.slots.get_mut(name) {
+                    slot.prepared = message["prepared"] == true;
+                }
+                return self.set_state(name, State::Active, None);
+            }
             Some("ask") => return self.on_ask(name, &message),
             Some("failed") => {
                 if let Some(host) = self.slots.get_mut(name).and_then(|s| s.host.as_mut()) {
@@ -261,6 +290,9 @@ impl Server {
             host.spent |= on_demand;
         }
         self.respond(&call.id, answer)?;
+        // After the answer, not before: preparing the next sandbox while
+        // this one's runtime starts would slow the call it answers.
+        self.prepare_ahead(name);
         self.pump(name)
     }
 
@@ -309,8 +341,10 @@ impl Server {
             return Ok(());
         };
         slot.stale = false;
+        slot.prepared = false;
         if !crash {
             self.set_state(name, State::Inactive, None)?;
+            self.prepare_ahead(name);
             return self.pump(name);
         }
         let Some(wait) = slot.count_crash(now) else {
@@ -344,15 +378,21 @@ pub(super) fn kill_host(host: &mut HostProc) {
     let _ = kill(host.pid, Signal::SIGKILL);
 }
 
-fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc> {
+/// A host for `skill`; `prepare_ahead`: one kept ahead of the call, which
+/// prepares its sandbox at once.
+pub(super) fn start_host(
+    options: &ServeOptions,
+    skill: &Skill,
+    prepare_ahead: bool,
+) -> std::io::Result<HostProc> {
     let (ours, theirs) = UnixStream::pair()?;
-    let (ours, pid) = match fork_host(options, skill, theirs) {
+    let (ours, pid) = match fork_host(options, skill, theirs, prepare_ahead) {
         Ok(pid) => (ours, pid),
         // A thread was started in this process (an embedder's): forking
         // is unsafe there, so a fresh host is executed instead.
         Err(ForkError::Threaded(_)) => {
             let (ours, theirs) = UnixStream::pair()?;
-            (ours, exec_host(options, skill, theirs)?)
+            (ours, exec_host(options, skill, theirs, prepare_ahead)?)
         }
         Err(ForkError::Fork(errno)) => return Err(errno.into()),
         Err(ForkError::Status(err)) => return Err(err),
@@ -366,7 +406,12 @@ fn start_host(options: &ServeOptions, skill: &Skill) -> std::io::Result<HostProc
 /// (about 2 ms of each activation), and the host runs exactly the manifest
 /// and profile this loop checked. Of this process's descriptors it keeps
 /// only its own control socket; it dies with this process.
-fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Result<Pid, ForkError> {
+fn fork_host(
+    options: &ServeOptions,
+    skill: &Skill,
+    control: UnixStream,
+    prepare_ahead: bool,
+) -> Result<Pid, ForkError> {
     let parent = nix::unistd::getpid();
     let launch = super::super::Launch {
         profile: options.profile.clone(),
@@ -376,6 +421,7 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
         interactive: false,
         ask_client: options.ask_client,
         question_timeout: options.question_timeout,
+        prepare_ahead,
     };
     // Of this loop's descriptors the host keeps only its own control
     // socket: not the other hosts' (a host holding one could read another
@@ -415,7 +461,12 @@ fn fork_host(options: &ServeOptions, skill: &Skill, control: UnixStream) -> Resu
     })
 }
 
-fn exec_host(options: &ServeOptions, skill: &Skill, theirs: UnixStream) -> std::io::Result<Pid> {
+fn exec_host(
+    options: &ServeOptions,
+    skill: &Skill,
+    theirs: UnixStream,
+    prepare_ahead: bool,
+) -> std::io::Result<Pid> {
     let mut command = std::process::Command::new(&options.host_program);
     command
         .arg0("sandbox")
@@ -436,6 +487,9 @@ fn exec_host(options: &ServeOptions, skill: &Skill, theirs: UnixStream) -> std::
     }
     if let Some(audit) = &options.audit {
         command.arg("--audit").arg(audit);
+    }
+    if prepare_ahead {
+        command.arg("--prepare-ahead");
     }
     if options.ask_client {
         command.arg("--ask-client").arg(format!(

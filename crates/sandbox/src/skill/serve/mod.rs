@@ -6,7 +6,9 @@
 //! `skill.stateChanged {name, state, error}` with the states inactive,
 //! activating, active, failed, disabled (and removed, when a skill's
 //! directory goes away), then, after every reload that changed anything,
-//! `skill.listChanged {added, removed, changed}` (names).
+//! `skill.listChanged {added, removed, changed}` (names). The `active`
+//! notification carries `prepared`: whether the call took a sandbox kept
+//! prepared ahead ([`ahead`]).
 //!
 //! `skill.list` gives each skill's `inputSchema`, and its `outputSchema`
 //! when the manifest declares one.
@@ -49,8 +51,9 @@
 //!
 //! One file per job: [`requests`] (the client's requests), [`discovery`]
 //! (skills found, watched and reloaded), [`hosts`] (host processes, crashes
-//! and back-off), [`asks`] (questions to the client), [`event_loop`] (the
-//! loop and its timers).
+//! and back-off), [`ahead`] (hosts kept with a sandbox prepared ahead for
+//! on-demand skills), [`asks`] (questions to the client), [`event_loop`]
+//! (the loop and its timers).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
@@ -64,6 +67,7 @@ use serde_json::{json, Value};
 use super::manifest::{self, Skill};
 use crate::broker::protocol::{self, code, Id, Limits};
 
+mod ahead;
 mod asks;
 mod discovery;
 mod event_loop;
@@ -72,6 +76,7 @@ mod requests;
 #[cfg(test)]
 mod testing;
 
+pub use ahead::PREPARED_LIMIT;
 pub use discovery::fingerprint;
 pub use hosts::{BACKOFF, CRASH_LIMIT, CRASH_WINDOW, HOST_LINE_LIMIT};
 
@@ -103,6 +108,10 @@ pub struct ServeOptions {
     pub ask_client: bool,
     /// How long such a question waits for the client's answer.
     pub question_timeout: Duration,
+    /// Keep a host with its sandbox prepared ahead for each on-demand
+    /// skill (at most [`PREPARED_LIMIT`]), so that a call only starts the
+    /// skill's runtime.
+    pub prepare_ahead: bool,
 }
 
 /// Why serving stopped early.
@@ -155,6 +164,11 @@ struct Slot {
     state: State,
     error: Option<String>,
     host: Option<HostProc>,
+    /// A host waiting with its sandbox prepared for the next call, and the
+    /// fingerprint of the skill's files it was started with.
+    spare: Option<(HostProc, u64)>,
+    /// Whether the running activation used a prepared sandbox.
+    prepared: bool,
     queue: VecDeque<Call>,
     inflight: Option<Call>,
     crashes: VecDeque<Instant>,
@@ -174,6 +188,8 @@ impl Slot {
             state: State::Inactive,
             error: None,
             host: None,
+            spare: None,
+            prepared: false,
             queue: VecDeque::new(),
             inflight: None,
             crashes: VecDeque::new(),
@@ -234,6 +250,7 @@ impl Server {
             next_host: 0,
         };
         server.rescan();
+        server.prepare_all();
         server
     }
 
@@ -260,6 +277,9 @@ impl Server {
             return Ok(());
         };
         let mut params = json!({ "name": name, "state": slot.state.name() });
+        if slot.state == State::Active {
+            params["prepared"] = json!(slot.prepared);
+        }
         if let Some(error) = &slot.error {
             params["error"] = json!(error);
         }

@@ -107,6 +107,7 @@ impl Server {
                         slot.state
                     };
                     self.set_state(&name, state, None)?;
+                    self.prepare_ahead(&name);
                     Ok(json!({ "name": name, "state": state.name() }))
                 }
                 None => Err(no_such_skill(&name)),

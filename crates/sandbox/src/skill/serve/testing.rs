@@ -73,6 +73,7 @@ pub(super) fn server(root: &Path, ask_client: bool) -> (Server, Output) {
         host_program: "/nonexistent/sandbox".into(),
         ask_client,
         question_timeout: Duration::from_secs(60),
+        prepare_ahead: false,
     };
     let output = Output::default();
     let server = Server::writing_to(options, Box::new(output.clone()));

@@ -72,6 +72,19 @@ impl Running {
         }
     }
 
+    /// A warm run prepared with its command goes on to execute it: the
+    /// run's clock and timeout start now, and the broker hashes what the
+    /// caller runs now (the skill's files as they are at this moment, not
+    /// as they were when the sandbox was prepared).
+    pub(crate) fn start_prepared(&mut self) {
+        self.started = Instant::now();
+        if let Some((_, broker)) = &self.broker {
+            let mut broker = broker.borrow_mut();
+            broker.bind_caller();
+            broker.set_deadline(self.timeout.map(|t| self.started + t));
+        }
+    }
+
     /// The host pid of the sandbox's init (PID 1 inside).
     pub fn init_pid(&self) -> Pid {
         self.init_pid
