@@ -33,10 +33,11 @@ use crate::profile::policy::ProjectAccess;
 /// sandbox for skills that see them (the daemon's pool has the same bound).
 pub const WATCH_BUDGET: usize = 10_000;
 
-/// A file's identity and times, None when it is absent.
-type FileState = Option<(u64, u64, u64, i64, i64, i64, i64)>;
+/// A file's identity and times, None when it is absent: what tells that a
+/// file read earlier (grants, an installed profile) may have changed since.
+pub(crate) type FileState = Option<(u64, u64, u64, i64, i64, i64, i64)>;
 
-fn file_state(path: &Path) -> FileState {
+pub(crate) fn file_state(path: &Path) -> FileState {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(path).ok().map(|m| {
         (

@@ -22,12 +22,11 @@ pub(super) enum ProfileSource {
     /// Its own profile is the person's or a built-in one.
     Fixed,
     /// An installed profile: the file's identity and times, None when absent.
-    Installed(Option<(u64, u64, u64, i64, i64, i64, i64)>),
+    Installed(crate::skill::prepared::FileState),
 }
 
 impl ProfileSource {
     pub(super) fn of(skill: &Skill) -> ProfileSource {
-        use std::os::unix::fs::MetadataExt;
         let Some(profile) = &skill.profile else {
             return ProfileSource::Fixed;
         };
@@ -35,17 +34,7 @@ impl ProfileSource {
             return ProfileSource::Fixed;
         }
         let file = manifest::installed_profiles().map(|dir| dir.join(format!("{profile}.toml")));
-        ProfileSource::Installed(file.and_then(|f| std::fs::metadata(f).ok()).map(|m| {
-            (
-                m.dev(),
-                m.ino(),
-                m.size(),
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec(),
-            )
-        }))
+        ProfileSource::Installed(file.and_then(|f| crate::skill::prepared::file_state(&f)))
     }
 }
 
