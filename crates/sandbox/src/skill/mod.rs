@@ -2,6 +2,7 @@
 //! sandboxed process each ([`launch`], [`host`]), and served to agent
 //! hosts with lazy activation, crash recovery and hot reload ([`serve`]).
 pub mod clients;
+pub mod files;
 pub mod host;
 pub mod launch;
 pub mod manifest;

@@ -33,25 +33,6 @@ use crate::profile::policy::ProjectAccess;
 /// sandbox for skills that see them (the daemon's pool has the same bound).
 pub const WATCH_BUDGET: usize = 10_000;
 
-/// A file's identity and times, None when it is absent: what tells that a
-/// file read earlier (grants, an installed profile) may have changed since.
-pub(crate) type FileState = Option<(u64, u64, u64, i64, i64, i64, i64)>;
-
-pub(crate) fn file_state(path: &Path) -> FileState {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| {
-        (
-            m.dev(),
-            m.ino(),
-            m.size(),
-            m.mtime(),
-            m.mtime_nsec(),
-            m.ctime(),
-            m.ctime_nsec(),
-        )
-    })
-}
-
 /// What a sandbox is prepared from besides the project, the manifest and
 /// the person's profile (both fixed for a host): the skill's files, the
 /// files read when a run starts, and which audit file is open.
@@ -59,7 +40,7 @@ pub(crate) fn file_state(path: &Path) -> FileState {
 struct Basis {
     skill_files: u64,
     /// The grant store and the installed profile the skill names.
-    read_at_start: Vec<FileState>,
+    read_at_start: Vec<super::files::FileState>,
     /// Only which file: every activation appends to it.
     audit: Option<Option<(u64, u64)>>,
 }
@@ -71,16 +52,16 @@ impl Basis {
 
     fn with_grants_at(skill: &Skill, launch: &Launch, grants: &Path) -> Basis {
         use std::os::unix::fs::MetadataExt;
-        let mut read_at_start = vec![file_state(grants)];
+        let mut read_at_start = vec![super::files::file_state(grants)];
         if let Some(profile) = &skill.profile {
             if !crate::profile::builtin_names().contains(&profile.as_str()) {
                 let installed: Option<PathBuf> = super::manifest::installed_profiles()
                     .map(|dir| dir.join(format!("{profile}.toml")));
-                read_at_start.push(installed.as_deref().and_then(file_state));
+                read_at_start.push(installed.as_deref().and_then(super::files::file_state));
             }
         }
         Basis {
-            skill_files: super::serve::fingerprint(&skill.dir),
+            skill_files: super::files::fingerprint(&skill.dir),
             read_at_start,
             audit: launch
                 .audit

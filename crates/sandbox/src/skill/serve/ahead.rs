@@ -7,10 +7,10 @@
 
 use nix::sys::wait::waitpid;
 
-use super::discovery::fingerprint;
 use super::hosts::{kill_host, start_host};
 use super::{ServeError, Server, State};
 use crate::jsonl::{Fill, Frame};
+use crate::skill::files::fingerprint;
 use std::os::fd::AsFd;
 
 /// At most this many hosts wait with a prepared sandbox at once (each is a

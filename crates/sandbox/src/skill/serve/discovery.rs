@@ -1,13 +1,13 @@
-//! Discovery and hot reload: the skills found under the roots, their
-//! files' fingerprints, the inotify watches on them, and a reload that
-//! announces added, removed and changed skills.
+//! Discovery and hot reload: the skills found under the roots, the inotify
+//! watches on their files, and a reload that announces added, removed and
+//! changed skills.
 
-use std::hash::{Hash, Hasher};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::super::files::fingerprint;
 use super::super::host::error_object;
 use super::super::manifest;
 use super::hosts::kill_host;
@@ -17,43 +17,6 @@ use crate::broker::protocol::code;
 /// Quiet time after a file change before skills are reloaded, so that an
 /// editor's burst of writes is one reload.
 pub(super) const RELOAD_SETTLE: Duration = Duration::from_millis(50);
-
-/// Identity of a skill's files: paths, sizes, times and inodes, so that an
-/// edit, a replacement or a new file changes it. Bounded in depth and count.
-pub fn fingerprint(dir: &Path) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    let mut pending = vec![(dir.to_path_buf(), 0usize)];
-    let mut seen = 0usize;
-    while let Some((path, depth)) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&path) else {
-            continue;
-        };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            seen += 1;
-            if seen > 4096 {
-                return hasher.finish();
-            }
-            let Ok(meta) = entry.metadata() else { continue };
-            entry.path().hash(&mut hasher);
-            (
-                meta.len(),
-                meta.mtime(),
-                meta.mtime_nsec(),
-                meta.ctime_nsec(),
-                meta.ino(),
-                meta.mode(),
-            )
-                .hash(&mut hasher);
-            if meta.is_dir() && depth < 4 {
-                pending.push((entry.path(), depth + 1));
-            }
-        }
-    }
-    hasher.finish()
-}
 
 impl Server {
     /// Discover the skills again and apply the differences; returns the

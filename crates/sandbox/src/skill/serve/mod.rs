@@ -76,8 +76,8 @@ mod requests;
 #[cfg(test)]
 mod testing;
 
+pub use super::files::fingerprint;
 pub use ahead::PREPARED_LIMIT;
-pub use discovery::fingerprint;
 pub use hosts::{BACKOFF, CRASH_LIMIT, CRASH_WINDOW, HOST_LINE_LIMIT};
 
 use asks::PendingAsk;

@@ -22,7 +22,7 @@ pub(super) enum ProfileSource {
     /// Its own profile is the person's or a built-in one.
     Fixed,
     /// An installed profile: the file's identity and times, None when absent.
-    Installed(crate::skill::prepared::FileState),
+    Installed(crate::skill::files::FileState),
 }
 
 impl ProfileSource {
@@ -34,7 +34,7 @@ impl ProfileSource {
             return ProfileSource::Fixed;
         }
         let file = manifest::installed_profiles().map(|dir| dir.join(format!("{profile}.toml")));
-        ProfileSource::Installed(file.and_then(|f| crate::skill::prepared::file_state(&f)))
+        ProfileSource::Installed(file.and_then(|f| crate::skill::files::file_state(&f)))
     }
 }
 
