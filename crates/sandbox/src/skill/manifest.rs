@@ -508,6 +508,17 @@ fn skill_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// Every directory [`discover_roots`] would read a skill from, in no
+/// particular order (a caller fingerprints them before they are read).
+pub(crate) fn candidate_dirs(roots: &Roots) -> Vec<PathBuf> {
+    roots
+        .user
+        .iter()
+        .chain(roots.project.iter())
+        .flat_map(|root| skill_dirs(root))
+        .collect()
+}
+
 /// Every skill directory directly below each of `roots`, all trusted
 /// alike: a name defined again later is reported and the first one wins.
 pub fn discover(roots: &[PathBuf]) -> Discovered {

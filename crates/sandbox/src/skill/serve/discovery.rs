@@ -22,6 +22,21 @@ impl Server {
     /// Discover the skills again and apply the differences; returns the
     /// names added, removed and changed.
     pub(super) fn rescan(&mut self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        // Each fingerprint is taken before the manifest it stands for is
+        // read: an edit in between then shows as a change at the next
+        // check (a call taking a host kept ahead), never as an old
+        // manifest under a new fingerprint, which kept a skill's old
+        // timeout (or permissions) in force until the next reload. A
+        // directory not seen before the read gets 0, which no check
+        // matches, so it is read again.
+        let before: std::collections::HashMap<PathBuf, u64> =
+            manifest::candidate_dirs(&self.options.roots)
+                .into_iter()
+                .map(|dir| {
+                    let print = fingerprint(&dir);
+                    (dir, print)
+                })
+                .collect();
         let found = manifest::discover_roots(&self.options.roots);
         for err in &found.invalid {
             if !self.invalid.contains(err) {
@@ -52,11 +67,12 @@ impl Server {
         for (name, skill) in found.skills {
             match self.slots.get_mut(&name) {
                 None => {
-                    self.slots.insert(name.clone(), Slot::new(skill));
+                    let print = before.get(&skill.dir).copied().unwrap_or(0);
+                    self.slots.insert(name.clone(), Slot::new(skill, print));
                     added.push(name);
                 }
                 Some(slot) => {
-                    let print = fingerprint(&skill.dir);
+                    let print = before.get(&skill.dir).copied().unwrap_or(0);
                     if print != slot.fingerprint || skill != slot.skill {
                         slot.skill = skill;
                         slot.fingerprint = print;

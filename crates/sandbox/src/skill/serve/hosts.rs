@@ -510,7 +510,9 @@ mod tests {
 
     fn slot(root: &std::path::Path, extra: &str) -> Slot {
         write_skill(root, "s", extra);
-        Slot::new(super::super::manifest::load(&root.join("s")).unwrap())
+        let dir = root.join("s");
+        let print = crate::skill::files::fingerprint(&dir);
+        Slot::new(super::super::manifest::load(&dir).unwrap(), print)
     }
 
     #[test]

@@ -180,8 +180,8 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(skill: Skill) -> Slot {
-        let fingerprint = fingerprint(&skill.dir);
+    /// `fingerprint`: of the skill's files, taken before `skill` was read.
+    fn new(skill: Skill, fingerprint: u64) -> Slot {
         Slot {
             skill,
             fingerprint,
