@@ -18,6 +18,7 @@ pub mod profile;
 pub mod run;
 pub mod serve;
 pub mod skill;
+pub mod watch;
 
 /// Run untrusted code in a layered Linux sandbox.
 #[derive(Debug, Parser)]
@@ -44,6 +45,8 @@ enum Command {
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
     Doctor(doctor::DoctorArgs),
+    /// Keep a project's walk current so runs in it need not walk it again (docs/src/performance.md).
+    Watch(watch::WatchArgs),
     /// Serve the run API on a Unix socket (docs/src/daemon.md).
     Daemon(daemon::DaemonArgs),
     /// Serve skills to an agent host: JSON-RPC 2.0 over stdin and stdout.
@@ -114,6 +117,7 @@ pub fn main<L: faces::Linked>() -> i32 {
         },
         Command::Profile(cmd) => profile::run(cmd),
         Command::Doctor(args) => doctor::run(args),
+        Command::Watch(args) => watch::run(args),
         Command::Ipc(args) => ipc::run(args),
         Command::Grants(cmd) => grants::run(cmd),
         Command::Skill(cmd) => skill::run(cmd),

@@ -12,7 +12,7 @@
 //! and runs the request cold itself, so a stale sandbox is never used.
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use nix::poll::PollFlags;
@@ -23,6 +23,7 @@ use super::protocol::RunSpec;
 use super::supervisor::{self, Identity, Session};
 use super::wire::{self, WireError};
 use crate::poll_set::PollSet;
+use crate::project::watch::{TreeWatch, WatchError};
 
 /// launcher → warm supervisor, on its own `SOCK_SEQPACKET` socket.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -76,121 +77,38 @@ pub fn fits(warm: &RunSpec, run: &RunSpec) -> bool {
     !ours.is_null() && ours == without_command(run)
 }
 
-/// inotify watches on every directory and regular file of a project, set
+/// Watches on the project ([`crate::project::watch::TreeWatch`]), set
 /// before the sandbox's walk of it: any creation, removal, rename or
 /// attribute change (a file's link count is one) after that is pending
 /// when the sandbox is committed, and discards it.
 pub struct Freshness {
-    inotify: inotify::Inotify,
+    tree: TreeWatch,
 }
 
 /// Why a project cannot be watched.
-#[derive(Debug, thiserror::Error)]
-pub enum FreshnessError {
-    /// More directories and files than the budget.
-    #[error("the project has more than {0} directories and files, the budget of watches for a warm sandbox")]
-    TooLarge(usize),
-    /// inotify refused.
-    #[error("watching {path}: {source}")]
-    Watch {
-        /// The directory or file.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: std::io::Error,
-    },
-}
+pub type FreshnessError = WatchError;
 
 impl Freshness {
-    /// Watch `project` and every directory and regular file below it
-    /// (never through a link). Each directory is watched before it is
-    /// listed, so one created meanwhile is an event of its watched parent.
+    /// Watch `project` and every directory and regular file below it.
     pub fn watch(project: &Path, budget: usize) -> Result<Freshness, FreshnessError> {
-        use inotify::WatchMask;
-        let watch = |path: &Path, source| FreshnessError::Watch {
-            path: path.to_path_buf(),
-            source,
-        };
-        let inotify = inotify::Inotify::init().map_err(|source| watch(project, source))?;
-        let mask = WatchMask::CREATE
-            | WatchMask::DELETE
-            | WatchMask::MOVED_FROM
-            | WatchMask::MOVED_TO
-            | WatchMask::ATTRIB
-            | WatchMask::DELETE_SELF
-            | WatchMask::MOVE_SELF
-            | WatchMask::DONT_FOLLOW
-            | WatchMask::ONLYDIR;
-        let mut pending = vec![project.to_path_buf()];
-        let mut watched = 0usize;
-        while let Some(dir) = pending.pop() {
-            watched += 1;
-            if watched > budget {
-                return Err(FreshnessError::TooLarge(budget));
-            }
-            inotify
-                .watches()
-                .add(&dir, mask)
-                .map_err(|source| watch(&dir, source))?;
-            let entries = std::fs::read_dir(&dir).map_err(|source| watch(&dir, source))?;
-            for entry in entries {
-                let entry = entry.map_err(|source| watch(&dir, source))?;
-                let Ok(kind) = entry.file_type() else {
-                    continue;
-                };
-                if kind.is_dir() {
-                    pending.push(entry.path());
-                } else if kind.is_file() {
-                    // A hard link made outside the project changes only
-                    // the file's link count, an event of the file's own
-                    // watch and never of its directory's: without this a
-                    // file a cold run mounts read-only stayed writable.
-                    watched += 1;
-                    if watched > budget {
-                        return Err(FreshnessError::TooLarge(budget));
-                    }
-                    let path = entry.path();
-                    inotify
-                        .watches()
-                        .add(&path, WatchMask::ATTRIB | WatchMask::DONT_FOLLOW)
-                        .map_err(|source| watch(&path, source))?;
-                }
-            }
-        }
-        Ok(Freshness { inotify })
+        TreeWatch::new(project, budget).map(|tree| Freshness { tree })
     }
 
     /// Watch only `project` itself (its owner, mode, removal or rename):
     /// for a sandbox that shows none of the project's contents, which
     /// is therefore not walked.
     pub fn watch_root(project: &Path) -> Result<Freshness, FreshnessError> {
-        use inotify::WatchMask;
-        let watch = |source| FreshnessError::Watch {
-            path: project.to_path_buf(),
-            source,
-        };
-        let inotify = inotify::Inotify::init().map_err(watch)?;
-        let mask = WatchMask::ATTRIB
-            | WatchMask::DELETE_SELF
-            | WatchMask::MOVE_SELF
-            | WatchMask::DONT_FOLLOW
-            | WatchMask::ONLYDIR;
-        inotify.watches().add(project, mask).map_err(watch)?;
-        Ok(Freshness { inotify })
+        TreeWatch::root_only(project).map(|tree| Freshness { tree })
     }
 
     /// Whether anything happened since the watches were set (read without
     /// blocking). A failed read counts as a change.
     pub fn changed(&mut self) -> bool {
-        let mut buffer = [0u8; 4096];
-        match self.inotify.read_events(&mut buffer) {
-            Ok(mut events) => events.next().is_some(),
-            Err(err) => err.kind() != std::io::ErrorKind::WouldBlock,
-        }
+        self.tree.pending()
     }
 
     fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.inotify.as_fd()
+        self.tree.fd()
     }
 }
 

@@ -18,13 +18,15 @@ pub mod home;
 pub mod patterns;
 pub mod quarantine;
 pub mod scan;
+pub mod watch;
+pub mod watcher;
 
 use serde::Serialize;
 
 pub use patterns::{Pattern, PatternError, PatternList};
 
 /// What to do about files hard-linked to a file outside the project.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum HardlinkPolicy {
     /// Mount them read-only in the view (writes fail with EROFS).

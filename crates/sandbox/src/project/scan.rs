@@ -28,7 +28,7 @@ use nix::dir::{Dir, Type};
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{HardlinkPolicy, Rules};
 
@@ -89,7 +89,7 @@ pub enum ScanError {
 
 /// The identity of a filesystem object, to tell a protected entry from one
 /// the run put in its place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Identity {
     dev: u64,
     ino: u64,
@@ -105,7 +105,7 @@ impl Identity {
 }
 
 /// One entry a scan found, relative to the project root.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Found {
     /// The path below the project root.
     pub path: PathBuf,
@@ -113,8 +113,9 @@ pub struct Found {
     pub is_dir: bool,
 }
 
-/// What a scan found.
-#[derive(Debug, Clone, Default)]
+/// What a scan found. It crosses a socket from the project's watcher
+/// ([`super::watcher`]) to a run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Scan {
     /// Entries visited.
     pub entries: u64,
@@ -131,8 +132,12 @@ pub struct Scan {
     pub outside_links: Vec<PathBuf>,
     /// Every protected entry and the object it was, for the sweep after the run.
     pub protected_before: HashMap<PathBuf, Identity>,
-    /// How long the walk took.
+    /// How long the walk took (from a watcher: how long asking it took).
     pub elapsed: Duration,
+    /// The process id of the project's watcher that answered for the
+    /// walk (None: this process walked).
+    #[serde(skip)]
+    pub watcher: Option<i32>,
     /// Directories the sweep after the run may take as listed here, as long
     /// as the kernel shows they are unchanged (see [`ListedDir`]).
     pub listed_dirs: HashMap<PathBuf, ListedDir>,
@@ -151,7 +156,7 @@ pub struct Scan {
 /// ctime the local kernel keeps are trusted ([`ctime_is_local`]); the
 /// object is checked by identity too, so a mount or a directory put in its
 /// place is listed again.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListedDir {
     stamp: DirStamp,
     /// The subdirectories a sweep descends into: neither secret nor
@@ -168,7 +173,7 @@ impl ListedDir {
 }
 
 /// What identifies a directory and the last change to its entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 struct DirStamp {
     identity: Identity,
     ctime: (i64, i64),

@@ -177,8 +177,13 @@ pub struct Enforced {
 pub struct ProjectView {
     /// Entries the walk visited.
     pub entries: u64,
-    /// How long the walk took, in milliseconds.
+    /// How long the walk took, in milliseconds (answered by a watcher:
+    /// how long asking it took).
     pub scan_ms: f64,
+    /// Who walked the project: `walk` (this run) or `watcher` (the
+    /// project's `sandbox watch`, which keeps its walk current).
+    #[serde(default = "walked")]
+    pub scan_source: String,
     /// Secrets masked (paths below the project root).
     pub secrets_hidden: Vec<PathBuf>,
     /// Entries made read-only because the host runs what they say.
@@ -565,12 +570,21 @@ impl CgroupReport {
     }
 }
 
+fn walked() -> String {
+    "walk".into()
+}
+
 impl ProjectView {
     /// What the walk of the project found.
     fn of(scan: &Scan) -> ProjectView {
         ProjectView {
             entries: scan.entries,
             scan_ms: scan.elapsed.as_secs_f64() * 1000.0,
+            scan_source: if scan.watcher.is_some() {
+                "watcher".into()
+            } else {
+                walked()
+            },
             secrets_hidden: scan.secrets.iter().map(|f| f.path.clone()).collect(),
             protected: scan.protected.iter().map(|f| f.path.clone()).collect(),
             pinned: scan.pins.len(),
@@ -814,6 +828,7 @@ mod tests {
    "pinned": 0,
    "protected": [],
    "scan_ms": 0.5,
+   "scan_source": "walk",
    "secrets_hidden": []
   },
   "rlimits": {

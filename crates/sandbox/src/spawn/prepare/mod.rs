@@ -418,7 +418,7 @@ impl Prepared {
         view.add_handed_over(&spec.read_only_extra, &mut warnings)?;
         view.order_parents_first();
         view.hide(policy, &project, &mut warnings)?;
-        let (project_rules, scan) = view.scan_project(policy, &project)?;
+        let (project_rules, scan) = view.scan_project(policy, &project, &mut warnings)?;
         let view::View {
             mount_dirs,
             mounts,

@@ -422,6 +422,7 @@ impl ViewPlan {
         &mut self,
         policy: &Policy,
         project: &Path,
+        warnings: &mut Vec<String>,
     ) -> Result<(crate::project::Rules, Option<crate::project::scan::Scan>), SpawnError> {
         let project_writable = policy.filesystem.project == ProjectAccess::ReadWrite;
         let project_rules =
@@ -430,12 +431,15 @@ impl ViewPlan {
         let scan = if policy.filesystem.project == ProjectAccess::Empty {
             None
         } else {
-            let scan = crate::project::scan::scan(
-                project,
-                &project_rules,
-                project_writable,
-                policy.filesystem.hardlinks,
-            )?;
+            let scan = match asked_watcher(policy, project, project_writable, warnings) {
+                Some(scan) => scan,
+                None => crate::project::scan::scan(
+                    project,
+                    &project_rules,
+                    project_writable,
+                    policy.filesystem.hardlinks,
+                )?,
+            };
             self.planner.mounts.extend(scan_mounts(project, &scan)?);
             Some(scan)
         };
@@ -455,6 +459,32 @@ impl ViewPlan {
             idmapped: self.idmapped,
             landlock_rules: self.landlock_rules,
         })
+    }
+}
+
+/// The walk the project's watcher (`sandbox watch`) keeps current, when one
+/// runs for it and the kernel says it may be trusted; None: this run walks.
+fn asked_watcher(
+    policy: &Policy,
+    project: &Path,
+    writable: bool,
+    warnings: &mut Vec<String>,
+) -> Option<crate::project::scan::Scan> {
+    use crate::project::watcher::{self, AskError, ScanRules};
+    let rules = ScanRules {
+        secrets: policy.filesystem.secrets.clone(),
+        protect: policy.filesystem.protect.clone(),
+        writable,
+        hardlinks: policy.filesystem.hardlinks,
+    };
+    match watcher::ask(project, &rules) {
+        Ok(scan) => scan,
+        // The run's own walk fails the same way and says why.
+        Err(AskError::Failed(_)) => None,
+        Err(err) => {
+            warnings.push(format!("{err}; this run walked the project itself"));
+            None
+        }
     }
 }
 

@@ -1,0 +1,506 @@
+//! `sandbox watch`: one long-lived process per user and project that keeps
+//! the project's walk ([`super::scan`]) current, so that a run in a large
+//! project asks for it instead of walking every file again.
+//!
+//! Why a process of its own: a run's supervisor lives for one run, and the
+//! only thing that tells what changed in a tree without a `stat` of every
+//! file is a watch on every file ([`super::watch`]), which must outlive
+//! runs. The watcher answers from its last walk only while no watch has
+//! reported anything since; otherwise it walks again before answering.
+//! fsnotify queues an event inside the system call that made the change,
+//! so every change completed before a run asked is in the queue the
+//! watcher drains first: nothing stale is ever answered.
+//!
+//! A mount over a path inside the project raises no inotify event, so the
+//! watcher also polls its mount table, and a run trusts only a watcher
+//! that sees the same mount table it does.
+//!
+//! What a run trusts: the socket is found by the project's path in the
+//! user's state directory, so anyone who can write there could put a fake
+//! watcher in its place, a sandboxed command under a profile that makes the
+//! home writable included. So the answer counts only when the kernel says
+//! the peer is this user, in this mount namespace, and confined by nothing
+//! that confines a sandboxed process (`no_new_privs` and seccomp are set in
+//! every sandbox this crate makes, and neither can be dropped). Anything
+//! else, and any failure, and the run walks the project itself.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::poll::PollFlags;
+use serde::{Deserialize, Serialize};
+
+use super::scan::{self, Scan};
+use super::watch::{TreeWatch, WatchError};
+use super::{HardlinkPolicy, Rules};
+use crate::jsonl::{Frame, Lines};
+use crate::poll_set::PollSet;
+
+/// The version of the request and answer below.
+const PROTOCOL: u32 = 1;
+
+/// Longest request a watcher reads: patterns and a path.
+const REQUEST_LIMIT: usize = 256 * 1024;
+
+/// Longest answer a run reads. A walk's answer lists every directory (for
+/// the sweep after the run): about 100 bytes each.
+const ANSWER_LIMIT: usize = 256 * 1024 * 1024;
+
+/// How long either side waits for the other's line: a watcher that is
+/// walking a large project takes its time; one that sends nothing for this
+/// long is not answering.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// How long after the last change the watcher walks again by itself, so
+/// that the next run finds the walk done.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// How many sets of rules (profiles) one watcher keeps a walk for.
+const KEPT_RULES: usize = 8;
+
+/// What decides a walk's outcome besides the tree: a profile's lists and
+/// whether the project is writable.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ScanRules {
+    /// `[filesystem] secrets`.
+    pub secrets: Vec<String>,
+    /// `[filesystem] protect`.
+    pub protect: Vec<String>,
+    /// Whether the project is writable in the run.
+    pub writable: bool,
+    /// `[filesystem] hardlinks`.
+    pub hardlinks: HardlinkPolicy,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Request {
+    protocol: u32,
+    project: PathBuf,
+    rules: ScanRules,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Answer {
+    Scan {
+        protocol: u32,
+        project: PathBuf,
+        scan: Box<Scan>,
+    },
+    /// The walk failed; the run walks itself and fails the same way.
+    Failed { message: String },
+}
+
+/// Why a watcher could not be asked, or was not trusted.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    /// Connecting, writing or reading failed.
+    #[error("asking the project's watcher at {path}: {source}")]
+    Io {
+        /// The socket.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The peer is not a watcher this run may trust.
+    #[error("the project's watcher at {path} is not trusted ({why}); stop it and start `sandbox watch` again from a shell outside any sandbox")]
+    Untrusted {
+        /// The socket.
+        path: PathBuf,
+        /// What the kernel said about it.
+        why: String,
+    },
+    /// The answer did not parse, or was for something else.
+    #[error("the project's watcher at {path} answered wrongly: {why}")]
+    Answer {
+        /// The socket.
+        path: PathBuf,
+        /// What was wrong.
+        why: String,
+    },
+    /// The watcher's own walk failed.
+    #[error("the project's watcher could not walk the project: {0}")]
+    Failed(String),
+}
+
+/// Why a watcher stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum WatcherError {
+    /// The project could not be watched.
+    #[error(transparent)]
+    Watch(#[from] WatchError),
+    /// Setting up or serving the socket failed.
+    #[error("the watcher's socket {path}: {source}")]
+    Socket {
+        /// The socket.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// Another watcher serves this project.
+    #[error("{path} is already served by a running `sandbox watch` for this project")]
+    Running {
+        /// The socket.
+        path: PathBuf,
+    },
+    /// The state directory is unusable.
+    #[error(transparent)]
+    State(#[from] crate::safe_file::SafeFileError),
+}
+
+/// The socket a watcher of `project` (canonical) listens on, in the user's
+/// state directory: named by a digest of the path, which may be longer
+/// than a socket's name can be.
+pub fn socket_path(project: &Path) -> PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let digest = sha2::Sha256::digest(project.as_os_str().as_bytes());
+    let name: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    crate::safe_file::state_dir()
+        .join("watch")
+        .join(format!("{name}.sock"))
+}
+
+/// Ask the watcher of `project` (canonical) for its walk under `rules`.
+/// `Ok(None)`: no watcher runs for it (no socket, or nobody listening).
+pub fn ask(project: &Path, rules: &ScanRules) -> Result<Option<Scan>, AskError> {
+    let started = Instant::now();
+    let path = socket_path(project);
+    let io = |source| AskError::Io {
+        path: path.clone(),
+        source,
+    };
+    let stream = match UnixStream::connect(&path) {
+        Ok(stream) => stream,
+        Err(err)
+            if matches!(
+                err.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+            ) =>
+        {
+            return Ok(None)
+        }
+        Err(err) => return Err(io(err)),
+    };
+    let pid = trusted_peer(&stream).map_err(|why| AskError::Untrusted {
+        path: path.clone(),
+        why,
+    })?;
+    stream.set_read_timeout(Some(WAIT)).map_err(io)?;
+    stream.set_write_timeout(Some(WAIT)).map_err(io)?;
+    let request = Request {
+        protocol: PROTOCOL,
+        project: project.to_path_buf(),
+        rules: rules.clone(),
+    };
+    let mut line = serde_json::to_vec(&request).map_err(|e| io(e.into()))?;
+    line.push(b'\n');
+    (&stream).write_all(&line).map_err(io)?;
+    let wrong = |why: String| AskError::Answer {
+        path: path.clone(),
+        why,
+    };
+    let answer = match Lines::new(&stream, ANSWER_LIMIT).next_frame().map_err(io)? {
+        Some(Frame::Line(line)) => line,
+        Some(Frame::TooLarge { .. }) => return Err(wrong("the answer is too long".into())),
+        None => return Err(wrong("it closed the connection".into())),
+    };
+    match serde_json::from_slice::<Answer>(&answer).map_err(|e| wrong(e.to_string()))? {
+        Answer::Scan {
+            protocol,
+            project: answered,
+            mut scan,
+        } => {
+            if protocol != PROTOCOL || answered != project {
+                return Err(wrong(format!(
+                    "protocol {protocol} for {}, asked protocol {PROTOCOL} for {}",
+                    answered.display(),
+                    project.display()
+                )));
+            }
+            scan.elapsed = started.elapsed();
+            scan.watcher = Some(pid);
+            Ok(Some(*scan))
+        }
+        Answer::Failed { message } => Err(AskError::Failed(message)),
+    }
+}
+
+/// The peer's process id when the kernel says it is this user, in this
+/// mount namespace, and not confined the way a sandboxed process is.
+fn trusted_peer(stream: &UnixStream) -> Result<i32, String> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let cred = getsockopt(&stream.as_fd(), PeerCredentials).map_err(|e| e.to_string())?;
+    let me = nix::unistd::geteuid().as_raw();
+    if cred.uid() != me {
+        return Err(format!(
+            "it runs as uid {}, this run as uid {me}",
+            cred.uid()
+        ));
+    }
+    let pid = cred.pid();
+    let ns = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
+    let theirs = ns(&pid.to_string());
+    if theirs.is_none() || theirs != ns("self") {
+        return Err(format!("pid {pid} sees another mount table"));
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .map_err(|e| format!("/proc/{pid}/status: {e}"))?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+    };
+    if field("NoNewPrivs:") != Some("0") || field("Seccomp:") != Some("0") {
+        return Err(format!(
+            "pid {pid} runs with no_new_privs or a seccomp filter, as a sandboxed process does"
+        ));
+    }
+    Ok(pid)
+}
+
+/// One walk kept for one set of rules.
+struct Kept {
+    rules: Rules,
+    /// The watches' generation the walk was made at.
+    generation: u64,
+    outcome: Result<Scan, String>,
+}
+
+/// The watcher of one project.
+struct Watcher {
+    project: PathBuf,
+    budget: usize,
+    tree: TreeWatch,
+    /// Bumped at every drain that read an event.
+    generation: u64,
+    kept: HashMap<ScanRules, Kept>,
+    /// When the last change was seen, for the walk ahead.
+    changed_at: Option<Instant>,
+}
+
+impl Watcher {
+    /// Take in every event waiting; true when any was.
+    fn drain(&mut self) -> Result<bool, WatchError> {
+        let drained = self.tree.drain()?;
+        if drained.events > 0 {
+            self.generation += 1;
+            self.changed_at = Some(Instant::now());
+        }
+        Ok(drained.events > 0)
+    }
+
+    /// The mount table changed: anything may be anywhere.
+    fn remount(&mut self) -> Result<(), WatchError> {
+        self.tree = TreeWatch::new(&self.project, self.budget)?;
+        self.generation += 1;
+        self.changed_at = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Walk again for every kept set of rules whose walk is older than the
+    /// watches' last event.
+    fn walk_stale(&mut self) {
+        for (key, kept) in &mut self.kept {
+            if kept.generation != self.generation {
+                kept.outcome = walk(&self.project, &kept.rules, key);
+                kept.generation = self.generation;
+            }
+        }
+    }
+
+    fn answer(&mut self, request: Request) -> Result<Answer, WatchError> {
+        if request.protocol != PROTOCOL || request.project != self.project {
+            return Ok(Answer::Failed {
+                message: format!(
+                    "this watcher speaks protocol {PROTOCOL} for {}",
+                    self.project.display()
+                ),
+            });
+        }
+        self.drain()?;
+        if !self.kept.contains_key(&request.rules) {
+            let rules = match Rules::new(&request.rules.secrets, &request.rules.protect) {
+                Ok(rules) => rules,
+                Err(err) => {
+                    return Ok(Answer::Failed {
+                        message: err.to_string(),
+                    })
+                }
+            };
+            if self.kept.len() >= KEPT_RULES {
+                self.kept.clear();
+            }
+            self.kept.insert(
+                request.rules.clone(),
+                Kept {
+                    rules,
+                    generation: u64::MAX,
+                    outcome: Err(String::new()),
+                },
+            );
+        }
+        self.walk_stale();
+        Ok(match self.kept.get(&request.rules).map(|k| &k.outcome) {
+            Some(Ok(scan)) => Answer::Scan {
+                protocol: PROTOCOL,
+                project: self.project.clone(),
+                scan: Box::new(scan.clone()),
+            },
+            Some(Err(message)) => Answer::Failed {
+                message: message.clone(),
+            },
+            None => Answer::Failed {
+                message: "no walk kept".into(),
+            },
+        })
+    }
+}
+
+fn walk(project: &Path, rules: &Rules, key: &ScanRules) -> Result<Scan, String> {
+    scan::scan(project, rules, key.writable, key.hardlinks).map_err(|e| e.to_string())
+}
+
+/// What a watcher was started with.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// The project, canonical.
+    pub project: PathBuf,
+    /// Exit after this long without a request.
+    pub idle: Duration,
+    /// Most directories and files watched.
+    pub budget: usize,
+}
+
+/// Serve `options.project` until idle. `ready` is called once the socket
+/// listens and every watch is set.
+pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), WatcherError> {
+    let path = socket_path(&options.project);
+    let socket_error = |source| WatcherError::Socket {
+        path: path.clone(),
+        source,
+    };
+    let state = crate::safe_file::state_dir();
+    std::fs::create_dir_all(&state).map_err(socket_error)?;
+    let state_fd = std::fs::File::open(&state).map_err(socket_error)?;
+    crate::safe_file::private_dir(state_fd.as_fd(), "watch", 0o700, None, &state.join("watch"))?;
+    // Watches first: a change made while the listener comes up is an event.
+    let tree = TreeWatch::new(&options.project, options.budget)?;
+    let listener = match UnixListener::bind(&path) {
+        Ok(listener) => listener,
+        Err(err) if err.kind() == std::io::ErrorKind::AddrInUse => {
+            if UnixStream::connect(&path).is_ok() {
+                return Err(WatcherError::Running { path });
+            }
+            // Left by a watcher that died.
+            std::fs::remove_file(&path).map_err(socket_error)?;
+            UnixListener::bind(&path).map_err(socket_error)?
+        }
+        Err(err) => return Err(socket_error(err)),
+    };
+    let _remove = RemoveOnDrop(&path);
+    listener.set_nonblocking(true).map_err(socket_error)?;
+    let mut mountinfo = std::fs::File::open("/proc/self/mountinfo").map_err(socket_error)?;
+    let mut sink = Vec::new();
+    let _ = mountinfo.read_to_end(&mut sink);
+    let mut watcher = Watcher {
+        project: options.project.clone(),
+        budget: options.budget,
+        tree,
+        generation: 0,
+        kept: HashMap::new(),
+        changed_at: None,
+    };
+    ready(&path);
+    let mut last_request = Instant::now();
+    loop {
+        let idle_at = last_request + options.idle;
+        let walk_at = watcher.changed_at.map(|at| at + SETTLE);
+        let (listen_ready, events_ready, mounts_changed) = {
+            let mut set = PollSet::default();
+            let listen = set.add(listener.as_fd(), PollFlags::POLLIN);
+            let events = set.add(watcher.tree.fd(), PollFlags::POLLIN);
+            let mounts = set.add(mountinfo.as_fd(), PollFlags::POLLPRI);
+            set.wait([Some(idle_at), walk_at])
+                .map_err(|e| socket_error(e.into()))?;
+            (
+                set.ready(Some(listen)),
+                set.ready(Some(events)),
+                set.ready(Some(mounts)),
+            )
+        };
+        if mounts_changed {
+            // Read to the end so the next change is reported again.
+            use std::io::Seek;
+            let _ = mountinfo.rewind();
+            sink.clear();
+            let _ = mountinfo.read_to_end(&mut sink);
+            watcher.remount()?;
+        }
+        if events_ready {
+            watcher.drain()?;
+        }
+        if listen_ready {
+            while let Ok((stream, _)) = listener.accept() {
+                last_request = Instant::now();
+                serve_one(&mut watcher, stream)?;
+            }
+        }
+        if walk_at.is_some_and(|at| Instant::now() >= at) {
+            watcher.changed_at = None;
+            watcher.drain()?;
+            if watcher.changed_at.is_none() {
+                watcher.walk_stale();
+            }
+        }
+        if Instant::now() >= idle_at && watcher.changed_at.is_none() {
+            return Ok(());
+        }
+    }
+}
+
+/// Answer one connection. Only a failure of the watches ends the watcher;
+/// a client that misbehaves is dropped.
+fn serve_one(watcher: &mut Watcher, stream: UnixStream) -> Result<(), WatchError> {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let Ok(cred) = getsockopt(&stream.as_fd(), PeerCredentials) else {
+        return Ok(());
+    };
+    if cred.uid() != nix::unistd::geteuid().as_raw() {
+        return Ok(());
+    }
+    if stream.set_nonblocking(false).is_err()
+        || stream.set_read_timeout(Some(WAIT)).is_err()
+        || stream.set_write_timeout(Some(WAIT)).is_err()
+    {
+        return Ok(());
+    }
+    let request = match Lines::new(&stream, REQUEST_LIMIT).next_frame() {
+        Ok(Some(Frame::Line(line))) => serde_json::from_slice::<Request>(&line),
+        _ => return Ok(()),
+    };
+    let answer = match request {
+        Ok(request) => watcher.answer(request)?,
+        Err(err) => Answer::Failed {
+            message: format!("the request did not parse: {err}"),
+        },
+    };
+    if let Ok(mut line) = serde_json::to_vec(&answer) {
+        line.push(b'\n');
+        let _ = (&stream).write_all(&line);
+    }
+    Ok(())
+}
+
+struct RemoveOnDrop<'a>(&'a Path);
+
+impl Drop for RemoveOnDrop<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}

@@ -1,0 +1,232 @@
+//! `sandbox watch` keeps a project's walk for the runs in it. These tests
+//! attack what a run now believes: changes made between runs behind the
+//! watcher's back, and a fake watcher planted where the run looks for one.
+
+mod support;
+
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use support::{identities, Project, Who};
+
+/// A state directory the identity can use, shared by its watcher and runs.
+fn state_dir(who: Who) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("sandbox-watch-state-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    if who == Who::User {
+        let (uid, gid) = support::user_ids();
+        std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid)).unwrap();
+    }
+    dir
+}
+
+/// `sandbox watch` on the project, returned once it says it is watching.
+struct Watcher(Child);
+
+impl Watcher {
+    fn start(project: &Project, state: &Path) -> Watcher {
+        let mut cmd = project.command();
+        cmd.args(["watch", "--idle", "10"])
+            .env("SANDBOX_STATE_DIR", state)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("sandbox watch starts");
+        let mut line = String::new();
+        let stderr = child.stderr.take().unwrap();
+        std::io::BufReader::new(stderr)
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("watching"), "sandbox watch said: {line}");
+        Watcher(child)
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Run a shell script in the project with `state` as the state directory;
+/// returns (stdout, the report).
+fn run(project: &Project, state: &Path, script: &str) -> (String, serde_json::Value) {
+    let report = tempfile::NamedTempFile::new().unwrap();
+    let report_path = report.path().to_path_buf();
+    if project.who == Who::User {
+        let (uid, gid) = support::user_ids();
+        std::os::unix::fs::chown(&report_path, Some(uid), Some(gid)).unwrap();
+    }
+    let out = project
+        .command()
+        .env("SANDBOX_STATE_DIR", state)
+        .args(["run", "--report"])
+        .arg(&report_path)
+        .args(["--", "/bin/sh", "-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("sandbox starts");
+    support::assert_ok(&out, script);
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report_path).unwrap()).unwrap();
+    (String::from_utf8_lossy(&out.stdout).into_owned(), report)
+}
+
+fn scan_source(report: &serde_json::Value) -> &str {
+    report["enforced"]["project_view"]["scan_source"]
+        .as_str()
+        .unwrap_or("none")
+}
+
+/// The attack of `a_secret_and_hard_links_made_between_two_runs_...` in
+/// tests/attack_project.rs, with a watcher answering for the walk: a secret
+/// made deep in the tree, a hard link into the project for a file outside,
+/// and a name outside for a file already inside (which changes no directory
+/// of the project, only the file's link count), all made after the
+/// watcher's walk, are hidden or read-only in the next run, and the
+/// watcher, not a walk of the run's own, answered for both runs.
+#[test]
+fn with_a_watcher_a_secret_and_hard_links_made_between_runs_are_covered() {
+    for who in identities("with_a_watcher_a_secret_and_hard_links_made_between_runs_are_covered") {
+        let project = Project::new(who);
+        let state = state_dir(who);
+        let deep = "node_modules/a/node_modules/b/lib/x";
+        project.write(&format!("{deep}/index.js"), "x\n");
+        project.write(&format!("{deep}/shared.js"), "original\n");
+        project.write(".env", "TOPSECRET=0\n");
+        let _watcher = Watcher::start(&project, state.path());
+        let (first, report) = run(
+            &project,
+            state.path(),
+            &format!("cat .env 2>/dev/null; cat {deep}/shared.js"),
+        );
+        assert_eq!(first, "original\n", "{who:?}");
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+
+        let outside = tempfile::Builder::new()
+            .prefix("sandbox-outside-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        project.write(&format!("{deep}/.env"), "TOPSECRET=1\n");
+        let victim = outside.path().join("victim");
+        std::fs::write(&victim, "original\n").unwrap();
+        if who == Who::User {
+            let (uid, gid) = support::user_ids();
+            std::os::unix::fs::chown(&victim, Some(uid), Some(gid)).unwrap();
+        }
+        std::fs::hard_link(&victim, project.path().join(deep).join("linked.js")).unwrap();
+        let clone = outside.path().join("clone-of-shared.js");
+        std::fs::hard_link(project.path().join(deep).join("shared.js"), &clone).unwrap();
+
+        let (out, report) = run(
+            &project,
+            state.path(),
+            &format!(
+                "cd {deep}; cat .env; echo evil >> linked.js 2>/dev/null && echo APPENDED-LINKED; \
+                 echo evil >> shared.js 2>/dev/null && echo APPENDED-SHARED; echo checked"
+            ),
+        );
+        assert!(out.contains("checked"), "{who:?}: {out}");
+        for forbidden in ["TOPSECRET", "APPENDED-LINKED", "APPENDED-SHARED"] {
+            assert!(!out.contains(forbidden), "{who:?}: {forbidden}: {out}");
+        }
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "original\n");
+        assert_eq!(std::fs::read_to_string(&clone).unwrap(), "original\n");
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+        let view = &report["enforced"]["project_view"];
+        assert_eq!(view["hardlinks_read_only"].as_array().unwrap().len(), 2);
+    }
+}
+
+/// The socket a watcher of `project` listens on (as the crate names it).
+fn socket_of(project: &Path, state: &Path) -> PathBuf {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let canonical = std::fs::canonicalize(project).unwrap();
+    let digest = sha2::Sha256::digest(canonical.as_os_str().as_bytes());
+    let name: String = digest[..12].iter().map(|b| format!("{b:02x}")).collect();
+    state.join("watch").join(format!("{name}.sock"))
+}
+
+/// A sandboxed process that can write where the state directory is (a
+/// profile with a writable home) plants a watcher that answers "nothing to
+/// hide". A run must not believe it: the kernel says the peer runs with
+/// no_new_privs, as every sandboxed process does, so the run walks the
+/// project itself, hides the secret and says why.
+#[test]
+fn a_fake_watcher_planted_by_a_confined_process_is_not_believed() {
+    for who in identities("a_fake_watcher_planted_by_a_confined_process_is_not_believed") {
+        let project = Project::new(who);
+        let state = state_dir(who);
+        project.write(".env", "TOPSECRET=1\n");
+        let socket = socket_of(project.path(), state.path());
+        std::fs::create_dir(socket.parent().unwrap()).unwrap();
+        if who == Who::User {
+            let (uid, gid) = support::user_ids();
+            std::os::unix::fs::chown(socket.parent().unwrap(), Some(uid), Some(gid)).unwrap();
+        }
+        let canonical = std::fs::canonicalize(project.path()).unwrap();
+        let fake = r#"
+import json, os, socket, sys
+path, project = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+s.listen(8)
+print("listening", flush=True)
+empty = {"entries": 0, "secrets": [], "protected": [], "protected_links": [],
+         "pins": [], "outside_links": [], "protected_before": {},
+         "elapsed": {"secs": 0, "nanos": 0}, "listed_dirs": {}}
+while True:
+    c, _ = s.accept()
+    try:
+        c.makefile().readline()
+        c.sendall((json.dumps({"type": "scan", "protocol": 1, "project": project,
+                               "scan": empty}) + "\n").encode())
+    except OSError:
+        pass  # the run hung up without asking: it did not believe us
+    c.close()
+"#;
+        let mut cmd = Command::new("setpriv");
+        cmd.arg("--no-new-privs")
+            .args(["python3", "-c", fake])
+            .arg(&socket)
+            .arg(&canonical)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        if who == Who::User {
+            let (uid, gid) = support::user_ids();
+            cmd.uid(uid).gid(gid);
+        }
+        let child = cmd.spawn().expect("python3 starts");
+        let mut fake_watcher = Watcher(child);
+        let mut line = String::new();
+        std::io::BufReader::new(fake_watcher.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "listening");
+
+        let out = project
+            .command()
+            .env("SANDBOX_STATE_DIR", state.path())
+            .args(["run", "--", "/bin/sh", "-c", "cat .env; echo checked"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stdout.contains("checked"), "{who:?}: {stdout} {stderr}");
+        assert!(
+            !stdout.contains("TOPSECRET"),
+            "{who:?}: the fake was believed"
+        );
+        assert!(
+            stderr.contains("not trusted") && stderr.contains("no_new_privs"),
+            "{who:?}: {stderr}"
+        );
+    }
+}
