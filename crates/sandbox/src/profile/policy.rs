@@ -269,6 +269,21 @@ pub struct Policy {
     pub tools: Vec<String>,
 }
 
+impl Policy {
+    /// What decides the walk of the project for a run under this profile
+    /// (None: the project is not visible, so it is not walked).
+    pub fn scan_rules(&self) -> Option<crate::project::watcher::ScanRules> {
+        (self.filesystem.project != ProjectAccess::Empty).then(|| {
+            crate::project::watcher::ScanRules {
+                secrets: self.filesystem.secrets.clone(),
+                protect: self.filesystem.protect.clone(),
+                writable: self.filesystem.project == ProjectAccess::ReadWrite,
+                hardlinks: self.filesystem.hardlinks,
+            }
+        })
+    }
+}
+
 impl EnvPolicy {
     /// The environment the sandboxed process starts with, as `NAME=VALUE` pairs.
     /// `lookup` reads the supervisor's environment (injected so this stays pure).

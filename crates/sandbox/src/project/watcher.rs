@@ -473,6 +473,9 @@ pub struct WatchOptions {
     pub idle: Duration,
     /// Most directories and files watched.
     pub budget: usize,
+    /// Rules to walk for before the first run asks (each profile's
+    /// [`crate::profile::policy::Policy::scan_rules`]).
+    pub walk_ahead: Vec<ScanRules>,
 }
 
 /// Serve `options.project` until idle. `ready` is called once the socket
@@ -515,6 +518,11 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
         kept: HashMap::new(),
         changed_at: None,
     };
+    // A walk that fails is kept as failed: a run under those rules walks
+    // itself and says why.
+    for rules in &options.walk_ahead {
+        watcher.scan_for(rules.clone())?;
+    }
     ready(&path);
     let mut last_request = Instant::now();
     loop {

@@ -431,7 +431,7 @@ impl ViewPlan {
         let scan = if policy.filesystem.project == ProjectAccess::Empty {
             None
         } else {
-            let scan = match asked_watcher(policy, project, project_writable, warnings) {
+            let scan = match asked_watcher(policy, project, warnings) {
                 Some(scan) => scan,
                 None => crate::project::scan::scan(
                     project,
@@ -467,16 +467,10 @@ impl ViewPlan {
 fn asked_watcher(
     policy: &Policy,
     project: &Path,
-    writable: bool,
     warnings: &mut Vec<String>,
 ) -> Option<crate::project::scan::Scan> {
-    use crate::project::watcher::{self, AskError, ScanRules};
-    let rules = ScanRules {
-        secrets: policy.filesystem.secrets.clone(),
-        protect: policy.filesystem.protect.clone(),
-        writable,
-        hardlinks: policy.filesystem.hardlinks,
-    };
+    use crate::project::watcher::{self, AskError};
+    let rules = policy.scan_rules()?;
     match watcher::ask(project, &rules) {
         Ok(scan) => scan,
         // The run's own walk fails the same way and says why.
