@@ -222,8 +222,9 @@ while True:
     c, _ = s.accept()
     try:
         c.makefile().readline()
-        c.sendall((json.dumps({"type": "scan", "protocol": 1, "project": project,
-                               "scan": empty}) + "\n").encode())
+        c.sendall((json.dumps({"scan": {"protocol": 1, "project": project,
+                                        "instance": 1, "generation": 0,
+                                        "scan": empty}}) + "\n").encode())
     except OSError:
         pass  # the run hung up without asking: it did not believe us
     c.close()
