@@ -15,6 +15,7 @@ pub mod grants;
 pub mod ipc;
 pub mod launch;
 pub mod profile;
+pub mod review;
 pub mod run;
 pub mod serve;
 pub mod skill;
@@ -31,6 +32,12 @@ pub struct Cli {
 enum Command {
     /// Run a command inside a sandbox; exits with the command's status.
     Run(Box<run::RunArgs>),
+    /// Show what a review run (`run --review`) changed: a diff for text, sizes and hashes otherwise.
+    Changes(review::ChangesArgs),
+    /// Apply a review run's changes, all or below the paths named, under the host's rules.
+    Apply(review::ApplyArgs),
+    /// Drop a review run's changes.
+    Discard(review::DiscardArgs),
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
@@ -113,6 +120,9 @@ pub fn main<L: faces::Linked>() -> i32 {
             Err(err) => Err(err.into()),
         },
         Command::Profile(cmd) => profile::run(cmd),
+        Command::Changes(args) => review::changes(args),
+        Command::Apply(args) => review::apply(args),
+        Command::Discard(args) => review::discard(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Ipc(args) => ipc::run(args),
         Command::Grants(cmd) => grants::run(cmd),
