@@ -103,9 +103,9 @@ pub struct Started {
     pub project: PathBuf,
     /// The profile's name.
     pub profile: String,
-    /// The start in nanoseconds since the epoch, less the filesystems'
-    /// clock slack: a project entry whose change time is at or after it
-    /// changed while the run ran (a conflict).
+    /// The start in nanoseconds since the epoch, on the filesystems' clock:
+    /// a project entry whose change time is at or after it changed while
+    /// the run ran (a conflict).
     pub started_ns: i128,
     /// The profile's secret patterns (names refused at apply).
     pub secrets: Vec<String>,
@@ -417,20 +417,23 @@ fn new_id(attempt: u32) -> String {
     format!("{date}-{time}-{:04x}", (mix ^ (mix >> 16)) & 0xffff)
 }
 
-/// How long before the start a change still counts as made during the
-/// run: filesystems stamp changes with a coarse clock (one tick, at most
-/// 10 ms, behind the precise one), so a change just after the start may
-/// carry a time just before it. Only ever a false conflict, never a missed
-/// one.
-const CLOCK_SLACK_NS: i128 = 20_000_000;
-
 /// The start as change times are compared with it, in nanoseconds since
-/// the epoch.
+/// the epoch: the coarse realtime clock, which filesystems stamp changes
+/// with (or a finer one), so a change made after this instant never
+/// carries an earlier time. A change made in the same clock tick just
+/// before it (at most a few milliseconds) counts as made during the run:
+/// a false conflict, never a missed one.
 fn start_ns() -> i128 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    i128::try_from(now.as_nanos()).unwrap_or(i128::MAX) - CLOCK_SLACK_NS
+    match nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE) {
+        Ok(now) => i128::from(now.tv_sec()) * 1_000_000_000 + i128::from(now.tv_nsec()),
+        // Without the coarse clock, the precise one a tick (10 ms) back.
+        Err(_) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default();
+            i128::try_from(now.as_nanos()).unwrap_or(i128::MAX) - 10_000_000
+        }
+    }
 }
 
 fn create_private_dirs(dir: &Path) -> std::io::Result<()> {

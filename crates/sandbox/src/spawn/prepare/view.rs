@@ -507,7 +507,9 @@ impl ViewPlan {
                 project_writable,
                 policy.filesystem.hardlinks,
             )?;
-            self.planner.mounts.extend(scan_mounts(project, &scan)?);
+            self.planner
+                .mounts
+                .extend(scan_mounts(project, &scan, policy.filesystem.review)?);
             Some(scan)
         };
         Ok((project_rules, scan))
@@ -564,10 +566,13 @@ pub(super) fn etc_files(
 }
 
 /// The mounts that carry out a scan, parents before children: pins, then
-/// what they keep in place.
+/// what they keep in place. In review mode a file hard-linked outside the
+/// project stays writable: a write copies it up into the run's layer, so
+/// it never reaches the outside file (and apply writes a file of its own).
 fn scan_mounts(
     project: &Path,
     scan: &crate::project::scan::Scan,
+    review: bool,
 ) -> Result<Vec<(PathBuf, MountOp)>, SpawnError> {
     let mut ops = Vec::with_capacity(scan.mounts());
     let target = |relative: &Path| prefixed("/newroot", &project.join(relative));
@@ -587,7 +592,7 @@ fn scan_mounts(
         };
         ops.push((found.path.clone(), op));
     }
-    for path in &scan.outside_links {
+    for path in scan.outside_links.iter().filter(|_| !review) {
         ops.push((
             path.clone(),
             MountOp::Rebind {
