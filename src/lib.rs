@@ -32,12 +32,6 @@ pub struct Cli {
 enum Command {
     /// Run a command inside a sandbox; exits with the command's status.
     Run(Box<run::RunArgs>),
-    /// Show what a review run (`run --review`) changed: a diff for text, sizes and hashes otherwise.
-    Changes(review::ChangesArgs),
-    /// Apply a review run's changes, all or below the paths named, under the host's rules.
-    Apply(review::ApplyArgs),
-    /// Drop a review run's changes.
-    Discard(review::DiscardArgs),
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
@@ -47,6 +41,12 @@ enum Command {
     /// List and revoke stored broker grants.
     #[command(subcommand)]
     Grants(grants::GrantsCommand),
+    /// Show what a review run (`run --review`) changed: a diff for text, sizes and hashes otherwise.
+    Changes(review::ChangesArgs),
+    /// Apply a review run's changes, all or below the paths named, under the host's rules.
+    Apply(review::ApplyArgs),
+    /// Drop a review run's changes.
+    Discard(review::DiscardArgs),
     /// Send one request to the broker from inside a sandbox and print the result.
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.

@@ -9,7 +9,8 @@ use sandbox::review::{apply::Allow, ReviewError, Store};
 /// `sandbox changes`.
 #[derive(Debug, Args)]
 pub struct ChangesArgs {
-    /// The run's id (printed when it ended, and in its report's `run`).
+    /// The run's id (printed when it ended, and in its report's `run`), or `last`: the
+    /// newest kept run of the current directory.
     #[arg(required_unless_present = "list")]
     pub run: Option<String>,
     /// Print the changes as JSON, for programs.
@@ -23,7 +24,7 @@ pub struct ChangesArgs {
 /// `sandbox apply`.
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
-    /// The run's id.
+    /// The run's id, or `last`: the newest kept run of the current directory.
     pub run: String,
     /// Apply only the changes at or below these project paths (default: all).
     pub paths: Vec<String>,
@@ -57,7 +58,7 @@ pub struct ApplyArgs {
 /// `sandbox discard`.
 #[derive(Debug, Args)]
 pub struct DiscardArgs {
-    /// The run's id.
+    /// The run's id, or `last`: the newest kept run of the current directory.
     pub run: String,
 }
 
@@ -70,7 +71,7 @@ pub fn changes(args: ChangesArgs) -> anyhow::Result<i32> {
         }
         return Ok(0);
     }
-    let id = args.run.unwrap_or_default();
+    let id = resolve(&store, &args.run.unwrap_or_default())?;
     if args.json {
         let listing = sandbox::review::changes::listing(&store, &id)?;
         println!(
@@ -95,7 +96,8 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
         incomplete: args.allow_incomplete,
     };
     let store = Store::user();
-    match sandbox::review::apply::apply(&store, &args.run, &args.paths, allow) {
+    let id = resolve(&store, &args.run)?;
+    match sandbox::review::apply::apply(&store, &id, &args.paths, allow) {
         Ok(applied) => {
             if args.json {
                 println!("{}", serde_json::to_string(&applied).context("printing")?);
@@ -105,20 +107,17 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
                 println!("applied {path}");
             }
             if applied.remaining == 0 {
-                println!(
-                    "run {}: every change applied; the run is no longer kept",
-                    args.run
-                );
+                println!("run {id}: every change applied; the run is no longer kept");
             } else {
                 println!(
-                    "run {}: {} change(s) still kept (`sandbox changes {}`)",
-                    args.run, applied.remaining, args.run
+                    "run {id}: {} change(s) still kept (`sandbox changes {id}`)",
+                    applied.remaining
                 );
             }
             Ok(0)
         }
         Err(ReviewError::Refused(reasons)) => {
-            eprintln!("sandbox: apply {}: nothing was applied:", args.run);
+            eprintln!("sandbox: apply {id}: nothing was applied:");
             for reason in reasons {
                 eprintln!("  {reason}");
             }
@@ -130,7 +129,17 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
 
 /// `sandbox discard`.
 pub fn discard(args: DiscardArgs) -> anyhow::Result<i32> {
-    Store::user().discard(&args.run)?;
-    println!("run {}: changes discarded", args.run);
+    let store = Store::user();
+    let id = resolve(&store, &args.run)?;
+    store.discard(&id)?;
+    println!("run {id}: changes discarded");
     Ok(0)
+}
+
+/// An id, or `last` for the current directory's newest kept run.
+fn resolve(store: &Store, asked: &str) -> anyhow::Result<String> {
+    let here = std::env::current_dir()
+        .and_then(std::fs::canonicalize)
+        .context("the current directory")?;
+    Ok(store.resolve(asked, &here)?)
 }

@@ -214,7 +214,7 @@ fn named_rules(
 ) {
     if !allow.protected && rules.protected_in(path) {
         refusals.push(format!(
-            "{path}: protected (the host runs or trusts what it says: git hooks and config, agent and editor settings, .sandbox/, .skills/): pass --allow-protected"
+            "{path}: protected (the host runs or trusts it later): pass --allow-protected"
         ));
     }
     if !allow.ci && is_ci(path) {

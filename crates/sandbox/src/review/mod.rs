@@ -46,6 +46,12 @@ pub enum ReviewError {
         /// The store.
         dir: PathBuf,
     },
+    /// `last` names no run: none of this project is kept.
+    #[error("no review run of {} is kept (`last` is the newest of the current directory's; `sandbox changes --list` lists every kept run)", project.display())]
+    NoLastRun {
+        /// The project (the current directory).
+        project: PathBuf,
+    },
     /// An id that cannot be a run's (path separators, dots).
     #[error("`{0}` is not a run id (ids look like 20261128-024501-3fa2)")]
     BadId(String),
@@ -266,6 +272,22 @@ impl Store {
             op: "removing",
             path: dir,
             source,
+        })
+    }
+
+    /// The run `asked` names: an id, or `last`, the newest kept run of
+    /// `project`.
+    pub fn resolve(&self, asked: &str, project: &Path) -> Result<String, ReviewError> {
+        if asked != "last" {
+            return Ok(asked.to_owned());
+        }
+        for id in self.list()?.into_iter().rev() {
+            if self.started(&id).is_ok_and(|s| s.project == project) {
+                return Ok(id);
+            }
+        }
+        Err(ReviewError::NoLastRun {
+            project: project.to_path_buf(),
         })
     }
 
