@@ -350,7 +350,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         eprintln!("sandbox: {message}");
     }
     if let Some(kept) = report.as_ref().and_then(|r| r.review.as_ref()) {
-        if kept.error.is_none() {
+        if kept.error.is_none() && (kept.changes > 0 || kept.limit_reached) {
             let store = sandbox::review::Store::user();
             if let Err(err) = store.save_report(&kept.id, line.as_bytes()) {
                 eprintln!(

@@ -249,6 +249,14 @@ fn discarded_changes_never_reach_the_project() {
         assert_eq!(review.read("a.txt").as_deref(), Some("a\n"), "{who:?}");
         assert!(review.read("new").is_none(), "{who:?}");
         assert!(!review.sandbox(&["apply", &id]).status.success(), "{who:?}");
+        // A run that changed nothing keeps nothing.
+        let (out, id) = review.run(&[], "cat a.txt >/dev/null");
+        assert_ok(&out, "reading run");
+        assert!(text(&out.stderr).contains("no changes to the project, nothing kept"));
+        assert!(
+            !review.state.path().join("runs").join(&id).exists(),
+            "{who:?}"
+        );
     }
 }
 

@@ -70,7 +70,7 @@ pub fn capture(
         limit_reached,
         changes: walk.changes,
     };
-    store.save_changes(id, &captured)?;
+    store.first_changes(id, &captured)?;
     Ok(captured)
 }
 

@@ -143,6 +143,12 @@ impl Kept {
                 self.id
             );
         }
+        if self.changes == 0 && !self.limit_reached {
+            return format!(
+                "sandbox: run {}: no changes to the project, nothing kept",
+                self.id
+            );
+        }
         let full = if self.limit_reached {
             " (it filled its layer: some writes failed, so they may be partial)"
         } else {
@@ -227,7 +233,7 @@ impl Store {
             protect: policy.filesystem.protect.clone(),
             limit: policy.filesystem.review_size,
         };
-        write_json(&dir.join("started.json"), &started)?;
+        write_new_json(&dir.join("started.json"), &started)?;
         Ok(started)
     }
 
@@ -241,6 +247,12 @@ impl Store {
     pub fn changes(&self, id: &str) -> Result<Captured, ReviewError> {
         let dir = self.existing(id)?;
         read_json(&dir.join("changes.json"))
+    }
+
+    /// The first changes record of run `id`, as the run ends.
+    pub(crate) fn first_changes(&self, id: &str, captured: &Captured) -> Result<(), ReviewError> {
+        let dir = self.existing(id)?;
+        write_new_json(&dir.join("changes.json"), captured)
     }
 
     /// Replace the changes record of run `id`.
@@ -476,6 +488,28 @@ fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ReviewError> {
         path: path.to_path_buf(),
         source: std::io::Error::other(err.to_string()),
     })
+}
+
+/// A record in a run directory this process just made (private to the
+/// user, so no name in it can be planted): created, never replaced, and
+/// not synced, since a cold run waits for it (a run whose record is lost
+/// in a crash is one to run again, and apply replaces records durably).
+fn write_new_json<T: Serialize>(path: &Path, value: &T) -> Result<(), ReviewError> {
+    let io = |source| ReviewError::Io {
+        op: "writing",
+        path: path.to_path_buf(),
+        source,
+    };
+    let bytes = serde_json::to_vec_pretty(value).map_err(|source| ReviewError::Record {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)
+        .map_err(io)?;
+    std::io::Write::write_all(&mut file, &bytes).map_err(io)
 }
 
 fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ReviewError> {

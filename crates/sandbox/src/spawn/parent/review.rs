@@ -15,6 +15,16 @@ pub(super) fn capture(started: &Started, layer: Option<OwnedFd>) -> Kept {
             .map_err(|err| err.to_string()),
     };
     match result {
+        // Nothing to review: nothing is kept.
+        Ok(captured) if captured.changes.is_empty() && !captured.limit_reached => {
+            let _ = store.discard(&started.id);
+            Kept {
+                id: started.id.clone(),
+                changes: 0,
+                limit_reached: false,
+                error: None,
+            }
+        }
         Ok(captured) => Kept {
             id: started.id.clone(),
             changes: captured.changes.len(),
