@@ -410,6 +410,37 @@ fn a_file_changed_on_the_host_during_the_run_is_a_conflict() {
     }
 }
 
+/// A directory of the project replaced by a symlink after the run is not
+/// followed by apply: the file it led to outside stays as it was.
+#[test]
+fn apply_follows_no_symlink_planted_in_the_project() {
+    for who in identities("apply_follows_no_symlink_planted_in_the_project") {
+        let review = Review::new(who);
+        review.project.write("sub/f.txt", "old\n");
+        // Made before the run, so that only the link, not a change time,
+        // can tell apply that it is not the project's file.
+        let victim = tempfile::tempdir_in("/tmp").unwrap();
+        std::fs::write(victim.path().join("f.txt"), "victim\n").unwrap();
+        settle(victim.path());
+        let (out, id) = review.run(&[], "echo new > sub/f.txt");
+        assert_ok(&out, "run");
+        let sub = review.project.path().join("sub");
+        std::fs::remove_dir_all(&sub).unwrap();
+        std::os::unix::fs::symlink(victim.path(), &sub).unwrap();
+        let refused = review.sandbox(&["apply", &id]);
+        assert_eq!(refused.status.code(), Some(1), "{who:?}");
+        assert!(
+            text(&refused.stderr).contains("sub/f.txt: conflict"),
+            "{who:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(victim.path().join("f.txt")).unwrap(),
+            "victim\n",
+            "{who:?}"
+        );
+    }
+}
+
 /// The layer's size limit holds while the run writes, and a run that
 /// reached it is not applied unless the person says so.
 #[test]
