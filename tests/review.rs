@@ -115,6 +115,7 @@ fn a_review_run_leaves_the_project_alone_until_its_changes_are_applied() {
         let script = "echo two >> keep.txt && echo fresh > new.txt && rm gone.txt \
              && mv old.txt renamed.txt && mv dir dir2 && chmod 755 mode.sh \
              && mkdir -p made/deep && echo deep > made/deep/f && ln -s keep.txt link \
+             && printf 'a\\000b' > bin.dat \
              && cat keep.txt";
         let (out, id) = review.run(&[], script);
         assert_ok(&out, script);
@@ -152,6 +153,8 @@ fn a_review_run_leaves_the_project_alone_until_its_changes_are_applied() {
             "M mode.sh (file 0755",
             "A made/deep/f",
             "A link (symlink to keep.txt)",
+            "A bin.dat (file 0644, 3 bytes",
+            "  binary: 0 -> 3 bytes, sha256 ",
         ] {
             assert!(
                 listed.contains(expected),

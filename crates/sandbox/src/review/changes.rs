@@ -108,7 +108,16 @@ fn text_diff(project: &OwnedFd, layer: &Path, change: &Change) -> Option<String>
     };
     let new = std::fs::read(layer.join(&change.path)).ok()?;
     let old = match change.before {
-        Some(super::EntryKind::File) => read_beneath(project, &change.path).unwrap_or_default(),
+        Some(super::EntryKind::File) => match read_beneath(project, &change.path) {
+            Some(old) => old,
+            // Past the diff limit, or gone from the project since.
+            None => {
+                return Some(format!(
+                    "  not diffed: {size} bytes now, sha256 {}\n",
+                    &sha256[..16.min(sha256.len())]
+                ))
+            }
+        },
         _ => Vec::new(),
     };
     let text = |bytes: &[u8]| {
