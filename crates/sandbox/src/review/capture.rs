@@ -15,7 +15,7 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use sha2::{Digest, Sha256};
 
-use super::{Captured, Change, ChangeKind, Entry, EntryKind, ReviewError, Store};
+use super::{Captured, Change, ChangeKind, Entry, EntryKind, ReviewError, Started, Store};
 
 /// The directory init mounts the layer's tmpfs at, in the staging root:
 /// `upper` and `work` are the overlay's.
@@ -26,13 +26,13 @@ pub const WORK: &str = "work";
 const OPAQUE: &CStr = c"user.overlay.opaque";
 
 /// Compare the layer below `layer_root` (the tmpfs root init handed over)
-/// with `project`, keep the changed files' contents in the store and
-/// record the changes of run `id`.
+/// with the project, keep the changed files' contents in the store and
+/// record the run's changes. A run with nothing to keep writes nothing;
+/// `started.id` changes if another run took the id meanwhile.
 pub fn capture(
     store: &Store,
-    id: &str,
+    started: &mut Started,
     layer_root: BorrowedFd<'_>,
-    project: &Path,
 ) -> Result<Captured, ReviewError> {
     let layer_err = |path: &Path| {
         let path = path.to_path_buf();
@@ -42,20 +42,17 @@ pub fn capture(
         .map(|s| s.blocks_available() == 0 || s.files_available() == 0)
         .map_err(layer_err(Path::new("/")))?;
     let upper = open_dir_at(layer_root, OsStr::new(UPPER)).map_err(layer_err(Path::new(UPPER)))?;
+    let project = started.project.clone();
     let project_dir = nix::fcntl::open(
-        project,
+        &project,
         OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
         Mode::empty(),
     )
-    .map_err(layer_err(project))?;
-    let kept = store.layer_dir(id)?;
-    std::fs::create_dir_all(&kept).map_err(|source| ReviewError::Io {
-        op: "creating",
-        path: kept.clone(),
-        source,
-    })?;
+    .map_err(layer_err(&project))?;
     let mut walk = Walk {
-        kept,
+        store,
+        started,
+        kept: None,
         changes: Vec::new(),
     };
     walk.dir(
@@ -68,18 +65,46 @@ pub fn capture(
         .sort_by(|a, b| Path::new(&a.path).cmp(Path::new(&b.path)));
     let captured = Captured {
         limit_reached,
-        changes: walk.changes,
+        changes: std::mem::take(&mut walk.changes),
     };
-    store.first_changes(id, &captured)?;
+    if captured.changes.is_empty() && !captured.limit_reached {
+        if walk.kept.is_some() {
+            // Files were kept before they proved unchanged.
+            let _ = store.discard(&walk.started.id);
+        }
+        return Ok(captured);
+    }
+    walk.layer()?;
+    store.first_changes(&walk.started.id, &captured)?;
     Ok(captured)
 }
 
-struct Walk {
-    kept: PathBuf,
+struct Walk<'a> {
+    store: &'a Store,
+    started: &'a mut Started,
+    /// The run's `layer/` in the store, once something had to be kept.
+    kept: Option<PathBuf>,
     changes: Vec<Change>,
 }
 
-impl Walk {
+impl Walk<'_> {
+    /// The run's `layer/`, made (with the run's directory) on first use.
+    fn layer(&mut self) -> Result<PathBuf, ReviewError> {
+        if let Some(kept) = &self.kept {
+            return Ok(kept.clone());
+        }
+        let kept = self.store.create_run(self.started)?.join("layer");
+        std::fs::create_dir(&kept).map_err(|source| ReviewError::Io {
+            op: "creating",
+            path: kept.clone(),
+            source,
+        })?;
+        self.kept = Some(kept.clone());
+        Ok(kept)
+    }
+}
+
+impl Walk<'_> {
     /// One directory of the layer, beside the project's directory at the
     /// same path (None: the project has none there). `replacing`: an
     /// ancestor replaced the project's directory, so every directory below
@@ -157,13 +182,6 @@ impl Walk {
                     Some((EntryKind::Dir, _)) => project.and_then(|p| open_dir_at(p, name).ok()),
                     _ => None,
                 };
-                std::fs::create_dir_all(self.kept.join(path)).map_err(|source| {
-                    ReviewError::Io {
-                        op: "creating",
-                        path: self.kept.join(path),
-                        source,
-                    }
-                })?;
                 let kind_changed = !matches!(before_kind, Some(EntryKind::Dir) | None);
                 let replaced = opaque || kind_changed;
                 let mode_changed = before
@@ -194,7 +212,7 @@ impl Walk {
                     _ => false,
                 };
                 if unchanged {
-                    let _ = std::fs::remove_file(self.kept.join(path));
+                    let _ = std::fs::remove_file(self.layer()?.join(path));
                 } else {
                     // st_nlink is a u32 on some architectures.
                     #[allow(clippy::useless_conversion)]
@@ -277,7 +295,7 @@ impl Walk {
 
     /// Copy a file of the layer into the store, hashing it on the way.
     fn keep_file(
-        &self,
+        &mut self,
         upper: BorrowedFd<'_>,
         name: &OsStr,
         path: &Path,
@@ -292,12 +310,15 @@ impl Walk {
             path: path.to_path_buf(),
             source,
         })?;
-        let kept = self.kept.join(path);
+        let kept = self.layer()?.join(path);
         let io = |source| ReviewError::Io {
             op: "keeping",
             path: kept.clone(),
             source,
         };
+        if let Some(parent) = kept.parent() {
+            std::fs::create_dir_all(parent).map_err(io)?;
+        }
         let mut out = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)

@@ -199,42 +199,45 @@ impl Store {
         Ok(self.root.join(id))
     }
 
-    /// A new run's directory, private to the user, with its start record.
-    pub fn begin(
-        &self,
-        project: &Path,
-        policy: &crate::profile::policy::Policy,
-    ) -> Result<Started, ReviewError> {
-        let io = |op, path: &Path| {
-            let path = path.to_path_buf();
-            move |source| ReviewError::Io { op, path, source }
-        };
-        create_private_dirs(&self.root).map_err(io("creating", &self.root))?;
-        // Two runs started in the same second and with the same 16 bits
-        // are told apart by the directory that exists already.
-        let mut attempt = 0u32;
-        let (id, dir) = loop {
-            let id = new_id(attempt);
-            let dir = self.run_dir(&id)?;
-            match std::fs::create_dir(&dir) {
-                Ok(()) => break (id, dir),
-                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => {
-                    attempt += 1;
-                }
-                Err(source) => return Err(io("creating", &dir)(source)),
-            }
-        };
-        let started = Started {
-            id,
+    /// A review run's start: its id and what apply will compare with.
+    /// Nothing is written until the run has changes to keep
+    /// ([`Store::create_run`]), so a cold run that changes nothing costs
+    /// no filesystem work here.
+    pub fn start(&self, project: &Path, policy: &crate::profile::policy::Policy) -> Started {
+        Started {
+            id: new_id(0),
             project: project.to_path_buf(),
             profile: policy.name.clone(),
             started_ns: start_ns(),
             secrets: policy.filesystem.secrets.clone(),
             protect: policy.filesystem.protect.clone(),
             limit: policy.filesystem.review_size,
+        }
+    }
+
+    /// The run's directory, private to the user, with its start record.
+    /// Two runs started in the same second with the same 16 bits are told
+    /// apart here: the later one takes another id (`started.id` changes).
+    pub fn create_run(&self, started: &mut Started) -> Result<PathBuf, ReviewError> {
+        let io = |op, path: &Path| {
+            let path = path.to_path_buf();
+            move |source| ReviewError::Io { op, path, source }
         };
-        write_new_json(&dir.join("started.json"), &started)?;
-        Ok(started)
+        create_private_dirs(&self.root).map_err(io("creating", &self.root))?;
+        let mut attempt = 0u32;
+        let dir = loop {
+            let dir = self.run_dir(&started.id)?;
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                Err(err) if err.kind() == std::io::ErrorKind::AlreadyExists && attempt < 64 => {
+                    attempt += 1;
+                    started.id = new_id(attempt);
+                }
+                Err(source) => return Err(io("creating", &dir)(source)),
+            }
+        };
+        write_new_json(&dir.join("started.json"), started)?;
+        Ok(dir)
     }
 
     /// The start record of run `id`.

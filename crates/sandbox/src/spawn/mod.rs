@@ -251,9 +251,6 @@ pub enum SpawnError {
     /// or could not finish.
     #[error("{0}")]
     Scan(#[from] crate::project::scan::ScanError),
-    /// A review run's store could not be set up.
-    #[error("review mode: {0}")]
-    Review(#[from] crate::review::ReviewError),
     /// A run without namespaces cannot keep what the profile promises.
     #[error("{0}")]
     NoNamespaces(#[from] no_namespaces::NoNamespacesError),

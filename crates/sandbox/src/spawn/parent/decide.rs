@@ -16,9 +16,7 @@ pub(super) fn fall_back(prepared: &mut Prepared, reason: String) -> Result<(), S
     if prepared.config.policy.filesystem.review {
         // Review mode's overlay is mounted in the run's own user and mount
         // namespaces; without them the run would write the project itself.
-        if let Some(started) = &prepared.config.review {
-            let _ = crate::review::Store::user().discard(&started.id);
-        }
+        // Nothing of the run is stored yet (see review::Store::start).
         return Err(SpawnError::Invalid(format!(
             "review mode needs the run's own user and mount namespaces (init mounts the overlay that keeps the run's changes there), and this run would have none: {reason}. Make user namespaces available (`sandbox doctor` says how here), or run without review mode (no --review, no `[filesystem] review = true`)"
         )));

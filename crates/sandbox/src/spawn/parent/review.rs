@@ -9,22 +9,20 @@ use crate::review::{Kept, Started, Store};
 /// that is missing or cannot be read keeps nothing, and says why.
 pub(super) fn capture(started: &Started, layer: Option<OwnedFd>) -> Kept {
     let store = Store::user();
+    let mut started = started.clone();
     let result = match &layer {
         None => Err("init did not hand the layer over (the run ended before its view was built, or was killed)".to_owned()),
-        Some(layer) => crate::review::capture::capture(&store, &started.id, layer.as_fd(), &started.project)
+        Some(layer) => crate::review::capture::capture(&store, &mut started, layer.as_fd())
             .map_err(|err| err.to_string()),
     };
     match result {
-        // Nothing to review: nothing is kept.
-        Ok(captured) if captured.changes.is_empty() && !captured.limit_reached => {
-            let _ = store.discard(&started.id);
-            Kept {
-                id: started.id.clone(),
-                changes: 0,
-                limit_reached: false,
-                error: None,
-            }
-        }
+        // Nothing to review: nothing was written.
+        Ok(captured) if captured.changes.is_empty() && !captured.limit_reached => Kept {
+            id: started.id.clone(),
+            changes: 0,
+            limit_reached: false,
+            error: None,
+        },
         Ok(captured) => Kept {
             id: started.id.clone(),
             changes: captured.changes.len(),

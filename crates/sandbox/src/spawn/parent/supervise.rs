@@ -142,10 +142,6 @@ impl Running {
         let mut result = self
             .supervise(prepared, driver, measured)
             .map_err(SpawnError::explained);
-        if let (Err(_), Some(started)) = (&result, &prepared.config.review) {
-            // Nothing partial is kept of a run that did not finish.
-            let _ = crate::review::Store::user().discard(&started.id);
-        }
         if result.is_ok() {
             self.collected = true;
             if let Some(cgroup) = self.cgroup.take() {

@@ -458,7 +458,7 @@ impl Prepared {
         // The run's record in the store is made before anything runs, with
         // the start that host changes are compared with at apply.
         let review = if policy.filesystem.review && !spec.dry_run {
-            Some(crate::review::Store::user().begin(&project, policy)?)
+            Some(crate::review::Store::user().start(&project, policy))
         } else {
             None
         };
