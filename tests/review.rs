@@ -112,10 +112,13 @@ fn a_review_run_leaves_the_project_alone_until_its_changes_are_applied() {
         p.write("gone.txt", "bye\n");
         p.write("dir/x.txt", "x\n");
         p.write("mode.sh", "#!/bin/sh\n");
+        p.write("opq/x.txt", "x\n");
+        p.write("opq/same.txt", "same\n");
         let script = "echo two >> keep.txt && echo fresh > new.txt && rm gone.txt \
              && mv old.txt renamed.txt && mv dir dir2 && chmod 755 mode.sh \
              && mkdir -p made/deep && echo deep > made/deep/f && ln -s keep.txt link \
              && printf 'a\\000b' > bin.dat \
+             && rm -r opq && mkdir opq && echo new > opq/a && echo same > opq/same.txt \
              && cat keep.txt";
         let (out, id) = review.run(&[], script);
         assert_ok(&out, script);
@@ -154,6 +157,8 @@ fn a_review_run_leaves_the_project_alone_until_its_changes_are_applied() {
             "A made/deep/f",
             "A link (symlink to keep.txt)",
             "A bin.dat (file 0644, 3 bytes",
+            "D opq/x.txt",
+            "A opq/a",
             "  binary: 0 -> 3 bytes, sha256 ",
         ] {
             assert!(
@@ -202,6 +207,15 @@ fn a_review_run_leaves_the_project_alone_until_its_changes_are_applied() {
         assert_eq!(
             review.read("made/deep/f").as_deref(),
             Some("deep\n"),
+            "{who:?}"
+        );
+        // The directory the run removed and made again holds what the run
+        // left in it, no more.
+        assert!(review.read("opq/x.txt").is_none(), "{who:?}");
+        assert_eq!(review.read("opq/a").as_deref(), Some("new\n"), "{who:?}");
+        assert_eq!(
+            review.read("opq/same.txt").as_deref(),
+            Some("same\n"),
             "{who:?}"
         );
         assert_eq!(mode("mode.sh"), 0o755, "{who:?}");
