@@ -529,3 +529,55 @@ fn review_mode_without_namespaces_is_refused_with_its_cause_and_fix() {
     let kept = std::fs::read_dir(state.path().join("runs")).map_or(0, |d| d.count());
     assert_eq!(kept, 0, "a refused run keeps nothing");
 }
+
+/// Root reviewing and applying on a project another user owns (a CI
+/// workspace sandboxed by root): what apply writes stays that user's.
+#[test]
+fn a_root_apply_keeps_the_project_owners_ownership() {
+    let test = "a_root_apply_keeps_the_project_owners_ownership";
+    if !support::require(
+        test,
+        "root (to make a project owned by another uid)",
+        nix::unistd::geteuid().is_root(),
+    ) || !support::require_root_sandbox(test)
+    {
+        return;
+    }
+    // Made by the unprivileged identity, run on by root.
+    let owned = Project::new(Who::User);
+    owned.write("keep.txt", "one\n");
+    owned.write("sub/in.txt", "in\n");
+    let state = tempfile::tempdir().unwrap();
+    settle(owned.path());
+    let sandbox = |args: &[&str]| {
+        std::process::Command::new(support::sandbox_bin())
+            .args(args)
+            .current_dir(owned.path())
+            .env("SANDBOX_STATE_DIR", state.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = sandbox(&[
+        "run",
+        "--review",
+        "--profile",
+        "strict",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo two >> keep.txt && echo new > new.txt && mkdir made && echo m > made/f && echo x > sub/in.txt",
+    ]);
+    assert_ok(&out, "root's review run");
+    let id = run_id(&text(&out.stderr));
+    let applied = sandbox(&["apply", &id]);
+    assert_ok(&applied, "root's apply");
+    for name in ["keep.txt", "new.txt", "made", "made/f", "sub/in.txt"] {
+        let meta = std::fs::symlink_metadata(owned.path().join(name)).unwrap();
+        assert_eq!((meta.uid(), meta.gid()), (TEST_UID, TEST_GID), "{name}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(owned.path().join("keep.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+}
