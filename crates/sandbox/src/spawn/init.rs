@@ -187,10 +187,20 @@ fn run<'a>(
     // stdio pipes and broker socket, and, for a run the broker starts, the
     // outer run's descriptors. Any copy of a write end would keep its reader
     // from ever seeing end-of-file, so everything else is closed.
+    // The review layer goes to 4, beside the sync socket: moved first if
+    // it sits at 3, where the socket goes.
+    if layer
+        .as_ref()
+        .is_some_and(|fd| std::os::fd::AsRawFd::as_raw_fd(fd) == 3)
+    {
+        if let Some(fd) = layer.take() {
+            layer = Some(nix::unistd::dup(&fd).step(Step::CloseDescriptors, b"review layer")?);
+        }
+    }
     let sync = cloned
         .place(fds.sync, 3)
         .step(Step::CloseDescriptors, b"sync")?;
-    let layer = match &layer {
+    let placed_layer = match &layer {
         Some(fd) => Some(
             cloned
                 .place(fd.as_fd(), 4)
@@ -198,7 +208,16 @@ fn run<'a>(
         ),
         None => None,
     };
-    cloned.close_from(5).step(Step::CloseDescriptors, b"")?;
+    // The layer's own number is closed below with the rest: its owner must
+    // not close it again when init ends (a double close aborts a debug
+    // build, and pid 1 cannot die of that).
+    let _ = layer.map(std::os::fd::IntoRawFd::into_raw_fd);
+    // Past the last placed descriptor: 4 is closed too when there is no
+    // layer, since whatever the supervisor had there must not stay open.
+    let first_closed = if placed_layer.is_some() { 5 } else { 4 };
+    cloned
+        .close_from(first_closed)
+        .step(Step::CloseDescriptors, b"")?;
     if let Ok(null) = nix::fcntl::open(c"/dev/null", nix::fcntl::OFlag::O_RDWR, Mode::empty()) {
         for fd in 0..3 {
             let _ = crate::sys::fd::redirect_standard_stream(null.as_fd(), fd);
@@ -210,7 +229,7 @@ fn run<'a>(
     } else {
         reap_until(payload)
     };
-    let _ = channel::send_exit(sync, exit, layer.as_ref().map(AsFd::as_fd));
+    let _ = channel::send_exit(sync, exit, placed_layer);
     Ok(exit.as_status())
 }
 
