@@ -63,6 +63,7 @@ pub fn apply(
     paths: &[String],
     allow: Allow,
 ) -> Result<Applied, ReviewError> {
+    let _lock = store.lock(id)?;
     let started = store.started(id)?;
     let mut captured = store.changes(id)?;
     let selected = select(&captured.changes, paths)?;
@@ -109,7 +110,7 @@ pub fn apply(
     }
     applied.remaining = captured.changes.iter().filter(|c| !c.applied).count();
     if applied.remaining == 0 && result.is_ok() {
-        store.discard(id)?;
+        store.remove(id)?;
     } else {
         store.save_changes(id, &captured)?;
     }

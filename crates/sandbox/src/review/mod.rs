@@ -52,6 +52,9 @@ pub enum ReviewError {
         /// The project (the current directory).
         project: PathBuf,
     },
+    /// Another apply or discard of the run is under way.
+    #[error("run `{0}` is being applied or discarded by another process; wait for it, then look again with `sandbox changes {0}`")]
+    Busy(String),
     /// An id that cannot be a run's (path separators, dots).
     #[error("`{0}` is not a run id (ids look like 20261128-024501-3fa2)")]
     BadId(String),
@@ -119,6 +122,12 @@ pub struct Started {
     pub protect: Vec<String>,
     /// The layer's size limit.
     pub limit: u64,
+}
+
+/// One apply or discard's hold on a run (see [`Store::lock`]).
+#[derive(Debug)]
+pub struct RunLock {
+    _held: nix::fcntl::Flock<std::fs::File>,
 }
 
 /// What a review run kept, as its report says it.
@@ -280,8 +289,33 @@ impl Store {
         Ok(self.existing(id)?.join("layer"))
     }
 
+    /// Run `id` for one apply or discard at a time: held until dropped.
+    pub fn lock(&self, id: &str) -> Result<RunLock, ReviewError> {
+        let dir = self.existing(id)?;
+        let file = std::fs::File::open(&dir).map_err(|source| ReviewError::Io {
+            op: "opening",
+            path: dir.clone(),
+            source,
+        })?;
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => Ok(RunLock { _held: lock }),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Err(ReviewError::Busy(id.to_owned())),
+            Err((_, errno)) => Err(ReviewError::Io {
+                op: "locking",
+                path: dir,
+                source: errno.into(),
+            }),
+        }
+    }
+
     /// Drop run `id` and everything kept of it.
     pub fn discard(&self, id: &str) -> Result<(), ReviewError> {
+        let _lock = self.lock(id)?;
+        self.remove(id)
+    }
+
+    /// Remove run `id`; the caller holds its lock.
+    pub(crate) fn remove(&self, id: &str) -> Result<(), ReviewError> {
         let dir = self.existing(id)?;
         std::fs::remove_dir_all(&dir).map_err(|source| ReviewError::Io {
             op: "removing",
@@ -540,5 +574,33 @@ mod tests {
         }
         let id = new_id(0);
         assert!(store.run_dir(&id).is_ok(), "{id}");
+    }
+
+    #[test]
+    fn one_apply_or_discard_of_a_run_at_a_time() {
+        let state = tempfile::tempdir().unwrap();
+        let store = Store::at(state.path().join("runs"));
+        let mut started = Started {
+            id: new_id(0),
+            project: state.path().to_path_buf(),
+            profile: "strict".into(),
+            started_ns: start_ns(),
+            secrets: Vec::new(),
+            protect: Vec::new(),
+            limit: DEFAULT_LAYER_SIZE,
+        };
+        store.create_run(&mut started).unwrap();
+        let held = store.lock(&started.id).unwrap();
+        assert!(matches!(store.lock(&started.id), Err(ReviewError::Busy(_))));
+        assert!(matches!(
+            store.discard(&started.id),
+            Err(ReviewError::Busy(_))
+        ));
+        drop(held);
+        store.discard(&started.id).unwrap();
+        assert!(matches!(
+            store.started(&started.id),
+            Err(ReviewError::UnknownRun { .. })
+        ));
     }
 }
