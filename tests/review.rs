@@ -624,3 +624,83 @@ fn a_root_apply_keeps_the_project_owners_ownership() {
         "one\ntwo\n"
     );
 }
+
+/// Killing `sandbox apply` while it writes a large file leaves the project
+/// with the old file or the new one whole, and no temporary beside it.
+#[test]
+fn an_interrupted_apply_leaves_no_partial_file() {
+    let test = "an_interrupted_apply_leaves_no_partial_file";
+    if !support::require_root_sandbox(test)
+        || !support::require(
+            test,
+            "overlayfs over tmpfs in a user namespace",
+            review_works(),
+        )
+    {
+        return;
+    }
+    let review = Review::new(Who::Root);
+    review.project.write("big.bin", "old\n");
+    const SIZE: u64 = 128 << 20;
+    let (out, id) = review.run(
+        &[],
+        "dd if=/dev/zero of=big.bin bs=1M count=128 2>/dev/null && echo written",
+    );
+    assert_ok(&out, "run");
+    let mut apply = review
+        .command()
+        .args(["apply", &id])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed as soon as it holds the unnamed file it writes into.
+    let fds = format!("/proc/{}/fd", apply.id());
+    let project = review.project.path().to_string_lossy().into_owned();
+    let mut caught = false;
+    while apply.try_wait().unwrap().is_none() {
+        let writing = std::fs::read_dir(&fds)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|fd| {
+                std::fs::read_link(fd.path()).is_ok_and(|target| {
+                    target
+                        .to_string_lossy()
+                        .starts_with(&format!("{project}/#"))
+                })
+            });
+        if writing {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(apply.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            caught = true;
+            break;
+        }
+    }
+    let _ = apply.wait();
+    // Busy polling catches a write of this size on any machine; a loaded
+    // one only makes the write slower.
+    assert!(caught, "the apply ended before it could be interrupted");
+    let size = std::fs::metadata(review.project.path().join("big.bin"))
+        .unwrap()
+        .len();
+    assert!(size == 4 || size == SIZE, "a partial file of {size} bytes");
+    let names: Vec<String> = std::fs::read_dir(review.project.path())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "big.bin")
+        .collect();
+    assert!(names.is_empty(), "left beside it: {names:?}");
+    // The run still keeps its change: nothing was applied.
+    assert_eq!(size, 4);
+    let again = review.sandbox(&["apply", &id]);
+    assert_ok(&again, "apply after the interruption");
+    let size = std::fs::metadata(review.project.path().join("big.bin"))
+        .unwrap()
+        .len();
+    assert_eq!(size, SIZE);
+}
