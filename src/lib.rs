@@ -15,6 +15,7 @@ pub mod grants;
 pub mod ipc;
 pub mod launch;
 pub mod profile;
+pub mod review;
 pub mod run;
 pub mod serve;
 pub mod skill;
@@ -41,6 +42,12 @@ enum Command {
     /// List and revoke stored broker grants.
     #[command(subcommand)]
     Grants(grants::GrantsCommand),
+    /// Show what a review run (`run --review`) changed: a diff for text, sizes and hashes otherwise.
+    Changes(review::ChangesArgs),
+    /// Apply a review run's changes, all or below the paths named, under the host's rules.
+    Apply(review::ApplyArgs),
+    /// Drop a review run's changes.
+    Discard(review::DiscardArgs),
     /// Send one request to the broker from inside a sandbox and print the result.
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
@@ -116,6 +123,9 @@ pub fn main<L: faces::Linked>() -> i32 {
             Err(err) => Err(err.into()),
         },
         Command::Profile(cmd) => profile::run(cmd),
+        Command::Changes(args) => review::changes(args),
+        Command::Apply(args) => review::apply(args),
+        Command::Discard(args) => review::discard(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Watch(args) => watch::run(args),
         Command::Ipc(args) => ipc::run(args),

@@ -50,6 +50,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "FRACTION", allow_hyphen_values = true,
           value_parser = sandbox::profile::size::cpus_flag)]
     pub cpus: Option<f64>,
+    /// Keep every change the run makes to the project in a layer of its own, for
+    /// `sandbox changes`, `sandbox apply` and `sandbox discard` (docs/src/review.md).
+    #[arg(long)]
+    pub review: bool,
     /// Cap on stdout and stderr together (e.g. 1MiB); the rest is dropped with a notice.
     #[arg(long = "max-output", value_name = "SIZE", allow_hyphen_values = true,
           value_parser = sandbox::profile::size::output_flag)]
@@ -222,6 +226,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         tmp_size: args.tmp_size,
         network: args.net.clone(),
         resolve: args.resolve.clone(),
+        review: args.review,
         ..Overrides::default()
     };
     for path in &args.allow_read {
@@ -343,6 +348,18 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
     let line = deliver_report(&json, report_target.as_ref(), report_fd)?;
     for message in report.iter().flat_map(limit_messages) {
         eprintln!("sandbox: {message}");
+    }
+    if let Some(kept) = report.as_ref().and_then(|r| r.review.as_ref()) {
+        if kept.error.is_none() && (kept.changes > 0 || kept.limit_reached) {
+            let store = sandbox::review::Store::user();
+            if let Err(err) = store.save_report(&kept.id, line.as_bytes()) {
+                eprintln!(
+                    "sandbox: run {}: the report was not kept with its changes: {err}",
+                    kept.id
+                );
+            }
+        }
+        eprintln!("{}", kept.notice());
     }
     let status = match finished.result {
         Ok(status) => status.as_shell_status(),

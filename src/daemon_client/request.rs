@@ -146,6 +146,9 @@ fn refuse_unsendable(args: &RunArgs) -> Result<(), UsageError> {
     if args.cgroup_parent.is_some() {
         refused.push("--cgroup-parent");
     }
+    if args.review {
+        refused.push("--review");
+    }
     if !args.resolve.is_empty() {
         refused.push("--resolve");
     }

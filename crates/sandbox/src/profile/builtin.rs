@@ -185,6 +185,8 @@ pub(crate) fn defaults() -> Policy {
             ]),
             hardlinks: crate::project::HardlinkPolicy::ReadOnly,
             tmp_size: 128 << 20,
+            review: false,
+            review_size: crate::review::DEFAULT_LAYER_SIZE,
         },
         network: NetworkPolicy::of_mode(NetworkMode::Loopback),
         limits: Limits {

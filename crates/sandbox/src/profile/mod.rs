@@ -166,6 +166,12 @@ pub fn to_toml(policy: &Policy) -> String {
     };
     line(&mut out, "hardlinks", quote(hardlinks));
     line(&mut out, "tmp", quote(&size::format_size(fs.tmp_size)));
+    line(&mut out, "review", fs.review.to_string());
+    line(
+        &mut out,
+        "review_size",
+        quote(&size::format_size(fs.review_size)),
+    );
     out.push_str("\n[network]\n");
     line(&mut out, "mode", quote(policy.network.mode.name()));
     if policy.network.mode == NetworkMode::Allowlist {

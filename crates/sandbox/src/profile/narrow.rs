@@ -278,6 +278,9 @@ pub fn within(outer: &Policy, inner: &Policy) -> Result<Policy, Vec<String>> {
     narrowed.filesystem.write.clone_from(&fs.write);
     narrowed.filesystem.hide.clone_from(&fs.hide);
     narrowed.filesystem.tmp_size = fs.tmp_size;
+    // Review mode only ever narrows what reaches the project.
+    narrowed.filesystem.review = fs.review || outer.filesystem.review;
+    narrowed.filesystem.review_size = fs.review_size;
     narrowed.network = inner.network.clone();
     narrowed.limits = inner.limits.clone();
     narrowed.syscalls = inner.syscalls.clone();

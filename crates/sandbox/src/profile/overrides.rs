@@ -45,6 +45,9 @@ pub struct Overrides {
     pub network: Option<NetworkPolicy>,
     /// Names resolved to these addresses by the proxy and `net.http`.
     pub resolve: Vec<(String, IpAddr)>,
+    /// Review mode on (never off: only ever narrows what reaches the
+    /// project).
+    pub review: bool,
 }
 
 /// An override that cannot be applied.
@@ -83,6 +86,7 @@ impl Overrides {
         if let Some(tmp_size) = self.tmp_size {
             fs.tmp_size = tmp_size;
         }
+        fs.review |= self.review;
         for tool in self.tools {
             if !policy.tools.contains(&tool) {
                 policy.tools.push(tool);

@@ -137,6 +137,11 @@ pub struct FilesystemPolicy {
     pub hardlinks: crate::project::HardlinkPolicy,
     /// Size limit of the private `/tmp`, in bytes.
     pub tmp_size: u64,
+    /// Review mode: the project's changes land in a layer of the run's
+    /// own, kept until applied or discarded (see [`crate::review`]).
+    pub review: bool,
+    /// Most bytes a review run's layer may hold (enforced while it writes).
+    pub review_size: u64,
 }
 
 /// Network view of the sandbox.

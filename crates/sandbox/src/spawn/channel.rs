@@ -231,30 +231,77 @@ pub fn wait_for_cgroup_joined(sock: BorrowedFd<'_>) -> Result<(), ChannelError> 
     Ok(())
 }
 
-/// P1: tell the supervisor how the payload ended.
-pub fn send_exit(sock: BorrowedFd<'_>, exit: PayloadExit) -> Result<(), ChannelError> {
-    nix::sys::socket::send(sock.as_raw_fd(), &exit.encode(), MsgFlags::MSG_NOSIGNAL).map_err(
+/// P1: tell the supervisor how the payload ended, handing over the review
+/// layer's tmpfs (see [`crate::review`]) when the run has one: the
+/// descriptor in flight keeps the layer alive after the run's mount
+/// namespace is gone.
+pub fn send_exit(
+    sock: BorrowedFd<'_>,
+    exit: PayloadExit,
+    layer: Option<BorrowedFd<'_>>,
+) -> Result<(), ChannelError> {
+    let encoded = exit.encode();
+    let iov = [IoSlice::new(&encoded)];
+    let raw = [layer.map_or(-1, |fd| fd.as_raw_fd())];
+    let cmsgs = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if layer.is_some() { &cmsgs } else { &[] };
+    sendmsg::<()>(sock.as_raw_fd(), &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map_err(
         |source| ChannelError::Io {
-            op: "send(exit)",
+            op: "sendmsg(exit)",
             source,
         },
     )?;
     Ok(())
 }
 
+/// How the payload ended, as init said before exiting, with the review
+/// layer it handed over.
+#[derive(Debug, Default)]
+pub struct ExitMessage {
+    /// How the payload ended (None: init said nothing).
+    pub exit: Option<PayloadExit>,
+    /// The review layer's tmpfs root.
+    pub layer: Option<OwnedFd>,
+}
+
 /// P0: read how the payload ended, if init said so before exiting.
-pub fn try_recv_exit(sock: BorrowedFd<'_>) -> Result<Option<PayloadExit>, ChannelError> {
+pub fn try_recv_exit(sock: BorrowedFd<'_>) -> Result<ExitMessage, ChannelError> {
     let mut buf = [0u8; 16];
-    match nix::sys::socket::recv(sock.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
+    let mut cmsg_space = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let received = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg_space),
+        MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_CMSG_CLOEXEC,
+    );
+    let msg = match received {
         // ECONNRESET: init was killed (SIGKILL) with nothing sent, which a
         // SEQPACKET socket reports as a reset rather than end-of-file.
-        Ok(0) | Err(Errno::EAGAIN | Errno::ECONNRESET) => Ok(None),
-        Ok(n) => PayloadExit::decode(&buf[..n]).map(Some),
-        Err(source) => Err(ChannelError::Io {
-            op: "recv(exit)",
-            source,
-        }),
+        Err(Errno::EAGAIN | Errno::ECONNRESET) => return Ok(ExitMessage::default()),
+        Err(source) => {
+            return Err(ChannelError::Io {
+                op: "recv(exit)",
+                source,
+            })
+        }
+        Ok(msg) => msg,
+    };
+    let len = msg.bytes;
+    let mut layer = None;
+    crate::sys::fd::for_each_received_fd(msg, |owned| {
+        // A second descriptor is dropped, so closed.
+        if layer.is_none() {
+            layer = Some(owned);
+        }
+    });
+    if len == 0 {
+        return Ok(ExitMessage::default());
     }
+    Ok(ExitMessage {
+        exit: Some(PayloadExit::decode(&buf[..len])?),
+        layer,
+    })
 }
 
 /// A record on the report pipe.
@@ -436,7 +483,7 @@ mod tests {
     #[test]
     fn wait_for_go_rejects_an_out_of_order_exit_message() {
         let (a, b) = seqpacket();
-        send_exit(a.as_fd(), PayloadExit::Code(0)).unwrap();
+        send_exit(a.as_fd(), PayloadExit::Code(0), None).unwrap();
         let mut out: [Option<OwnedFd>; MAX_PASSED_FDS] = std::array::from_fn(|_| None);
         assert!(matches!(
             wait_for_go(b.as_fd(), &mut out),
@@ -447,15 +494,37 @@ mod tests {
     #[test]
     fn exit_round_trips_and_rejects_garbage() {
         let (a, b) = seqpacket();
-        send_exit(a.as_fd(), PayloadExit::Signal(9)).unwrap();
-        assert_eq!(
-            try_recv_exit(b.as_fd()).unwrap(),
-            Some(PayloadExit::Signal(9))
-        );
-        assert_eq!(try_recv_exit(b.as_fd()).unwrap(), None);
+        send_exit(a.as_fd(), PayloadExit::Signal(9), None).unwrap();
+        let message = try_recv_exit(b.as_fd()).unwrap();
+        assert_eq!(message.exit, Some(PayloadExit::Signal(9)));
+        assert!(message.layer.is_none());
+        assert_eq!(try_recv_exit(b.as_fd()).unwrap().exit, None);
         nix::sys::socket::send(a.as_raw_fd(), &[TAG_GO], MsgFlags::empty()).unwrap();
         assert!(try_recv_exit(b.as_fd()).is_err());
         assert_eq!(PayloadExit::Signal(9).as_status(), 137);
+    }
+
+    #[test]
+    fn the_exit_carries_the_review_layer() {
+        let (a, b) = seqpacket();
+        let dir = tempfile::tempdir().unwrap();
+        let layer = nix::fcntl::open(
+            dir.path(),
+            nix::fcntl::OFlag::O_RDONLY | nix::fcntl::OFlag::O_DIRECTORY,
+            nix::sys::stat::Mode::empty(),
+        )
+        .unwrap();
+        send_exit(a.as_fd(), PayloadExit::Code(3), Some(layer.as_fd())).unwrap();
+        drop(layer);
+        let message = try_recv_exit(b.as_fd()).unwrap();
+        assert_eq!(message.exit, Some(PayloadExit::Code(3)));
+        let received = message.layer.expect("the layer travels with the exit");
+        let same = nix::sys::stat::fstat(&received).unwrap();
+        let original = nix::sys::stat::stat(dir.path()).unwrap();
+        assert_eq!(
+            (same.st_dev, same.st_ino),
+            (original.st_dev, original.st_ino)
+        );
     }
 
     #[test]

@@ -110,10 +110,13 @@ fn run<'a>(
     // which forwards it once (the payload would otherwise see it twice).
     nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0)).step(Step::ProcessGroup, b"")?;
     let without_namespaces = !plan.namespaces;
+    // A review run's layer: init keeps its tmpfs open until the payload
+    // ends, then hands it to the supervisor (see crate::review).
+    let mut layer: Option<OwnedFd> = None;
     if without_namespaces {
         prepare_reaper(fds.sync)?;
     } else {
-        build_root(plan, &mut trees, fds.report)?;
+        build_root(plan, &mut trees, fds.report, &mut layer)?;
 
         if plan.network.has_loopback() {
             crate::sys::net::loopback_up().step(Step::Loopback, b"lo")?;
@@ -184,10 +187,37 @@ fn run<'a>(
     // stdio pipes and broker socket, and, for a run the broker starts, the
     // outer run's descriptors. Any copy of a write end would keep its reader
     // from ever seeing end-of-file, so everything else is closed.
+    // The review layer goes to 4, beside the sync socket: moved first if
+    // it sits at 3, where the socket goes.
+    if layer
+        .as_ref()
+        .is_some_and(|fd| std::os::fd::AsRawFd::as_raw_fd(fd) == 3)
+    {
+        if let Some(fd) = layer.take() {
+            layer = Some(nix::unistd::dup(&fd).step(Step::CloseDescriptors, b"review layer")?);
+        }
+    }
     let sync = cloned
         .place(fds.sync, 3)
         .step(Step::CloseDescriptors, b"sync")?;
-    cloned.close_from(4).step(Step::CloseDescriptors, b"")?;
+    let placed_layer = match &layer {
+        Some(fd) => Some(
+            cloned
+                .place(fd.as_fd(), 4)
+                .step(Step::CloseDescriptors, b"review layer")?,
+        ),
+        None => None,
+    };
+    // The layer's own number is closed below with the rest: its owner must
+    // not close it again when init ends (a double close aborts a debug
+    // build, and pid 1 cannot die of that).
+    let _ = layer.map(std::os::fd::IntoRawFd::into_raw_fd);
+    // Past the last placed descriptor: 4 is closed too when there is no
+    // layer, since whatever the supervisor had there must not stay open.
+    let first_closed = if placed_layer.is_some() { 5 } else { 4 };
+    cloned
+        .close_from(first_closed)
+        .step(Step::CloseDescriptors, b"")?;
     if let Ok(null) = nix::fcntl::open(c"/dev/null", nix::fcntl::OFlag::O_RDWR, Mode::empty()) {
         for fd in 0..3 {
             let _ = crate::sys::fd::redirect_standard_stream(null.as_fd(), fd);
@@ -199,7 +229,7 @@ fn run<'a>(
     } else {
         reap_until(payload)
     };
-    let _ = channel::send_exit(sync, exit);
+    let _ = channel::send_exit(sync, exit, placed_layer);
     Ok(exit.as_status())
 }
 
@@ -497,10 +527,11 @@ fn build_root<'a>(
     plan: &'a ChildPlan,
     trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
     report: BorrowedFd<'_>,
+    layer: &mut Option<OwnedFd>,
 ) -> Result<(), Failed<'a>> {
     pivot_to_staging(report)?;
     mount_base_of_new_root(plan)?;
-    mount_plan(plan, trees)?;
+    mount_plan(plan, trees, layer)?;
     provide_etc(plan)?;
     enter_new_root()
 }
@@ -557,6 +588,7 @@ fn mount_base_of_new_root(plan: &ChildPlan) -> Result<(), Failed<'_>> {
 fn mount_plan<'a>(
     plan: &'a ChildPlan,
     trees: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
+    layer: &mut Option<OwnedFd>,
 ) -> Result<(), Failed<'a>> {
     for dir in &plan.mount_dirs {
         mkdir_if_missing(dir)?;
@@ -574,9 +606,62 @@ fn mount_plan<'a>(
         noexec: false,
     };
     for op in &plan.mounts {
+        if let MountOp::ReviewLayer {
+            target,
+            tmpfs_options,
+            overlay_options,
+            mode,
+        } = op
+        {
+            *layer = Some(review_layer(target, tmpfs_options, overlay_options, *mode)?);
+            continue;
+        }
         mount_op(op, trees, read_only, writable)?;
     }
     Ok(())
+}
+
+/// Review mode: the layer's tmpfs in the staging root (which the payload
+/// never sees: it is detached with the host's tree), and the overlay over
+/// the project. Returns the tmpfs's root, which init hands to the
+/// supervisor when the payload ends.
+fn review_layer<'a>(
+    target: &'a CStr,
+    tmpfs_options: &'a CStr,
+    overlay_options: &'a CStr,
+    mode: u32,
+) -> Result<OwnedFd, Failed<'a>> {
+    use nix::fcntl::{open, OFlag};
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    mkdir_if_missing(c"/review")?;
+    tmpfs(c"/review", nosuid_nodev, tmpfs_options).step(Step::ReviewLayer, b"/review")?;
+    for dir in [c"/review/upper", c"/review/work"] {
+        nix::unistd::mkdir(dir, Mode::from_bits_truncate(0o700))
+            .step(Step::ReviewLayer, dir.to_bytes())?;
+    }
+    // The overlay's root takes its mode from the upper directory.
+    nix::sys::stat::fchmodat(
+        nix::fcntl::AT_FDCWD,
+        c"/review/upper",
+        Mode::from_bits_truncate(mode),
+        nix::sys::stat::FchmodatFlags::FollowSymlink,
+    )
+    .step(Step::ReviewLayer, b"/review/upper")?;
+    let root = open(
+        c"/review",
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .step(Step::ReviewLayer, b"/review")?;
+    mount(
+        Some("overlay"),
+        target,
+        Some("overlay"),
+        nosuid_nodev,
+        Some(overlay_options),
+    )
+    .step(Step::ReviewLayer, target.to_bytes())?;
+    Ok(root)
 }
 
 /// One step of the view.
@@ -645,6 +730,8 @@ fn mount_op<'a>(
             mount_api::attach_tree(tree.as_fd(), target)
                 .step(Step::ProtectPath, target.to_bytes())?;
         }
+        // Mounted by `review_layer`, which `mount_plan` calls instead.
+        MountOp::ReviewLayer { .. } => {}
         MountOp::HideFile { target } => {
             mount(
                 Some("/hidden"),

@@ -75,10 +75,11 @@ pub enum Step {
     VerifyConfinement,
     WaitForCgroup,
     WaitForCommand,
+    ReviewLayer,
 }
 
 impl Step {
-    const ALL: [Step; 42] = [
+    const ALL: [Step; 43] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -121,6 +122,7 @@ impl Step {
         Step::VerifyConfinement,
         Step::WaitForCgroup,
         Step::WaitForCommand,
+        Step::ReviewLayer,
     ];
 
     fn from_u8(value: u8) -> Option<Step> {
@@ -147,6 +149,9 @@ impl Step {
             Step::Symlink => "creating a symlink",
             Step::HidePath => "hiding a path",
             Step::ProtectPath => "making a path read-only or pinning it",
+            Step::ReviewLayer => {
+                "mounting the review layer (a tmpfs, and an overlay over the project)"
+            }
             Step::MountTmp => "mounting /tmp",
             Step::MountProc => "mounting /proc",
             Step::MountDev => "populating /dev",

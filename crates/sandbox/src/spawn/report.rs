@@ -230,6 +230,9 @@ pub struct Report {
     /// (`supervisor`): a claim, never what root observed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_by: Option<String>,
+    /// A review run's id and what it kept (`run`; see [`crate::review`]).
+    #[serde(default, rename = "run", skip_serializing_if = "Option::is_none")]
+    pub review: Option<crate::review::Kept>,
 }
 
 /// What a run that had a plan reports besides what was enforced.
@@ -307,6 +310,7 @@ impl Report {
             warm: None,
             commit_to_exec_us: None,
             reported_by: None,
+            review: None,
         }
     }
 
@@ -391,6 +395,18 @@ impl Report {
             warm: None,
             commit_to_exec_us: None,
             reported_by: None,
+            review: ok.and_then(|o| o.review.clone()).or_else(|| {
+                prepared
+                    .config
+                    .review
+                    .as_ref()
+                    .map(|started| crate::review::Kept {
+                        id: started.id.clone(),
+                        changes: 0,
+                        limit_reached: false,
+                        error: Some("the run did not finish, so nothing was kept".into()),
+                    })
+            }),
         }
     }
 }

@@ -17,6 +17,7 @@ pub mod seccomp;
 pub mod signal;
 pub mod thread;
 pub mod tty;
+pub mod xattr;
 
 /// End the current process at once, without running atexit handlers or
 /// flushing stdio buffers that were copied from the parent at clone time.

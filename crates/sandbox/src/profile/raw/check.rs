@@ -88,6 +88,17 @@ impl RawProfile {
                 }
                 layer.tmp_size = Some(size);
             }
+            layer.review = fs.review;
+            if let Some(limit) = fs.review_size {
+                let size = size_value(src, &limit, "filesystem.review_size", false)?.unwrap_or(0);
+                if size == 0 || size > MAX_TMP {
+                    return Err(src.error(
+                        limit.span(),
+                        "`filesystem.review_size` must be more than 0 and at most 64GiB (the layer is held in memory while the run writes)",
+                    ));
+                }
+                layer.review_size = Some(size);
+            }
         }
         if let Some(net) = self.network {
             check_network(src, net, &mut layer)?;

@@ -63,6 +63,8 @@ pub(crate) struct Layer {
     pub protect: ListEdit<String>,
     pub hardlinks: Option<crate::project::HardlinkPolicy>,
     pub tmp_size: Option<u64>,
+    pub review: Option<bool>,
+    pub review_size: Option<u64>,
     pub network: Option<NetworkMode>,
     pub network_allow: ListEdit<String>,
     pub network_resolve: Option<BTreeMap<String, std::net::IpAddr>>,
@@ -165,6 +167,8 @@ impl Layer {
         self.protect.apply(&mut fs.protect);
         set(&mut fs.hardlinks, self.hardlinks);
         set(&mut fs.tmp_size, self.tmp_size);
+        set(&mut fs.review, self.review);
+        set(&mut fs.review_size, self.review_size);
         set(&mut policy.network.mode, self.network);
         self.network_allow.apply(&mut policy.network.allow);
         set(&mut policy.network.resolve, self.network_resolve);

@@ -116,6 +116,10 @@ pub struct RawFilesystem {
     pub hardlinks: Option<crate::project::HardlinkPolicy>,
     /// Size of the private `/tmp`.
     pub tmp: Option<Spanned<Amount>>,
+    /// Review mode: changes to the project are kept for review.
+    pub review: Option<bool>,
+    /// Most bytes a review run's layer may hold.
+    pub review_size: Option<Spanned<Amount>>,
 }
 
 /// Access to the project root, as spelled in a file.

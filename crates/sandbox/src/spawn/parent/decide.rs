@@ -13,6 +13,14 @@ use super::release::CANNOT_MAP_ROOT;
 
 /// The run goes on without namespaces, on a plan of its own (or is refused).
 pub(super) fn fall_back(prepared: &mut Prepared, reason: String) -> Result<(), SpawnError> {
+    if prepared.config.policy.filesystem.review {
+        // Review mode's overlay is mounted in the run's own user and mount
+        // namespaces; without them the run would write the project itself.
+        // Nothing of the run is stored yet (see review::Store::start).
+        return Err(SpawnError::Invalid(format!(
+            "review mode needs the run's own user and mount namespaces (init mounts the overlay that keeps the run's changes there), and this run would have none: {reason}. Make user namespaces available (`sandbox doctor` says how here), or run without review mode (no --review, no `[filesystem] review = true`)"
+        )));
+    }
     let without = crate::spawn::no_namespaces::plan_without(prepared, reason)?;
     prepared.started.warnings.push(without.warning());
     prepared.started.no_namespaces = Some(without);

@@ -13,6 +13,7 @@ mod launch;
 mod notes;
 mod outcome;
 mod release;
+mod review;
 mod running;
 mod start;
 mod supervise;

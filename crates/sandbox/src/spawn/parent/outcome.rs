@@ -36,6 +36,8 @@ pub struct Outcome {
     pub connections: std::collections::BTreeMap<String, crate::broker::network::HostCounts>,
     /// Protected entries the run created, moved aside after it ended.
     pub sweep: crate::project::quarantine::Sweep,
+    /// A review run's changes, as kept (see [`crate::review`]).
+    pub review: Option<crate::review::Kept>,
 }
 
 /// A limit the run ran into.
@@ -169,5 +171,6 @@ pub(super) fn outcome(
         broker: None,
         connections: Default::default(),
         sweep: Default::default(),
+        review: None,
     })
 }

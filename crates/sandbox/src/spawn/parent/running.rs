@@ -37,6 +37,9 @@ pub struct Running {
     pub(super) broker: Option<(OwnedFd, std::cell::RefCell<crate::broker::server::Broker>)>,
     pub(super) broker_closed: std::cell::Cell<bool>,
     pub(super) sweep: Option<SweepPlan>,
+    /// A review run's layer, as init handed it over with the payload's
+    /// exit (see [`crate::review`]).
+    pub(super) layer: std::cell::RefCell<Option<OwnedFd>>,
     /// The program the run executes, as an exec failure names it (a warm
     /// run's changes when it gets its command).
     pub(super) program: String,

@@ -283,6 +283,7 @@ pub(super) fn start_cloned(
         broker,
         broker_closed: std::cell::Cell::new(false),
         sweep: None,
+        layer: Default::default(),
         program: prepared.plan().program.clone(),
         timeout,
     })

@@ -150,6 +150,12 @@ impl Running {
             if let (Ok(outcome), Some(plan)) = (&mut result, self.sweep.take()) {
                 outcome.sweep = plan.run();
             }
+            if let (Ok(outcome), Some(started)) = (&mut result, &prepared.config.review) {
+                outcome.review = Some(super::review::capture(
+                    started,
+                    self.layer.borrow_mut().take(),
+                ));
+            }
             if let Some(janitor) = self.janitor.take() {
                 janitor.dismiss();
             }
@@ -436,7 +442,11 @@ impl Running {
             _ => None,
         });
         let wall = self.started.elapsed();
-        let reported_exit = channel::try_recv_exit(self.sync.as_fd())?;
+        let channel::ExitMessage {
+            exit: reported_exit,
+            layer,
+        } = channel::try_recv_exit(self.sync.as_fd())?;
+        *self.layer.borrow_mut() = layer;
         if let Some(output) = &self.output {
             let mut output = output.borrow_mut();
             output.drain();

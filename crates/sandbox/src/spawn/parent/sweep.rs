@@ -29,6 +29,12 @@ pub(super) struct SweepPlan {
 impl SweepPlan {
     pub(super) fn for_run(prepared: &Prepared) -> Option<SweepPlan> {
         let without = prepared.started.no_namespaces.as_ref();
+        // A review run writes nothing into the project (its changes are in
+        // its layer), so what appears there meanwhile is the host's own,
+        // which the sweep must not move aside.
+        if prepared.config.policy.filesystem.review && without.is_none() {
+            return None;
+        }
         let scan = prepared.config.scan.as_ref();
         let writable = prepared.config.policy.filesystem.project
             == crate::profile::policy::ProjectAccess::ReadWrite;

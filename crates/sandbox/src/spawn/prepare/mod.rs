@@ -119,6 +119,20 @@ pub enum MountOp {
         /// `/newroot` + path.
         target: CString,
     },
+    /// Review mode: a size-limited tmpfs in the staging root, and an
+    /// overlay at `target` with the project there as its lower layer and
+    /// the tmpfs as its upper one (see [`crate::review`]).
+    ReviewLayer {
+        /// `/newroot` + project.
+        target: CString,
+        /// The tmpfs's options (size, inodes).
+        tmpfs_options: CString,
+        /// The overlay's options (lower, upper and work directories).
+        overlay_options: CString,
+        /// The project root's permission bits, which the overlay's root
+        /// takes from the upper directory.
+        mode: u32,
+    },
     /// Bind a path of the view onto itself: read-only to protect it, or
     /// as it is to pin it (a mount point cannot be renamed or removed, so
     /// a pinned ancestor keeps what is mounted below it in place).
@@ -283,6 +297,8 @@ pub struct RunConfig {
     pub scan: Option<crate::project::scan::Scan>,
     /// Host paths shown read-only at a path inside (from [`SpawnSpec`]).
     pub read_only_extra: Vec<(PathBuf, PathBuf)>,
+    /// A review run's start record (see [`crate::review`]).
+    pub review: Option<crate::review::Started>,
 }
 
 impl RunConfig {
@@ -417,6 +433,9 @@ impl Prepared {
         view.add_trees(policy, &project, &ids)?;
         view.add_handed_over(&spec.read_only_extra, &mut warnings)?;
         view.order_parents_first();
+        if policy.filesystem.review {
+            view.review_layer(policy, &project)?;
+        }
         view.hide(policy, &project, &mut warnings)?;
         let (project_rules, scan) = view.scan_project(policy, &project, &mut warnings)?;
         let view::View {
@@ -436,6 +455,13 @@ impl Prepared {
             "tmp size",
             format!("size={},mode=1777", policy.filesystem.tmp_size),
         )?;
+        // The run's record in the store is made before anything runs, with
+        // the start that host changes are compared with at apply.
+        let review = if policy.filesystem.review && !spec.dry_run {
+            Some(crate::review::Store::user().start(&project, policy))
+        } else {
+            None
+        };
         let planned = ChildPlan {
             argv,
             envp,
@@ -467,6 +493,7 @@ impl Prepared {
             project_rules,
             scan,
             read_only_extra: spec.read_only_extra,
+            review,
         };
         Ok(Prepared {
             planned,

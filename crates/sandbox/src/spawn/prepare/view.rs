@@ -364,6 +364,77 @@ impl ViewPlan {
         Ok(())
     }
 
+    /// Review mode: the project's overlay, right after the project's own
+    /// mount, so that what is mounted below the project (a nested write
+    /// path, the masks and read-only binds planned after this) lands on
+    /// the merged directory, which an overlay does not look below.
+    pub(super) fn review_layer(
+        &mut self,
+        policy: &Policy,
+        project: &Path,
+    ) -> Result<(), SpawnError> {
+        use std::os::unix::fs::PermissionsExt;
+        if policy.filesystem.project != ProjectAccess::ReadWrite {
+            return Err(SpawnError::Invalid(format!(
+                "review mode keeps a run's changes to the project, but profile `{}` does not let the run write the project (`[filesystem] project = \"rw\"` does)",
+                policy.name
+            )));
+        }
+        let text = project.as_os_str().to_string_lossy();
+        if let Some(bad) = text.chars().find(|c| matches!(c, ',' | ':' | '\\' | '\n')) {
+            return Err(SpawnError::Invalid(format!(
+                "review mode cannot name the project {} to the overlay: its path contains {bad:?}, which overlayfs options cannot carry; move or link the project to a path without it",
+                project.display()
+            )));
+        }
+        let position = self
+            .planner
+            .mounts
+            .iter()
+            .position(|(path, _)| path == project)
+            .ok_or_else(|| SpawnError::Invalid("review mode: the project is not mounted".into()))?;
+        let mode = std::fs::metadata(project)
+            .map_err(|source| SpawnError::Path {
+                what: "project root",
+                path: project.to_path_buf(),
+                source,
+            })?
+            .permissions()
+            .mode()
+            & 0o7777;
+        let target = prefixed("/newroot", project)?;
+        let overlay_options = super::cstring(
+            "overlay options",
+            format!(
+                "lowerdir=/newroot{},upperdir=/review/{},workdir=/review/{},userxattr",
+                text,
+                crate::review::capture::UPPER,
+                crate::review::capture::WORK
+            ),
+        )?;
+        let tmpfs_options = super::cstring(
+            "layer options",
+            format!(
+                "size={},nr_inodes={},mode=0700",
+                policy.filesystem.review_size,
+                crate::review::LAYER_INODES
+            ),
+        )?;
+        self.planner.mounts.insert(
+            position + 1,
+            (
+                project.to_path_buf(),
+                MountOp::ReviewLayer {
+                    target,
+                    tmpfs_options,
+                    overlay_options,
+                    mode,
+                },
+            ),
+        );
+        Ok(())
+    }
+
     /// Parents before children, for the mounts planned so far.
     pub(super) fn order_parents_first(&mut self) {
         // Parents before children: a stable sort by depth keeps the project
@@ -440,7 +511,9 @@ impl ViewPlan {
                     policy.filesystem.hardlinks,
                 )?,
             };
-            self.planner.mounts.extend(scan_mounts(project, &scan)?);
+            self.planner
+                .mounts
+                .extend(scan_mounts(project, &scan, policy.filesystem.review)?);
             Some(scan)
         };
         Ok((project_rules, scan))
@@ -517,10 +590,13 @@ pub(super) fn etc_files(
 }
 
 /// The mounts that carry out a scan, parents before children: pins, then
-/// what they keep in place.
+/// what they keep in place. In review mode a file hard-linked outside the
+/// project stays writable: a write copies it up into the run's layer, so
+/// it never reaches the outside file (and apply writes a file of its own).
 fn scan_mounts(
     project: &Path,
     scan: &crate::project::scan::Scan,
+    review: bool,
 ) -> Result<Vec<(PathBuf, MountOp)>, SpawnError> {
     let mut ops = Vec::with_capacity(scan.mounts());
     let target = |relative: &Path| prefixed("/newroot", &project.join(relative));
@@ -540,7 +616,7 @@ fn scan_mounts(
         };
         ops.push((found.path.clone(), op));
     }
-    for path in &scan.outside_links {
+    for path in scan.outside_links.iter().filter(|_| !review) {
         ops.push((
             path.clone(),
             MountOp::Rebind {

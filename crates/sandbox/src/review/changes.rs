@@ -1,0 +1,180 @@
+//! What a kept run would change, against the project as it is now: a
+//! unified diff for text, sizes and hashes for everything else.
+
+use std::fmt::Write as _;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::Mode;
+use serde::Serialize;
+
+use super::{Captured, Change, ChangeKind, Entry, ReviewError, Started, Store};
+use crate::safe_file::{openat2_beneath, Beneath};
+
+/// Files larger than this are shown by size and hash, not diffed.
+const DIFF_MAX: u64 = 1 << 20;
+
+/// A kept run as a program reads it (`sandbox changes --json`).
+#[derive(Debug, Serialize)]
+pub struct Listing {
+    /// The run's start record.
+    pub run: Started,
+    /// Its changes.
+    #[serde(flatten)]
+    pub captured: Captured,
+}
+
+/// The run's records, for `--json`.
+pub fn listing(store: &Store, id: &str) -> Result<Listing, ReviewError> {
+    Ok(Listing {
+        run: store.started(id)?,
+        captured: store.changes(id)?,
+    })
+}
+
+/// The changes of run `id` for a person: one line per path and, for text
+/// files, a unified diff against the project as it is now.
+pub fn render(store: &Store, id: &str) -> Result<String, ReviewError> {
+    let started = store.started(id)?;
+    let captured = store.changes(id)?;
+    let layer = store.layer_dir(id)?;
+    let project = open_root(&started.project)?;
+    let mut out = String::new();
+    let pending = captured.changes.iter().filter(|c| !c.applied).count();
+    let _ = writeln!(
+        out,
+        "run {id}: {pending} change(s) to {} (profile {})",
+        started.project.display(),
+        started.profile
+    );
+    if captured.limit_reached {
+        let _ = writeln!(
+            out,
+            "the run filled its layer ({} bytes): some of its writes failed, so these changes may be partial",
+            started.limit
+        );
+    }
+    for change in captured.changes.iter().filter(|c| !c.applied) {
+        let _ = writeln!(out, "{}", headline(change));
+        if let Some(Entry::File { .. }) = &change.after {
+            if let Some(diff) = text_diff(&project, &layer, change) {
+                out.push_str(&diff);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `A path (file 0644, 12 bytes, sha256 ab12…)`.
+pub fn headline(change: &Change) -> String {
+    let letter = match change.kind {
+        ChangeKind::Added => 'A',
+        ChangeKind::Modified => 'M',
+        ChangeKind::Deleted => 'D',
+    };
+    let what = match &change.after {
+        None => match change.before {
+            Some(super::EntryKind::Dir) => "directory, with everything in it".to_owned(),
+            _ => "removed".to_owned(),
+        },
+        Some(Entry::File {
+            mode,
+            size,
+            sha256,
+            links,
+        }) => {
+            let mut text = format!(
+                "file {mode:04o}, {size} bytes, sha256 {}",
+                &sha256[..16.min(sha256.len())]
+            );
+            if *links > 1 {
+                let _ = write!(text, ", {links} hard links");
+            }
+            text
+        }
+        Some(Entry::Dir { mode, .. }) => format!("directory {mode:04o}"),
+        Some(Entry::Symlink { target }) => format!("symlink to {target}"),
+        Some(Entry::Special { mode }) => format!("special file (mode {mode:o}), never applied"),
+    };
+    format!("{letter} {} ({what})", change.path)
+}
+
+/// The unified diff of a changed text file, or its sizes and hashes when
+/// either side is not text.
+fn text_diff(project: &OwnedFd, layer: &Path, change: &Change) -> Option<String> {
+    let Some(Entry::File { size, sha256, .. }) = &change.after else {
+        return None;
+    };
+    let new = std::fs::read(layer.join(&change.path)).ok()?;
+    let old = match change.before {
+        Some(super::EntryKind::File) => match read_beneath(project, &change.path) {
+            Some(old) => old,
+            // Past the diff limit, or gone from the project since.
+            None => {
+                return Some(format!(
+                    "  not diffed: {size} bytes now, sha256 {}\n",
+                    &sha256[..16.min(sha256.len())]
+                ))
+            }
+        },
+        _ => Vec::new(),
+    };
+    let text = |bytes: &[u8]| {
+        (bytes.len() as u64) <= DIFF_MAX
+            && !bytes.contains(&0)
+            && std::str::from_utf8(bytes).is_ok()
+    };
+    if !text(&new) || !text(&old) {
+        let old_hash = super::capture::hex(&<sha2::Sha256 as sha2::Digest>::digest(&old));
+        return Some(format!(
+            "  binary: {} -> {size} bytes, sha256 {} -> {}\n",
+            old.len(),
+            &old_hash[..16],
+            &sha256[..16.min(sha256.len())]
+        ));
+    }
+    let old = String::from_utf8_lossy(&old);
+    let new = String::from_utf8_lossy(&new);
+    if old == new {
+        return None;
+    }
+    let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref());
+    let (a, b) = match change.kind {
+        ChangeKind::Added => ("/dev/null".to_owned(), format!("b/{}", change.path)),
+        _ => (format!("a/{}", change.path), format!("b/{}", change.path)),
+    };
+    Some(
+        diff.unified_diff()
+            .context_radius(3)
+            .header(&a, &b)
+            .to_string(),
+    )
+}
+
+/// The project root, opened once: every path below it is resolved with no
+/// link followed.
+pub(super) fn open_root(project: &Path) -> Result<OwnedFd, ReviewError> {
+    nix::fcntl::open(
+        project,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|source| ReviewError::Io {
+        op: "opening the project",
+        path: project.to_path_buf(),
+        source: source.into(),
+    })
+}
+
+fn read_beneath(root: &OwnedFd, relative: &str) -> Option<Vec<u8>> {
+    let spec = Beneath::new(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).no_symlinks();
+    let fd = openat2_beneath(root.as_fd(), Path::new(relative), spec).ok()?;
+    let meta = nix::sys::stat::fstat(&fd).ok()?;
+    if meta.st_mode & libc::S_IFMT != libc::S_IFREG || meta.st_size as u64 > DIFF_MAX {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut bytes).ok()?;
+    Some(bytes)
+}
