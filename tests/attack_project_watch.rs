@@ -267,3 +267,56 @@ while True:
         );
     }
 }
+
+/// The watches are on the project's inodes, but a run finds its watcher by
+/// the project's path. Renaming a directory above the project (something a
+/// payload with the parent writable, or the user tidying up, does) raises
+/// no event on any watched object, so the watcher went on answering with
+/// the walk of the tree it had watched, now elsewhere, for whatever was
+/// put at the path since: a secret there was not hidden. The watcher must
+/// notice the path no longer names what it watches.
+#[test]
+fn a_renamed_ancestor_does_not_leave_the_watcher_answering_for_the_old_tree() {
+    use std::os::unix::fs::PermissionsExt;
+    for who in
+        identities("a_renamed_ancestor_does_not_leave_the_watcher_answering_for_the_old_tree")
+    {
+        let base = tempfile::Builder::new()
+            .prefix("sandbox-watch-ancestor-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let ancestor = base.path().join("work");
+        std::fs::create_dir(&ancestor).unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&ancestor, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let project = Project::new_in(who, &ancestor);
+        let state = state_dir(who);
+        project.write("README", "old tree\n");
+        let _watcher = Watcher::start(&project, state.path());
+        let (first, report) = run(&project, state.path(), "cat README");
+        assert_eq!(first, "old tree\n", "{who:?}");
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+
+        std::fs::rename(&ancestor, base.path().join("work.old")).unwrap();
+        std::fs::create_dir(&ancestor).unwrap();
+        std::fs::set_permissions(&ancestor, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(project.path()).unwrap();
+        std::fs::set_permissions(project.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        project.write("README", "new tree\n");
+        project.write(".env", "TOPSECRET=1\n");
+
+        let (out, _) = run(
+            &project,
+            state.path(),
+            "cat README; cat .env 2>/dev/null; echo checked",
+        );
+        assert!(
+            out.starts_with("new tree\n") && out.contains("checked"),
+            "{who:?}: {out}"
+        );
+        assert!(
+            !out.contains("TOPSECRET"),
+            "{who:?}: the old tree's walk was believed: {out}"
+        );
+    }
+}
