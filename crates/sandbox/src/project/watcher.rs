@@ -302,9 +302,22 @@ fn exchange(project: &Path, request: &Request) -> Result<Option<(i32, Answer)>, 
 
 /// The peer's process id when the kernel says it is this user, in this
 /// mount namespace, and not confined the way a sandboxed process is.
+///
+/// The peer's credentials are those of the process that called listen(),
+/// which may have exited since, leaving the socket to a child and its pid
+/// to any process (the default pid_max is 32,768: a payload cycles through
+/// it in seconds, and can wait for the next run to take the number). So
+/// the peer is also held by a pidfd, and the checks count only if that
+/// process still holds its pid after they are made.
 fn trusted_peer(stream: &UnixStream) -> Result<i32, String> {
-    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    use nix::sys::socket::{
+        getsockopt,
+        sockopt::{PeerCredentials, PeerPidfd},
+    };
     let cred = getsockopt(&stream.as_fd(), PeerCredentials).map_err(|e| e.to_string())?;
+    let pidfd = getsockopt(&stream.as_fd(), PeerPidfd).map_err(|e| {
+        format!("no pidfd of the process that listens ({e}; SO_PEERPIDFD needs Linux 6.5)")
+    })?;
     let me = nix::unistd::geteuid().as_raw();
     if cred.uid() != me {
         return Err(format!(
@@ -331,6 +344,9 @@ fn trusted_peer(stream: &UnixStream) -> Result<i32, String> {
             "pid {pid} runs with no_new_privs or a seccomp filter, as a sandboxed process does"
         ));
     }
+    crate::sys::signal::pidfd_holds_pid(pidfd.as_fd()).map_err(|_| {
+        format!("pid {pid}, which listened on the socket, has exited and its number names another process")
+    })?;
     Ok(pid)
 }
 
