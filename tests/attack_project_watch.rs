@@ -190,6 +190,33 @@ fn socket_of(project: &Path, state: &Path) -> PathBuf {
     state.join("watch").join(format!("{name}.sock"))
 }
 
+/// A watcher that answers every run "nothing to hide": argv socket,
+/// project. With a third argument `leave`, the process that listened
+/// leaves the socket to a child and exits; the child says its pid.
+const FAKE_WATCHER: &str = r#"
+import json, os, socket, sys
+path, project = sys.argv[1], sys.argv[2]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(path)
+s.listen(8)
+if len(sys.argv) > 3 and os.fork() != 0:
+    os._exit(0)
+print("listening", os.getpid(), flush=True)
+empty = {"entries": 0, "secrets": [], "protected": [], "protected_links": [],
+         "pins": [], "outside_links": [], "protected_before": {},
+         "elapsed": {"secs": 0, "nanos": 0}, "listed_dirs": {}}
+while True:
+    c, _ = s.accept()
+    try:
+        c.makefile().readline()
+        c.sendall((json.dumps({"scan": {"protocol": 1, "project": project,
+                                        "instance": 1, "generation": 0,
+                                        "scan": empty}}) + "\n").encode())
+    except OSError:
+        pass  # the run hung up without asking: it did not believe us
+    c.close()
+"#;
+
 /// A sandboxed process that can write where the state directory is (a
 /// profile with a writable home) plants a watcher that answers "nothing to
 /// hide". A run must not believe it: the kernel says the peer runs with
@@ -208,30 +235,9 @@ fn a_fake_watcher_planted_by_a_confined_process_is_not_believed() {
             std::os::unix::fs::chown(socket.parent().unwrap(), Some(uid), Some(gid)).unwrap();
         }
         let canonical = std::fs::canonicalize(project.path()).unwrap();
-        let fake = r#"
-import json, os, socket, sys
-path, project = sys.argv[1], sys.argv[2]
-s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-s.bind(path)
-s.listen(8)
-print("listening", flush=True)
-empty = {"entries": 0, "secrets": [], "protected": [], "protected_links": [],
-         "pins": [], "outside_links": [], "protected_before": {},
-         "elapsed": {"secs": 0, "nanos": 0}, "listed_dirs": {}}
-while True:
-    c, _ = s.accept()
-    try:
-        c.makefile().readline()
-        c.sendall((json.dumps({"scan": {"protocol": 1, "project": project,
-                                        "instance": 1, "generation": 0,
-                                        "scan": empty}}) + "\n").encode())
-    except OSError:
-        pass  # the run hung up without asking: it did not believe us
-    c.close()
-"#;
         let mut cmd = Command::new("setpriv");
         cmd.arg("--no-new-privs")
-            .args(["python3", "-c", fake])
+            .args(["python3", "-c", FAKE_WATCHER])
             .arg(&socket)
             .arg(&canonical)
             .stdin(Stdio::null())
@@ -246,7 +252,7 @@ while True:
         std::io::BufReader::new(fake_watcher.0.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        assert_eq!(line.trim(), "listening");
+        assert!(line.starts_with("listening"), "{line}");
 
         let out = project
             .command()
@@ -266,5 +272,168 @@ while True:
             stderr.contains("not trusted") && stderr.contains("no_new_privs"),
             "{who:?}: {stderr}"
         );
+    }
+}
+
+/// The watches are on the project's inodes, but a run finds its watcher by
+/// the project's path. Renaming a directory above the project (something a
+/// payload with the parent writable, or the user tidying up, does) raises
+/// no event on any watched object, so the watcher went on answering with
+/// the walk of the tree it had watched, now elsewhere, for whatever was
+/// put at the path since: a secret there was not hidden. The watcher must
+/// notice the path no longer names what it watches.
+#[test]
+fn a_renamed_ancestor_does_not_leave_the_watcher_answering_for_the_old_tree() {
+    use std::os::unix::fs::PermissionsExt;
+    for who in
+        identities("a_renamed_ancestor_does_not_leave_the_watcher_answering_for_the_old_tree")
+    {
+        let base = tempfile::Builder::new()
+            .prefix("sandbox-watch-ancestor-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let ancestor = base.path().join("work");
+        std::fs::create_dir(&ancestor).unwrap();
+        std::fs::set_permissions(base.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&ancestor, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let project = Project::new_in(who, &ancestor);
+        let state = state_dir(who);
+        project.write("README", "old tree\n");
+        let _watcher = Watcher::start(&project, state.path());
+        let (first, report) = run(&project, state.path(), "cat README");
+        assert_eq!(first, "old tree\n", "{who:?}");
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+
+        std::fs::rename(&ancestor, base.path().join("work.old")).unwrap();
+        std::fs::create_dir(&ancestor).unwrap();
+        std::fs::set_permissions(&ancestor, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::create_dir(project.path()).unwrap();
+        std::fs::set_permissions(project.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        project.write("README", "new tree\n");
+        project.write(".env", "TOPSECRET=1\n");
+
+        let (out, _) = run(
+            &project,
+            state.path(),
+            "cat README; cat .env 2>/dev/null; echo checked",
+        );
+        assert!(
+            out.starts_with("new tree\n") && out.contains("checked"),
+            "{who:?}: {out}"
+        );
+        assert!(
+            !out.contains("TOPSECRET"),
+            "{who:?}: the old tree's walk was believed: {out}"
+        );
+    }
+}
+
+/// Stops a process the test started and lost as a child (reparented).
+struct KillOnDrop(i32);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// A process of `who` that the kernel gave the pid `pid`: what a payload
+/// gets by forking until the pid counter is one short of `pid` and waiting
+/// for the next process of the user (the next run, say). The test takes
+/// the shortcut of /proc/sys/kernel/ns_last_pid; another program forking
+/// meanwhile only costs another try.
+fn process_with_pid(pid: u32, who: Who) -> Child {
+    for _ in 0..1000 {
+        std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).unwrap();
+        let mut cmd = Command::new("sleep");
+        cmd.arg("600").stdin(Stdio::null());
+        if who == Who::User {
+            let (uid, gid) = support::user_ids();
+            cmd.uid(uid).gid(gid);
+        }
+        let mut child = cmd.spawn().unwrap();
+        if child.id() == pid {
+            return child;
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    panic!("pid {pid} was never given to a process of ours");
+}
+
+/// The kernel names a listening socket's peer by the process that called
+/// listen(), even after it exited. A confined process plants a fake
+/// watcher, leaves the socket to its child and exits; its pid number then
+/// goes to a process the run trusts (the same user, unconfined, in the
+/// same mount namespace). The run must not take that process's word for
+/// the fake's: the fake is still confined, and the secret stays hidden.
+#[test]
+fn a_fake_watcher_whose_listener_left_its_pid_to_a_trusted_process_is_not_believed() {
+    const TEST: &str =
+        "a_fake_watcher_whose_listener_left_its_pid_to_a_trusted_process_is_not_believed";
+    for who in identities(TEST) {
+        if !support::require(
+            TEST,
+            "root, to choose the next pid through /proc/sys/kernel/ns_last_pid",
+            nix::unistd::geteuid().is_root(),
+        ) {
+            return;
+        }
+        let project = Project::new(who);
+        let state = state_dir(who);
+        project.write(".env", "TOPSECRET=1\n");
+        let socket = socket_of(project.path(), state.path());
+        std::fs::create_dir(socket.parent().unwrap()).unwrap();
+        if who == Who::User {
+            let (uid, gid) = support::user_ids();
+            std::os::unix::fs::chown(socket.parent().unwrap(), Some(uid), Some(gid)).unwrap();
+        }
+        let canonical = std::fs::canonicalize(project.path()).unwrap();
+        let mut cmd = Command::new("setpriv");
+        cmd.arg("--no-new-privs")
+            .args(["python3", "-c", FAKE_WATCHER])
+            .arg(&socket)
+            .arg(&canonical)
+            .arg("leave")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        if who == Who::User {
+            let (uid, gid) = support::user_ids();
+            cmd.uid(uid).gid(gid);
+        }
+        let mut listener = cmd.spawn().expect("python3 starts");
+        let mut line = String::new();
+        std::io::BufReader::new(listener.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let server: i32 = line
+            .strip_prefix("listening ")
+            .and_then(|pid| pid.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the fake said: {line}"));
+        let _server = KillOnDrop(server);
+        let listened = listener.id();
+        assert!(listener.wait().unwrap().success());
+
+        let mut holder = process_with_pid(listened, who);
+        let out = project
+            .command()
+            .env("SANDBOX_STATE_DIR", state.path())
+            .args(["run", "--", "/bin/sh", "-c", "cat .env; echo checked"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let _ = holder.kill();
+        let _ = holder.wait();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stdout.contains("checked"), "{who:?}: {stdout} {stderr}");
+        assert!(
+            !stdout.contains("TOPSECRET"),
+            "{who:?}: the fake was believed on pid {listened}'s word: {stderr}"
+        );
+        assert!(stderr.contains("not trusted"), "{who:?}: {stderr}");
     }
 }

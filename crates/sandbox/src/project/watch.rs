@@ -17,6 +17,10 @@
 //! mount table. fsnotify queues an event inside the system call that made
 //! the change, so once a change has returned, draining the queue sees it.
 //!
+//! Nor does renaming a directory above the project: the watches stay on
+//! the tree that moved while something else takes the project's path, so
+//! every drain also checks that the path still names the watched root.
+//!
 //! Each watch pins its inode in memory, and a user has
 //! `fs.inotify.max_user_watches` of them in all (192,536 on the machine
 //! this was measured on): a project is watched only within a budget.
@@ -43,7 +47,7 @@ pub enum WatchError {
         source: std::io::Error,
     },
     /// The project itself was removed or renamed.
-    #[error("the project {0} was removed or renamed")]
+    #[error("the project {0} was removed or renamed, or a directory above it was")]
     RootGone(PathBuf),
 }
 
@@ -60,6 +64,8 @@ pub struct Drained {
 /// Watches on a whole project.
 pub struct TreeWatch {
     root: PathBuf,
+    /// The device and inode `root` named when the watches were set.
+    root_identity: (u64, u64),
     budget: usize,
     inotify: Inotify,
     /// Directory watches and the path each was set on.
@@ -91,6 +97,7 @@ impl TreeWatch {
         })?;
         let mut watch = TreeWatch {
             root: root.to_path_buf(),
+            root_identity: identity_at(root)?,
             budget,
             inotify,
             dirs: HashMap::new(),
@@ -107,6 +114,8 @@ impl TreeWatch {
             path: root.to_path_buf(),
             source,
         })?;
+        // Before the watch: a root swapped in between is then a mismatch.
+        let root_identity = identity_at(root)?;
         let mask = WatchMask::ATTRIB
             | WatchMask::DELETE_SELF
             | WatchMask::MOVE_SELF
@@ -121,6 +130,7 @@ impl TreeWatch {
             })?;
         Ok(TreeWatch {
             root: root.to_path_buf(),
+            root_identity,
             budget: 1,
             inotify,
             dirs: HashMap::new(),
@@ -145,9 +155,16 @@ impl TreeWatch {
         let mut set = crate::poll_set::PollSet::default();
         let slot = set.add(self.fd(), nix::poll::PollFlags::POLLIN);
         match set.wait_for(Some(std::time::Duration::ZERO)) {
-            Ok(()) => set.ready(Some(slot)),
+            Ok(()) => set.ready(Some(slot)) || self.moved_away(),
             Err(_) => true,
         }
+    }
+
+    /// Whether the root's path names another object than the one watched
+    /// (a directory above it renamed, or the root swapped through one):
+    /// no watch reports that.
+    fn moved_away(&self) -> bool {
+        identity_at(&self.root).map_or(true, |now| now != self.root_identity)
     }
 
     /// Read every waiting event and keep the watches complete: an entry
@@ -156,6 +173,9 @@ impl TreeWatch {
     /// watch again. Nonzero `events` means the project may have changed
     /// since the last drain.
     pub fn drain(&mut self) -> Result<Drained, WatchError> {
+        if self.moved_away() {
+            return Err(WatchError::RootGone(self.root.clone()));
+        }
         let mut drained = Drained::default();
         let mut created = Vec::new();
         let mut rebuild = false;
@@ -286,6 +306,17 @@ impl TreeWatch {
     }
 }
 
+/// The device and inode `path` names now.
+fn identity_at(path: &Path) -> Result<(u64, u64), WatchError> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .map(|meta| (meta.dev(), meta.ino()))
+        .map_err(|source| WatchError::Watch {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 /// A name that went away, or became something else, between being listed
 /// and being watched.
 fn gone(err: &std::io::Error) -> bool {
@@ -367,5 +398,22 @@ mod tests {
         let mut watch = TreeWatch::new(&root, 10).unwrap();
         std::fs::rename(&root, parent.path().join("q")).unwrap();
         assert!(matches!(watch.drain(), Err(WatchError::RootGone(_))));
+    }
+
+    #[test]
+    fn a_directory_above_the_root_renamed_is_the_root_gone() {
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("above/p");
+        std::fs::create_dir_all(&root).unwrap();
+        let mut watch = TreeWatch::new(&root, 10).unwrap();
+        let mut root_only = TreeWatch::root_only(&root).unwrap();
+        std::fs::rename(parent.path().join("above"), parent.path().join("moved")).unwrap();
+        std::fs::create_dir_all(&root).unwrap();
+        assert!(
+            root_only.pending(),
+            "no event, but the path names another root"
+        );
+        assert!(matches!(watch.drain(), Err(WatchError::RootGone(_))));
+        assert!(matches!(root_only.drain(), Err(WatchError::RootGone(_))));
     }
 }

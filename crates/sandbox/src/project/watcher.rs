@@ -55,6 +55,11 @@ const ANSWER_LIMIT: usize = 256 * 1024 * 1024;
 /// long is not answering.
 const WAIT: Duration = Duration::from_secs(60);
 
+/// How long the watcher waits for a request: a run writes it as soon as it
+/// has connected, and the watcher answers one connection at a time, so a
+/// client that connects and says nothing must not hold every run up.
+const REQUEST_WAIT: Duration = Duration::from_secs(2);
+
 /// How long after the last change the watcher walks again by itself, so
 /// that the next run finds the walk done.
 const SETTLE: Duration = Duration::from_millis(200);
@@ -305,9 +310,22 @@ fn exchange(project: &Path, request: &Request) -> Result<Option<(i32, Answer)>, 
 
 /// The peer's process id when the kernel says it is this user, in this
 /// mount namespace, and not confined the way a sandboxed process is.
+///
+/// The peer's credentials are those of the process that called listen(),
+/// which may have exited since, leaving the socket to a child and its pid
+/// to any process (the default pid_max is 32,768: a payload cycles through
+/// it in seconds, and can wait for the next run to take the number). So
+/// the peer is also held by a pidfd, and the checks count only if that
+/// process still holds its pid after they are made.
 fn trusted_peer(stream: &UnixStream) -> Result<i32, String> {
-    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    use nix::sys::socket::{
+        getsockopt,
+        sockopt::{PeerCredentials, PeerPidfd},
+    };
     let cred = getsockopt(&stream.as_fd(), PeerCredentials).map_err(|e| e.to_string())?;
+    let pidfd = getsockopt(&stream.as_fd(), PeerPidfd).map_err(|e| {
+        format!("no pidfd of the process that listens ({e}; SO_PEERPIDFD needs Linux 6.5)")
+    })?;
     let me = nix::unistd::geteuid().as_raw();
     if cred.uid() != me {
         return Err(format!(
@@ -334,6 +352,9 @@ fn trusted_peer(stream: &UnixStream) -> Result<i32, String> {
             "pid {pid} runs with no_new_privs or a seccomp filter, as a sandboxed process does"
         ));
     }
+    crate::sys::signal::pidfd_holds_pid(pidfd.as_fd()).map_err(|_| {
+        format!("pid {pid}, which listened on the socket, has exited and its number names another process")
+    })?;
     Ok(pid)
 }
 
@@ -493,7 +514,9 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
     std::fs::create_dir_all(&state).map_err(socket_error)?;
     let state_fd = std::fs::File::open(&state).map_err(socket_error)?;
     crate::safe_file::private_dir(state_fd.as_fd(), "watch", 0o700, None, &state.join("watch"))?;
-    // Watches first: a change made while the listener comes up is an event.
+    // The mount table before the watches, and the watches before the
+    // listener: a change made meanwhile is reported.
+    let mut mounts = MountTable::open().map_err(socket_error)?;
     let tree = TreeWatch::new(&options.project, options.budget)?;
     let listener = match UnixListener::bind(&path) {
         Ok(listener) => listener,
@@ -509,9 +532,6 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
     };
     let _remove = RemoveOnDrop(&path);
     listener.set_nonblocking(true).map_err(socket_error)?;
-    let mut mountinfo = std::fs::File::open("/proc/self/mountinfo").map_err(socket_error)?;
-    let mut sink = Vec::new();
-    let _ = mountinfo.read_to_end(&mut sink);
     let mut watcher = Watcher {
         project: options.project.clone(),
         instance: instance_id(),
@@ -535,21 +555,16 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
             let mut set = PollSet::default();
             let listen = set.add(listener.as_fd(), PollFlags::POLLIN);
             let events = set.add(watcher.tree.fd(), PollFlags::POLLIN);
-            let mounts = set.add(mountinfo.as_fd(), PollFlags::POLLPRI);
+            let table = set.add(mounts.file.as_fd(), PollFlags::POLLPRI);
             set.wait([Some(idle_at), walk_at])
                 .map_err(|e| socket_error(e.into()))?;
             (
                 set.ready(Some(listen)),
                 set.ready(Some(events)),
-                set.ready(Some(mounts)),
+                set.ready(Some(table)),
             )
         };
-        if mounts_changed {
-            // Read to the end so the next change is reported again.
-            use std::io::Seek;
-            let _ = mountinfo.rewind();
-            sink.clear();
-            let _ = mountinfo.read_to_end(&mut sink);
+        if mounts_changed && mounts.changed() {
             watcher.remount()?;
         }
         if events_ready {
@@ -558,6 +573,11 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
         if listen_ready {
             while let Ok((stream, _)) = listener.accept() {
                 last_request = Instant::now();
+                // A mount made since the loop woke up is not an inotify
+                // event: look again right before answering.
+                if mounts.changed() {
+                    watcher.remount()?;
+                }
                 serve_one(&mut watcher, stream)?;
             }
         }
@@ -574,6 +594,46 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
     }
 }
 
+/// The watcher's mount table: `poll` reports `POLLPRI` on
+/// `/proc/self/mountinfo` after a mount or unmount until it is read again.
+struct MountTable {
+    file: std::fs::File,
+    sink: Vec<u8>,
+}
+
+impl MountTable {
+    fn open() -> std::io::Result<MountTable> {
+        let mut table = MountTable {
+            file: std::fs::File::open("/proc/self/mountinfo")?,
+            sink: Vec::new(),
+        };
+        table.reread();
+        Ok(table)
+    }
+
+    /// Whether the table changed since it was last read (read again now).
+    /// A failed poll counts as a change.
+    fn changed(&mut self) -> bool {
+        let changed = {
+            let mut set = PollSet::default();
+            let slot = set.add(self.file.as_fd(), PollFlags::POLLPRI);
+            set.wait_for(Some(Duration::ZERO))
+                .map_or(true, |()| set.ready(Some(slot)))
+        };
+        if changed {
+            self.reread();
+        }
+        changed
+    }
+
+    fn reread(&mut self) {
+        use std::io::Seek;
+        let _ = self.file.rewind();
+        self.sink.clear();
+        let _ = self.file.read_to_end(&mut self.sink);
+    }
+}
+
 /// Answer one connection. Only a failure of the watches ends the watcher;
 /// a client that misbehaves is dropped.
 fn serve_one(watcher: &mut Watcher, stream: UnixStream) -> Result<(), WatchError> {
@@ -585,7 +645,7 @@ fn serve_one(watcher: &mut Watcher, stream: UnixStream) -> Result<(), WatchError
         return Ok(());
     }
     if stream.set_nonblocking(false).is_err()
-        || stream.set_read_timeout(Some(WAIT)).is_err()
+        || stream.set_read_timeout(Some(REQUEST_WAIT)).is_err()
         || stream.set_write_timeout(Some(WAIT)).is_err()
     {
         return Ok(());

@@ -76,6 +76,28 @@ pub fn pidfd_open(pid: nix::unistd::Pid) -> nix::Result<std::os::fd::OwnedFd> {
     Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) })
 }
 
+/// Ok while the process `pidfd` refers to still holds its pid (running,
+/// or exited and not yet reaped): until then no other process has that
+/// number. ESRCH once it is gone.
+pub fn pidfd_holds_pid(pidfd: std::os::fd::BorrowedFd<'_>) -> nix::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid descriptor, signal 0 (only the checks, nothing sent),
+    // a null siginfo and no flags.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if ret < 0 {
+        return Err(nix::errno::Errno::last());
+    }
+    Ok(())
+}
+
 /// SIGKILL the process `pidfd` refers to.
 pub fn pidfd_kill(pidfd: std::os::fd::BorrowedFd<'_>) -> nix::Result<()> {
     use std::os::fd::AsRawFd;
