@@ -217,6 +217,35 @@ while True:
     c.close()
 "#;
 
+/// A project holding a secret, a state directory with its `watch`
+/// directory made, and the command that starts [`FAKE_WATCHER`] on the
+/// project's socket under `no_new_privs`, as `who`, with `extra` arguments.
+fn fake_watcher_setup(who: Who, extra: &[&str]) -> (Project, tempfile::TempDir, Command) {
+    let project = Project::new(who);
+    let state = state_dir(who);
+    project.write(".env", "TOPSECRET=1\n");
+    let socket = socket_of(project.path(), state.path());
+    std::fs::create_dir(socket.parent().unwrap()).unwrap();
+    if who == Who::User {
+        let (uid, gid) = support::user_ids();
+        std::os::unix::fs::chown(socket.parent().unwrap(), Some(uid), Some(gid)).unwrap();
+    }
+    let canonical = std::fs::canonicalize(project.path()).unwrap();
+    let mut cmd = Command::new("setpriv");
+    cmd.arg("--no-new-privs")
+        .args(["python3", "-c", FAKE_WATCHER])
+        .arg(&socket)
+        .arg(&canonical)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped());
+    if who == Who::User {
+        let (uid, gid) = support::user_ids();
+        cmd.uid(uid).gid(gid);
+    }
+    (project, state, cmd)
+}
+
 /// A sandboxed process that can write where the state directory is (a
 /// profile with a writable home) plants a watcher that answers "nothing to
 /// hide". A run must not believe it: the kernel says the peer runs with
@@ -225,27 +254,7 @@ while True:
 #[test]
 fn a_fake_watcher_planted_by_a_confined_process_is_not_believed() {
     for who in identities("a_fake_watcher_planted_by_a_confined_process_is_not_believed") {
-        let project = Project::new(who);
-        let state = state_dir(who);
-        project.write(".env", "TOPSECRET=1\n");
-        let socket = socket_of(project.path(), state.path());
-        std::fs::create_dir(socket.parent().unwrap()).unwrap();
-        if who == Who::User {
-            let (uid, gid) = support::user_ids();
-            std::os::unix::fs::chown(socket.parent().unwrap(), Some(uid), Some(gid)).unwrap();
-        }
-        let canonical = std::fs::canonicalize(project.path()).unwrap();
-        let mut cmd = Command::new("setpriv");
-        cmd.arg("--no-new-privs")
-            .args(["python3", "-c", FAKE_WATCHER])
-            .arg(&socket)
-            .arg(&canonical)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        if who == Who::User {
-            let (uid, gid) = support::user_ids();
-            cmd.uid(uid).gid(gid);
-        }
+        let (project, state, mut cmd) = fake_watcher_setup(who, &[]);
         let child = cmd.spawn().expect("python3 starts");
         let mut fake_watcher = Watcher(child);
         let mut line = String::new();
@@ -382,28 +391,7 @@ fn a_fake_watcher_whose_listener_left_its_pid_to_a_trusted_process_is_not_believ
         ) {
             return;
         }
-        let project = Project::new(who);
-        let state = state_dir(who);
-        project.write(".env", "TOPSECRET=1\n");
-        let socket = socket_of(project.path(), state.path());
-        std::fs::create_dir(socket.parent().unwrap()).unwrap();
-        if who == Who::User {
-            let (uid, gid) = support::user_ids();
-            std::os::unix::fs::chown(socket.parent().unwrap(), Some(uid), Some(gid)).unwrap();
-        }
-        let canonical = std::fs::canonicalize(project.path()).unwrap();
-        let mut cmd = Command::new("setpriv");
-        cmd.arg("--no-new-privs")
-            .args(["python3", "-c", FAKE_WATCHER])
-            .arg(&socket)
-            .arg(&canonical)
-            .arg("leave")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        if who == Who::User {
-            let (uid, gid) = support::user_ids();
-            cmd.uid(uid).gid(gid);
-        }
+        let (project, state, mut cmd) = fake_watcher_setup(who, &["leave"]);
         let mut listener = cmd.spawn().expect("python3 starts");
         let mut line = String::new();
         std::io::BufReader::new(listener.stdout.take().unwrap())

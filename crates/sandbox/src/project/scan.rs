@@ -137,10 +137,24 @@ pub struct Scan {
     /// The project's watcher that answered for the walk (None: this
     /// process walked).
     #[serde(skip)]
-    pub watcher: Option<super::watcher::Answered>,
+    pub watcher: Option<Answered>,
     /// Directories the sweep after the run may take as listed here, as long
     /// as the kernel shows they are unchanged (see [`ListedDir`]).
     pub listed_dirs: HashMap<PathBuf, ListedDir>,
+}
+
+/// Which watcher ([`super::watcher`]) answered for a walk, and when: what
+/// the sweep after the run asks it about
+/// ([`super::watcher::changed_since`]). Here, with the walk it answered
+/// for, so that the walk does not depend on the watcher that serves it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    /// The watcher's process id.
+    pub pid: i32,
+    /// The watcher process's own number (a later one has another).
+    pub(crate) instance: u64,
+    /// The watches' generation the walk was current at.
+    pub(crate) generation: u64,
 }
 
 /// A directory as the scan listed it, so that the sweep after the run does

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 use serde::{Deserialize, Serialize};
 
-use super::scan::{self, Scan};
+use super::scan::{self, Answered, Scan};
 use super::watch::{TreeWatch, WatchError};
 use super::{HardlinkPolicy, Rules};
 use crate::jsonl::{Frame, Lines};
@@ -122,16 +122,6 @@ enum Answer {
     Failed {
         message: String,
     },
-}
-
-/// Which watcher answered for a run's walk, and when: what the sweep after
-/// the run asks about ([`changed_since`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Answered {
-    /// The watcher's process id.
-    pub pid: i32,
-    instance: u64,
-    generation: u64,
 }
 
 /// Why a watcher could not be asked, or was not trusted.

@@ -19,7 +19,7 @@ pub(super) struct SweepPlan {
     run: String,
     /// The project's watcher that answered for the walk: when it saw no
     /// change at all since, the run made no name the sweep could find.
-    watched: Option<crate::project::watcher::Answered>,
+    watched: Option<crate::project::scan::Answered>,
     /// Without namespaces: the protected entries to put back.
     restore: Option<std::sync::Arc<crate::project::quarantine::Snapshot>>,
     /// Without namespaces: the private temporary directory to remove.
