@@ -425,3 +425,37 @@ fn a_fake_watcher_whose_listener_left_its_pid_to_a_trusted_process_is_not_believ
         assert!(stderr.contains("not trusted"), "{who:?}: {stderr}");
     }
 }
+
+/// A project on a filesystem where a change can be made without this
+/// kernel's inotify seeing it (here ramfs, standing for NFS, FUSE or an
+/// overlay's lower layer) is not watched: the watcher refuses and names
+/// the mount, so runs there keep walking.
+#[test]
+fn a_project_on_a_filesystem_inotify_may_not_see_is_not_watched() {
+    if !support::require(
+        "a_project_on_a_filesystem_inotify_may_not_see_is_not_watched",
+        "root, to mount a ramfs in a mount namespace of the test's own",
+        nix::unistd::geteuid().is_root(),
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    let script = format!(
+        "mount -t ramfs none '{dir}' && exec '{bin}' watch --project '{dir}' --idle 1",
+        dir = dir.path().display(),
+        bin = support::sandbox_bin()
+    );
+    let out = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", &script])
+        .env("SANDBOX_STATE_DIR", state.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the watcher ran: {stderr}");
+    assert!(
+        stderr.contains("ramfs") && stderr.contains("raises no inotify event"),
+        "{stderr}"
+    );
+}

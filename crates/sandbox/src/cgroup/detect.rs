@@ -115,19 +115,21 @@ impl CgroupFs for RootedFs<'_> {
 
 /// One line of `/proc/self/mountinfo`, only the fields detection needs.
 #[derive(Debug, PartialEq, Eq)]
-struct Mount {
+pub(crate) struct Mount {
     /// The path inside the filesystem that is mounted (not `/` for a bind mount
     /// or a cgroup mount made inside a container without a cgroup namespace).
     root: String,
-    mount_point: PathBuf,
-    fstype: String,
+    pub(crate) mount_point: PathBuf,
+    pub(crate) fstype: String,
     super_options: Vec<String>,
     /// `ro` among the per-mount options: a read-only bind or mount of the
     /// hierarchy (the super block itself may still be read-write elsewhere).
     read_only: bool,
 }
 
-fn parse_mountinfo(text: &str) -> Vec<Mount> {
+/// Every mount of a `/proc/PID/mountinfo` text, in its order (a later
+/// mount at the same point covers an earlier one).
+pub(crate) fn parse_mountinfo(text: &str) -> Vec<Mount> {
     text.lines().filter_map(parse_mount_line).collect()
 }
 

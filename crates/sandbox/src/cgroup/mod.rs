@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use serde::Serialize;
 
-mod detect;
+pub(crate) mod detect;
 
 pub use detect::{detect, detect_from, detect_in};
 

@@ -156,6 +156,29 @@ pub enum AskError {
     Failed(String),
 }
 
+/// Filesystems where every change is made by this kernel, so that an
+/// inotify watch sees it (the list the walk trusts ctimes on, too).
+const LOCAL_FILESYSTEMS: &[&str] = &["ext4", "xfs", "btrfs", "tmpfs"];
+
+/// The mount holding `project`, or one below it, whose filesystem is not
+/// in [`LOCAL_FILESYSTEMS`]: (mount point, type).
+fn unwatchable_mount(project: &Path, mountinfo: &str) -> Option<(PathBuf, String)> {
+    let mounts = crate::cgroup::detect::parse_mountinfo(mountinfo);
+    // The last of the longest mount points above it is the one on top.
+    let holding = mounts
+        .iter()
+        .filter(|m| project.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.as_os_str().len());
+    let below = mounts
+        .iter()
+        .filter(|m| m.mount_point != project && m.mount_point.starts_with(project));
+    holding
+        .into_iter()
+        .chain(below)
+        .find(|m| !LOCAL_FILESYSTEMS.contains(&m.fstype.as_str()))
+        .map(|m| (m.mount_point.clone(), m.fstype.clone()))
+}
+
 /// Why a watcher stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum WatcherError {
@@ -179,6 +202,15 @@ pub enum WatcherError {
     /// The state directory is unusable.
     #[error(transparent)]
     State(#[from] crate::safe_file::SafeFileError),
+    /// Part of the project is on a filesystem whose changes this kernel
+    /// may not see.
+    #[error("{mount} is a {fstype} mount, where a change made elsewhere (another host, a FUSE server, an overlay's lower layer) raises no inotify event here, so a watcher could answer from a stale walk; it watches only projects wholly on {}, and runs in this project walk it themselves", LOCAL_FILESYSTEMS.join(", "))]
+    NotLocal {
+        /// The mount point.
+        mount: PathBuf,
+        /// Its filesystem type.
+        fstype: String,
+    },
 }
 
 /// The socket a watcher of `project` (canonical) listens on, in the user's
@@ -382,7 +414,8 @@ impl Watcher {
     }
 
     /// The mount table changed: anything may be anywhere.
-    fn remount(&mut self) -> Result<(), WatchError> {
+    fn remount(&mut self, mounts: &MountTable) -> Result<(), WatcherError> {
+        mounts.check(&self.project)?;
         self.tree = TreeWatch::new(&self.project, self.budget)?;
         self.generation += 1;
         self.changed_at = Some(Instant::now());
@@ -507,6 +540,7 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
     // The mount table before the watches, and the watches before the
     // listener: a change made meanwhile is reported.
     let mut mounts = MountTable::open().map_err(socket_error)?;
+    mounts.check(&options.project)?;
     let tree = TreeWatch::new(&options.project, options.budget)?;
     let listener = match UnixListener::bind(&path) {
         Ok(listener) => listener,
@@ -555,7 +589,7 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
             )
         };
         if mounts_changed && mounts.changed() {
-            watcher.remount()?;
+            watcher.remount(&mounts)?;
         }
         if events_ready {
             watcher.drain()?;
@@ -566,7 +600,7 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
                 // A mount made since the loop woke up is not an inotify
                 // event: look again right before answering.
                 if mounts.changed() {
-                    watcher.remount()?;
+                    watcher.remount(&mounts)?;
                 }
                 serve_one(&mut watcher, stream)?;
             }
@@ -614,6 +648,15 @@ impl MountTable {
             self.reread();
         }
         changed
+    }
+
+    /// Refuse a project this table puts, wholly or in part, on a
+    /// filesystem whose changes may not be seen.
+    fn check(&self, project: &Path) -> Result<(), WatcherError> {
+        match unwatchable_mount(project, &String::from_utf8_lossy(&self.sink)) {
+            Some((mount, fstype)) => Err(WatcherError::NotLocal { mount, fstype }),
+            None => Ok(()),
+        }
     }
 
     fn reread(&mut self) {
@@ -672,5 +715,35 @@ struct RemoveOnDrop<'a>(&'a Path);
 impl Drop for RemoveOnDrop<'_> {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &str = "\
+22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
+30 22 0:40 / /home/me/proj/node_modules rw - fuse.sshfs host:/nm rw
+31 22 0:41 / /srv/nfs rw - nfs4 host:/x rw
+32 31 0:42 / /srv/nfs/local rw - tmpfs tmpfs rw
+33 22 0:43 / /home/me/other\\040dir rw - tmpfs tmpfs rw
+";
+
+    #[test]
+    fn a_project_on_or_above_a_mount_whose_changes_may_be_unseen_is_refused() {
+        let refused = |p: &str| unwatchable_mount(Path::new(p), MOUNTINFO);
+        assert_eq!(refused("/home/me/other dir"), None);
+        assert_eq!(refused("/home/me/work"), None);
+        assert_eq!(
+            refused("/home/me/proj"),
+            Some(("/home/me/proj/node_modules".into(), "fuse.sshfs".into()))
+        );
+        assert_eq!(
+            refused("/srv/nfs/a"),
+            Some(("/srv/nfs".into(), "nfs4".into()))
+        );
+        // The tmpfs on top of the NFS mount holds this one entirely.
+        assert_eq!(refused("/srv/nfs/local/p"), None);
     }
 }
