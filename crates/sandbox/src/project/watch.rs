@@ -31,6 +31,8 @@ use std::path::{Path, PathBuf};
 
 use inotify::{EventMask, Inotify, WatchDescriptor, WatchMask};
 
+use super::scan::Changes;
+
 /// Why a project cannot be watched.
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
@@ -52,13 +54,16 @@ pub enum WatchError {
 }
 
 /// What a drain of the queue found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Drained {
     /// Events read.
     pub events: usize,
     /// The watches were set again from scratch (a lost event or a moved
-    /// directory made the map of watches unreliable).
+    /// directory made the map of watches unreliable): anything may have
+    /// changed anywhere, and `changes` says nothing.
     pub rebuilt: bool,
+    /// Where the events were.
+    pub changes: Changes,
 }
 
 /// Watches on a whole project.
@@ -70,7 +75,36 @@ pub struct TreeWatch {
     inotify: Inotify,
     /// Directory watches and the path each was set on.
     dirs: HashMap<WatchDescriptor, PathBuf>,
+    /// File watches and the directory watch of each name the file was
+    /// watched under (a file hard-linked within the project has one watch,
+    /// and a name in each directory).
+    files: HashMap<WatchDescriptor, Parents>,
     watched: usize,
+}
+
+/// The directories a watched file was seen in: almost always one.
+enum Parents {
+    One(WatchDescriptor),
+    Many(Vec<WatchDescriptor>),
+}
+
+impl Parents {
+    fn add(&mut self, parent: WatchDescriptor) {
+        match self {
+            Parents::One(first) if *first == parent => {}
+            Parents::One(first) => *self = Parents::Many(vec![first.clone(), parent]),
+            Parents::Many(all) if all.contains(&parent) => {}
+            Parents::Many(all) => all.push(parent),
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &WatchDescriptor> {
+        let (one, many) = match self {
+            Parents::One(first) => (Some(first), &[][..]),
+            Parents::Many(all) => (None, all.as_slice()),
+        };
+        one.into_iter().chain(many)
+    }
 }
 
 const DIR_MASK: WatchMask = WatchMask::CREATE
@@ -101,9 +135,10 @@ impl TreeWatch {
             budget,
             inotify,
             dirs: HashMap::new(),
+            files: HashMap::new(),
             watched: 0,
         };
-        watch.add_tree(root)?;
+        watch.add_tree(root, None)?;
         Ok(watch)
     }
 
@@ -134,6 +169,7 @@ impl TreeWatch {
             budget: 1,
             inotify,
             dirs: HashMap::new(),
+            files: HashMap::new(),
             watched: 1,
         })
     }
@@ -198,8 +234,27 @@ impl TreeWatch {
                     rebuild = true;
                     continue;
                 }
+                if mask.contains(EventMask::IGNORED) {
+                    // The watch is gone (its object removed): it no longer
+                    // counts against the budget.
+                    if self.dirs.remove(&event.wd).is_some()
+                        || self.files.remove(&event.wd).is_some()
+                    {
+                        self.watched = self.watched.saturating_sub(1);
+                    }
+                    continue;
+                }
                 let Some(dir) = self.dirs.get(&event.wd) else {
-                    continue; // a file's watch: its link count or mode
+                    // A file's watch: its link count or mode changed, which
+                    // the walk of each directory naming it sees.
+                    if let Some(parents) = self.files.get(&event.wd) {
+                        for parent in parents.iter() {
+                            if let Some(dir) = self.dirs.get(parent) {
+                                drained.changes.dirs.insert(below(&self.root, dir));
+                            }
+                        }
+                    }
+                    continue;
                 };
                 if mask.intersects(EventMask::DELETE_SELF | EventMask::MOVE_SELF) {
                     if *dir == self.root {
@@ -209,18 +264,18 @@ impl TreeWatch {
                     rebuild |= mask.contains(EventMask::MOVE_SELF);
                     continue;
                 }
-                if mask.contains(EventMask::IGNORED) {
-                    continue;
-                }
                 if mask.contains(EventMask::ISDIR)
                     && mask.intersects(EventMask::MOVED_FROM | EventMask::MOVED_TO)
                 {
                     rebuild = true;
                     continue;
                 }
+                drained.changes.dirs.insert(below(&self.root, dir));
                 if mask.intersects(EventMask::CREATE | EventMask::MOVED_TO) {
                     if let Some(name) = event.name {
-                        created.push(dir.join(name));
+                        let path = dir.join(name);
+                        drained.changes.created.insert(below(&self.root, &path));
+                        created.push((path, event.wd.clone()));
                     }
                 }
             }
@@ -233,21 +288,25 @@ impl TreeWatch {
             *self = TreeWatch::new(&self.root, self.budget)?;
             drained.rebuilt = true;
         } else {
-            for path in created {
-                self.add_tree(&path)?;
+            for (path, parent) in created {
+                self.add_tree(&path, Some(parent))?;
             }
         }
         Ok(drained)
     }
 
-    /// Watch `top` and, when it is a directory, everything below it. A
-    /// name that is gone by now is skipped: its removal is an event.
-    fn add_tree(&mut self, top: &Path) -> Result<(), WatchError> {
+    /// Watch `top` (a name in the directory watched as `parent`) and, when
+    /// it is a directory, everything below it. A name that is gone by now is
+    /// skipped: its removal is an event.
+    fn add_tree(&mut self, top: &Path, parent: Option<WatchDescriptor>) -> Result<(), WatchError> {
         let Ok(meta) = std::fs::symlink_metadata(top) else {
             return Ok(());
         };
         if meta.is_file() {
-            return self.add_file(top);
+            return match parent {
+                Some(parent) => self.add_file(top, parent),
+                None => Ok(()),
+            };
         }
         if !meta.is_dir() {
             return Ok(());
@@ -261,7 +320,7 @@ impl TreeWatch {
                 Err(err) if gone(&err) && dir != self.root => continue,
                 Err(source) => return Err(WatchError::Watch { path: dir, source }),
             };
-            self.dirs.insert(wd, dir.clone());
+            self.dirs.insert(wd.clone(), dir.clone());
             let entries = match std::fs::read_dir(&dir) {
                 Ok(entries) => entries,
                 Err(err) if gone(&err) && dir != self.root => continue,
@@ -278,17 +337,27 @@ impl TreeWatch {
                 if kind.is_dir() {
                     pending.push(entry.path());
                 } else if kind.is_file() {
-                    self.add_file(&entry.path())?;
+                    self.add_file(&entry.path(), wd.clone())?;
                 }
             }
         }
         Ok(())
     }
 
-    fn add_file(&mut self, path: &Path) -> Result<(), WatchError> {
-        self.count()?;
+    fn add_file(&mut self, path: &Path, parent: WatchDescriptor) -> Result<(), WatchError> {
         match self.inotify.watches().add(path, FILE_MASK) {
-            Ok(_) => Ok(()),
+            // Another name of a file already watched: one watch, one more
+            // directory to walk when it reports.
+            Ok(wd) => match self.files.get_mut(&wd) {
+                Some(parents) => {
+                    parents.add(parent);
+                    Ok(())
+                }
+                None => {
+                    self.files.insert(wd, Parents::One(parent));
+                    self.count()
+                }
+            },
             Err(err) if gone(&err) => Ok(()),
             Err(source) => Err(WatchError::Watch {
                 path: path.to_path_buf(),
@@ -304,6 +373,11 @@ impl TreeWatch {
         }
         Ok(())
     }
+}
+
+/// `path` (a watched directory or a name in one) below the root.
+fn below(root: &Path, path: &Path) -> PathBuf {
+    path.strip_prefix(root).unwrap_or(path).to_path_buf()
 }
 
 /// The device and inode `path` names now.

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 use serde::{Deserialize, Serialize};
 
-use super::scan::{self, Answered, Scan};
+use super::scan::{Answered, Changes, Scan, Walked};
 use super::watch::{TreeWatch, WatchError};
 use super::{HardlinkPolicy, Rules};
 use crate::jsonl::{Frame, Lines};
@@ -386,6 +386,56 @@ struct Kept {
     /// The watches' generation the walk was made at.
     generation: u64,
     outcome: Result<Scan, String>,
+    /// The walk, per directory, to walk again only where it changed.
+    walked: Option<Walked>,
+    /// What the watches reported since the walk.
+    pending: Changes,
+    /// The watches were set again since the walk: walk it whole.
+    whole: bool,
+}
+
+impl Kept {
+    fn new(rules: Rules) -> Kept {
+        Kept {
+            rules,
+            generation: u64::MAX,
+            outcome: Err(String::new()),
+            walked: None,
+            pending: Changes::default(),
+            whole: true,
+        }
+    }
+
+    /// Walk again where the watches reported changes, or whole when they
+    /// cannot say where (or walking again where they said found the tree
+    /// otherwise).
+    fn walk_again(&mut self, project: &Path, key: &ScanRules) {
+        let started = Instant::now();
+        let again = match (&mut self.walked, self.whole) {
+            (Some(walked), false) => walked
+                .rewalk(project, &self.rules, key.writable, &self.pending)
+                .is_ok(),
+            _ => false,
+        };
+        if !again {
+            self.walked = None;
+            match Walked::walk(project, &self.rules, key.writable) {
+                Ok(walked) => self.walked = Some(walked),
+                Err(err) => self.outcome = Err(err.to_string()),
+            }
+        }
+        if let Some(walked) = &self.walked {
+            self.outcome = walked
+                .scan(project, key.writable, key.hardlinks)
+                .map(|mut scan| {
+                    scan.elapsed = started.elapsed();
+                    scan
+                })
+                .map_err(|err| err.to_string());
+        }
+        self.pending = Changes::default();
+        self.whole = false;
+    }
 }
 
 /// The watcher of one project.
@@ -409,6 +459,10 @@ impl Watcher {
         if drained.events > 0 {
             self.generation += 1;
             self.changed_at = Some(Instant::now());
+            for kept in self.kept.values_mut() {
+                kept.whole |= drained.rebuilt;
+                kept.pending.merge(&drained.changes);
+            }
         }
         Ok(drained.events > 0)
     }
@@ -419,6 +473,9 @@ impl Watcher {
         self.tree = TreeWatch::new(&self.project, self.budget)?;
         self.generation += 1;
         self.changed_at = Some(Instant::now());
+        for kept in self.kept.values_mut() {
+            kept.whole = true;
+        }
         Ok(())
     }
 
@@ -427,7 +484,7 @@ impl Watcher {
     fn walk_stale(&mut self) {
         for (key, kept) in &mut self.kept {
             if kept.generation != self.generation {
-                kept.outcome = walk(&self.project, &kept.rules, key);
+                kept.walk_again(&self.project, key);
                 kept.generation = self.generation;
             }
         }
@@ -479,14 +536,7 @@ impl Watcher {
             if self.kept.len() >= KEPT_RULES {
                 self.kept.clear();
             }
-            self.kept.insert(
-                rules.clone(),
-                Kept {
-                    rules: compiled,
-                    generation: u64::MAX,
-                    outcome: Err(String::new()),
-                },
-            );
+            self.kept.insert(rules.clone(), Kept::new(compiled));
         }
         self.walk_stale();
         Ok(match self.kept.get(&rules).map(|k| &k.outcome) {
@@ -505,10 +555,6 @@ impl Watcher {
             },
         })
     }
-}
-
-fn walk(project: &Path, rules: &Rules, key: &ScanRules) -> Result<Scan, String> {
-    scan::scan(project, rules, key.writable, key.hardlinks).map_err(|e| e.to_string())
 }
 
 /// What a watcher was started with.
