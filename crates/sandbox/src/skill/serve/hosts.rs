@@ -170,9 +170,17 @@ impl Server {
             }
             let had_spare = slot.spare.is_some();
             let spare = self.take_spare(name);
-            if had_spare && spare.is_none() && may_reload {
-                // The skill's files changed since its host was kept ahead:
-                // read them now, so that this call runs what they say.
+            // The skill's files changed since its host was kept ahead, or
+            // since they were read when no host was kept (the call came
+            // before the next one was ready): read them now, so that this
+            // call runs what they say, not what the hot reload, still
+            // settling, would have said later.
+            let changed = || {
+                self.slots.get(name).is_some_and(|slot| {
+                    crate::skill::files::fingerprint(&slot.skill.dir) != slot.fingerprint
+                })
+            };
+            if spare.is_none() && may_reload && (had_spare || changed()) {
                 self.reload()?;
                 return self.pump_with(name, false);
             }
