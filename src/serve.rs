@@ -40,6 +40,10 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "60s",
           value_parser = sandbox::profile::size::timeout_flag)]
     pub question_timeout: std::time::Duration,
+    /// Do not start a watcher of the project (`sandbox watch`) for the runs
+    /// this serves; each run then walks the project itself.
+    #[arg(long)]
+    pub no_watch: bool,
 }
 
 /// `sandbox serve --stdio`; `--mcp` is the face of src/bin/sandbox-mcp.rs.
@@ -70,6 +74,9 @@ pub fn options(args: ServeArgs) -> anyhow::Result<serve::ServeOptions> {
     let project = super::skill::project_of(&args.roots)?;
     let roots = manifest::roots(&args.roots.skills_dirs, &project);
     let (profile, profile_spec) = args.roots.profile()?;
+    if !args.no_watch {
+        start_watcher(&project, &profile_spec);
+    }
     let audit = match &args.audit {
         Some(path) => Some(std::path::absolute(path).context("--audit")?),
         None => None,
@@ -87,4 +94,29 @@ pub fn options(args: ServeArgs) -> anyhow::Result<serve::ServeOptions> {
         question_timeout: args.question_timeout,
         prepare_ahead: true,
     })
+}
+
+/// Start `sandbox watch` for the project, for as long as this process
+/// runs: an agent host sends many commands into one project, and without a
+/// watcher each of them walks it (a third of a second in a tree of 100,000
+/// files). A watcher already running for the project answers instead (the
+/// new one sees its socket and exits), and one that cannot watch (too many
+/// files, a network filesystem) exits and leaves the runs to walk. It takes
+/// at most half of the user's inotify watches, which editors and build
+/// tools share.
+fn start_watcher(project: &std::path::Path, profile_spec: &str) {
+    let budget = (super::watch::user_watch_limit() / 2).to_string();
+    let started = std::process::Command::new("/proc/self/exe")
+        .arg("watch")
+        .arg("--project")
+        .arg(project)
+        .args(["--profile", profile_spec, "--max-watches", &budget])
+        .args(["--exit-with", &std::process::id().to_string(), "--detach"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+    // Without a watcher each run walks the project, and says so in its
+    // report (`scan_source`): nothing is weaker, only slower.
+    drop(started);
 }

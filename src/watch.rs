@@ -21,11 +21,23 @@ pub struct WatchArgs {
     /// Exit after this many minutes without a run asking.
     #[arg(long, value_name = "MINUTES", default_value_t = 60)]
     pub idle: u64,
+    /// Watch at most this many directories and files (default: the user's
+    /// `fs.inotify.max_user_watches`, which every program of the user shares).
+    #[arg(long, value_name = "N")]
+    pub max_watches: Option<usize>,
+    /// Exit when the process PID exits (what `sandbox serve` passes for the
+    /// watcher it starts).
+    #[arg(long, value_name = "PID", hide = true)]
+    pub exit_with: Option<i32>,
+    /// Start the watcher in the background and return at once; it is
+    /// nobody's child, so nothing has to wait for it.
+    #[arg(long, hide = true)]
+    pub detach: bool,
 }
 
 /// The most watches a user may hold (`fs.inotify.max_user_watches`): the
 /// watcher's budget, shared with every other program of the user.
-fn user_watch_limit() -> usize {
+pub fn user_watch_limit() -> usize {
     std::fs::read_to_string("/proc/sys/fs/inotify/max_user_watches")
         .ok()
         .and_then(|s| s.trim().parse().ok())
@@ -33,6 +45,20 @@ fn user_watch_limit() -> usize {
 }
 
 pub fn run(args: WatchArgs) -> anyhow::Result<i32> {
+    if args.detach {
+        let again: Vec<std::ffi::OsString> = std::env::args_os()
+            .skip(1)
+            .filter(|arg| arg != "--detach")
+            .collect();
+        std::process::Command::new("/proc/self/exe")
+            .args(again)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting the watcher")?;
+        return Ok(0);
+    }
     let given = match args.project {
         Some(dir) => dir,
         None => std::env::current_dir().context("the current directory")?,
@@ -60,7 +86,8 @@ pub fn run(args: WatchArgs) -> anyhow::Result<i32> {
         walk_ahead,
         project: project.clone(),
         idle: Duration::from_secs(args.idle.saturating_mul(60)),
-        budget: user_watch_limit(),
+        budget: args.max_watches.unwrap_or_else(user_watch_limit),
+        exit_with: args.exit_with,
     };
     watcher::serve(&options, |socket| {
         eprintln!(

@@ -459,3 +459,52 @@ fn a_project_on_a_filesystem_inotify_may_not_see_is_not_watched() {
         "{stderr}"
     );
 }
+
+/// `sandbox serve` starts a watcher for its project, so that the runs an
+/// agent host sends there are answered by it, and the watcher exits with
+/// serve. A secret made after serve started is still hidden from the next
+/// run the watcher answered.
+#[test]
+fn serve_keeps_a_watcher_for_its_project_while_it_runs() {
+    for who in identities("serve_keeps_a_watcher_for_its_project_while_it_runs") {
+        let project = Project::new(who);
+        let state = state_dir(who);
+        project.write("src/deep/index.js", "x\n");
+        let mut serve = project
+            .command()
+            .env("SANDBOX_STATE_DIR", state.path())
+            .args(["serve", "--stdio", "--profile", "strict"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("sandbox serve starts");
+        let socket = socket_of(project.path(), state.path());
+        // The watcher makes its socket once every watch is set and the
+        // profile's walk made: a condition, with a bound no loaded machine
+        // reaches for a project of two files.
+        let waited = support::wait::within(std::time::Duration::from_secs(60), || {
+            socket.exists().then_some(())
+        });
+        assert!(
+            waited.is_some(),
+            "{who:?}: no watcher socket at {}",
+            socket.display()
+        );
+        project.write("src/deep/.env", "TOPSECRET=1\n");
+        let (out, report) = run(
+            &project,
+            state.path(),
+            "cat src/deep/.env 2>/dev/null; echo checked",
+        );
+        assert_eq!(out, "checked\n", "{who:?}");
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+
+        drop(serve.stdin.take());
+        serve.wait().unwrap();
+        let gone = support::wait::within(std::time::Duration::from_secs(60), || {
+            (!socket.exists()).then_some(())
+        });
+        assert!(gone.is_some(), "{who:?}: the watcher outlived serve");
+    }
+}

@@ -37,7 +37,7 @@ use super::scan::Changes;
 #[derive(Debug, thiserror::Error)]
 pub enum WatchError {
     /// More directories and files than the budget.
-    #[error("the project has more than {0} directories and files, the budget of inotify watches (fs.inotify.max_user_watches bounds it for all of a user's programs)")]
+    #[error("the project has more than {0} directories and files, the budget of inotify watches (fs.inotify.max_user_watches bounds it for all of a user's programs); runs in it walk it themselves. To watch it, raise the limit as root (`sysctl fs.inotify.max_user_watches=N`, N above the project's count of directories and files plus what editors use) and, for `sandbox watch`, pass --max-watches N if it was given")]
     TooLarge(usize),
     /// inotify refused.
     #[error("watching {path}: {source}")]

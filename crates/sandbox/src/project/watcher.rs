@@ -202,6 +202,14 @@ pub enum WatcherError {
     /// The state directory is unusable.
     #[error(transparent)]
     State(#[from] crate::safe_file::SafeFileError),
+    /// The process to exit with is not there.
+    #[error("--exit-with {pid}: {source}")]
+    Owner {
+        /// Its pid.
+        pid: i32,
+        /// Why it cannot be followed.
+        source: nix::errno::Errno,
+    },
     /// Part of the project is on a filesystem whose changes this kernel
     /// may not see.
     #[error("{mount} is a {fstype} mount, where a change made elsewhere (another host, a FUSE server, an overlay's lower layer) raises no inotify event here, so a watcher could answer from a stale walk; it watches only projects wholly on {}, and runs in this project walk it themselves", LOCAL_FILESYSTEMS.join(", "))]
@@ -558,7 +566,7 @@ impl Watcher {
 }
 
 /// What a watcher was started with.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct WatchOptions {
     /// The project, canonical.
     pub project: PathBuf,
@@ -569,6 +577,9 @@ pub struct WatchOptions {
     /// Rules to walk for before the first run asks (each profile's
     /// [`crate::profile::policy::Policy::scan_rules`]).
     pub walk_ahead: Vec<ScanRules>,
+    /// Exit when the process with this pid does: the watcher that `serve`
+    /// starts for its project lives as long as it.
+    pub exit_with: Option<i32>,
 }
 
 /// Serve `options.project` until idle. `ready` is called once the socket
@@ -585,6 +596,13 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
     crate::safe_file::private_dir(state_fd.as_fd(), "watch", 0o700, None, &state.join("watch"))?;
     // The mount table before the watches, and the watches before the
     // listener: a change made meanwhile is reported.
+    let owner = match options.exit_with {
+        Some(pid) => Some(
+            crate::sys::signal::pidfd_open(nix::unistd::Pid::from_raw(pid))
+                .map_err(|source| WatcherError::Owner { pid, source })?,
+        ),
+        None => None,
+    };
     let mut mounts = MountTable::open().map_err(socket_error)?;
     mounts.check(&options.project)?;
     let tree = TreeWatch::new(&options.project, options.budget)?;
@@ -621,19 +639,27 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
     loop {
         let idle_at = last_request + options.idle;
         let walk_at = watcher.changed_at.map(|at| at + SETTLE);
-        let (listen_ready, events_ready, mounts_changed) = {
+        let (listen_ready, events_ready, mounts_changed, owner_gone) = {
             let mut set = PollSet::default();
             let listen = set.add(listener.as_fd(), PollFlags::POLLIN);
             let events = set.add(watcher.tree.fd(), PollFlags::POLLIN);
             let table = set.add(mounts.file.as_fd(), PollFlags::POLLPRI);
+            // A pidfd reads as ready once its process has exited.
+            let owner = owner
+                .as_ref()
+                .map(|pidfd| set.add(pidfd.as_fd(), PollFlags::POLLIN));
             set.wait([Some(idle_at), walk_at])
                 .map_err(|e| socket_error(e.into()))?;
             (
                 set.ready(Some(listen)),
                 set.ready(Some(events)),
                 set.ready(Some(table)),
+                owner.is_some_and(|slot| set.ready(Some(slot))),
             )
         };
+        if owner_gone {
+            return Ok(());
+        }
         if mounts_changed && mounts.changed() {
             watcher.remount(&mounts)?;
         }
