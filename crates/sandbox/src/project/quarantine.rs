@@ -8,7 +8,7 @@
 //! place to `NAME.sandbox-quarantine-RUN`. Nothing is deleted, and nothing the
 //! host reads (git, direnv, editors, agents) looks at that name.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -63,6 +63,10 @@ struct Sweeper<'a> {
     suffix: String,
     sweep: Sweep,
     components: Vec<Vec<u8>>,
+    /// Whether subdirectories are swept; when not, only those named here
+    /// (created since the walk) are, whole.
+    descend: bool,
+    created: Option<&'a BTreeSet<PathBuf>>,
 }
 
 const MAX_DEPTH: usize = 256;
@@ -151,8 +155,27 @@ impl Sweeper<'_> {
         }
         if is_dir {
             let name = name.to_vec();
-            self.descend(dir, &name);
+            if self.descend {
+                self.descend(dir, &name);
+            } else if self
+                .created
+                .is_some_and(|created| created.contains(&relative(&self.components)))
+            {
+                self.descend = true;
+                self.descend(dir, &name);
+                self.descend = false;
+            }
         }
+    }
+
+    /// Whether the whole sweep would never list the directory at
+    /// `components`: it is, or is below, a hidden or a protected directory.
+    fn never_swept(&self, components: &[Vec<u8>]) -> bool {
+        (1..=components.len()).any(|end| {
+            let prefix = &components[..end];
+            self.rules.secrets.matching(prefix, true).is_some()
+                || self.rules.is_protected(prefix, true)
+        })
     }
 
     /// Sweep the directory `name` in `dir` (last in `components`).
@@ -236,8 +259,52 @@ pub fn sweep(
         suffix: format!(".sandbox-quarantine-{run}"),
         sweep: Sweep::default(),
         components: Vec::new(),
+        descend: true,
+        created: None,
     };
     sweeper.walk(&dir);
+    Ok(sweeper.sweep)
+}
+
+/// Sweep only where the project's watcher says it changed since the walk
+/// ([`super::watcher::changed_since`]): each directory named is listed and
+/// its entries checked as [`sweep`] checks them, and each name created is
+/// swept whole. Every process of the run is gone, and every name it made,
+/// removed or renamed is an event of the watched directory that held it
+/// (or, in a directory it created, below a name created), so nothing it
+/// left is anywhere else.
+pub fn sweep_changes(
+    root: &Path,
+    rules: &Rules,
+    before: &HashMap<PathBuf, Identity>,
+    changes: &scan::Changes,
+    run: &str,
+) -> Result<Sweep, ScanError> {
+    let root_dir = scan::open_root(root)?;
+    let listed = HashMap::new();
+    let mut sweeper = Sweeper {
+        rules,
+        before,
+        listed: &listed,
+        suffix: format!(".sandbox-quarantine-{run}"),
+        sweep: Sweep::default(),
+        components: Vec::new(),
+        descend: false,
+        created: Some(&changes.created),
+    };
+    for path in &changes.dirs {
+        let components: Vec<Vec<u8>> = path.iter().map(|c| c.as_bytes().to_vec()).collect();
+        if sweeper.never_swept(&components) {
+            continue;
+        }
+        // Gone, or an ancestor is no longer a directory: that is a change
+        // of a directory above, listed too.
+        let Ok(dir) = scan::open_below(&root_dir, path) else {
+            continue;
+        };
+        sweeper.components = components;
+        sweeper.walk(&dir);
+    }
     Ok(sweeper.sweep)
 }
 
@@ -639,6 +706,62 @@ mod tests {
     use super::*;
     use crate::project::scan::scan;
     use crate::project::{HardlinkPolicy, PatternList};
+
+    /// The sweep after a run a watcher answered for visits only the
+    /// directories the watches reported and the trees created since, and
+    /// still moves aside every protected name the run made: in directories
+    /// that existed, and deep in a tree made faster than any watch on it.
+    #[test]
+    fn sweeping_only_where_the_watches_saw_changes_moves_what_the_run_made() {
+        let rules = Rules {
+            secrets: PatternList::parse(&[".env"]).unwrap(),
+            protect: PatternList::parse(&[".git/**/hooks", ".git/**/config", ".envrc", ".vscode/"])
+                .unwrap(),
+        };
+        let project = tempfile::tempdir().unwrap();
+        let p = project.path();
+        for dir in [".git/hooks", "a/b/c", "x/y", "quiet/z"] {
+            std::fs::create_dir_all(p.join(dir)).unwrap();
+        }
+        std::fs::write(p.join(".git/config"), "[core]").unwrap();
+        let before = scan(p, &rules, true, HardlinkPolicy::ReadOnly).unwrap();
+        let mut watch = crate::project::watch::TreeWatch::new(p, 10_000).unwrap();
+
+        std::fs::write(p.join(".envrc"), "evil").unwrap();
+        std::fs::write(p.join("a/b/c/.envrc"), "evil").unwrap();
+        std::fs::create_dir_all(p.join("x/y/.vscode")).unwrap();
+        std::fs::create_dir_all(p.join("new/deep/sub/.git/hooks")).unwrap();
+        std::fs::write(p.join("new/deep/sub/.git/hooks/post-checkout"), "evil").unwrap();
+        std::fs::write(p.join("new/deep/sub/.git/config"), "evil").unwrap();
+        let drained = watch.drain().unwrap();
+        assert!(!drained.rebuilt);
+        assert!(
+            !drained.changes.dirs.iter().any(|d| d.starts_with("quiet")),
+            "{:?}",
+            drained.changes
+        );
+
+        let sweep =
+            sweep_changes(p, &rules, &before.protected_before, &drained.changes, "r2").unwrap();
+        let mut moved: Vec<String> = sweep
+            .quarantined
+            .iter()
+            .map(|q| q.path.display().to_string())
+            .collect();
+        moved.sort();
+        assert_eq!(
+            moved,
+            [
+                ".envrc",
+                "a/b/c/.envrc",
+                "new/deep/sub/.git/config",
+                "new/deep/sub/.git/hooks",
+                "x/y/.vscode"
+            ]
+        );
+        assert!(sweep.failed.is_empty(), "{:?}", sweep.failed);
+        assert!(p.join(".git/hooks").is_dir() && p.join(".git/config").is_file());
+    }
 
     #[test]
     fn new_protected_entries_are_renamed_and_old_ones_kept() {

@@ -41,14 +41,19 @@ use crate::jsonl::{Frame, Lines};
 use crate::poll_set::PollSet;
 
 /// The version of the request and answer below.
-const PROTOCOL: u32 = 1;
+const PROTOCOL: u32 = 2;
 
 /// Longest request a watcher reads: patterns and a path.
 const REQUEST_LIMIT: usize = 256 * 1024;
 
-/// Longest answer a run reads. A walk's answer lists every directory (for
-/// the sweep after the run): about 100 bytes each.
+/// Longest answer a run reads: a walk's findings, or the directories
+/// changed since one.
 const ANSWER_LIMIT: usize = 256 * 1024 * 1024;
+
+/// How many drains' changes a watcher remembers, to tell the sweep after a
+/// run where the run's changes are. A run that outlives more drains than
+/// this (each one a batch of events) is swept whole.
+const HISTORY: usize = 1024;
 
 /// How long either side waits for the other's line: a watcher that is
 /// walking a large project takes its time; one that sends nothing for this
@@ -117,11 +122,14 @@ enum Answer {
     },
     Changed {
         changed: bool,
+        /// Where: every directory a watch reported a change in, and every
+        /// name created, since the walk answered. None when the watcher
+        /// cannot say (its watches were set again, or too long ago).
+        #[serde(default)]
+        since: Option<Changes>,
     },
     /// The walk failed; the run walks itself and fails the same way.
-    Failed {
-        message: String,
-    },
+    Failed { message: String },
 }
 
 /// Why a watcher could not be asked, or was not trusted.
@@ -280,20 +288,39 @@ pub fn ask(project: &Path, rules: &ScanRules) -> Result<Option<Scan>, AskError> 
     }
 }
 
-/// Whether anything in `project` changed (a name made, removed or renamed,
-/// a link count or mode changed) since `answered`'s walk, as the same
-/// watcher process tells. Any doubt (another watcher, a failure) is true.
-pub fn changed_since(project: &Path, answered: &Answered) -> bool {
+/// What changed in a project since a walk was answered, as its watcher
+/// tells.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Since {
+    /// Nothing: no name made, removed or renamed, no link count or mode
+    /// changed.
+    Nothing,
+    /// These directories and names, and nothing else.
+    Only(Changes),
+    /// Anything, anywhere: the watcher cannot say (another watcher, a
+    /// failure, watches set again).
+    Anything,
+}
+
+/// What changed in `project` since `answered`'s walk, as the same watcher
+/// process tells. Any doubt is [`Since::Anything`].
+pub fn changed_since(project: &Path, answered: &Answered) -> Since {
     let request = Request::Changed {
         protocol: PROTOCOL,
         project: project.to_path_buf(),
         instance: answered.instance,
         generation: answered.generation,
     };
-    !matches!(
-        exchange(project, &request),
-        Ok(Some((pid, Answer::Changed { changed: false }))) if pid == answered.pid
-    )
+    match exchange(project, &request) {
+        Ok(Some((pid, Answer::Changed { changed, since }))) if pid == answered.pid => {
+            match (changed, since) {
+                (false, _) => Since::Nothing,
+                (true, Some(changes)) => Since::Only(changes),
+                (true, None) => Since::Anything,
+            }
+        }
+        _ => Since::Anything,
+    }
 }
 
 /// One request to the trusted watcher of `project` and its answer, with
@@ -437,6 +464,10 @@ impl Kept {
                 .scan(project, key.writable, key.hardlinks)
                 .map(|mut scan| {
                     scan.elapsed = started.elapsed();
+                    // The sweep after a run this answers asks where the
+                    // changes were instead (`changed_since`): a listing
+                    // of every directory would be most of the answer.
+                    scan.listed_dirs = HashMap::new();
                     scan
                 })
                 .map_err(|err| err.to_string());
@@ -458,6 +489,9 @@ struct Watcher {
     kept: HashMap<ScanRules, Kept>,
     /// When the last change was seen, for the walk ahead.
     changed_at: Option<Instant>,
+    /// What each recent generation changed (None: anything, the watches
+    /// were set again), the newest last.
+    history: std::collections::VecDeque<(u64, Option<Changes>)>,
 }
 
 impl Watcher {
@@ -471,6 +505,8 @@ impl Watcher {
                 kept.whole |= drained.rebuilt;
                 kept.pending.merge(&drained.changes);
             }
+            let changes = (!drained.rebuilt).then_some(drained.changes);
+            self.remember(changes);
         }
         Ok(drained.events > 0)
     }
@@ -484,7 +520,31 @@ impl Watcher {
         for kept in self.kept.values_mut() {
             kept.whole = true;
         }
+        self.remember(None);
         Ok(())
+    }
+
+    fn remember(&mut self, changes: Option<Changes>) {
+        if self.history.len() == HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back((self.generation, changes));
+    }
+
+    /// Every change after `generation`, when each generation since is
+    /// remembered and none was a resetting of the watches.
+    fn changes_after(&self, generation: u64) -> Option<Changes> {
+        let first = self.history.front()?.0;
+        if generation.checked_add(1)? < first {
+            return None;
+        }
+        let mut all = Changes::default();
+        for (seen, changes) in &self.history {
+            if *seen > generation {
+                all.merge(changes.as_ref()?);
+            }
+        }
+        Some(all)
     }
 
     /// Walk again for every kept set of rules whose walk is older than the
@@ -523,9 +583,11 @@ impl Watcher {
                 generation,
                 ..
             } => {
+                let same = instance == self.instance;
                 return Ok(Answer::Changed {
-                    changed: instance != self.instance || generation != self.generation,
-                })
+                    changed: !same || generation != self.generation,
+                    since: same.then(|| self.changes_after(generation)).flatten(),
+                });
             }
         };
         self.scan_for(rules)
@@ -628,6 +690,7 @@ pub fn serve(options: &WatchOptions, ready: impl FnOnce(&Path)) -> Result<(), Wa
         generation: 0,
         kept: HashMap::new(),
         changed_at: None,
+        history: std::collections::VecDeque::new(),
     };
     // A walk that fails is kept as failed: a run under those rules walks
     // itself and says why.

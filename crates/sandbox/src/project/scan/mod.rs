@@ -335,7 +335,7 @@ pub fn scan(
 
 /// What changed in a project since it was walked, as its watches reported
 /// it (paths below the root).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Changes {
     /// Directories whose names, or whose files' link counts or modes,
     /// changed: each is listed again.
@@ -505,7 +505,7 @@ fn stamp_of(dir: &OwnedFd, path: &Path) -> Result<DirStamp, ScanError> {
 
 /// Open the directory at `path` below `root`, one name at a time, never
 /// through a symlink.
-fn open_below(root: &OwnedFd, path: &Path) -> Result<OwnedFd, Errno> {
+pub(crate) fn open_below(root: &OwnedFd, path: &Path) -> Result<OwnedFd, Errno> {
     let mut dir = root
         .try_clone()
         .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EBADF)))?;

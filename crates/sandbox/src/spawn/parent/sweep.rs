@@ -64,33 +64,50 @@ impl SweepPlan {
     }
 
     pub(super) fn run(&self) -> crate::project::quarantine::Sweep {
+        use crate::project::quarantine::{self, Sweep};
+        use crate::project::watcher::{changed_since, Since};
         let writable = !self.before.is_empty() || self.restore.is_some();
         // Every process of the run is gone, so every change it made is an
-        // event the watcher has queued: none means no new or swapped name.
-        let unchanged = || {
-            self.watched.is_some_and(|answered| {
-                !crate::project::watcher::changed_since(&self.root, &answered)
+        // event the watcher has queued: none means no new or swapped name,
+        // and where there were some, the watcher says where.
+        let since = || {
+            self.watched.map_or(Since::Anything, |answered| {
+                changed_since(&self.root, &answered)
             })
         };
-        let mut sweep = if (!writable && self.private_tmp.is_some())
-            || (self.restore.is_none() && unchanged())
-        {
-            crate::project::quarantine::Sweep::default()
-        } else {
-            match crate::project::quarantine::sweep(
+        let swept = if !writable && self.private_tmp.is_some() {
+            Ok(Sweep::default())
+        } else if self.restore.is_some() {
+            quarantine::sweep(
                 &self.root,
                 &self.rules,
                 &self.before,
                 &self.listed,
                 &self.run,
-            ) {
-                Ok(sweep) => sweep,
-                Err(err) => crate::project::quarantine::Sweep {
-                    failed: vec![(std::path::PathBuf::new(), err.to_string())],
-                    ..Default::default()
-                },
+            )
+        } else {
+            match since() {
+                Since::Nothing => Ok(Sweep::default()),
+                Since::Only(changes) => quarantine::sweep_changes(
+                    &self.root,
+                    &self.rules,
+                    &self.before,
+                    &changes,
+                    &self.run,
+                ),
+                Since::Anything => quarantine::sweep(
+                    &self.root,
+                    &self.rules,
+                    &self.before,
+                    &self.listed,
+                    &self.run,
+                ),
             }
         };
+        let mut sweep = swept.unwrap_or_else(|err| Sweep {
+            failed: vec![(std::path::PathBuf::new(), err.to_string())],
+            ..Default::default()
+        });
         // After the sweep, which moves aside what is no longer the object
         // the scan saw: the snapshot then fills those places again, and
         // also catches what was changed in place.
