@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use nix::poll::PollFlags;
 use serde::{Deserialize, Serialize};
 
-use super::scan::{Answered, Changes, Scan, Walked};
+use super::scan::{Answered, Changes, Listing, Scan, Walked};
 use super::watch::{TreeWatch, WatchError};
 use super::{HardlinkPolicy, Rules};
 use crate::jsonl::{Frame, Lines};
@@ -460,14 +460,13 @@ impl Kept {
             }
         }
         if let Some(walked) = &self.walked {
+            // The sweep after a run this answers asks where the changes
+            // were instead (`changed_since`): a listing of every directory
+            // would be most of the answer.
             self.outcome = walked
-                .scan(project, key.writable, key.hardlinks)
+                .scan(project, key.writable, key.hardlinks, Listing::Left)
                 .map(|mut scan| {
                     scan.elapsed = started.elapsed();
-                    // The sweep after a run this answers asks where the
-                    // changes were instead (`changed_since`): a listing
-                    // of every directory would be most of the answer.
-                    scan.listed_dirs = HashMap::new();
                     scan
                 })
                 .map_err(|err| err.to_string());

@@ -6,7 +6,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use super::walker::DirFacts;
-use super::{Found, Identity, Scan, ScanError, MAX_SCAN_MOUNTS};
+use super::{Found, Identity, Listing, Scan, ScanError, MAX_SCAN_MOUNTS};
 use crate::project::HardlinkPolicy;
 
 /// What the view of the project at `root` needs, from every directory a
@@ -16,6 +16,7 @@ pub(super) fn assemble(
     writable: bool,
     hardlinks: HardlinkPolicy,
     dirs: &HashMap<PathBuf, DirFacts>,
+    listing: Listing,
 ) -> Result<Scan, ScanError> {
     let mut scan = Scan::default();
     // Regular files with more than one link: identity -> (links, paths here).
@@ -40,7 +41,7 @@ pub(super) fn assemble(
         }
         secret_inodes.extend(facts.secret_inodes.iter().copied());
         secret_links.extend(facts.secret_links.iter().cloned());
-        if let Some(listed) = &facts.listed {
+        if let Some(listed) = facts.listed.as_ref().filter(|_| listing == Listing::Kept) {
             scan.listed_dirs.insert(path.clone(), listed.clone());
         }
     }

@@ -328,7 +328,7 @@ pub fn scan(
 ) -> Result<Scan, ScanError> {
     let started = Instant::now();
     let walked = Walked::walk(root, rules, writable)?;
-    let mut scan = walked.scan(root, writable, hardlinks)?;
+    let mut scan = walked.scan(root, writable, hardlinks, Listing::Kept)?;
     scan.elapsed = started.elapsed();
     Ok(scan)
 }
@@ -488,9 +488,21 @@ impl Walked {
         root: &Path,
         writable: bool,
         hardlinks: HardlinkPolicy,
+        listing: Listing,
     ) -> Result<Scan, ScanError> {
-        assemble::assemble(root, writable, hardlinks, &self.dirs)
+        assemble::assemble(root, writable, hardlinks, &self.dirs, listing)
     }
+}
+
+/// Whether a [`Scan`] keeps the directories' listing for the sweep after
+/// the run ([`Scan::listed_dirs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Listing {
+    /// Kept: the sweep after the run may skip what did not change.
+    Kept,
+    /// Left out: a watcher answers, and tells the sweep where the changes
+    /// are instead.
+    Left,
 }
 
 /// The stamp of an opened directory, taken before it is listed.

@@ -420,7 +420,9 @@ mod rewalk_tests {
             assert!(drained.events > 0, "{what}: no event");
             assert!(!drained.rebuilt, "{what}: the watches were set again");
             walked.rewalk(&p, &rules, true, &drained.changes).unwrap();
-            let kept = walked.scan(&p, true, HardlinkPolicy::ReadOnly).unwrap();
+            let kept = walked
+                .scan(&p, true, HardlinkPolicy::ReadOnly, Listing::Kept)
+                .unwrap();
             let whole = scan(&p, &rules, true, HardlinkPolicy::ReadOnly).unwrap();
             assert_eq!(view(&kept), view(&whole), "after: {what}");
         }
