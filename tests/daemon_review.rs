@@ -222,3 +222,36 @@ fn a_run_without_review_has_no_changes_to_show() {
     let (code, err) = daemon.json(None, "POST", "/v1/runs/0123456789abcdef/apply", Some("{}"));
     assert_eq!((code, error_code(&err)), (404, "no_such_run"), "{err}");
 }
+
+/// `sandbox run --daemon --review` sends the review flag: the project is
+/// untouched and the endpoints are named.
+#[test]
+fn the_command_line_sends_a_review_run_to_the_daemon() {
+    if !support::require_root_sandbox("the_command_line_sends_a_review_run_to_the_daemon") {
+        return;
+    }
+    let daemon = Daemon::start("[[allow]]\nuids = [0]\nprojects = [\"{dir}\"]\n");
+    let project = daemon.project("mine", None);
+    let out = daemon
+        .cli()
+        .arg("run")
+        .arg("--project")
+        .arg(&project)
+        .args(["--review", "--", "/bin/sh", "-c", "echo kept > kept.txt"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    if !support::require(
+        "the_command_line_sends_a_review_run_to_the_daemon",
+        "overlayfs over tmpfs in a user namespace",
+        !said.contains("mounting the review layer"),
+    ) {
+        return;
+    }
+    assert!(out.status.success(), "{said}");
+    assert!(!project.join("kept.txt").exists(), "{said}");
+    assert!(
+        said.contains("1 change(s) kept for review by the daemon: GET /v1/runs/"),
+        "{said}"
+    );
+}
