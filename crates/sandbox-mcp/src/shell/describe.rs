@@ -31,7 +31,7 @@ pub fn input_schema(config: &ShellConfig) -> Value {
             },
             "review": {
                 "type": "boolean",
-                "description": "Keep every change the command makes to the project in a layer of its own instead of writing the project: the result summarizes them (review), and apply_changes applies them once the person accepts."
+                "description": "Keep every change the command makes to the project in a layer of its own instead of writing the project: the result summarizes them (review); the person applies them with sandbox apply."
             }
         },
         "required": ["command"],

@@ -61,7 +61,7 @@ pub fn summary(store: &Store, kept: &Kept) -> Value {
         "listed": listed,
         "not_listed": pending.len().saturating_sub(MOST_LISTED),
         "apply": format!(
-            "nothing reached the project yet: call apply_changes with {{\"run\": \"{}\"}} to apply after the person accepts, discard_changes to drop them, or run `sandbox changes {}` and `sandbox apply {}` in the project",
+            "nothing reached the project yet: the person reviews them with `sandbox changes {}`, applies them with `sandbox apply {}` (all, or the paths named) and drops them with `sandbox discard {}`, in the project",
             kept.id, kept.id, kept.id
         ),
     })
