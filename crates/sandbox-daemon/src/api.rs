@@ -776,6 +776,9 @@ pub(crate) mod fuzzing {
         let _ = serde_json::from_slice::<AnswerBody>(bytes);
         let _ = skill_body::<InvokeBody>(Ok(Bytes::copy_from_slice(bytes)));
         let _ = skill_body::<SkillsWhere>(Ok(Bytes::copy_from_slice(bytes)));
+        if let Ok(apply) = serde_json::from_slice::<crate::review::ApplyRequest>(bytes) {
+            let _ = apply.arguments("20261128-030301-be28");
+        }
         let Ok(text) = std::str::from_utf8(bytes) else {
             return;
         };
@@ -785,5 +788,6 @@ pub(crate) mod fuzzing {
         let _ = Query::<ListQuery>::try_from_uri(&uri);
         let _ = Query::<EventsQuery>::try_from_uri(&uri);
         let _ = Query::<SkillsWhere>::try_from_uri(&uri);
+        let _ = Query::<review::ChangesQuery>::try_from_uri(&uri);
     }
 }
