@@ -255,3 +255,97 @@ fn the_command_line_sends_a_review_run_to_the_daemon() {
         "{said}"
     );
 }
+
+/// A caller's store is the caller's to change: a FIFO planted for a
+/// changed file's content blocks the helper that renders the diff. Such
+/// helpers hold no thread of the daemon, and one caller holds at most
+/// two: the next gets 429, the daemon answers everyone else meanwhile, and
+/// once they end the caller's share is whole again.
+#[test]
+fn a_fifo_planted_in_the_callers_store_holds_only_the_callers_share() {
+    let test = "a_fifo_planted_in_the_callers_store_holds_only_the_callers_share";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let daemon = Daemon::start("[[allow]]\nuids = [0]\nprojects = [\"{dir}\"]\n");
+    let project = daemon.project("mine", None);
+    std::fs::write(project.join("notes.txt"), "first\n").unwrap();
+    let body = serde_json::json!({
+        "command": ["/bin/sh", "-c", "echo second >> notes.txt"],
+        "project": project,
+        "review": true,
+        "wait": true,
+    });
+    let (code, run) = daemon.json(None, "POST", "/v1/runs", Some(&body.to_string()));
+    assert_eq!(code, 200, "{run}");
+    let id = run["id"].as_str().unwrap().to_owned();
+    let (_, run) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
+    let Some(review) = run["report"]["run"]["id"].as_str() else {
+        let (_, stderr, _) = daemon.output(&id);
+        let said = String::from_utf8_lossy(&stderr);
+        support::require(
+            test,
+            "overlayfs over tmpfs in a user namespace",
+            !said.contains("mounting the review layer"),
+        );
+        panic!("no review id: {run}\n{said}");
+    };
+    let uid = nix::unistd::geteuid().as_raw();
+    let layer = daemon
+        .dir()
+        .join("review")
+        .join(uid.to_string())
+        .join("runs")
+        .join(review)
+        .join("layer/notes.txt");
+    std::fs::remove_file(&layer).unwrap();
+    nix::unistd::mkfifo(&layer, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+
+    // Two diffs that block on the FIFO, their connections kept open.
+    let hanging: Vec<std::os::unix::net::UnixStream> = (0..2)
+        .map(|_| {
+            use std::io::Write;
+            let mut stream = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+            write!(
+                stream,
+                "GET /v1/runs/{id}/changes?diff=true HTTP/1.1\r\nHost: daemon\r\n\r\n"
+            )
+            .unwrap();
+            stream
+        })
+        .collect();
+    let changes = format!("/v1/runs/{id}/changes");
+    let full = support::wait::within(std::time::Duration::from_secs(60), || {
+        let (code, answer) = daemon.json(None, "GET", &changes, None);
+        (code == 429).then_some(answer)
+    })
+    .expect("a third helper of one caller is refused while two are blocked");
+    assert_eq!(error_code(&full), "quota_full", "{full}");
+    let (code, info) = daemon.json(None, "GET", "/v1/info", None);
+    assert_eq!(code, 200, "the daemon answers meanwhile: {info}");
+
+    // The blocked helpers end (killed here, as their timeout would): the
+    // caller's share is given back.
+    // Started from /proc/self/exe, so named `exe`.
+    let helpers: Vec<u32> = support::daemon::processes_named("exe", uid)
+        .into_iter()
+        .filter(|pid| {
+            let line = support::daemon::cmdline(*pid);
+            line.contains("changes") && line.contains(review)
+        })
+        .collect();
+    assert_eq!(helpers.len(), 2, "two blocked helpers");
+    for pid in helpers {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let listed = support::wait::within(std::time::Duration::from_secs(60), || {
+        let (code, answer) = daemon.json(None, "GET", &changes, None);
+        (code == 200).then_some(answer)
+    })
+    .expect("the share is given back once the helpers end");
+    assert_eq!(listed["review"], review, "{listed}");
+    drop(hanging);
+}

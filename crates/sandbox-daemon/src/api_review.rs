@@ -17,7 +17,10 @@ use super::{bad_body, body_bytes, load_visible, query, who, App, Peer, Shared};
 use crate::error::ApiError;
 use crate::resolve::Caller;
 use crate::review::{review_id, ApplyRequest, HelperOutput};
-use crate::runs::blocking;
+
+fn args(words: &[&str]) -> Vec<String> {
+    words.iter().map(|w| (*w).to_owned()).collect()
+}
 
 /// The run's review id, for its owner only. Another caller's run, even
 /// one a `see_all` rule lets them list, answers as a run that does not
@@ -86,27 +89,26 @@ pub(super) async fn changes(
 ) -> Result<Response, ApiError> {
     let q = query(q)?;
     let (caller, review) = owned_review(&app, peer, &id).await?;
-    let stores = app.runs.review.clone();
-    let run = id.clone();
-    let body = blocking(move || {
-        let out = stores.helper(caller, &["changes", "--json", "--", &review])?;
+    let stores = &app.runs.review;
+    let out = stores
+        .helper(caller, &args(&["changes", "--json", "--", &review]))
+        .await?;
+    if out.status != Some(0) {
+        return Err(helper_failed(&id, &out));
+    }
+    let mut body: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .map_err(|err| ApiError::internal(format!("the review listing: {err}")))?;
+    if q.diff {
+        let out = stores
+            .helper(caller, &args(&["changes", "--", &review]))
+            .await?;
         if out.status != Some(0) {
-            return Err(helper_failed(&run, &out));
+            return Err(helper_failed(&id, &out));
         }
-        let mut listing: serde_json::Value = serde_json::from_slice(&out.stdout)
-            .map_err(|err| ApiError::internal(format!("the review listing: {err}")))?;
-        if q.diff {
-            let out = stores.helper(caller, &["changes", "--", &review])?;
-            if out.status != Some(0) {
-                return Err(helper_failed(&run, &out));
-            }
-            listing["diff"] = String::from_utf8_lossy(&out.stdout).into_owned().into();
-        }
-        listing["id"] = run.into();
-        listing["review"] = review.into();
-        Ok(listing)
-    })
-    .await?;
+        body["diff"] = String::from_utf8_lossy(&out.stdout).into_owned().into();
+    }
+    body["id"] = id.into();
+    body["review"] = review.into();
     Ok(Json(body).into_response())
 }
 
@@ -125,22 +127,16 @@ pub(super) async fn apply(
         serde_json::from_slice(&body).map_err(|err| bad_body(&err))?
     };
     let (caller, review) = owned_review(&app, peer, &id).await?;
-    let args = request.arguments(&review)?;
-    let stores = app.runs.review.clone();
-    let run = id.clone();
-    let (status, mut answer) = blocking(move || {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let out = stores.helper(caller, &args)?;
-        let parsed = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
-        match (out.status, parsed) {
-            (Some(0), Some(applied)) => Ok((StatusCode::OK, applied)),
-            (Some(1), Some(refused)) if refused.get("refused").is_some() => {
-                Ok((StatusCode::CONFLICT, refused))
-            }
-            _ => Err(helper_failed(&run, &out)),
+    let arguments = request.arguments(&review)?;
+    let out = app.runs.review.helper(caller, &arguments).await?;
+    let parsed = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
+    let (status, mut answer) = match (out.status, parsed) {
+        (Some(0), Some(applied)) => (StatusCode::OK, applied),
+        (Some(1), Some(refused)) if refused.get("refused").is_some() => {
+            (StatusCode::CONFLICT, refused)
         }
-    })
-    .await?;
+        _ => return Err(helper_failed(&id, &out)),
+    };
     answer["id"] = id.into();
     if answer.get("refused").is_none() {
         answer["refused"] = serde_json::json!([]);
@@ -155,15 +151,13 @@ pub(super) async fn discard(
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     let (caller, review) = owned_review(&app, peer, &id).await?;
-    let stores = app.runs.review.clone();
-    let run = id.clone();
-    blocking(move || {
-        let out = stores.helper(caller, &["discard", "--", &review])?;
-        if out.status != Some(0) {
-            return Err(helper_failed(&run, &out));
-        }
-        Ok(())
-    })
-    .await?;
+    let out = app
+        .runs
+        .review
+        .helper(caller, &args(&["discard", "--", &review]))
+        .await?;
+    if out.status != Some(0) {
+        return Err(helper_failed(&id, &out));
+    }
     Ok(Json(serde_json::json!({"id": id, "discarded": true})).into_response())
 }

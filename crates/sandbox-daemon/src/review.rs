@@ -13,10 +13,11 @@
 //! (another user's directory inside the project), and the caller can
 //! rewrite its own store, so root must not act on what is in it.
 
-use std::io::Read;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
+
+use tokio::io::AsyncReadExt;
 
 use crate::error::ApiError;
 use crate::resolve::Caller;
@@ -33,7 +34,15 @@ const MOST_MESSAGE: usize = 4096;
 pub struct ReviewStores {
     program: PathBuf,
     root: PathBuf,
+    running: std::sync::Mutex<std::collections::HashMap<u32, usize>>,
 }
+
+/// Helpers one caller may have at once.
+pub const MOST_HELPERS_PER_CALLER: usize = 2;
+
+/// How long one listing, apply or discard may take (an apply of 10,000
+/// files syncs each one).
+pub const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// What a helper said.
 #[derive(Debug)]
@@ -50,7 +59,11 @@ impl ReviewStores {
     /// Stores below `root` (beside the socket, which callers can reach);
     /// helpers are `program` (the daemon's own executable).
     pub fn new(program: PathBuf, root: PathBuf) -> ReviewStores {
-        ReviewStores { program, root }
+        ReviewStores {
+            program,
+            root,
+            running: std::sync::Mutex::default(),
+        }
     }
 
     /// The caller's state directory, made if missing: traversable, not
@@ -89,17 +102,25 @@ impl ReviewStores {
         Ok(self.caller_dir(uid)?.join("runs"))
     }
 
-    /// Run `sandbox ARGS` as the caller, against the caller's store.
-    /// Blocks.
-    pub fn helper(&self, caller: Caller, args: &[&str]) -> Result<HelperOutput, ApiError> {
-        let dir = self.caller_dir(caller.uid)?;
-        let mut command = Command::new(&self.program);
+    /// Run `sandbox ARGS` as the caller, against the caller's store: at
+    /// most [`MOST_HELPERS_PER_CALLER`] at once per caller, each killed
+    /// past [`HELPER_TIMEOUT`]. The store is the caller's to change (a
+    /// FIFO planted in it would block a read for ever), so a helper holds
+    /// no thread of the daemon while it waits, and a caller cannot hold
+    /// more than its share.
+    pub async fn helper(&self, caller: Caller, args: &[String]) -> Result<HelperOutput, ApiError> {
+        let _slot = self.take_slot(caller.uid)?;
+        let dir = {
+            let stores = self.clone_paths();
+            let uid = caller.uid;
+            crate::runs::blocking(move || stores.caller_dir(uid)).await?
+        };
+        let mut command = tokio::process::Command::new(&self.program);
         command.args(args);
         // As the caller, whose project it is; its supplementary groups
         // are dropped with it (std clears them), so a project writable
         // only through a group is refused rather than written as root.
         if caller.uid != nix::unistd::geteuid().as_raw() {
-            use std::os::unix::process::CommandExt;
             command.uid(caller.uid).gid(caller.gid);
         }
         let mut child = command
@@ -110,35 +131,48 @@ impl ReviewStores {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            .kill_on_drop(true)
             .spawn()
             .map_err(|err| {
                 ApiError::internal(format!("starting {}: {err}", self.program.display()))
             })?;
-        let stderr = child.stderr.take();
-        let errors = std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(stderr) = stderr {
-                let _ = stderr.take(MOST_OUTPUT).read_to_end(&mut bytes);
-            }
-            bytes
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ApiError::internal("the review helper has no pipes"));
+        };
+        // stderr on a task of its own: a helper past the stdout cap is
+        // killed, and its stderr then ends too.
+        let errors = tokio::spawn(async move {
+            let mut stderr = Vec::new();
+            let _ = err.take(MOST_OUTPUT).read_to_end(&mut stderr).await;
+            stderr
         });
         let mut stdout = Vec::new();
-        let read = child
-            .stdout
-            .take()
-            .map(|out| out.take(MOST_OUTPUT + 1).read_to_end(&mut stdout));
-        if stdout.len() as u64 > MOST_OUTPUT {
-            let _ = child.kill();
-        }
-        let status = child
-            .wait()
+        let mut out = out.take(MOST_OUTPUT + 1);
+        let work = async {
+            let read = out.read_to_end(&mut stdout).await;
+            if stdout.len() as u64 > MOST_OUTPUT {
+                let _ = child.start_kill();
+            }
+            let status = child.wait().await;
+            (read, status)
+        };
+        let (read, status) = match tokio::time::timeout(HELPER_TIMEOUT, work).await {
+            Ok(done) => done,
+            Err(_) => {
+                return Err(ApiError::new(
+                    504,
+                    "review_timeout",
+                    format!(
+                        "listing, applying or discarding took more than {} s and was stopped",
+                        HELPER_TIMEOUT.as_secs()
+                    ),
+                    "look at the run on the host with `sandbox changes`; what was applied before stays, each file whole",
+                ))
+            }
+        };
+        read.map_err(|err| ApiError::internal(format!("reading the review helper: {err}")))?;
+        let status = status
             .map_err(|err| ApiError::internal(format!("waiting for the review helper: {err}")))?;
-        let stderr = errors.join().unwrap_or_default();
-        if let Some(Err(err)) = read {
-            return Err(ApiError::internal(format!(
-                "reading the review helper: {err}"
-            )));
-        }
         if stdout.len() as u64 > MOST_OUTPUT {
             return Err(ApiError::new(
                 413,
@@ -147,6 +181,7 @@ impl ReviewStores {
                 "list them without the diff, or on the host with `sandbox changes`",
             ));
         }
+        let stderr = errors.await.unwrap_or_default();
         let stderr = String::from_utf8_lossy(&stderr);
         let tail = stderr.trim_end();
         let start = tail.len().saturating_sub(MOST_MESSAGE);
@@ -158,6 +193,51 @@ impl ReviewStores {
             stdout,
             stderr: tail[start..].to_owned(),
         })
+    }
+
+    fn clone_paths(&self) -> ReviewStores {
+        ReviewStores::new(self.program.clone(), self.root.clone())
+    }
+
+    fn take_slot(&self, uid: u32) -> Result<Slot<'_>, ApiError> {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = running.entry(uid).or_default();
+        if *count >= MOST_HELPERS_PER_CALLER {
+            return Err(ApiError::new(
+                429,
+                "quota_full",
+                format!("{MOST_HELPERS_PER_CALLER} listings, applies or discards of yours are under way"),
+                "wait for them to end, then ask again",
+            )
+            .retry_after(1));
+        }
+        *count += 1;
+        Ok(Slot { stores: self, uid })
+    }
+}
+
+/// One helper's place in its caller's share, given back when dropped.
+struct Slot<'a> {
+    stores: &'a ReviewStores,
+    uid: u32,
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        let mut running = self
+            .stores
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = running.get_mut(&self.uid) {
+            *count -= 1;
+            if *count == 0 {
+                running.remove(&self.uid);
+            }
+        }
     }
 }
 
