@@ -50,7 +50,8 @@ pub struct ApplyArgs {
     /// Apply the changes of a run that filled its layer (some of its writes failed).
     #[arg(long)]
     pub allow_incomplete: bool,
-    /// Print what was applied as JSON.
+    /// Print what was applied as JSON (`applied`, `remaining`), or what was refused
+    /// (`refused`: each with `path`, `reason` and the `flag` that allows it).
     #[arg(long)]
     pub json: bool,
 }
@@ -117,6 +118,10 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
             Ok(0)
         }
         Err(ReviewError::Refused(reasons)) => {
+            if args.json {
+                let refused = serde_json::json!({"applied": [], "refused": reasons});
+                println!("{refused}");
+            }
             eprintln!("sandbox: apply {id}: nothing was applied:");
             for reason in reasons {
                 eprintln!("  {reason}");

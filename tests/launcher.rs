@@ -110,6 +110,7 @@ fn spec(project: &std::path::Path, argv: &[&str]) -> RunSpec {
         cgroup_parent: None,
         audit: None,
         grant_store: None,
+        review_store: None,
         ask_deadline_ms: 30_000,
         stdin: false,
         run_as: None,

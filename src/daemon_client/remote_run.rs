@@ -114,6 +114,19 @@ pub fn run_remote(args: RunArgs, socket: PathBuf) -> anyhow::Result<i32> {
     if let Some(audit) = &args.audit {
         append_audit(&client, &id, audit)?;
     }
+    // The daemon keeps a review run's changes under the daemon's run id,
+    // in a store of the caller's that `sandbox changes` here does not
+    // read: name the endpoints.
+    if let Some(kept) = typed.as_ref().and_then(|r| r.review.as_ref()) {
+        if kept.error.is_some() || (kept.changes == 0 && !kept.limit_reached) {
+            eprintln!("{}", kept.notice());
+        } else {
+            eprintln!(
+                "sandbox: run {id}: {} change(s) kept for review by the daemon: GET /v1/runs/{id}/changes, then POST /v1/runs/{id}/apply or /v1/runs/{id}/discard",
+                kept.changes
+            );
+        }
+    }
     let status = match run["status"].as_i64() {
         Some(status) if state != "lost" => {
             if let (Some(reason), false) = (&reason, args.quiet || state != "cancelled") {

@@ -113,6 +113,9 @@ pub(super) fn run_request(
             }
         };
     }
+    if args.review {
+        body.insert("review".into(), json!(true));
+    }
     body.insert("wait".into(), json!(false));
     let body = Value::Object(body);
     let size = serde_json::to_vec(&body)?.len();
@@ -145,9 +148,6 @@ fn refuse_unsendable(args: &RunArgs) -> Result<(), UsageError> {
     }
     if args.cgroup_parent.is_some() {
         refused.push("--cgroup-parent");
-    }
-    if args.review {
-        refused.push("--review");
     }
     if !args.resolve.is_empty() {
         refused.push("--resolve");

@@ -29,6 +29,9 @@ use super::runs::{blocking, is_run_id, Runs};
 use super::store::RunRecord;
 use sandbox::launch::protocol::{Approval, MAX_MESSAGE};
 
+#[path = "api_review.rs"]
+mod review;
+
 /// Largest request body.
 pub const MAX_BODY: usize = 1 << 20;
 
@@ -76,6 +79,9 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/runs/{id}/events", get(events))
         .route("/v1/runs/{id}/cancel", post(cancel))
         .route("/v1/runs/{id}/audit", get(audit))
+        .route("/v1/runs/{id}/changes", get(review::changes))
+        .route("/v1/runs/{id}/apply", post(review::apply))
+        .route("/v1/runs/{id}/discard", post(review::discard))
         .route("/v1/approvals", get(approvals))
         .route("/v1/approvals/{run}/{n}", post(answer))
         .route("/v1/skills", get(skills_list))
@@ -88,7 +94,7 @@ pub fn router(app: Arc<App>) -> Router {
         .with_state(app)
 }
 
-struct Who<'a> {
+pub(crate) struct Who<'a> {
     caller: Caller,
     rule: &'a Rule,
 }
@@ -104,7 +110,7 @@ impl Who<'_> {
     }
 }
 
-fn who(app: &App, peer: Peer) -> Result<Who<'_>, ApiError> {
+pub(crate) fn who(app: &App, peer: Peer) -> Result<Who<'_>, ApiError> {
     let Some(caller) = peer.caller else {
         return Err(ApiError::forbidden(
             "not_allowed",
@@ -126,14 +132,14 @@ fn who(app: &App, peer: Peer) -> Result<Who<'_>, ApiError> {
     }
 }
 
-fn bad_body(err: &dyn std::fmt::Display) -> ApiError {
+pub(crate) fn bad_body(err: &dyn std::fmt::Display) -> ApiError {
     ApiError::bad_request(
         format!("the request body: {err}"),
         "send a JSON object with the fields docs/src/daemon.md lists",
     )
 }
 
-fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub(crate) fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
@@ -148,7 +154,7 @@ fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     })
 }
 
-fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+pub(crate) fn query<T>(query: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
     query.map(|Query(q)| q).map_err(|rejection| {
         ApiError::bad_request(
             format!("the query string: {}", rejection.body_text()),
@@ -235,7 +241,11 @@ async fn submit(
 
 /// A run the caller may see, with its log count filled in; another
 /// caller's run is reported as missing, so ids reveal nothing.
-async fn load_visible(app: &Arc<App>, who: &Who<'_>, id: &str) -> Result<RunRecord, ApiError> {
+pub(crate) async fn load_visible(
+    app: &Arc<App>,
+    who: &Who<'_>,
+    id: &str,
+) -> Result<RunRecord, ApiError> {
     if !is_run_id(id) {
         return Err(ApiError::no_such_run(id));
     }
@@ -766,6 +776,9 @@ pub(crate) mod fuzzing {
         let _ = serde_json::from_slice::<AnswerBody>(bytes);
         let _ = skill_body::<InvokeBody>(Ok(Bytes::copy_from_slice(bytes)));
         let _ = skill_body::<SkillsWhere>(Ok(Bytes::copy_from_slice(bytes)));
+        if let Ok(apply) = serde_json::from_slice::<crate::review::ApplyRequest>(bytes) {
+            let _ = apply.arguments("20261128-030301-be28");
+        }
         let Ok(text) = std::str::from_utf8(bytes) else {
             return;
         };
@@ -775,5 +788,6 @@ pub(crate) mod fuzzing {
         let _ = Query::<ListQuery>::try_from_uri(&uri);
         let _ = Query::<EventsQuery>::try_from_uri(&uri);
         let _ = Query::<SkillsWhere>::try_from_uri(&uri);
+        let _ = Query::<review::ChangesQuery>::try_from_uri(&uri);
     }
 }

@@ -28,6 +28,7 @@ pub mod log;
 pub mod quota;
 pub mod relay;
 pub mod resolve;
+pub mod review;
 pub mod runs;
 pub mod skills;
 pub mod store;
@@ -416,6 +417,11 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
     }
     // The socket directory holds the callers' skill state.
     config.guarded.push(canonical(&skills_state));
+    // And their review runs' changes, which their supervisors write.
+    let review_state = skills_state
+        .parent()
+        .map_or_else(|| state.join("review"), |dir| dir.join("review"));
+    config.guarded.push(canonical(&review_state));
     let config = Arc::new(config);
     let spool = state.join("spool");
     let store = Arc::new(Store::open(&state.join("sandbox.db"))?);
@@ -449,6 +455,10 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
             store.clone(),
             spool.clone(),
             launcher.clone(),
+            Arc::new(review::ReviewStores::new(
+                PathBuf::from("/proc/self/exe"),
+                review_state,
+            )),
         );
         let skills = Arc::new(skills::SkillHosts::new(
             PathBuf::from("/proc/self/exe"),

@@ -107,6 +107,11 @@ pub struct SubmitRequest {
     /// Answer when the run is over.
     #[serde(default)]
     pub wait: bool,
+    /// Keep the run's changes for review instead of writing the project
+    /// (as `sandbox run --review`; a profile with `review = true` always
+    /// does).
+    #[serde(default)]
+    pub review: bool,
 }
 
 /// A request resolved into what the launcher gets, plus what the daemon
@@ -166,6 +171,7 @@ pub fn resolve(
     Overrides {
         grants,
         network,
+        review: request.review,
         ..limits
     }
     .apply(&mut policy)
@@ -234,6 +240,7 @@ pub fn resolve(
         cgroup_parent: None,
         audit: None,
         grant_store: None,
+        review_store: None,
         ask_deadline_ms: u64::try_from(config.ask_deadline.as_millis()).unwrap_or(u64::MAX),
         stdin: stdin.is_some(),
         run_as: None,

@@ -43,6 +43,7 @@ pub struct Command {
     dry_run: bool,
     asker: Option<Box<dyn crate::broker::prompt::Asker>>,
     grant_store: crate::broker::grants::StoreChoice,
+    review_store: Option<PathBuf>,
     audit_file: Option<std::fs::File>,
     warm_commit: Option<std::os::fd::OwnedFd>,
 }
@@ -107,6 +108,7 @@ impl Command {
             dry_run: false,
             asker: None,
             grant_store: crate::broker::grants::StoreChoice::Default,
+            review_store: None,
             audit_file: None,
             warm_commit: None,
         }
@@ -271,6 +273,14 @@ impl Command {
         self
     }
 
+    /// Where a review run keeps its changes (default: the user's own
+    /// store, [`crate::review::Store::user`]). The daemon gives each caller
+    /// a store of their own.
+    pub fn review_store(&mut self, root: impl Into<PathBuf>) -> &mut Command {
+        self.review_store = Some(root.into());
+        self
+    }
+
     /// Make this a warm run: the payload applies every layer, then waits
     /// on `sock` for its command ([`Child::commit_warm`]).
     pub fn warm_commit(&mut self, sock: std::os::fd::OwnedFd) -> &mut Command {
@@ -331,6 +341,7 @@ impl Command {
             audit: self.audit.clone(),
             interactive: self.interactive,
             grant_store: self.grant_store.clone(),
+            review_store: self.review_store.clone(),
             secrets: self.secrets.clone(),
             skill: self.skill.clone(),
             verbose: self.verbose,

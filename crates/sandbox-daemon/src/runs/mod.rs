@@ -128,6 +128,8 @@ pub struct Runs {
     /// `<state_dir>/spool`.
     pub spool: PathBuf,
     launcher: Arc<Launcher>,
+    /// The callers' stores of review runs' changes.
+    pub review: Arc<crate::review::ReviewStores>,
     state: Mutex<State>,
     pool_listening: std::sync::atomic::AtomicBool,
 }
@@ -156,12 +158,14 @@ impl Runs {
         store: Arc<Store>,
         spool: PathBuf,
         launcher: Arc<Launcher>,
+        review: Arc<crate::review::ReviewStores>,
     ) -> Arc<Runs> {
         Arc::new(Runs {
             config,
             store,
             spool,
             launcher,
+            review,
             state: Mutex::new(State::default()),
             pool_listening: std::sync::atomic::AtomicBool::new(false),
         })

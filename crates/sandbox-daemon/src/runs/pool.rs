@@ -45,6 +45,11 @@ pub(super) type Template = (String, Option<usize>, RunSpec);
 pub(super) fn pool_key(spec: &RunSpec, uid: u32) -> Option<String> {
     use sha2::Digest;
     use std::os::unix::fs::MetadataExt;
+    // A review run's changes go to its caller's store, which the spec of
+    // a warm sandbox made ahead does not carry: review runs start cold.
+    if spec.policy.filesystem.review {
+        return None;
+    }
     let project = std::fs::metadata(&spec.project).ok()?;
     let mut policy = spec.policy.clone();
     policy.limits.timeout = None;
@@ -336,6 +341,7 @@ mod tests {
             cgroup_parent: None,
             audit: None,
             grant_store: None,
+            review_store: None,
             ask_deadline_ms: 1,
             stdin: false,
             run_as: None,

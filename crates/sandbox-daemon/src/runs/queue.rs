@@ -144,7 +144,12 @@ impl Runs {
             });
         }
         let stdin = resolved.stdin;
-        blocking(move || {
+        let review = spec.policy.filesystem.review.then(|| self.review.clone());
+        let uid = caller.uid;
+        let spec = blocking(move || {
+            if let Some(review) = review {
+                spec.review_store = Some(review.store_of(uid)?);
+            }
             std::fs::DirBuilder::new()
                 .mode(0o700)
                 .create(&dir)
@@ -153,7 +158,8 @@ impl Runs {
                 write_new(&dir.join("stdin"), &bytes)?;
             }
             write_new(&dir.join("log.ndjson"), b"")?;
-            store.insert(&record).map_err(store_error)
+            store.insert(&record).map_err(store_error)?;
+            Ok(spec)
         })
         .await?;
         Ok((id, spec))

@@ -28,6 +28,10 @@ pub fn input_schema(config: &ShellConfig) -> Value {
                     "Wall-clock limit in milliseconds (default {}): the command gets SIGTERM, then SIGKILL 2 s later.",
                     millis(config.effective_default_timeout())
                 )
+            },
+            "review": {
+                "type": "boolean",
+                "description": "Keep every change the command makes to the project in a layer of its own instead of writing the project: the result summarizes them (review); the person applies them with sandbox apply."
             }
         },
         "required": ["command"],
@@ -54,12 +58,13 @@ pub fn output_schema() -> Value {
             "stderr_bytes": count("Bytes the command wrote to stderr in all."),
             "stdout_shown_bytes": count("Bytes of stdout returned."),
             "stderr_shown_bytes": count("Bytes of stderr returned."),
-            "sandbox_error": {"type": ["string", "null"], "description": "Why the sandbox could not run the command; null when it ran."}
+            "sandbox_error": {"type": ["string", "null"], "description": "Why the sandbox could not run the command; null when it ran."},
+            "review": {"type": ["object", "null"], "description": "A review run's changes, read from the layer it wrote (never from its output): run id, counts (added, modified, deleted), a headline per path (listed, at most 100), and how to apply them; null when the run was not in review mode."}
         },
         "required": [
             "exit_code", "signal", "timed_out", "timeout_ms", "stdout", "stderr",
             "stdout_truncated", "stderr_truncated", "stdout_bytes", "stderr_bytes",
-            "stdout_shown_bytes", "stderr_shown_bytes", "sandbox_error"
+            "stdout_shown_bytes", "stderr_shown_bytes", "sandbox_error", "review"
         ],
         "additionalProperties": false
     })

@@ -32,6 +32,7 @@ mod capture;
 mod describe;
 mod outcome;
 mod request;
+pub mod review;
 mod run;
 
 use std::path::{Path, PathBuf};
@@ -75,6 +76,12 @@ pub enum ShellError {
         /// Why it cannot be resolved.
         #[source]
         source: std::io::Error,
+    },
+    /// `review` is not a boolean.
+    #[error("argument \"review\" must be a boolean, not {found}: give true to keep the command's changes for review")]
+    ReviewNotBoolean {
+        /// The JSON type given.
+        found: &'static str,
     },
     /// The call has no `command`.
     #[error("missing argument \"command\": give the command line to run as a string, e.g. {{\"command\": \"ls -la\"}}")]

@@ -40,6 +40,8 @@ pub struct ShellOutcome {
     pub stderr: CapturedOutput,
     /// Why the sandbox could not run it (None: it ran).
     pub sandbox_error: Option<String>,
+    /// A review run's change summary ([`super::review::summary`]).
+    pub review: Option<Value>,
 }
 
 impl ShellOutcome {
@@ -68,6 +70,7 @@ impl ShellOutcome {
             "stdout_shown_bytes": self.stdout.shown_bytes,
             "stderr_shown_bytes": self.stderr.shown_bytes,
             "sandbox_error": self.sandbox_error,
+            "review": self.review,
         })
     }
 
@@ -127,6 +130,9 @@ impl ShellOutcome {
                     stream.shown_bytes, stream.total_bytes
                 ));
             }
+        }
+        if let Some(review) = &self.review {
+            out.push_str(&super::review::text_line(review));
         }
         out
     }
@@ -194,6 +200,7 @@ mod tests {
             stdout: CapturedOutput::default(),
             stderr: CapturedOutput::default(),
             sandbox_error: None,
+            review: None,
         };
         let refused = Report::refused("strict", "Landlock is required");
         apply_report(

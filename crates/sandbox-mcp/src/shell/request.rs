@@ -13,6 +13,9 @@ pub struct ShellRequest {
     pub command: String,
     /// The timeout asked for (None: the default).
     pub timeout: Option<Duration>,
+    /// Keep the run's changes for review (`sandbox run --review`); the
+    /// server's profile may turn review on for every call too.
+    pub review: bool,
 }
 
 fn json_type(value: &Value) -> &'static str {
@@ -34,7 +37,7 @@ impl ShellRequest {
     ) -> Result<ShellRequest, ShellError> {
         if let Some(name) = arguments
             .keys()
-            .find(|name| !matches!(name.as_str(), "command" | "timeout_ms"))
+            .find(|name| !matches!(name.as_str(), "command" | "timeout_ms" | "review"))
         {
             return Err(ShellError::UnknownArgument { name: name.clone() });
         }
@@ -73,9 +76,19 @@ impl ShellRequest {
                 Some(Duration::from_millis(given))
             }
         };
+        let review = match arguments.get("review") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(review)) => *review,
+            Some(other) => {
+                return Err(ShellError::ReviewNotBoolean {
+                    found: json_type(other),
+                })
+            }
+        };
         Ok(ShellRequest {
             command: command.clone(),
             timeout,
+            review,
         })
     }
 }

@@ -108,6 +108,7 @@ pub async fn run(config: &ShellConfig, request: &ShellRequest) -> Result<ShellOu
         // would ask is denied, never left waiting on /dev/tty.
         .arg("--non-interactive")
         .arg("--quiet")
+        .args(request.review.then_some("--review"))
         .arg("--")
         .arg("/bin/sh")
         .arg("-c")
@@ -173,6 +174,7 @@ pub async fn run(config: &ShellConfig, request: &ShellRequest) -> Result<ShellOu
         sandbox_error: None,
         stdout,
         stderr,
+        review: None,
     };
     if overran {
         outcome.sandbox_error = Some(format!(
@@ -182,7 +184,15 @@ pub async fn run(config: &ShellConfig, request: &ShellRequest) -> Result<ShellOu
         return Ok(outcome);
     }
     match read_report(&report_path) {
-        Some(report) => apply_report(&mut outcome, &report, status),
+        Some(report) => {
+            apply_report(&mut outcome, &report, status);
+            // The store is the one `sandbox run` used: it has this
+            // process's state directory variables (SUPERVISOR_ENV).
+            outcome.review = report
+                .review
+                .as_ref()
+                .map(|kept| super::review::summary(&sandbox::review::Store::user(), kept));
+        }
         None => {
             outcome.sandbox_error = Some(format!(
                 "sandbox run ended ({}) without a report{}",

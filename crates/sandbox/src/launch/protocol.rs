@@ -83,6 +83,10 @@ pub struct RunSpec {
     /// The caller's own grant store; `None` uses no stored grants (never
     /// the daemon user's).
     pub grant_store: Option<PathBuf>,
+    /// Where a review run keeps its changes: the caller's store in the
+    /// daemon's state (None: the supervisor user's own store).
+    #[serde(default)]
+    pub review_store: Option<PathBuf>,
     /// How long an "ask" waits for an approval through the API before it
     /// is denied.
     pub ask_deadline_ms: u64,
@@ -443,6 +447,7 @@ mod tests {
                 cgroup_parent: None,
                 audit: None,
                 grant_store: None,
+                review_store: None,
                 ask_deadline_ms: 1,
                 stdin: false,
                 run_as: None,

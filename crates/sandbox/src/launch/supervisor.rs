@@ -489,6 +489,9 @@ pub(super) fn command_for(spec: &RunSpec, argv: &[String], session: &Session) ->
     if let Some(parent) = &spec.cgroup_parent {
         command.cgroup_parent(parent);
     }
+    if let Some(store) = &spec.review_store {
+        command.review_store(store);
+    }
     command
 }
 

@@ -22,7 +22,7 @@ use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::UnlinkatFlags;
 
 use super::capture::{kind_of, list, open_dir_at, stat_at};
-use super::{Change, ChangeKind, Entry, EntryKind, ReviewError, Started, Store};
+use super::{Change, ChangeKind, Entry, EntryKind, Refusal, ReviewError, Started, Store};
 use crate::safe_file::{openat2_beneath, Beneath};
 
 /// What the person allows beyond the defaults (each a flag of `sandbox
@@ -70,15 +70,21 @@ pub fn apply(
     let root = super::changes::open_root(&started.project)?;
     let mut refusals = Vec::new();
     if captured.limit_reached && !allow.incomplete {
-        refusals.push(format!(
-            "the run filled its layer ({} bytes), so some of its writes failed and its changes may be partial: pass --allow-incomplete to apply them anyway",
-            started.limit
-        ));
+        refusals.push(Refusal {
+            path: None,
+            reason: format!(
+                "the run filled its layer ({} bytes), so some of its writes failed and its changes may be partial",
+                started.limit
+            ),
+            flag: Some("--allow-incomplete".into()),
+        });
     }
     let rules = crate::project::Rules::new(&started.secrets, &started.protect).map_err(|err| {
-        ReviewError::Refused(vec![format!(
-            "the run's profile patterns no longer parse: {err}"
-        )])
+        ReviewError::Refused(vec![Refusal {
+            path: None,
+            reason: format!("the run's profile patterns no longer parse: {err}"),
+            flag: None,
+        }])
     })?;
     for &index in &selected {
         check(
@@ -175,32 +181,38 @@ fn check(
     rules: &crate::project::Rules,
     allow: Allow,
     root: BorrowedFd<'_>,
-    refusals: &mut Vec<String>,
+    refusals: &mut Vec<Refusal>,
 ) {
     let path = change.path.as_str();
     named_rules(path, rules, allow, refusals);
     match &change.after {
         Some(Entry::File { mode, links, .. }) => {
             if mode & 0o6000 != 0 && !allow.setid {
-                refusals.push(format!(
-                    "{path}: a set-user-id or set-group-id file (mode {mode:04o}): pass --allow-setid"
+                refusals.push(Refusal::at(
+                    path,
+                    format!("a set-user-id or set-group-id file (mode {mode:04o})"),
+                    Some("--allow-setid"),
                 ));
             }
             if *links > 1 && !allow.hardlinks {
-                refusals.push(format!(
-                    "{path}: one of {links} hard links the run made to one file: pass --allow-hardlinks to write each as a file of its own"
-                ));
+                refusals.push(Refusal::at(path, format!("one of {links} hard links the run made to one file (the flag writes each as a file of its own)"), Some("--allow-hardlinks")));
             }
         }
         Some(Entry::Symlink { target }) => {
             if !allow.outside_links && !link_stays_inside(path, target) {
-                refusals.push(format!(
-                    "{path}: a symlink to {target}, outside the project: pass --allow-outside-links"
+                refusals.push(Refusal::at(
+                    path,
+                    format!("a symlink to {target}, outside the project"),
+                    Some("--allow-outside-links"),
                 ));
             }
         }
-        Some(Entry::Special { mode }) => refusals.push(format!(
-            "{path}: a device, FIFO, socket or unrepresentable name (mode {mode:o}): never applied"
+        Some(Entry::Special { mode }) => refusals.push(Refusal::at(
+            path,
+            format!(
+                "a device, FIFO, socket or unrepresentable name (mode {mode:o}): never applied"
+            ),
+            None,
         )),
         Some(Entry::Dir { .. }) | None => {}
     }
@@ -211,21 +223,27 @@ fn named_rules(
     path: &str,
     rules: &crate::project::Rules,
     allow: Allow,
-    refusals: &mut Vec<String>,
+    refusals: &mut Vec<Refusal>,
 ) {
     if !allow.protected && rules.protected_in(path) {
-        refusals.push(format!(
-            "{path}: protected (the host runs or trusts it later): pass --allow-protected"
+        refusals.push(Refusal::at(
+            path,
+            "protected (the host runs or trusts it later)",
+            Some("--allow-protected"),
         ));
     }
     if !allow.ci && is_ci(path) {
-        refusals.push(format!(
-            "{path}: a CI definition (it runs on the next push): pass --allow-ci"
+        refusals.push(Refusal::at(
+            path,
+            "a CI definition (it runs on the next push)",
+            Some("--allow-ci"),
         ));
     }
     if !allow.secrets && rules.secret_in(path) {
-        refusals.push(format!(
-            "{path}: a secret's name (hidden from runs): pass --allow-secrets"
+        refusals.push(Refusal::at(
+            path,
+            "a secret's name (hidden from runs)",
+            Some("--allow-secrets"),
         ));
     }
 }
@@ -261,40 +279,54 @@ fn conflicts(
     rules: &crate::project::Rules,
     allow: Allow,
     root: BorrowedFd<'_>,
-    refusals: &mut Vec<String>,
+    refusals: &mut Vec<Refusal>,
 ) {
     let path = change.path.as_str();
     let now = match lstat_beneath(root, path) {
         Ok(now) => now,
         Err(Errno::ELOOP) => {
-            refusals.push(format!(
-                "{path}: conflict: a directory on its way is now a symlink in the project"
+            refusals.push(Refusal::at(
+                path,
+                "conflict: a directory on its way is now a symlink in the project",
+                None,
             ));
             return;
         }
         Err(errno) => {
-            refusals.push(format!(
-                "{path}: cannot be looked at in the project: {errno}"
+            refusals.push(Refusal::at(
+                path,
+                format!("cannot be looked at in the project: {errno}"),
+                None,
             ));
             return;
         }
     };
     match (change.before, now) {
         (None, None) => {}
-        (None, Some(_)) => refusals.push(format!(
-            "{path}: conflict: the project has it now, and had none when the run ended"
+        (None, Some(_)) => refusals.push(Refusal::at(
+            path,
+            "conflict: the project has it now, and had none when the run ended",
+            None,
         )),
-        (Some(_), None) => refusals.push(format!(
-            "{path}: conflict: removed from the project since the run started"
+        (Some(_), None) => refusals.push(Refusal::at(
+            path,
+            "conflict: removed from the project since the run started",
+            None,
         )),
         (Some(kind), Some(stat)) => {
             if kind_of(&stat) != kind {
-                refusals.push(format!("{path}: conflict: its kind changed in the project"));
+                refusals.push(Refusal::at(
+                    path,
+                    "conflict: its kind changed in the project",
+                    None,
+                ));
             } else if changed_since(&stat, started)
                 && !(kind == EntryKind::Dir && change.kind != ChangeKind::Deleted)
             {
-                refusals.push(format!(
-                    "{path}: conflict: changed in the project since the run started"
+                refusals.push(Refusal::at(
+                    path,
+                    "conflict: changed in the project since the run started",
+                    None,
                 ));
             }
             if kind == EntryKind::Dir && change.kind == ChangeKind::Deleted {
@@ -312,11 +344,11 @@ fn subtree(
     started: &Started,
     rules: &crate::project::Rules,
     allow: Allow,
-    refusals: &mut Vec<String>,
+    refusals: &mut Vec<Refusal>,
 ) {
     let spec = Beneath::new(OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC).no_symlinks();
     let Ok(dir) = openat2_beneath(root, Path::new(path), spec) else {
-        refusals.push(format!("{path}: cannot be opened in the project"));
+        refusals.push(Refusal::at(path, "cannot be opened in the project", None));
         return;
     };
     for name in list(dir.as_fd()).unwrap_or_default() {
@@ -326,8 +358,10 @@ fn subtree(
             continue;
         };
         if changed_since(&stat, started) {
-            refusals.push(format!(
-                "{child}: conflict: changed in the project since the run started"
+            refusals.push(Refusal::at(
+                &child,
+                "conflict: changed in the project since the run started",
+                None,
             ));
         }
         if kind_of(&stat) == EntryKind::Dir {

@@ -86,8 +86,8 @@ pub enum ReviewError {
     },
     /// Apply refused: each line names a path and why (and the flag that
     /// allows it, where one does).
-    #[error("nothing was applied:\n{}", .0.join("\n"))]
-    Refused(Vec<String>),
+    #[error("nothing was applied:\n{}", .0.iter().map(Refusal::to_string).collect::<Vec<_>>().join("\n"))]
+    Refused(Vec<Refusal>),
     /// A path named on the command line is not among the run's changes.
     #[error("`{0}` is not among the run's changes (see `sandbox changes RUN`)")]
     NotAChange(String),
@@ -100,6 +100,42 @@ pub enum ReviewError {
         /// The errno.
         source: nix::errno::Errno,
     },
+}
+
+/// One reason apply refused: the path (None: the whole run), why, and the
+/// `sandbox apply` flag that allows it (None: nothing does).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refusal {
+    /// The project path, `/`-separated.
+    pub path: Option<String>,
+    /// Why.
+    pub reason: String,
+    /// The flag that allows it, such as `--allow-protected`.
+    pub flag: Option<String>,
+}
+
+impl Refusal {
+    /// A refusal of `path`.
+    pub fn at(path: &str, reason: impl Into<String>, flag: Option<&str>) -> Refusal {
+        Refusal {
+            path: Some(path.to_owned()),
+            reason: reason.into(),
+            flag: flag.map(str::to_owned),
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if let Some(path) = &self.path {
+            write!(f, "{path}: ")?;
+        }
+        f.write_str(&self.reason)?;
+        match &self.flag {
+            Some(flag) => write!(f, ": pass {flag}"),
+            None => Ok(()),
+        }
+    }
 }
 
 /// What the supervisor records when a review run starts: enough for the

@@ -2,13 +2,15 @@
 //! exit, kept in the store (see [`crate::review`]).
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::path::Path;
 
 use crate::review::{Kept, Started, Store};
 
 /// Keep the changes of the run `started` describes. Fails closed: a layer
 /// that is missing or cannot be read keeps nothing, and says why.
-pub(super) fn capture(started: &Started, layer: Option<OwnedFd>) -> Kept {
-    let store = Store::user();
+/// `store` is where (None: the user's own store).
+pub(super) fn capture(store: Option<&Path>, started: &Started, layer: Option<OwnedFd>) -> Kept {
+    let store = store.map_or_else(Store::user, |root| Store::at(root.to_path_buf()));
     let mut started = started.clone();
     let result = match &layer {
         None => Err("init did not hand the layer over (the run ended before its view was built, or was killed)".to_owned()),

@@ -152,6 +152,7 @@ impl Running {
             }
             if let (Ok(outcome), Some(started)) = (&mut result, &prepared.config.review) {
                 outcome.review = Some(super::review::capture(
+                    prepared.config.supervision.review_store.as_deref(),
                     started,
                     self.layer.borrow_mut().take(),
                 ));

@@ -275,6 +275,9 @@ pub struct Supervision {
     /// Who starts the broker's `terminal.run` commands (None: the broker
     /// refuses them as not set up).
     pub nested: Option<std::sync::Arc<dyn crate::broker::terminal::NestedRunner>>,
+    /// Where a review run's changes are kept (None: the user's own store,
+    /// [`crate::review::Store::user`]); the daemon names each caller's.
+    pub review_store: Option<PathBuf>,
 }
 
 /// The supervisor's own configuration of a run: broker, audit, grants,
