@@ -74,9 +74,11 @@ pub struct Summary {
 
 /// Copy the attempt's layer (the `upper` directory below `layer_root`,
 /// the tmpfs init handed over) into `into`, byte for byte and entry for
-/// entry: whiteouts, opaque marks, modes, hard links within the layer, and
-/// (when the supervisor is root) owners. The run is over, so nothing
-/// changes the layer while it is read.
+/// entry: whiteouts, opaque marks, modes and hard links within the layer.
+/// Every entry is owned by the supervisor's user, like the accumulated
+/// layer's root: a run started by root gets that layer idmapped as it gets
+/// the project, so the next step owns what the steps before it wrote. The
+/// run is over, so nothing changes the layer while it is read.
 pub fn keep(layer_root: BorrowedFd<'_>, id: &str, into: &Path) -> Kept {
     let limit_reached = nix::sys::statvfs::fstatvfs(layer_root)
         .is_ok_and(|s| s.blocks_available() == 0 || s.files_available() == 0);
@@ -184,16 +186,6 @@ impl Copy<'_> {
                 // A socket (or a device, which the run cannot make): the
                 // next step could not be shown it faithfully.
                 _ => return Err(err(Errno::EOPNOTSUPP)),
-            }
-            if nix::unistd::geteuid().is_root() {
-                nix::unistd::fchownat(
-                    to,
-                    name.as_os_str(),
-                    Some(nix::unistd::Uid::from_raw(stat.st_uid)),
-                    Some(nix::unistd::Gid::from_raw(stat.st_gid)),
-                    AtFlags::AT_SYMLINK_NOFOLLOW,
-                )
-                .map_err(&err)?;
             }
         }
         Ok(())
