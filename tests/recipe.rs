@@ -474,3 +474,31 @@ fn parse_errors_name_the_file_line_and_field() {
     let (code, said, _) = check("ok.yaml", "steps:\n  - command: [\"true\"]\n");
     assert_eq!(code, Some(0), "{said}");
 }
+
+#[test]
+fn the_steps_layers_together_are_bounded_by_the_layer_limit() {
+    for who in recipe_identities("the_steps_layers_together_are_bounded_by_the_layer_limit") {
+        let recipe = Recipe::new(who);
+        let profile = recipe.file(
+            "small.toml",
+            "version = 1\nextends = \"strict\"\n[filesystem]\nreview_size = \"1MiB\"\n",
+        );
+        // Each step fits the 1 MiB layer; the two together do not.
+        let steps = "[[steps]]\nscript = \"head -c 700000 /dev/zero > a\"\n\
+                     [[steps]]\nscript = \"head -c 700000 /dev/zero > b\"\n";
+        let out = recipe.run(
+            "big.toml",
+            &format!("profile = \"{}\"\n{steps}", profile.display()),
+            &["--json"],
+        );
+        assert_eq!(out.status.code(), Some(1), "{who:?}: {}", text(&out.stderr));
+        let report = Recipe::report(&out);
+        assert_eq!(report["steps"][0]["ok"], true, "{report}");
+        assert_eq!(report["failed_step"], "step 2", "{report}");
+        let error = report["steps"][1]["attempts"][0]["error"]
+            .as_str()
+            .unwrap_or("");
+        assert!(error.contains("layer limit"), "{report}");
+        assert!(!recipe.project.path().join("a").exists(), "{who:?}");
+    }
+}

@@ -210,6 +210,17 @@ impl Runner<'_> {
             if ok {
                 report.changes = Some(stack::summary(&keep)?);
                 stack::merge(&keep, &self.work.accumulated())?;
+                // Each layer is bounded by its tmpfs; the sum of them, on
+                // the state directory's disk, by the same limit.
+                let limit = self.policy.filesystem.review_size;
+                if stack::size(&self.work.accumulated())? > limit {
+                    if let Some(last) = report.attempts.last_mut() {
+                        last.error = Some(format!(
+                            "the recipe's changes together are larger than the layer limit ({limit} bytes, `[filesystem] review_size`)"
+                        ));
+                    }
+                    break;
+                }
                 report.ok = true;
                 break;
             }

@@ -43,6 +43,10 @@ use super::{Kept, ReviewError};
 
 const OPAQUE: &CStr = c"user.overlay.opaque";
 
+/// The deepest directory a kept layer may hold: the supervisor's walks
+/// recurse, and a step that nests deeper fails rather than overflow them.
+pub const MAX_DEPTH: usize = 1024;
+
 /// Where init mounts a recipe's accumulated layer when the supervisor
 /// hands it over as a tree: in the staging root, which the payload never
 /// sees.
@@ -91,7 +95,7 @@ pub fn keep(layer_root: BorrowedFd<'_>, id: &str, into: &Path) -> Kept {
             links: HashMap::new(),
             entries: 0,
         };
-        copy.dir(upper.as_fd(), root.as_fd(), Path::new(""))?;
+        copy.dir(upper.as_fd(), root.as_fd(), Path::new(""), 0)?;
         Ok::<usize, ReviewError>(copy.entries)
     })();
     match result {
@@ -123,7 +127,14 @@ impl Copy<'_> {
         from: BorrowedFd<'_>,
         to: BorrowedFd<'_>,
         relative: &Path,
+        depth: usize,
     ) -> Result<(), ReviewError> {
+        if depth > MAX_DEPTH {
+            return Err(ReviewError::Layer {
+                path: relative.to_path_buf(),
+                source: Errno::ELOOP,
+            });
+        }
         let names = list(from).map_err(layer(relative))?;
         for name in &names {
             let path = relative.join(name);
@@ -146,7 +157,7 @@ impl Copy<'_> {
                     {
                         crate::sys::xattr::set(target.as_fd(), OPAQUE, b"y").map_err(&err)?;
                     }
-                    self.dir(source.as_fd(), target.as_fd(), &path)?;
+                    self.dir(source.as_fd(), target.as_fd(), &path, depth + 1)?;
                     nix::sys::stat::fchmod(target.as_fd(), mode).map_err(&err)?;
                 }
                 SFlag::S_IFREG => {
@@ -307,6 +318,31 @@ fn summarize(dir: &Path, relative: &Path, summary: &mut Summary) -> Result<(), R
         }
     }
     Ok(())
+}
+
+/// The bytes of the regular files below `dir` (each link counted), for
+/// the bound on a recipe's accumulated layer.
+pub fn size(dir: &Path) -> Result<u64, ReviewError> {
+    let mut total = 0u64;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|source| ReviewError::Io {
+            op: "reading",
+            path: dir.clone(),
+            source,
+        })?;
+        for entry in entries.filter_map(Result::ok) {
+            let Ok(meta) = std::fs::symlink_metadata(entry.path()) else {
+                continue;
+            };
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                total = total.saturating_add(meta.len());
+            }
+        }
+    }
+    Ok(total)
 }
 
 fn is_whiteout(meta: &std::fs::Metadata) -> bool {
