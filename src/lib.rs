@@ -15,6 +15,7 @@ pub mod grants;
 pub mod ipc;
 pub mod launch;
 pub mod profile;
+pub mod recipe;
 pub mod review;
 pub mod run;
 pub mod serve;
@@ -48,6 +49,9 @@ enum Command {
     Apply(review::ApplyArgs),
     /// Drop a review run's changes.
     Discard(review::DiscardArgs),
+    /// Run a recipe: steps applied as one transaction, or not at all (docs/src/recipes.md).
+    #[command(subcommand)]
+    Recipe(recipe::RecipeCommand),
     /// Send one request to the broker from inside a sandbox and print the result.
     Ipc(ipc::IpcArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
@@ -126,6 +130,7 @@ pub fn main<L: faces::Linked>() -> i32 {
         Command::Changes(args) => review::changes(args),
         Command::Apply(args) => review::apply(args),
         Command::Discard(args) => review::discard(args),
+        Command::Recipe(cmd) => recipe::run(cmd),
         Command::Doctor(args) => doctor::run(args),
         Command::Watch(args) => watch::run(args),
         Command::Ipc(args) => ipc::run(args),

@@ -25,6 +25,7 @@ fn dry_run_sets_up_and_never_executes() {
         env: Vec::new(),
         dry_run: true,
         read_only_extra: Vec::new(),
+        review_stack: None,
     };
     let mut prepared = Prepared::new(&policy, spec, Default::default()).expect("prepares");
     let inputs = StartInputs {

@@ -614,3 +614,31 @@ pub fn is_static_elf(path: &Path) -> bool {
         bytes.len() >= at + 4 && u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) != 3
     })
 }
+
+fn coarse_now_ns() -> i128 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_REALTIME_COARSE).unwrap();
+    i128::from(now.tv_sec()) * 1_000_000_000 + i128::from(now.tv_nsec())
+}
+
+fn newest_change_ns(path: &std::path::Path) -> i128 {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::symlink_metadata(path).unwrap();
+    let mut newest = i128::from(meta.ctime()) * 1_000_000_000 + i128::from(meta.ctime_nsec());
+    if meta.is_dir() {
+        for entry in std::fs::read_dir(path).unwrap().filter_map(Result::ok) {
+            newest = newest.max(newest_change_ns(&entry.path()));
+        }
+    }
+    newest
+}
+
+/// Wait until the filesystems' clock has moved past every change the test
+/// made to the project, so that the run starts after them: a change in
+/// the start's own clock tick counts as made during the run (a conflict
+/// at apply, by design).
+pub fn settle(project: &std::path::Path) {
+    let newest = newest_change_ns(project);
+    while coarse_now_ns() <= newest {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}

@@ -39,6 +39,7 @@ pub struct Command {
     secrets: Vec<crate::broker::secrets::SecretSpec>,
     skill: Option<crate::spawn::prepare::SkillCaller>,
     read_only_extra: Vec<(PathBuf, PathBuf)>,
+    review_stack: Option<crate::review::stack::Stack>,
     verbose: bool,
     dry_run: bool,
     asker: Option<Box<dyn crate::broker::prompt::Asker>>,
@@ -104,6 +105,7 @@ impl Command {
             secrets: Vec::new(),
             skill: None,
             read_only_extra: Vec::new(),
+            review_stack: None,
             verbose: false,
             dry_run: false,
             asker: None,
@@ -119,6 +121,15 @@ impl Command {
     pub fn read_only(&mut self, host: impl AsRef<Path>, inside: impl AsRef<Path>) -> &mut Command {
         self.read_only_extra
             .push((host.as_ref().to_path_buf(), inside.as_ref().to_path_buf()));
+        self
+    }
+
+    /// Run as one attempt of a recipe's step: review mode over the
+    /// project with the recipe's accumulated layer above it, the attempt's
+    /// own layer kept where `stack` says (see [`crate::review::stack`]).
+    /// The policy must ask for review mode.
+    pub fn review_stack(&mut self, stack: crate::review::stack::Stack) -> &mut Command {
+        self.review_stack = Some(stack);
         self
     }
 
@@ -328,6 +339,7 @@ impl Command {
             env: self.env.clone(),
             dry_run: self.dry_run,
             read_only_extra: self.read_only_extra.clone(),
+            review_stack: self.review_stack.clone(),
         };
         // Toolchains named in the profile become concrete read paths and
         // variables here, below the caller's home directory.

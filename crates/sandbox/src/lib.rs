@@ -26,6 +26,7 @@ pub mod net;
 pub mod probe;
 pub mod profile;
 pub mod project;
+pub mod recipe;
 pub mod review;
 pub mod safe_file;
 pub mod seccomp;

@@ -23,6 +23,7 @@
 pub mod apply;
 pub mod capture;
 pub mod changes;
+pub mod stack;
 
 use std::path::{Path, PathBuf};
 
@@ -158,6 +159,10 @@ pub struct Started {
     pub protect: Vec<String>,
     /// The layer's size limit.
     pub limit: u64,
+    /// One attempt of a recipe's step: the layer it sees above the project
+    /// and where its own goes, instead of the store ([`stack`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<stack::Stack>,
 }
 
 /// One apply or discard's hold on a run (see [`Store::lock`]).
@@ -257,6 +262,7 @@ impl Store {
             secrets: policy.filesystem.secrets.clone(),
             protect: policy.filesystem.protect.clone(),
             limit: policy.filesystem.review_size,
+            stack: None,
         }
     }
 
@@ -624,6 +630,7 @@ mod tests {
             secrets: Vec::new(),
             protect: Vec::new(),
             limit: DEFAULT_LAYER_SIZE,
+            stack: None,
         };
         store.create_run(&mut started).unwrap();
         let held = store.lock(&started.id).unwrap();

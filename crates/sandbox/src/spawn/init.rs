@@ -611,9 +611,26 @@ fn mount_plan<'a>(
             tmpfs_options,
             overlay_options,
             mode,
+            lower_tree,
         } = op
         {
-            *layer = Some(review_layer(target, tmpfs_options, overlay_options, *mode)?);
+            let lower = match lower_tree {
+                Some(index) => {
+                    Some(trees.get_mut(*index).and_then(Option::take).ok_or(Failed {
+                        step: Step::ReviewLayer,
+                        errno: Errno::EBADF,
+                        detail: b"recipe layer",
+                    })?)
+                }
+                None => None,
+            };
+            *layer = Some(review_layer(
+                target,
+                tmpfs_options,
+                overlay_options,
+                *mode,
+                lower,
+            )?);
             continue;
         }
         mount_op(op, trees, read_only, writable)?;
@@ -630,6 +647,7 @@ fn review_layer<'a>(
     tmpfs_options: &'a CStr,
     overlay_options: &'a CStr,
     mode: u32,
+    lower: Option<OwnedFd>,
 ) -> Result<OwnedFd, Failed<'a>> {
     use nix::fcntl::{open, OFlag};
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
@@ -653,6 +671,11 @@ fn review_layer<'a>(
         Mode::empty(),
     )
     .step(Step::ReviewLayer, b"/review")?;
+    if let Some(tree) = lower {
+        let staged = crate::review::stack::STAGED_LOWER_C;
+        mkdir_if_missing(staged)?;
+        mount_api::attach_tree(tree.as_fd(), staged).step(Step::ReviewLayer, staged.to_bytes())?;
+    }
     mount(
         Some("overlay"),
         target,

@@ -412,6 +412,7 @@ mod tests {
             env: vec![("CI".into(), Some("1".into()))],
             dry_run: false,
             read_only_extra: vec![],
+            review_stack: None,
         };
         let cold = super::super::Prepared::new(&policy, spec, Default::default())
             .unwrap()

@@ -32,3 +32,25 @@ pub fn get(fd: BorrowedFd<'_>, name: &CStr) -> Result<Option<Vec<u8>>, Errno> {
     let len = usize::try_from(len).map_err(|_| Errno::EOVERFLOW)?;
     Ok(Some(buf[..len.min(buf.len())].to_vec()))
 }
+
+/// Set attribute `name` of the file open as `fd` to `value`: how a
+/// recipe's kept layer keeps the overlay's mark of a directory that
+/// replaced the project's (see `crate::review::stack`).
+pub fn set(fd: BorrowedFd<'_>, name: &CStr, value: &[u8]) -> Result<(), Errno> {
+    // SAFETY: fsetxattr reads `value.len()` bytes from the live slice and
+    // the NUL-terminated `name`, and writes no memory of ours; `fd` is a
+    // valid descriptor for the call's duration.
+    let rc = unsafe {
+        libc::fsetxattr(
+            fd.as_raw_fd(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}

@@ -10,6 +10,18 @@ use crate::review::{Kept, Started, Store};
 /// that is missing or cannot be read keeps nothing, and says why.
 /// `store` is where (None: the user's own store).
 pub(super) fn capture(store: Option<&Path>, started: &Started, layer: Option<OwnedFd>) -> Kept {
+    if let Some(stack) = &started.stack {
+        // A recipe's step: its layer goes to the recipe, not the store.
+        return match &layer {
+            Some(layer) => crate::review::stack::keep(layer.as_fd(), &started.id, &stack.keep),
+            None => Kept {
+                id: started.id.clone(),
+                changes: 0,
+                limit_reached: false,
+                error: Some("init did not hand the layer over (the run ended before its view was built, or was killed)".to_owned()),
+            },
+        };
+    }
     let store = store.map_or_else(Store::user, |root| Store::at(root.to_path_buf()));
     let mut started = started.clone();
     let result = match &layer {

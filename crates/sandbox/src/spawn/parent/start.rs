@@ -421,6 +421,7 @@ mod tests {
             env: vec![],
             dry_run: false,
             read_only_extra: vec![],
+            review_stack: None,
         };
         let mut prepared =
             Prepared::new(&policy, spec, Default::default()).expect("a prepared run");

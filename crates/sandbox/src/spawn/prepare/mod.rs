@@ -67,6 +67,10 @@ pub struct SpawnSpec {
     /// sandbox's user could not reach them: a skill's directory, the
     /// client libraries. Each must exist.
     pub read_only_extra: Vec<(PathBuf, PathBuf)>,
+    /// A review run that is one attempt of a recipe's step: the layer it
+    /// sees above the project and where its own is kept
+    /// ([`crate::review::stack`]). Only with review mode.
+    pub review_stack: Option<crate::review::stack::Stack>,
 }
 
 /// The kind of filesystem object a mount target must be.
@@ -132,6 +136,10 @@ pub enum MountOp {
         /// The project root's permission bits, which the overlay's root
         /// takes from the upper directory.
         mode: u32,
+        /// A recipe's accumulated layer, handed over as this tree and
+        /// mounted in the staging root as the overlay's upper lower layer
+        /// (see [`crate::review::stack`]).
+        lower_tree: Option<usize>,
     },
     /// Bind a path of the view onto itself: read-only to protect it, or
     /// as it is to pin it (a mount point cannot be renamed or removed, so
@@ -437,7 +445,16 @@ impl Prepared {
         view.add_handed_over(&spec.read_only_extra, &mut warnings)?;
         view.order_parents_first();
         if policy.filesystem.review {
-            view.review_layer(policy, &project)?;
+            view.review_layer(
+                policy,
+                &project,
+                spec.review_stack.as_ref().map(|s| s.lower.as_path()),
+                ids.inside_uid,
+            )?;
+        } else if spec.review_stack.is_some() {
+            return Err(SpawnError::Invalid(
+                "a recipe's step runs in review mode, and this one would not".into(),
+            ));
         }
         view.hide(policy, &project, &mut warnings)?;
         let (project_rules, scan) = view.scan_project(policy, &project, &mut warnings)?;
@@ -461,7 +478,9 @@ impl Prepared {
         // The run's record in the store is made before anything runs, with
         // the start that host changes are compared with at apply.
         let review = if policy.filesystem.review && !spec.dry_run {
-            Some(crate::review::Store::user().start(&project, policy))
+            let mut started = crate::review::Store::user().start(&project, policy);
+            started.stack = spec.review_stack.clone();
+            Some(started)
         } else {
             None
         };

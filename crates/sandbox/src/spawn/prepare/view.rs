@@ -372,8 +372,10 @@ impl ViewPlan {
         &mut self,
         policy: &Policy,
         project: &Path,
+        stacked: Option<&Path>,
+        inside_uid: u32,
     ) -> Result<(), SpawnError> {
-        use std::os::unix::fs::PermissionsExt;
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
         if policy.filesystem.project != ProjectAccess::ReadWrite {
             return Err(SpawnError::Invalid(format!(
                 "review mode keeps a run's changes to the project, but profile `{}` does not let the run write the project (`[filesystem] project = \"rw\"` does)",
@@ -381,12 +383,49 @@ impl ViewPlan {
             )));
         }
         let text = project.as_os_str().to_string_lossy();
-        if let Some(bad) = text.chars().find(|c| matches!(c, ',' | ':' | '\\' | '\n')) {
+        let unsayable = |text: &str| text.chars().find(|c| matches!(c, ',' | ':' | '\\' | '\n'));
+        if let Some(bad) = unsayable(&text) {
             return Err(SpawnError::Invalid(format!(
                 "review mode cannot name the project {} to the overlay: its path contains {bad:?}, which overlayfs options cannot carry; move or link the project to a path without it",
                 project.display()
             )));
         }
+        // A recipe's accumulated layer, above the project. A run started by
+        // root reaches host paths as an unprivileged id by the time it
+        // mounts (the state directory may be below a 0700 /root), so the
+        // supervisor hands the layer over as a tree, idmapped like the
+        // project so that the sandbox may change what the steps before it
+        // wrote; otherwise init reaches it through the host's tree.
+        let mut lower_tree = None;
+        let stacked = match stacked {
+            Some(lower) if self.root_mode => {
+                let meta = std::fs::metadata(lower).map_err(|source| SpawnError::Path {
+                    what: "recipe layer",
+                    path: lower.to_path_buf(),
+                    source,
+                })?;
+                let owner = (meta.uid(), meta.gid());
+                lower_tree = Some(self.idmapped.len());
+                self.idmapped.push(IdmappedTree {
+                    host_path: path_cstring(lower)?,
+                    writable: false,
+                    idmap: true,
+                    owner: (owner.0 != inside_uid).then_some(owner),
+                });
+                format!("{}:", crate::review::stack::STAGED_LOWER)
+            }
+            Some(lower) => {
+                let lower_text = lower.as_os_str().to_string_lossy();
+                if let Some(bad) = unsayable(&lower_text) {
+                    return Err(SpawnError::Invalid(format!(
+                        "a recipe's layer {} cannot be named to the overlay: its path contains {bad:?}; set SANDBOX_STATE_DIR to a path without it",
+                        lower.display()
+                    )));
+                }
+                format!("/oldroot{lower_text}:")
+            }
+            None => String::new(),
+        };
         let position = self
             .planner
             .mounts
@@ -406,7 +445,7 @@ impl ViewPlan {
         let overlay_options = super::cstring(
             "overlay options",
             format!(
-                "lowerdir=/newroot{},upperdir=/review/{},workdir=/review/{},userxattr",
+                "lowerdir={stacked}/newroot{},upperdir=/review/{},workdir=/review/{},userxattr",
                 text,
                 crate::review::capture::UPPER,
                 crate::review::capture::WORK
@@ -429,6 +468,7 @@ impl ViewPlan {
                     tmpfs_options,
                     overlay_options,
                     mode,
+                    lower_tree,
                 },
             ),
         );
