@@ -93,3 +93,12 @@ impl IntoResponse for ApiError {
         response
     }
 }
+
+/// Run a blocking store or file call off the runtime's workers.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|err| ApiError::internal(format!("a blocking task failed: {err}")))?
+}

@@ -113,7 +113,7 @@ impl ReviewStores {
         let dir = {
             let stores = self.clone_paths();
             let uid = caller.uid;
-            crate::runs::blocking(move || stores.caller_dir(uid)).await?
+            crate::error::blocking(move || stores.caller_dir(uid)).await?
         };
         let mut command = tokio::process::Command::new(&self.program);
         command.args(args);

@@ -138,14 +138,7 @@ fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Run a blocking store or file call off the runtime's workers.
-pub async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
-) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|err| ApiError::internal(format!("a blocking task failed: {err}")))?
-}
+pub use crate::error::blocking;
 
 fn store_error(err: super::store::StoreError) -> ApiError {
     ApiError::internal(err.to_string())
