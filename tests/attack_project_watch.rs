@@ -513,3 +513,44 @@ fn serve_keeps_a_watcher_for_its_project_while_it_runs() {
         assert!(gone.is_some(), "{who:?}: the watcher outlived serve");
     }
 }
+
+/// A secret's name that is a symlink hides what it points at; when the way
+/// there passes through a link outside the project, that link can be
+/// pointed elsewhere with no event in the project. The watcher must answer
+/// as a walk made now would: the new target hidden, not the old one.
+#[test]
+fn a_secret_symlink_repointed_outside_the_project_hides_its_new_target() {
+    for who in identities("a_secret_symlink_repointed_outside_the_project_hides_its_new_target") {
+        let project = Project::new(who);
+        let state = state_dir(who);
+        project.write("a.txt", "A-CONTENT\n");
+        project.write("b.txt", "B-CONTENT\n");
+        let outside = tempfile::Builder::new()
+            .prefix("sandbox-outside-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        let hop = outside.path().join("hop");
+        let canonical = std::fs::canonicalize(project.path()).unwrap();
+        std::os::unix::fs::symlink(canonical.join("a.txt"), &hop).unwrap();
+        std::os::unix::fs::symlink(&hop, project.path().join(".env")).unwrap();
+        let _watcher = Watcher::start(&project, state.path());
+        let (first, report) = run(
+            &project,
+            state.path(),
+            "cat a.txt b.txt 2>/dev/null; echo checked",
+        );
+        assert_eq!(first, "B-CONTENT\nchecked\n", "{who:?}");
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+
+        std::fs::remove_file(&hop).unwrap();
+        std::os::unix::fs::symlink(canonical.join("b.txt"), &hop).unwrap();
+        let (second, report) = run(
+            &project,
+            state.path(),
+            "cat a.txt b.txt 2>/dev/null; echo checked",
+        );
+        assert_eq!(scan_source(&report), "watcher", "{who:?}: {report}");
+        assert!(!second.contains("B-CONTENT"), "{who:?}: {second}");
+        assert_eq!(second, "A-CONTENT\nchecked\n", "{who:?}");
+    }
+}

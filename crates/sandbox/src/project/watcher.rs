@@ -479,6 +479,24 @@ impl Kept {
         self.pending = Changes::default();
         self.whole = false;
     }
+
+    /// Put the findings together again when the walk holds a secret or
+    /// protected symlink: the path to what it covers may pass outside the
+    /// project (`.env -> /elsewhere/link -> project/file`), where no watch
+    /// sees that link change, and a whole walk would follow it as it is now.
+    fn resolve_links_again(&mut self, project: &Path, key: &ScanRules) {
+        let Some(walked) = self.walked.as_ref().filter(|w| w.has_links()) else {
+            return;
+        };
+        let started = Instant::now();
+        self.outcome = walked
+            .scan(project, key.writable, key.hardlinks, Listing::Left)
+            .map(|mut scan| {
+                scan.elapsed = started.elapsed();
+                scan
+            })
+            .map_err(|err| err.to_string());
+    }
 }
 
 /// The watcher of one project.
@@ -613,6 +631,9 @@ impl Watcher {
             self.kept.insert(rules.clone(), Kept::new(compiled));
         }
         self.walk_stale();
+        if let Some(kept) = self.kept.get_mut(&rules) {
+            kept.resolve_links_again(&self.project, &rules);
+        }
         Ok(match self.kept.get(&rules).map(|k| &k.outcome) {
             Some(Ok(scan)) => Answer::Scan {
                 protocol: PROTOCOL,

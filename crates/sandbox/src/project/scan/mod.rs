@@ -482,6 +482,16 @@ impl Walked {
         self.dirs.retain(|path, _| reached.contains(path));
     }
 
+    /// Whether the walk found a secret or protected name that is a
+    /// symlink: what it points at is covered instead, and that is resolved
+    /// anew each time the findings are put together, since a link outside
+    /// the project on the way there can change with no event in it.
+    pub fn has_links(&self) -> bool {
+        self.dirs
+            .values()
+            .any(|facts| !facts.secret_links.is_empty() || !facts.protected_links.is_empty())
+    }
+
     /// What the run's view needs, from this walk.
     pub fn scan(
         &self,
