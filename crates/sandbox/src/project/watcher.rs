@@ -432,6 +432,9 @@ struct Kept {
     pending: Changes,
     /// The watches were set again since the walk: walk it whole.
     whole: bool,
+    /// The walk holds a secret or protected symlink ([`Walked::has_links`]),
+    /// known once per walk rather than looked for at every answer.
+    has_links: bool,
 }
 
 impl Kept {
@@ -443,6 +446,7 @@ impl Kept {
             walked: None,
             pending: Changes::default(),
             whole: true,
+            has_links: false,
         }
     }
 
@@ -464,6 +468,14 @@ impl Kept {
                 Err(err) => self.outcome = Err(err.to_string()),
             }
         }
+        self.has_links = self.walked.as_ref().is_some_and(Walked::has_links);
+        self.assemble(project, key, started);
+        self.pending = Changes::default();
+        self.whole = false;
+    }
+
+    /// The answer from the kept walk, as its links lead now.
+    fn assemble(&mut self, project: &Path, key: &ScanRules, started: Instant) {
         if let Some(walked) = &self.walked {
             // The sweep after a run this answers asks where the changes
             // were instead (`changed_since`): a listing of every directory
@@ -476,8 +488,6 @@ impl Kept {
                 })
                 .map_err(|err| err.to_string());
         }
-        self.pending = Changes::default();
-        self.whole = false;
     }
 
     /// Put the findings together again when the walk holds a secret or
@@ -485,17 +495,9 @@ impl Kept {
     /// project (`.env -> /elsewhere/link -> project/file`), where no watch
     /// sees that link change, and a whole walk would follow it as it is now.
     fn resolve_links_again(&mut self, project: &Path, key: &ScanRules) {
-        let Some(walked) = self.walked.as_ref().filter(|w| w.has_links()) else {
-            return;
-        };
-        let started = Instant::now();
-        self.outcome = walked
-            .scan(project, key.writable, key.hardlinks, Listing::Left)
-            .map(|mut scan| {
-                scan.elapsed = started.elapsed();
-                scan
-            })
-            .map_err(|err| err.to_string());
+        if self.has_links {
+            self.assemble(project, key, Instant::now());
+        }
     }
 }
 
