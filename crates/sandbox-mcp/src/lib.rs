@@ -17,6 +17,7 @@
 //! with the example skills; hosts start only on a skill's first call.
 #![deny(missing_docs)]
 
+pub mod changes;
 pub mod engine;
 pub mod server;
 pub mod shell;

@@ -21,6 +21,7 @@ use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::{json, Value};
 
+use super::changes;
 use super::engine::{Ask, Engine, EngineError, EngineEvent, Invocation};
 use super::tools::{self, SandboxSummary};
 
@@ -29,12 +30,19 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(500);
 /// The answers a person can give, as the elicitation offers them.
 const CHOICES: [&str; 4] = sandbox::broker::prompt::ANSWER_WORDS;
 
-/// A call waiting for the client's answer to its skill's question.
+/// A call waiting for the client's answer to a question.
 struct Suspended {
     tool: String,
-    invocation: Invocation,
-    ask: Ask,
+    waiting: Waiting,
     since: Instant,
+}
+
+/// What a suspended call asked.
+enum Waiting {
+    /// A skill's broker question.
+    Skill { invocation: Invocation, ask: Ask },
+    /// Whether to apply a review run's changes, as planned.
+    Apply(sandbox::review::apply::Plan),
 }
 
 /// The handler rmcp drives.
@@ -114,10 +122,20 @@ impl McpServer {
         let mut tools = Vec::new();
         if let Some(shell) = &self.shell {
             tools.push(to_tool(shell.tool.clone())?);
+            for tool in changes::tool_entries(&shell.config.project) {
+                tools.push(to_tool(tool)?);
+            }
         }
         for entry in listed["skills"].as_array().into_iter().flatten() {
             let name = entry["name"].as_str().unwrap_or_default();
-            if self.shell.is_some() && name == super::SHELL_TOOL {
+            if self.shell.is_some()
+                && [
+                    super::SHELL_TOOL,
+                    changes::APPLY_TOOL,
+                    changes::DISCARD_TOOL,
+                ]
+                .contains(&name)
+            {
                 eprintln!(
                     "sandbox serve --mcp: skill {name} is not offered: --shell takes that tool name"
                 );
@@ -228,7 +246,13 @@ impl McpServer {
             "requestState": token,
         }))
         .map_err(|err| McpError::internal_error(format!("building the question: {err}"), None))?;
-        // Expired on time even if the client never calls again.
+        self.keep_suspended(token, tool, Waiting::Skill { invocation, ask });
+        Ok(result)
+    }
+
+    /// Hold `waiting` under `token` until the client calls again, expired
+    /// on time even if it never does.
+    fn keep_suspended(&self, token: String, tool: String, waiting: Waiting) {
         tokio::spawn({
             let server = self.clone();
             async move {
@@ -236,17 +260,14 @@ impl McpServer {
                 server.expire_suspended();
             }
         });
-        let mut suspended = lock(&self.suspended);
-        suspended.insert(
+        lock(&self.suspended).insert(
             token,
             Suspended {
                 tool,
-                invocation,
-                ask,
+                waiting,
                 since: Instant::now(),
             },
         );
-        Ok(result)
     }
 
     /// Calls suspended too long are cancelled (the client went away).
@@ -261,11 +282,15 @@ impl McpServer {
             old.iter().filter_map(|t| suspended.remove(t)).collect()
         };
         for call in expired {
+            // An apply never accepted keeps its run's changes kept.
+            let Waiting::Skill { invocation, ask } = call.waiting else {
+                continue;
+            };
             let engine = self.engine.clone();
             tokio::spawn(async move {
-                engine.answer(&call.ask, "unanswered");
-                engine.cancel(call.invocation.id);
-                engine.forget(call.invocation.id);
+                engine.answer(&ask, "unanswered");
+                engine.cancel(invocation.id);
+                engine.forget(invocation.id);
             });
         }
     }
@@ -286,9 +311,11 @@ impl McpServer {
         if call.tool != request.name {
             // A client answering for another tool: the suspended call is
             // denied and cancelled rather than kept for a matching retry.
-            self.engine.answer(&call.ask, "unanswered");
-            self.engine.cancel(call.invocation.id);
-            self.engine.forget(call.invocation.id);
+            if let Waiting::Skill { invocation, ask } = &call.waiting {
+                self.engine.answer(ask, "unanswered");
+                self.engine.cancel(invocation.id);
+                self.engine.forget(invocation.id);
+            }
             let text = format!(
                 "tool {}: the requestState belongs to a call of {}",
                 request.name, call.tool
@@ -300,9 +327,76 @@ impl McpServer {
             .as_ref()
             .and_then(|r| serde_json::to_value(r).ok())
             .unwrap_or(Value::Null);
-        let answer = decision_of(&responses["decision"]);
-        self.engine.answer(&call.ask, answer);
-        self.drive(call.tool, call.invocation, context).await
+        match call.waiting {
+            Waiting::Skill { invocation, ask } => {
+                let answer = decision_of(&responses["decision"]);
+                self.engine.answer(&ask, answer);
+                self.drive(call.tool, invocation, context).await
+            }
+            Waiting::Apply(plan) => {
+                let accepted = changes::accepts(&responses["decision"]);
+                let store = sandbox::review::Store::user();
+                Ok(CallToolResponse::Complete(changes::finish(
+                    &store, &plan, accepted,
+                )))
+            }
+        }
+    }
+
+    /// `apply_changes`: plan with the host's rules, put a clean plan to the
+    /// person, write exactly what they accepted. The store's work is done
+    /// on this thread: the runtime must stay single-threaded (the engine
+    /// forks), and an apply is bounded by the run's layer limit.
+    async fn apply_call(
+        &self,
+        project: &std::path::Path,
+        arguments: &serde_json::Map<String, Value>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let request = match changes::ChangesRequest::from_arguments(arguments, true) {
+            Ok(request) => request,
+            Err(err) => {
+                let text = format!("{}: {err}", changes::APPLY_TOOL);
+                return Ok(CallToolResponse::Complete(tools::failure(&text)));
+            }
+        };
+        let store = sandbox::review::Store::user();
+        let plan = match changes::plan(&store, project, &request) {
+            changes::Planned::Done(result) => return Ok(CallToolResponse::Complete(result)),
+            changes::Planned::Ask(plan) => plan,
+        };
+        if !can_elicit(context) {
+            let text = format!(
+                "{}: this host cannot ask the person (it offers no elicitation), so nothing was applied; the person applies run {} with `sandbox apply {}` in the project",
+                changes::APPLY_TOOL,
+                sandbox::broker::prompt::escape(&plan.id),
+                sandbox::broker::prompt::escape(&plan.id),
+            );
+            return Ok(CallToolResponse::Complete(tools::failure(&text)));
+        }
+        let question = changes::question(&plan);
+        if is_modern(context.protocol_version().as_ref()) {
+            let token = fresh_token();
+            let result: InputRequiredResult = serde_json::from_value(json!({
+                "resultType": "input_required",
+                "inputRequests": {"decision": question},
+                "requestState": token,
+            }))
+            .map_err(|err| {
+                McpError::internal_error(format!("building the question: {err}"), None)
+            })?;
+            self.keep_suspended(token, changes::APPLY_TOOL.to_owned(), Waiting::Apply(plan));
+            return Ok(CallToolResponse::InputRequired(result));
+        }
+        let answer = tokio::select! {
+            biased;
+            () = context.ct.cancelled() => None,
+            answer = ask_person(&context.peer, question, self.suspended_for) => answer,
+        };
+        let accepted = answer.as_ref().is_some_and(changes::accepts);
+        Ok(CallToolResponse::Complete(changes::finish(
+            &store, &plan, accepted,
+        )))
     }
 
     async fn shell_call(
@@ -390,6 +484,21 @@ impl ServerHandler for McpServer {
             if request.name == super::SHELL_TOOL {
                 let shell = Arc::clone(shell);
                 return self.shell_call(&shell.config, &arguments, &context).await;
+            }
+            if request.name == changes::APPLY_TOOL {
+                let project = shell.config.project.clone();
+                return self.apply_call(&project, &arguments, &context).await;
+            }
+            if request.name == changes::DISCARD_TOOL {
+                let result = match changes::ChangesRequest::from_arguments(&arguments, false) {
+                    Ok(asked) => changes::discard(
+                        &sandbox::review::Store::user(),
+                        &shell.config.project,
+                        &asked,
+                    ),
+                    Err(err) => tools::failure(&format!("{}: {err}", changes::DISCARD_TOOL)),
+                };
+                return Ok(CallToolResponse::Complete(result));
             }
         }
         let tool = request.name.to_string();
@@ -550,23 +659,29 @@ fn elicitation_request(ask: &Ask) -> Value {
 /// when no valid answer came before the skill's deadline (refused this
 /// time, asked again next time).
 async fn elicit(peer: &Peer<RoleServer>, ask: &Ask) -> &'static str {
-    let request: ServerRequest = match serde_json::from_value(elicitation_request(ask)) {
-        Ok(request) => request,
-        Err(err) => {
-            eprintln!("sandbox serve --mcp: building the question: {err}");
-            return "unanswered";
-        }
-    };
     let left = ask
         .deadline_ms
         .map(|deadline| Duration::from_millis(deadline.saturating_sub(sandbox::clock::unix_ms())))
         .unwrap_or(sandbox::broker::prompt::DEFAULT_DEADLINE);
-    match tokio::time::timeout(left, peer.send_request(request)).await {
-        Ok(Ok(ClientResult::ElicitResult(result))) => {
-            let result = serde_json::to_value(result).unwrap_or(Value::Null);
-            decision_of(&result)
+    match ask_person(peer, elicitation_request(ask), left).await {
+        Some(result) => decision_of(&result),
+        None => "unanswered",
+    }
+}
+
+/// Send the `elicitation/create` request `question` through a 2025-11-25
+/// session: the client's result, or None when none came within `left`.
+async fn ask_person(peer: &Peer<RoleServer>, question: Value, left: Duration) -> Option<Value> {
+    let request: ServerRequest = match serde_json::from_value(question) {
+        Ok(request) => request,
+        Err(err) => {
+            eprintln!("sandbox serve --mcp: building the question: {err}");
+            return None;
         }
-        _ => "unanswered",
+    };
+    match tokio::time::timeout(left, peer.send_request(request)).await {
+        Ok(Ok(ClientResult::ElicitResult(result))) => serde_json::to_value(result).ok(),
+        _ => None,
     }
 }
 

@@ -56,6 +56,44 @@ pub struct Applied {
     pub remaining: usize,
 }
 
+/// What applying would do, worked out without writing anything: what a
+/// person is shown before they accept (the MCP face's `apply_changes`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Plan {
+    /// The run.
+    pub id: String,
+    /// The project the run's changes go to.
+    pub project: PathBuf,
+    /// The changes that would be applied, in order.
+    pub changes: Vec<Change>,
+    /// Why they would not be (empty: apply would go ahead).
+    pub refusals: Vec<Refusal>,
+}
+
+impl Plan {
+    /// The paths it would write or remove, in order.
+    pub fn paths(&self) -> Vec<&str> {
+        self.changes.iter().map(|c| c.path.as_str()).collect()
+    }
+}
+
+/// The changes of run `id` below `paths` (all when empty), and every
+/// reason `apply` with `allow` would refuse them now.
+pub fn plan(store: &Store, id: &str, paths: &[String], allow: Allow) -> Result<Plan, ReviewError> {
+    let _lock = store.lock(id)?;
+    let prepared = prepare(store, id, paths, allow)?;
+    Ok(Plan {
+        id: id.to_owned(),
+        project: prepared.started.project.clone(),
+        changes: prepared
+            .selected
+            .iter()
+            .map(|&i| prepared.captured.changes[i].clone())
+            .collect(),
+        refusals: prepared.refusals,
+    })
+}
+
 /// Apply the changes of run `id` below `paths` (all of them when empty).
 pub fn apply(
     store: &Store,
@@ -64,8 +102,51 @@ pub fn apply(
     allow: Allow,
 ) -> Result<Applied, ReviewError> {
     let _lock = store.lock(id)?;
+    write(store, id, prepare(store, id, paths, allow)?)
+}
+
+/// Apply exactly what `accepted` showed a person: checked again under the
+/// run's lock, and refused whole if the changes it would write are no
+/// longer the ones accepted (applied or discarded meanwhile, or a path
+/// selection that now means more).
+pub fn apply_plan(store: &Store, accepted: &Plan, allow: Allow) -> Result<Applied, ReviewError> {
+    let _lock = store.lock(&accepted.id)?;
+    let paths: Vec<String> = accepted.paths().iter().map(|p| (*p).to_owned()).collect();
+    let prepared = prepare(store, &accepted.id, &paths, allow)?;
+    let now: Vec<&Change> = prepared
+        .selected
+        .iter()
+        .map(|&i| &prepared.captured.changes[i])
+        .collect();
+    let same = now.len() == accepted.changes.len()
+        && now.iter().zip(&accepted.changes).all(|(a, b)| *a == b);
+    if !same {
+        return Err(ReviewError::Refused(vec![Refusal {
+            path: None,
+            reason: "the run's changes are no longer the ones accepted (applied, discarded or changed meanwhile); look at them again".into(),
+            flag: None,
+        }]));
+    }
+    write(store, &accepted.id, prepared)
+}
+
+/// A run's changes selected and checked, under its lock.
+struct Prepared {
+    started: Started,
+    captured: super::Captured,
+    selected: Vec<usize>,
+    root: OwnedFd,
+    refusals: Vec<Refusal>,
+}
+
+fn prepare(
+    store: &Store,
+    id: &str,
+    paths: &[String],
+    allow: Allow,
+) -> Result<Prepared, ReviewError> {
     let started = store.started(id)?;
-    let mut captured = store.changes(id)?;
+    let captured = store.changes(id)?;
     let selected = select(&captured.changes, paths)?;
     let root = super::changes::open_root(&started.project)?;
     let mut refusals = Vec::new();
@@ -96,6 +177,24 @@ pub fn apply(
             &mut refusals,
         );
     }
+    Ok(Prepared {
+        started,
+        captured,
+        selected,
+        root,
+        refusals,
+    })
+}
+
+/// Write what `prepared` selected, unless anything was refused.
+fn write(store: &Store, id: &str, prepared: Prepared) -> Result<Applied, ReviewError> {
+    let Prepared {
+        mut captured,
+        selected,
+        root,
+        refusals,
+        ..
+    } = prepared;
     if !refusals.is_empty() {
         return Err(ReviewError::Refused(refusals));
     }
