@@ -598,3 +598,62 @@ fn a_long_call_reports_progress() {
         assert!(progress >= Some(1), "{}", seen.context());
     });
 }
+
+/// A shell command in review mode, then `apply_changes` of the project's
+/// newest run, answered through the SDK's elicitation callback in each era
+/// (a request to the client in 2025-11-25, an `input_required` result the
+/// client answers by calling again in 2026-07-28): only `apply` writes.
+#[test]
+fn a_review_runs_change_reaches_the_project_only_when_the_person_applies_it() {
+    let test = "mcp_python::a_review_runs_change_reaches_the_project_only_when_applied";
+    let Some(python) = client(test) else { return };
+    each_era(|era| {
+        for (answer, applied) in [("apply", true), ("keep", false), ("decline", false)] {
+            let project = project();
+            let spec = json!({
+                "calls": [
+                    {"tool": "shell", "arguments": {"command": "echo made > made.txt", "review": true}},
+                    {"tool": "apply_changes", "arguments": {"run": "last"}},
+                ],
+                "elicit": answer,
+            });
+            let seen = serve(&python, era, "calls", spec, project.path(), &["--shell"]);
+            let context = seen.context();
+            let review = &assert_success(&seen, 0)["review"];
+            if review.is_null()
+                && call(&seen, 0)["text"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("mounting the review layer"))
+            {
+                support::require(test, "overlayfs over tmpfs in a user namespace", false);
+                return;
+            }
+            assert_eq!(review["kept"], true, "{context}");
+            let elicitations = seen.json["elicitations"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(elicitations.len(), 1, "{answer}: {context}");
+            assert!(
+                elicitations[0]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("made.txt")),
+                "{context}"
+            );
+            assert_eq!(
+                project.path().join("made.txt").exists(),
+                applied,
+                "{answer}: {context}"
+            );
+            if applied {
+                assert_eq!(
+                    assert_success(&seen, 1)["applied"],
+                    json!(["made.txt"]),
+                    "{context}"
+                );
+            } else {
+                assert_tool_error(&seen, 1, &["did not accept"]);
+            }
+        }
+    });
+}
