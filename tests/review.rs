@@ -677,3 +677,52 @@ fn an_interrupted_apply_leaves_no_partial_file() {
         .len();
     assert_eq!(size, SIZE);
 }
+
+/// The broker writes the project from outside the run, so in review mode
+/// its `fs.write`, `fs.mkdir` and `fs.delete` would reach the project with
+/// nobody accepting them. Until the fix, a granted `fs.write` of a review
+/// run rewrote the project's file at once.
+#[test]
+fn the_brokers_writes_cannot_go_around_the_layer() {
+    for who in review_identities("the_brokers_writes_cannot_go_around_the_layer") {
+        let review = Review::new(who);
+        let p = &review.project;
+        p.write("notes.txt", "orig\n");
+        p.write("old.txt", "old\n");
+        let root = env!("CARGO_MANIFEST_DIR");
+        p.write(
+            "sandbox_ipc.py",
+            &std::fs::read_to_string(format!("{root}/clients/python/sandbox_ipc.py")).unwrap(),
+        );
+        p.write(
+            "attack.py",
+            "import sys, sandbox_ipc\nsys.dont_write_bytecode = True\nc = sandbox_ipc.connect()\n\
+             for call in (lambda: c.fs.write('notes.txt', 'via broker'),\n\
+                          lambda: c.fs.write('planted.txt', 'x'),\n\
+                          lambda: c.fs.mkdir('made'),\n\
+                          lambda: c.fs.delete('old.txt')):\n\
+             \x20   try:\n        call()\n        print('SERVED')\n\
+             \x20   except sandbox_ipc.SandboxError as e:\n        print('REFUSED', e.code, e.message)\n",
+        );
+        let (out, _id) = review.run(
+            &[
+                "--grant",
+                "fs.write",
+                "--grant",
+                "fs.mkdir",
+                "--grant",
+                "fs.delete",
+            ],
+            "python3 -B attack.py",
+        );
+        assert_ok(&out, "the broker's writes in review mode");
+        let said = text(&out.stdout);
+        assert!(!said.contains("SERVED"), "{who:?}: {said}");
+        assert_eq!(said.matches("REFUSED -32001").count(), 4, "{who:?}: {said}");
+        assert!(said.contains("review mode"), "{said}");
+        assert_eq!(review.read("notes.txt").as_deref(), Some("orig\n"));
+        assert_eq!(review.read("old.txt").as_deref(), Some("old\n"));
+        assert!(!p.path().join("planted.txt").exists());
+        assert!(!p.path().join("made").exists());
+    }
+}

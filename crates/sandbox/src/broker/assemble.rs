@@ -113,6 +113,9 @@ pub fn assemble(inputs: Inputs<'_>, warnings: &mut Vec<String>) -> Result<Broker
             .write_as_project_owner()
             .map_err(AssembleError::ReadOwner)?;
     }
+    if policy.filesystem.review {
+        broker.refuse_project_writes_for_review();
+    }
     match caller {
         Caller::Skill {
             name,

@@ -370,6 +370,16 @@ impl Broker {
                     |w: &fs_actions::WriteParams| &w.path,
                 )?;
                 record.target = Some(self.resolver.literal(&path));
+                if self.review {
+                    record.rule = "review mode".into();
+                    return Err(Failure {
+                        code: code::PERMISSION_DENIED,
+                        message: format!(
+                            "{action} is refused in review mode: the broker would change the project itself, outside the layer that keeps this run's changes for review; write the file from inside the run instead (the project is writable there, and the change is kept in the layer)"
+                        ),
+                        rule: Some("review mode".into()),
+                    });
+                }
                 self.refuse_early(action, &path, record)?;
                 let target = {
                     let _acting = self.resolver.acting_as_owner()?;

@@ -95,6 +95,9 @@ pub struct Broker {
     run_deadline: Option<Instant>,
     waiting: Option<Waiting>,
     network: Option<super::network::Network>,
+    /// A review run: the project must only change in the run's layer,
+    /// which this broker (writing the project from outside) cannot reach.
+    review: bool,
 }
 
 impl std::fmt::Debug for Broker {
@@ -138,7 +141,16 @@ impl Broker {
             run_deadline: None,
             waiting: None,
             network: None,
+            review: false,
         })
+    }
+
+    /// A review run's broker: `fs.write`, `fs.mkdir` and `fs.delete` are
+    /// refused, since the broker works on the project itself, outside the
+    /// layer that keeps the run's changes for review; served, they would
+    /// reach the project with nobody accepting them.
+    pub fn refuse_project_writes_for_review(&mut self) {
+        self.review = true;
     }
 
     /// Create, write and remove the project's files as its owner (root's
