@@ -726,3 +726,38 @@ fn the_brokers_writes_cannot_go_around_the_layer() {
         assert!(!p.path().join("made").exists());
     }
 }
+
+/// The supervisor walks a review run's layer after the run, and the
+/// payload decides how deep it is: until the fix, a few thousand nested
+/// directories overflowed the supervisor's stack (it aborted, and the
+/// run ended with no report). Now the run ends normally, keeps nothing
+/// and says why; the project is untouched.
+#[test]
+fn nesting_directories_past_the_bound_cannot_crash_the_supervisor() {
+    for who in review_identities("nesting_directories_past_the_bound_cannot_crash_the_supervisor") {
+        let review = Review::new(who);
+        let p = &review.project;
+        p.write("notes.txt", "orig\n");
+        let (out, _) = review.run(
+            &[],
+            "python3 -c \"import os\nfor _ in range(3000):\n    os.mkdir('d'); os.chdir('d')\nprint('NESTED')\"; echo changed > notes.txt",
+        );
+        let said = text(&out.stdout);
+        let stderr = text(&out.stderr);
+        assert!(said.contains("NESTED"), "{who:?}: {said} {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{who:?}: {stderr}");
+        assert!(
+            stderr.contains("deeper than 256 levels (below d)"),
+            "{who:?}: {stderr}"
+        );
+        assert!(!stderr.contains("overflow"), "{stderr}");
+        assert_eq!(review.read("notes.txt").as_deref(), Some("orig\n"));
+        assert!(!p.path().join("d").exists());
+        let listed = review.sandbox(&["changes", "--list"]);
+        assert!(
+            text(&listed.stdout).trim().is_empty(),
+            "{who:?}: kept {:?}",
+            text(&listed.stdout)
+        );
+    }
+}

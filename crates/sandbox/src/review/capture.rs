@@ -60,6 +60,7 @@ pub fn capture(
         Some(project_dir.as_fd()),
         Path::new(""),
         false,
+        0,
     )?;
     walk.changes
         .sort_by(|a, b| Path::new(&a.path).cmp(Path::new(&b.path)));
@@ -115,7 +116,13 @@ impl Walk<'_> {
         project: Option<BorrowedFd<'_>>,
         relative: &Path,
         replacing: bool,
+        depth: usize,
     ) -> Result<(), ReviewError> {
+        if depth > super::MAX_DEPTH {
+            return Err(ReviewError::TooDeep {
+                path: relative.to_path_buf(),
+            });
+        }
         let err = |source| ReviewError::Layer {
             path: relative.to_path_buf(),
             source,
@@ -130,7 +137,14 @@ impl Walk<'_> {
                         source,
                     })?;
             let before = project.and_then(|p| stat_at(p, name).map(|s| (kind_of(&s), s)));
-            self.entry((upper, project), name, &path, &stat, before, replacing)?;
+            self.entry(
+                (upper, project),
+                name,
+                &path,
+                &stat,
+                before,
+                (replacing, depth),
+            )?;
         }
         Ok(())
     }
@@ -144,7 +158,7 @@ impl Walk<'_> {
         path: &Path,
         stat: &FileStat,
         before: Option<(EntryKind, FileStat)>,
-        replacing: bool,
+        (replacing, depth): (bool, usize),
     ) -> Result<(), ReviewError> {
         let (upper, project) = dirs;
         let layer_err = |source| ReviewError::Layer {
@@ -198,6 +212,7 @@ impl Walk<'_> {
                     project_dir.as_ref().map(AsFd::as_fd),
                     path,
                     opaque,
+                    depth + 1,
                 )?;
             }
             SFlag::S_IFREG => {

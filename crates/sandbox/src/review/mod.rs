@@ -85,6 +85,12 @@ pub enum ReviewError {
         /// The errno.
         source: nix::errno::Errno,
     },
+    /// The run nested directories deeper than [`MAX_DEPTH`].
+    #[error("the run's layer nests directories deeper than {MAX_DEPTH} levels (below {}), so nothing of it was kept; no project needs that depth, so look at what the command did", first_component(path))]
+    TooDeep {
+        /// The first directory too deep, below the layer.
+        path: PathBuf,
+    },
     /// Apply refused: each line names a path and why (and the flag that
     /// allows it, where one does).
     #[error("nothing was applied:\n{}", .0.iter().map(Refusal::to_string).collect::<Vec<_>>().join("\n"))]
@@ -101,6 +107,21 @@ pub enum ReviewError {
         /// The errno.
         source: nix::errno::Errno,
     },
+}
+
+/// The deepest directory a review run's layer may hold. The supervisor's
+/// walks of a layer recurse, one frame and descriptor per level, and the
+/// payload decides the depth: 100,000 nested directories overflowed the
+/// supervisor's stack. A run that nests deeper keeps nothing, and says
+/// why. No real tree comes near: apply could not even name a path that
+/// deep beneath the project (PATH_MAX is 4,096 bytes).
+pub const MAX_DEPTH: usize = 256;
+
+/// The first component of `path`, escaped, for a message that must not
+/// repeat a path hundreds of levels long.
+fn first_component(path: &Path) -> String {
+    let first = path.iter().next().unwrap_or_default();
+    crate::broker::prompt::escape(&first.to_string_lossy())
 }
 
 /// One reason apply refused: the path (None: the whole run), why, and the

@@ -43,9 +43,7 @@ use super::{Kept, ReviewError};
 
 const OPAQUE: &CStr = c"user.overlay.opaque";
 
-/// The deepest directory a kept layer may hold: the supervisor's walks
-/// recurse, and a step that nests deeper fails rather than overflow them.
-pub const MAX_DEPTH: usize = 1024;
+use super::MAX_DEPTH;
 
 /// Where init mounts a recipe's accumulated layer when the supervisor
 /// hands it over as a tree: in the staging root, which the payload never
@@ -130,9 +128,8 @@ impl Copy<'_> {
         depth: usize,
     ) -> Result<(), ReviewError> {
         if depth > MAX_DEPTH {
-            return Err(ReviewError::Layer {
+            return Err(ReviewError::TooDeep {
                 path: relative.to_path_buf(),
-                source: Errno::ELOOP,
             });
         }
         let names = list(from).map_err(layer(relative))?;
