@@ -127,9 +127,27 @@ pub fn main<L: faces::Linked>() -> i32 {
             Err(err) => Err(err.into()),
         },
         Command::Profile(cmd) => profile::run(cmd),
-        Command::Changes(args) => review::changes(args),
-        Command::Apply(args) => review::apply(args),
-        Command::Discard(args) => review::discard(args),
+        Command::Changes(args) => match review::daemon_of(args.daemon.as_deref()) {
+            Ok(Some(socket)) if !args.list => L::daemon_client(ClientCommand::Review(
+                daemon_client::ReviewCommand::Changes(args, socket),
+            )),
+            Ok(_) => review::changes(args),
+            Err(err) => Err(err),
+        },
+        Command::Apply(args) => match review::daemon_of(args.daemon.as_deref()) {
+            Ok(Some(socket)) => L::daemon_client(ClientCommand::Review(
+                daemon_client::ReviewCommand::Apply(args, socket),
+            )),
+            Ok(None) => review::apply(args),
+            Err(err) => Err(err),
+        },
+        Command::Discard(args) => match review::daemon_of(args.daemon.as_deref()) {
+            Ok(Some(socket)) => L::daemon_client(ClientCommand::Review(
+                daemon_client::ReviewCommand::Discard(args, socket),
+            )),
+            Ok(None) => review::discard(args),
+            Err(err) => Err(err),
+        },
         Command::Recipe(cmd) => recipe::run(cmd),
         Command::Doctor(args) => doctor::run(args),
         Command::Watch(args) => watch::run(args),

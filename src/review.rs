@@ -16,9 +16,16 @@ pub struct ChangesArgs {
     /// Print the changes as JSON, for programs.
     #[arg(long)]
     pub json: bool,
-    /// List the ids of the kept runs instead.
-    #[arg(long, conflicts_with = "run")]
+    /// List the ids of the kept runs instead (this user's own store, never the daemon's:
+    /// `sandbox ps --daemon` lists those).
+    #[arg(long, conflicts_with_all = ["run", "daemon"])]
     pub list: bool,
+    /// Ask `sandbox daemon` about one of its runs instead (--daemon=SOCKET, or a bare
+    /// --daemon for $SANDBOX_DAEMON else the default socket; SANDBOX_DAEMON does the same):
+    /// RUN is then the daemon's run id, as `sandbox ps` lists it.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    pub daemon: Option<String>,
 }
 
 /// `sandbox apply`.
@@ -54,6 +61,12 @@ pub struct ApplyArgs {
     /// (`refused`: each with `path`, `reason` and the `flag` that allows it).
     #[arg(long)]
     pub json: bool,
+    /// Ask `sandbox daemon` about one of its runs instead (--daemon=SOCKET, or a bare
+    /// --daemon for $SANDBOX_DAEMON else the default socket; SANDBOX_DAEMON does the same):
+    /// RUN is then the daemon's run id, as `sandbox ps` lists it.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    pub daemon: Option<String>,
 }
 
 /// `sandbox discard`.
@@ -61,6 +74,12 @@ pub struct ApplyArgs {
 pub struct DiscardArgs {
     /// The run's id, or `last`: the newest kept run of the current directory.
     pub run: String,
+    /// Ask `sandbox daemon` about one of its runs instead (--daemon=SOCKET, or a bare
+    /// --daemon for $SANDBOX_DAEMON else the default socket; SANDBOX_DAEMON does the same):
+    /// RUN is then the daemon's run id, as `sandbox ps` lists it.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
+          default_missing_value = "")]
+    pub daemon: Option<String>,
 }
 
 /// `sandbox changes`.
@@ -85,17 +104,55 @@ pub fn changes(args: ChangesArgs) -> anyhow::Result<i32> {
     Ok(0)
 }
 
+impl ApplyArgs {
+    /// The `--allow-*` flags.
+    pub fn allow(&self) -> Allow {
+        Allow {
+            protected: self.allow_protected,
+            ci: self.allow_ci,
+            setid: self.allow_setid,
+            outside_links: self.allow_outside_links,
+            hardlinks: self.allow_hardlinks,
+            secrets: self.allow_secrets,
+            incomplete: self.allow_incomplete,
+        }
+    }
+}
+
+/// The daemon a review command asks, if any: `--daemon[=SOCKET]`, else
+/// `SANDBOX_DAEMON` (as for `sandbox run`).
+pub fn daemon_of(flag: Option<&str>) -> anyhow::Result<Option<std::path::PathBuf>> {
+    Ok(match flag {
+        Some(path) => Some(crate::client::resolve_socket(Some(std::path::Path::new(
+            path,
+        )))?),
+        None => crate::client::socket_from_env()?,
+    })
+}
+
+/// Print an apply's outcome as `sandbox apply` does; its exit status.
+pub fn print_applied(id: &str, applied: &[String], remaining: usize) {
+    for path in applied {
+        println!("applied {path}");
+    }
+    if remaining == 0 {
+        println!("run {id}: every change applied; the run is no longer kept");
+    } else {
+        println!("run {id}: {remaining} change(s) still kept (`sandbox changes {id}`)");
+    }
+}
+
+/// Print an apply's refusals as `sandbox apply` does.
+pub fn print_refused(id: &str, refusals: impl IntoIterator<Item = String>) {
+    eprintln!("sandbox: apply {id}: nothing was applied:");
+    for reason in refusals {
+        eprintln!("  {reason}");
+    }
+}
+
 /// `sandbox apply`: exit 1 when something was refused (nothing applied).
 pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
-    let allow = Allow {
-        protected: args.allow_protected,
-        ci: args.allow_ci,
-        setid: args.allow_setid,
-        outside_links: args.allow_outside_links,
-        hardlinks: args.allow_hardlinks,
-        secrets: args.allow_secrets,
-        incomplete: args.allow_incomplete,
-    };
+    let allow = args.allow();
     let store = Store::user();
     let id = resolve(&store, &args.run)?;
     match sandbox::review::apply::apply(&store, &id, &args.paths, allow) {
@@ -104,17 +161,7 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
                 println!("{}", serde_json::to_string(&applied).context("printing")?);
                 return Ok(0);
             }
-            for path in &applied.applied {
-                println!("applied {path}");
-            }
-            if applied.remaining == 0 {
-                println!("run {id}: every change applied; the run is no longer kept");
-            } else {
-                println!(
-                    "run {id}: {} change(s) still kept (`sandbox changes {id}`)",
-                    applied.remaining
-                );
-            }
+            print_applied(&id, &applied.applied, applied.remaining);
             Ok(0)
         }
         Err(ReviewError::Refused(reasons)) => {
@@ -122,10 +169,7 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
                 let refused = serde_json::json!({"applied": [], "refused": reasons});
                 println!("{refused}");
             }
-            eprintln!("sandbox: apply {id}: nothing was applied:");
-            for reason in reasons {
-                eprintln!("  {reason}");
-            }
+            print_refused(&id, reasons.iter().map(ToString::to_string));
             Ok(1)
         }
         Err(err) => Err(err.into()),

@@ -349,3 +349,73 @@ fn a_fifo_planted_in_the_callers_store_holds_only_the_callers_share() {
     assert_eq!(listed["review"], review, "{listed}");
     drop(hanging);
 }
+
+/// `sandbox changes`, `apply` and `discard` with `--daemon`: a daemon
+/// run's changes through the CLI, printed and refused as a local run's.
+#[test]
+fn the_review_commands_reach_a_daemon_runs_changes_with_daemon() {
+    let test = "the_review_commands_reach_a_daemon_runs_changes_with_daemon";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let daemon = Daemon::start("[[allow]]\nuids = [0]\nprojects = [\"{dir}\"]\n");
+    let project = daemon.project("mine", None);
+    std::fs::write(project.join("notes.txt"), "first line\n").unwrap();
+    let script = "echo second line >> notes.txt && mkdir -p .github/workflows \
+                  && echo 'on: push' > .github/workflows/ci.yml";
+    let body = serde_json::json!({
+        "command": ["/bin/sh", "-c", script],
+        "project": project,
+        "review": true,
+        "wait": true,
+    });
+    let (code, run) = daemon.json(None, "POST", "/v1/runs", Some(&body.to_string()));
+    assert_eq!(code, 200, "{run}");
+    let id = run["id"].as_str().unwrap().to_owned();
+    let (_, stderr, _) = daemon.output(&id);
+    if !support::require(
+        test,
+        "overlayfs over tmpfs in a user namespace",
+        !String::from_utf8_lossy(&stderr).contains("mounting the review layer"),
+    ) {
+        return;
+    }
+    let sandbox = |args: &[&str]| {
+        let out = daemon.cli().args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, diff, err) = sandbox(&["changes", &id]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(diff.contains("+second line"), "{diff}");
+    let (code, _, err) = sandbox(&["changes", "last"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("sandbox ps"), "{err}");
+
+    let (code, _, err) = sandbox(&["apply", &id]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains(
+            ".github/workflows/ci.yml: a CI definition (it runs on the next push): pass --allow-ci"
+        ),
+        "{err}"
+    );
+    assert_eq!(read(&project, "notes.txt").as_deref(), Some("first line\n"));
+
+    let (code, out, err) = sandbox(&["apply", &id, "notes.txt"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("applied notes.txt"), "{out}");
+    assert_eq!(
+        read(&project, "notes.txt").as_deref(),
+        Some("first line\nsecond line\n")
+    );
+    let (code, out, err) = sandbox(&["discard", &id]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("changes discarded"), "{out}");
+    assert!(!project.join(".github").exists());
+    let (code, _, err) = sandbox(&["changes", &id]);
+    assert_eq!(code, Some(2), "{err}");
+}

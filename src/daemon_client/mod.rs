@@ -1,5 +1,5 @@
 //! The client commands of `sandbox daemon`: `run --daemon`, `ps`, `logs`,
-//! `cancel` and `approvals` (API: `docs/src/daemon.md`).
+//! `cancel`, `approvals`, and `changes`, `apply` and `discard` with `--daemon` (API: `docs/src/daemon.md`).
 //!
 //! Exit statuses: a run exits with its command's status, as a local run
 //! does. Every command exits 2 when the daemon refused the request itself
@@ -30,9 +30,11 @@ mod follow;
 mod remote_run;
 mod render;
 mod request;
+mod review;
 
 pub use commands::{approvals, cancel, logs, ps, ApprovalsArgs, CancelArgs, LogsArgs, PsArgs};
 pub use remote_run::{daemon_of_run, run_remote};
+pub use review::ReviewCommand;
 
 /// A client command, parsed: what [`super::faces::Linked::daemon_client`]
 /// runs.
@@ -44,6 +46,8 @@ pub enum ClientCommand {
     Logs(LogsArgs),
     Cancel(CancelArgs),
     Approvals(ApprovalsArgs),
+    /// `sandbox changes`, `apply` or `discard` of a daemon run.
+    Review(ReviewCommand),
 }
 
 impl ClientCommand {
@@ -55,6 +59,9 @@ impl ClientCommand {
             ClientCommand::Logs(_) => "sandbox logs",
             ClientCommand::Cancel(_) => "sandbox cancel",
             ClientCommand::Approvals(_) => "sandbox approvals",
+            ClientCommand::Review(ReviewCommand::Changes(..)) => "sandbox changes --daemon",
+            ClientCommand::Review(ReviewCommand::Apply(..)) => "sandbox apply --daemon",
+            ClientCommand::Review(ReviewCommand::Discard(..)) => "sandbox discard --daemon",
         }
     }
 
@@ -66,6 +73,7 @@ impl ClientCommand {
             ClientCommand::Logs(args) => logs(args),
             ClientCommand::Cancel(args) => cancel(args),
             ClientCommand::Approvals(args) => approvals(args),
+            ClientCommand::Review(command) => command.run(),
         }
     }
 }
