@@ -183,20 +183,38 @@ pub fn assess_report(
     context: &Context,
 ) -> Result<Assessment, ExposureError> {
     let subject = Subject::of_report(report, policy, context)?;
-    Ok(assess(
-        Rated {
-            kind: "report",
-            name: name.to_owned(),
-            profile: policy.map(|p| p.name.clone()),
-        },
-        &subject,
-        context,
-    ))
+    let rated = Rated {
+        kind: "report",
+        name: name.to_owned(),
+        profile: policy.map(|p| p.name.clone()),
+    };
+    let Some(policy) = policy else {
+        return Ok(assess(rated, &subject, context));
+    };
+    // A setting is rated no better than the profile rates it: a layer
+    // the profile only asks for where the kernel allows stays a hedge
+    // even in a run that got it, so a run scores at least its profile,
+    // and worse exactly where it fell back.
+    let promised = rate::findings(&Subject::of_policy(policy, context), context);
+    let mut findings = rate::findings(&subject, context);
+    for (found, profile) in findings.iter_mut().zip(promised) {
+        if (found.layer, found.setting) == (profile.layer, profile.setting)
+            && profile.exposure > found.exposure
+        {
+            found.value = format!("{} (profile: {})", found.value, profile.value);
+            found.reason = profile.reason;
+            found.exposure = profile.exposure;
+        }
+    }
+    Ok(with_findings(rated, findings, &subject))
 }
 
 /// The findings and score of a subject (`rated` says what it was).
 pub fn assess(rated: Rated, subject: &Subject, context: &Context) -> Assessment {
-    let findings = rate::findings(subject, context);
+    with_findings(rated, rate::findings(subject, context), subject)
+}
+
+fn with_findings(rated: Rated, findings: Vec<Finding>, subject: &Subject) -> Assessment {
     let score = score_of(&findings);
     let mut notes = subject.notes.clone();
     for open in critical(&findings) {

@@ -206,7 +206,19 @@ enum Home<'a> {
     Outside,
 }
 
+/// Whether `home` is a person's: /etc/passwd also names system accounts'
+/// directories (`/usr/sbin`, `/var/lib/postgresql`, `/bin`), and those
+/// are rated as the system directories they are.
+fn is_persons_home(home: &Path) -> bool {
+    !SYSTEM
+        .iter()
+        .chain(&["/proc", "/sys", "/dev", "/run", "/tmp"])
+        .any(|dir| *dir != "/root" && home.starts_with(dir))
+        && home != Path::new("/")
+}
+
 fn home_relation<'a>(path: &'a Path, homes: &[PathBuf]) -> Home<'a> {
+    let homes: Vec<&PathBuf> = homes.iter().filter(|h| is_persons_home(h)).collect();
     if homes.iter().any(|home| home.starts_with(path))
         || path == Path::new("/home")
         || path == Path::new("/root")
@@ -215,7 +227,7 @@ fn home_relation<'a>(path: &'a Path, homes: &[PathBuf]) -> Home<'a> {
     }
     for home in homes
         .iter()
-        .map(PathBuf::as_path)
+        .map(|h| h.as_path())
         .chain([Path::new("/root")])
     {
         if let Ok(rest) = path.strip_prefix(home) {

@@ -5,7 +5,13 @@ use crate::profile;
 
 fn context() -> Context {
     Context {
-        homes: vec![PathBuf::from("/home/alice"), PathBuf::from("/root")],
+        // As /etc/passwd names them: system accounts' too.
+        homes: vec![
+            PathBuf::from("/home/alice"),
+            PathBuf::from("/root"),
+            PathBuf::from("/usr/sbin"),
+            PathBuf::from("/var/lib/postgresql"),
+        ],
         stored_grants: Vec::new(),
     }
 }
@@ -226,4 +232,28 @@ fn a_project_root_that_is_a_home_is_rated_open() {
     let home = report_score(&report);
     let full = report_score(&full_report());
     assert!(home > full, "{home} > {full}");
+}
+
+#[test]
+fn a_run_that_got_its_best_effort_layers_scores_as_its_profile_and_one_without_worse() {
+    let standard = profile::load("standard").unwrap();
+    let mut full = full_report();
+    full["profile"] = "standard".into();
+    full["enforced"]["seccomp"]["mode"] = "denylist".into();
+    full["enforced"]["landlock"]["requested"] = "best-effort".into();
+    let score = |value: &serde_json::Value| {
+        let report = crate::spawn::Report::read(value).unwrap();
+        assess_report(&report, "r.json", Some(&standard), &context())
+            .unwrap()
+            .score
+    };
+    let profile = assess_policy(&standard, &context()).score;
+    assert_eq!(score(&full), profile);
+    let mut no_landlock = full.clone();
+    no_landlock["enforced"]["landlock"]["status"] = "not-applied".into();
+    assert!(
+        score(&no_landlock) > profile + 0.2,
+        "{} > {profile}",
+        score(&no_landlock)
+    );
 }
