@@ -29,7 +29,9 @@ pub enum ReportFileError {
         source: crate::safe_file::SafeFileError,
     },
     /// Reading it failed.
-    #[error("reading the report {path}: {source}")]
+    #[error(
+        "reading the report {path}: {source}; give the file `sandbox run --report FILE` wrote"
+    )]
     Read {
         /// The file.
         path: PathBuf,
