@@ -334,7 +334,8 @@ impl Subject {
         let project_view = enforced.project_view.as_ref();
         let protected_during = match enforced.isolation.as_ref() {
             Some(isolation) if isolation.protected_entries == "read-only" => Standing::Enforced,
-            Some(_) => Standing::BestEffort,
+            // restored-after-the-run: writable during it.
+            Some(_) => Standing::Missing,
             None => Standing::Unmeasured,
         };
         let filesystem = policy.map(filesystem_of);
