@@ -813,7 +813,12 @@ fn limits(subject: &Subject, out: &mut Vec<Finding>) {
         "timeout",
         0.5,
         subject.timeout,
-        |v| crate::profile::size::format_duration(std::time::Duration::from_secs_f64(v)),
+        // A report's number may be anything JSON holds (negative, 1e300):
+        // shown as given rather than turned into a Duration that panics.
+        |v| match std::time::Duration::try_from_secs_f64(v) {
+            Ok(duration) => crate::profile::size::format_duration(duration),
+            Err(_) => format!("{v}s"),
+        },
         |v| if v <= 3600.0 { 0.0 } else { 0.2 },
         "the run can go on forever",
     ));

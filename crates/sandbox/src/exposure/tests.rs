@@ -257,3 +257,22 @@ fn a_run_that_got_its_best_effort_layers_scores_as_its_profile_and_one_without_w
         score(&no_landlock)
     );
 }
+
+#[test]
+fn a_hostile_reports_numbers_rate_without_panicking() {
+    for (key, value) in [
+        ("timeout_s", serde_json::json!(-1.0)),
+        ("timeout_s", serde_json::json!(1e300)),
+        ("timeout_s", serde_json::json!(f64::MAX)),
+    ] {
+        let mut report = full_report();
+        report["enforced"][key] = value;
+        report["enforced"]["cgroup"]["cpu"] = serde_json::json!(-5.0);
+        report["enforced"]["cgroup"]["memory"] = serde_json::json!(u64::MAX);
+        report["enforced"]["landlock"]["abi"] = serde_json::json!(u32::MAX);
+        report["enforced"]["rlimits"]["RLIMIT_AS"] = serde_json::json!(u64::MAX);
+        report["project"] = "/\u{1b}]0;title\u{7}".into();
+        let score = report_score(&report);
+        assert!((0.0..=10.0).contains(&score), "{score}");
+    }
+}
