@@ -32,7 +32,7 @@
 //! The unit tests below keep the order a person expects of the built-ins.
 
 mod rate;
-mod report_file;
+pub(crate) mod report_file;
 mod subject;
 
 use std::path::PathBuf;

@@ -96,7 +96,7 @@ pub fn read_report(path: &Path) -> Result<Report, ReportFileError> {
 }
 
 /// A report from the bytes of `path`.
-fn parse(path: &Path, bytes: &[u8]) -> Result<Report, ReportFileError> {
+pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<Report, ReportFileError> {
     let value: serde_json::Value =
         serde_json::from_slice(bytes).map_err(|source| ReportFileError::NotJson {
             path: path.to_path_buf(),
