@@ -339,6 +339,12 @@ impl Subject {
             None => Standing::Unmeasured,
         };
         let filesystem = policy.map(filesystem_of);
+        if let Some(policy) = policy.filter(|p| p.name != report.profile) {
+            notes.push(format!(
+                "the report names profile {}, and was rated with {}'s paths and rules as given",
+                report.profile, policy.name
+            ));
+        }
         match policy {
             Some(policy) => notes.push(format!(
                 "paths, secret patterns, broker rules and passed variables are profile {}'s: a report does not record them, nor flags of `sandbox run` that widened them",
