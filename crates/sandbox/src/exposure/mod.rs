@@ -191,14 +191,16 @@ pub fn assess_report(
     let Some(policy) = policy else {
         return Ok(assess(rated, &subject, context));
     };
-    // A setting is rated no better than the profile rates it: a layer
-    // the profile only asks for where the kernel allows stays a hedge
-    // even in a run that got it, so a run scores at least its profile,
-    // and worse exactly where it fell back.
+    // A layer is rated no better than the profile rates it: one the
+    // profile only asks for where the kernel allows stays a hedge even in
+    // a run that got it, so a run scores at least its profile, and worse
+    // exactly where it fell back. What the run measured of the rest (the
+    // network, capabilities, no_new_privs) stands as measured.
     let promised = rate::findings(&Subject::of_policy(policy, context), context);
     let mut findings = rate::findings(&subject, context);
     for (found, profile) in findings.iter_mut().zip(promised) {
         if (found.layer, found.setting) == (profile.layer, profile.setting)
+            && is_hedged(found)
             && profile.exposure > found.exposure
         {
             found.value = format!("{} (profile: {})", found.value, profile.value);
@@ -207,6 +209,16 @@ pub fn assess_report(
         }
     }
     Ok(with_findings(rated, findings, &subject))
+}
+
+/// Whether a profile can ask for the setting's layer only where the
+/// kernel allows (`best-effort`), so a run may have had it or not.
+fn is_hedged(finding: &Finding) -> bool {
+    matches!(finding.layer, "namespaces" | "landlock" | "limits")
+        || matches!(
+            (finding.layer, finding.setting),
+            ("seccomp", "filter") | ("filesystem", "protected")
+        )
 }
 
 /// The findings and score of a subject (`rated` says what it was).

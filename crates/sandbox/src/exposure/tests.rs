@@ -276,3 +276,15 @@ fn a_hostile_reports_numbers_rate_without_panicking() {
         assert!((0.0..=10.0).contains(&score), "{score}");
     }
 }
+
+#[test]
+fn what_a_run_measured_of_its_network_stands_whatever_profile_is_named() {
+    let report = crate::spawn::Report::read(&full_report()).unwrap();
+    let permissive = profile::load("permissive").unwrap();
+    let rated = assess_report(&report, "r.json", Some(&permissive), &context()).unwrap();
+    assert_eq!(finding(&rated, "network", "mode").value, "loopback");
+    assert!(rated
+        .notes
+        .iter()
+        .any(|n| n.contains("names profile strict")));
+}
