@@ -31,6 +31,7 @@
 //! The score compares profiles and runs; it is not a proof of anything.
 //! The unit tests below keep the order a person expects of the built-ins.
 
+mod paths;
 mod rate;
 pub(crate) mod report_file;
 mod subject;
