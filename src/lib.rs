@@ -9,6 +9,7 @@ pub mod client;
 pub mod daemon;
 pub mod daemon_client;
 pub mod doctor;
+pub mod explain;
 pub mod faces;
 pub mod generate;
 pub mod grants;
@@ -54,6 +55,8 @@ enum Command {
     Recipe(recipe::RecipeCommand),
     /// Send one request to the broker from inside a sandbox and print the result.
     Ipc(ipc::IpcArgs),
+    /// Rate how exposed a profile, or what a run enforced, leaves the host (docs/src/explain.md).
+    Explain(explain::ExplainArgs),
     /// Show what this kernel and environment support, and what each built-in profile would enforce.
     Doctor(doctor::DoctorArgs),
     /// Keep a project's walk current so runs in it need not walk it again (docs/src/performance.md).
@@ -150,6 +153,7 @@ pub fn main<L: faces::Linked>() -> i32 {
         },
         Command::Recipe(cmd) => recipe::run(cmd),
         Command::Doctor(args) => doctor::run(args),
+        Command::Explain(args) => explain::run(args),
         Command::Watch(args) => watch::run(args),
         Command::Ipc(args) => ipc::run(args),
         Command::Grants(cmd) => grants::run(cmd),

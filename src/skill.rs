@@ -80,6 +80,16 @@ pub enum SkillCommand {
         #[command(flatten)]
         roots: Roots,
     },
+    /// Rate how exposed a skill's runs leave the host: your profile narrowed
+    /// by its manifest (docs/src/explain.md).
+    Explain {
+        /// The skill's name.
+        name: String,
+        #[command(flatten)]
+        roots: Roots,
+        #[command(flatten)]
+        output: crate::explain::OutputArgs,
+    },
     /// Check the skills in DIR (a skill directory or a directory of skills).
     Check {
         /// Default: every skill root.
@@ -450,6 +460,11 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
             };
             run_skill(skill, &launch, params, json)
         }
+        SkillCommand::Explain {
+            name,
+            roots,
+            output,
+        } => explain(&name, &roots, &output),
         SkillCommand::Check { dir, roots } => {
             let found = match dir {
                 Some(dir) if dir.join("SKILL.md").is_file() => {
@@ -500,4 +515,39 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
             )
         }
     }
+}
+
+/// `sandbox skill explain`: the policy a run of the skill gets (the one
+/// `skill run` uses, `policy_for`), rated.
+fn explain(name: &str, roots: &Roots, output: &crate::explain::OutputArgs) -> anyhow::Result<i32> {
+    let found = discover(roots)?;
+    let (profile, _) = roots.profile()?;
+    let skill = found
+        .skills
+        .get(name)
+        .with_context(|| format!("no skill named {name} (see `sandbox skill list`)"))?;
+    if skill.execution_mode == ExecutionMode::Template {
+        anyhow::bail!(crate::UsageError(format!(
+            "skill {name} is a template: it is never run, so no sandbox is made for it to rate; `sandbox skill show {name}` prints its files"
+        )));
+    }
+    let policy = match sandbox::skill::launch::policy_for(skill, &profile) {
+        Ok(policy) => policy,
+        Err(refusal) => {
+            eprintln!("sandbox: error: {refusal}");
+            return Ok(EXIT_REFUSED);
+        }
+    };
+    let context = crate::explain::context(Some(&project_of(roots)?));
+    let subject = sandbox::exposure::Subject::of_policy(&policy, &context);
+    let assessment = sandbox::exposure::assess(
+        sandbox::exposure::Rated {
+            kind: "skill",
+            name: skill.name.clone(),
+            profile: Some(policy.name.clone()),
+        },
+        &subject,
+        &context,
+    );
+    crate::explain::print(&assessment, output)
 }

@@ -90,6 +90,33 @@ pub fn broker_message(bytes: &[u8]) {
     crate::broker::server::fuzzing::message(bytes);
 }
 
+/// A report file's bytes, as `sandbox explain --report` reads them (a run
+/// may have written the file), rated with each built-in and with none:
+/// the score stays within 0..10 and every exposure within 0..1.
+pub fn report_explain(bytes: &[u8]) {
+    let path = Path::new("fuzz-report.json");
+    let Ok(report) = crate::exposure::report_file::parse(path, bytes) else {
+        return;
+    };
+    let context = crate::exposure::Context {
+        homes: vec![std::path::PathBuf::from("/home/fuzz")],
+        stored_grants: vec!["fs.write *".into()],
+    };
+    let policies = crate::profile::builtin_names()
+        .iter()
+        .map(|name| builtin_policy(name))
+        .chain([None]);
+    for policy in policies {
+        let Ok(rated) = crate::exposure::assess_report(&report, "fuzz", policy, &context) else {
+            continue;
+        };
+        assert!((0.0..=10.0).contains(&rated.score), "score {}", rated.score);
+        for finding in &rated.findings {
+            assert!((0.0..=1.0).contains(&finding.exposure), "{finding:?}");
+        }
+    }
+}
+
 pub fn builtin_policy(name: &str) -> Option<&'static Policy> {
     static POLICIES: OnceLock<Vec<(&'static str, Policy)>> = OnceLock::new();
     POLICIES
@@ -133,6 +160,10 @@ mod tests {
     #[test]
     fn profile() {
         replay("profile", super::profile);
+    }
+    #[test]
+    fn report_explain() {
+        replay("report_explain", super::report_explain);
     }
     #[test]
     fn skill_manifest() {

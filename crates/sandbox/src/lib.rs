@@ -49,6 +49,7 @@ pub mod sysctl;
 
 pub mod command;
 pub mod environment;
+pub mod exposure;
 pub mod installed;
 pub mod jsonl;
 pub mod text;
