@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 use daemon_client::ClientCommand;
 
+pub mod audit;
 pub mod client;
 pub mod daemon;
 pub mod daemon_client;
@@ -49,6 +50,9 @@ enum Command {
     Apply(review::ApplyArgs),
     /// Drop a review run's changes.
     Discard(review::DiscardArgs),
+    /// Check an audit file's hash chains (docs/src/audit.md).
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
     /// Run a recipe: steps applied as one transaction, or not at all (docs/src/recipes.md).
     #[command(subcommand)]
     Recipe(recipe::RecipeCommand),
@@ -131,6 +135,7 @@ pub fn main<L: faces::Linked>() -> i32 {
         Command::Apply(args) => review::apply(args),
         Command::Discard(args) => review::discard(args),
         Command::Recipe(cmd) => recipe::run(cmd),
+        Command::Audit(cmd) => audit::run(cmd),
         Command::Doctor(args) => doctor::run(args),
         Command::Watch(args) => watch::run(args),
         Command::Ipc(args) => ipc::run(args),
