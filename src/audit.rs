@@ -102,7 +102,7 @@ fn print_broken(file: &std::path::Path, broken: &Broken) {
 
 /// Text from the file (a chain's name, a parser's quote of a line) with
 /// every character that could drive a terminal escaped.
-fn shown(text: &str) -> String {
+pub(crate) fn shown(text: &str) -> String {
     text.chars()
         .map(|c| {
             if sandbox::broker::text::must_escape(c) {

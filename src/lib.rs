@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 
 use daemon_client::ClientCommand;
 
+pub mod attest;
 pub mod audit;
 pub mod client;
 pub mod daemon;
@@ -50,6 +51,8 @@ enum Command {
     Apply(review::ApplyArgs),
     /// Drop a review run's changes.
     Discard(review::DiscardArgs),
+    /// Write a signed in-toto statement of what a run enforced, or check one (docs/src/audit.md).
+    Attest(attest::AttestArgs),
     /// Check an audit file's hash chains (docs/src/audit.md).
     #[command(subcommand)]
     Audit(audit::AuditCommand),
@@ -136,6 +139,7 @@ pub fn main<L: faces::Linked>() -> i32 {
         Command::Discard(args) => review::discard(args),
         Command::Recipe(cmd) => recipe::run(cmd),
         Command::Audit(cmd) => audit::run(cmd),
+        Command::Attest(args) => attest::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Watch(args) => watch::run(args),
         Command::Ipc(args) => ipc::run(args),

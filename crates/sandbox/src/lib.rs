@@ -16,6 +16,7 @@
 #![deny(unsafe_code)]
 
 pub mod action;
+pub mod attest;
 pub mod audit;
 pub mod broker;
 pub mod caps;
