@@ -5,6 +5,8 @@ use clap::{Parser, Subcommand};
 
 use daemon_client::ClientCommand;
 
+pub mod attest;
+pub mod audit;
 pub mod client;
 pub mod daemon;
 pub mod daemon_client;
@@ -50,6 +52,11 @@ enum Command {
     Apply(review::ApplyArgs),
     /// Drop a review run's changes.
     Discard(review::DiscardArgs),
+    /// Write a signed in-toto statement of what a run enforced, or check one (docs/src/audit.md).
+    Attest(attest::AttestArgs),
+    /// Check an audit file's hash chains (docs/src/audit.md).
+    #[command(subcommand)]
+    Audit(audit::AuditCommand),
     /// Run a recipe: steps applied as one transaction, or not at all (docs/src/recipes.md).
     #[command(subcommand)]
     Recipe(recipe::RecipeCommand),
@@ -152,6 +159,8 @@ pub fn main<L: faces::Linked>() -> i32 {
             Err(err) => Err(err),
         },
         Command::Recipe(cmd) => recipe::run(cmd),
+        Command::Audit(cmd) => audit::run(cmd),
+        Command::Attest(args) => attest::run(args),
         Command::Doctor(args) => doctor::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Watch(args) => watch::run(args),

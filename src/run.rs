@@ -94,6 +94,10 @@ pub struct RunArgs {
     /// Write the run's JSON report to FILE.
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// Write a signed in-toto statement of what the run enforced to FILE, with the
+    /// project's state before and after it (docs/src/audit.md).
+    #[arg(long, value_name = "FILE")]
+    pub attest: Option<PathBuf>,
     /// Write the JSON report as one line to the inherited descriptor N, then close it
     /// (e.g. `--report-fd 3 3>report.json`); N must be open for writing; 1 and 2 are
     /// allowed when named, 0 is refused. The sandboxed command never inherits it.
@@ -139,7 +143,7 @@ pub(crate) fn absolute(path: &PathBuf, what: &str) -> anyhow::Result<PathBuf> {
     std::fs::canonicalize(path).with_context(|| usage(format!("{what} {}", path.display())))
 }
 
-fn usage(message: String) -> UsageError {
+pub(crate) fn usage(message: String) -> UsageError {
     UsageError(message)
 }
 
@@ -282,6 +286,20 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         }
         None => None,
     };
+    let attesting = match &args.attest {
+        Some(path) => {
+            let project = match &args.project {
+                Some(project) => project.clone(),
+                None => std::env::current_dir()?,
+            };
+            let mut roots = policy.filesystem.write.clone();
+            roots.push(project.clone());
+            Some(crate::attest::Attesting::start(
+                path, &project, &roots, &policy, args.quiet,
+            )?)
+        }
+        None => None,
+    };
     let (program, rest) = args.command.split_first().context("no command given")?;
     let identity = git_identity(&policy.env, args.project.as_ref(), args.quiet)?;
     let mut command = sandbox::Command::new(program, policy);
@@ -346,6 +364,9 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         .as_ref()
         .map_or(serde_json::Value::Null, Report::to_json);
     let line = deliver_report(&json, report_target.as_ref(), report_fd)?;
+    if let Some(attesting) = attesting {
+        attesting.finish(&json)?;
+    }
     for message in report.iter().flat_map(limit_messages) {
         eprintln!("sandbox: {message}");
     }

@@ -135,6 +135,26 @@ head -n 1 <&3"#,
             .any(|(m, d)| *m == "fs.write" && *d != "allow"),
         "{audit:?}"
     );
+    // The container's events and its broker's requests are one chain,
+    // which `sandbox audit verify` accepts.
+    assert_eq!(audit[0]["event"], "enforced", "{audit:?}");
+    assert!(
+        audit
+            .iter()
+            .all(|l| l["chain"] == audit[0]["chain"] && l["seq"].is_u64()),
+        "{audit:?}"
+    );
+    assert!(audit[0]["chain"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("container:")));
+    for entry in std::fs::read_dir(engine.path().join("audit")).unwrap() {
+        let out = std::process::Command::new(support::sandbox_bin())
+            .args(["audit", "verify"])
+            .arg(entry.unwrap().path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stdout));
+    }
 }
 
 #[test]

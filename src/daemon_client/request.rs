@@ -146,6 +146,9 @@ fn refuse_unsendable(args: &RunArgs) -> Result<(), UsageError> {
     if args.tmp_size.is_some() {
         refused.push("--tmp-size");
     }
+    if args.attest.is_some() {
+        refused.push("--attest");
+    }
     if args.cgroup_parent.is_some() {
         refused.push("--cgroup-parent");
     }

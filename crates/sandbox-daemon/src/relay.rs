@@ -7,7 +7,10 @@
 //! relay decides what of it lands on root's disk. Each line is checked
 //! (a log line must be a record the supervisor may write, never the
 //! daemon's `end` or `lost`; an audit line a JSON object), the log's
-//! records are numbered and timed by the daemon, and each file stops at
+//! records are numbered and timed by the daemon, the audit's lines are
+//! sealed into the daemon's own hash chain for the run (what the
+//! supervisor sealed them with is its claim, replaced here, so only the
+//! daemon's chain is in root's file), and each file stops at
 //! its bound ([`log_bound`] of the run's output cap): past it the pipe
 //! is closed, so a writer gets EPIPE instead of filling the disk.
 
@@ -178,7 +181,7 @@ async fn relay(run: String, feed: Feed, mut stop: watch::Receiver<bool>) {
         }
     };
     let mut file = Some(file);
-    let mut spool = Spool::new(kind, bound, cap);
+    let mut spool = Spool::new(kind, bound, cap, &run);
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
         let n = tokio::select! {
@@ -221,17 +224,19 @@ struct Spool {
     cap: u64,
     written: u64,
     seq: u64,
+    chain: sandbox::audit::Chain,
     lines: sandbox::jsonl::Framer,
 }
 
 impl Spool {
-    fn new(kind: Kind, bound: u64, cap: u64) -> Spool {
+    fn new(kind: Kind, bound: u64, cap: u64, run: &str) -> Spool {
         Spool {
             kind,
             bound,
             cap,
             written: 0,
             seq: 0,
+            chain: sandbox::audit::Chain::unique("daemon-run", run),
             lines: sandbox::jsonl::Framer::new(MAX_MESSAGE),
         }
     }
@@ -263,8 +268,13 @@ impl Spool {
     fn accept(&mut self, line: &[u8]) -> Option<Vec<u8>> {
         match self.kind {
             Kind::Audit => {
-                serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(line).ok()?;
-                Some(line.to_vec())
+                use sandbox::audit::chain::{CHAIN_FIELD, PREV_FIELD, SEQ_FIELD};
+                let mut object: serde_json::Map<String, serde_json::Value> =
+                    serde_json::from_slice(line).ok()?;
+                for field in [CHAIN_FIELD, SEQ_FIELD, PREV_FIELD] {
+                    object.remove(field);
+                }
+                Some(self.chain.seal(&object))
             }
             Kind::Log => {
                 let record: LogRecord = serde_json::from_slice(line).ok()?;
@@ -292,11 +302,10 @@ impl Spool {
     fn capped(&mut self) -> Vec<u8> {
         let line = match self.kind {
             Kind::Log => self.numbered(LogEvent::OutputCapped { cap: self.cap }),
-            Kind::Audit => serde_json::to_vec(&serde_json::json!({
+            Kind::Audit => Some(self.chain.seal(&serde_json::json!({
                 "event": "audit_capped",
                 "bound": self.bound,
-            }))
-            .ok(),
+            }))),
         };
         let mut line = line.unwrap_or_default();
         line.push(b'\n');
@@ -330,7 +339,7 @@ mod tests {
 
     #[test]
     fn the_daemons_records_and_garbage_never_reach_the_log() {
-        let mut framer = Spool::new(Kind::Log, 1 << 20, 1000);
+        let mut framer = Spool::new(Kind::Log, 1 << 20, 1000, "t");
         let mut input = record(7, LogEvent::Stdout(Chunk::new(b"hi")));
         input.extend(record(
             99,
@@ -363,7 +372,7 @@ mod tests {
 
     #[test]
     fn a_log_stops_at_its_bound_with_one_capped_record() {
-        let mut framer = Spool::new(Kind::Log, 4096, 10);
+        let mut framer = Spool::new(Kind::Log, 4096, 10, "t");
         let line = record(1, LogEvent::Stdout(Chunk::new(&[b'x'; 200])));
         let mut total = Vec::new();
         let mut full = false;
@@ -384,10 +393,13 @@ mod tests {
 
     #[test]
     fn an_overlong_line_is_dropped_whole() {
-        let mut framer = Spool::new(Kind::Audit, u64::MAX, u64::MAX);
+        let mut framer = Spool::new(Kind::Audit, u64::MAX, u64::MAX, "t");
         let mut out = framer.push(&vec![b'{'; MAX_MESSAGE + 10]).0;
         out.extend(framer.push(b"}\n{\"a\":1}\n").0);
-        assert_eq!(out, b"{\"a\":1}\n");
+        let kept = lines(&out);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0]["a"], 1);
+        assert_eq!(kept[0]["seq"], 1, "the first line of the daemon's chain");
         assert_eq!(framer.lines.pending(), 0, "the dropped line is not held");
     }
 
@@ -409,10 +421,23 @@ mod tests {
         let (feed, write) = audit_pipe(&audited, None).unwrap();
         let relays = Relays::start("audited", vec![feed]);
         let mut pipe = std::fs::File::from(write);
-        pipe.write_all(b"not json\n{\"event\":\"fs\"}\n").unwrap();
+        // The supervisor's own seal is its claim: the daemon's replaces it.
+        pipe.write_all(
+            b"not json\n{\"event\":\"fs\",\"chain\":\"forged\",\"seq\":9,\"prev\":\"x\"}\n",
+        )
+        .unwrap();
         drop(pipe);
         relays.finish(Duration::from_secs(30)).await;
-        assert_eq!(std::fs::read(&audited).unwrap(), b"{\"event\":\"fs\"}\n");
+        let written = std::fs::read(&audited).unwrap();
+        let kept = lines(&written);
+        assert_eq!(kept.len(), 1);
+        assert_eq!(kept[0]["event"], "fs");
+        assert!(kept[0]["chain"]
+            .as_str()
+            .unwrap()
+            .starts_with("daemon-run:audited:"));
+        let verified = sandbox::audit::verify::verify(&written[..], None).unwrap();
+        assert_eq!(verified.lines, 1);
         let mode = std::fs::metadata(&audited).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }

@@ -7,7 +7,6 @@
 //! Its first line from the channel is the init's report of what it
 //! applied, written before the container's process could write anything.
 
-use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -157,7 +156,7 @@ pub fn start(
         // The container's root is opened while the supervisor still reaches
         // it (its parents may be the engine's alone), then it becomes the
         // container's user for the files in it.
-        let broker = open_broker(serving, &audit);
+        let broker = open_broker(serving);
         let acting = confine(serving);
         serve(serving, channel, audit, broker, acting)
     })
@@ -276,6 +275,25 @@ struct Event<'a> {
     problem: Option<&'a str>,
 }
 
+impl<'a> Event<'a> {
+    fn of(
+        serving: &'a Serving<'a>,
+        event: &'a str,
+        enforced: Option<&'a serde_json::Value>,
+        problem: Option<&'a str>,
+    ) -> Event<'a> {
+        Event {
+            time: now(),
+            run: serving.id,
+            event,
+            started_by: serving.started_by,
+            profile: &serving.policy.name,
+            enforced,
+            problem,
+        }
+    }
+}
+
 fn now() -> f64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -285,17 +303,15 @@ fn now() -> f64 {
 
 /// The broker for the container's root, opened before the supervisor
 /// takes the container's ids.
-fn open_broker(
-    serving: &Serving<'_>,
-    audit: &std::fs::File,
-) -> Result<sandbox::broker::server::Broker, String> {
-    let broker_audit = audit.try_clone().map_err(|err| err.to_string())?;
+fn open_broker(serving: &Serving<'_>) -> Result<sandbox::broker::server::Broker, String> {
+    // No audit yet: the broker writes to the container's one chain,
+    // handed over in `serve` after the init's report is its first line.
     sandbox::broker::server::Broker::new(
         serving.policy.broker.clone(),
         serving.rootfs,
         &[],
         sandbox::project::Rules::default(),
-        Some(broker_audit),
+        None,
         serving.id.to_owned(),
     )
     .map_err(|err| format!("opening the container's root: {err}"))
@@ -304,7 +320,7 @@ fn open_broker(
 fn serve(
     serving: &Serving<'_>,
     channel: OwnedFd,
-    mut audit: std::fs::File,
+    audit: std::fs::File,
     broker: Result<sandbox::broker::server::Broker, String>,
     acting: Result<(), String>,
 ) -> i32 {
@@ -318,54 +334,65 @@ fn serve(
             .map(|meta| meta.len())
     };
     let start = size(&probe);
-    let mut event = |event: &str, enforced: Option<&serde_json::Value>, problem: Option<&str>| {
-        let mut line = sandbox::broker::audit::to_line(&Event {
-            time: now(),
-            run: serving.id,
-            event,
-            started_by: serving.started_by,
-            profile: &serving.policy.name,
-            enforced,
-            problem,
-        });
-        line.push(b'\n');
-        let _ = audit.write_all(&line);
+    // One chain for the container: its events and its broker's requests.
+    let mut audit = sandbox::broker::audit::Audit::new(
+        audit,
+        sandbox::audit::Chain::unique("container", serving.id),
+    );
+    let own_event = |audit: &mut sandbox::broker::audit::Audit, value: Event<'_>| {
+        audit.record(&value);
+        audit.flush();
     };
     match read_report(&channel) {
-        Ok(Some(report)) => event("enforced", Some(&report), None),
+        Ok(Some(report)) => own_event(
+            &mut audit,
+            Event::of(serving, "enforced", Some(&report), None),
+        ),
         // The process never started (deleted before `start`, or the init
         // failed and said why on the container's stderr).
         Ok(None) => {
-            event(
-                "ended",
-                None,
-                Some("the channel closed before the init reported"),
+            own_event(
+                &mut audit,
+                Event::of(
+                    serving,
+                    "ended",
+                    None,
+                    Some("the channel closed before the init reported"),
+                ),
             );
             return 0;
         }
         Err(problem) => {
-            event("refused", None, Some(&problem));
+            own_event(
+                &mut audit,
+                Event::of(serving, "refused", None, Some(&problem)),
+            );
             return 1;
         }
     }
     let mut broker = match (broker, acting) {
         (Ok(broker), Ok(())) => broker,
         (Err(problem), _) | (_, Err(problem)) => {
-            event("ended", None, Some(&problem));
+            own_event(
+                &mut audit,
+                Event::of(serving, "ended", None, Some(&problem)),
+            );
             return 1;
         }
     };
+    broker.use_audit_chain(audit);
     let mut network = sandbox::broker::network::Network::new(serving.policy.network.clone(), None);
     if serving.policy.enforce.seccomp != sandbox::profile::policy::Enforcement::Off {
         network.confine_to(Some(serving.policy.syscalls.clone()));
     }
     broker.use_network(network);
     let Some(start) = start else {
-        event(
+        broker.audit_record(&Event::of(
+            serving,
             "ended",
             None,
             Some("the audit file's size cannot be read, so its limit cannot be kept"),
-        );
+        ));
         return 1;
     };
     broker.set_rate_limit(
@@ -399,8 +426,8 @@ fn serve(
         }
         if size(&probe).is_none_or(|now| now.saturating_sub(start) > AUDIT_LIMIT) {
             broker.end_network();
-            drop(broker);
-            event(
+            broker.audit_record(&Event::of(
+                serving,
                 "ended",
                 None,
                 Some(&format!(
@@ -409,13 +436,13 @@ fn serve(
                      container keeps running; its broker channel is closed)",
                     AUDIT_LIMIT >> 20
                 )),
-            );
+            ));
             return 1;
         }
     }
     broker.drain(channel.as_fd());
     broker.end_network();
-    event("ended", None, None);
+    broker.audit_record(&Event::of(serving, "ended", None, None));
     0
 }
 

@@ -16,6 +16,8 @@
 #![deny(unsafe_code)]
 
 pub mod action;
+pub mod attest;
+pub mod audit;
 pub mod broker;
 pub mod caps;
 pub mod cgroup;

@@ -72,14 +72,16 @@ pub struct Entry<'a> {
     pub duration_us: u64,
 }
 
-/// Where audit lines go. Lines wait in memory only until [`Audit::flush`],
-/// which the broker calls before it sends any answer and at the end of
-/// every turn: an answer never reaches the sandbox before the line that
-/// audits it is in the file, and a burst of pipelined requests costs one
-/// write instead of one per request.
+/// Where audit lines go, each sealed into the writer's hash chain
+/// ([`crate::audit::Chain`]). Lines wait in memory only until
+/// [`Audit::flush`], which the broker calls before it sends any answer
+/// and at the end of every turn: an answer never reaches the sandbox
+/// before the line that audits it is in the file, and a burst of
+/// pipelined requests costs one write instead of one per request.
 #[derive(Debug)]
 pub struct Audit {
     file: std::fs::File,
+    chain: crate::audit::Chain,
     pending: Vec<u8>,
 }
 
@@ -87,18 +89,31 @@ pub struct Audit {
 const PENDING_LIMIT: usize = 64 << 10;
 
 impl Audit {
-    /// Audit into `file` (opened for appending).
-    pub fn new(file: std::fs::File) -> Audit {
+    /// Audit into `file` (opened for appending) as the chain `chain`.
+    pub fn new(file: std::fs::File, chain: crate::audit::Chain) -> Audit {
         Audit {
             file,
+            chain,
             pending: Vec::new(),
         }
+    }
+
+    /// The chain's name and the hash of its last line (None before the
+    /// first): the anchor a report or an attestation keeps.
+    pub fn head(&self) -> (&str, Option<String>) {
+        (self.chain.name(), self.chain.head())
     }
 
     /// Add one line. A line that cannot be written is dropped: the broker
     /// keeps answering.
     pub fn write(&mut self, entry: &Entry<'_>) {
-        let mut line = to_line(entry);
+        self.record(entry);
+    }
+
+    /// Add one line of any object (a container's events): sealed into the
+    /// same chain as the requests' lines.
+    pub fn record<T: Serialize>(&mut self, value: &T) {
+        let mut line = self.chain.seal(value);
         line.push(b'\n');
         self.pending.extend_from_slice(&line);
         if self.pending.len() >= PENDING_LIMIT {

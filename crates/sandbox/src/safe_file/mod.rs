@@ -110,6 +110,13 @@ pub enum SafeFileError {
     },
 }
 
+impl SafeFileError {
+    /// Whether nothing was at the path (a file made on first use).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, SafeFileError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+    }
+}
+
 /// Directory `name` in the open directory `parent`, created with `mode`
 /// when missing, opened without following any symlink, and refused unless
 /// it is a directory owned by this process's user or by `owner`, and

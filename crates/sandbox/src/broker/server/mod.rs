@@ -61,6 +61,14 @@ pub struct BrokerCounts {
     pub errors: u64,
     /// Refused by the rate limit (counted in `errors` too).
     pub rate_limited: u64,
+    /// The name of the run's audit chain (absent without an audit file or
+    /// before its first line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_chain: Option<String>,
+    /// SHA-256 (hex) of the chain's last line at the run's end: the anchor
+    /// `sandbox audit verify --head` checks the file against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_head: Option<String>,
 }
 
 /// What a request acted on, for the audit line.
@@ -127,7 +135,7 @@ impl Broker {
             transport: Transport::new(),
             resolver,
             decider,
-            audit: audit.map(Audit::new),
+            audit: audit.map(|file| Audit::new(file, crate::audit::Chain::unique("run", &run_id))),
             run_id,
             counts: BrokerCounts::default(),
             by_action: BTreeMap::new(),
@@ -162,7 +170,45 @@ impl Broker {
     /// Append the audit lines to `audit` from now on (a warm run learns
     /// its audit file when it gets its command).
     pub fn use_audit(&mut self, audit: std::fs::File) {
-        self.audit = Some(Audit::new(audit));
+        let chain = crate::audit::Chain::unique("run", &self.run_id);
+        self.audit = Some(Audit::new(audit, chain));
+    }
+
+    /// Append the audit lines to `audit`, a chain its caller also writes
+    /// its own lines to (an OCI container's supervisor: its events and
+    /// the broker's requests are one chain).
+    pub fn use_audit_chain(&mut self, audit: Audit) {
+        self.audit = Some(audit);
+    }
+
+    /// Write `value` as the next line of this broker's audit chain, with
+    /// every line before it (nothing without an audit).
+    pub fn audit_record<T: serde::Serialize>(&mut self, value: &T) {
+        self.flush_audit();
+        if let Some(audit) = &mut self.audit {
+            audit.record(value);
+            audit.flush();
+        }
+    }
+
+    /// The counts for the run's report, after writing every pending audit
+    /// line, with the audit chain's head.
+    pub fn final_counts(&mut self) -> BrokerCounts {
+        self.flush_audit();
+        let mut counts = self.counts.clone();
+        if let Some((chain, head)) = self.audit_head() {
+            counts.audit_chain = Some(chain);
+            counts.audit_head = Some(head);
+        }
+        counts
+    }
+
+    /// The audit chain's name and head (the hash of its last line written
+    /// or pending), None without an audit or before its first line.
+    pub fn audit_head(&self) -> Option<(String, String)> {
+        let audit = self.audit.as_ref()?;
+        let (name, head) = audit.head();
+        Some((name.to_owned(), head?))
     }
 
     /// Run terminal.run commands with `runner` (sandboxes of the caller's

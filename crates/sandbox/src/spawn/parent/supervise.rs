@@ -481,7 +481,10 @@ impl Running {
         outcome.cpu_user = user.saturating_sub(self.rusage_before.0);
         outcome.cpu_system = system.saturating_sub(self.rusage_before.1);
         outcome.limits_hit = state.limits_hit;
-        outcome.broker = self.broker.as_ref().map(|(_, b)| b.borrow().counts.clone());
+        outcome.broker = self.broker.as_ref().map(|(_, b)| match b.try_borrow_mut() {
+            Ok(mut broker) => broker.final_counts(),
+            Err(_) => b.try_borrow().map(|b| b.counts.clone()).unwrap_or_default(),
+        });
         outcome.connections = self
             .broker
             .as_ref()
