@@ -443,6 +443,7 @@ impl Prepared {
         view.add_read_paths(policy)?;
         view.add_trees(policy, &project, &ids)?;
         view.add_handed_over(&spec.read_only_extra, &mut warnings)?;
+        view.dangling_links(&mut warnings);
         view.order_parents_first();
         if policy.filesystem.review {
             view.review_layer(
