@@ -14,6 +14,7 @@ pub mod generate;
 pub mod grants;
 pub mod ipc;
 pub mod launch;
+pub mod learn;
 pub mod profile;
 pub mod recipe;
 pub mod review;
@@ -34,6 +35,8 @@ pub struct Cli {
 enum Command {
     /// Run a command inside a sandbox; exits with the command's status.
     Run(Box<run::RunArgs>),
+    /// Learn the narrowest profile a command needs beyond a base one, confined (docs/src/learn.md).
+    Learn(Box<learn::LearnArgs>),
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
@@ -126,6 +129,7 @@ pub fn main<L: faces::Linked>() -> i32 {
             Ok(None) => run::run(*args),
             Err(err) => Err(err.into()),
         },
+        Command::Learn(args) => learn::run(*args),
         Command::Profile(cmd) => profile::run(cmd),
         Command::Changes(args) => review::changes(args),
         Command::Apply(args) => review::apply(args),

@@ -47,6 +47,7 @@ pub struct Command {
     review_store: Option<PathBuf>,
     audit_file: Option<std::fs::File>,
     warm_commit: Option<std::os::fd::OwnedFd>,
+    learning: Option<crate::learn::Learning>,
 }
 
 /// How a sandboxed command ended.
@@ -113,7 +114,16 @@ impl Command {
             review_store: None,
             audit_file: None,
             warm_commit: None,
+            learning: None,
         }
+    }
+
+    /// Make this a learning run (`sandbox learn`, see [`crate::learn`]):
+    /// as confined as without, and what the command looked for outside
+    /// its view, or tried to write there, lands in `learning.observed`.
+    pub fn learn(&mut self, learning: crate::learn::Learning) -> &mut Command {
+        self.learning = Some(learning);
+        self
     }
 
     /// Make host path `host` visible read-only at `inside` (mounted by the
@@ -363,6 +373,7 @@ impl Command {
                 audit: self.audit.clone(),
                 audit_file: self.audit_file.as_ref().and_then(|f| f.try_clone().ok()),
             })),
+            learning: self.learning.clone(),
         };
         let prepared = Prepared::new(&policy, spec, supervision)?;
         let inputs = StartInputs {

@@ -1,0 +1,405 @@
+//! `sandbox learn`: run a command under a base profile, record what it
+//! looked for outside its view, and write the narrowest profile that
+//! `extends` the base with exactly that (docs/src/learn.md).
+//!
+//! Each pass runs the command as confined as the profile it would write
+//! (the base plus the reads learned so far; see `sandbox::learn` for the
+//! mechanism): a program that stops at the first missing file shows the
+//! next one only once that file is there, so passes repeat until one
+//! learns nothing new.
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use sandbox::learn::{Learning, Observations, Seen, Use};
+
+use super::UsageError;
+
+/// The first line of every profile `sandbox learn` writes: how it knows a
+/// base is its own output, whose entries a new pass starts from.
+const HEADER: &str = "# Learned by `sandbox learn`";
+
+/// Arguments of `sandbox learn`.
+#[derive(Debug, Args)]
+pub struct LearnArgs {
+    /// The profile to start from: a built-in name, or a path (a profile this
+    /// command wrote starts from what it learned).
+    #[arg(long, short = 'p', default_value = "strict", value_name = "NAME|PATH")]
+    pub profile: String,
+    /// Where to write the learned profile.
+    #[arg(long, short = 'o', default_value = "learned.toml", value_name = "FILE")]
+    pub out: PathBuf,
+    /// The project root, writable inside and the working directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Set NAME=VALUE, or pass NAME from this environment (repeatable), as `sandbox run -e`.
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
+    pub env: Vec<OsString>,
+    /// Most runs of the command: each runs with what the ones before learned.
+    #[arg(long, default_value_t = 6, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub passes: u32,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// The base a learned profile extends, and what an earlier learn of it
+/// already found.
+struct Base {
+    /// The `extends` value to write.
+    extends: String,
+    /// Its effective policy.
+    policy: sandbox::profile::policy::Policy,
+    /// Entries learned by the run that wrote the base, kept.
+    earlier: BTreeSet<PathBuf>,
+}
+
+fn usage(message: String) -> UsageError {
+    UsageError(message)
+}
+
+/// `extends` and the learned entries of a profile this command wrote; None
+/// when the text is not one.
+fn parse_learned(text: &str) -> Option<(String, Vec<PathBuf>)> {
+    if !text.starts_with(HEADER) {
+        return None;
+    }
+    let string = |value: &str| serde_json::from_str::<String>(value.trim()).ok();
+    let mut extends = None;
+    let mut entries = Vec::new();
+    let mut in_list = false;
+    for line in text.lines() {
+        let code = line.split(" #").next().unwrap_or("").trim();
+        if let Some(value) = code.strip_prefix("extends = ") {
+            extends = string(value);
+        } else if code.starts_with("read_if_exists_add = [") {
+            in_list = !code.ends_with(']');
+        } else if in_list && code == "]" {
+            in_list = false;
+        } else if in_list && !code.is_empty() {
+            entries.push(PathBuf::from(string(code.trim_end_matches(','))?));
+        }
+    }
+    Some((extends?, entries))
+}
+
+fn base(spec: &str, out: &Path) -> anyhow::Result<Base> {
+    let is_path = spec.contains('/') || spec.ends_with(".toml");
+    if !is_path {
+        let policy =
+            sandbox::profile::load(spec).with_context(|| usage(format!("--profile {spec}")))?;
+        return Ok(Base {
+            extends: spec.to_owned(),
+            policy,
+            earlier: BTreeSet::new(),
+        });
+    }
+    let path = std::fs::canonicalize(spec).with_context(|| usage(format!("--profile {spec}")))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| usage(format!("--profile {spec}")))?;
+    // A profile this command wrote: start from its own base and entries, so
+    // that learning again into the same file never extends itself.
+    if let Some((extends, earlier)) = parse_learned(&text) {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let parent = if extends.contains('/') || extends.ends_with(".toml") {
+            dir.join(&extends).display().to_string()
+        } else {
+            extends
+        };
+        let mut inner = base(&parent, out)?;
+        inner.earlier.extend(earlier);
+        return Ok(inner);
+    }
+    if std::fs::canonicalize(out).is_ok_and(|o| o == path) {
+        return Err(usage(format!(
+            "--out {} is the base profile itself, which `sandbox learn` did not write: write to another file",
+            out.display()
+        ))
+        .into());
+    }
+    let policy =
+        sandbox::profile::load_file(&path).with_context(|| usage(format!("--profile {spec}")))?;
+    Ok(Base {
+        extends: path.display().to_string(),
+        policy,
+        earlier: BTreeSet::new(),
+    })
+}
+
+/// The entries to learn from everything observed: the narrowest that
+/// serve each use. A directory only looked up is kept only when nothing
+/// beneath it is learned (the view makes the directories above any entry),
+/// and nothing beneath a learned directory is repeated.
+fn entries(
+    observed: &Observations,
+    earlier: &BTreeSet<PathBuf>,
+) -> BTreeMap<PathBuf, Option<Seen>> {
+    let mut out: BTreeMap<PathBuf, Option<Seen>> =
+        earlier.iter().map(|p| (p.clone(), None)).collect();
+    for (path, seen) in &observed.needed {
+        out.insert(path.clone(), Some(seen.clone()));
+        // A link is recreated inside, not followed: its target too.
+        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+            if let Ok(target) = std::fs::canonicalize(path) {
+                out.entry(target).or_insert_with(|| Some(seen.clone()));
+            }
+        }
+    }
+    let paths: Vec<PathBuf> = out.keys().cloned().collect();
+    let lookup_only_dir = |path: &Path, seen: &Option<Seen>| {
+        seen.as_ref()
+            .is_some_and(|s| s.is_dir && s.strongest == Use::Lookup)
+            || (seen.is_none() && path.is_dir())
+    };
+    out.retain(|path, seen| {
+        let below_learned_dir = paths.iter().any(|other| {
+            other != path
+                && path.starts_with(other)
+                && other.is_dir()
+                && !lookup_only(other, &observed.needed)
+        });
+        let above_learned = paths
+            .iter()
+            .any(|other| other != path && other.starts_with(&*path));
+        !(below_learned_dir || (lookup_only_dir(path, seen) && above_learned))
+    });
+    out
+}
+
+fn lookup_only(path: &Path, needed: &BTreeMap<PathBuf, Seen>) -> bool {
+    needed.get(path).is_some_and(|s| s.strongest == Use::Lookup)
+}
+
+/// Directories learned so far only because they were looked up: the next
+/// pass records every use beneath them (see `sandbox::learn::Learning`).
+fn provisional(learned: &BTreeMap<PathBuf, Option<Seen>>, observed: &Observations) -> Vec<PathBuf> {
+    learned
+        .keys()
+        .filter(|p| p.is_dir() && lookup_only(p, &observed.needed))
+        .cloned()
+        .collect()
+}
+
+fn quote(path: &Path) -> String {
+    serde_json::to_string(&path.to_string_lossy()).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn said(seen: &Seen) -> String {
+    let by: Vec<&str> = seen
+        .by
+        .iter()
+        .map(String::as_str)
+        .filter(|b| !b.is_empty())
+        .collect();
+    let times = if seen.count == 1 {
+        "once".to_owned()
+    } else {
+        format!("{} times", seen.count)
+    };
+    if by.is_empty() {
+        format!("{} {times}", seen.strongest.verb())
+    } else {
+        format!("{} by {} {times}", seen.strongest.verb(), by.join(", "))
+    }
+}
+
+fn render(
+    base: &Base,
+    command: &[OsString],
+    passes: u32,
+    learned: &BTreeMap<PathBuf, Option<Seen>>,
+    observed: &Observations,
+    secret_like: &BTreeSet<PathBuf>,
+) -> String {
+    let shown: Vec<String> = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut out = format!(
+        "{HEADER} from {passes} run(s) of: {}\n\
+         # While learning, the command had `{}`'s confinement plus reads of the paths below as\n\
+         # they were found; writes, the network and capabilities stayed `{}`'s.\n\
+         version = 1\nextends = {}\n\n[filesystem]\nread_if_exists_add = [\n",
+        shown.join(" ").replace('\n', " "),
+        base.extends,
+        base.extends,
+        serde_json::to_string(&base.extends).unwrap_or_default()
+    );
+    for (path, seen) in learned {
+        let why = match seen {
+            Some(seen) => said(seen),
+            None => "learned by an earlier run".to_owned(),
+        };
+        let warn = if secret_like.contains(path) {
+            "; REVIEW: its name is in the profile's secrets list"
+        } else {
+            ""
+        };
+        out.push_str(&format!("    {},  # {why}{warn}\n", quote(path)));
+    }
+    out.push_str("]\n");
+    let mut notes = |title: &str, map: &BTreeMap<PathBuf, Seen>| {
+        if map.is_empty() {
+            return;
+        }
+        out.push_str(&format!("\n# {title}\n"));
+        for (path, seen) in map {
+            out.push_str(&format!("#   {}  ({})\n", path.display(), said(seen)));
+        }
+    };
+    notes(
+        "Writes refused while learning, and not learned (a write is given only by hand: `write_add`):",
+        &observed.writes_refused,
+    );
+    notes("Hidden by the profile, and left hidden:", &observed.hidden);
+    out
+}
+
+/// `sandbox learn`.
+pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
+    let base = base(&args.profile, &args.out)?;
+    let (program, rest) = args.command.split_first().context("no command given")?;
+    let secrets = sandbox::project::Rules::new(&base.policy.filesystem.secrets, &[])
+        .map_err(|err| usage(err.to_string()))?;
+    let mut observed = Observations::default();
+    let mut learned = entries(&observed, &base.earlier);
+    let mut status = 0;
+    let mut passes = 0;
+    for pass in 1..=args.passes {
+        passes = pass;
+        let mut policy = base.policy.clone();
+        for path in learned.keys() {
+            if !policy.filesystem.read_if_exists.contains(path) {
+                policy.filesystem.read_if_exists.push(path.clone());
+            }
+        }
+        let learning = Learning {
+            provisional: provisional(&learned, &observed),
+            ..Learning::default()
+        };
+        let mut command = sandbox::Command::new(program, policy);
+        command
+            .args(rest)
+            .interactive(false)
+            .learn(learning.clone());
+        if let Some(project) = &args.project {
+            command.project(project);
+            let cwd = std::env::current_dir()?;
+            if cwd.starts_with(super::run::absolute(project, "--project")?) {
+                command.current_dir(cwd);
+            }
+        }
+        for entry in &args.env {
+            let text = entry.to_string_lossy();
+            match text.split_once('=') {
+                Some((name, value)) => {
+                    command.env(name, value);
+                }
+                None => match std::env::var_os(entry) {
+                    Some(value) => {
+                        command.env(entry, value);
+                    }
+                    None => {
+                        command.env_remove(entry);
+                    }
+                },
+            }
+        }
+        let finished = command.run();
+        status = match &finished.result {
+            Ok(exit) => exit.as_shell_status(),
+            Err(err) => {
+                eprintln!("sandbox learn: pass {pass}: {err}");
+                return Ok(err.exit_status());
+            }
+        };
+        let this_pass = match learning.observed.lock() {
+            Ok(o) => o.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        let calls = this_pass.calls;
+        observed.merge(this_pass);
+        let next = entries(&observed, &base.earlier);
+        let new: Vec<&PathBuf> = next.keys().filter(|p| !learned.contains_key(*p)).collect();
+        eprintln!(
+            "sandbox learn: pass {pass}: exit {status}, {calls} call(s) observed, {} new path(s){}",
+            new.len(),
+            if new.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    ": {}",
+                    new.iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+        let done = new.is_empty() && next.len() == learned.len();
+        learned = next;
+        if done {
+            break;
+        }
+    }
+    let secret_like: BTreeSet<PathBuf> = learned
+        .keys()
+        .filter(|p| secrets.secret_in(&p.to_string_lossy()[1..]))
+        .cloned()
+        .collect();
+    let text = render(
+        &base,
+        &args.command,
+        passes,
+        &learned,
+        &observed,
+        &secret_like,
+    );
+    std::fs::write(&args.out, &text).with_context(|| format!("writing {}", args.out.display()))?;
+    if let Err(err) = sandbox::profile::load_file(&args.out) {
+        anyhow::bail!(
+            "the learned profile {} does not load ({err}); this is a bug of `sandbox learn`",
+            args.out.display()
+        );
+    }
+    eprintln!(
+        "sandbox learn: wrote {} ({} read path(s) beyond `{}`); the learning runs were allowed nothing \
+         else beyond it: no write, network or capability",
+        args.out.display(),
+        learned.len(),
+        base.extends
+    );
+    for path in &secret_like {
+        eprintln!(
+            "sandbox learn: review {}: its name is in the profile's secrets list, and the learned profile lets the command read it",
+            path.display()
+        );
+    }
+    for (path, seen) in &observed.writes_refused {
+        eprintln!(
+            "sandbox learn: refused and not learned: write to {} ({})",
+            path.display(),
+            said(seen)
+        );
+    }
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_learned_profile_is_read_back() {
+        let text = format!(
+            "{HEADER} from 1 run(s) of: x\nversion = 1\nextends = \"strict\"\n\n[filesystem]\nread_if_exists_add = [\n    \"/a b/c\",  # read once\n]\n"
+        );
+        let (extends, entries) = parse_learned(&text).unwrap();
+        assert_eq!(extends, "strict");
+        assert_eq!(entries, vec![PathBuf::from("/a b/c")]);
+        assert!(parse_learned("version = 1\n").is_none());
+    }
+}
