@@ -133,18 +133,37 @@ fn base(spec: &str, out: &Path) -> anyhow::Result<Base> {
 /// serve each use. A directory only looked up is kept only when nothing
 /// beneath it is learned (the view makes the directories above any entry),
 /// and nothing beneath a learned directory is repeated.
-fn entries(
-    observed: &Observations,
-    earlier: &BTreeSet<PathBuf>,
-) -> BTreeMap<PathBuf, Option<Seen>> {
+fn entries(observed: &Observations, base: &Base) -> BTreeMap<PathBuf, Option<Seen>> {
     let mut out: BTreeMap<PathBuf, Option<Seen>> =
-        earlier.iter().map(|p| (p.clone(), None)).collect();
+        base.earlier.iter().map(|p| (p.clone(), None)).collect();
+    let fs = &base.policy.filesystem;
+    let shown = |path: &Path| {
+        fs.read
+            .iter()
+            .chain(&fs.read_if_exists)
+            .any(|r| path.starts_with(r))
+    };
     for (path, seen) in &observed.needed {
-        out.insert(path.clone(), Some(seen.clone()));
-        // A link is recreated inside, not followed: its target too.
-        if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-            if let Ok(target) = std::fs::canonicalize(path) {
-                out.entry(target).or_insert_with(|| Some(seen.clone()));
+        // The view recreates a link, it does not follow it: a path reached
+        // through one (the link itself, or a directory above it) is learned
+        // as that link, and what it leads to as its own entry.
+        let ancestors: Vec<&Path> = path.ancestors().collect();
+        let link = ancestors
+            .into_iter()
+            .rev()
+            .find(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()));
+        match link {
+            None => {
+                out.insert(path.clone(), Some(seen.clone()));
+            }
+            Some(link) => {
+                out.entry(link.to_path_buf())
+                    .or_insert_with(|| Some(seen.clone()));
+                if let Ok(target) = std::fs::canonicalize(path) {
+                    if !shown(&target) {
+                        out.entry(target).or_insert_with(|| Some(seen.clone()));
+                    }
+                }
             }
         }
     }
@@ -265,7 +284,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     let secrets = sandbox::project::Rules::new(&base.policy.filesystem.secrets, &[])
         .map_err(|err| usage(err.to_string()))?;
     let mut observed = Observations::default();
-    let mut learned = entries(&observed, &base.earlier);
+    let mut learned = entries(&observed, &base);
     let mut status = 0;
     let mut passes = 0;
     for pass in 1..=args.passes {
@@ -311,6 +330,12 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         let finished = command.run();
         status = match &finished.result {
             Ok(exit) => exit.as_shell_status(),
+            // The program itself outside the view: its exec was observed
+            // like any other call, and the next pass has it.
+            Err(err @ sandbox::spawn::SpawnError::Exec { .. }) => {
+                eprintln!("sandbox learn: pass {pass}: {err}");
+                err.exit_status()
+            }
             Err(err) => {
                 eprintln!("sandbox learn: pass {pass}: {err}");
                 return Ok(err.exit_status());
@@ -322,7 +347,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         };
         let calls = this_pass.calls;
         observed.merge(this_pass);
-        let next = entries(&observed, &base.earlier);
+        let next = entries(&observed, &base);
         let new: Vec<&PathBuf> = next.keys().filter(|p| !learned.contains_key(*p)).collect();
         eprintln!(
             "sandbox learn: pass {pass}: exit {status}, {calls} call(s) observed, {} new path(s){}",
