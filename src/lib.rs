@@ -35,11 +35,11 @@ pub struct Cli {
 enum Command {
     /// Run a command inside a sandbox; exits with the command's status.
     Run(Box<run::RunArgs>),
-    /// Learn the narrowest profile a command needs beyond a base one, confined (docs/src/learn.md).
-    Learn(Box<learn::LearnArgs>),
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+    /// Learn the narrowest profile a command needs beyond a base one, confined (docs/src/learn.md).
+    Learn(Box<learn::LearnArgs>),
     /// List, show and check skills.
     #[command(subcommand)]
     Skill(skill::SkillCommand),
