@@ -225,13 +225,41 @@ fn said(seen: &Seen) -> String {
     }
 }
 
+/// Why a learned path is withheld from the learning runs (written to the
+/// profile for a person to review, never shown while learning), if it is.
+/// Each pass grants what the one before asked for, so without this an
+/// untrusted command would be handed any file it names: a secret in a
+/// home directory, or (when root learns, whose runs' read paths the
+/// supervisor opens as root) a file below a directory only root enters.
+fn withheld(path: &Path, secrets: &sandbox::project::Rules, root: bool) -> Option<&'static str> {
+    let relative = path.to_string_lossy();
+    if secrets.secret_in(relative.trim_start_matches('/')) {
+        return Some("its name is in the profile's secrets list");
+    }
+    if root && !reachable_by_others(path) {
+        return Some("on the host only root reaches it, which the run's own identity could not");
+    }
+    None
+}
+
+/// Whether a user that owns nothing on the way could read `path`: every
+/// directory above lets others through, and the path lets them read.
+fn reachable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode());
+    path.ancestors()
+        .skip(1)
+        .all(|dir| mode(dir).is_ok_and(|m| m & 0o001 != 0))
+        && mode(path).is_ok_and(|m| m & 0o004 != 0)
+}
+
 fn render(
     base: &Base,
     command: &[OsString],
     passes: u32,
     learned: &BTreeMap<PathBuf, Option<Seen>>,
     observed: &Observations,
-    secret_like: &BTreeSet<PathBuf>,
+    withheld: &BTreeMap<PathBuf, &'static str>,
 ) -> String {
     let shown: Vec<String> = command
         .iter()
@@ -252,10 +280,9 @@ fn render(
             Some(seen) => said(seen),
             None => "learned by an earlier run".to_owned(),
         };
-        let warn = if secret_like.contains(path) {
-            "; REVIEW: its name is in the profile's secrets list"
-        } else {
-            ""
+        let warn = match withheld.get(path) {
+            Some(reason) => format!("; REVIEW, not shown while learning: {reason}"),
+            None => String::new(),
         };
         out.push_str(&format!("    {},  # {why}{warn}\n", quote(path)));
     }
@@ -283,6 +310,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     let (program, rest) = args.command.split_first().context("no command given")?;
     let secrets = sandbox::project::Rules::new(&base.policy.filesystem.secrets, &[])
         .map_err(|err| usage(err.to_string()))?;
+    let root = nix::unistd::geteuid().is_root();
     let mut observed = Observations::default();
     let mut learned = entries(&observed, &base);
     let mut status = 0;
@@ -291,6 +319,10 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         passes = pass;
         let mut policy = base.policy.clone();
         for path in learned.keys() {
+            let reviewed = base.earlier.contains(path);
+            if !reviewed && withheld(path, &secrets, root).is_some() {
+                continue;
+            }
             if !policy.filesystem.read_if_exists.contains(path) {
                 policy.filesystem.read_if_exists.push(path.clone());
             }
@@ -370,19 +402,12 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             break;
         }
     }
-    let secret_like: BTreeSet<PathBuf> = learned
+    let withheld: BTreeMap<PathBuf, &'static str> = learned
         .keys()
-        .filter(|p| secrets.secret_in(&p.to_string_lossy()[1..]))
-        .cloned()
+        .filter(|p| !base.earlier.contains(*p))
+        .filter_map(|p| Some((p.clone(), withheld(p, &secrets, root)?)))
         .collect();
-    let text = render(
-        &base,
-        &args.command,
-        passes,
-        &learned,
-        &observed,
-        &secret_like,
-    );
+    let text = render(&base, &args.command, passes, &learned, &observed, &withheld);
     std::fs::write(&args.out, &text).with_context(|| format!("writing {}", args.out.display()))?;
     if let Err(err) = sandbox::profile::load_file(&args.out) {
         anyhow::bail!(
@@ -397,9 +422,9 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         learned.len(),
         base.extends
     );
-    for path in &secret_like {
+    for (path, reason) in &withheld {
         eprintln!(
-            "sandbox learn: review {}: its name is in the profile's secrets list, and the learned profile lets the command read it",
+            "sandbox learn: review {}: {reason}, so the learning runs were not shown it; the learned profile lets the command read it",
             path.display()
         );
     }

@@ -59,6 +59,12 @@ impl Case {
     /// Learn, then check: the profile checks, runs the command with no
     /// refusal, extends strict and writes nothing but reads; returns its text.
     fn learn_and_replay(&self, env: &[&str], command: &[&str]) -> String {
+        self.learn_then_replay(0, env, command).0
+    }
+
+    /// [`Case::learn_and_replay`] where learning ends with `status` (the
+    /// command's in the last pass); also returns learn's stdout.
+    fn learn_then_replay(&self, status: i32, env: &[&str], command: &[&str]) -> (String, String) {
         let out_path = self.learned();
         let mut args = vec!["learn", "--out", &out_path];
         for e in env {
@@ -68,7 +74,7 @@ impl Case {
         args.extend(command);
         let out = self.sandbox(&args);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "learn: {stderr}");
+        assert_eq!(out.status.code(), Some(status), "learn: {stderr}");
         assert!(
             stderr.contains("the learning runs were allowed nothing else beyond it"),
             "{stderr}"
@@ -109,7 +115,7 @@ impl Case {
             "replay: {}",
             String::from_utf8_lossy(&run.stderr)
         );
-        text
+        (text, String::from_utf8_lossy(&out.stdout).into_owned())
     }
 }
 
@@ -222,7 +228,10 @@ fn a_node_tool_learns_its_npmrc_in_a_home_outside_the_project() {
     )
     .unwrap();
     let home = format!("HOME={}", case.dir.join("home").display());
-    let text = case.learn_and_replay(&[&home], &["node", "tool.js"]);
+    // The file's name is a secret's: it is learned, for a person to review,
+    // but no learning run is shown it, so the tool fails in every pass.
+    let (text, learning_stdout) = case.learn_then_replay(1, &[&home], &["node", "tool.js"]);
+    assert!(!learning_stdout.contains("ok"), "{learning_stdout}");
     let learned = entries(&text);
     assert!(learned.contains(&npmrc.display().to_string()), "{text}");
     // The file, never the home it is in.
@@ -233,7 +242,9 @@ fn a_node_tool_learns_its_npmrc_in_a_home_outside_the_project() {
     assert!(!text.contains("id_ed25519"), "{text}");
     // Its name is a secret's: the profile says so where it learns it.
     assert!(
-        text.contains("REVIEW: its name is in the profile's secrets list"),
+        text.contains(
+            "REVIEW, not shown while learning: its name is in the profile's secrets list"
+        ),
         "{text}"
     );
 }
@@ -337,4 +348,55 @@ fn a_write_outside_the_view_while_learning_is_refused_and_not_learned() {
         !entries(&text).contains(&target.display().to_string()),
         "{text}"
     );
+}
+
+/// The attack on learning itself: each pass grants what the one before
+/// asked for, so a command that names a secret, or (when root learns) a
+/// file below a directory only root enters, would be handed it by the next
+/// pass. Neither reaches the command while learning; both are written to
+/// the profile for a person to review.
+#[test]
+fn a_secret_the_command_asks_for_while_learning_is_never_shown_to_it() {
+    let test = "a_secret_the_command_asks_for_while_learning_is_never_shown_to_it";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let key = case.write("home/.ssh/id_ed25519", "KEY-MATERIAL\n");
+    let root = nix::unistd::geteuid().is_root();
+    let private = case.write("private/notes.txt", "ROOT-ONLY-NOTES\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(
+        private.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let script = format!(
+        "cat {} {} > leaked 2>/dev/null; cat leaked; exit 0",
+        key.display(),
+        private.display()
+    );
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stdout.contains("KEY-MATERIAL"), "{stdout}");
+    let leaked = std::fs::read_to_string(case.project.join("leaked")).unwrap_or_default();
+    assert!(!leaked.contains("KEY-MATERIAL"), "{leaked}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let key_line = text
+        .lines()
+        .find(|l| l.contains(&format!("{:?},", key.display().to_string())))
+        .unwrap_or_default();
+    assert!(
+        key_line.contains("read by cat") && key_line.contains("REVIEW, not shown while learning"),
+        "{text}"
+    );
+    if root {
+        assert!(!stdout.contains("ROOT-ONLY-NOTES"), "{stdout}");
+        assert!(!leaked.contains("ROOT-ONLY-NOTES"), "{leaked}");
+        assert!(text.contains("on the host only root reaches it"), "{text}");
+    }
 }
