@@ -260,15 +260,21 @@ fn render(
     learned: &BTreeMap<PathBuf, Option<Seen>>,
     observed: &Observations,
     withheld: &BTreeMap<PathBuf, &'static str>,
+    destinations: &BTreeMap<String, u64>,
 ) -> String {
     let shown: Vec<String> = command
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
+    let network = if destinations.is_empty() {
+        "the network, "
+    } else {
+        ""
+    };
     let mut out = format!(
         "{HEADER} from {passes} run(s) of: {}\n\
-         # While learning, the command had `{}`'s confinement plus reads of the paths below as\n\
-         # they were found; writes, the network and capabilities stayed `{}`'s.\n\
+         # While learning, the command had `{}`'s confinement plus what is below as it was\n\
+         # found; writes, {network}capabilities and the rest stayed `{}`'s.\n\
          version = 1\nextends = {}\n\n[filesystem]\nread_if_exists_add = [\n",
         shown.join(" ").replace('\n', " "),
         base.extends,
@@ -287,6 +293,21 @@ fn render(
         out.push_str(&format!("    {},  # {why}{warn}\n", quote(path)));
     }
     out.push_str("]\n");
+    if !destinations.is_empty() {
+        out.push_str("\n[network]\nallow_add = [\n");
+        for (target, count) in destinations {
+            let times = if *count == 1 {
+                "once".to_owned()
+            } else {
+                format!("{count} times")
+            };
+            out.push_str(&format!(
+                "    {},  # refused by the allowlist's proxy {times}\n",
+                serde_json::to_string(target).unwrap_or_default()
+            ));
+        }
+        out.push_str("]\n");
+    }
     let mut notes = |title: &str, map: &BTreeMap<PathBuf, Seen>| {
         if map.is_empty() {
             return;
@@ -304,6 +325,39 @@ fn render(
     out
 }
 
+/// An unnamed file for one pass's audit, gone when closed: no name in a
+/// shared directory that another user could have put a link at.
+fn scratch_audit() -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(std::env::temp_dir())
+        .context("an unnamed file for the learning run's audit in the temporary directory")
+}
+
+/// The destinations the allowlist's proxy refused, as `host:port`, from a
+/// pass's audit (one JSON line per broker request and proxied connection).
+fn refused_destinations(audit: &mut std::fs::File, into: &mut BTreeMap<String, u64>) {
+    use std::io::{BufRead, Seek};
+    if audit.rewind().is_err() {
+        return;
+    }
+    for line in std::io::BufReader::new(&*audit).lines() {
+        let Ok(line) = line else { break };
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if entry["method"] == "net.connect" && entry["decision"] == "deny" {
+            if let Some(target) = entry["target"].as_str() {
+                *into.entry(target.to_owned()).or_default() += 1;
+            }
+        }
+    }
+}
+
 /// `sandbox learn`.
 pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     let base = base(&args.profile, &args.out)?;
@@ -311,6 +365,11 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     let secrets = sandbox::project::Rules::new(&base.policy.filesystem.secrets, &[])
         .map_err(|err| usage(err.to_string()))?;
     let root = nix::unistd::geteuid().is_root();
+    // Destinations are learned where the base has the allowlist's proxy,
+    // whose audit names each refused one; a base without it (strict's own
+    // loopback) keeps its network, and nothing about it is learned.
+    let proxied = base.policy.network.mode == sandbox::profile::policy::NetworkMode::Allowlist;
+    let mut destinations: BTreeMap<String, u64> = BTreeMap::new();
     let mut observed = Observations::default();
     let mut learned = entries(&observed, &base);
     let mut status = 0;
@@ -331,11 +390,23 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             provisional: provisional(&learned, &observed),
             ..Learning::default()
         };
+        for target in destinations.keys() {
+            if !policy.network.allow.contains(target) {
+                policy.network.allow.push(target.clone());
+            }
+        }
         let mut command = sandbox::Command::new(program, policy);
         command
             .args(rest)
             .interactive(false)
             .learn(learning.clone());
+        let mut audit = if proxied {
+            let file = scratch_audit()?;
+            command.audit_file(file.try_clone()?);
+            Some(file)
+        } else {
+            None
+        };
         if let Some(project) = &args.project {
             command.project(project);
             let cwd = std::env::current_dir()?;
@@ -380,20 +451,28 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         let calls = this_pass.calls;
         observed.merge(this_pass);
         let next = entries(&observed, &base);
-        let new: Vec<&PathBuf> = next.keys().filter(|p| !learned.contains_key(*p)).collect();
+        let mut new: Vec<String> = next
+            .keys()
+            .filter(|p| !learned.contains_key(*p))
+            .map(|p| p.display().to_string())
+            .collect();
+        if let Some(audit) = &mut audit {
+            let before: BTreeSet<String> = destinations.keys().cloned().collect();
+            refused_destinations(audit, &mut destinations);
+            new.extend(
+                destinations
+                    .keys()
+                    .filter(|d| !before.contains(*d))
+                    .cloned(),
+            );
+        }
         eprintln!(
-            "sandbox learn: pass {pass}: exit {status}, {calls} call(s) observed, {} new path(s){}",
+            "sandbox learn: pass {pass}: exit {status}, {calls} call(s) observed, {} new need(s){}",
             new.len(),
             if new.is_empty() {
                 String::new()
             } else {
-                format!(
-                    ": {}",
-                    new.iter()
-                        .map(|p| p.display().to_string())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
+                format!(": {}", new.join(", "))
             }
         );
         let done = new.is_empty() && next.len() == learned.len();
@@ -407,7 +486,15 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         .filter(|p| !base.earlier.contains(*p))
         .filter_map(|p| Some((p.clone(), withheld(p, &secrets, root)?)))
         .collect();
-    let text = render(&base, &args.command, passes, &learned, &observed, &withheld);
+    let text = render(
+        &base,
+        &args.command,
+        passes,
+        &learned,
+        &observed,
+        &withheld,
+        &destinations,
+    );
     std::fs::write(&args.out, &text).with_context(|| format!("writing {}", args.out.display()))?;
     if let Err(err) = sandbox::profile::load_file(&args.out) {
         anyhow::bail!(
@@ -416,10 +503,15 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         );
     }
     eprintln!(
-        "sandbox learn: wrote {} ({} read path(s) beyond `{}`); the learning runs were allowed nothing \
-         else beyond it: no write, network or capability",
+        "sandbox learn: wrote {} ({} read path(s){} beyond `{}`); the learning runs were allowed nothing \
+         else beyond it: no write, no other network destination, no capability",
         args.out.display(),
         learned.len(),
+        if destinations.is_empty() {
+            String::new()
+        } else {
+            format!(" and {} destination(s)", destinations.len())
+        },
         base.extends
     );
     for (path, reason) in &withheld {

@@ -201,7 +201,7 @@ fn a_python_projects_tests_learn_their_cache_and_config_outside_the_project() {
     let stderr = String::from_utf8_lossy(&again.stderr);
     assert!(again.status.success(), "{stderr}");
     assert!(
-        stderr.contains("pass 1: exit 0") && stderr.contains("0 new path(s)"),
+        stderr.contains("pass 1: exit 0") && stderr.contains("0 new need(s)"),
         "{stderr}"
     );
     assert_eq!(
@@ -399,4 +399,80 @@ fn a_secret_the_command_asks_for_while_learning_is_never_shown_to_it() {
         assert!(!leaked.contains("ROOT-ONLY-NOTES"), "{leaked}");
         assert!(text.contains("on the host only root reaches it"), "{text}");
     }
+}
+
+/// The Node tool's fetch from its one host, through the allowlist's proxy
+/// of a base that lists nothing but the test server's loopback address
+/// (the address check's entry) and pins the name to it: the host:port is
+/// learned, nothing wider, and the replay reaches the server.
+#[test]
+fn a_node_tool_learns_the_one_host_it_fetches_from() {
+    let test = "a_node_tool_learns_the_one_host_it_fetches_from";
+    if !available(test, "/usr/bin/node") {
+        return;
+    }
+    let case = Case::new();
+    let server = support::net::TestServer::start("registry");
+    let port = server.port();
+    let base = case.write(
+        "base.toml",
+        &format!(
+            "version = 1\nextends = \"strict\"\n[network]\nmode = \"allowlist\"\n\
+             allow = [\"127.0.0.1:{port}\"]\nresolve = {{ \"registry.test\" = \"127.0.0.1\" }}\n"
+        ),
+    );
+    std::fs::write(
+        case.project.join("fetch.js"),
+        format!(
+            "const http = require('http');\n\
+             const proxy = new URL(process.env.HTTP_PROXY);\n\
+             http.get({{host: proxy.hostname, port: proxy.port, path: 'http://registry.test:{port}/pkg',\n\
+             \x20 headers: {{Host: 'registry.test:{port}'}}}}, res => {{\n\
+             \x20 res.resume(); res.on('end', () => process.exit(res.statusCode === 200 ? 0 : 1));\n\
+             }}).on('error', e => {{ console.error(e.message); process.exit(2); }});\n"
+        ),
+    )
+    .unwrap();
+    let out_path = case.learned();
+    let base = base.display().to_string();
+    let out = case.sandbox(&[
+        "learn",
+        "--profile",
+        &base,
+        "--out",
+        &out_path,
+        "--",
+        "node",
+        "fetch.js",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let wanted = format!("\"registry.test:{port}\",  # refused by the allowlist's proxy once");
+    assert!(text.contains(&wanted), "{text}");
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Only the one destination: no mode, no wider entry, no write.
+    assert_eq!(code.matches("registry.test").count(), 1, "{text}");
+    for widening in ["mode", "write", "\"*", "resolve"] {
+        assert!(!code.contains(widening), "{widening} in {text}");
+    }
+    let check = case.sandbox(&["profile", "check", &out_path]);
+    assert!(
+        check.status.success() && check.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let before = server.connection_count();
+    let run = case.sandbox(&["run", "--profile", &out_path, "--", "node", "fetch.js"]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(server.connection_count() > before);
 }
