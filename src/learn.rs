@@ -253,15 +253,25 @@ fn reachable_by_others(path: &Path) -> bool {
         && mode(path).is_ok_and(|m| m & 0o004 != 0)
 }
 
-fn render(
-    base: &Base,
-    command: &[OsString],
+/// What the passes found, as the profile says it.
+struct Found<'a> {
     passes: u32,
-    learned: &BTreeMap<PathBuf, Option<Seen>>,
-    observed: &Observations,
-    withheld: &BTreeMap<PathBuf, &'static str>,
-    destinations: &BTreeMap<String, u64>,
-) -> String {
+    learned: &'a BTreeMap<PathBuf, Option<Seen>>,
+    observed: &'a Observations,
+    withheld: &'a BTreeMap<PathBuf, &'static str>,
+    destinations: &'a BTreeMap<String, u64>,
+    actions: &'a BTreeMap<String, u64>,
+}
+
+fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
+    let Found {
+        passes,
+        learned,
+        observed,
+        withheld,
+        destinations,
+        actions,
+    } = *found;
     let shown: Vec<String> = command
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
@@ -322,6 +332,14 @@ fn render(
         &observed.writes_refused,
     );
     notes("Hidden by the profile, and left hidden:", &observed.hidden);
+    if !actions.is_empty() {
+        out.push_str(
+            "\n# Broker actions refused while learning, and not learned (a rule that allows one is a person's decision):\n",
+        );
+        for (action, count) in actions {
+            out.push_str(&format!("#   {action}  ({count} time(s))\n"));
+        }
+    }
     out
 }
 
@@ -338,9 +356,16 @@ fn scratch_audit() -> anyhow::Result<std::fs::File> {
         .context("an unnamed file for the learning run's audit in the temporary directory")
 }
 
-/// The destinations the allowlist's proxy refused, as `host:port`, from a
-/// pass's audit (one JSON line per broker request and proxied connection).
-fn refused_destinations(audit: &mut std::fs::File, into: &mut BTreeMap<String, u64>) {
+/// What a pass's audit (one JSON line per broker request and proxied
+/// connection) shows refused: destinations the allowlist's proxy refused,
+/// as `host:port`, into `destinations`; broker actions, as `ACTION TARGET`,
+/// into `actions` (reported, never learned: a broker rule that allows is a
+/// person's decision, and `fs.write` would widen writes).
+fn refused_in_audit(
+    audit: &mut std::fs::File,
+    destinations: &mut BTreeMap<String, u64>,
+    actions: &mut BTreeMap<String, u64>,
+) {
     use std::io::{BufRead, Seek};
     if audit.rewind().is_err() {
         return;
@@ -350,10 +375,19 @@ fn refused_destinations(audit: &mut std::fs::File, into: &mut BTreeMap<String, u
         let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
-        if entry["method"] == "net.connect" && entry["decision"] == "deny" {
-            if let Some(target) = entry["target"].as_str() {
-                *into.entry(target.to_owned()).or_default() += 1;
+        if entry["decision"] != "deny" {
+            continue;
+        }
+        let target = entry["target"].as_str().unwrap_or("");
+        match entry["method"].as_str() {
+            Some("net.connect") if !target.is_empty() => {
+                *destinations.entry(target.to_owned()).or_default() += 1;
             }
+            Some(method) => {
+                let key = format!("{method} {target}").trim_end().to_owned();
+                *actions.entry(key).or_default() += 1;
+            }
+            None => {}
         }
     }
 }
@@ -370,6 +404,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     // loopback) keeps its network, and nothing about it is learned.
     let proxied = base.policy.network.mode == sandbox::profile::policy::NetworkMode::Allowlist;
     let mut destinations: BTreeMap<String, u64> = BTreeMap::new();
+    let mut actions: BTreeMap<String, u64> = BTreeMap::new();
     let mut observed = Observations::default();
     let mut learned = entries(&observed, &base);
     let mut status = 0;
@@ -400,13 +435,8 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             .args(rest)
             .interactive(false)
             .learn(learning.clone());
-        let mut audit = if proxied {
-            let file = scratch_audit()?;
-            command.audit_file(file.try_clone()?);
-            Some(file)
-        } else {
-            None
-        };
+        let mut audit = scratch_audit()?;
+        command.audit_file(audit.try_clone()?);
         if let Some(project) = &args.project {
             command.project(project);
             let cwd = std::env::current_dir()?;
@@ -456,16 +486,21 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             .filter(|p| !learned.contains_key(*p))
             .map(|p| p.display().to_string())
             .collect();
-        if let Some(audit) = &mut audit {
-            let before: BTreeSet<String> = destinations.keys().cloned().collect();
-            refused_destinations(audit, &mut destinations);
-            new.extend(
-                destinations
-                    .keys()
-                    .filter(|d| !before.contains(*d))
-                    .cloned(),
-            );
+        let before: BTreeSet<String> = destinations.keys().cloned().collect();
+        let mut refused = BTreeMap::new();
+        refused_in_audit(&mut audit, &mut refused, &mut actions);
+        // Only the proxy refuses destinations; without it there are none.
+        if proxied {
+            for (target, count) in refused {
+                *destinations.entry(target).or_default() += count;
+            }
         }
+        new.extend(
+            destinations
+                .keys()
+                .filter(|d| !before.contains(*d))
+                .cloned(),
+        );
         eprintln!(
             "sandbox learn: pass {pass}: exit {status}, {calls} call(s) observed, {} new need(s){}",
             new.len(),
@@ -486,15 +521,15 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         .filter(|p| !base.earlier.contains(*p))
         .filter_map(|p| Some((p.clone(), withheld(p, &secrets, root)?)))
         .collect();
-    let text = render(
-        &base,
-        &args.command,
+    let found = Found {
         passes,
-        &learned,
-        &observed,
-        &withheld,
-        &destinations,
-    );
+        learned: &learned,
+        observed: &observed,
+        withheld: &withheld,
+        destinations: &destinations,
+        actions: &actions,
+    };
+    let text = render(&base, &args.command, &found);
     std::fs::write(&args.out, &text).with_context(|| format!("writing {}", args.out.display()))?;
     if let Err(err) = sandbox::profile::load_file(&args.out) {
         anyhow::bail!(
@@ -518,6 +553,11 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         eprintln!(
             "sandbox learn: review {}: {reason}, so the learning runs were not shown it; the learned profile lets the command read it",
             path.display()
+        );
+    }
+    for (action, count) in &actions {
+        eprintln!(
+            "sandbox learn: refused by the broker and not learned: {action} ({count} time(s))"
         );
     }
     for (path, seen) in &observed.writes_refused {

@@ -476,3 +476,37 @@ fn a_node_tool_learns_the_one_host_it_fetches_from() {
     );
     assert!(server.connection_count() > before);
 }
+
+/// A broker action refused while learning is reported in the output and
+/// the profile's comments, and never becomes a rule that allows it.
+#[test]
+fn a_broker_action_refused_while_learning_is_reported_not_learned() {
+    let test = "a_broker_action_refused_while_learning_is_reported_not_learned";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let out_path = case.learned();
+    let script = "sandbox ipc secrets.get '{\"name\":\"DEPLOY_TOKEN\"}'; exit 0";
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refused by the broker and not learned: secrets.get DEPLOY_TOKEN"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(
+        text.contains("#   secrets.get DEPLOY_TOKEN  (1 time(s))"),
+        "{text}"
+    );
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !code.contains("broker") && !code.contains("secrets.get"),
+        "{text}"
+    );
+}
