@@ -555,6 +555,14 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             path.display()
         );
     }
+    if observed.unrecorded > 0 {
+        eprintln!(
+            "sandbox learn: {} call(s) named paths past the first {} of a list, which were not kept: \
+             the profile may lack what those needed",
+            observed.unrecorded,
+            sandbox::learn::MAX_PATHS
+        );
+    }
     for (action, count) in &actions {
         eprintln!(
             "sandbox learn: refused by the broker and not learned: {action} ({count} time(s))"

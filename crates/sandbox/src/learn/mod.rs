@@ -71,6 +71,12 @@ pub struct Seen {
 /// Most program names kept per path.
 const MAX_NAMES: usize = 4;
 
+/// Most paths kept in each of [`Observations`]' lists: a command that
+/// names a new path in every call would otherwise grow the supervisor
+/// without end. Past it, calls are only counted in
+/// [`Observations::unrecorded`].
+pub const MAX_PATHS: usize = 4096;
+
 impl Seen {
     fn add(&mut self, used: Use, by: &str) {
         self.strongest = self.strongest.max(used);
@@ -93,12 +99,24 @@ pub struct Observations {
     pub hidden: BTreeMap<PathBuf, Seen>,
     /// Observed calls whose path could not be read or resolved.
     pub unresolved: u64,
+    /// Calls naming a new path after a list held [`MAX_PATHS`].
+    pub unrecorded: u64,
     /// Observed calls in all.
     pub calls: u64,
 }
 
 impl Observations {
-    fn record(map: &mut BTreeMap<PathBuf, Seen>, path: PathBuf, used: Use, by: &str, is_dir: bool) {
+    /// False when the list is full and `path` is not in it.
+    fn record(
+        map: &mut BTreeMap<PathBuf, Seen>,
+        path: PathBuf,
+        used: Use,
+        by: &str,
+        is_dir: bool,
+    ) -> bool {
+        if map.len() >= MAX_PATHS && !map.contains_key(&path) {
+            return false;
+        }
         map.entry(path)
             .or_insert_with(|| Seen {
                 strongest: used,
@@ -107,16 +125,19 @@ impl Observations {
                 is_dir,
             })
             .add(used, by);
+        true
     }
 
     /// Fold `other` (a later pass) into these.
     pub fn merge(&mut self, other: Observations) {
+        let mut unrecorded = 0;
         for (target, source) in [
             (&mut self.needed, other.needed),
             (&mut self.writes_refused, other.writes_refused),
             (&mut self.hidden, other.hidden),
         ] {
             for (path, seen) in source {
+                let full = target.len() >= MAX_PATHS;
                 match target.get_mut(&path) {
                     Some(mine) => {
                         mine.strongest = mine.strongest.max(seen.strongest);
@@ -127,13 +148,16 @@ impl Observations {
                             }
                         }
                     }
+                    None if full => unrecorded += seen.count,
                     None => {
                         target.insert(path, seen);
                     }
                 }
             }
         }
+        self.unrecorded += unrecorded;
         self.unresolved += other.unresolved;
+        self.unrecorded += other.unrecorded;
         self.calls += other.calls;
     }
 }
@@ -148,4 +172,42 @@ pub struct Learning {
     pub observed: std::sync::Arc<std::sync::Mutex<Observations>>,
     /// Directories shown for now, whose uses are still recorded.
     pub provisional: Vec<PathBuf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    #[test]
+    fn a_command_naming_endless_paths_grows_no_list_past_its_bound() {
+        let mut observed = Observations::default();
+        for n in 0..=MAX_PATHS {
+            let path = PathBuf::from(format!("/x/{n}"));
+            let kept =
+                Observations::record(&mut observed.writes_refused, path, Use::Write, "sh", false);
+            assert_eq!(kept, n < MAX_PATHS);
+        }
+        assert_eq!(observed.writes_refused.len(), MAX_PATHS);
+        // A path already kept is still counted.
+        assert!(Observations::record(
+            &mut observed.writes_refused,
+            PathBuf::from("/x/0"),
+            Use::Write,
+            "sh",
+            false
+        ));
+        assert_eq!(observed.writes_refused[Path::new("/x/0")].count, 2);
+        let mut more = Observations::default();
+        Observations::record(
+            &mut more.writes_refused,
+            PathBuf::from("/y"),
+            Use::Write,
+            "sh",
+            false,
+        );
+        observed.merge(more);
+        assert_eq!(observed.writes_refused.len(), MAX_PATHS);
+        assert_eq!(observed.unrecorded, 1);
+    }
 }

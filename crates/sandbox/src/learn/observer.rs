@@ -315,8 +315,8 @@ enum Found {
 
 impl Found {
     fn record(self, sink: &mut Observations) {
-        match self {
-            Found::Nothing => {}
+        let kept = match self {
+            Found::Nothing => true,
             Found::Needed {
                 path,
                 used,
@@ -330,6 +330,9 @@ impl Found {
             Found::Hidden { path, used, by } => {
                 Observations::record(&mut sink.hidden, path, used, &by, false)
             }
+        };
+        if !kept {
+            sink.unrecorded += 1;
         }
     }
 }
