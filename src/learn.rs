@@ -212,6 +212,14 @@ fn said(seen: &Seen) -> String {
         .iter()
         .map(String::as_str)
         .filter(|b| !b.is_empty())
+        // The payload before its exec still carries init's name.
+        .map(|b| {
+            if b == "sandbox-init" {
+                "the sandbox starting the command"
+            } else {
+                b
+            }
+        })
         .collect();
     let times = if seen.count == 1 {
         "once".to_owned()
