@@ -17,6 +17,7 @@ pub mod generate;
 pub mod grants;
 pub mod ipc;
 pub mod launch;
+pub mod learn;
 pub mod profile;
 pub mod recipe;
 pub mod review;
@@ -40,6 +41,8 @@ enum Command {
     /// List, show and check profiles.
     #[command(subcommand)]
     Profile(profile::ProfileCommand),
+    /// Learn the narrowest profile a command needs beyond a base one, confined (docs/src/learn.md).
+    Learn(Box<learn::LearnArgs>),
     /// List, show and check skills.
     #[command(subcommand)]
     Skill(skill::SkillCommand),
@@ -136,6 +139,7 @@ pub fn main<L: faces::Linked>() -> i32 {
             Ok(None) => run::run(*args),
             Err(err) => Err(err.into()),
         },
+        Command::Learn(args) => learn::run(*args),
         Command::Profile(cmd) => profile::run(cmd),
         Command::Changes(args) => match review::daemon_of(args.daemon.as_deref()) {
             Ok(Some(socket)) if !args.list => L::daemon_client(ClientCommand::Review(

@@ -144,9 +144,9 @@ fn output_matches(expected: &[String], actual: &[&str]) -> bool {
 /// Whether an example needs a sandbox that starts on this machine.
 fn needs_a_sandbox(command: &str) -> bool {
     let words: Vec<&str> = command.split_whitespace().collect();
-    words
-        .windows(2)
-        .any(|pair| pair[0] == "sandbox" && matches!(pair[1], "run" | "doctor" | "skill" | "serve"))
+    words.windows(2).any(|pair| {
+        pair[0] == "sandbox" && matches!(pair[1], "run" | "doctor" | "skill" | "serve" | "learn")
+    })
 }
 
 /// A directory holding only a `sandbox` link to this build, for `PATH`.

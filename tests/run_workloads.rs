@@ -210,3 +210,57 @@ fn a_program_whose_loader_the_profile_drops_is_explained_by_the_loader() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The way a new user adds one read path to strict, `read = [PATH]`,
+/// replaces strict's `/usr`: the run used to stop while applying Landlock,
+/// naming `/bin` (a link into the missing `/usr`), which no change to
+/// `/bin` fixes. Now every interpreter's refusal names the list and the
+/// `read_add` form, and that form runs both interpreters.
+#[test]
+fn adding_a_read_path_with_the_replacing_key_names_the_list_not_the_link() {
+    let test = "adding_a_read_path_with_the_replacing_key_names_the_list_not_the_link";
+    if !tool(test, "/usr/bin/python3")
+        || !tool(test, "/usr/bin/node")
+        || !support::require_root_sandbox(test)
+    {
+        return;
+    }
+    let extra = tempfile::tempdir().unwrap();
+    std::fs::write(extra.path().join("data.txt"), "outside\n").unwrap();
+    let project = Project::new(support::Who::Root);
+    let dir = extra.path().display();
+    let replacing =
+        format!("version = 1\nextends = \"strict\"\n[filesystem]\nread = [\"{dir}\"]\n");
+    let adding =
+        format!("version = 1\nextends = \"strict\"\n[filesystem]\nread_add = [\"{dir}\"]\n");
+    let programs: [&[&str]; 2] = [
+        &["python3", "-c", "print(open('DATA').read(), end='')"],
+        &[
+            "node",
+            "-e",
+            "process.stdout.write(require('fs').readFileSync('DATA', 'utf8'))",
+        ],
+    ];
+    let data = extra.path().join("data.txt").display().to_string();
+    for program in programs {
+        let argv: Vec<String> = program.iter().map(|a| a.replace("DATA", &data)).collect();
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let out = project.run_with_profile(&replacing, &[], &argv);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(127), "{argv:?}: {stderr}");
+        assert!(!stderr.contains("Landlock"), "{argv:?}: {stderr}");
+        assert!(
+            stderr.contains("which strict shows and profile")
+                && stderr.contains("`read_add = [...]` adds to it"),
+            "{argv:?}: {stderr}"
+        );
+        assert!(!stderr.contains("--tool"), "{argv:?}: {stderr}");
+        let out = project.run_with_profile(&adding, &[], &argv);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "outside\n",
+            "{argv:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

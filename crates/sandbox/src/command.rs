@@ -47,6 +47,7 @@ pub struct Command {
     review_store: Option<PathBuf>,
     audit_file: Option<std::fs::File>,
     warm_commit: Option<std::os::fd::OwnedFd>,
+    learning: Option<crate::learn::Learning>,
 }
 
 /// How a sandboxed command ended.
@@ -113,7 +114,16 @@ impl Command {
             review_store: None,
             audit_file: None,
             warm_commit: None,
+            learning: None,
         }
+    }
+
+    /// Make this a learning run (`sandbox learn`, see [`crate::learn`]):
+    /// as confined as without, and what the command looked for outside
+    /// its view, or tried to write there, lands in `learning.observed`.
+    pub fn learn(&mut self, learning: crate::learn::Learning) -> &mut Command {
+        self.learning = Some(learning);
+        self
     }
 
     /// Make host path `host` visible read-only at `inside` (mounted by the
@@ -363,6 +373,7 @@ impl Command {
                 audit: self.audit.clone(),
                 audit_file: self.audit_file.as_ref().and_then(|f| f.try_clone().ok()),
             })),
+            learning: self.learning.clone(),
         };
         let prepared = Prepared::new(&policy, spec, supervision)?;
         let inputs = StartInputs {
@@ -601,30 +612,39 @@ fn where_on_host(err: SpawnError, prepared: &Prepared) -> SpawnError {
     };
     let policy = &prepared.config.policy;
     let fs = &policy.filesystem;
+    // Through links too: `/bin/python3` is shown only when what `/bin`
+    // leads to is, since the view recreates a link, not its target.
     let in_view = |path: &Path| {
-        fs.read
-            .iter()
-            .chain(&fs.read_if_exists)
-            .any(|r| path.starts_with(r))
+        let listed = |path: &Path| {
+            fs.read
+                .iter()
+                .chain(&fs.read_if_exists)
+                .any(|r| path.starts_with(r))
+        };
+        listed(path) && std::fs::canonicalize(path).is_ok_and(|real| listed(&real))
     };
     // Where the run itself looks (its PATH), among what it is shown: a
     // program there that still does not start lacks what starts it, and no
     // `--tool` or `--allow-read` of the program would help.
-    let shown = if program.contains('/') {
-        let path = Path::new(&program);
-        (path.is_absolute() && in_view(path) && is_executable(path)).then(|| path.to_path_buf())
-    } else {
-        policy
-            .env
-            .set
-            .get("PATH")
-            .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|dir| dir.is_absolute())
-            .map(|dir| dir.join(&program))
-            .find(|candidate| in_view(candidate) && is_executable(candidate))
+    let run_candidates = || -> Box<dyn Iterator<Item = PathBuf>> {
+        if program.contains('/') {
+            let path = Path::new(&program);
+            Box::new(path.is_absolute().then(|| path.to_path_buf()).into_iter())
+        } else {
+            Box::new(
+                policy
+                    .env
+                    .set
+                    .get("PATH")
+                    .map(|p| std::env::split_paths(p).collect::<Vec<_>>())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|dir| dir.is_absolute())
+                    .map(|dir| dir.join(&program)),
+            )
+        }
     };
+    let shown = run_candidates().find(|candidate| in_view(candidate) && is_executable(candidate));
     if let Some(shown) = shown {
         let hint = match crate::profile::lint::hidden_loader(policy, &shown) {
             Some(loader) => format!(
@@ -637,6 +657,37 @@ fn where_on_host(err: SpawnError, prepared: &Prepared) -> SpawnError {
             ),
             None => String::new(),
         };
+        return SpawnError::Exec {
+            program,
+            errno,
+            hint,
+        };
+    }
+    // Where the run looks (its PATH), a program strict shows and this
+    // profile does not: the profile dropped what the program needs around
+    // it too (its libraries, its loader), so exposing the program or a
+    // toolchain would fail the same way; the fix is in the profile's list,
+    // where `_add` keeps strict's.
+    let strict = crate::profile::builtin::defaults();
+    let strict_shows = |path: &Path| {
+        let fs = &strict.filesystem;
+        fs.read
+            .iter()
+            .chain(&fs.read_if_exists)
+            .any(|r| path.starts_with(r))
+    };
+    let dropped = run_candidates().find(|candidate| {
+        !in_view(candidate) && is_executable(candidate) && strict_shows(candidate)
+    });
+    if let Some(dropped) = dropped {
+        let hint = format!(
+            "; it is {} on the host, which strict shows and profile `{}` does not: the \
+             profile's read lists leave it out (a list key such as `read = [...]` replaces \
+             the list it inherits, `read_add = [...]` adds to it; `sandbox profile check` \
+             names the key)",
+            dropped.display(),
+            policy.name
+        );
         return SpawnError::Exec {
             program,
             errno,

@@ -24,6 +24,7 @@ pub mod cgroup;
 pub mod clock;
 pub mod landlock;
 pub mod launch;
+pub mod learn;
 pub mod net;
 pub mod probe;
 pub mod profile;

@@ -611,6 +611,50 @@ pub fn host_guard() -> Result<Option<CompiledFilter>, SeccompError> {
     Ok(Some(finish(guard_verdicts()?.program()?, None)))
 }
 
+/// The calls a learning run observes (`sandbox learn`): each names a path
+/// the view may lack.
+pub const OBSERVED: &[&str] = &[
+    "open",
+    "openat",
+    "execve",
+    "execveat",
+    "stat",
+    "lstat",
+    "newfstatat",
+    "statx",
+    "access",
+    "faccessat",
+    "faccessat2",
+    "readlink",
+    "readlinkat",
+];
+
+/// The observing program of a learning run: USER_NOTIF for [`OBSERVED`],
+/// ALLOW for the rest, after the same prelude. It is installed before the
+/// policy's own filter and decides nothing: the kernel runs every filter
+/// and takes the strongest verdict, and ERRNO and KILL are stronger than
+/// USER_NOTIF, so a call the policy refuses stays refused (and is not
+/// observed), and the supervisor's answer, always "continue", only lets a
+/// call go on to Landlock and the view as it would have without the
+/// observer. None where this build has no filter for the architecture.
+pub fn observer() -> Result<Option<Vec<libc::sock_filter>>, SeccompError> {
+    if !tables::SUPPORTED {
+        return Ok(None);
+    }
+    let mut verdicts = Verdicts {
+        calls: BTreeMap::new(),
+        otherwise: ALLOW,
+    };
+    verdicts.set(
+        OBSERVED
+            .iter()
+            .filter_map(|name| syscall_number(name))
+            .filter_map(|nr| u32::try_from(nr).ok()),
+        libc::SECCOMP_RET_USER_NOTIF,
+    );
+    verdicts.program().map(Some)
+}
+
 fn guard_verdicts() -> Result<Verdicts, SeccompError> {
     let mut verdicts = Verdicts {
         calls: BTreeMap::new(),

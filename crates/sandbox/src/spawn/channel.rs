@@ -108,6 +108,35 @@ pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> nix::Result<()> {
     Ok(())
 }
 
+/// P0: the one descriptor the peer of `sock` sent with [`send_fd`] (a
+/// learning run's seccomp listener); None when the peer closed without.
+pub fn recv_fd(sock: BorrowedFd<'_>) -> Result<Option<OwnedFd>, ChannelError> {
+    let mut payload = [0u8; 8];
+    let mut cmsg_space = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [std::io::IoSliceMut::new(&mut payload)];
+    let msg = loop {
+        match recvmsg::<()>(
+            sock.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg_space),
+            MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+        ) {
+            Err(Errno::EINTR) => continue,
+            other => {
+                break other.map_err(|source| ChannelError::Io {
+                    op: "recvmsg(listener)",
+                    source,
+                })?
+            }
+        }
+    };
+    let mut received = None;
+    crate::sys::fd::for_each_received_fd(msg, |owned| {
+        received.get_or_insert(owned);
+    });
+    Ok(received)
+}
+
 /// P0: tell init the id maps are in place, handing over the mount trees.
 pub fn send_go(sock: BorrowedFd<'_>, trees: &[OwnedFd]) -> Result<(), ChannelError> {
     if trees.len() > MAX_PASSED_FDS {

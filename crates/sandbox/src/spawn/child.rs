@@ -163,6 +163,15 @@ fn run<'a>(
         }
     }
 
+    // Before the policy's filter, which may refuse what installing and
+    // sending need; the observer lets every call through to it (see
+    // `crate::learn`). Not best-effort: a learning run that cannot observe
+    // would claim its command needed nothing.
+    if let (Some(observer), Some(socket)) = (&plan.observer, &handover.observer) {
+        let listener = crate::sys::seccomp_notify::install_with_listener(observer)
+            .step(Step::Seccomp, b"observer")?;
+        channel::send_fd(socket.as_fd(), listener.as_fd()).step(Step::Seccomp, b"observer")?;
+    }
     let mut seccomp_installed = false;
     if let Some(filter) = &plan.seccomp {
         match filter.install() {

@@ -440,6 +440,14 @@ fn plan(
     policy: &crate::profile::policy::Policy,
     private_tmp: &Path,
 ) -> Result<ChildPlan, SpawnError> {
+    // A learning run tells what its view lacks by looking in its own root;
+    // here the root is the host's, where everything is, so it would learn
+    // nothing and claim the command needed nothing.
+    if planned.observer.is_some() {
+        return Err(SpawnError::Invalid(
+            "learning needs a root of the run's own (user and mount namespaces), and this run has none".into(),
+        ));
+    }
     let mut rules = landlock_rules(planned, read_only_extra, policy, private_tmp)?;
     let bin_dir = private_tmp.join("bin");
     link_sandbox_binary(&bin_dir, &mut rules)?;
@@ -486,6 +494,7 @@ fn plan(
         ),
         etc: Vec::new(),
         dry_run: planned.dry_run,
+        observer: None,
     })
 }
 

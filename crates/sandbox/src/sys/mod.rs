@@ -14,6 +14,7 @@ pub mod net;
 pub mod probe;
 pub mod proctitle;
 pub mod seccomp;
+pub mod seccomp_notify;
 pub mod signal;
 pub mod thread;
 pub mod tty;

@@ -45,6 +45,8 @@ pub struct Running {
     pub(super) program: String,
     /// The wall-clock limit, from the clone (a warm run's: from its commit).
     pub(super) timeout: Option<Duration>,
+    /// A learning run's observer (see [`crate::learn`]).
+    pub(super) observer: Option<crate::learn::Observer>,
 }
 
 impl Running {

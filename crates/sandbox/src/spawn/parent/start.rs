@@ -232,12 +232,34 @@ pub(super) fn start_cloned(
     };
     let started = Instant::now();
     crate::sys::proctitle::remember();
+    // A learning run: a socket of its own for the listener, so that the
+    // broker's stream and the sync channel keep their protocols.
+    let (observer, observer_end) = match &prepared.config.supervision.learning {
+        Some(learning) if prepared.plan().observer.is_some() => {
+            let (mine, theirs) = socketpair(
+                AddressFamily::Unix,
+                SockType::SeqPacket,
+                None,
+                SockFlag::SOCK_CLOEXEC,
+            )
+            .map_err(sys("socketpair(observer)"))?;
+            let observer = crate::learn::Observer::new(
+                mine,
+                &prepared.config.policy,
+                &prepared.plan().project,
+                learning.clone(),
+            );
+            (Some(observer), Some(theirs))
+        }
+        _ => (None, None),
+    };
     let mut handover = Handover {
         stdio,
         ipc: Some(payload_end),
         warm_commit,
         fallback_rlimits: prepared.started.fallback_rlimits.clone(),
         confinement: prepared.started.confinement,
+        observer: observer_end,
     };
     let net_handover = net_handover.as_ref().map(|fd| fd.as_fd());
     let launched = calls
@@ -286,6 +308,7 @@ pub(super) fn start_cloned(
         layer: Default::default(),
         program: prepared.plan().program.clone(),
         timeout,
+        observer,
     })
 }
 

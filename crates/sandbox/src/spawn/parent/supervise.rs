@@ -99,6 +99,10 @@ struct Ready {
     report: bool,
     broker: PollFlags,
     input: bool,
+    /// A learning run: the listener arrived (or its socket closed).
+    observer_socket: bool,
+    /// A learning run: the listener's events (an observed call waits).
+    listener: PollFlags,
     /// The output streams to pump.
     outputs: Vec<usize>,
 }
@@ -184,6 +188,13 @@ impl Running {
         };
         let init_status = loop {
             let ready = self.wait_turn(&state, driver.as_deref())?;
+            // First: every observed call holds its caller until answered.
+            if let Some(observer) = &self.observer {
+                if ready.observer_socket {
+                    observer.on_socket();
+                }
+                observer.on_listener(ready.listener);
+            }
             self.on_output(&ready.outputs);
             self.on_broker_io(ready.broker);
             self.on_deadlines(&mut state);
@@ -250,6 +261,13 @@ impl Running {
         let input = driver
             .and_then(|d| d.input())
             .map(|fd| set.add(fd, PollFlags::POLLIN));
+        let (observer_socket, listener) = self
+            .observer
+            .as_ref()
+            .map(|o| o.poll_fds())
+            .unwrap_or_default();
+        let observer_socket = observer_socket.map(|fd| set.add(fd, PollFlags::POLLIN));
+        let listener = listener.map(|fd| set.add(fd, PollFlags::POLLIN));
         set.wait([
             state.timeout_at,
             state.kill_at,
@@ -267,6 +285,8 @@ impl Running {
             report: set.ready(report),
             broker: set.events(broker_slot),
             input: set.ready(input),
+            observer_socket: set.ready(observer_socket),
+            listener: set.events(listener),
             outputs: outputs
                 .into_iter()
                 .filter(|(_, slot)| set.ready(Some(*slot)))

@@ -256,6 +256,9 @@ pub struct ChildPlan {
     /// Do every step up to and including seccomp, then exit 0 instead of
     /// executing the command: `doctor`'s verdict is the real spawn path's.
     pub dry_run: bool,
+    /// A learning run's observing filter ([`crate::seccomp::observer`]),
+    /// installed before `seccomp`.
+    pub observer: Option<Vec<libc::sock_filter>>,
 }
 
 /// How the caller wants the run supervised: the part of the supervisor's
@@ -286,6 +289,9 @@ pub struct Supervision {
     /// Where a review run's changes are kept (None: the user's own store,
     /// [`crate::review::Store::user`]); the daemon names each caller's.
     pub review_store: Option<PathBuf>,
+    /// A learning run (`sandbox learn`): the payload installs the
+    /// observing filter and the supervisor records what it sees there.
+    pub learning: Option<crate::learn::Learning>,
 }
 
 /// The supervisor's own configuration of a run: broker, audit, grants,
@@ -355,6 +361,9 @@ pub struct Handover {
     pub fallback_rlimits: Vec<(Resource, u64)>,
     /// What the payload must see of itself before exec.
     pub confinement: super::measure::Expected,
+    /// A learning run: the payload's end of the socket it sends the
+    /// observing filter's listener on.
+    pub observer: Option<std::os::fd::OwnedFd>,
 }
 
 /// What a start decided and learned, for the supervision and the report.
@@ -443,6 +452,7 @@ impl Prepared {
         view.add_read_paths(policy)?;
         view.add_trees(policy, &project, &ids)?;
         view.add_handed_over(&spec.read_only_extra, &mut warnings)?;
+        view.dangling_links(&mut warnings);
         view.order_parents_first();
         if policy.filesystem.review {
             view.review_layer(
@@ -507,6 +517,17 @@ impl Prepared {
             ids,
             etc,
             dry_run: spec.dry_run,
+            observer: match &supervision.learning {
+                // A learning run that cannot observe would learn nothing
+                // and say it learned everything: refused instead.
+                Some(_) => Some(crate::seccomp::observer()?.ok_or_else(|| {
+                    SpawnError::Invalid(
+                        "learning needs a seccomp filter, which this build has none of for this architecture"
+                            .into(),
+                    )
+                })?),
+                None => None,
+            },
         };
         let config = RunConfig {
             policy: policy.clone(),

@@ -24,6 +24,10 @@ struct Planner {
     dirs: Vec<PathBuf>,
     mounts: Vec<(PathBuf, MountOp)>,
     visible: Vec<PathBuf>,
+    /// The profile's paths that are symlinks on the host, recreated as
+    /// links inside: they get no Landlock rule of their own (see
+    /// [`ViewPlan::add_read_paths`]).
+    links: Vec<PathBuf>,
 }
 
 impl Planner {
@@ -71,6 +75,7 @@ impl Planner {
                 path: path.to_path_buf(),
                 source,
             })?;
+            self.links.push(path.to_path_buf());
             MountOp::Symlink {
                 link: path_cstring(&link)?,
                 target,
@@ -172,6 +177,7 @@ impl ViewPlan {
                 dirs: Vec::new(),
                 mounts: Vec::new(),
                 visible: Vec::new(),
+                links: Vec::new(),
             },
             landlock_rules: Vec::new(),
             idmapped: Vec::new(),
@@ -198,11 +204,54 @@ impl ViewPlan {
                 root_mode.then_some(&mut self.idmapped),
             )?;
         }
+        // A Landlock rule is made from an opened path, and opening a link
+        // follows it: the rule would be its target's, which the view shows
+        // (with a rule of its own) only when the profile shows the target
+        // too. A link into what the view lacks (`/bin -> usr/bin` in a
+        // profile whose `read` replaced strict's `/usr`) made every run fail
+        // here with ENOENT naming the link, the wrong thing to fix; without
+        // a rule it dangles, and [`ViewPlan::dangling_links`] says why.
         for path in self.planner.visible.clone() {
+            if self.planner.links.contains(&path) {
+                continue;
+            }
             self.landlock_rules
                 .push((path_cstring(&path)?, LandlockAccess::ReadExec));
         }
         Ok(())
+    }
+
+    /// One warning naming the profile's paths that are links to host
+    /// paths the view does not show, once every tree is planned: inside,
+    /// they lead nowhere.
+    pub(super) fn dangling_links(&self, warnings: &mut Vec<String>) {
+        // The run's own /tmp, /dev and /proc stand in for the host's.
+        let own = [Path::new("/tmp"), Path::new("/dev"), Path::new("/proc")];
+        let planner = &self.planner;
+        let dangling: Vec<String> = planner
+            .links
+            .iter()
+            .filter_map(|link| {
+                // A link dangling on the host as well is not the profile's doing.
+                let target = std::fs::canonicalize(link).ok()?;
+                let shown = planner
+                    .visible
+                    .iter()
+                    .filter(|v| !planner.links.contains(v))
+                    .map(PathBuf::as_path)
+                    .chain(own)
+                    .any(|v| target.starts_with(v));
+                (!shown).then(|| format!("{} -> {}", link.display(), target.display()))
+            })
+            .collect();
+        if !dangling.is_empty() {
+            warnings.push(format!(
+                "the profile shows links whose targets it does not show, so inside they lead nowhere: {}; \
+                 add the targets with `[filesystem] read_add = [...]` (a list key such as `read = [...]` \
+                 replaces the list it inherits; `sandbox profile check` names the key)",
+                dangling.join(", ")
+            ));
+        }
     }
 
     /// The profile's writable paths, then the project.

@@ -1,0 +1,603 @@
+//! `sandbox learn`: run a command under a base profile, record what it
+//! looked for outside its view, and write the narrowest profile that
+//! `extends` the base with exactly that (docs/src/learn.md).
+//!
+//! Each pass runs the command as confined as the profile it would write
+//! (the base plus the reads learned so far; see `sandbox::learn` for the
+//! mechanism): a program that stops at the first missing file shows the
+//! next one only once that file is there, so passes repeat until one
+//! learns nothing new.
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use clap::Args;
+use sandbox::learn::{Learning, Observations, Seen, Use};
+
+use super::UsageError;
+
+/// The first line of every profile `sandbox learn` writes: how it knows a
+/// base is its own output, whose entries a new pass starts from.
+const HEADER: &str = "# Learned by `sandbox learn`";
+
+/// Arguments of `sandbox learn`.
+#[derive(Debug, Args)]
+pub struct LearnArgs {
+    /// The profile to start from: a built-in name, or a path (a profile this
+    /// command wrote starts from what it learned).
+    #[arg(long, short = 'p', default_value = "strict", value_name = "NAME|PATH")]
+    pub profile: String,
+    /// Where to write the learned profile.
+    #[arg(long, short = 'o', default_value = "learned.toml", value_name = "FILE")]
+    pub out: PathBuf,
+    /// The project root, writable inside and the working directory (default: the current directory).
+    #[arg(long, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Set NAME=VALUE, or pass NAME from this environment (repeatable), as `sandbox run -e`.
+    #[arg(long = "env", short = 'e', value_name = "NAME[=VALUE]")]
+    pub env: Vec<OsString>,
+    /// Most runs of the command: each runs with what the ones before learned.
+    #[arg(long, default_value_t = 6, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=32))]
+    pub passes: u32,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// The base a learned profile extends, and what an earlier learn of it
+/// already found.
+struct Base {
+    /// The `extends` value to write.
+    extends: String,
+    /// Its effective policy.
+    policy: sandbox::profile::policy::Policy,
+    /// Entries learned by the run that wrote the base, kept.
+    earlier: BTreeSet<PathBuf>,
+}
+
+fn usage(message: String) -> UsageError {
+    UsageError(message)
+}
+
+/// `extends` and the learned entries of a profile this command wrote; None
+/// when the text is not one.
+fn parse_learned(text: &str) -> Option<(String, Vec<PathBuf>)> {
+    if !text.starts_with(HEADER) {
+        return None;
+    }
+    let string = |value: &str| serde_json::from_str::<String>(value.trim()).ok();
+    let mut extends = None;
+    let mut entries = Vec::new();
+    let mut in_list = false;
+    for line in text.lines() {
+        let code = line.split(" #").next().unwrap_or("").trim();
+        if let Some(value) = code.strip_prefix("extends = ") {
+            extends = string(value);
+        } else if code.starts_with("read_if_exists_add = [") {
+            in_list = !code.ends_with(']');
+        } else if in_list && code == "]" {
+            in_list = false;
+        } else if in_list && !code.is_empty() {
+            entries.push(PathBuf::from(string(code.trim_end_matches(','))?));
+        }
+    }
+    Some((extends?, entries))
+}
+
+fn base(spec: &str, out: &Path) -> anyhow::Result<Base> {
+    let is_path = spec.contains('/') || spec.ends_with(".toml");
+    if !is_path {
+        let policy =
+            sandbox::profile::load(spec).with_context(|| usage(format!("--profile {spec}")))?;
+        return Ok(Base {
+            extends: spec.to_owned(),
+            policy,
+            earlier: BTreeSet::new(),
+        });
+    }
+    let path = std::fs::canonicalize(spec).with_context(|| usage(format!("--profile {spec}")))?;
+    let text =
+        std::fs::read_to_string(&path).with_context(|| usage(format!("--profile {spec}")))?;
+    // A profile this command wrote: start from its own base and entries, so
+    // that learning again into the same file never extends itself.
+    if let Some((extends, earlier)) = parse_learned(&text) {
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let parent = if extends.contains('/') || extends.ends_with(".toml") {
+            dir.join(&extends).display().to_string()
+        } else {
+            extends
+        };
+        let mut inner = base(&parent, out)?;
+        inner.earlier.extend(earlier);
+        return Ok(inner);
+    }
+    if std::fs::canonicalize(out).is_ok_and(|o| o == path) {
+        return Err(usage(format!(
+            "--out {} is the base profile itself, which `sandbox learn` did not write: write to another file",
+            out.display()
+        ))
+        .into());
+    }
+    let policy =
+        sandbox::profile::load_file(&path).with_context(|| usage(format!("--profile {spec}")))?;
+    Ok(Base {
+        extends: path.display().to_string(),
+        policy,
+        earlier: BTreeSet::new(),
+    })
+}
+
+/// The entries to learn from everything observed: the narrowest that
+/// serve each use. A directory only looked up is kept only when nothing
+/// beneath it is learned (the view makes the directories above any entry),
+/// and nothing beneath a learned directory is repeated.
+fn entries(observed: &Observations, base: &Base) -> BTreeMap<PathBuf, Option<Seen>> {
+    let mut out: BTreeMap<PathBuf, Option<Seen>> =
+        base.earlier.iter().map(|p| (p.clone(), None)).collect();
+    let fs = &base.policy.filesystem;
+    let shown = |path: &Path| {
+        fs.read
+            .iter()
+            .chain(&fs.read_if_exists)
+            .any(|r| path.starts_with(r))
+    };
+    for (path, seen) in &observed.needed {
+        // The view recreates a link, it does not follow it: a path reached
+        // through one (the link itself, or a directory above it) is learned
+        // as that link, and what it leads to as its own entry.
+        let ancestors: Vec<&Path> = path.ancestors().collect();
+        let link = ancestors
+            .into_iter()
+            .rev()
+            .find(|a| std::fs::symlink_metadata(a).is_ok_and(|m| m.file_type().is_symlink()));
+        match link {
+            None => {
+                out.insert(path.clone(), Some(seen.clone()));
+            }
+            Some(link) => {
+                out.entry(link.to_path_buf())
+                    .or_insert_with(|| Some(seen.clone()));
+                if let Ok(target) = std::fs::canonicalize(path) {
+                    if !shown(&target) {
+                        out.entry(target).or_insert_with(|| Some(seen.clone()));
+                    }
+                }
+            }
+        }
+    }
+    let paths: Vec<PathBuf> = out.keys().cloned().collect();
+    let lookup_only_dir = |path: &Path, seen: &Option<Seen>| {
+        seen.as_ref()
+            .is_some_and(|s| s.is_dir && s.strongest == Use::Lookup)
+            || (seen.is_none() && path.is_dir())
+    };
+    out.retain(|path, seen| {
+        let below_learned_dir = paths.iter().any(|other| {
+            other != path
+                && path.starts_with(other)
+                && other.is_dir()
+                && !lookup_only(other, &observed.needed)
+        });
+        let above_learned = paths
+            .iter()
+            .any(|other| other != path && other.starts_with(&*path));
+        !(below_learned_dir || (lookup_only_dir(path, seen) && above_learned))
+    });
+    out
+}
+
+fn lookup_only(path: &Path, needed: &BTreeMap<PathBuf, Seen>) -> bool {
+    needed.get(path).is_some_and(|s| s.strongest == Use::Lookup)
+}
+
+/// Directories learned so far only because they were looked up: the next
+/// pass records every use beneath them (see `sandbox::learn::Learning`).
+fn provisional(learned: &BTreeMap<PathBuf, Option<Seen>>, observed: &Observations) -> Vec<PathBuf> {
+    learned
+        .keys()
+        .filter(|p| p.is_dir() && lookup_only(p, &observed.needed))
+        .cloned()
+        .collect()
+}
+
+fn quote(path: &Path) -> String {
+    serde_json::to_string(&path.to_string_lossy()).unwrap_or_else(|_| "\"\"".into())
+}
+
+fn said(seen: &Seen) -> String {
+    let by: Vec<&str> = seen
+        .by
+        .iter()
+        .map(String::as_str)
+        .filter(|b| !b.is_empty())
+        // The payload before its exec still carries init's name.
+        .map(|b| {
+            if b == "sandbox-init" {
+                "the sandbox starting the command"
+            } else {
+                b
+            }
+        })
+        .collect();
+    let times = if seen.count == 1 {
+        "once".to_owned()
+    } else {
+        format!("{} times", seen.count)
+    };
+    if by.is_empty() {
+        format!("{} {times}", seen.strongest.verb())
+    } else {
+        format!("{} by {} {times}", seen.strongest.verb(), by.join(", "))
+    }
+}
+
+/// Why a learned path is withheld from the learning runs (written to the
+/// profile for a person to review, never shown while learning), if it is.
+/// Each pass grants what the one before asked for, so without this an
+/// untrusted command would be handed any file it names: a secret in a
+/// home directory, or (when root learns, whose runs' read paths the
+/// supervisor opens as root) a file below a directory only root enters.
+fn withheld(path: &Path, secrets: &sandbox::project::Rules, root: bool) -> Option<&'static str> {
+    let relative = path.to_string_lossy();
+    if secrets.secret_in(relative.trim_start_matches('/')) {
+        return Some("its name is in the profile's secrets list");
+    }
+    if root && !reachable_by_others(path) {
+        return Some("on the host only root reaches it, which the run's own identity could not");
+    }
+    None
+}
+
+/// Whether a user that owns nothing on the way could read `path`: every
+/// directory above lets others through, and the path lets them read.
+fn reachable_by_others(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).map(|m| m.permissions().mode());
+    path.ancestors()
+        .skip(1)
+        .all(|dir| mode(dir).is_ok_and(|m| m & 0o001 != 0))
+        && mode(path).is_ok_and(|m| m & 0o004 != 0)
+}
+
+/// What the passes found, as the profile says it.
+struct Found<'a> {
+    passes: u32,
+    learned: &'a BTreeMap<PathBuf, Option<Seen>>,
+    observed: &'a Observations,
+    withheld: &'a BTreeMap<PathBuf, &'static str>,
+    destinations: &'a BTreeMap<String, u64>,
+    actions: &'a BTreeMap<String, u64>,
+}
+
+fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
+    let Found {
+        passes,
+        learned,
+        observed,
+        withheld,
+        destinations,
+        actions,
+    } = *found;
+    let shown: Vec<String> = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let network = if destinations.is_empty() {
+        "the network, "
+    } else {
+        ""
+    };
+    let mut out = format!(
+        "{HEADER} from {passes} run(s) of: {}\n\
+         # While learning, the command had `{}`'s confinement plus what is below as it was\n\
+         # found; writes, {network}capabilities and the rest stayed `{}`'s.\n\
+         version = 1\nextends = {}\n\n[filesystem]\nread_if_exists_add = [\n",
+        shown.join(" ").replace('\n', " "),
+        base.extends,
+        base.extends,
+        serde_json::to_string(&base.extends).unwrap_or_default()
+    );
+    for (path, seen) in learned {
+        let why = match seen {
+            Some(seen) => said(seen),
+            None => "learned by an earlier run".to_owned(),
+        };
+        let warn = match withheld.get(path) {
+            Some(reason) => format!("; REVIEW, not shown while learning: {reason}"),
+            None => String::new(),
+        };
+        out.push_str(&format!("    {},  # {why}{warn}\n", quote(path)));
+    }
+    out.push_str("]\n");
+    if !destinations.is_empty() {
+        out.push_str("\n[network]\nallow_add = [\n");
+        for (target, count) in destinations {
+            let times = if *count == 1 {
+                "once".to_owned()
+            } else {
+                format!("{count} times")
+            };
+            out.push_str(&format!(
+                "    {},  # refused by the allowlist's proxy {times}\n",
+                serde_json::to_string(target).unwrap_or_default()
+            ));
+        }
+        out.push_str("]\n");
+    }
+    let mut notes = |title: &str, map: &BTreeMap<PathBuf, Seen>| {
+        if map.is_empty() {
+            return;
+        }
+        out.push_str(&format!("\n# {title}\n"));
+        for (path, seen) in map {
+            out.push_str(&format!("#   {}  ({})\n", path.display(), said(seen)));
+        }
+    };
+    notes(
+        "Writes refused while learning, and not learned (a write is given only by hand: `write_add`):",
+        &observed.writes_refused,
+    );
+    notes("Hidden by the profile, and left hidden:", &observed.hidden);
+    if !actions.is_empty() {
+        out.push_str(
+            "\n# Broker actions refused while learning, and not learned (a rule that allows one is a person's decision):\n",
+        );
+        for (action, count) in actions {
+            out.push_str(&format!("#   {action}  ({count} time(s))\n"));
+        }
+    }
+    out
+}
+
+/// An unnamed file for one pass's audit, gone when closed: no name in a
+/// shared directory that another user could have put a link at.
+fn scratch_audit() -> anyhow::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(std::env::temp_dir())
+        .context("an unnamed file for the learning run's audit in the temporary directory")
+}
+
+/// What a pass's audit (one JSON line per broker request and proxied
+/// connection) shows refused: destinations the allowlist's proxy refused,
+/// as `host:port`, into `destinations`; broker actions, as `ACTION TARGET`,
+/// into `actions` (reported, never learned: a broker rule that allows is a
+/// person's decision, and `fs.write` would widen writes).
+fn refused_in_audit(
+    audit: &mut std::fs::File,
+    destinations: &mut BTreeMap<String, u64>,
+    actions: &mut BTreeMap<String, u64>,
+) {
+    use std::io::{BufRead, Seek};
+    if audit.rewind().is_err() {
+        return;
+    }
+    for line in std::io::BufReader::new(&*audit).lines() {
+        let Ok(line) = line else { break };
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if entry["decision"] != "deny" {
+            continue;
+        }
+        let target = entry["target"].as_str().unwrap_or("");
+        match entry["method"].as_str() {
+            Some("net.connect") if !target.is_empty() => {
+                *destinations.entry(target.to_owned()).or_default() += 1;
+            }
+            Some(method) => {
+                let key = format!("{method} {target}").trim_end().to_owned();
+                *actions.entry(key).or_default() += 1;
+            }
+            None => {}
+        }
+    }
+}
+
+/// `sandbox learn`.
+pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
+    let base = base(&args.profile, &args.out)?;
+    let (program, rest) = args.command.split_first().context("no command given")?;
+    let secrets = sandbox::project::Rules::new(&base.policy.filesystem.secrets, &[])
+        .map_err(|err| usage(err.to_string()))?;
+    let root = nix::unistd::geteuid().is_root();
+    // Destinations are learned where the base has the allowlist's proxy,
+    // whose audit names each refused one; a base without it (strict's own
+    // loopback) keeps its network, and nothing about it is learned.
+    let proxied = base.policy.network.mode == sandbox::profile::policy::NetworkMode::Allowlist;
+    let mut destinations: BTreeMap<String, u64> = BTreeMap::new();
+    let mut actions: BTreeMap<String, u64> = BTreeMap::new();
+    let mut observed = Observations::default();
+    let mut learned = entries(&observed, &base);
+    let mut status = 0;
+    let mut passes = 0;
+    for pass in 1..=args.passes {
+        passes = pass;
+        let mut policy = base.policy.clone();
+        for path in learned.keys() {
+            let reviewed = base.earlier.contains(path);
+            if !reviewed && withheld(path, &secrets, root).is_some() {
+                continue;
+            }
+            if !policy.filesystem.read_if_exists.contains(path) {
+                policy.filesystem.read_if_exists.push(path.clone());
+            }
+        }
+        let learning = Learning {
+            provisional: provisional(&learned, &observed),
+            ..Learning::default()
+        };
+        for target in destinations.keys() {
+            if !policy.network.allow.contains(target) {
+                policy.network.allow.push(target.clone());
+            }
+        }
+        let mut command = sandbox::Command::new(program, policy);
+        command
+            .args(rest)
+            .interactive(false)
+            .learn(learning.clone());
+        let mut audit = scratch_audit()?;
+        command.audit_file(audit.try_clone()?);
+        if let Some(project) = &args.project {
+            command.project(project);
+            let cwd = std::env::current_dir()?;
+            if cwd.starts_with(super::run::absolute(project, "--project")?) {
+                command.current_dir(cwd);
+            }
+        }
+        for entry in &args.env {
+            let text = entry.to_string_lossy();
+            match text.split_once('=') {
+                Some((name, value)) => {
+                    command.env(name, value);
+                }
+                None => match std::env::var_os(entry) {
+                    Some(value) => {
+                        command.env(entry, value);
+                    }
+                    None => {
+                        command.env_remove(entry);
+                    }
+                },
+            }
+        }
+        let finished = command.run();
+        status = match &finished.result {
+            Ok(exit) => exit.as_shell_status(),
+            // The program itself outside the view: its exec was observed
+            // like any other call, and the next pass has it.
+            Err(err @ sandbox::spawn::SpawnError::Exec { .. }) => {
+                eprintln!("sandbox learn: pass {pass}: {err}");
+                err.exit_status()
+            }
+            Err(err) => {
+                eprintln!("sandbox learn: pass {pass}: {err}");
+                return Ok(err.exit_status());
+            }
+        };
+        let this_pass = match learning.observed.lock() {
+            Ok(o) => o.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        };
+        let calls = this_pass.calls;
+        observed.merge(this_pass);
+        let next = entries(&observed, &base);
+        let mut new: Vec<String> = next
+            .keys()
+            .filter(|p| !learned.contains_key(*p))
+            .map(|p| p.display().to_string())
+            .collect();
+        let before: BTreeSet<String> = destinations.keys().cloned().collect();
+        let mut refused = BTreeMap::new();
+        refused_in_audit(&mut audit, &mut refused, &mut actions);
+        // Only the proxy refuses destinations; without it there are none.
+        if proxied {
+            for (target, count) in refused {
+                *destinations.entry(target).or_default() += count;
+            }
+        }
+        new.extend(
+            destinations
+                .keys()
+                .filter(|d| !before.contains(*d))
+                .cloned(),
+        );
+        eprintln!(
+            "sandbox learn: pass {pass}: exit {status}, {calls} call(s) observed, {} new need(s){}",
+            new.len(),
+            if new.is_empty() {
+                String::new()
+            } else {
+                format!(": {}", new.join(", "))
+            }
+        );
+        let done = new.is_empty() && next.len() == learned.len();
+        learned = next;
+        if done {
+            break;
+        }
+    }
+    let withheld: BTreeMap<PathBuf, &'static str> = learned
+        .keys()
+        .filter(|p| !base.earlier.contains(*p))
+        .filter_map(|p| Some((p.clone(), withheld(p, &secrets, root)?)))
+        .collect();
+    let found = Found {
+        passes,
+        learned: &learned,
+        observed: &observed,
+        withheld: &withheld,
+        destinations: &destinations,
+        actions: &actions,
+    };
+    let text = render(&base, &args.command, &found);
+    std::fs::write(&args.out, &text).with_context(|| format!("writing {}", args.out.display()))?;
+    if let Err(err) = sandbox::profile::load_file(&args.out) {
+        anyhow::bail!(
+            "the learned profile {} does not load ({err}); this is a bug of `sandbox learn`",
+            args.out.display()
+        );
+    }
+    eprintln!(
+        "sandbox learn: wrote {} ({} read path(s){} beyond `{}`); the learning runs were allowed nothing \
+         else beyond it: no write, no other network destination, no capability",
+        args.out.display(),
+        learned.len(),
+        if destinations.is_empty() {
+            String::new()
+        } else {
+            format!(" and {} destination(s)", destinations.len())
+        },
+        base.extends
+    );
+    for (path, reason) in &withheld {
+        eprintln!(
+            "sandbox learn: review {}: {reason}, so the learning runs were not shown it; the learned profile lets the command read it",
+            path.display()
+        );
+    }
+    if observed.unrecorded > 0 {
+        eprintln!(
+            "sandbox learn: {} call(s) named paths past the first {} of a list, which were not kept: \
+             the profile may lack what those needed",
+            observed.unrecorded,
+            sandbox::learn::MAX_PATHS
+        );
+    }
+    for (action, count) in &actions {
+        eprintln!(
+            "sandbox learn: refused by the broker and not learned: {action} ({count} time(s))"
+        );
+    }
+    for (path, seen) in &observed.writes_refused {
+        eprintln!(
+            "sandbox learn: refused and not learned: write to {} ({})",
+            path.display(),
+            said(seen)
+        );
+    }
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_learned_profile_is_read_back() {
+        let text = format!(
+            "{HEADER} from 1 run(s) of: x\nversion = 1\nextends = \"strict\"\n\n[filesystem]\nread_if_exists_add = [\n    \"/a b/c\",  # read once\n]\n"
+        );
+        let (extends, entries) = parse_learned(&text).unwrap();
+        assert_eq!(extends, "strict");
+        assert_eq!(entries, vec![PathBuf::from("/a b/c")]);
+        assert!(parse_learned("version = 1\n").is_none());
+    }
+}

@@ -1,0 +1,512 @@
+//! `sandbox learn` on real programs: each learns a profile that checks,
+//! names the narrowest paths, widens no write, and runs the same command
+//! under `sandbox run` without a refusal; and a command that tries to write
+//! outside its view while learning does not get to.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Everything a case needs, outside the run's private /tmp (a host /tmp
+/// path is not what the run sees there) and outside the project.
+struct Case {
+    _root: tempfile::TempDir,
+    dir: PathBuf,
+    project: PathBuf,
+}
+
+impl Case {
+    fn new() -> Case {
+        let root = tempfile::Builder::new()
+            .prefix("learn-")
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .unwrap();
+        let dir = root.path().canonicalize().unwrap();
+        // The sandbox of host root runs as an unprivileged host id, which
+        // must be able to pass through to what it learns.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let project = dir.join("project");
+        std::fs::create_dir(&project).unwrap();
+        Case {
+            _root: root,
+            dir,
+            project,
+        }
+    }
+
+    fn write(&self, relative: &str, text: &str) -> PathBuf {
+        let path = self.dir.join(relative);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    fn sandbox(&self, args: &[&str]) -> Output {
+        Command::new(support::sandbox_bin())
+            .args(args)
+            .current_dir(&self.project)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    fn learned(&self) -> String {
+        self.dir.join("learned.toml").display().to_string()
+    }
+
+    /// Learn, then check: the profile checks, runs the command with no
+    /// refusal, extends strict and writes nothing but reads; returns its text.
+    fn learn_and_replay(&self, env: &[&str], command: &[&str]) -> String {
+        self.learn_then_replay(0, env, command).0
+    }
+
+    /// [`Case::learn_and_replay`] where learning ends with `status` (the
+    /// command's in the last pass); also returns learn's stdout.
+    fn learn_then_replay(&self, status: i32, env: &[&str], command: &[&str]) -> (String, String) {
+        let out_path = self.learned();
+        let mut args = vec!["learn", "--out", &out_path];
+        for e in env {
+            args.extend(["-e", e]);
+        }
+        args.push("--");
+        args.extend(command);
+        let out = self.sandbox(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(status), "learn: {stderr}");
+        assert!(
+            stderr.contains("the learning runs were allowed nothing else beyond it"),
+            "{stderr}"
+        );
+        let text = std::fs::read_to_string(&out_path).unwrap();
+        assert!(text.contains("extends = \"strict\""), "{text}");
+        for widening in [
+            "write",
+            "[network]",
+            "mode",
+            "allow",
+            "[syscalls]",
+            "enforce",
+        ] {
+            let code: String = text
+                .lines()
+                .map(|l| l.split('#').next().unwrap_or(""))
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert!(!code.contains(widening), "{widening} in {text}");
+        }
+        let check = self.sandbox(&["profile", "check", &out_path]);
+        assert!(
+            check.status.success() && check.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        let mut args = vec!["run", "--profile", &out_path];
+        for e in env {
+            args.extend(["-e", e]);
+        }
+        args.push("--");
+        args.extend(command);
+        let run = self.sandbox(&args);
+        assert_eq!(
+            run.status.code(),
+            Some(0),
+            "replay: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        (text, String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+/// The learned entries, without their comments.
+fn entries(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| l.starts_with("    \""))
+        .map(|l| {
+            l.trim()
+                .split("\",")
+                .next()
+                .unwrap()
+                .trim_start_matches('"')
+                .to_owned()
+        })
+        .collect()
+}
+
+fn available(test: &str, program: &str) -> bool {
+    support::require(
+        test,
+        "a sandbox as the caller",
+        support::sandbox_works(support::Who::Root),
+    ) && support::require(
+        test,
+        "seccomp user notification",
+        sandbox::probe::probe().seccomp_user_notif.is_available(),
+    ) && support::require(test, program, Path::new(program).exists())
+}
+
+#[test]
+fn a_python_projects_tests_learn_their_cache_and_config_outside_the_project() {
+    let test = "a_python_projects_tests_learn_their_cache_and_config_outside_the_project";
+    if !available(test, "/usr/bin/python3") {
+        return;
+    }
+    let case = Case::new();
+    let cache = case.write("cache/fixtures/data.json", "{\"answer\": 42}\n");
+    case.write("cache/fixtures/unused.json", "{}\n");
+    case.write("cache/other/large.bin", "unused\n");
+    let config = case.write("config/app.ini", "[app]\nname = demo\n");
+    std::fs::write(
+        case.project.join("test_app.py"),
+        format!(
+            "import configparser, json, os, unittest\n\
+             class T(unittest.TestCase):\n\
+             \x20   def test_cache(self):\n\
+             \x20       self.assertEqual(json.load(open({cache:?}))['answer'], 42)\n\
+             \x20   def test_config(self):\n\
+             \x20       c = configparser.ConfigParser(); c.read_file(open({config:?}))\n\
+             \x20       self.assertEqual(c['app']['name'], 'demo')\n\
+             unittest.main()\n",
+            cache = cache.display().to_string(),
+            config = config.display().to_string(),
+        ),
+    )
+    .unwrap();
+    let text = case.learn_and_replay(&[], &["python3", "test_app.py"]);
+    let learned = entries(&text);
+    // The two files, not their directories (and nothing else of the case).
+    assert!(learned.contains(&cache.display().to_string()), "{text}");
+    assert!(learned.contains(&config.display().to_string()), "{text}");
+    assert!(
+        !learned.iter().any(|e| Path::new(e).starts_with(&case.dir)
+            && *e != cache.display().to_string()
+            && *e != config.display().to_string()),
+        "{text}"
+    );
+    assert!(text.contains("read by python3"), "{text}");
+
+    // Learning again from the result learns nothing new and keeps both.
+    let out_path = case.learned();
+    let again = case.sandbox(&[
+        "learn",
+        "--profile",
+        &out_path,
+        "--out",
+        &out_path,
+        "--",
+        "python3",
+        "test_app.py",
+    ]);
+    let stderr = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("pass 1: exit 0") && stderr.contains("0 new need(s)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        entries(&std::fs::read_to_string(&out_path).unwrap()),
+        learned
+    );
+}
+
+#[test]
+fn a_node_tool_learns_its_npmrc_in_a_home_outside_the_project() {
+    let test = "a_node_tool_learns_its_npmrc_in_a_home_outside_the_project";
+    if !available(test, "/usr/bin/node") {
+        return;
+    }
+    let case = Case::new();
+    let npmrc = case.write("home/.npmrc", "registry=http://127.0.0.1:9/\n");
+    case.write("home/.ssh/id_ed25519", "not for the tool\n");
+    std::fs::write(
+        case.project.join("tool.js"),
+        "const fs = require('fs'), os = require('os'), path = require('path');\n\
+         const rc = fs.readFileSync(path.join(os.homedir(), '.npmrc'), 'utf8');\n\
+         if (!rc.includes('registry=')) process.exit(3);\n\
+         console.log('ok');\n",
+    )
+    .unwrap();
+    let home = format!("HOME={}", case.dir.join("home").display());
+    // The file's name is a secret's: it is learned, for a person to review,
+    // but no learning run is shown it, so the tool fails in every pass.
+    let (text, learning_stdout) = case.learn_then_replay(1, &[&home], &["node", "tool.js"]);
+    assert!(!learning_stdout.contains("ok"), "{learning_stdout}");
+    let learned = entries(&text);
+    assert!(learned.contains(&npmrc.display().to_string()), "{text}");
+    // The file, never the home it is in.
+    assert!(
+        !learned.contains(&case.dir.join("home").display().to_string()),
+        "{text}"
+    );
+    assert!(!text.contains("id_ed25519"), "{text}");
+    // Its name is a secret's: the profile says so where it learns it.
+    assert!(
+        text.contains(
+            "REVIEW, not shown while learning: its name is in the profile's secrets list"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_build_learns_a_compiler_outside_usr() {
+    let test = "a_build_learns_a_compiler_outside_usr";
+    if !available(test, "/usr/bin/gcc") || !available(test, "/usr/bin/make") {
+        return;
+    }
+    let case = Case::new();
+    // A compiler installed under an /opt-like prefix: gcc's driver, which
+    // finds its programs relative to itself, and a link to them.
+    let driver = std::fs::canonicalize("/usr/bin/gcc").unwrap();
+    let version_dir = std::fs::read_dir("/usr/lib/gcc/x86_64-linux-gnu")
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(|e| e.ok())
+        .map(|e| e.path());
+    let Some(version_dir) = version_dir else {
+        support::require(test, "gcc's /usr/lib/gcc/x86_64-linux-gnu/VERSION", false);
+        return;
+    };
+    let prefix = case.dir.join("opt/cc");
+    std::fs::create_dir_all(prefix.join("bin")).unwrap();
+    std::fs::create_dir_all(prefix.join("lib/gcc/x86_64-linux-gnu")).unwrap();
+    let cc = prefix.join("bin/cc");
+    std::fs::copy(&driver, &cc).unwrap();
+    std::os::unix::fs::symlink(
+        &version_dir,
+        prefix
+            .join("lib/gcc/x86_64-linux-gnu")
+            .join(version_dir.file_name().unwrap()),
+    )
+    .unwrap();
+    std::fs::write(
+        case.project.join("hello.c"),
+        "#include <stdio.h>\nint main(void) { puts(\"hello\"); return 0; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        case.project.join("Makefile"),
+        format!("hello: hello.c\n\t{} -o hello hello.c\n", cc.display()),
+    )
+    .unwrap();
+    let text = case.learn_and_replay(&[], &["make", "-s"]);
+    let learned = entries(&text);
+    assert!(learned.contains(&cc.display().to_string()), "{text}");
+    assert!(
+        !learned.contains(&prefix.join("bin").display().to_string()),
+        "{text}"
+    );
+    assert!(text.contains("by make"), "{text}");
+    assert!(case.project.join("hello").exists());
+}
+
+/// The attack: a command that writes outside its view while learning gets
+/// nothing written, and learns no write.
+#[test]
+fn a_write_outside_the_view_while_learning_is_refused_and_not_learned() {
+    let test = "a_write_outside_the_view_while_learning_is_refused_and_not_learned";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let target = case.dir.join("outside/planted");
+    std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+    let existing = case.write("outside/existing", "original\n");
+    let script = format!(
+        "echo planted > {t}; echo changed > {e}; cat {e}; exit 0",
+        t = target.display(),
+        e = existing.display()
+    );
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !target.exists(),
+        "the learning run wrote {}",
+        target.display()
+    );
+    assert_eq!(std::fs::read_to_string(&existing).unwrap(), "original\n");
+    assert!(
+        stderr.contains(&format!(
+            "refused and not learned: write to {}",
+            target.display()
+        )),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!code.contains("write"), "{text}");
+    // The existing file was read (`cat`), so it is learned read-only; the
+    // planted one was only ever written, so it is not learned at all.
+    assert!(
+        !entries(&text).contains(&target.display().to_string()),
+        "{text}"
+    );
+}
+
+/// The attack on learning itself: each pass grants what the one before
+/// asked for, so a command that names a secret, or (when root learns) a
+/// file below a directory only root enters, would be handed it by the next
+/// pass. Neither reaches the command while learning; both are written to
+/// the profile for a person to review.
+#[test]
+fn a_secret_the_command_asks_for_while_learning_is_never_shown_to_it() {
+    let test = "a_secret_the_command_asks_for_while_learning_is_never_shown_to_it";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let key = case.write("home/.ssh/id_ed25519", "KEY-MATERIAL\n");
+    let root = nix::unistd::geteuid().is_root();
+    let private = case.write("private/notes.txt", "ROOT-ONLY-NOTES\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::set_permissions(
+        private.parent().unwrap(),
+        std::fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    let script = format!(
+        "cat {} {} > leaked 2>/dev/null; cat leaked; exit 0",
+        key.display(),
+        private.display()
+    );
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stdout.contains("KEY-MATERIAL"), "{stdout}");
+    let leaked = std::fs::read_to_string(case.project.join("leaked")).unwrap_or_default();
+    assert!(!leaked.contains("KEY-MATERIAL"), "{leaked}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let key_line = text
+        .lines()
+        .find(|l| l.contains(&format!("{:?},", key.display().to_string())))
+        .unwrap_or_default();
+    assert!(
+        key_line.contains("read by cat") && key_line.contains("REVIEW, not shown while learning"),
+        "{text}"
+    );
+    if root {
+        assert!(!stdout.contains("ROOT-ONLY-NOTES"), "{stdout}");
+        assert!(!leaked.contains("ROOT-ONLY-NOTES"), "{leaked}");
+        assert!(text.contains("on the host only root reaches it"), "{text}");
+    }
+}
+
+/// The Node tool's fetch from its one host, through the allowlist's proxy
+/// of a base that lists nothing but the test server's loopback address
+/// (the address check's entry) and pins the name to it: the host:port is
+/// learned, nothing wider, and the replay reaches the server.
+#[test]
+fn a_node_tool_learns_the_one_host_it_fetches_from() {
+    let test = "a_node_tool_learns_the_one_host_it_fetches_from";
+    if !available(test, "/usr/bin/node") {
+        return;
+    }
+    let case = Case::new();
+    let server = support::net::TestServer::start("registry");
+    let port = server.port();
+    let base = case.write(
+        "base.toml",
+        &format!(
+            "version = 1\nextends = \"strict\"\n[network]\nmode = \"allowlist\"\n\
+             allow = [\"127.0.0.1:{port}\"]\nresolve = {{ \"registry.test\" = \"127.0.0.1\" }}\n"
+        ),
+    );
+    std::fs::write(
+        case.project.join("fetch.js"),
+        format!(
+            "const http = require('http');\n\
+             const proxy = new URL(process.env.HTTP_PROXY);\n\
+             http.get({{host: proxy.hostname, port: proxy.port, path: 'http://registry.test:{port}/pkg',\n\
+             \x20 headers: {{Host: 'registry.test:{port}'}}}}, res => {{\n\
+             \x20 res.resume(); res.on('end', () => process.exit(res.statusCode === 200 ? 0 : 1));\n\
+             }}).on('error', e => {{ console.error(e.message); process.exit(2); }});\n"
+        ),
+    )
+    .unwrap();
+    let out_path = case.learned();
+    let base = base.display().to_string();
+    let out = case.sandbox(&[
+        "learn",
+        "--profile",
+        &base,
+        "--out",
+        &out_path,
+        "--",
+        "node",
+        "fetch.js",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let wanted = format!("\"registry.test:{port}\",  # refused by the allowlist's proxy once");
+    assert!(text.contains(&wanted), "{text}");
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    // Only the one destination: no mode, no wider entry, no write.
+    assert_eq!(code.matches("registry.test").count(), 1, "{text}");
+    for widening in ["mode", "write", "\"*", "resolve"] {
+        assert!(!code.contains(widening), "{widening} in {text}");
+    }
+    let check = case.sandbox(&["profile", "check", &out_path]);
+    assert!(
+        check.status.success() && check.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let before = server.connection_count();
+    let run = case.sandbox(&["run", "--profile", &out_path, "--", "node", "fetch.js"]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(server.connection_count() > before);
+}
+
+/// A broker action refused while learning is reported in the output and
+/// the profile's comments, and never becomes a rule that allows it.
+#[test]
+fn a_broker_action_refused_while_learning_is_reported_not_learned() {
+    let test = "a_broker_action_refused_while_learning_is_reported_not_learned";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let out_path = case.learned();
+    let script = "sandbox ipc secrets.get '{\"name\":\"DEPLOY_TOKEN\"}'; exit 0";
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("refused by the broker and not learned: secrets.get DEPLOY_TOKEN"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(
+        text.contains("#   secrets.get DEPLOY_TOKEN  (1 time(s))"),
+        "{text}"
+    );
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !code.contains("broker") && !code.contains("secrets.get"),
+        "{text}"
+    );
+}
