@@ -115,10 +115,15 @@ fn a_file_created_after_the_sandbox_was_prepared_sends_the_run_cold() {
     // warm sandbox's walk.
     std::fs::write(project.path().join("sub/.env"), "TOKEN=secret\n").expect(".env");
     let (second, out, err) = run_to_end(&daemon, project.path(), &["sh", "-c", "cat sub/.env"]);
-    assert_eq!(
-        second["report"]["warm"],
-        false,
-        "{second}\n{}",
+    // The pool may have prepared another warm sandbox meanwhile (it keeps
+    // some ahead): one whose walk came after the file hides it, and may
+    // be used. One prepared before may not.
+    let hidden_by_its_walk = second["report"]["enforced"]["project_view"]["secrets_hidden"]
+        .as_array()
+        .is_some_and(|h| h.iter().any(|p| p == "sub/.env"));
+    assert!(
+        second["report"]["warm"] == false || hidden_by_its_walk,
+        "a warm sandbox prepared before sub/.env existed ran the command\n{second}\n{}",
         daemon.log()
     );
     assert!(!out.contains("secret"), "{out}{err}");
