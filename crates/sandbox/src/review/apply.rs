@@ -11,14 +11,15 @@
 //! synced, given a name and renamed over the old one, so an interrupted
 //! apply leaves either the old file or the new one, never part of one.
 
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{AtFlags, OFlag};
-use nix::sys::stat::{FileStat, Mode};
+use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::unistd::UnlinkatFlags;
 
 use super::capture::{kind_of, list, open_dir_at, stat_at};
@@ -167,11 +168,19 @@ fn prepare(
             flag: None,
         }])
     })?;
+    // Every link the run would leave, applied now or later: a link's
+    // target is judged through them as through the project's own.
+    let pending_links: HashSet<&str> = captured
+        .changes
+        .iter()
+        .filter(|c| !c.applied && matches!(c.after, Some(Entry::Symlink { .. })))
+        .map(|c| c.path.as_str())
+        .collect();
     for &index in &selected {
         check(
             &captured.changes[index],
             &started,
-            &rules,
+            (&rules, &pending_links),
             allow,
             root.as_fd(),
             &mut refusals,
@@ -199,15 +208,29 @@ fn write(store: &Store, id: &str, prepared: Prepared) -> Result<Applied, ReviewE
         return Err(ReviewError::Refused(refusals));
     }
     let layer = store.layer_dir(id)?;
+    let layer = nix::fcntl::open(
+        &layer,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW,
+        Mode::empty(),
+    )
+    .map_err(|source| ReviewError::Layer {
+        path: layer.clone(),
+        source,
+    })?;
     let mut applied = Applied::default();
     let mut result = Ok(());
     for &index in &selected {
         let change = &captured.changes[index];
-        if let Err(source) = write_change(root.as_fd(), &layer, change) {
-            result = Err(ReviewError::Apply {
-                path: change.path.clone(),
-                source,
-            });
+        let written = kept_content(layer.as_fd(), change).and_then(|content| {
+            write_change(root.as_fd(), content.as_deref(), change).map_err(|source| {
+                ReviewError::Apply {
+                    path: change.path.clone(),
+                    source,
+                }
+            })
+        });
+        if let Err(err) = written {
+            result = Err(err);
             break;
         }
         applied.applied.push(change.path.clone());
@@ -277,7 +300,7 @@ fn is_ci(path: &str) -> bool {
 fn check(
     change: &Change,
     started: &Started,
-    rules: &crate::project::Rules,
+    (rules, pending_links): (&crate::project::Rules, &HashSet<&str>),
     allow: Allow,
     root: BorrowedFd<'_>,
     refusals: &mut Vec<Refusal>,
@@ -304,6 +327,14 @@ fn check(
                     format!("a symlink to {target}, outside the project"),
                     Some("--allow-outside-links"),
                 ));
+            } else if !allow.outside_links {
+                if let Some(through) = link_on_the_way(path, target, pending_links, root) {
+                    refusals.push(Refusal::at(
+                        path,
+                        format!("a symlink to {target}, which passes through the symlink {through}, so where it leads cannot be told from its text"),
+                        Some("--allow-outside-links"),
+                    ));
+                }
             }
         }
         Some(Entry::Special { mode }) => refusals.push(Refusal::at(
@@ -370,6 +401,45 @@ fn link_stays_inside(path: &str, target: &str) -> bool {
     true
 }
 
+/// The first symlink that resolving `target` from the link at `path`
+/// passes through: one the run would leave, or one the project has. Its
+/// text alone then says nothing about where the link leads: a run's
+/// `r -> ../..` ahead of `k -> r/../../etc/passwd` makes two links that
+/// each read as inside the project and together lead to /etc/passwd.
+fn link_on_the_way(
+    path: &str,
+    target: &str,
+    pending_links: &HashSet<&str>,
+    root: BorrowedFd<'_>,
+) -> Option<String> {
+    let mut at: Vec<String> = Path::new(path)
+        .parent()
+        .map(|p| p.iter().map(|c| c.to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    for component in Path::new(target).components() {
+        match component {
+            Component::ParentDir => {
+                at.pop();
+            }
+            Component::Normal(name) => {
+                at.push(name.to_string_lossy().into_owned());
+                let prefix = at.join("/");
+                if pending_links.contains(prefix.as_str()) {
+                    return Some(prefix);
+                }
+                match lstat_beneath(root, &prefix) {
+                    Ok(Some(stat)) if kind_of(&stat) == EntryKind::Symlink => return Some(prefix),
+                    // A directory on the way is a link in the project.
+                    Err(Errno::ELOOP) => return Some(prefix),
+                    _ => {}
+                }
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    None
+}
+
 /// Conflicts: what the project has at `change.path` now differs from what
 /// the run saw (kind, or changed at or after the run's start).
 fn conflicts(
@@ -428,7 +498,10 @@ fn conflicts(
                     None,
                 ));
             }
-            if kind == EntryKind::Dir && change.kind == ChangeKind::Deleted {
+            // A directory the run removed, or replaced by a file or a
+            // link: apply removes everything in it, so everything in it
+            // is checked as a deletion.
+            if kind == EntryKind::Dir && !matches!(change.after, Some(Entry::Dir { .. })) {
                 subtree(root, path, started, rules, allow, refusals);
             }
         }
@@ -503,8 +576,55 @@ fn open_parent(root: BorrowedFd<'_>, parent: &Path) -> Result<OwnedFd, Errno> {
     openat2_beneath(root, parent, spec)
 }
 
-/// Write one change into the project.
-fn write_change(root: BorrowedFd<'_>, layer: &Path, change: &Change) -> Result<(), Errno> {
+/// The content the store keeps for a file `change`, checked against the
+/// record: opened beneath the run's layer following no link, a plain
+/// file of exactly the recorded size and SHA-256. What a person saw in
+/// `sandbox changes` is what is written, even if someone changed the
+/// store since. None for a change that is not a file.
+fn kept_content(layer: BorrowedFd<'_>, change: &Change) -> Result<Option<Vec<u8>>, ReviewError> {
+    let Some(Entry::File { size, sha256, .. }) = &change.after else {
+        return Ok(None);
+    };
+    let tampered = |why: String| ReviewError::Tampered {
+        path: change.path.clone(),
+        why,
+    };
+    let spec =
+        Beneath::new(OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK)
+            .no_symlinks();
+    let fd = openat2_beneath(layer, Path::new(&change.path), spec)
+        .map_err(|errno| tampered(format!("it cannot be opened as a plain file: {errno}")))?;
+    let stat = nix::sys::stat::fstat(&fd).map_err(|errno| tampered(errno.to_string()))?;
+    if SFlag::from_bits_truncate(stat.st_mode & libc::S_IFMT) != SFlag::S_IFREG {
+        return Err(tampered("it is no longer a plain file".into()));
+    }
+    let mut content = Vec::new();
+    std::io::Read::take(std::fs::File::from(fd), size.saturating_add(1))
+        .read_to_end(&mut content)
+        .map_err(|err| tampered(err.to_string()))?;
+    if content.len() as u64 != *size {
+        return Err(tampered(format!(
+            "{} bytes, recorded {size}",
+            content.len()
+        )));
+    }
+    let digest = super::capture::hex(&<sha2::Sha256 as sha2::Digest>::digest(&content));
+    if &digest != sha256 {
+        return Err(tampered(format!(
+            "sha256 {}, recorded {}",
+            &digest[..16],
+            &sha256[..16.min(sha256.len())]
+        )));
+    }
+    Ok(Some(content))
+}
+
+/// Write one change into the project (`content`: a file's, checked).
+fn write_change(
+    root: BorrowedFd<'_>,
+    content: Option<&[u8]>,
+    change: &Change,
+) -> Result<(), Errno> {
     let (parent, name) = split(&change.path);
     let dir = open_parent(root, &parent)?;
     let existing = stat_at(dir.as_fd(), &name);
@@ -541,9 +661,8 @@ fn write_change(root: BorrowedFd<'_>, layer: &Path, change: &Change) -> Result<(
                 (Some(stat), Some(EntryKind::File)) => stat,
                 _ => &dir_stat,
             };
-            let content = std::fs::read(layer.join(&change.path))
-                .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))?;
-            write_file(dir.as_fd(), &name, &content, *mode, owner)
+            let content = content.ok_or(Errno::EINVAL)?;
+            write_file(dir.as_fd(), &name, content, *mode, owner)
         }
         Some(Entry::Symlink { target }) => {
             if existing_kind == Some(EntryKind::Dir) {

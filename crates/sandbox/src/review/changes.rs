@@ -97,7 +97,17 @@ pub fn headline(change: &Change) -> String {
         Some(Entry::Symlink { target }) => format!("symlink to {target}"),
         Some(Entry::Special { mode }) => format!("special file (mode {mode:o}), never applied"),
     };
-    format!("{letter} {} ({what})", change.path)
+    let replaces = change.before == Some(super::EntryKind::Dir)
+        && matches!(
+            change.after,
+            Some(Entry::File { .. } | Entry::Symlink { .. } | Entry::Special { .. })
+        );
+    let replaces = if replaces {
+        ", replacing a directory and everything in it"
+    } else {
+        ""
+    };
+    format!("{letter} {} ({what}{replaces})", change.path)
 }
 
 /// The unified diff of a changed text file, or its sizes and hashes when

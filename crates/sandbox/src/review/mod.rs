@@ -107,6 +107,15 @@ pub enum ReviewError {
         /// The errno.
         source: nix::errno::Errno,
     },
+    /// A kept file is not what the run wrote: its size or hash differs
+    /// from the record, or it is no longer a plain file.
+    #[error("the content kept for {path} is not what the run wrote ({why}): the run's store was changed after the run, so it was not applied (the changes before it were); drop the run with `sandbox discard`")]
+    Tampered {
+        /// The project path.
+        path: String,
+        /// What differs.
+        why: String,
+    },
 }
 
 /// The deepest directory a review run's layer may hold. The supervisor's
