@@ -880,3 +880,43 @@ fn kept_content_changed_after_the_run_is_not_applied() {
         }
     }
 }
+
+/// A review store inside the project (a state directory there) could be
+/// rewritten by a later direct run, records and content alike, before the
+/// person applies it: review mode refuses to keep changes there.
+#[test]
+fn a_review_store_runs_can_write_is_refused() {
+    for who in review_identities("a_review_store_runs_can_write_is_refused") {
+        let review = Review::new(who);
+        let p = &review.project;
+        let inside = p.path().join(".state");
+        std::fs::create_dir(&inside).unwrap();
+        if who == Who::User && nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(&inside, Some(TEST_UID), Some(TEST_GID)).unwrap();
+        }
+        let out = review
+            .command()
+            .env("SANDBOX_STATE_DIR", &inside)
+            .args([
+                "run",
+                "--review",
+                "--profile",
+                "strict",
+                "--",
+                "/bin/sh",
+                "-c",
+                "echo x > f",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{who:?}: {stderr}");
+        assert!(
+            stderr.contains("Set SANDBOX_STATE_DIR"),
+            "{who:?}: {stderr}"
+        );
+        assert!(!p.path().join("f").exists());
+        assert!(!inside.join("runs").exists(), "{who:?}: something was kept");
+    }
+}

@@ -211,7 +211,11 @@ pub(crate) fn net_program_writable(policy: &Policy, project: &Path) -> Option<St
 
 /// The tree the payload can write (the project, a profile write path) that
 /// holds `path`, judged by the real path of its nearest existing ancestor.
-fn writable_tree_holding(policy: &Policy, project: &Path, path: &Path) -> Option<PathBuf> {
+pub(crate) fn writable_tree_holding(
+    policy: &Policy,
+    project: &Path,
+    path: &Path,
+) -> Option<PathBuf> {
     let real = path
         .ancestors()
         .find_map(|a| std::fs::canonicalize(a).ok())?;

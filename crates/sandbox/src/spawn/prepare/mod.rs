@@ -488,7 +488,20 @@ impl Prepared {
         // The run's record in the store is made before anything runs, with
         // the start that host changes are compared with at apply.
         let review = if policy.filesystem.review && !spec.dry_run {
-            let mut started = crate::review::Store::user().start(&project, policy);
+            let store = crate::review::Store::user();
+            // A store that runs can write (the project, a `write` path)
+            // would let a later run rewrite what this one kept, records
+            // and content alike, before a person applies it.
+            if let Some(tree) =
+                crate::broker::assemble::writable_tree_holding(policy, &project, store.root())
+            {
+                return Err(SpawnError::Invalid(format!(
+                    "review mode keeps a run's changes in {}, which is inside {}, where runs can write: a later run could rewrite them before they are applied. Set SANDBOX_STATE_DIR (or XDG_STATE_HOME) to a directory outside it",
+                    store.root().display(),
+                    tree.display()
+                )));
+            }
+            let mut started = store.start(&project, policy);
             started.stack = spec.review_stack.clone();
             Some(started)
         } else {
