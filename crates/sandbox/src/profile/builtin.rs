@@ -142,6 +142,13 @@ pub(crate) fn defaults() -> Policy {
                 ".git/**/commondir",
                 ".git/**/config.worktree",
                 ".gitmodules",
+                // Hook managers whose files a repository carries: git runs
+                // what they name once the manager is installed.
+                ".husky/",
+                ".pre-commit-config.yaml",
+                "lefthook.yml",
+                ".lefthook.yml",
+                ".githooks/",
                 ".vscode/",
                 ".idea/",
                 ".envrc",
