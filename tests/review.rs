@@ -920,3 +920,56 @@ fn a_review_store_runs_can_write_is_refused() {
         assert!(!inside.join("runs").exists(), "{who:?}: something was kept");
     }
 }
+
+/// A sparse file takes no block of the layer and reads as its whole size:
+/// until the fix, capture copied two sparse files of 2 GiB each into the
+/// store (4 GiB of disk from a 512 MiB layer). What is kept is now bounded
+/// by the layer's limit, and past it nothing is kept.
+#[test]
+fn sparse_files_cannot_make_the_store_outgrow_the_layer() {
+    for who in review_identities("sparse_files_cannot_make_the_store_outgrow_the_layer") {
+        let review = Review::new(who);
+        let profile = review.project.write(
+            "small.toml",
+            "version = 1\nextends = \"strict\"\n[filesystem]\nreview = true\nreview_size = \"1MiB\"\n",
+        );
+        let out = review.sandbox(&[
+            "run",
+            "--profile",
+            profile.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            "truncate -s 8M a.bin && truncate -s 8M b.bin && echo made",
+        ]);
+        assert_ok(&out, "the sparse run");
+        assert!(text(&out.stdout).contains("made"), "{who:?}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("more than its layer's limit of 1048576 bytes when read"),
+            "{who:?}: {stderr}"
+        );
+        let runs = review.state.path().join("runs");
+        let kept: u64 = walk_size(&runs);
+        assert!(kept <= 2 << 20, "{who:?}: {kept} bytes left in the store");
+        assert!(review.read("a.bin").is_none());
+    }
+}
+
+/// Bytes of the regular files below `dir` (0 when it does not exist).
+fn walk_size(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|e| {
+            let meta = std::fs::symlink_metadata(e.path()).unwrap();
+            if meta.is_dir() {
+                walk_size(&e.path())
+            } else {
+                meta.len()
+            }
+        })
+        .sum()
+}

@@ -54,6 +54,7 @@ pub fn capture(
         started,
         kept: None,
         changes: Vec::new(),
+        kept_bytes: 0,
     };
     walk.dir(
         upper.as_fd(),
@@ -86,6 +87,8 @@ struct Walk<'a> {
     /// The run's `layer/` in the store, once something had to be kept.
     kept: Option<PathBuf>,
     changes: Vec<Change>,
+    /// Bytes copied into the store so far.
+    kept_bytes: u64,
 }
 
 impl Walk<'_> {
@@ -347,6 +350,17 @@ impl Walk<'_> {
             let n = input.read(&mut buf).map_err(io)?;
             if n == 0 {
                 break;
+            }
+            // The layer's size bounds the blocks a run uses, not what its
+            // files read as: a sparse file of 2 GiB takes no block of a
+            // 512 MiB layer and 2 GiB of the store once copied. What is
+            // kept is bounded by the same limit.
+            self.kept_bytes += n as u64;
+            if self.kept_bytes > self.started.limit {
+                return Err(ReviewError::TooLarge {
+                    path: path.to_path_buf(),
+                    limit: self.started.limit,
+                });
             }
             hasher.update(&buf[..n]);
             out.write_all(&buf[..n]).map_err(io)?;

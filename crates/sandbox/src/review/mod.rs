@@ -85,6 +85,15 @@ pub enum ReviewError {
         /// The errno.
         source: nix::errno::Errno,
     },
+    /// The run's files read as more than its layer's limit (sparse files,
+    /// or hard links to one file).
+    #[error("the run's files add up to more than its layer's limit of {limit} bytes when read (at {}: sparse files, or many hard links to one file), so nothing of it was kept; raise [filesystem] review_size if the run really writes that much", path.display())]
+    TooLarge {
+        /// The file that went past the limit, below the layer.
+        path: PathBuf,
+        /// The layer's limit in bytes.
+        limit: u64,
+    },
     /// The run nested directories deeper than [`MAX_DEPTH`].
     #[error("the run's layer nests directories deeper than {MAX_DEPTH} levels (below {}), so nothing of it was kept; no project needs that depth, so look at what the command did", first_component(path))]
     TooDeep {
