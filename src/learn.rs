@@ -445,29 +445,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             .learn(learning.clone());
         let mut audit = scratch_audit()?;
         command.audit_file(audit.try_clone()?);
-        if let Some(project) = &args.project {
-            command.project(project);
-            let cwd = std::env::current_dir()?;
-            if cwd.starts_with(super::run::absolute(project, "--project")?) {
-                command.current_dir(cwd);
-            }
-        }
-        for entry in &args.env {
-            let text = entry.to_string_lossy();
-            match text.split_once('=') {
-                Some((name, value)) => {
-                    command.env(name, value);
-                }
-                None => match std::env::var_os(entry) {
-                    Some(value) => {
-                        command.env(entry, value);
-                    }
-                    None => {
-                        command.env_remove(entry);
-                    }
-                },
-            }
-        }
+        super::run::project_and_env(&mut command, args.project.as_ref(), &args.env)?;
         let finished = command.run();
         status = match &finished.result {
             Ok(exit) => exit.as_shell_status(),

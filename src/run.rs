@@ -321,33 +321,7 @@ pub fn run(args: RunArgs) -> anyhow::Result<i32> {
         let secret = resolve_secret(spec)?;
         command.secret_for_hosts(secret.name, secret.value, secret.hosts);
     }
-    if let Some(project) = &args.project {
-        command.project(project);
-        let cwd = std::env::current_dir()?;
-        if cwd.starts_with(absolute(project, "--project")?) {
-            command.current_dir(cwd);
-        }
-    }
-    for entry in &args.env {
-        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(entry.as_os_str());
-        match bytes.iter().position(|b| *b == b'=') {
-            Some(eq) => {
-                use std::os::unix::ffi::OsStrExt;
-                command.env(
-                    std::ffi::OsStr::from_bytes(&bytes[..eq]),
-                    std::ffi::OsStr::from_bytes(&bytes[eq + 1..]),
-                );
-            }
-            None => match std::env::var_os(entry) {
-                Some(value) => {
-                    command.env(entry, value);
-                }
-                None => {
-                    command.env_remove(entry);
-                }
-            },
-        }
-    }
+    project_and_env(&mut command, args.project.as_ref(), &args.env)?;
 
     let finished = command.run();
     let report = match (finished.report, &finished.result) {
@@ -642,6 +616,44 @@ pub(crate) fn limit_messages(report: &Report) -> Vec<String> {
         }
     }
     out
+}
+
+/// `--project` (the working directory kept when it is inside the project)
+/// and `--env NAME=VALUE` or `--env NAME` (passed from here, or removed
+/// when unset here), as `sandbox run` and `sandbox learn` take them.
+pub(crate) fn project_and_env(
+    command: &mut sandbox::Command,
+    project: Option<&std::path::PathBuf>,
+    env: &[OsString],
+) -> anyhow::Result<()> {
+    if let Some(project) = project {
+        command.project(project);
+        let cwd = std::env::current_dir()?;
+        if cwd.starts_with(absolute(project, "--project")?) {
+            command.current_dir(cwd);
+        }
+    }
+    for entry in env {
+        let bytes = std::os::unix::ffi::OsStrExt::as_bytes(entry.as_os_str());
+        match bytes.iter().position(|b| *b == b'=') {
+            Some(eq) => {
+                use std::os::unix::ffi::OsStrExt;
+                command.env(
+                    std::ffi::OsStr::from_bytes(&bytes[..eq]),
+                    std::ffi::OsStr::from_bytes(&bytes[eq + 1..]),
+                );
+            }
+            None => match std::env::var_os(entry) {
+                Some(value) => {
+                    command.env(entry, value);
+                }
+                None => {
+                    command.env_remove(entry);
+                }
+            },
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

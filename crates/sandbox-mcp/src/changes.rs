@@ -229,24 +229,8 @@ pub fn question(plan: &Plan) -> Value {
     message.push_str(
         "Answer apply to write them into the project now, or keep to leave them kept for later.",
     );
-    json!({
-        "method": "elicitation/create",
-        "params": {
-            "mode": "form",
-            "message": message,
-            "requestedSchema": {
-                "type": "object",
-                "properties": {
-                    "decision": {
-                        "type": "string",
-                        "title": format!("Apply {} change(s) to the project?", plan.changes.len()),
-                        "enum": ["apply", "keep"],
-                    }
-                },
-                "required": ["decision"],
-            },
-        },
-    })
+    let title = format!("Apply {} change(s) to the project?", plan.changes.len());
+    tools::choice_question(&message, &title, &["apply", "keep"])
 }
 
 /// Whether an elicitation result accepts: `accept` with `apply` chosen,

@@ -635,24 +635,8 @@ fn elicitation_request(ask: &Ask) -> Value {
          target) or deny.",
         ask.question, ask.action
     );
-    json!({
-        "method": "elicitation/create",
-        "params": {
-            "mode": "form",
-            "message": message,
-            "requestedSchema": {
-                "type": "object",
-                "properties": {
-                    "decision": {
-                        "type": "string",
-                        "title": format!("Allow {} for skill {}?", ask.action, ask.skill),
-                        "enum": CHOICES,
-                    }
-                },
-                "required": ["decision"],
-            },
-        },
-    })
+    let title = format!("Allow {} for skill {}?", ask.action, ask.skill);
+    tools::choice_question(&message, &title, &CHOICES)
 }
 
 /// Ask through a 2025-11-25 session: the person's choice, or `unanswered`

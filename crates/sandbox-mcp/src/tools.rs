@@ -184,3 +184,26 @@ pub fn failure_message(name: &str, error: &Value) -> String {
         format!("skill {name}: {message}{hint}")
     }
 }
+
+/// An `elicitation/create` request asking the person for one `decision`
+/// among `choices`, with `message` shown as it is.
+pub fn choice_question(message: &str, title: &str, choices: &[&str]) -> Value {
+    json!({
+        "method": "elicitation/create",
+        "params": {
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "decision": {
+                        "type": "string",
+                        "title": title,
+                        "enum": choices,
+                    }
+                },
+                "required": ["decision"],
+            },
+        },
+    })
+}
