@@ -7,26 +7,36 @@ use nix::errno::Errno;
 pub fn install_filters(programs: &[Vec<libc::sock_filter>]) -> nix::Result<()> {
     nix::sys::prctl::set_no_new_privs()?;
     for program in programs {
-        // A length that does not fit would be truncated into a different
-        // (shorter) program; the kernel's own limit is 4096 instructions.
-        let len = libc::c_ushort::try_from(program.len()).map_err(|_| Errno::EINVAL)?;
-        let prog = libc::sock_fprog {
-            len,
-            filter: program.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: `prog` points at `program`, which is alive for the call; the
-        // kernel copies the filter and keeps no pointer to it.
-        let ret = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        Errno::result(ret)?;
+        set_mode_filter(program, 0)?;
     }
     Ok(())
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, program)`: the kernel's
+/// answer (a new descriptor with `SECCOMP_FILTER_FLAG_NEW_LISTENER`).
+/// no_new_privs must be set already.
+pub(super) fn set_mode_filter(
+    program: &[libc::sock_filter],
+    flags: libc::c_ulong,
+) -> nix::Result<libc::c_long> {
+    // A length that does not fit would be truncated into a different
+    // (shorter) program; the kernel's own limit is 4096 instructions.
+    let len = libc::c_ushort::try_from(program.len()).map_err(|_| Errno::EINVAL)?;
+    let prog = libc::sock_fprog {
+        len,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at `program`, which is alive for the call; the
+    // kernel copies the filter and keeps no pointer to it.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            flags,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    Errno::result(ret)
 }
 
 // The probes below check an installed filter from the inside; only the

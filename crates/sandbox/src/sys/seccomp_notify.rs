@@ -26,23 +26,10 @@ pub struct Notification {
 /// descriptor (close-on-exec, as the kernel creates it).
 pub fn install_with_listener(program: &[libc::sock_filter]) -> nix::Result<OwnedFd> {
     nix::sys::prctl::set_no_new_privs()?;
-    let len = libc::c_ushort::try_from(program.len()).map_err(|_| Errno::EINVAL)?;
-    let prog = libc::sock_fprog {
-        len,
-        filter: program.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: `prog` points at `program`, alive for the call; the kernel
-    // copies the filter. With NEW_LISTENER the result is a new descriptor
-    // this process owns.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &prog as *const libc::sock_fprog,
-        )
-    };
-    let fd = Errno::result(ret)?;
+    let fd = super::seccomp::set_mode_filter(
+        program,
+        libc::c_ulong::from(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER),
+    )?;
     let fd = i32::try_from(fd).map_err(|_| Errno::EBADF)?;
     // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
