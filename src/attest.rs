@@ -245,7 +245,7 @@ impl Attesting {
     ) -> anyhow::Result<Attesting> {
         let key = user_key()?;
         let target = sandbox::safe_file::OutputTarget::prepare(path, writable_roots)
-            .with_context(|| crate::run::usage("the attestation file (--attest)".into()))?;
+            .with_context(|| crate::UsageError("the attestation file (--attest)".into()))?;
         if let (Some(root), false) = (target.inside_writable(), quiet) {
             eprintln!(
                 "sandbox: warning: {}",
