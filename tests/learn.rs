@@ -208,6 +208,24 @@ fn a_python_projects_tests_learn_their_cache_and_config_outside_the_project() {
         entries(&std::fs::read_to_string(&out_path).unwrap()),
         learned
     );
+
+    // explain rates the learned profile as a person would: two more files
+    // to read leave it about as closed as strict, well before standard.
+    let score = |profile: &str| -> f64 {
+        let out = case.sandbox(&["explain", profile, "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        json["score"].as_f64().unwrap_or_else(|| panic!("{json}"))
+    };
+    let (strict, learned_score, standard) = (score("strict"), score(&out_path), score("standard"));
+    assert!(
+        strict <= learned_score && learned_score < standard && learned_score - strict < 0.5,
+        "strict {strict}, learned {learned_score}, standard {standard}"
+    );
 }
 
 #[test]
