@@ -4,6 +4,7 @@
 
 use anyhow::Context;
 use clap::Args;
+use sandbox::broker::prompt::escape;
 use sandbox::review::{apply::Allow, ReviewError, Store};
 
 /// `sandbox changes`.
@@ -105,7 +106,7 @@ pub fn apply(args: ApplyArgs) -> anyhow::Result<i32> {
                 return Ok(0);
             }
             for path in &applied.applied {
-                println!("applied {path}");
+                println!("applied {}", escape(path));
             }
             if applied.remaining == 0 {
                 println!("run {id}: every change applied; the run is no longer kept");

@@ -10,6 +10,7 @@ use nix::sys::stat::Mode;
 use serde::Serialize;
 
 use super::{Captured, Change, ChangeKind, Entry, ReviewError, Started, Store};
+use crate::broker::prompt::escape;
 use crate::safe_file::{openat2_beneath, Beneath};
 
 /// Files larger than this are shown by size and hash, not diffed.
@@ -94,10 +95,27 @@ pub fn headline(change: &Change) -> String {
             text
         }
         Some(Entry::Dir { mode, .. }) => format!("directory {mode:04o}"),
-        Some(Entry::Symlink { target }) => format!("symlink to {target}"),
+        Some(Entry::Symlink { target }) => format!("symlink to {}", escape(target)),
         Some(Entry::Special { mode }) => format!("special file (mode {mode:o}), never applied"),
     };
-    format!("{letter} {} ({what})", change.path)
+    format!("{letter} {} ({what})", escape(&change.path))
+}
+
+/// A diff as a person may read it: every line escaped (ESC, CR, BS and the
+/// like would otherwise move the cursor and paint a harmless diff over the
+/// one `sandbox apply` writes), tabs kept, one line per line.
+fn escape_lines(diff: &str) -> String {
+    let mut out = String::with_capacity(diff.len());
+    for line in diff.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        let pieces: Vec<String> = body.split('\t').map(escape).collect();
+        out.push_str(&pieces.join("\t"));
+        out.push_str(end);
+    }
+    out
 }
 
 /// The unified diff of a changed text file, or its sizes and hashes when
@@ -144,12 +162,13 @@ fn text_diff(project: &OwnedFd, layer: &Path, change: &Change) -> Option<String>
         ChangeKind::Added => ("/dev/null".to_owned(), format!("b/{}", change.path)),
         _ => (format!("a/{}", change.path), format!("b/{}", change.path)),
     };
-    Some(
-        diff.unified_diff()
+    Some(escape_lines(
+        &diff
+            .unified_diff()
             .context_radius(3)
             .header(&a, &b)
             .to_string(),
-    )
+    ))
 }
 
 /// The project root, opened once: every path below it is resolved with no
