@@ -4,6 +4,7 @@
 
 use anyhow::Context;
 use clap::Args;
+use sandbox::broker::prompt::escape;
 use sandbox::review::{apply::Allow, ReviewError, Store};
 
 /// `sandbox changes`.
@@ -133,7 +134,7 @@ pub fn daemon_of(flag: Option<&str>) -> anyhow::Result<Option<std::path::PathBuf
 /// Print an apply's outcome as `sandbox apply` does; its exit status.
 pub fn print_applied(id: &str, applied: &[String], remaining: usize) {
     for path in applied {
-        println!("applied {path}");
+        println!("applied {}", escape(path));
     }
     if remaining == 0 {
         println!("run {id}: every change applied; the run is no longer kept");
@@ -145,8 +146,9 @@ pub fn print_applied(id: &str, applied: &[String], remaining: usize) {
 /// Print an apply's refusals as `sandbox apply` does.
 pub fn print_refused(id: &str, refusals: impl IntoIterator<Item = String>) {
     eprintln!("sandbox: apply {id}: nothing was applied:");
+    // A path is the run's: escaped, it cannot fake a line of its own.
     for reason in refusals {
-        eprintln!("  {reason}");
+        eprintln!("  {}", escape(&reason));
     }
 }
 

