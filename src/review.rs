@@ -88,7 +88,13 @@ pub fn changes(args: ChangesArgs) -> anyhow::Result<i32> {
     let store = Store::user();
     if args.list {
         for id in store.list()? {
-            println!("{id}");
+            if store.is_complete(&id) {
+                println!("{id}");
+            } else {
+                println!(
+                    "{id} (incomplete: killed before its changes were captured, or being captured now; `sandbox discard {id}` drops it)"
+                );
+            }
         }
         return Ok(0);
     }

@@ -1046,3 +1046,91 @@ fn a_stray_byte_cannot_hide_a_scripts_new_lines() {
         );
     }
 }
+
+/// A review run whose supervisor is killed while it captures the changes
+/// leaves a start record and no changes: it is listed as incomplete with
+/// the command that drops it, `last` passes over it, and `changes` and
+/// `apply` of it say what it is instead of failing on a missing file.
+#[test]
+fn a_run_killed_during_its_capture_is_named_incomplete_with_its_fix() {
+    for who in review_identities("a_run_killed_during_its_capture_is_named_incomplete_with_its_fix")
+    {
+        let review = Review::new(who);
+        let (out, kept) = review.run(&[], "echo kept > kept.txt");
+        assert_ok(&out, "run");
+        let runs = review.state.path().join("runs");
+        // The capture copies every written file into the store: thousands
+        // make a window in which the run's directory exists without its
+        // changes. Killed as soon as the directory appears; a capture that
+        // still finished first is discarded and the attack made again.
+        let mut killed = None;
+        for _ in 0..10 {
+            settle(review.project.path());
+            let mut running = review
+                .command()
+                .args(["run", "--review", "--profile", "strict", "--"])
+                .args([
+                    "/bin/sh",
+                    "-c",
+                    "mkdir many && cd many && seq 1 20000 | xargs touch",
+                ])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut caught = None;
+            while running.try_wait().unwrap().is_none() {
+                caught = std::fs::read_dir(&runs)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| e.file_name().into_string().unwrap())
+                    .find(|id| *id != kept && runs.join(id).join("started.json").exists());
+                if caught.is_some() {
+                    let _ = running.kill();
+                    break;
+                }
+            }
+            running.wait().unwrap();
+            let Some(id) = caught else { continue };
+            if runs.join(&id).join("changes.json").exists() {
+                assert_ok(&review.sandbox(&["discard", &id]), "discard");
+                continue;
+            }
+            killed = Some(id);
+            break;
+        }
+        let killed = killed.expect("a run killed during its capture");
+        assert!(runs.join(&killed).join("started.json").exists(), "{who:?}");
+
+        let list = review.sandbox(&["changes", "--list"]);
+        assert_ok(&list, "changes --list");
+        let list = text(&list.stdout);
+        assert!(list.lines().any(|l| l == kept), "{who:?}: {list}");
+        assert!(
+            list.lines()
+                .any(|l| l.starts_with(&format!("{killed} (incomplete"))
+                    && l.contains(&format!("`sandbox discard {killed}`"))),
+            "{who:?}: {list}"
+        );
+        let last = review.sandbox(&["changes", "last"]);
+        assert_ok(&last, "changes last");
+        assert!(
+            text(&last.stdout).starts_with(&format!("run {kept}:")),
+            "{who:?}"
+        );
+        for verb in ["changes", "apply"] {
+            let shown = review.sandbox(&[verb, &killed]);
+            assert!(!shown.status.success(), "{who:?} {verb}");
+            let said = text(&shown.stderr);
+            assert!(
+                said.contains("killed before its changes were captured")
+                    && said.contains(&format!("sandbox discard {killed}")),
+                "{who:?} {verb}: {said}"
+            );
+        }
+        assert_ok(&review.sandbox(&["discard", &killed]), "discard");
+        assert!(!runs.join(&killed).exists(), "{who:?}");
+    }
+}

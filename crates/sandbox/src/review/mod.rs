@@ -53,6 +53,10 @@ pub enum ReviewError {
         /// The project (the current directory).
         project: PathBuf,
     },
+    /// The run has a start record but no record of its changes: its
+    /// capture is under way, or its supervisor was killed during it.
+    #[error("run `{0}` has no record of its changes: it was killed before its changes were captured, or they are being captured right now (nothing of it can be applied); drop it with `sandbox discard {0}`")]
+    Incomplete(String),
     /// Another apply or discard of the run is under way.
     #[error("run `{0}` is being applied or discarded by another process; wait for it, then look again with `sandbox changes {0}`")]
     Busy(String),
@@ -336,13 +340,30 @@ impl Store {
     /// The start record of run `id`.
     pub fn started(&self, id: &str) -> Result<Started, ReviewError> {
         let dir = self.existing(id)?;
+        if !self.is_complete(id) {
+            return Err(ReviewError::Incomplete(id.to_owned()));
+        }
         read_json(&dir.join("started.json"))
     }
 
     /// The changes of run `id` (captured when it ended).
     pub fn changes(&self, id: &str) -> Result<Captured, ReviewError> {
         let dir = self.existing(id)?;
+        if !self.is_complete(id) {
+            return Err(ReviewError::Incomplete(id.to_owned()));
+        }
         read_json(&dir.join("changes.json"))
+    }
+
+    /// Whether run `id` has the record of its changes: false while the
+    /// run's end is being captured, and forever for a run whose supervisor
+    /// was killed during the capture (`sandbox discard` drops it).
+    pub fn is_complete(&self, id: &str) -> bool {
+        self.run_dir(id).is_ok_and(|dir| {
+            ["started.json", "changes.json"]
+                .iter()
+                .all(|record| std::fs::symlink_metadata(dir.join(record)).is_ok())
+        })
     }
 
     /// The first changes record of run `id`, as the run ends.
@@ -408,8 +429,9 @@ impl Store {
         })
     }
 
-    /// The run `asked` names: an id, or `last`, the newest kept run of
-    /// `project`.
+    /// The run `asked` names: an id, or `last`, the newest complete kept
+    /// run of `project` (one being captured or killed mid-capture has no
+    /// changes to show, and would hide the run before it).
     pub fn resolve(&self, asked: &str, project: &Path) -> Result<String, ReviewError> {
         if asked != "last" {
             return Ok(asked.to_owned());
