@@ -9,7 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Everything a case needs, outside the run's private /tmp (a host /tmp
-/// path is not what the run sees there) and outside the project.
+/// path is not what the run sees there) and outside the project, below
+/// directories anyone may pass through: learn never shows a run what only
+/// root reaches on the host, and a checkout may sit in a private
+/// directory (CI clones into a 0700 `mktemp -d`).
 struct Case {
     _root: tempfile::TempDir,
     dir: PathBuf,
@@ -20,7 +23,7 @@ impl Case {
     fn new() -> Case {
         let root = tempfile::Builder::new()
             .prefix("learn-")
-            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .tempdir_in("/var/tmp")
             .unwrap();
         let dir = root.path().canonicalize().unwrap();
         // The sandbox of host root runs as an unprivileged host id, which
