@@ -170,7 +170,9 @@ pub fn refuse_host_devices(spec: &Value, policy: &Policy) -> Result<(), OciError
             // chooses the numbers, and must not make a named /dev/fuse a disk.
             if host_device(Path::new(path)) != Some((kind.to_owned(), major, minor)) {
                 return Err(OciError::Refused(format!(
-                    "config.json's linux.devices gives the container {path} as type {kind}                      {}:{}, which is not the host's {path}, the device the profile's                      filesystem.write names; give the container the host's own {path}",
+                    "config.json's linux.devices gives the container {path} as type {kind} \
+                     {}:{}, which is not the host's {path}, the device the profile's \
+                     filesystem.write names; give the container the host's own {path}",
                     major.unwrap_or(-1),
                     minor.unwrap_or(-1)
                 )));

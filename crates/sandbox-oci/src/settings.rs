@@ -28,6 +28,16 @@ pub struct Settings {
     pub state_dir: PathBuf,
     /// Per-container audit logs (kept after the container is deleted).
     pub audit_dir: PathBuf,
+    /// Where a CRI engine keeps each pod's own files (containerd's root and
+    /// state, CRI-O's storage): a pod's container may bind-mount what lies
+    /// there below its own pod's id (`crate::pod`).
+    pub engine_dirs: Vec<PathBuf>,
+    /// The kubelet's root: a pod's container may bind-mount what lies below
+    /// `pods/<its pod's uid>` there (its volumes, its termination log).
+    pub kubelet_dir: PathBuf,
+    /// The host directories a pod's `hostPath` volumes may name, with
+    /// everything below them. Empty by default: no pod mounts the host.
+    pub host_paths: Vec<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -38,7 +48,18 @@ struct RawSettings {
     annotation_profiles: Option<Vec<String>>,
     state_dir: Option<PathBuf>,
     audit_dir: Option<PathBuf>,
+    engine_dirs: Option<Vec<PathBuf>>,
+    kubelet_dir: Option<PathBuf>,
+    host_paths: Option<Vec<PathBuf>>,
 }
+
+/// containerd's and CRI-O's default roots and states.
+const DEFAULT_ENGINE_DIRS: &[&str] = &[
+    "/var/lib/containerd",
+    "/run/containerd",
+    "/var/lib/containers/storage",
+    "/run/containers/storage",
+];
 
 fn default_dirs() -> (PathBuf, PathBuf) {
     if nix::unistd::geteuid().is_root() {
@@ -93,8 +114,21 @@ impl Settings {
             annotation_profiles: raw.annotation_profiles.unwrap_or_default(),
             state_dir: raw.state_dir.unwrap_or(state_dir),
             audit_dir: raw.audit_dir.unwrap_or(audit_dir),
+            engine_dirs: raw
+                .engine_dirs
+                .unwrap_or_else(|| DEFAULT_ENGINE_DIRS.iter().map(PathBuf::from).collect()),
+            kubelet_dir: raw.kubelet_dir.unwrap_or_else(|| "/var/lib/kubelet".into()),
+            host_paths: raw.host_paths.unwrap_or_default(),
         };
-        for dir in [&settings.state_dir, &settings.audit_dir] {
+        let dirs = [
+            &settings.state_dir,
+            &settings.audit_dir,
+            &settings.kubelet_dir,
+        ]
+        .into_iter()
+        .chain(&settings.engine_dirs)
+        .chain(&settings.host_paths);
+        for dir in dirs {
             if !dir.is_absolute() {
                 return Err(OciError::Settings(format!(
                     "{}: {} is not an absolute path",
