@@ -321,6 +321,7 @@ impl Node {
                         network: cri::NAMESPACE_POD,
                         pid: cri::NAMESPACE_POD,
                         ipc: cri::NAMESPACE_POD,
+                        userns_options: None,
                     }),
                     privileged: false,
                 }),
@@ -352,6 +353,7 @@ impl Node {
                         network: cri::NAMESPACE_POD,
                         pid: cri::NAMESPACE_POD,
                         ipc: cri::NAMESPACE_POD,
+                        userns_options: None,
                     }),
                 }),
             }),
@@ -793,4 +795,79 @@ fn memory_limit(pid: &str) -> u64 {
         .trim()
         .parse()
         .unwrap_or_else(|err| panic!("{file}: {err}"))
+}
+
+#[test]
+fn what_the_kubelet_learns_of_user_namespaces_is_true() {
+    if !usable("what_the_kubelet_learns_of_user_namespaces_is_true") {
+        return;
+    }
+    let node = Node::start();
+    let features = node.oci(&["features"]);
+    assert!(features.status.success(), "{}", text(&features.stderr));
+    let features: serde_json::Value = serde_json::from_slice(&features.stdout).expect("JSON");
+    assert_eq!(
+        features["annotations"]["run.sandbox.user-namespaces"],
+        "true"
+    );
+    // containerd 2 tells the kubelet a handler supports hostUsers: false
+    // when the runtime's features say it has idmapped mounts; this passes
+    // runc's answer on unchanged.
+    let idmap = |f: &serde_json::Value| f["linux"]["mountExtensions"]["idmap"]["enabled"].clone();
+    let runc: serde_json::Value = serde_json::from_slice(
+        &Command::new("runc")
+            .arg("features")
+            .output()
+            .expect("runc")
+            .stdout,
+    )
+    .expect("runc's JSON");
+    assert_eq!(idmap(&features), idmap(&runc));
+
+    let status = node.cri().status().expect("Status");
+    match status.runtime_handlers.iter().find(|h| h.name == "sandbox") {
+        Some(handler) => {
+            let told = handler.features.as_ref().is_some_and(|f| f.user_namespaces);
+            assert_eq!(told, idmap(&features) == true, "{handler:?}");
+        }
+        None => {
+            // containerd 1.6's CRI predates user-namespaced pods: it tells
+            // the kubelet nothing of its handlers, and drops a pod's
+            // userns_options unread, so such a pod runs in the host's user
+            // namespace. docs/kubernetes.md says so.
+            assert!(status.runtime_handlers.is_empty());
+            let mut pod = node.pod_config("userns", &[]);
+            pod.linux
+                .as_mut()
+                .and_then(|l| l.security_context.as_mut())
+                .and_then(|c| c.namespace_options.as_mut())
+                .expect("namespace options")
+                .userns_options = Some(cri::UserNamespace {
+                mode: cri::NAMESPACE_POD,
+                uids: vec![cri::IdMapping {
+                    host_id: 100_000,
+                    container_id: 0,
+                    length: 65_536,
+                }],
+                gids: vec![cri::IdMapping {
+                    host_id: 100_000,
+                    container_id: 0,
+                    length: 65_536,
+                }],
+            });
+            let (pod_id, container) = node.run(&pod, &node.container_config("job"));
+            let map = node.exec(&container, "cat /proc/self/uid_map");
+            eprintln!(
+                "what_the_kubelet_learns_of_user_namespaces_is_true: containerd here reports no \
+                 handler features and ignored the pod's user namespace (uid_map: {})",
+                map.trim()
+            );
+            assert_eq!(
+                map.split_whitespace().collect::<Vec<_>>(),
+                ["0", "0", "4294967295"],
+                "containerd gave the pod a user namespace: update docs/kubernetes.md and this test"
+            );
+            node.tear_down(&pod_id, &[&container]);
+        }
+    }
 }

@@ -419,6 +419,25 @@ fn runc_command_line_state_follows_the_container_and_features_are_well_formed() 
         features["annotations"]["run.sandbox.profile.annotation"],
         "run.sandbox.profile"
     );
+    // What this runtime refuses or takes away is not offered.
+    assert!(!features["hooks"]
+        .as_array()
+        .expect("hooks")
+        .contains(&"startContainer".into()));
+    assert_eq!(features["annotations"]["run.sandbox.capabilities"], "none");
+    assert!(features["potentiallyUnsafeConfigAnnotations"]
+        .as_array()
+        .expect("a list")
+        .contains(&"run.sandbox.profile".into()));
+    if features["annotations"]
+        .get("org.opencontainers.runc.checkpoint.enabled")
+        .is_some()
+    {
+        assert_eq!(
+            features["annotations"]["org.opencontainers.runc.checkpoint.enabled"],
+            "false"
+        );
+    }
     let version = engine.oci(&["--version"]);
     assert!(text(&version.stdout).starts_with("sandbox-runc version"));
     assert!(text(&version.stdout).contains("runc version"));

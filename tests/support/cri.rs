@@ -58,6 +58,60 @@ pub struct NamespaceOption {
     pub pid: i32,
     #[prost(int32, tag = "3")]
     pub ipc: i32,
+    /// `hostUsers: false`: a user namespace for the pod (CRI v1 since
+    /// Kubernetes 1.27).
+    #[prost(message, optional, tag = "5")]
+    pub userns_options: Option<UserNamespace>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct UserNamespace {
+    #[prost(int32, tag = "1")]
+    pub mode: i32,
+    #[prost(message, repeated, tag = "2")]
+    pub uids: Vec<IdMapping>,
+    #[prost(message, repeated, tag = "3")]
+    pub gids: Vec<IdMapping>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct IdMapping {
+    #[prost(uint32, tag = "1")]
+    pub host_id: u32,
+    #[prost(uint32, tag = "2")]
+    pub container_id: u32,
+    #[prost(uint32, tag = "3")]
+    pub length: u32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StatusRequest {
+    #[prost(bool, tag = "1")]
+    pub verbose: bool,
+}
+
+/// What the kubelet learns of the runtime's handlers (Kubernetes 1.30's
+/// CRI; older runtimes send none).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StatusResponse {
+    #[prost(message, repeated, tag = "3")]
+    pub runtime_handlers: Vec<RuntimeHandler>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RuntimeHandler {
+    #[prost(string, tag = "1")]
+    pub name: String,
+    #[prost(message, optional, tag = "2")]
+    pub features: Option<RuntimeHandlerFeatures>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RuntimeHandlerFeatures {
+    #[prost(bool, tag = "1")]
+    pub recursive_read_only_mounts: bool,
+    #[prost(bool, tag = "2")]
+    pub user_namespaces: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -356,6 +410,10 @@ impl Cri {
                 version: "v1".into(),
             },
         )
+    }
+
+    pub fn status(&self) -> Result<StatusResponse, String> {
+        self.call("Status", StatusRequest { verbose: false })
     }
 
     pub fn run_pod(&self, config: &PodSandboxConfig, handler: &str) -> Result<String, String> {

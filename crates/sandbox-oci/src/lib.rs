@@ -541,20 +541,54 @@ fn delete(
     Ok(status.code().unwrap_or(EXIT_REFUSED))
 }
 
+/// `features`: runc's document, corrected where this runtime does less
+/// than runc, and saying what it adds. Engines read it to decide what to
+/// ask for (containerd 2's CRI reports a handler's user-namespace support
+/// to the kubelet from `linux.mountExtensions.idmap`, passed on as runc
+/// says it).
 fn features(settings: &Settings, args: &[OsString]) -> Result<i32, OciError> {
+    use serde_json::Value;
     let output = run_runc(settings, args)?;
     if !output.status.success() {
         eprint!("{}", String::from_utf8_lossy(&output.stderr));
         return Ok(output.status.code().unwrap_or(EXIT_REFUSED));
     }
-    let mut features: serde_json::Value = serde_json::from_slice(&output.stdout)
+    let mut features: Value = serde_json::from_slice(&output.stdout)
         .map_err(|err| OciError::Runc(format!("`runc features` printed no JSON: {err}")))?;
-    let annotations = features
+    let object = features
         .as_object_mut()
-        .ok_or_else(|| OciError::Runc("`runc features` printed no object".to_owned()))?
+        .ok_or_else(|| OciError::Runc("`runc features` printed no object".to_owned()))?;
+    // startContainer hooks run the image's code in the container before
+    // the init: refused at create.
+    if let Some(hooks) = object.get_mut("hooks").and_then(Value::as_array_mut) {
+        hooks.retain(|hook| hook != "startContainer");
+    }
+    // The profile's annotation changes what the runtime does: engines
+    // that filter such annotations (the spec's
+    // potentiallyUnsafeConfigAnnotations) must see it as one.
+    let unsafe_annotations = object
+        .entry("potentiallyUnsafeConfigAnnotations")
+        .or_insert_with(|| Value::Array(Vec::new()));
+    if let Some(list) = unsafe_annotations.as_array_mut() {
+        list.push(Value::String(spec::PROFILE_ANNOTATION.to_owned()));
+    }
+    let user_namespaces = object
+        .get("linux")
+        .and_then(|linux| linux.get("namespaces"))
+        .and_then(Value::as_array)
+        .is_some_and(|list| list.iter().any(|ns| ns == "user"));
+    let annotations = object
         .entry("annotations")
-        .or_insert_with(|| serde_json::Value::Object(Default::default()));
+        .or_insert_with(|| Value::Object(Default::default()));
     if let Some(annotations) = annotations.as_object_mut() {
+        // Restoring a checkpoint is refused (its image is the container's
+        // memory as it was, layers or not), so checkpoints are no use.
+        if annotations.contains_key("org.opencontainers.runc.checkpoint.enabled") {
+            annotations.insert(
+                "org.opencontainers.runc.checkpoint.enabled".to_owned(),
+                Value::String("false".to_owned()),
+            );
+        }
         for (key, value) in [
             ("run.sandbox.version", env!("CARGO_PKG_VERSION").to_owned()),
             ("run.sandbox.profile.default", settings.profile.clone()),
@@ -566,8 +600,16 @@ fn features(settings: &Settings, args: &[OsString]) -> Result<i32, OciError> {
                 "run.sandbox.profile.choices",
                 settings.annotation_profiles.join(","),
             ),
+            // Whatever the spec asks for, every capability is dropped.
+            ("run.sandbox.capabilities", "none".to_owned()),
+            // A spec's user namespace and its id maps reach runc as they
+            // are, and the init's layers apply inside it.
+            (
+                "run.sandbox.user-namespaces",
+                if user_namespaces { "true" } else { "false" }.to_owned(),
+            ),
         ] {
-            annotations.insert(key.to_owned(), serde_json::Value::String(value));
+            annotations.insert(key.to_owned(), Value::String(value));
         }
     }
     let text =
