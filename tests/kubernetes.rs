@@ -364,9 +364,18 @@ impl Node {
     /// Run `pod` with the `sandbox` handler and a container of `container`
     /// in it, started; returns the pod's and the container's ids.
     fn run(&self, pod: &PodSandboxConfig, container: &ContainerConfig) -> (String, String) {
+        self.run_with("sandbox", pod, container)
+    }
+
+    fn run_with(
+        &self,
+        handler: &str,
+        pod: &PodSandboxConfig,
+        container: &ContainerConfig,
+    ) -> (String, String) {
         let pod_id = self
             .cri()
-            .run_pod(pod, "sandbox")
+            .run_pod(pod, handler)
             .unwrap_or_else(|err| panic!("RunPodSandbox: {err}\n{}", self.daemon_log()));
         let container_id = self
             .cri()
@@ -870,4 +879,59 @@ fn what_the_kubelet_learns_of_user_namespaces_is_true() {
             node.tear_down(&pod_id, &[&container]);
         }
     }
+}
+
+/// Not a test: scripts/bench-kubernetes runs it (release build, the
+/// shipped `sandbox` as SANDBOX_BENCH_BIN) for what the handler adds to a
+/// pod's start-up, RunPodSandbox to a started container, against plain
+/// runc through the same CRI, the two handlers in turn.
+#[test]
+#[ignore = "a benchmark: scripts/bench-kubernetes"]
+fn pod_start_up_figures() {
+    assert!(
+        usable("pod_start_up_figures"),
+        "the benchmark needs what the tests need"
+    );
+    let node = Node::start();
+    if let Some(bin) = std::env::var_os("SANDBOX_BENCH_BIN") {
+        let wrapper = std::fs::read_to_string(node.wrapper()).expect("wrapper");
+        let wrapper = wrapper.replace(support::sandbox_bin(), &bin.to_string_lossy());
+        std::fs::write(node.wrapper(), wrapper).expect("wrapper");
+    }
+    let runs: usize = std::env::var("SANDBOX_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(20);
+    let mut times: HashMap<&str, Vec<f64>> = HashMap::new();
+    // One pod of each first, unmeasured: images unpacked, caches warm.
+    for round in 0..=runs {
+        for handler in ["runc", "sandbox"] {
+            let pod = node.pod_config("bench", &[]);
+            let container = node.container_config("job");
+            let started = std::time::Instant::now();
+            let (pod_id, container_id) = node.run_with(handler, &pod, &container);
+            let took = started.elapsed().as_secs_f64() * 1000.0;
+            node.tear_down(&pod_id, &[&container_id]);
+            if round > 0 {
+                times.entry(handler).or_default().push(took);
+            }
+        }
+    }
+    let summary = |handler: &str| {
+        let mut list = times[handler].clone();
+        list.sort_by(f64::total_cmp);
+        let median = list[list.len() / 2];
+        let p95 = list[(list.len() * 95 / 100).min(list.len() - 1)];
+        (median, p95)
+    };
+    let (runc_median, runc_p95) = summary("runc");
+    let (ours_median, ours_p95) = summary("sandbox");
+    println!("pod start-up through containerd's CRI (RunPodSandbox, CreateContainer, StartContainer), {runs} pods each");
+    println!("  runc           median {runc_median:7.1} ms   p95 {runc_p95:7.1} ms");
+    println!("  sandbox oci    median {ours_median:7.1} ms   p95 {ours_p95:7.1} ms");
+    println!(
+        "  added          median {:+7.1} ms ({:.2}x)",
+        ours_median - runc_median,
+        ours_median / runc_median
+    );
 }
