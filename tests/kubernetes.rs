@@ -154,7 +154,7 @@ impl Node {
         let dir = self.path().display().to_string();
         let handler = repository_file("packaging/kubernetes/containerd-sandbox.toml")
             .replace(
-                "\"/usr/local/bin/sandbox-runc\"",
+                "\"/usr/bin/sandbox-runc\"",
                 &format!("{:?}", self.wrapper().display().to_string()),
             )
             .replace(
