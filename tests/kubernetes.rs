@@ -403,8 +403,29 @@ impl Node {
         text(&out.stdout)
     }
 
-    /// Stop and remove `pod` the kubelet's way: its containers, then it.
+    /// Stop and remove `pod` the kubelet's way: its containers, then it;
+    /// then no process of theirs is left: not the containers' own (their
+    /// pids, noted first), not a supervisor (`oci create ... ID`) or a shim
+    /// (`-id ID`), whose command lines name them.
     fn tear_down(&self, pod: &str, containers: &[&str]) {
+        let ids: Vec<&str> = containers.iter().copied().chain([pod]).collect();
+        let pids: Vec<String> = ids.iter().map(|id| self.task_pid(id)).collect();
+        self.remove(pod, containers);
+        for id in &ids {
+            let left = support::wait_until_gone(id, 60);
+            assert!(left.is_empty(), "processes of {id} left: {left:?}");
+        }
+        for pid in pids {
+            assert!(
+                support::wait::holds_within(Duration::from_secs(60), || {
+                    !Path::new(&format!("/proc/{pid}")).exists()
+                }),
+                "a container's process {pid} outlived its pod"
+            );
+        }
+    }
+
+    fn remove(&self, pod: &str, containers: &[&str]) {
         for container in containers {
             self.cri()
                 .stop_container(container, 0)
