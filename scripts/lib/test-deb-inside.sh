@@ -49,6 +49,14 @@ sandbox doctor
 
 step "sandbox-runc is the OCI runtime"
 sandbox-runc --version | grep -q '^sandbox-runc version' || fail "sandbox-runc --version: not the OCI face"
+# A Kubernetes node's files: the pod profiles pass the installed checker.
+for profile in /usr/share/sandbox/kubernetes/profiles/pod.toml \
+    /usr/share/sandbox/kubernetes/profiles/pod-standard.toml; do
+    sandbox profile check "$profile" || fail "$profile does not pass sandbox profile check"
+done
+for file in containerd-sandbox.toml runtimeclass.yaml oci.toml; do
+    [ -f "/usr/share/sandbox/kubernetes/$file" ] || fail "/usr/share/sandbox/kubernetes/$file is missing"
+done
 
 step "strict run as root"
 echo root-secret >/root/secret.txt
