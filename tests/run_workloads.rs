@@ -264,3 +264,44 @@ fn adding_a_read_path_with_the_replacing_key_names_the_list_not_the_link() {
         );
     }
 }
+
+/// A profile path reached through a link on the host, as `~/.cache` often
+/// is (`-> /data/cache`): init resolves what it mounts below the old root
+/// with the new root as `/`, so an absolute link on the way led into the
+/// sandbox's own tree and the run stopped with ENOENT. Now read and write
+/// paths through such links are the link's targets, at the path named.
+#[test]
+fn profile_paths_through_host_links_are_what_the_links_reach() {
+    let test = "profile_paths_through_host_links_are_what_the_links_reach";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let host = tempfile::tempdir().unwrap();
+    let real = host.path().join("real");
+    std::fs::create_dir_all(real.join("sub")).unwrap();
+    std::fs::create_dir_all(real.join("out")).unwrap();
+    std::fs::write(real.join("sub/data.txt"), "through the link\n").unwrap();
+    let link = host.path().join("link");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let profile = format!(
+        "version = 1\nextends = \"strict\"\n[filesystem]\nread_add = [\"{0}/sub\"]\n\
+         write_add = [\"{0}/out\"]\n",
+        link.display()
+    );
+    let project = Project::new(support::Who::Root);
+    let script = format!(
+        "cat {0}/sub/data.txt && echo written > {0}/out/result",
+        link.display()
+    );
+    let out = project.run_with_profile(&profile, &[], &["/bin/sh", "-c", &script]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "through the link\n");
+    assert_eq!(
+        std::fs::read_to_string(real.join("out/result")).unwrap(),
+        "written\n"
+    );
+}

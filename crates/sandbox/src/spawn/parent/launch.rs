@@ -214,12 +214,30 @@ pub(super) fn refused_setup(
 /// the run can write there any more (the payload is forked only after the
 /// release), so what is there is all there will be; not waited for.
 pub(super) fn record_left_by_reaped(report: &OwnedFd) -> Option<Record> {
-    let mut fds = [PollFd::new(report.as_fd(), PollFlags::POLLIN)];
-    match poll(&mut fds, PollTimeout::ZERO) {
-        Ok(n) if n > 0 => first_record(report).ok().flatten(),
-        _ => None,
+    // Init may have said other things first (that its namespaces are
+    // usable, a cosmetic step skipped): the failure is the last word, and
+    // taking the first one instead blamed a broken pipe for a failed mount.
+    // Init is reaped and forked nothing yet, so what it wrote is all there
+    // is; only what is already in the pipe is read.
+    let mut last = None;
+    for _ in 0..MAX_RECORDS_OF_A_FAILED_START {
+        let mut fds = [PollFd::new(report.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(n) if n > 0 => {}
+            _ => break,
+        }
+        match first_record(report) {
+            Ok(Some(record @ Record::Failed { .. })) => return Some(record),
+            Ok(Some(record)) => last = Some(record),
+            Ok(None) | Err(_) => break,
+        }
     }
+    last
 }
+
+/// How many records a start that failed is read for: more than init writes
+/// before it forks the payload.
+const MAX_RECORDS_OF_A_FAILED_START: usize = 64;
 
 /// Why a best-effort run has no namespaces when the namespace was created
 /// but `refused` stopped its set-up, with the cause the environment gives.
@@ -332,4 +350,31 @@ fn clone_refused(errno: Errno, may_fall_back: bool) -> Result<Attempt, SpawnErro
         source: errno,
         hint: String::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Init says its namespaces are usable and skips a cosmetic step
+    /// before a mount fails: the failure is what the supervisor reports,
+    /// not the first record (which left it to blame the broken pipe).
+    #[test]
+    fn the_failure_is_found_behind_earlier_records() {
+        let (read, write) = nix::unistd::pipe().expect("pipe");
+        channel::report_namespaces_usable(write.as_fd());
+        channel::report_skipped(write.as_fd(), Step::Hostname, Errno::EPERM);
+        channel::report_failure(write.as_fd(), Step::BindMount, Errno::ENOENT, b"/oldroot/x");
+        drop(write);
+        match record_left_by_reaped(&read) {
+            Some(Record::Failed { step, errno, .. }) => {
+                assert_eq!(step, Step::BindMount);
+                assert_eq!(errno, Errno::ENOENT as i32);
+            }
+            other => panic!("not the failure: {other:?}"),
+        }
+        // Nothing written: nothing to say, and no wait for it.
+        let (read, _write) = nix::unistd::pipe().expect("pipe");
+        assert!(record_left_by_reaped(&read).is_none());
+    }
 }

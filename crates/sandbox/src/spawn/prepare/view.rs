@@ -101,7 +101,7 @@ impl Planner {
                     }
                 }
                 _ => MountOp::Bind {
-                    source: prefixed("/oldroot", path)?,
+                    source: host_source(path, false)?,
                     target,
                     kind,
                     writable,
@@ -112,6 +112,29 @@ impl Planner {
         self.visible.push(path.to_path_buf());
         Ok(true)
     }
+}
+
+/// Where init finds the host's `path` below `/oldroot`: with the links on
+/// the way resolved on the host (and the last component's too when
+/// `follow_last`). Init resolves below `/oldroot` with the new root as
+/// `/`, so an absolute link on the way (`~/.cache -> /data/cache`) would
+/// lead into the new root, and a profile naming a path through it failed
+/// to start with ENOENT.
+fn host_source(path: &Path, follow_last: bool) -> Result<CString, SpawnError> {
+    let resolved = if follow_last {
+        std::fs::canonicalize(path)
+    } else {
+        match (path.parent(), path.file_name()) {
+            (Some(parent), Some(name)) => std::fs::canonicalize(parent).map(|p| p.join(name)),
+            _ => Ok(path.to_path_buf()),
+        }
+    };
+    let resolved = resolved.map_err(|source| SpawnError::Path {
+        what: "host path",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    prefixed("/oldroot", &resolved)
 }
 
 /// Whether a process that is neither owner nor group member of anything on
@@ -318,7 +341,7 @@ impl ViewPlan {
                 self.planner.mounts.push((
                     path.clone(),
                     MountOp::Bind {
-                        source: prefixed("/oldroot", &path)?,
+                        source: host_source(&path, true)?,
                         target,
                         kind,
                         writable,
