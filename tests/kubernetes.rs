@@ -31,6 +31,7 @@ use support::oci::{text, OciRuntime};
 const CNI_BIN: &str = "/usr/lib/cni";
 const BUSYBOX_IMAGE: &str = "localhost/sandbox-test/busybox:1";
 const PAUSE_IMAGE: &str = "localhost/sandbox-test/pause:1";
+const VOLUME_IMAGE: &str = "localhost/sandbox-test/volume:1";
 
 fn usable(test: &str) -> bool {
     support::oci::usable(
@@ -251,18 +252,32 @@ impl Node {
             other => other,
         };
         let mut manifest = Vec::new();
-        for (name, tag, entrypoint) in [
-            ("busybox", BUSYBOX_IMAGE, serde_json::json!(null)),
+        let no_volumes = serde_json::json!({});
+        for (name, tag, entrypoint, volumes) in [
+            (
+                "busybox",
+                BUSYBOX_IMAGE,
+                serde_json::json!(null),
+                &no_volumes,
+            ),
             (
                 "pause",
                 PAUSE_IMAGE,
                 serde_json::json!(["/bin/sleep", support::oci::LONGER_THAN_ANY_TEST]),
+                &no_volumes,
+            ),
+            // As a database's image declares its data directory.
+            (
+                "volume",
+                VOLUME_IMAGE,
+                serde_json::json!(null),
+                &serde_json::json!({"/data": {}}),
             ),
         ] {
             let config = serde_json::json!({
                 "architecture": arch,
                 "os": "linux",
-                "config": {"Env": ["PATH=/bin"], "Entrypoint": entrypoint},
+                "config": {"Env": ["PATH=/bin"], "Entrypoint": entrypoint, "Volumes": volumes},
                 "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{diff_id}")]},
             });
             let file = format!("{name}.json");
@@ -282,7 +297,13 @@ impl Node {
             .arg(&dir)
             .arg("-cf")
             .arg(&archive)
-            .args(["manifest.json", "busybox.json", "pause.json", "layer.tar"])
+            .args([
+                "manifest.json",
+                "busybox.json",
+                "pause.json",
+                "volume.json",
+                "layer.tar",
+            ])
             .status()
             .expect("tar");
         assert!(tarred.success());
@@ -436,6 +457,20 @@ impl Node {
         }
         self.cri().stop_pod(pod).expect("StopPodSandbox");
         self.cri().remove_pod(pod).expect("RemovePodSandbox");
+    }
+
+    /// `mount --bind SOURCE TARGET` in containerd's mount namespace, as
+    /// the kubelet mounts a volume's subPath.
+    fn bind_in_containerd(&self, source: &Path, target: &Path) {
+        std::fs::create_dir_all(target).expect("mount point");
+        let pid = self.daemon.as_ref().expect("containerd").id().to_string();
+        let mounted = Command::new("nsenter")
+            .args(["-t", &pid, "-m", "mount", "--bind"])
+            .arg(source)
+            .arg(target)
+            .status()
+            .expect("nsenter");
+        assert!(mounted.success(), "mount --bind {}", source.display());
     }
 
     /// The host's pid of a pod's (pause) or container's process, from its
@@ -694,6 +729,30 @@ fn pods_that_share_the_host_are_refused_with_the_reason_in_their_events() {
             "{err}"
         );
     }
+    // A hostPath of "/" with subPath "etc": the kubelet mounts the host's
+    // /etc below the pod's own directory, and hands that path over.
+    let subpath = node
+        .path()
+        .join("kubelet/pods")
+        .join(pod_uid(&pod))
+        .join("volume-subpaths/host/job/0");
+    node.bind_in_containerd(Path::new("/etc"), &subpath);
+    // A relative path, which runc finds below the container's bundle (its
+    // image's root: a link there leads anywhere).
+    for source in [subpath.display().to_string(), "rootfs/tmp".to_owned()] {
+        let mut mounted = node.container_config("host-path");
+        mounted.mounts.push(cri::Mount {
+            container_path: "/host".into(),
+            host_path: source.clone(),
+            readonly: false,
+        });
+        let err = start_error(&node, &pod_id, &pod, &mounted);
+        assert!(
+            err.contains(&format!("would mount {source:?}"))
+                || err.contains(&format!("mount the host's {source}")),
+            "{source}: {err}"
+        );
+    }
     node.cri().stop_pod(&pod_id).expect("StopPodSandbox");
     node.cri().remove_pod(&pod_id).expect("RemovePodSandbox");
     assert_eq!(node.leftovers(), Vec::<String>::new());
@@ -730,11 +789,32 @@ fn a_pods_own_volumes_and_the_operators_host_paths_are_mounted() {
             readonly: false,
         },
     ];
+    // A subPath of the emptyDir, mounted where the kubelet mounts one.
+    let sub = empty_dir.join("conf");
+    std::fs::create_dir_all(&sub).expect("mkdir");
+    let subpath = node
+        .path()
+        .join("kubelet/pods")
+        .join(pod_uid(&pod))
+        .join("volume-subpaths/scratch/job/0");
+    node.bind_in_containerd(&sub, &subpath);
+    job.mounts.push(cri::Mount {
+        container_path: "/conf".into(),
+        host_path: subpath.display().to_string(),
+        readonly: false,
+    });
+    // An image that declares a VOLUME: containerd makes it below its
+    // directory of the container.
+    job.image = Some(cri::ImageSpec {
+        image: VOLUME_IMAGE.into(),
+    });
     let (pod_id, container) = node.run(&pod, &job);
     node.exec(
         &container,
-        "echo kept > /scratch/a && echo kept > /shared/b",
+        "echo kept > /scratch/a && echo kept > /shared/b && echo kept > /conf/c \
+         && echo kept > /data/d",
     );
+    assert_eq!(std::fs::read_to_string(sub.join("c")).unwrap(), "kept\n");
     assert_eq!(
         std::fs::read_to_string(empty_dir.join("a")).unwrap(),
         "kept\n"

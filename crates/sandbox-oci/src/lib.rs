@@ -248,7 +248,7 @@ fn create(
     keys::spelled_as_the_spec(&spec, "config.json")?;
     let policy = settings.profile_for(spec::requested_profile(&spec).as_deref())?;
     let layers = spec::layers(&spec, &policy)?;
-    pod::refuse_host_paths(&spec, settings)?;
+    pod::refuse_host_paths(&spec, settings, &parsed.id)?;
     let rootfs = spec::rootfs(&spec, &bundle)?;
     let ids = spec::id_maps_of(&spec)?;
     let identity = spec::identity(

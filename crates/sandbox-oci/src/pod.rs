@@ -21,6 +21,7 @@
 
 use std::path::{Path, PathBuf};
 
+use sandbox::mountinfo::Mount;
 use serde_json::Value;
 
 use super::settings::Settings;
@@ -39,11 +40,29 @@ const SANDBOX_ID: &[&str] = &[
 ];
 const POD_UID: &[&str] = &["io.kubernetes.cri.sandbox-uid", "io.kubernetes.pod.uid"];
 
+/// Where an engine keeps a pod's or a container's own files, below one of
+/// `engine_dirs`, each followed by the pod's sandbox id or the container's
+/// id: containerd's CRI (`/etc/hosts`, `/etc/resolv.conf`, `/dev/shm` by
+/// sandbox, an image's `VOLUME`s by container) and CRI-O's.
+const ENGINE_LAYOUTS: &[&str] = &[
+    "io.containerd.grpc.v1.cri/sandboxes",
+    "io.containerd.grpc.v1.cri/containers",
+    "overlay-containers",
+];
+
+/// Below a pod's kubelet directory, where the kubelet mounts a volume's
+/// `subPath`: a bind of whatever directory the volume and the subPath
+/// name, a `hostPath` of `/` included, so what is mounted there is judged
+/// by where it comes from.
+const KUBELET_SUBPATHS: &str = "volume-subpaths";
+
 /// A container that came through a CRI engine, as its annotations say.
 #[derive(Debug)]
-struct Pod {
+struct Pod<'a> {
     sandbox_id: Option<String>,
     uid: Option<String>,
+    /// The id `create` was given: this container's own.
+    container_id: &'a str,
 }
 
 fn annotation(spec: &Value, names: &[&str]) -> Option<String> {
@@ -60,8 +79,8 @@ fn is_plain_component(value: &str) -> bool {
     !value.is_empty() && value != "." && value != ".." && !value.contains('/')
 }
 
-impl Pod {
-    fn of(spec: &Value) -> Option<Pod> {
+impl<'a> Pod<'a> {
+    fn of(spec: &Value, container_id: &'a str) -> Option<Pod<'a>> {
         let annotations = spec.get("annotations")?;
         CONTAINER_TYPE
             .iter()
@@ -69,28 +88,94 @@ impl Pod {
             .then(|| Pod {
                 sandbox_id: annotation(spec, SANDBOX_ID),
                 uid: annotation(spec, POD_UID),
+                container_id,
             })
     }
 
-    /// Whether `source` (canonical) is one of this pod's own directories.
-    fn owns(&self, source: &Path, settings: &Settings) -> bool {
-        if let Some(uid) = &self.uid {
-            let pod_dir = canonical_or_same(&settings.kubelet_dir)
+    /// The pod's directory below the kubelet's, when its uid is known.
+    fn kubelet_pod_dir(&self, settings: &Settings) -> Option<PathBuf> {
+        let uid = self.uid.as_ref()?;
+        Some(
+            canonical_or_same(&settings.kubelet_dir)
                 .join("pods")
-                .join(uid);
-            if source.starts_with(&pod_dir) {
+                .join(uid),
+        )
+    }
+
+    /// Whether `source` (canonical) is one of this pod's own directories,
+    /// or one of the operator's host paths; a subPath mount is judged by
+    /// where its content comes from (`mounts`).
+    fn owns(&self, source: &Path, settings: &Settings, mounts: &[Mount]) -> bool {
+        if let Some(pod_dir) = self.kubelet_pod_dir(settings) {
+            let subpaths = pod_dir.join(KUBELET_SUBPATHS);
+            if source.starts_with(&subpaths) {
+                return match subpath_origins(source, mounts, &subpaths) {
+                    // Not below a subPath's mount: the kubelet's own directory.
+                    None => true,
+                    Some(origins) => origins
+                        .iter()
+                        .any(|origin| self.owns_by_name(origin, settings, &subpaths)),
+                };
+            }
+        }
+        self.owns_by_name(source, settings, Path::new("/nonexistent"))
+    }
+
+    /// `owns` by the path's name alone, nothing below `subpaths` counting.
+    fn owns_by_name(&self, source: &Path, settings: &Settings, subpaths: &Path) -> bool {
+        if let Some(pod_dir) = self.kubelet_pod_dir(settings) {
+            if source.starts_with(&pod_dir) && !source.starts_with(subpaths) {
                 return true;
             }
         }
-        let Some(sandbox_id) = &self.sandbox_id else {
-            return false;
-        };
-        settings.engine_dirs.iter().any(|dir| {
-            source
-                .strip_prefix(canonical_or_same(dir))
-                .is_ok_and(|below| below.iter().any(|c| c == sandbox_id.as_str()))
-        })
+        let ids: Vec<&str> = self
+            .sandbox_id
+            .as_deref()
+            .into_iter()
+            .chain([self.container_id])
+            .filter(|id| is_plain_component(id))
+            .collect();
+        let in_engine_dirs = settings.engine_dirs.iter().any(|dir| {
+            let dir = canonical_or_same(dir);
+            ENGINE_LAYOUTS.iter().any(|layout| {
+                ids.iter()
+                    .any(|id| source.starts_with(dir.join(layout).join(id)))
+            })
+        });
+        in_engine_dirs
+            || settings
+                .host_paths
+                .iter()
+                .any(|dir| source.starts_with(canonical_or_same(dir)))
     }
+}
+
+/// Where the content at `source` comes from when `source` lies in a mount
+/// made below `subpaths` (a subPath): the same place as seen through every
+/// other mount of its filesystem that shows it. None when `source` is not
+/// in such a mount.
+fn subpath_origins(source: &Path, mounts: &[Mount], subpaths: &Path) -> Option<Vec<PathBuf>> {
+    // The deepest mount holding `source`; of several at one point, the
+    // last, which covers the others.
+    let holding = mounts
+        .iter()
+        .filter(|m| source.starts_with(&m.mount_point))
+        .max_by_key(|m| m.mount_point.components().count())?;
+    if !holding.mount_point.starts_with(subpaths) {
+        return None;
+    }
+    let below = source.strip_prefix(&holding.mount_point).ok()?;
+    let in_filesystem = Path::new(&holding.root).join(below);
+    Some(
+        mounts
+            .iter()
+            .filter(|m| m.device == holding.device && !m.mount_point.starts_with(subpaths))
+            .filter_map(|m| {
+                let rest = in_filesystem.strip_prefix(&m.root).ok()?;
+                Some(m.mount_point.join(rest))
+            })
+            .collect(),
+    )
 }
 
 /// `path` with its symbolic links resolved, or as written when it does
@@ -113,9 +198,16 @@ fn is_bind(mount: &Value) -> bool {
 
 /// Refuse a CRI container's bind mount of a host path that is neither its
 /// pod's own nor below one of the operator's `host_paths`. The source is
-/// judged with its symbolic links resolved, as runc will mount it.
-pub fn refuse_host_paths(spec: &Value, settings: &Settings) -> Result<(), OciError> {
-    let Some(pod) = Pod::of(spec) else {
+/// judged with its symbolic links resolved, as runc will mount it, and must
+/// be absolute: runc joins a relative one to the bundle, while this runs
+/// wherever the engine started it (the pod's first bundle, under
+/// containerd), so the two would not be the same directory.
+pub fn refuse_host_paths(
+    spec: &Value,
+    settings: &Settings,
+    container_id: &str,
+) -> Result<(), OciError> {
+    let Some(pod) = Pod::of(spec, container_id) else {
         return Ok(());
     };
     let mounts = spec
@@ -123,6 +215,7 @@ pub fn refuse_host_paths(spec: &Value, settings: &Settings) -> Result<(), OciErr
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
+    let mut mountinfo: Option<Vec<Mount>> = None;
     for mount in mounts.iter().filter(|m| is_bind(m)) {
         let source = mount.get("source").and_then(Value::as_str).unwrap_or("");
         let destination = mount
@@ -134,18 +227,23 @@ pub fn refuse_host_paths(spec: &Value, settings: &Settings) -> Result<(), OciErr
              directory by listing it in host_paths in {}",
             super::settings::DEFAULT_PATH
         );
+        if !Path::new(source).is_absolute() {
+            return Err(OciError::Refused(format!(
+                "the pod's container would mount {source:?} at {destination}, a relative \
+                 path, which runc would find below the bundle: {fix}"
+            )));
+        }
         let canonical = std::fs::canonicalize(source).map_err(|err| {
             OciError::Refused(format!(
                 "the pod's container would mount the host's {source:?} at {destination}, which \
                  cannot be checked ({err}); {fix}"
             ))
         })?;
-        let allowed = pod.owns(&canonical, settings)
-            || settings
-                .host_paths
-                .iter()
-                .any(|dir| canonical.starts_with(canonical_or_same(dir)));
-        if !allowed {
+        let mounts = match &mountinfo {
+            Some(mounts) => mounts,
+            None => mountinfo.insert(read_mountinfo()?),
+        };
+        if !pod.owns(&canonical, settings, mounts) {
             let resolved = if canonical.as_os_str() == source {
                 String::new()
             } else {
@@ -153,13 +251,23 @@ pub fn refuse_host_paths(spec: &Value, settings: &Settings) -> Result<(), OciErr
             };
             return Err(OciError::Refused(format!(
                 "the pod's container would mount the host's {source}{resolved} at \
-                 {destination}: that is neither one of its pod's own directories nor below one \
-                 of the runtime's host_paths, and without a user namespace the container's root \
-                 is the host's root there; {fix}"
+                 {destination}: that is neither one of its pod's own directories (a subPath \
+                 counts by where it comes from) nor below one of the runtime's host_paths, and \
+                 without a user namespace the container's root is the host's root there; {fix}"
             )));
         }
     }
     Ok(())
+}
+
+fn read_mountinfo() -> Result<Vec<Mount>, OciError> {
+    let path = Path::new("/proc/self/mountinfo");
+    let text = std::fs::read_to_string(path).map_err(|source| OciError::Io {
+        what: "reading what is mounted where",
+        path: path.to_owned(),
+        source,
+    })?;
+    Ok(sandbox::mountinfo::parse_mountinfo(&text))
 }
 
 #[cfg(test)]
@@ -208,7 +316,7 @@ mod tests {
         }
         let settings = settings(dir.path(), &[&dir.path().join("shared")]);
         for allowed in [&own_volume, &own_hosts, &shared] {
-            refuse_host_paths(&spec(allowed), &settings).expect("its own");
+            refuse_host_paths(&spec(allowed), &settings, "cid1").expect("its own");
         }
         for refused in [
             Path::new("/etc"),
@@ -216,19 +324,19 @@ mod tests {
             &other_hosts,
             &dir.path().join("kubelet"),
         ] {
-            let err = refuse_host_paths(&spec(refused), &settings).expect_err("the host's");
+            let err = refuse_host_paths(&spec(refused), &settings, "cid1").expect_err("the host's");
             assert!(err.to_string().contains("host_paths"), "{err}");
         }
         // A link from the pod's own directory out of it is judged by its target.
         let link = own_volume.join("escape");
         std::os::unix::fs::symlink("/etc", &link).expect("symlink");
-        let err = refuse_host_paths(&spec(&link), &settings).expect_err("through a link");
+        let err = refuse_host_paths(&spec(&link), &settings, "cid1").expect_err("through a link");
         assert!(err.to_string().contains("which is /etc"), "{err}");
         // Neither a container outside the CRI nor a volume that is not a
         // bind mount is the business of this check.
         let mut podman = spec(Path::new("/etc"));
         podman["annotations"] = json!({});
-        refuse_host_paths(&podman, &settings).expect("not a pod");
+        refuse_host_paths(&podman, &settings, "cid1").expect("not a pod");
     }
 
     #[test]
@@ -242,7 +350,71 @@ mod tests {
         for uid in ["..", ".", "uid2/..", ""] {
             spec["annotations"]["io.kubernetes.cri.sandbox-uid"] = json!(uid);
             spec["mounts"][0]["source"] = json!(dir.path().join("kubelet/pods"));
-            assert!(refuse_host_paths(&spec, &settings).is_err(), "uid {uid:?}");
+            assert!(
+                refuse_host_paths(&spec, &settings, "cid1").is_err(),
+                "uid {uid:?}"
+            );
         }
+    }
+
+    #[test]
+    fn relative_sources_and_other_engine_paths_are_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let engine = dir.path().join("containerd/io.containerd.grpc.v1.cri");
+        let own_volume = engine.join("containers/cid1/volumes/v");
+        let other_volume = engine.join("containers/cid2/volumes/v");
+        // The sandbox id as a component, but not where the engine keeps
+        // the pod's files.
+        let elsewhere = dir
+            .path()
+            .join("containerd/io.containerd.runtime.v2.task/sid1");
+        for path in [&own_volume, &other_volume, &elsewhere] {
+            std::fs::create_dir_all(path).expect("mkdir");
+        }
+        let settings = settings(dir.path(), &[]);
+        refuse_host_paths(&spec(&own_volume), &settings, "cid1").expect("its own VOLUME");
+        for refused in [&other_volume, &elsewhere] {
+            assert!(refuse_host_paths(&spec(refused), &settings, "cid1").is_err());
+        }
+        let mut relative = spec(Path::new("x"));
+        relative["mounts"][0]["source"] = json!("rootfs/tmp");
+        let err = refuse_host_paths(&relative, &settings, "cid1").expect_err("relative");
+        assert!(err.to_string().contains("relative"), "{err}");
+    }
+
+    #[test]
+    fn a_subpath_is_judged_by_where_it_comes_from() {
+        let line = |dev: &str, root: &str, point: &str| {
+            format!("1 1 {dev} {root} {point} rw - ext4 x rw\n")
+        };
+        let subpaths = Path::new("/k/pods/u/volume-subpaths");
+        let mounts = sandbox::mountinfo::parse_mountinfo(
+            &[
+                line("8:1", "/", "/"),
+                line("0:50", "/", "/k/pods/u/volumes/kubernetes.io~empty-dir/m"),
+                // hostPath "/" with subPath "etc"
+                line("8:1", "/etc", "/k/pods/u/volume-subpaths/host/c/0"),
+                // an emptyDir on tmpfs with subPath "conf"
+                line("0:50", "/conf", "/k/pods/u/volume-subpaths/m/c/1"),
+            ]
+            .concat(),
+        );
+        let origins = |p: &str| subpath_origins(Path::new(p), &mounts, subpaths);
+        assert_eq!(
+            origins("/k/pods/u/volume-subpaths/host/c/0"),
+            Some(vec![PathBuf::from("/etc")])
+        );
+        assert_eq!(
+            origins("/k/pods/u/volume-subpaths/host/c/0/ssl"),
+            Some(vec![PathBuf::from("/etc/ssl")])
+        );
+        assert_eq!(
+            origins("/k/pods/u/volume-subpaths/m/c/1"),
+            Some(vec![PathBuf::from(
+                "/k/pods/u/volumes/kubernetes.io~empty-dir/m/conf"
+            )])
+        );
+        // A directory of the kubelet's there that no subPath is mounted on.
+        assert_eq!(origins("/k/pods/u/volume-subpaths/m/c"), None);
     }
 }

@@ -25,6 +25,7 @@ pub mod clock;
 pub mod landlock;
 pub mod launch;
 pub mod learn;
+pub mod mountinfo;
 pub mod net;
 pub mod probe;
 pub mod profile;

@@ -113,79 +113,7 @@ impl CgroupFs for RootedFs<'_> {
     }
 }
 
-/// One line of `/proc/self/mountinfo`, only the fields detection needs.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Mount {
-    /// The path inside the filesystem that is mounted (not `/` for a bind mount
-    /// or a cgroup mount made inside a container without a cgroup namespace).
-    root: String,
-    pub(crate) mount_point: PathBuf,
-    pub(crate) fstype: String,
-    super_options: Vec<String>,
-    /// `ro` among the per-mount options: a read-only bind or mount of the
-    /// hierarchy (the super block itself may still be read-write elsewhere).
-    read_only: bool,
-}
-
-/// Every mount of a `/proc/PID/mountinfo` text, in its order (a later
-/// mount at the same point covers an earlier one).
-pub(crate) fn parse_mountinfo(text: &str) -> Vec<Mount> {
-    text.lines().filter_map(parse_mount_line).collect()
-}
-
-fn parse_mount_line(line: &str) -> Option<Mount> {
-    // The optional fields vary in number and end at a lone "-".
-    let (before, after) = line.split_once(" - ")?;
-    let mut pre = before.split_whitespace();
-    let root = unescape(pre.nth(3)?);
-    let mount_point = PathBuf::from(unescape(pre.next()?));
-    let read_only = pre.next().is_some_and(|o| o.split(',').any(|o| o == "ro"));
-    let mut post = after.split_whitespace();
-    let fstype = post.next()?.to_owned();
-    let _source = post.next();
-    let super_options = post
-        .next()
-        .unwrap_or("")
-        .split(',')
-        .map(str::to_owned)
-        .collect();
-    Some(Mount {
-        root,
-        mount_point,
-        fstype,
-        super_options,
-        read_only,
-    })
-}
-
-/// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
-fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes.get(i + 1..i + 4).and_then(|d| {
-            let s = std::str::from_utf8(d).ok()?;
-            if s.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
-                u8::from_str_radix(s, 8).ok()
-            } else {
-                None
-            }
-        });
-        match (bytes.get(i), octal) {
-            (Some(b'\\'), Some(byte)) => {
-                out.push(byte);
-                i += 4;
-            }
-            (Some(&b), _) => {
-                out.push(b);
-                i += 1;
-            }
-            (None, _) => break,
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub(crate) use crate::mountinfo::{parse_mountinfo, Mount};
 
 /// `/proc/self/cgroup`: the v1 lines (controller list, path) and the v2 path.
 #[derive(Debug, Default)]
@@ -511,8 +439,6 @@ mod tests {
             info.unified_mount.as_deref(),
             Some(Path::new("/mnt/cg two"))
         );
-        assert_eq!(unescape("a\\134b\\"), "a\\b\\");
-        assert_eq!(unescape("\\04"), "\\04");
     }
 
     #[test]

@@ -112,29 +112,51 @@ pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> nix::Result<()> {
 /// learning run's seccomp listener); None when the peer closed without.
 pub fn recv_fd(sock: BorrowedFd<'_>) -> Result<Option<OwnedFd>, ChannelError> {
     let mut payload = [0u8; 8];
-    let mut cmsg_space = nix::cmsg_space!([RawFd; 1]);
-    let mut iov = [std::io::IoSliceMut::new(&mut payload)];
+    let mut out = [None];
+    recv_with_fds(
+        sock,
+        MsgFlags::MSG_DONTWAIT,
+        "recvmsg(listener)",
+        &mut payload,
+        &mut out,
+    )?;
+    let [received] = out;
+    Ok(received)
+}
+
+/// One message on `sock` into `payload`, and the descriptors it carries
+/// into `out` (those beyond it are closed): the message's length and how
+/// many descriptors `out` took.
+fn recv_with_fds(
+    sock: BorrowedFd<'_>,
+    flags: MsgFlags,
+    op: &'static str,
+    payload: &mut [u8],
+    out: &mut [Option<OwnedFd>],
+) -> Result<(usize, usize), ChannelError> {
+    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
+    let mut iov = [std::io::IoSliceMut::new(payload)];
     let msg = loop {
         match recvmsg::<()>(
             sock.as_raw_fd(),
             &mut iov,
             Some(&mut cmsg_space),
-            MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+            flags | MsgFlags::MSG_CMSG_CLOEXEC,
         ) {
             Err(Errno::EINTR) => continue,
-            other => {
-                break other.map_err(|source| ChannelError::Io {
-                    op: "recvmsg(listener)",
-                    source,
-                })?
-            }
+            other => break other.map_err(|source| ChannelError::Io { op, source })?,
         }
     };
-    let mut received = None;
+    let len = msg.bytes;
+    let mut count = 0;
     crate::sys::fd::for_each_received_fd(msg, |owned| {
-        received.get_or_insert(owned);
+        // Beyond `out` the descriptor is dropped, so closed.
+        if let Some(slot) = out.get_mut(count) {
+            *slot = Some(owned);
+            count += 1;
+        }
     });
-    Ok(received)
+    Ok((len, count))
 }
 
 /// P0: tell init the id maps are in place, handing over the mount trees.
@@ -168,33 +190,7 @@ pub fn wait_for_go(
     out: &mut [Option<OwnedFd>; MAX_PASSED_FDS],
 ) -> Result<usize, ChannelError> {
     let mut payload = [0u8; 8];
-    let mut cmsg_space = nix::cmsg_space!([RawFd; MAX_PASSED_FDS]);
-    let mut iov = [std::io::IoSliceMut::new(&mut payload)];
-    let msg = loop {
-        match recvmsg::<()>(
-            sock.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg_space),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
-            Err(Errno::EINTR) => continue,
-            other => {
-                break other.map_err(|source| ChannelError::Io {
-                    op: "recvmsg(go)",
-                    source,
-                })?
-            }
-        }
-    };
-    let len = msg.bytes;
-    let mut count = 0;
-    crate::sys::fd::for_each_received_fd(msg, |owned| {
-        // Beyond the array the descriptor is dropped, so closed.
-        if count < MAX_PASSED_FDS {
-            out[count] = Some(owned);
-            count += 1;
-        }
-    });
+    let (len, count) = recv_with_fds(sock, MsgFlags::empty(), "recvmsg(go)", &mut payload, out)?;
     if len == 0 {
         return Err(ChannelError::Closed);
     }
