@@ -497,6 +497,10 @@ impl Node {
                 .unwrap_or_default()
         };
         let mut left = entries(&self.runc_root().join("k8s.io"));
+        // Nor a pinned mount source (a mount of the host's, kept apart).
+        for root in entries(&self.state_dir().join("sources")) {
+            left.extend(entries(&root));
+        }
         // One directory per runc root the runtime was given, each holding
         // a record per live container.
         for root in entries(&self.state_dir().join("containers")) {
@@ -1035,4 +1039,85 @@ fn pod_start_up_figures() {
         ours_median - runc_median,
         ours_median / runc_median
     );
+}
+
+/// A pod that can write in a directory it mounts (its own volume, a host
+/// path shared with other pods) swaps that directory for a link to `/`
+/// between the runtime's check and runc's mount, with
+/// `renameat2(RENAME_EXCHANGE)` in a loop: an attacker's review won this
+/// within six tries. Every try now either is refused or mounts the
+/// directory that was checked.
+#[test]
+fn a_mount_source_swapped_for_a_link_while_it_is_checked_is_never_the_host() {
+    let test = "a_mount_source_swapped_for_a_link_while_it_is_checked_is_never_the_host";
+    if !usable(test) {
+        return;
+    }
+    let shared = tempfile::tempdir_in("/tmp").expect("tempdir");
+    let checked = shared.path().join("d");
+    let link = shared.path().join("l");
+    std::fs::create_dir(&checked).expect("mkdir");
+    std::fs::write(checked.join("only-in-the-volume"), "").expect("marker");
+    std::os::unix::fs::symlink("/", &link).expect("symlink");
+    let node = Node::start_with(&shipped_settings(&format!(
+        "host_paths = [\"{}\"]",
+        shared.path().display()
+    )));
+    let pod = node.pod_config("swap", &[]);
+    let pod_id = node.cri().run_pod(&pod, "sandbox").expect("RunPodSandbox");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, checked, link) = (stop.clone(), checked.clone(), link.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0_u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let swapped = nix::fcntl::renameat2(
+                    nix::fcntl::AT_FDCWD,
+                    &checked,
+                    nix::fcntl::AT_FDCWD,
+                    &link,
+                    nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+                );
+                swaps += u64::from(swapped.is_ok());
+            }
+            swaps
+        })
+    };
+    let (mut refused, mut mounted) = (0, 0);
+    for attempt in 0..30 {
+        let mut job = node.container_config(&format!("job{attempt}"));
+        job.mounts.push(cri::Mount {
+            container_path: "/mnt".into(),
+            host_path: checked.display().to_string(),
+            readonly: true,
+        });
+        let Ok(id) = node.cri().create_container(&pod_id, &job, &pod) else {
+            refused += 1;
+            continue;
+        };
+        if let Err(err) = node.cri().start_container(&id) {
+            assert!(
+                err.contains("changed while it was checked") || err.contains("host_paths"),
+                "{err}"
+            );
+            refused += 1;
+        } else {
+            let listing = node.exec(&id, "ls -a /mnt");
+            assert!(
+                listing.contains("only-in-the-volume") && !listing.contains("etc"),
+                "try {attempt} mounted something else than the checked directory: {listing}"
+            );
+            mounted += 1;
+            node.cri().stop_container(&id, 0).expect("StopContainer");
+        }
+        node.cri().remove_container(&id).expect("RemoveContainer");
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().expect("swapper");
+    eprintln!("{test}: {swaps} swaps; {mounted} tries mounted the checked directory, {refused} were refused");
+    assert!(swaps > 0, "the swap never happened");
+    node.cri().stop_pod(&pod_id).expect("StopPodSandbox");
+    node.cri().remove_pod(&pod_id).expect("RemovePodSandbox");
+    assert_eq!(node.leftovers(), Vec::<String>::new());
 }

@@ -154,6 +154,13 @@ fn dispatch(args: &[OsString]) -> Result<i32, OciError> {
         "create" | "run" => create(&settings, &invocation, &command),
         "exec" => exec(&settings, &invocation),
         "delete" => delete(&settings, &invocation, args),
+        // runc made its copies of a pod's pinned sources at create.
+        "start" => {
+            if let Some(id) = command_id(&invocation) {
+                pod::release_sources(&sources_dir(&settings, &invocation, &id));
+            }
+            pass_through(&settings, args)
+        }
         "update" => update::update(&settings, &invocation),
         // CRIU restores no Landlock domain, and a checkpoint brings its own
         // config.json, which would start the container without the init.
@@ -217,16 +224,36 @@ struct Record {
 /// engines with roots of their own (Podman's, containerd's) never mistake
 /// each other's container of the same id for theirs.
 fn container_dir(settings: &Settings, invocation: &cli::Invocation, id: &str) -> PathBuf {
+    settings
+        .state_dir
+        .join("containers")
+        .join(runc_root_key(invocation))
+        .join(id)
+}
+
+/// Where a pod's container's mount sources are pinned until runc has
+/// mounted them (`pod::pin_sources`): apart from the container's records,
+/// which `delete` removes recursively, so that a removal never reaches
+/// through a source still mounted there.
+fn sources_dir(settings: &Settings, invocation: &cli::Invocation, id: &str) -> PathBuf {
+    settings
+        .state_dir
+        .join("sources")
+        .join(runc_root_key(invocation))
+        .join(id)
+}
+
+/// Containers are runc's per state directory (`--root`): one name for each.
+fn runc_root_key(invocation: &cli::Invocation) -> String {
     use sha2::Digest;
-    let root = match &invocation.root {
+    match &invocation.root {
         None => "default".to_owned(),
         Some(root) => {
             let digest = sha2::Sha256::digest(root.as_bytes());
             let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
             format!("root-{hex}")
         }
-    };
-    settings.state_dir.join("containers").join(root).join(id)
+    }
 }
 
 fn create(
@@ -248,7 +275,7 @@ fn create(
     keys::spelled_as_the_spec(&spec, "config.json")?;
     let policy = settings.profile_for(spec::requested_profile(&spec).as_deref())?;
     let layers = spec::layers(&spec, &policy)?;
-    pod::refuse_host_paths(&spec, settings, &parsed.id)?;
+    let checked_sources = pod::refuse_host_paths(&spec, settings, &parsed.id)?;
     let rootfs = spec::rootfs(&spec, &bundle)?;
     let ids = spec::id_maps_of(&spec)?;
     let identity = spec::identity(
@@ -262,6 +289,10 @@ fn create(
 
     let dir = container_dir(settings, invocation, &parsed.id);
     claim_container_dir(settings, invocation, &parsed.id, &dir)?;
+    let staging = sources_dir(settings, invocation, &parsed.id);
+    // Whatever an earlier create of this id left (it failed before runc).
+    pod::release_sources(&staging);
+    pod::pin_sources(&mut spec, &checked_sources, &staging)?;
     write_json(
         &dir.join("config.original.json"),
         &original,
@@ -513,6 +544,16 @@ fn run_runc(settings: &Settings, args: &[OsString]) -> Result<std::process::Outp
         .map_err(|err| OciError::Runc(format!("running {}: {err}", runc.display())))
 }
 
+/// The container id a command names: its last word that is not a flag.
+fn command_id(invocation: &cli::Invocation) -> Option<String> {
+    invocation
+        .rest
+        .iter()
+        .rev()
+        .find(|a| !a.as_bytes().starts_with(b"-"))
+        .and_then(|id| cli::checked_id(id).ok())
+}
+
 fn delete(
     settings: &Settings,
     invocation: &cli::Invocation,
@@ -523,13 +564,11 @@ fn delete(
         .args(args)
         .status()
         .map_err(|err| OciError::Runc(format!("running {}: {err}", runc.display())))?;
-    let id = invocation
-        .rest
-        .iter()
-        .rev()
-        .find(|a| !a.as_bytes().starts_with(b"-"));
+    if let Some(id) = command_id(invocation) {
+        pod::release_sources(&sources_dir(settings, invocation, &id));
+    }
     if status.success() {
-        if let Some(id) = id.and_then(|id| cli::checked_id(id).ok()) {
+        if let Some(id) = command_id(invocation) {
             let dir = container_dir(settings, invocation, &id);
             if let Err(err) = std::fs::remove_dir_all(&dir) {
                 if err.kind() != std::io::ErrorKind::NotFound {

@@ -202,21 +202,25 @@ fn is_bind(mount: &Value) -> bool {
 /// be absolute: runc joins a relative one to the bundle, while this runs
 /// wherever the engine started it (the pod's first bundle, under
 /// containerd), so the two would not be the same directory.
+///
+/// Returns each checked mount's index in `mounts` with the path it was
+/// judged at, for [`pin_sources`].
 pub fn refuse_host_paths(
     spec: &Value,
     settings: &Settings,
     container_id: &str,
-) -> Result<(), OciError> {
+) -> Result<Vec<(usize, PathBuf)>, OciError> {
     let Some(pod) = Pod::of(spec, container_id) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
+    let mut checked = Vec::new();
     let mounts = spec
         .get("mounts")
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or_default();
     let mut mountinfo: Option<Vec<Mount>> = None;
-    for mount in mounts.iter().filter(|m| is_bind(m)) {
+    for (index, mount) in mounts.iter().enumerate().filter(|(_, m)| is_bind(m)) {
         let source = mount.get("source").and_then(Value::as_str).unwrap_or("");
         let destination = mount
             .get("destination")
@@ -256,8 +260,9 @@ pub fn refuse_host_paths(
                  without a user namespace the container's root is the host's root there; {fix}"
             )));
         }
+        checked.push((index, canonical));
     }
-    Ok(())
+    Ok(checked)
 }
 
 fn read_mountinfo() -> Result<Vec<Mount>, OciError> {
@@ -268,6 +273,118 @@ fn read_mountinfo() -> Result<Vec<Mount>, OciError> {
         source,
     })?;
     Ok(sandbox::mountinfo::parse_mountinfo(&text))
+}
+
+/// Make runc mount exactly what [`refuse_host_paths`] judged. Otherwise a
+/// directory the pod can write in (its own volume, a shared host path)
+/// could be swapped for a link to `/` between the check and runc's mount,
+/// which a loop of `renameat2(RENAME_EXCHANGE)` wins within a few tries.
+///
+/// Each source is opened at the path it was judged at, refusing any
+/// symbolic link on the way, and bind-mounted from that open file onto an
+/// entry of `staging` (this runtime's own directory, 0700, which nothing
+/// of the pod reaches); the spec then names the entry. The open file
+/// cannot be handed to runc instead: runc's init mounts in a new mount
+/// namespace, and the kernel binds only mounts of the caller's own
+/// (EINVAL). [`release_sources`] detaches the entries once runc has made
+/// its copies (at `start`, or at `delete` for a container never started).
+pub fn pin_sources(
+    spec: &mut Value,
+    checked: &[(usize, PathBuf)],
+    staging: &Path,
+) -> Result<(), OciError> {
+    use nix::fcntl::OFlag;
+    use nix::mount::MsFlags;
+    use sandbox::safe_file::{openat2_beneath, Beneath};
+    if checked.is_empty() {
+        return Ok(());
+    }
+    let io = |what: &'static str, path: &Path| {
+        let path = path.to_owned();
+        move |errno: nix::Error| OciError::Io {
+            what,
+            path,
+            source: errno.into(),
+        }
+    };
+    let root = nix::fcntl::open(
+        "/",
+        OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )
+    .map_err(io("opening / to pin a pod's mount sources", Path::new("/")))?;
+    super::settings::private_dir(staging)?;
+    for (number, (index, path)) in checked.iter().enumerate() {
+        let below_root = path.strip_prefix("/").unwrap_or(path);
+        let fd = openat2_beneath(
+            std::os::fd::AsFd::as_fd(&root),
+            below_root,
+            Beneath::new(OFlag::O_PATH | OFlag::O_CLOEXEC).no_symlinks(),
+        )
+        .map_err(|errno| {
+            OciError::Refused(format!(
+                "the pod's container mounts the host's {}, which changed while it was checked \
+                 ({errno}): a link or a rename on the way; create it again",
+                path.display()
+            ))
+        })?;
+        let is_dir = nix::sys::stat::fstat(std::os::fd::AsFd::as_fd(&fd))
+            .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR)
+            .map_err(io("looking at a pod's mount source", path))?;
+        let entry = staging.join(number.to_string());
+        if is_dir {
+            std::fs::create_dir(&entry)
+        } else {
+            std::fs::File::create(&entry).map(drop)
+        }
+        .map_err(|source| OciError::Io {
+            what: "making a pod's mount source's place",
+            path: entry.clone(),
+            source,
+        })?;
+        let from = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+        nix::mount::mount(
+            Some(from.as_str()),
+            &entry,
+            None::<&str>,
+            MsFlags::MS_BIND | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(io("binding a pod's mount source in place", path))?;
+        // Nothing mounted below it later reaches the host's other copies.
+        nix::mount::mount(
+            None::<&str>,
+            &entry,
+            None::<&str>,
+            MsFlags::MS_PRIVATE | MsFlags::MS_REC,
+            None::<&str>,
+        )
+        .map_err(io("making a pod's mount source private", &entry))?;
+        if let Some(mount) = spec
+            .get_mut("mounts")
+            .and_then(Value::as_array_mut)
+            .and_then(|mounts| mounts.get_mut(*index))
+        {
+            mount["source"] = Value::String(entry.to_string_lossy().into_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Detach and remove what [`pin_sources`] put in `staging`. Never deletes
+/// through an entry: one still mounted (the detach failed) stays, and so
+/// does the directory, rather than the host's files below it.
+pub fn release_sources(staging: &Path) {
+    let Ok(entries) = std::fs::read_dir(staging) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let _ = nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH);
+        // rmdir and unlink refuse a mount point: what stayed mounted stays.
+        let _ = std::fs::remove_dir(&path).or_else(|_| std::fs::remove_file(&path));
+    }
+    let _ = std::fs::remove_dir(staging);
 }
 
 #[cfg(test)]
