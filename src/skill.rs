@@ -194,6 +194,11 @@ fn run_skill(
     };
     if let Some(report) = &invoked.finished.report {
         super::run::print_warnings(report.warnings());
+        // A skill under a review profile: what its run kept, and how to
+        // apply or drop it, as `sandbox run --review` says it.
+        if let Some(kept) = &report.review {
+            eprintln!("{}", kept.notice());
+        }
     }
     if let Err(err) = &invoked.finished.result {
         eprintln!("sandbox: {err}");

@@ -47,7 +47,7 @@ pub struct ChangesRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum ChangesError {
     /// No `run`.
-    #[error("missing argument \"run\": give the review run's id from the shell tool's result (review.run), or \"last\"")]
+    #[error("missing argument \"run\": give the review run's id from the shell tool's result (review.run) or a skill's (_meta.review.run), or \"last\"")]
     MissingRun,
     /// `run` is not a string.
     #[error("argument \"run\" must be a string (the review run's id, or \"last\")")]
@@ -124,14 +124,14 @@ pub fn tool_entries(project: &Path) -> [Value; 2] {
     let run = json!({
         "type": "string",
         "minLength": 1,
-        "description": "The review run's id (the shell tool's result, review.run), or \"last\" for the newest."
+        "description": "The review run's id (the shell tool's result, review.run; a skill's, _meta.review.run), or \"last\" for the newest."
     });
     [
         json!({
             "name": APPLY_TOOL,
             "title": "Apply a review run's changes",
             "description": format!(
-                "Apply the changes a shell command made in review mode to the project {}, after the person accepts them: they are shown the list and asked. Protected entries (git hooks and config, agent settings, .sandbox/, .skills/), CI definitions, set-id files, symlinks out of the project, hard links, secrets' names and files changed in the project since the run are refused and named: leave those out with \"paths\", or the person applies them with `sandbox apply` at a terminal.",
+                "Apply the changes a shell command or a skill made in review mode to the project {}, after the person accepts them: they are shown the list and asked. Protected entries (git hooks and config, agent settings, .sandbox/, .skills/), CI definitions, set-id files, symlinks out of the project, hard links, secrets' names and files changed in the project since the run are refused and named: leave those out with \"paths\", or the person applies them with `sandbox apply` at a terminal.",
                 project.display()
             ),
             "inputSchema": {
@@ -159,7 +159,7 @@ pub fn tool_entries(project: &Path) -> [Value; 2] {
             "name": DISCARD_TOOL,
             "title": "Discard a review run's changes",
             "description": format!(
-                "Drop every change a shell command made in review mode, without applying any to the project {}.",
+                "Drop every change a shell command or a skill made in review mode, without applying any to the project {}.",
                 project.display()
             ),
             "inputSchema": {
