@@ -438,3 +438,56 @@ fn a_persistent_skill_under_a_review_profile_is_refused() {
     assert!(!project.path().join("notes.txt").exists());
     assert!(!project.path().join("sub").exists());
 }
+
+/// The person is asked about exactly what would be applied: a plan longer
+/// than one question shows is not put to them at all (until the fix, the
+/// question listed 100 changes and "and N more", and "apply" wrote all of
+/// them), and a part of it chosen with "paths" is shown whole.
+#[test]
+fn a_plan_longer_than_the_question_is_never_put_to_the_person() {
+    let test = "a_plan_longer_than_the_question_is_never_put_to_the_person";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let project = support::skill_project("sandbox-mcp-review-");
+    let mut mcp = start(project.path(), json!({"elicitation": {"form": {}}}));
+    let script = "mkdir a b; for i in $(seq 1 60); do echo $i > a/f$i; echo $i > b/f$i; done";
+    let Some(id) = review_run(&mut mcp, test, script) else {
+        return;
+    };
+    let call = mcp.call_tool("apply_changes", json!({"run": id}));
+    let result = result_of(&mut mcp, call);
+    assert_eq!(result["isError"], true, "{result}");
+    assert_eq!(result["structuredContent"]["changes"], 122, "{result}");
+    let text = result["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("\"paths\"") && text.contains("sandbox apply"),
+        "{text}"
+    );
+    assert_eq!(
+        elicitations(&mcp),
+        0,
+        "a plan longer than the question was asked"
+    );
+    assert!(!project.path().join("a").exists());
+
+    // A part of it: every change it applies is in the question.
+    let call = mcp.call_tool("apply_changes", json!({"run": id, "paths": ["a"]}));
+    let asked = mcp.elicitation();
+    let message = asked["params"]["message"].as_str().unwrap().to_owned();
+    mcp.answer_elicitation(&asked, "apply");
+    let applied = result_of(&mut mcp, call);
+    let paths = applied["structuredContent"]["applied"].as_array().unwrap();
+    assert_eq!(paths.len(), 61, "{applied}");
+    for path in paths {
+        let path = path.as_str().unwrap();
+        assert!(
+            message
+                .lines()
+                .any(|l| l.split_whitespace().nth(1) == Some(path)),
+            "{path} applied but not shown in\n{message}"
+        );
+    }
+    assert!(project.path().join("a/f60").exists());
+    assert!(!project.path().join("b").exists());
+}
