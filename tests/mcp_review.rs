@@ -491,3 +491,45 @@ fn a_plan_longer_than_the_question_is_never_put_to_the_person() {
     assert!(project.path().join("a/f60").exists());
     assert!(!project.path().join("b").exists());
 }
+
+/// A skill in review mode that lingers after its answer is asked to end
+/// (SIGTERM) rather than killed outright, so what it wrote is kept and
+/// listed, not lost with a killed sandbox.
+#[test]
+fn a_review_skill_that_lingers_after_its_answer_keeps_its_changes() {
+    let test = "a_review_skill_that_lingers_after_its_answer_keeps_its_changes";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let project = support::skill_project("sandbox-mcp-skill-review-");
+    let lingering = "import sandbox_ipc, time\n\
+c = sandbox_ipc.connect()\n\
+def handle(p):\n    \
+open('left.txt', 'w').write('written\\n')\n    \
+return {'ok': True}\n\
+c.serve(handle)\n\
+time.sleep(600)\n";
+    support::write_skill(
+        project.path(),
+        "lingerer",
+        "permissions: [fs.read, fs.write, fs.mkdir, fs.delete]\n",
+        ("main.py", lingering),
+    );
+    let mut mcp = start_reviewing_skills(project.path(), json!({"elicitation": {"form": {}}}));
+    let call = mcp.call_tool("lingerer", json!({}));
+    let result = result_of(&mut mcp, call);
+    let text: String = result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["text"].as_str())
+        .collect();
+    if text.contains("mounting the review layer") {
+        support::require(test, "overlayfs over tmpfs in a user namespace", false);
+        return;
+    }
+    let review = &result["_meta"]["review"];
+    assert_eq!(review["kept"], true, "{result}");
+    assert_eq!(review["listed"][0]["path"], "left.txt", "{result}");
+    assert!(!project.path().join("left.txt").exists());
+}

@@ -430,12 +430,27 @@ impl Driver for Host {
             self.timed_out = true;
             let message = format!("skill {} timed out on an earlier invocation", self.name);
             self.fail_all(code::SKILL_EXITED, &message);
-            return Steer::Kill;
+            return self.end();
         }
         if self.closing_deadline.is_some_and(|d| now >= d) {
-            return Steer::Kill;
+            self.closing_deadline = None;
+            return self.end();
         }
         Steer::Continue
+    }
+}
+
+impl Host {
+    /// How a run that has to end now is ended. A review run is asked first
+    /// (SIGTERM, then SIGKILL after the grace), as `sandbox run`'s timeout
+    /// does: a killed init cannot hand its layer over, and what the skill
+    /// wrote would be lost rather than shown.
+    fn end(&self) -> Steer {
+        if self.deferred.is_some() {
+            Steer::Terminate(crate::spawn::parent::TIMEOUT_GRACE)
+        } else {
+            Steer::Kill
+        }
     }
 }
 
