@@ -194,6 +194,11 @@ fn run_skill(
     };
     if let Some(report) = &invoked.finished.report {
         super::run::print_warnings(report.warnings());
+        // A skill under a review profile: what its run kept, and how to
+        // apply or drop it, as `sandbox run --review` says it.
+        if let Some(kept) = &report.review {
+            eprintln!("{}", kept.notice());
+        }
     }
     if let Err(err) = &invoked.finished.result {
         eprintln!("sandbox: {err}");
@@ -286,15 +291,15 @@ pub fn host(args: HostArgs) -> anyhow::Result<i32> {
     Ok(sandbox::skill::host_process(&skill, &launch, control))
 }
 
-/// Skills that may not run under `profile`: (name, why). Templates never
-/// run, so they are never refused.
+/// Skills that may not be served under `profile` (`serve`, MCP, the
+/// daemon): (name, why). Templates never run, so they are never refused.
 fn refusals(found: &manifest::Discovered, profile: &sandbox::Policy) -> Vec<(String, String)> {
     found
         .skills
         .values()
         .filter(|s| s.execution_mode == ExecutionMode::Direct)
         .filter_map(|s| {
-            sandbox::skill::launch::policy_for(s, profile)
+            sandbox::skill::launch::served_policy(s, profile)
                 .err()
                 .map(|e| (s.name.clone(), e.to_string()))
         })
@@ -374,7 +379,9 @@ pub fn run(cmd: SkillCommand) -> anyhow::Result<i32> {
             );
             let refusal = match skill.execution_mode {
                 ExecutionMode::Template => None,
-                ExecutionMode::Direct => sandbox::skill::launch::policy_for(skill, &profile).err(),
+                ExecutionMode::Direct => {
+                    sandbox::skill::launch::served_policy(skill, &profile).err()
+                }
             };
             println!(
                 "profile: {} (within your profile {}: {})\n",

@@ -188,9 +188,11 @@ env = { GREETING = "hello" }
         assert_eq!(steps[0]["changes"]["removed"][0], "base.txt", "{report}");
         assert_eq!(steps[1]["changes"]["written"][0], "b.txt", "{report}");
         assert_eq!(steps[1]["attempts"][0]["status"], 0, "{report}");
-        // Nothing is left of the recipe but what it applied.
+        // Nothing is left of the recipe but what it applied (`.lock`, the
+        // recipes' shared lock, is no recipe's).
         let left: Vec<_> = std::fs::read_dir(recipe.state.path().join("recipes"))
             .unwrap()
+            .filter(|e| e.as_ref().map_or(true, |e| e.file_name() != ".lock"))
             .collect();
         assert!(left.is_empty(), "{who:?}: {left:?}");
     }
@@ -501,5 +503,120 @@ fn the_steps_layers_together_are_bounded_by_the_layer_limit() {
             .unwrap_or("");
         assert!(error.contains("layer limit"), "{report}");
         assert!(!recipe.project.path().join("a").exists(), "{who:?}");
+    }
+}
+
+/// Whether a process whose command line holds `marker` runs.
+fn running(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_str()
+                .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .any(|cmdline| String::from_utf8_lossy(&cmdline).contains(marker))
+}
+
+/// Wait (a minute at most) until `done` holds.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < until,
+            "waited a minute for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The recipe directories in the state directory.
+fn recipe_dirs(state: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(state.join("recipes")) else {
+        return Vec::new();
+    };
+    let mut dirs: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// A recipe killed with SIGKILL in the middle of a step leaves its
+/// stacked layers behind; the next recipe removes them, and never the
+/// directory of a recipe that is running at that moment.
+#[test]
+fn a_killed_recipes_layers_are_swept_by_the_next_and_a_running_ones_kept() {
+    let test = "a_killed_recipes_layers_are_swept_by_the_next_and_a_running_ones_kept";
+    for who in recipe_identities(test) {
+        let recipe = Recipe::new(who);
+        let state = recipe.state.path();
+        let start = |name: &str, marker: &str| {
+            let file = recipe.file(
+                name,
+                &format!("[[steps]]\nscript = \"echo kept > kept.txt; sleep 300 # {marker}\"\n"),
+            );
+            let child = recipe
+                .project
+                .command()
+                .env("SANDBOX_STATE_DIR", state)
+                .args(["recipe", "run", file.to_str().unwrap()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            wait_until("the step to run", || running(marker));
+            child
+        };
+
+        let killed_marker = support::marker("recipe-killed");
+        let mut killed = start("killed.toml", &killed_marker);
+        let leftover = recipe_dirs(state);
+        assert_eq!(leftover.len(), 1, "{who:?}: {leftover:?}");
+        let leftover = leftover[0].clone();
+        killed.kill().unwrap();
+        killed.wait().unwrap();
+        wait_until("the killed recipe's step to end", || {
+            !running(&killed_marker)
+        });
+        assert!(
+            leftover.join("layer").is_dir(),
+            "{who:?}: SIGKILL left nothing to sweep"
+        );
+
+        let live_marker = support::marker("recipe-live");
+        let mut live = start("live.toml", &live_marker);
+        let live_dir: Vec<PathBuf> = recipe_dirs(state)
+            .into_iter()
+            .filter(|d| *d != leftover)
+            .collect();
+        assert_eq!(live_dir.len(), 1, "{who:?}: {live_dir:?}");
+        let live_dir = live_dir[0].clone();
+
+        let out = recipe.run("next.toml", "[[steps]]\nscript = \"true\"\n", &[]);
+        assert!(out.status.success(), "{who:?}: {}", text(&out.stderr));
+        assert!(
+            !leftover.exists(),
+            "{who:?}: the killed recipe's layers stayed"
+        );
+        assert!(
+            live_dir.join("layer").is_dir() && running(&live_marker),
+            "{who:?}: the running recipe's directory was touched"
+        );
+        assert_eq!(
+            recipe_dirs(state),
+            std::slice::from_ref(&live_dir),
+            "{who:?}"
+        );
+
+        live.kill().unwrap();
+        live.wait().unwrap();
+        wait_until("the live recipe's step to end", || !running(&live_marker));
+        assert!(!recipe.project.path().join("kept.txt").exists(), "{who:?}");
     }
 }

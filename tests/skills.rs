@@ -416,3 +416,91 @@ fn a_skill_host_holds_none_of_serves_sockets() {
         assert!(held.is_empty(), "host {host} holds serve's {held:?}");
     }
 }
+
+/// `sandbox skill run` under a profile with `review = true`: the skill's
+/// writes are kept for review (the project is untouched until `sandbox
+/// apply`), and it says so as `sandbox run --review` does; a persistent
+/// skill under that profile fails `skill check`, which names the fix.
+#[test]
+fn a_skill_run_in_review_mode_keeps_its_writes_for_apply() {
+    if !support::require_root_sandbox("a_skill_run_in_review_mode_keeps_its_writes_for_apply") {
+        return;
+    }
+    let project = support::skill_project("sandbox-skills-");
+    let writes = "import sandbox_ipc\nc = sandbox_ipc.connect()\n\
+def handle(p):\n    open('out.txt', 'w').write('kept\\n')\n    return {'ok': True}\n\
+c.serve(handle)\n";
+    support::write_skill(
+        project.path(),
+        "scribe",
+        "permissions: [fs.read, fs.write, fs.mkdir, fs.delete]\n",
+        ("main.py", writes),
+    );
+    let state = tempfile::tempdir().unwrap();
+    let profile = state.path().join("review.toml");
+    std::fs::write(
+        &profile,
+        "version = 1\nextends = \"strict\"\n[filesystem]\nreview = true\n",
+    )
+    .unwrap();
+    let sandbox = |args: &[&str]| {
+        Command::new(support::sandbox_bin())
+            .current_dir(project.path())
+            .env("SANDBOX_STATE_DIR", state.path().join("state"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let profile = profile.to_str().unwrap();
+    let out = sandbox(&[
+        "skill",
+        "run",
+        "--non-interactive",
+        "--json",
+        "--profile",
+        profile,
+        "scribe",
+    ]);
+    let said = String::from_utf8_lossy(&out.stderr).into_owned();
+    if said.contains("mounting the review layer") {
+        support::require(
+            "a_skill_run_in_review_mode_keeps_its_writes_for_apply",
+            "overlayfs over tmpfs in a user namespace",
+            false,
+        );
+        return;
+    }
+    assert!(out.status.success(), "{said}");
+    assert!(!project.path().join("out.txt").exists(), "{said}");
+    let id = said
+        .lines()
+        .find_map(|l| l.strip_prefix("sandbox: run ")?.split(':').next())
+        .filter(|_| said.contains("1 change(s) kept for review"))
+        .unwrap_or_else(|| panic!("no review notice in {said}"))
+        .to_owned();
+    let applied = sandbox(&["apply", &id]);
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(project.path().join("out.txt")).unwrap(),
+        "kept\n"
+    );
+
+    support::write_skill(
+        project.path(),
+        "lasting",
+        "activation: persistent\npermissions: [fs.read, fs.write, fs.mkdir, fs.delete]\n",
+        ("main.py", writes),
+    );
+    let checked = sandbox(&["skill", "check", "--profile", profile]);
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(!checked.status.success(), "{said}");
+    assert!(
+        said.contains("skill lasting is persistent")
+            && said.contains("remove `activation: persistent`"),
+        "{said}"
+    );
+}

@@ -47,7 +47,7 @@ pub struct ChangesRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum ChangesError {
     /// No `run`.
-    #[error("missing argument \"run\": give the review run's id from the shell tool's result (review.run), or \"last\"")]
+    #[error("missing argument \"run\": give the review run's id from the shell tool's result (review.run) or a skill's (_meta.review.run), or \"last\"")]
     MissingRun,
     /// `run` is not a string.
     #[error("argument \"run\" must be a string (the review run's id, or \"last\")")]
@@ -124,14 +124,14 @@ pub fn tool_entries(project: &Path) -> [Value; 2] {
     let run = json!({
         "type": "string",
         "minLength": 1,
-        "description": "The review run's id (the shell tool's result, review.run), or \"last\" for the newest."
+        "description": "The review run's id (the shell tool's result, review.run; a skill's, _meta.review.run), or \"last\" for the newest."
     });
     [
         json!({
             "name": APPLY_TOOL,
             "title": "Apply a review run's changes",
             "description": format!(
-                "Apply the changes a shell command made in review mode to the project {}, after the person accepts them: they are shown the list and asked. Protected entries (git hooks and config, agent settings, .sandbox/, .skills/), CI definitions, set-id files, symlinks out of the project, hard links, secrets' names and files changed in the project since the run are refused and named: leave those out with \"paths\", or the person applies them with `sandbox apply` at a terminal.",
+                "Apply the changes a shell command or a skill made in review mode to the project {}, after the person accepts them: they are shown the list and asked. Protected entries (git hooks and config, agent settings, .sandbox/, .skills/), CI definitions, set-id files, symlinks out of the project, hard links, secrets' names and files changed in the project since the run are refused and named: leave those out with \"paths\", or the person applies them with `sandbox apply` at a terminal. At most 100 changes are put to the person at once: apply a larger run in parts with \"paths\".",
                 project.display()
             ),
             "inputSchema": {
@@ -159,7 +159,7 @@ pub fn tool_entries(project: &Path) -> [Value; 2] {
             "name": DISCARD_TOOL,
             "title": "Discard a review run's changes",
             "description": format!(
-                "Drop every change a shell command made in review mode, without applying any to the project {}.",
+                "Drop every change a shell command or a skill made in review mode, without applying any to the project {}.",
                 project.display()
             ),
             "inputSchema": {
@@ -199,11 +199,27 @@ pub fn plan(store: &Store, project: &Path, request: &ChangesRequest) -> Planned 
             escape(&plan.id)
         ))),
         Ok(plan) if !plan.refusals.is_empty() => Planned::Done(refused(&plan.id, &plan.refusals)),
+        Ok(plan) if plan.changes.len() > MOST_LISTED => Planned::Done(too_many(&plan)),
         Ok(plan) => Planned::Ask(plan),
     }
 }
 
-/// The `elicitation/create` request that shows `plan` to the person.
+/// A plan longer than a question shows: the person would accept changes
+/// they were never shown, so it is not put to them at all.
+fn too_many(plan: &Plan) -> CallToolResult {
+    let id = escape(&plan.id);
+    let text = format!(
+        "apply_changes: run {id} has {} changes to apply, more than the {MOST_LISTED} one question shows the person, so nothing was asked and nothing applied: apply them in parts of at most {MOST_LISTED} with \"paths\" (each path applies what is at or below it), or the person applies them with `sandbox apply {id}` in the project after `sandbox changes {id}`",
+        plan.changes.len()
+    );
+    tools::with_structured(
+        tools::failure(&text),
+        json!({"run": id, "applied": [], "changes": plan.changes.len(), "most_asked": MOST_LISTED}),
+    )
+}
+
+/// The `elicitation/create` request that shows `plan` to the person: every
+/// change it would apply ([`plan`] puts no longer one to them).
 pub fn question(plan: &Plan) -> Value {
     let mut message = format!(
         "Apply {} change(s) of review run {} to the project {}?\n",
@@ -211,20 +227,13 @@ pub fn question(plan: &Plan) -> Value {
         escape(&plan.id),
         plan.project.display()
     );
-    for change in plan.changes.iter().take(MOST_LISTED) {
+    for change in &plan.changes {
         message.push_str("  ");
         message.push_str(&escape(&sandbox::broker::prompt::shorten(
             &sandbox::review::changes::headline(change),
             MOST_PATH_CHARS + 80,
         )));
         message.push('\n');
-    }
-    if plan.changes.len() > MOST_LISTED {
-        message.push_str(&format!(
-            "  and {} more: `sandbox changes {}` in the project lists them all, with diffs\n",
-            plan.changes.len() - MOST_LISTED,
-            escape(&plan.id)
-        ));
     }
     message.push_str(
         "Answer apply to write them into the project now, or keep to leave them kept for later.",

@@ -85,6 +85,7 @@ pub struct Ask {
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Result<Value, Value>>>>>;
 type AskRoutes = Arc<Mutex<HashMap<u64, mpsc::UnboundedSender<Ask>>>>;
+type Reviews = Arc<Mutex<HashMap<u64, sandbox::review::Kept>>>;
 
 /// Longest line of the server's own output: a host's answer
 /// ([`HOST_LINE_LIMIT`]) in serve's envelope. The server writes whole
@@ -120,6 +121,9 @@ pub struct Engine {
     stopped: Arc<std::sync::atomic::AtomicBool>,
     pending: Pending,
     asks: AskRoutes,
+    /// What the review runs of invocations kept, as serve said just
+    /// before their answers (`skill.reviewed`).
+    reviews: Reviews,
     events: broadcast::Sender<EngineEvent>,
     next_id: Arc<AtomicU64>,
 }
@@ -170,6 +174,7 @@ impl Engine {
             stopped: Arc::default(),
             pending: Arc::default(),
             asks: Arc::default(),
+            reviews: Arc::default(),
             events,
             next_id: Arc::new(AtomicU64::new(1)),
         };
@@ -251,6 +256,13 @@ impl Engine {
     pub fn forget(&self, id: u64) {
         lock(&self.pending).remove(&id);
         lock(&self.asks).remove(&id);
+        lock(&self.reviews).remove(&id);
+    }
+
+    /// What invocation `id`'s review run kept (its skill runs in review
+    /// mode), once its answer has come.
+    pub fn take_review(&self, id: u64) -> Option<sandbox::review::Kept> {
+        lock(&self.reviews).remove(&id)
     }
 
     /// Cancel invocation `id`: the engine drops it or kills its host.
@@ -407,6 +419,7 @@ impl Engine {
     fn fail_waiters(&self) {
         lock(&self.pending).clear();
         lock(&self.asks).clear();
+        lock(&self.reviews).clear();
     }
 
     fn dispatch(&self, message: Value) {
@@ -424,6 +437,18 @@ impl Engine {
                 lock(&self.asks).remove(&id);
             }
             (Some("skill.ask"), Some(id)) => self.route_ask(id.clone(), &message["params"]),
+            (Some("skill.reviewed"), None) => {
+                let params = &message["params"];
+                let call = params["call"].as_u64();
+                let kept = serde_json::from_value(params["review"].clone()).ok();
+                // Only for a call still waiting for its answer, which comes
+                // next: nothing is kept for a call nobody will read.
+                if let (Some(call), Some(kept)) = (call, kept) {
+                    if lock(&self.pending).contains_key(&call) {
+                        lock(&self.reviews).insert(call, kept);
+                    }
+                }
+            }
             (Some("skill.listChanged"), None) => {
                 let _ = self.events.send(EngineEvent::ListChanged);
             }

@@ -89,6 +89,7 @@ pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), 
     options.ask_client = true;
     let question_timeout = options.question_timeout;
     let summary = tools::SandboxSummary::of(&options.profile, &options.project);
+    let project = options.project.clone();
     // Single-threaded, and its transports start no thread: the engine
     // forks a host per skill from this thread (see engine's module docs).
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -97,7 +98,8 @@ pub fn serve(mut options: ServeOptions, shell: Option<ShellTool>) -> Result<(), 
         .map_err(McpError::Runtime)?;
     let result = runtime.block_on(async move {
         let engine = engine::Engine::start(options);
-        let server = server::McpServer::new(engine.clone(), summary, shell, question_timeout);
+        let server =
+            server::McpServer::new(engine.clone(), summary, shell, &project, question_timeout);
         server.announce_list_changes();
         let session = match transport::stdio() {
             transport::Stdio::Pipes(reader, writer) => {

@@ -51,6 +51,8 @@ pub struct McpServer {
     engine: Engine,
     summary: SandboxSummary,
     shell: Option<Arc<super::ShellTool>>,
+    /// The project (canonical): where review runs' changes are applied.
+    project: Arc<std::path::PathBuf>,
     /// The session's peer, once a request has shown it (for list-changed
     /// notifications outside any request).
     peer: Arc<OnceLock<Peer<RoleServer>>>,
@@ -75,12 +77,16 @@ impl McpServer {
         engine: Engine,
         summary: SandboxSummary,
         shell: Option<super::ShellTool>,
+        project: &std::path::Path,
         question_timeout: Duration,
     ) -> McpServer {
+        // Review runs record the canonical project they ran in.
+        let project = std::fs::canonicalize(project).unwrap_or_else(|_| project.to_path_buf());
         McpServer {
             engine,
             summary,
             shell: shell.map(Arc::new),
+            project: Arc::new(project),
             peer: Arc::default(),
             suspended: Arc::default(),
             suspended_for: question_timeout,
@@ -122,22 +128,20 @@ impl McpServer {
         let mut tools = Vec::new();
         if let Some(shell) = &self.shell {
             tools.push(to_tool(shell.tool.clone())?);
-            for tool in changes::tool_entries(&shell.config.project) {
+        }
+        let offers_changes = self.offers_changes(&listed);
+        if offers_changes {
+            for tool in changes::tool_entries(&self.project) {
                 tools.push(to_tool(tool)?);
             }
         }
         for entry in listed["skills"].as_array().into_iter().flatten() {
             let name = entry["name"].as_str().unwrap_or_default();
-            if self.shell.is_some()
-                && [
-                    super::SHELL_TOOL,
-                    changes::APPLY_TOOL,
-                    changes::DISCARD_TOOL,
-                ]
-                .contains(&name)
-            {
+            let taken = (self.shell.is_some() && name == super::SHELL_TOOL)
+                || (offers_changes && [changes::APPLY_TOOL, changes::DISCARD_TOOL].contains(&name));
+            if taken {
                 eprintln!(
-                    "sandbox serve --mcp: skill {name} is not offered: --shell takes that tool name"
+                    "sandbox serve --mcp: skill {name} is not offered: this server's own tool has that name"
                 );
                 continue;
             }
@@ -146,6 +150,29 @@ impl McpServer {
             }
         }
         Ok(tools)
+    }
+
+    /// Whether `apply_changes` and `discard_changes` are offered: with the
+    /// shell tool (its review mode), or when a skill of `listed` (serve's
+    /// `skill.list`) runs in review mode.
+    fn offers_changes(&self, listed: &Value) -> bool {
+        self.shell.is_some()
+            || listed["skills"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|entry| entry["review"] == true)
+    }
+
+    /// [`McpServer::offers_changes`] now (a call can come without a listing).
+    async fn changes_offered(&self) -> bool {
+        if self.shell.is_some() {
+            return true;
+        }
+        match self.engine.request("skill.list", json!({})).await {
+            Ok(Ok(listed)) => self.offers_changes(&listed),
+            _ => false,
+        }
     }
 
     /// Drive an invocation to its end: answers, questions, progress,
@@ -171,8 +198,7 @@ impl McpServer {
             tokio::select! {
                 answer = &mut invocation.answer => {
                     guard.id = None;
-                    self.engine.forget(invocation.id);
-                    return Ok(CallToolResponse::Complete(finished(&tool, answer)));
+                    return Ok(CallToolResponse::Complete(self.finished(&tool, invocation.id, answer)));
                 }
                 Some(ask) = invocation.asks.recv() => {
                     // Queued while the call waited for the client (its host
@@ -205,8 +231,7 @@ impl McpServer {
                         // The skill ended (crashed, timed out) meanwhile.
                         ended = &mut invocation.answer => {
                             guard.id = None;
-                            self.engine.forget(invocation.id);
-                            return Ok(CallToolResponse::Complete(finished(&tool, ended)));
+                            return Ok(CallToolResponse::Complete(self.finished(&tool, invocation.id, ended)));
                         }
                         answer = elicit(&context.peer, &ask) => answer,
                     };
@@ -485,21 +510,19 @@ impl ServerHandler for McpServer {
                 let shell = Arc::clone(shell);
                 return self.shell_call(&shell.config, &arguments, &context).await;
             }
+        }
+        let is_changes_tool =
+            [changes::APPLY_TOOL, changes::DISCARD_TOOL].contains(&&*request.name);
+        if is_changes_tool && self.changes_offered().await {
+            let project = Arc::clone(&self.project);
             if request.name == changes::APPLY_TOOL {
-                let project = shell.config.project.clone();
                 return self.apply_call(&project, &arguments, &context).await;
             }
-            if request.name == changes::DISCARD_TOOL {
-                let result = match changes::ChangesRequest::from_arguments(&arguments, false) {
-                    Ok(asked) => changes::discard(
-                        &sandbox::review::Store::user(),
-                        &shell.config.project,
-                        &asked,
-                    ),
-                    Err(err) => tools::failure(&format!("{}: {err}", changes::DISCARD_TOOL)),
-                };
-                return Ok(CallToolResponse::Complete(result));
-            }
+            let result = match changes::ChangesRequest::from_arguments(&arguments, false) {
+                Ok(asked) => changes::discard(&sandbox::review::Store::user(), &project, &asked),
+                Err(err) => tools::failure(&format!("{}: {err}", changes::DISCARD_TOOL)),
+            };
+            return Ok(CallToolResponse::Complete(result));
         }
         let tool = request.name.to_string();
         let mut invocation = match self.engine.invoke(&tool, Value::Object(arguments)) {
@@ -526,11 +549,12 @@ impl ServerHandler for McpServer {
                 ));
             }
             answered => {
-                self.engine.forget(invocation.id);
                 let result = match answered {
-                    Ok(Ok(result)) => tools::success(result),
-                    Ok(Err(error)) => tools::failure(&tools::failure_message(&tool, &error)),
-                    Err(_) => tools::failure(&format!("skill {tool}: the skill engine ended")),
+                    Ok(answer) => self.finished(&tool, invocation.id, Ok(answer)),
+                    Err(_) => {
+                        self.engine.forget(invocation.id);
+                        tools::failure(&format!("skill {tool}: the skill engine ended"))
+                    }
                 };
                 return Ok(CallToolResponse::Complete(result));
             }
@@ -585,17 +609,35 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// The tool result of an invocation's end.
-fn finished(
-    tool: &str,
-    answer: Result<Result<Value, Value>, tokio::sync::oneshot::error::RecvError>,
-) -> CallToolResult {
-    match answer {
-        Ok(Ok(result)) => tools::success(result),
-        Ok(Err(error)) => tools::failure(&tools::failure_message(tool, &error)),
-        Err(_) => tools::failure(&format!(
-            "skill {tool}: the skill engine ended before answering (see this server's stderr)"
-        )),
+impl McpServer {
+    /// The tool result of invocation `id`'s end, with what its review run
+    /// kept (a skill in review mode), which the engine is then told to
+    /// forget with the rest of the call. A failed call's changes are kept
+    /// too (the skill may have written before it failed), so they are
+    /// summarized either way.
+    fn finished(
+        &self,
+        tool: &str,
+        id: u64,
+        answer: Result<Result<Value, Value>, tokio::sync::oneshot::error::RecvError>,
+    ) -> CallToolResult {
+        let review = self.engine.take_review(id);
+        self.engine.forget(id);
+        let result = match answer {
+            Ok(Ok(result)) => tools::success(result),
+            Ok(Err(error)) => tools::failure(&tools::failure_message(tool, &error)),
+            Err(_) => tools::failure(&format!(
+                "skill {tool}: the skill engine ended before answering (see this server's stderr)"
+            )),
+        };
+        match review {
+            Some(kept) => {
+                let store = sandbox::review::Store::user();
+                let summary = super::shell::review::summary(&store, &kept);
+                super::shell::review::with_summary(result, summary)
+            }
+            None => result,
+        }
     }
 }
 

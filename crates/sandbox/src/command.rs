@@ -439,6 +439,13 @@ impl Child {
         self.running.kill()
     }
 
+    /// Whether the run is in review mode: its changes are kept in a layer
+    /// of its own, captured once every process of it is gone (the report's
+    /// `review`).
+    pub fn reviews(&self) -> bool {
+        self.policy.filesystem.review
+    }
+
     /// Wait until the run is over (every process gone) and return the
     /// status with the report.
     pub fn wait(self) -> Finished {

@@ -105,6 +105,24 @@ pub fn text_line(summary: &Value) -> String {
     out
 }
 
+/// A skill's tool result with its review run's `summary`: its line added
+/// to the text, and the summary itself under `_meta.review`. The skill's
+/// structured content is its own (and its output schema's), so the
+/// summary cannot go there as the shell tool's does, nor can the skill's
+/// result fake it: it comes from the host, beside the result.
+pub fn with_summary(
+    mut result: rmcp::model::CallToolResult,
+    summary: Value,
+) -> rmcp::model::CallToolResult {
+    result
+        .content
+        .push(rmcp::model::ContentBlock::text(text_line(&summary)));
+    let mut meta = result.meta.take().unwrap_or_default();
+    meta.insert("review".into(), summary);
+    result.meta = Some(meta);
+    result
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

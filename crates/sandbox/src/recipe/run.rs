@@ -342,20 +342,42 @@ fn checks_body(checks: &[String]) -> String {
 }
 
 /// The recipe's private directory in the state directory:
-/// `recipes/ID/layer/upper` (the accumulated layer) and one directory per
-/// attempt. Removed when the recipe ends.
+/// `recipes/ID/layer/upper` (the accumulated layer), one directory per
+/// attempt, and `owner`, locked for as long as the recipe runs. Removed
+/// when the recipe ends; one whose recipe was killed (SIGKILL, a crash,
+/// the machine's end) is removed by the next recipe ([`sweep`]).
 struct Work {
     root: PathBuf,
     attempts: std::cell::Cell<u32>,
+    /// Held until the directory is removed (fields drop after
+    /// [`Work::drop`]'s body).
+    _owner: nix::fcntl::Flock<std::fs::File>,
 }
+
+/// The lock of the recipes' directory: a recipe's directory and its owner
+/// lock are made under it, and a sweep looks at them under it, so a sweep
+/// never sees a directory between its creation and its lock.
+const RECIPES_LOCK: &str = ".lock";
+/// A recipe's owner lock in its directory.
+const OWNER: &str = "owner";
 
 impl Work {
     fn new(id: &str) -> Result<Work, ReviewError> {
-        let root = crate::safe_file::state_dir().join("recipes").join(id);
+        let recipes = crate::safe_file::state_dir().join("recipes");
+        stack::create_private_dir(&recipes)?;
+        let _all = lock_file(&recipes.join(RECIPES_LOCK), true)?;
+        sweep(&recipes);
+        let root = recipes.join(id);
         stack::create_private_dir(&root.join("layer"))?;
+        let owner = lock_file(&root.join(OWNER), false)?.ok_or_else(|| ReviewError::Io {
+            op: "locking",
+            path: root.join(OWNER),
+            source: std::io::Error::other("a new recipe's owner file is locked already"),
+        })?;
         Ok(Work {
             root,
             attempts: std::cell::Cell::new(0),
+            _owner: owner,
         })
     }
 
@@ -393,9 +415,101 @@ impl Drop for Work {
     }
 }
 
+/// `path` (created, private, never through a symlink) locked exclusively:
+/// waiting for it with `wait`, else None when another process holds it.
+/// A lock is the kernel's, released when its holder dies however it
+/// dies, so a recipe killed with SIGKILL leaves its owner file unlocked
+/// and nothing to misread: unlike a recorded pid, it cannot name a reused
+/// pid, or a process in another pid namespace.
+fn lock_file(
+    path: &Path,
+    wait: bool,
+) -> Result<Option<nix::fcntl::Flock<std::fs::File>>, ReviewError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|source| ReviewError::Io {
+            op: "opening",
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let how = if wait {
+        nix::fcntl::FlockArg::LockExclusive
+    } else {
+        nix::fcntl::FlockArg::LockExclusiveNonblock
+    };
+    match nix::fcntl::Flock::lock(file, how) {
+        Ok(lock) => Ok(Some(lock)),
+        Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, errno)) => Err(ReviewError::Io {
+            op: "locking",
+            path: path.to_path_buf(),
+            source: errno.into(),
+        }),
+    }
+}
+
+/// Remove what recipes that are gone left in `recipes` (the caller holds
+/// its lock): each directory whose owner lock is free. One whose owner
+/// is locked belongs to a recipe running now, and stays. A directory
+/// without an owner file is a leftover too (one of a version before the
+/// lock); anything that is not a directory of an id's name is not ours
+/// and is left alone. Best effort: what cannot be removed now is tried
+/// again by the next recipe.
+fn sweep(recipes: &Path) {
+    let Ok(entries) = std::fs::read_dir(recipes) else {
+        return;
+    };
+    let store = Store::at(recipes.to_path_buf());
+    for entry in entries.filter_map(Result::ok) {
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Ok(dir) = store.run_dir(&name) else {
+            continue;
+        };
+        if !std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        // Held while the directory goes, so that it is gone before any
+        // other process could take its id's lock.
+        if let Ok(Some(_gone)) = lock_file(&dir.join(OWNER), false) {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_sweep_removes_what_a_gone_recipe_left_and_never_a_running_ones() {
+        let recipes = tempfile::tempdir().unwrap();
+        let dir = |name: &str| {
+            let dir = recipes.path().join(name);
+            stack::create_private_dir(&dir.join("layer/upper")).unwrap();
+            dir
+        };
+        let gone = dir("20261128-010101-aaaa");
+        drop(lock_file(&gone.join(OWNER), false).unwrap());
+        let older = dir("20261128-010101-bbbb");
+        let running = dir("20261128-010101-cccc");
+        let _held = lock_file(&running.join(OWNER), false).unwrap().unwrap();
+        let foreign = recipes.path().join("not.ours");
+        std::fs::create_dir(&foreign).unwrap();
+        sweep(recipes.path());
+        assert!(!gone.exists(), "its owner's lock was free");
+        assert!(!older.exists(), "no owner file: a leftover");
+        assert!(running.join("layer/upper").is_dir(), "its owner runs");
+        assert!(foreign.is_dir(), "not a recipe's name");
+    }
 
     #[test]
     fn checks_run_after_the_command_in_one_shell() {

@@ -113,6 +113,9 @@ pub struct Host {
     timed_out: bool,
     /// Its sandbox was prepared before the call (told in the `active` event).
     prepared: bool,
+    /// Answers held back until the run's review layer is captured
+    /// ([`Host::defer_answers`]).
+    deferred: Option<Vec<(Value, Answer)>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -142,6 +145,41 @@ impl Host {
             replies: Vec::new(),
             timed_out: false,
             prepared: false,
+            deferred: None,
+        }
+    }
+
+    /// Hold every answer back until [`Host::release`]: a review run's
+    /// changes are captured only once all of its processes are gone, and
+    /// the answer must say what they are. Only for an on-demand skill,
+    /// whose process (and so its layer) serves one invocation.
+    pub fn defer_answers(&mut self) {
+        if self.once {
+            self.deferred.get_or_insert_with(Vec::new);
+        }
+    }
+
+    /// Send the answers held back, each with what the run kept for review
+    /// (`review`, beside the skill's result rather than in it: the skill
+    /// chooses its result and must not be able to claim a review of its
+    /// own). The run is over: nothing else will be answered.
+    pub fn release(&mut self, review: Option<&crate::review::Kept>) {
+        let Some(held) = self.deferred.take() else {
+            return;
+        };
+        let review = review.map(|kept| serde_json::to_value(kept).unwrap_or(Value::Null));
+        for (id, answer) in held {
+            let mut line = match &answer {
+                Ok(result) => json!({ "id": id, "result": result }),
+                Err(error) => json!({ "id": id, "error": error }),
+            };
+            if let Some(review) = &review {
+                line["review"] = review.clone();
+            }
+            match &self.control {
+                Some((control, _)) => lock(control).write_line(&line),
+                None => self.replies.push((id, answer)),
+            }
         }
     }
 
@@ -213,6 +251,10 @@ impl Host {
     }
 
     fn reply(&mut self, id: Value, answer: Answer) {
+        if let Some(held) = &mut self.deferred {
+            held.push((id, answer));
+            return;
+        }
         match &self.control {
             Some((control, _)) => {
                 let line = match &answer {
@@ -388,12 +430,27 @@ impl Driver for Host {
             self.timed_out = true;
             let message = format!("skill {} timed out on an earlier invocation", self.name);
             self.fail_all(code::SKILL_EXITED, &message);
-            return Steer::Kill;
+            return self.end();
         }
         if self.closing_deadline.is_some_and(|d| now >= d) {
-            return Steer::Kill;
+            self.closing_deadline = None;
+            return self.end();
         }
         Steer::Continue
+    }
+}
+
+impl Host {
+    /// How a run that has to end now is ended. A review run is asked first
+    /// (SIGTERM, then SIGKILL after the grace), as `sandbox run`'s timeout
+    /// does: a killed init cannot hand its layer over, and what the skill
+    /// wrote would be lost rather than shown.
+    fn end(&self) -> Steer {
+        if self.deferred.is_some() {
+            Steer::Terminate(crate::spawn::parent::TIMEOUT_GRACE)
+        } else {
+            Steer::Kill
+        }
     }
 }
 

@@ -51,6 +51,15 @@ pub enum SkillError {
         /// Each thing it asks for beyond that profile.
         excess: Vec<String>,
     },
+    /// A persistent skill whose profile asks for review mode: one
+    /// long-lived process cannot keep each invocation's changes apart.
+    #[error("skill {name} is persistent (activation: persistent) and profile {profile} runs it in review mode, which keeps each invocation's changes in a layer of their own until they are applied; a long-lived process would mix every invocation's changes in one layer, so it is refused: make it on-demand (remove `activation: persistent` from its SKILL.md), or serve it under a profile without `[filesystem] review`")]
+    PersistentReview {
+        /// The skill.
+        name: String,
+        /// The profile that asks for review mode.
+        profile: String,
+    },
     /// A path of the skill cannot be resolved.
     #[error("skill {name}: {what} {}: {source}", path.display())]
     Path {
@@ -259,6 +268,22 @@ pub fn policy_for(skill: &Skill, allowed: &Policy) -> Result<Policy, SkillError>
     Ok(narrowed_policy(skill, policy))
 }
 
+/// [`policy_for`] of a skill served by long-lived hosts (`serve`): a
+/// persistent skill may not run in review mode there, since its layer
+/// would hold every invocation's changes at once and be captured only when
+/// the process ends. `sandbox skill run` starts a process per call
+/// whatever the activation, so it needs no such check.
+pub fn served_policy(skill: &Skill, allowed: &Policy) -> Result<Policy, SkillError> {
+    let policy = policy_for(skill, allowed)?;
+    if policy.filesystem.review && skill.activation == super::manifest::Activation::Persistent {
+        return Err(SkillError::PersistentReview {
+            name: skill.name.clone(),
+            profile: policy.name.clone(),
+        });
+    }
+    Ok(policy)
+}
+
 /// Check `params` against the skill's input schema, naming the first
 /// failing field.
 pub fn check_params(skill: &Skill, params: &Value) -> Result<(), SkillError> {
@@ -415,6 +440,36 @@ mod tests {
         let policy = narrowed_policy(&skill(&["net.http:api.example.com"]), strict.clone());
         assert_eq!(policy.network.mode, strict.network.mode);
         assert!(policy.network.allow.is_empty());
+    }
+
+    #[test]
+    fn a_persistent_skill_is_served_in_review_mode_never() {
+        let mut allowed = crate::profile::load("strict").unwrap();
+        allowed.filesystem.review = true;
+        let mut on_demand = skill(&["fs.read", "fs.write", "fs.mkdir", "fs.delete"]);
+        on_demand.profile = None;
+        assert!(
+            served_policy(&on_demand, &allowed)
+                .unwrap()
+                .filesystem
+                .review
+        );
+        let mut persistent = on_demand.clone();
+        persistent.activation = super::super::manifest::Activation::Persistent;
+        match served_policy(&persistent, &allowed) {
+            Err(err @ SkillError::PersistentReview { .. }) => {
+                let said = err.to_string();
+                assert!(
+                    said.contains(&format!("skill {}", persistent.name)),
+                    "{said}"
+                );
+                assert!(said.contains("activation: persistent"), "{said}");
+            }
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+        // Outside review mode it is served as before.
+        allowed.filesystem.review = false;
+        assert!(served_policy(&persistent, &allowed).is_ok());
     }
 
     #[test]

@@ -179,7 +179,23 @@ pub fn host_process(
             }
         },
     };
+    if child.reviews() && !once {
+        // serve refuses this (launch::served_policy); a host started some
+        // other way fails closed rather than mix invocations' changes.
+        let err = SkillError::PersistentReview {
+            name: skill.name.clone(),
+            profile: launch.profile.name.clone(),
+        };
+        host.event(json!({ "event": "failed", "error": err.to_string() }));
+        return 125;
+    }
+    if child.reviews() {
+        // One invocation's changes, in a layer of this run's own: its
+        // answer waits for them to be captured and carries their summary.
+        host.defer_answers();
+    }
     let finished = child.wait_driven(&mut host);
+    host.release(finished.report.as_ref().and_then(|r| r.review.as_ref()));
     let event = match &finished.result {
         Ok(status) => json!({
             "event": "exited",

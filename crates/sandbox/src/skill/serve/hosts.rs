@@ -14,7 +14,7 @@ use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
 use serde_json::{json, Value};
 
-use super::super::host::{error_object, ACTIVATION_TIMEOUT};
+use super::super::host::{error_object, ACTIVATION_TIMEOUT, EXIT_GRACE};
 use super::super::manifest::{Activation, Skill};
 use super::{Call, ServeError, ServeOptions, Server, Slot, State};
 use crate::broker::protocol::code;
@@ -40,6 +40,9 @@ pub const CRASH_WINDOW: Duration = Duration::from_secs(60);
 /// Extra time the serve loop gives a host beyond the skill's own timeouts
 /// before it kills the host itself (a host that stopped answering).
 pub(super) const WATCHDOG_SLACK: Duration = Duration::from_secs(5);
+/// What the watchdog adds for a review run's capture: the layer is at most
+/// its size limit (512 MiB unless the profile says), copied from memory.
+pub(super) const REVIEW_CAPTURE_SLACK: Duration = Duration::from_secs(60);
 /// A running host process.
 pub(super) struct HostProc {
     pub(super) pid: Pid,
@@ -220,8 +223,15 @@ impl Server {
         let line = json!({ "id": 1, "params": call.params });
         // Checked: a timeout past the clock's range means no watchdog
         // rather than a panic of the whole server.
+        // A review run answers after its process has ended and its layer
+        // is copied into the store.
+        let capture = if slot.review {
+            EXIT_GRACE + REVIEW_CAPTURE_SLACK
+        } else {
+            Duration::ZERO
+        };
         host.watchdog = super::super::invocation_timeout(&slot.skill)
-            .checked_add(ACTIVATION_TIMEOUT + WATCHDOG_SLACK)
+            .checked_add(ACTIVATION_TIMEOUT + WATCHDOG_SLACK + capture)
             .and_then(|wait| now.checked_add(wait));
         if host
             .control
@@ -296,6 +306,18 @@ impl Server {
         if let Some(host) = &mut slot.host {
             host.watchdog = None;
             host.spent |= on_demand;
+        }
+        // The host's own word, beside the skill's result (see the module
+        // docs of serve): what this invocation's review run kept.
+        let review = message
+            .get("review")
+            .and_then(|r| serde_json::from_value::<crate::review::Kept>(r.clone()).ok());
+        if let Some(review) = review {
+            self.send(
+                &json!({"jsonrpc": "2.0", "method": "skill.reviewed", "params": {
+                    "call": call.id.to_value(), "skill": name, "review": review,
+                }}),
+            )?;
         }
         self.respond(&call.id, answer)?;
         // After the answer, not before: preparing the next sandbox while
@@ -628,6 +650,40 @@ mod tests {
             .on_host_line("s", br#"{"id": 1, "result": 2}"#)
             .unwrap();
         assert!(output.take().iter().all(|m| m.get("result").is_none()));
+    }
+
+    #[test]
+    fn a_review_is_the_hosts_word_sent_just_before_the_answer() {
+        let root = tempfile::tempdir().unwrap();
+        write_skill(root.path(), "s", "");
+        let (mut server, output) = server(root.path(), false);
+        let _peer = running(&mut server, "s", 9);
+        output.take();
+        // A review inside the skill's result is the skill's own claim:
+        // nothing is said for it.
+        server
+            .on_host_line("s", br#"{"id": 1, "result": {"review": {"id": "x", "changes": 1, "limit_reached": false, "error": null}}}"#)
+            .unwrap();
+        let sent = output.take();
+        assert!(
+            sent.iter().all(|m| m["method"] != "skill.reviewed"),
+            "{sent:?}"
+        );
+
+        let _peer = running(&mut server, "s", 10);
+        output.take();
+        let line = json!({"id": 1, "error": {"code": code::SKILL_EXITED, "message": "ended"},
+                          "review": {"id": "20261128-120000-abcd", "changes": 2,
+                                     "limit_reached": false, "error": null}});
+        server
+            .on_host_line("s", line.to_string().as_bytes())
+            .unwrap();
+        let sent = output.take();
+        assert_eq!(sent.len(), 2, "{sent:?}");
+        assert_eq!(sent[0]["method"], "skill.reviewed");
+        assert_eq!(sent[0]["params"]["call"], 10);
+        assert_eq!(sent[0]["params"]["review"]["changes"], 2);
+        assert_eq!(sent[1]["id"], 10, "the answer comes after it");
     }
 
     #[test]

@@ -11,7 +11,18 @@
 //! prepared ahead ([`ahead`]).
 //!
 //! `skill.list` gives each skill's `inputSchema`, and its `outputSchema`
-//! when the manifest declares one.
+//! when the manifest declares one, and `review`: whether its profile runs
+//! it in review mode.
+//!
+//! Review mode: each invocation of an on-demand skill whose profile asks
+//! for review gets a layer of its own (its process serves that one call),
+//! and its answer comes once the process has ended and the layer is
+//! captured, preceded by the notification `skill.reviewed {"call" (the
+//! invoke's id), "skill", "review": {"id", "changes", "limit_reached",
+//! "error"}}`: what the run kept for `sandbox changes/apply/discard ID`.
+//! The skill's own result cannot say that: it is the host's word. A
+//! persistent skill under such a profile is refused (listed as failed):
+//! one process would mix every invocation's changes.
 //!
 //! `skill.cancel {"id": ID}` names an earlier `skill.invoke` by its id. A
 //! queued call is dropped; a running one's host is killed (on purpose: no
@@ -175,8 +186,11 @@ struct Slot {
     consecutive: usize,
     not_before: Option<Instant>,
     stale: bool,
-    /// The last [`Server::refusal`] and what it was decided on.
+    /// The last [`Server::decide`]'s refusal and what it was decided on.
     refusal: Option<(ProfileSource, Option<String>)>,
+    /// With that decision: the skill runs in review mode, so its host
+    /// answers only once the invocation's changes are captured.
+    review: bool,
 }
 
 impl Slot {
@@ -197,6 +211,7 @@ impl Slot {
             not_before: None,
             stale: false,
             refusal: None,
+            review: false,
         }
     }
 }

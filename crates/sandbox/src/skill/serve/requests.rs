@@ -184,9 +184,12 @@ impl Server {
                 if let Some(error) = &slot.error {
                     entry["error"] = json!(error);
                 }
-                if let Some(refusal) = self.refusal(s) {
-                    entry["state"] = json!(State::Failed.name());
-                    entry["error"] = json!(refusal);
+                match self.decide(s) {
+                    Ok(review) => entry["review"] = json!(review),
+                    Err(refusal) => {
+                        entry["state"] = json!(State::Failed.name());
+                        entry["error"] = json!(refusal);
+                    }
                 }
                 entry
             })
@@ -206,17 +209,18 @@ impl Server {
         json!({ "skills": skills, "invalid": invalid, "shadowed": self.shadowed })
     }
 
-    /// Why `skill` may not run under the person's profile, if it may not.
-    pub(super) fn refusal(&self, skill: &Skill) -> Option<String> {
+    /// Whether `skill` runs in review mode (each invocation's changes kept
+    /// for review), or why it may not run under the person's profile.
+    pub(super) fn decide(&self, skill: &Skill) -> Result<bool, String> {
         if skill.execution_mode == ExecutionMode::Template {
-            return None;
+            return Ok(false);
         }
-        super::super::launch::policy_for(skill, &self.options.profile)
-            .err()
-            .map(|e| e.to_string())
+        super::super::launch::served_policy(skill, &self.options.profile)
+            .map(|policy| policy.filesystem.review)
+            .map_err(|e| e.to_string())
     }
 
-    /// [`Server::refusal`] of skill `name`, decided again only when the
+    /// [`Server::decide`]'s refusal of skill `name`, decided again only when the
     /// installed profile it names changed since the last call.
     pub(super) fn cached_refusal(&mut self, name: &str) -> Option<String> {
         let slot = self.slots.get(name)?;
@@ -226,8 +230,10 @@ impl Server {
                 return refusal.clone();
             }
         }
-        let refusal = self.refusal(&slot.skill);
+        let decided = self.decide(&slot.skill);
+        let refusal = decided.as_ref().err().cloned();
         if let Some(slot) = self.slots.get_mut(name) {
+            slot.review = decided.unwrap_or(false);
             slot.refusal = Some((source, refusal.clone()));
         }
         refusal
