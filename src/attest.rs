@@ -22,6 +22,12 @@ pub struct AttestArgs {
     /// Write the envelope to FILE instead of stdout.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub out: Option<PathBuf>,
+    /// Ask `sandbox daemon` to attest one of your runs there instead, signed
+    /// with the daemon's key (--daemon=SOCKET, or a bare --daemon for
+    /// $SANDBOX_DAEMON else the default socket): RUN is the daemon's run id.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", requires = "run")]
+    pub daemon: Option<String>,
 }
 
 /// Subcommands of `sandbox attest`.
@@ -29,6 +35,42 @@ pub struct AttestArgs {
 pub enum AttestCommand {
     /// Check an attestation's signature and statement (exit 1 naming what fails).
     Verify(VerifyArgs),
+    /// Write a daemon's public key (`ed25519.pub`'s form), for `verify --key`.
+    Key(KeyArgs),
+}
+
+/// `sandbox attest key`.
+#[derive(Debug, clap::Args)]
+pub struct KeyArgs {
+    /// The daemon whose key (--daemon=SOCKET, or a bare --daemon for
+    /// $SANDBOX_DAEMON else the default socket).
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
+          default_missing_value = "", required = true)]
+    pub daemon: Option<String>,
+    /// Write it to FILE instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// What of `sandbox attest` a daemon answers, and its socket: None when
+/// it is local.
+pub fn daemon_request(
+    args: &AttestArgs,
+) -> anyhow::Result<Option<crate::daemon_client::AttestRequest>> {
+    use crate::daemon_client::AttestRequest;
+    let socket = |flag: &str| crate::client::resolve_socket(Some(Path::new(flag)));
+    Ok(match (&args.command, &args.daemon, &args.run) {
+        (Some(AttestCommand::Key(key)), _, _) => Some(AttestRequest::Key {
+            out: key.out.clone(),
+            socket: socket(key.daemon.as_deref().unwrap_or_default())?,
+        }),
+        (None, Some(flag), Some(run)) => Some(AttestRequest::Statement {
+            run: run.clone(),
+            out: args.out.clone(),
+            socket: socket(flag)?,
+        }),
+        _ => None,
+    })
 }
 
 /// `sandbox attest verify`.
@@ -36,8 +78,8 @@ pub enum AttestCommand {
 pub struct VerifyArgs {
     /// The attestation (a DSSE envelope, JSON).
     pub file: PathBuf,
-    /// The signer's public key (`ed25519.pub`: 64 hex digits); without it,
-    /// your own.
+    /// The signer's public key (`ed25519.pub`: 64 hex digits; a daemon's
+    /// from `sandbox attest key --daemon`); without it, your own.
     #[arg(long, value_name = "PUB")]
     pub key: Option<PathBuf>,
     /// Print the result, and the statement, as JSON.
@@ -48,6 +90,10 @@ pub struct VerifyArgs {
 pub fn run(args: AttestArgs) -> anyhow::Result<i32> {
     match (args.command, args.run) {
         (Some(AttestCommand::Verify(verify)), _) => verify_command(&verify),
+        // Sent to the daemon's client before this ([`daemon_request`]).
+        (Some(AttestCommand::Key(_)), _) => {
+            Err(crate::UsageError("`sandbox attest key` needs --daemon".into()).into())
+        }
         (None, Some(run)) => attest_command(&run, args.out.as_deref()),
         (None, None) => Err(crate::UsageError(
             "name a kept review run or a report file (`sandbox attest RUN`), or check one with \
@@ -76,17 +122,23 @@ fn user_key() -> anyhow::Result<key::SigningKey> {
 fn write_out(out: Option<&Path>, envelope: &attest::dsse::Envelope) -> anyhow::Result<()> {
     let mut bytes = serde_json::to_vec_pretty(envelope)?;
     bytes.push(b'\n');
+    write_bytes(out, &bytes)
+}
+
+/// `bytes` to FILE (a new or replaced regular file, never through a
+/// link), or stdout.
+pub(crate) fn write_bytes(out: Option<&Path>, bytes: &[u8]) -> anyhow::Result<()> {
     match out {
         Some(path) => {
             let target = sandbox::safe_file::OutputTarget::prepare(path, &[])
                 .with_context(|| format!("the attestation file {}", path.display()))?;
             target
-                .write_all(&bytes)
+                .write_all(bytes)
                 .with_context(|| format!("writing the attestation {}", path.display()))?;
         }
         None => {
             use std::io::Write;
-            std::io::stdout().write_all(&bytes)?;
+            std::io::stdout().write_all(bytes)?;
         }
     }
     Ok(())

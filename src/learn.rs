@@ -7,13 +7,21 @@
 //! mechanism): a program that stops at the first missing file shows the
 //! next one only once that file is there, so passes repeat until one
 //! learns nothing new.
+//!
+//! System calls the base's filter refuses are learned too, but never
+//! given while learning: each is answered with the base's own errno (see
+//! `sandbox::seccomp::learning`), and the profile written lists the
+//! narrowest `[syscalls]` entry that lets it through, for a person to
+//! review before any run has it.
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use sandbox::learn::{Learning, Observations, Seen, Use};
+use sandbox::learn::{Learning, Observations, RefusedCall, Seen, Use};
+
+use sandbox::seccomp::policy::SyscallPolicy;
 
 use super::UsageError;
 
@@ -55,6 +63,16 @@ struct Base {
     policy: sandbox::profile::policy::Policy,
     /// Entries learned by the run that wrote the base, kept.
     earlier: BTreeSet<PathBuf>,
+    /// System calls learned by the run that wrote the base, kept.
+    earlier_calls: BTreeSet<String>,
+}
+
+/// What an earlier `sandbox learn` wrote into a profile.
+#[derive(Debug, Default, PartialEq)]
+struct Learned {
+    extends: String,
+    reads: Vec<PathBuf>,
+    calls: Vec<String>,
 }
 
 fn usage(message: String) -> UsageError {
@@ -63,27 +81,57 @@ fn usage(message: String) -> UsageError {
 
 /// `extends` and the learned entries of a profile this command wrote; None
 /// when the text is not one.
-fn parse_learned(text: &str) -> Option<(String, Vec<PathBuf>)> {
+fn parse_learned(text: &str) -> Option<Learned> {
     if !text.starts_with(HEADER) {
         return None;
     }
     let string = |value: &str| serde_json::from_str::<String>(value.trim()).ok();
     let mut extends = None;
-    let mut entries = Vec::new();
-    let mut in_list = false;
+    let mut learned = Learned::default();
+    #[derive(PartialEq)]
+    enum List {
+        None,
+        Reads,
+        Calls,
+    }
+    let mut in_list = List::None;
+    let mut section = "";
     for line in text.lines() {
         let code = line.split(" #").next().unwrap_or("").trim();
-        if let Some(value) = code.strip_prefix("extends = ") {
+        if in_list == List::None && code.starts_with('[') && code.ends_with(']') {
+            section = &code[1..code.len() - 1];
+        } else if let Some(value) = code.strip_prefix("extends = ") {
             extends = string(value);
         } else if code.starts_with("read_if_exists_add = [") {
-            in_list = !code.ends_with(']');
-        } else if in_list && code == "]" {
-            in_list = false;
-        } else if in_list && !code.is_empty() {
-            entries.push(PathBuf::from(string(code.trim_end_matches(','))?));
+            in_list = if code.ends_with(']') {
+                List::None
+            } else {
+                List::Reads
+            };
+        } else if code.starts_with("allow_add = [") || code.starts_with("deny_remove = [") {
+            // Only `[syscalls]` lists: `[network] allow_add` lists
+            // destinations, which are learned again from the audit.
+            let calls = section == "syscalls";
+            in_list = if code.ends_with(']') || !calls {
+                List::None
+            } else {
+                List::Calls
+            };
+        } else if in_list != List::None && code == "]" {
+            in_list = List::None;
+        } else if in_list == List::Reads && !code.is_empty() {
+            learned
+                .reads
+                .push(PathBuf::from(string(code.trim_end_matches(','))?));
+        } else if in_list == List::Calls && !code.is_empty() {
+            let name = string(code.trim_end_matches(','))?;
+            if !learned.calls.contains(&name) {
+                learned.calls.push(name);
+            }
         }
     }
-    Some((extends?, entries))
+    learned.extends = extends?;
+    Some(learned)
 }
 
 fn base(spec: &str, out: &Path) -> anyhow::Result<Base> {
@@ -95,6 +143,7 @@ fn base(spec: &str, out: &Path) -> anyhow::Result<Base> {
             extends: spec.to_owned(),
             policy,
             earlier: BTreeSet::new(),
+            earlier_calls: BTreeSet::new(),
         });
     }
     let path = std::fs::canonicalize(spec).with_context(|| usage(format!("--profile {spec}")))?;
@@ -102,15 +151,17 @@ fn base(spec: &str, out: &Path) -> anyhow::Result<Base> {
         std::fs::read_to_string(&path).with_context(|| usage(format!("--profile {spec}")))?;
     // A profile this command wrote: start from its own base and entries, so
     // that learning again into the same file never extends itself.
-    if let Some((extends, earlier)) = parse_learned(&text) {
+    if let Some(learned) = parse_learned(&text) {
         let dir = path.parent().unwrap_or(Path::new("/"));
+        let extends = learned.extends;
         let parent = if extends.contains('/') || extends.ends_with(".toml") {
             dir.join(&extends).display().to_string()
         } else {
             extends
         };
         let mut inner = base(&parent, out)?;
-        inner.earlier.extend(earlier);
+        inner.earlier.extend(learned.reads);
+        inner.earlier_calls.extend(learned.calls);
         return Ok(inner);
     }
     if std::fs::canonicalize(out).is_ok_and(|o| o == path) {
@@ -126,6 +177,7 @@ fn base(spec: &str, out: &Path) -> anyhow::Result<Base> {
         extends: path.display().to_string(),
         policy,
         earlier: BTreeSet::new(),
+        earlier_calls: BTreeSet::new(),
     })
 }
 
@@ -261,10 +313,73 @@ fn reachable_by_others(path: &Path) -> bool {
         && mode(path).is_ok_and(|m| m & 0o004 != 0)
 }
 
+/// Which `[syscalls]` lists let `name` through when BASE refuses it:
+/// (`allow_add`, `deny_remove`), from the narrowest widening the profile
+/// format has (`sandbox::seccomp::allowing`).
+fn call_edit(policy: &SyscallPolicy, name: &str) -> (bool, bool) {
+    let wider = sandbox::seccomp::allowing(policy, name);
+    (
+        wider.allow.len() > policy.allow.len(),
+        wider.deny.len() < policy.deny.len(),
+    )
+}
+
+/// The system calls to learn: the earlier run's, and those refused now
+/// that a profile entry lets through.
+fn learned_calls(observed: &Observations, base: &Base) -> BTreeMap<String, Option<RefusedCall>> {
+    let mut out: BTreeMap<String, Option<RefusedCall>> = base
+        .earlier_calls
+        .iter()
+        .map(|name| (name.clone(), None))
+        .collect();
+    for (name, call) in &observed.refused_calls {
+        if call.liftable {
+            out.insert(name.clone(), Some(call.clone()));
+        }
+    }
+    out.retain(|name, _| call_edit(&base.policy.syscalls, name) != (false, false));
+    out
+}
+
+fn errno_name(errno: i32) -> String {
+    format!("{:?}", nix::errno::Errno::from_raw(errno))
+}
+
+fn said_call(call: &RefusedCall, base: &str) -> String {
+    let by: Vec<&str> = call
+        .by
+        .iter()
+        .map(String::as_str)
+        .filter(|b| !b.is_empty())
+        .map(|b| {
+            if b == "sandbox-init" {
+                "the sandbox starting the command"
+            } else {
+                b
+            }
+        })
+        .collect();
+    let times = if call.count == 1 {
+        "once".to_owned()
+    } else {
+        format!("{} times", call.count)
+    };
+    let by = if by.is_empty() {
+        String::new()
+    } else {
+        format!(" by {}", by.join(", "))
+    };
+    format!(
+        "made{by} {times}; `{base}` answered {}",
+        errno_name(call.errno)
+    )
+}
+
 /// What the passes found, as the profile says it.
 struct Found<'a> {
     passes: u32,
     learned: &'a BTreeMap<PathBuf, Option<Seen>>,
+    calls: &'a BTreeMap<String, Option<RefusedCall>>,
     observed: &'a Observations,
     withheld: &'a BTreeMap<PathBuf, &'static str>,
     destinations: &'a BTreeMap<String, u64>,
@@ -275,6 +390,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
     let Found {
         passes,
         learned,
+        calls,
         observed,
         withheld,
         destinations,
@@ -291,8 +407,9 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
     };
     let mut out = format!(
         "{HEADER} from {passes} run(s) of: {}\n\
-         # While learning, the command had `{}`'s confinement plus what is below as it was\n\
-         # found; writes, {network}capabilities and the rest stayed `{}`'s.\n\
+         # While learning, the command had `{}`'s confinement plus the reads below as they were\n\
+         # found; system calls (each one its filter refused was answered with its errno), writes,\n\
+         # {network}capabilities and the rest stayed `{}`'s.\n\
          version = 1\nextends = {}\n\n[filesystem]\nread_if_exists_add = [\n",
         shown.join(" ").replace('\n', " "),
         base.extends,
@@ -325,6 +442,50 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
             ));
         }
         out.push_str("]\n");
+    }
+    let call_list = |out: &mut String, key: &str, which: fn((bool, bool)) -> bool| {
+        let names: Vec<(&String, &Option<RefusedCall>)> = calls
+            .iter()
+            .filter(|(name, _)| which(call_edit(&base.policy.syscalls, name)))
+            .collect();
+        if names.is_empty() {
+            return;
+        }
+        out.push_str(&format!("{key} = [\n"));
+        for (name, call) in names {
+            let why = match call {
+                Some(call) => format!("refused while learning: {}", said_call(call, &base.extends)),
+                None => "learned by an earlier run".to_owned(),
+            };
+            out.push_str(&format!(
+                "    {},  # {why}\n",
+                serde_json::to_string(name).unwrap_or_default()
+            ));
+        }
+        out.push_str("]\n");
+    };
+    if !calls.is_empty() {
+        out.push_str("\n[syscalls]\n");
+        call_list(&mut out, "allow_add", |(allow, _)| allow);
+        call_list(&mut out, "deny_remove", |(_, undeny)| undeny);
+    }
+    let fixed: Vec<(&String, &RefusedCall)> = observed
+        .refused_calls
+        .iter()
+        .filter(|(name, call)| !call.liftable && !calls.contains_key(*name))
+        .collect();
+    if !fixed.is_empty() {
+        out.push_str(
+            "\n# System calls refused while learning, and not learned: the filter refuses them whatever a\n\
+             # profile says (the built-in deny list, the ENOSYS that sends libc back to a call the filter\n\
+             # can check, or a rule on their arguments):\n",
+        );
+        for (name, call) in fixed {
+            out.push_str(&format!(
+                "#   {name}  ({})\n",
+                said_call(call, &base.extends)
+            ));
+        }
     }
     let mut notes = |title: &str, map: &BTreeMap<PathBuf, Seen>| {
         if map.is_empty() {
@@ -429,6 +590,11 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
                 policy.filesystem.read_if_exists.push(path.clone());
             }
         }
+        // Calls an earlier learn found, which a person has had the profile
+        // to review: the profile passed gives them, so the runs do too.
+        for name in &base.earlier_calls {
+            policy.syscalls = sandbox::seccomp::allowing(&policy.syscalls, name);
+        }
         let learning = Learning {
             provisional: provisional(&learned, &observed),
             ..Learning::default()
@@ -465,6 +631,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             Err(poisoned) => poisoned.into_inner().clone(),
         };
         let calls = this_pass.calls;
+        let calls_before: BTreeSet<String> = observed.refused_calls.keys().cloned().collect();
         observed.merge(this_pass);
         let next = entries(&observed, &base);
         let mut new: Vec<String> = next
@@ -487,13 +654,29 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
                 .filter(|d| !before.contains(*d))
                 .cloned(),
         );
+        // Reported as found, but no reason for another pass: the next one
+        // is refused them the same way.
+        let new_calls: Vec<String> = observed
+            .refused_calls
+            .keys()
+            .filter(|name| !calls_before.contains(*name))
+            .map(|name| format!("refused system call {name}"))
+            .collect();
+        let shown: Vec<&String> = new.iter().chain(&new_calls).collect();
         eprintln!(
             "sandbox learn: pass {pass}: exit {status}, {calls} call(s) observed, {} new need(s){}",
-            new.len(),
-            if new.is_empty() {
+            shown.len(),
+            if shown.is_empty() {
                 String::new()
             } else {
-                format!(": {}", new.join(", "))
+                format!(
+                    ": {}",
+                    shown
+                        .iter()
+                        .map(|s| s.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
             }
         );
         let done = new.is_empty() && next.len() == learned.len();
@@ -507,9 +690,11 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         .filter(|p| !base.earlier.contains(*p))
         .filter_map(|p| Some((p.clone(), withheld(p, &secrets, root)?)))
         .collect();
+    let calls = learned_calls(&observed, &base);
     let found = Found {
         passes,
         learned: &learned,
+        calls: &calls,
         observed: &observed,
         withheld: &withheld,
         destinations: &destinations,
@@ -524,10 +709,16 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         );
     }
     eprintln!(
-        "sandbox learn: wrote {} ({} read path(s){} beyond `{}`); the learning runs were allowed nothing \
-         else beyond it: no write, no other network destination, no capability",
+        "sandbox learn: wrote {} ({} read path(s){}{} beyond `{}`); the learning runs were allowed nothing \
+         else beyond it: no system call its filter refuses (each was answered with its errno), no write, \
+         no other network destination, no capability",
         args.out.display(),
         learned.len(),
+        if calls.is_empty() {
+            String::new()
+        } else {
+            format!(", {} system call(s)", calls.len())
+        },
         if destinations.is_empty() {
             String::new()
         } else {
@@ -535,6 +726,14 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         },
         base.extends
     );
+    for (name, call) in &observed.refused_calls {
+        if !call.liftable && !calls.contains_key(name) {
+            eprintln!(
+                "sandbox learn: refused and not learned: system call {name} ({}), which no profile entry allows",
+                said_call(call, &base.extends)
+            );
+        }
+    }
     for (path, reason) in &withheld {
         eprintln!(
             "sandbox learn: review {}: {reason}, so the learning runs were not shown it; the learned profile lets the command read it",
@@ -573,9 +772,22 @@ mod tests {
         let text = format!(
             "{HEADER} from 1 run(s) of: x\nversion = 1\nextends = \"strict\"\n\n[filesystem]\nread_if_exists_add = [\n    \"/a b/c\",  # read once\n]\n"
         );
-        let (extends, entries) = parse_learned(&text).unwrap();
-        assert_eq!(extends, "strict");
-        assert_eq!(entries, vec![PathBuf::from("/a b/c")]);
+        let learned = parse_learned(&text).unwrap();
+        assert_eq!(learned.extends, "strict");
+        assert_eq!(learned.reads, vec![PathBuf::from("/a b/c")]);
+        assert!(learned.calls.is_empty());
         assert!(parse_learned("version = 1\n").is_none());
+    }
+
+    #[test]
+    fn learned_system_calls_are_read_back_and_destinations_are_not() {
+        let text = format!(
+            "{HEADER} from 1 run(s) of: x\nversion = 1\nextends = \"strict\"\n\n[filesystem]\nread_if_exists_add = [\n]\n\n\
+             [network]\nallow_add = [\n    \"example.org:443\",  # refused\n]\n\n\
+             [syscalls]\nallow_add = [\n    \"get_mempolicy\",  # refused\n]\ndeny_remove = [\n    \"mbind\",\n]\n"
+        );
+        let learned = parse_learned(&text).unwrap();
+        assert_eq!(learned.calls, ["get_mempolicy", "mbind"]);
+        assert!(learned.reads.is_empty());
     }
 }

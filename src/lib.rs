@@ -164,7 +164,11 @@ pub fn main<L: faces::Linked>() -> i32 {
         },
         Command::Recipe(cmd) => recipe::run(cmd),
         Command::Audit(cmd) => audit::run(cmd),
-        Command::Attest(args) => attest::run(args),
+        Command::Attest(args) => match attest::daemon_request(&args) {
+            Ok(Some(request)) => L::daemon_client(ClientCommand::Attest(request)),
+            Ok(None) => attest::run(args),
+            Err(err) => Err(err),
+        },
         Command::Doctor(args) => doctor::run(args),
         Command::Explain(args) => explain::run(args),
         Command::Watch(args) => watch::run(args),

@@ -228,3 +228,146 @@ fn a_kept_review_run_is_attested_with_its_changes() {
     let out = run.sandbox(&["attest", "no-such-run"]);
     assert_eq!(out.status.code(), Some(2), "{out:?}");
 }
+
+/// A run made through `sandbox daemon` is attested by the daemon, with a
+/// key of its own made on first use in its state directory (0600, the
+/// daemon's, beneath a 0700 directory no caller enters), for the run's
+/// owner only: root, whom `see_all` lets list the run, gets it answered
+/// as a run that does not exist. The statement anchors the head of the
+/// daemon's own chain (the relay's reseal of the supervisor's audit
+/// lines), which `sandbox audit verify --head` accepts on the run's audit
+/// log; `attest verify --key` with the daemon's public key accepts the
+/// statement and refuses it with a byte of its payload flipped.
+#[test]
+fn a_daemon_run_is_attested_with_the_daemons_key_for_its_owner_only() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let test = "a_daemon_run_is_attested_with_the_daemons_key_for_its_owner_only";
+    if !support::require(
+        test,
+        "root (to connect as a second uid)",
+        nix::unistd::geteuid().is_root(),
+    ) || !support::require(
+        test,
+        "user namespaces for an unprivileged user",
+        support::sandbox_works(Who::User),
+    ) || !support::require(test, "curl", support::daemon::have_curl())
+        || !support::require(test, "python3", support::commands_exist(&["python3"]))
+    {
+        return;
+    }
+    let user = support::TEST_UID;
+    let daemon = support::daemon::Daemon::start(&format!(
+        "[daemon]\nsocket_mode = \"0666\"\n\
+         [[allow]]\nuids = [0]\nsee_all = true\nprojects = [\"{{dir}}\"]\n\
+         [[allow]]\nuids = [{user}]\nprofiles = [\"strict\"]\nprojects = [\"{{dir}}/theirs\"]\n"
+    ));
+    let project = daemon.project("theirs", Some(user));
+    let outside = daemon.project("out", Some(user));
+    for (name, text) in [("notes.txt", "a note\n"), ("client.py", CLIENT)] {
+        std::fs::write(project.join(name), text).unwrap();
+        std::os::unix::fs::chown(project.join(name), Some(user), Some(user)).unwrap();
+    }
+    let body = serde_json::json!({
+        "command": ["python3", "client.py"],
+        "project": project,
+        "wait": true,
+    });
+    let (code, run) = daemon.json(Some(user), "POST", "/v1/runs", Some(&body.to_string()));
+    assert_eq!(code, 200, "{run}\n{}", daemon.log());
+    assert_eq!(run["status"], 0, "{run}");
+    let id = run["id"].as_str().unwrap();
+
+    // Another caller, root with see_all included, gets nothing signed.
+    let (code, answer) = daemon.json(None, "GET", &format!("/v1/runs/{id}/attestation"), None);
+    assert_eq!(code, 404, "{answer}");
+    assert_eq!(answer["error"]["code"], "no_such_run", "{answer}");
+    let key_dir = daemon.state.join("attest");
+    assert!(
+        !key_dir.exists(),
+        "a refused request made no key: {key_dir:?}"
+    );
+
+    // The owner, through the command line.
+    let statement = outside.join("run.att").display().to_string();
+    let public = outside.join("daemon.pub").display().to_string();
+    let out = daemon
+        .cli_as_user(&outside)
+        .args(["attest", id, "--daemon", "-o", &statement])
+        .output()
+        .unwrap();
+    assert_ok(&out, "sandbox attest RUN --daemon");
+    let out = daemon
+        .cli_as_user(&outside)
+        .args(["attest", "key", "--daemon", "-o", &public])
+        .output()
+        .unwrap();
+    assert_ok(&out, "sandbox attest key --daemon");
+
+    // The key: the daemon's, private, made on first use.
+    let private = std::fs::metadata(key_dir.join("ed25519")).unwrap();
+    assert_eq!(private.permissions().mode() & 0o777, 0o600);
+    assert_eq!(private.uid(), 0);
+    let dir = std::fs::metadata(&key_dir).unwrap();
+    assert_eq!(
+        dir.permissions().mode() & 0o077,
+        0,
+        "{:o}",
+        dir.permissions().mode()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&public).unwrap(),
+        std::fs::read_to_string(key_dir.join("ed25519.pub")).unwrap()
+    );
+
+    let verify = |file: &str| {
+        daemon
+            .cli_as_user(&outside)
+            .args(["attest", "verify", file, "--key", &public, "--json"])
+            .output()
+            .unwrap()
+    };
+    let out = verify(&statement);
+    let value: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["ok"], true, "{value}");
+    let predicate = &value["verified"]["statement"]["predicate"];
+    assert_eq!(predicate["daemon"]["run"], id, "{predicate}");
+    assert_eq!(predicate["daemon"]["uid"], user, "{predicate}");
+    assert_eq!(predicate["daemon"]["report_by"], "supervisor");
+    let chain = predicate["audit"]["chain"]
+        .as_str()
+        .expect("an audit chain");
+    assert!(chain.starts_with(&format!("daemon-run:{id}:")), "{chain}");
+    let head = predicate["audit"]["head"].as_str().unwrap();
+
+    // The head anchors the daemon's own audit log of the run.
+    let (code, log) = daemon.curl(Some(user), "GET", &format!("/v1/runs/{id}/audit"), None);
+    assert_eq!(code, 200, "{log}");
+    let log_file = outside.join("audit.ndjson");
+    std::fs::write(&log_file, &log).unwrap();
+    let out = daemon
+        .cli()
+        .args([
+            "audit",
+            "verify",
+            &log_file.display().to_string(),
+            "--head",
+            head,
+        ])
+        .output()
+        .unwrap();
+    assert_ok(&out, "the daemon's audit against the attested head");
+
+    // A flipped byte of the payload is refused.
+    let mut envelope = envelope(&statement);
+    let mut payload = b64().decode(envelope["payload"].as_str().unwrap()).unwrap();
+    let at = payload.len() / 2;
+    payload[at] ^= 1;
+    envelope["payload"] = Value::String(b64().encode(&payload));
+    let tampered = outside.join("tampered.att");
+    std::fs::write(&tampered, envelope.to_string()).unwrap();
+    std::os::unix::fs::chown(&tampered, Some(user), Some(user)).unwrap();
+    let out = verify(&tampered.display().to_string());
+    assert_eq!(out.status.code(), Some(1));
+    let value: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(value["ok"], false, "{value}");
+}

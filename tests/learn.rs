@@ -531,3 +531,115 @@ fn a_broker_action_refused_while_learning_is_reported_not_learned() {
         "{text}"
     );
 }
+
+/// A system call strict refuses (`get_mempolicy`: outside its allowlist,
+/// so ENOSYS) is learned as the narrowest `[syscalls]` entry, and the
+/// learned profile runs the command without the refusal. While learning
+/// the call still fails with strict's own errno: the supervisor answers
+/// the learning run's notified calls as the profile's filter would, never
+/// wider. The same program's attempts at what no profile lifts (ptrace,
+/// on the built-in deny list; a set-user-id file, refused by a rule on
+/// `openat`'s mode, a call the learning run also observes for its path)
+/// fail as under strict and are reported, not learned.
+#[test]
+fn a_system_call_strict_refuses_is_learned_and_refused_while_learning() {
+    let test = "a_system_call_strict_refuses_is_learned_and_refused_while_learning";
+    if !available(test, "/usr/bin/python3") {
+        return;
+    }
+    let case = Case::new();
+    let script = case.write(
+        "calls.py",
+        "import ctypes, os, sys\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         def call(nr, *args):\n\
+         \x20   ctypes.set_errno(0)\n\
+         \x20   r = libc.syscall(nr, *args)\n\
+         \x20   return 0 if r == 0 else ctypes.get_errno()\n\
+         mempolicy = call(239, None, None, 0, None, 0)\n\
+         ptrace = call(101, 0, 0, 0, 0)\n\
+         try:\n\
+         \x20   os.close(os.open('suid', os.O_CREAT | os.O_WRONLY, 0o4755))\n\
+         \x20   suid = 0\n\
+         except OSError as e:\n\
+         \x20   suid = e.errno\n\
+         with open(sys.argv[1], 'w') as f:\n\
+         \x20   f.write(f'{mempolicy} {ptrace} {suid}')\n\
+         sys.exit(0 if mempolicy == 0 else 3)\n",
+    );
+    let script = script.display().to_string();
+    let result = case.project.join("result");
+    let result_arg = result.display().to_string();
+    let out_path = case.learned();
+    let command = ["/usr/bin/python3", script.as_str(), result_arg.as_str()];
+    let mut args = vec!["learn", "--out", &out_path, "--"];
+    args.extend(command);
+    let out = case.sandbox(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "learn: {stderr}");
+    let errnos = |text: &str| -> Vec<i32> { text.split(' ').map(|n| n.parse().unwrap()).collect() };
+    // While learning: ENOSYS, EPERM, EPERM, exactly strict's answers.
+    assert_eq!(
+        errnos(&std::fs::read_to_string(&result).unwrap()),
+        [libc::ENOSYS, libc::EPERM, libc::EPERM],
+        "{stderr}"
+    );
+    assert!(
+        !case.project.join("suid").exists(),
+        "the learning run created a set-id file"
+    );
+    assert!(
+        stderr.contains("no system call its filter refuses (each was answered with its errno)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("refused and not learned: system call ptrace"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("refused and not learned: system call openat"),
+        "{stderr}"
+    );
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let code: Vec<&str> = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim_end())
+        .filter(|l| !l.is_empty())
+        .collect();
+    let syscalls = code.iter().position(|l| *l == "[syscalls]").expect(&text);
+    // Exactly one addition, in its narrowest form, with why and how often.
+    assert_eq!(
+        code[syscalls..],
+        ["[syscalls]", "allow_add = [", "    \"get_mempolicy\",", "]"],
+        "{text}"
+    );
+    assert!(
+        text.contains("\"get_mempolicy\",  # refused while learning: made by python3 once; `strict` answered ENOSYS"),
+        "{text}"
+    );
+    for unlifted in ["ptrace", "openat"] {
+        assert!(!code.iter().any(|l| l.contains(unlifted)), "{text}");
+    }
+
+    let check = case.sandbox(&["profile", "check", &out_path]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    std::fs::remove_file(&result).unwrap();
+    let mut args = vec!["run", "--profile", &out_path, "--"];
+    args.extend(command);
+    let run = case.sandbox(&args);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "replay: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // The learned call now works; what no profile lifts still does not.
+    assert_eq!(
+        errnos(&std::fs::read_to_string(&result).unwrap()),
+        [0, libc::EPERM, libc::EPERM]
+    );
+}

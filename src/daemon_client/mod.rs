@@ -25,6 +25,7 @@ use clap::Args;
 use super::client::{Client, ClientError};
 use super::run::RunArgs;
 
+mod attest;
 mod commands;
 mod follow;
 mod remote_run;
@@ -32,6 +33,7 @@ mod render;
 mod request;
 mod review;
 
+pub use attest::AttestRequest;
 pub use commands::{approvals, cancel, logs, ps, ApprovalsArgs, CancelArgs, LogsArgs, PsArgs};
 pub use remote_run::{daemon_of_run, run_remote};
 pub use review::ReviewCommand;
@@ -48,6 +50,8 @@ pub enum ClientCommand {
     Approvals(ApprovalsArgs),
     /// `sandbox changes`, `apply` or `discard` of a daemon run.
     Review(ReviewCommand),
+    /// `sandbox attest RUN --daemon`, `sandbox attest key --daemon`.
+    Attest(AttestRequest),
 }
 
 impl ClientCommand {
@@ -62,6 +66,8 @@ impl ClientCommand {
             ClientCommand::Review(ReviewCommand::Changes(..)) => "sandbox changes --daemon",
             ClientCommand::Review(ReviewCommand::Apply(..)) => "sandbox apply --daemon",
             ClientCommand::Review(ReviewCommand::Discard(..)) => "sandbox discard --daemon",
+            ClientCommand::Attest(AttestRequest::Statement { .. }) => "sandbox attest --daemon",
+            ClientCommand::Attest(AttestRequest::Key { .. }) => "sandbox attest key --daemon",
         }
     }
 
@@ -74,6 +80,7 @@ impl ClientCommand {
             ClientCommand::Cancel(args) => cancel(args),
             ClientCommand::Approvals(args) => approvals(args),
             ClientCommand::Review(command) => command.run(),
+            ClientCommand::Attest(request) => request.run(),
         }
     }
 }

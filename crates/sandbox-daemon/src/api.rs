@@ -29,6 +29,8 @@ use super::runs::{blocking, is_run_id, Runs};
 use super::store::RunRecord;
 use sandbox::launch::protocol::{Approval, MAX_MESSAGE};
 
+#[path = "api_attest.rs"]
+mod attest_api;
 #[path = "api_review.rs"]
 mod review;
 
@@ -66,6 +68,8 @@ pub struct App {
     pub skills: Arc<super::skills::SkillHosts>,
     /// Bytes of run logs in flight to each caller.
     pub streams: Arc<super::budget::StreamBudget>,
+    /// Where the daemon's attestation key lives (`STATE/attest`).
+    pub attest_dir: std::path::PathBuf,
 }
 
 type Shared = State<Arc<App>>;
@@ -82,6 +86,8 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/v1/runs/{id}/changes", get(review::changes))
         .route("/v1/runs/{id}/apply", post(review::apply))
         .route("/v1/runs/{id}/discard", post(review::discard))
+        .route("/v1/runs/{id}/attestation", get(attest_api::attestation))
+        .route("/v1/attest/key", get(attest_api::public_key))
         .route("/v1/approvals", get(approvals))
         .route("/v1/approvals/{run}/{n}", post(answer))
         .route("/v1/skills", get(skills_list))

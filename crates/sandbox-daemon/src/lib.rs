@@ -471,6 +471,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
             doctor,
             skills,
             streams: Arc::default(),
+            attest_dir: sandbox::attest::key::daemon_dir(&state),
         });
         listener
             .set_nonblocking(true)

@@ -115,6 +115,12 @@ pub fn user_dir() -> PathBuf {
     crate::safe_file::state_dir().join("attest")
 }
 
+/// Where a daemon's key lives: `attest/` in its state directory, which
+/// only the daemon's user may enter.
+pub fn daemon_dir(state: &Path) -> PathBuf {
+    state.join("attest")
+}
+
 /// The private key's file in `dir`.
 pub fn private_path(dir: &Path) -> PathBuf {
     dir.join("ed25519")

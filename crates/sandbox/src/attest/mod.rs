@@ -16,9 +16,17 @@ use sha2::{Digest, Sha256};
 
 /// The statement's `_type`.
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
-/// Our predicate's type: a run of `sandbox` and what it enforced.
-pub const PREDICATE_TYPE: &str =
-    "https://github.com/OWNER/sandbox/blob/main/docs/src/audit.md#run-predicate-v1";
+/// Our predicate's type: a run of `sandbox` and what it enforced, version 1.
+///
+/// in-toto asks only that a type URI be collision-resistant and stable
+/// (RFC 3986); a reader finds what it means in docs/src/audit.md. An
+/// `https` URL would tie every attestation ever signed to whoever hosts
+/// the repository at the time (a fork, a move, a renamed owner changes
+/// it), and an unregistered `urn:` namespace is not a valid URN. A UUID
+/// URN (RFC 4122, a registered namespace) needs no authority, is unique
+/// by construction and never changes; a new version of the predicate
+/// gets a new UUID, and `verify` accepts only this one.
+pub const PREDICATE_TYPE: &str = "urn:uuid:df38b087-616b-451b-9d66-31d908f714ae";
 
 /// The project's state around the run.
 #[derive(Debug, Clone, Default)]
@@ -342,5 +350,21 @@ mod tests {
         let bytes = serde_json::to_vec(&sign(&key, &other)).unwrap();
         let err = verify(&bytes, key.public()).unwrap_err();
         assert!(matches!(err, AttestError::Shape(_)), "{err}");
+    }
+
+    #[test]
+    fn only_our_predicate_type_is_accepted() {
+        let key = key::SigningKey::from_seed(&[7; 32]).unwrap();
+        let (mut statement, _) = signed(&key);
+        assert!(PREDICATE_TYPE.starts_with("urn:uuid:") && PREDICATE_TYPE.len() == 45);
+        for other in [
+            "https://github.com/OWNER/sandbox/blob/main/docs/src/audit.md#run-predicate-v1",
+            "https://slsa.dev/provenance/v1",
+        ] {
+            statement["predicateType"] = json!(other);
+            let bytes = serde_json::to_vec(&sign(&key, &statement)).unwrap();
+            let err = verify(&bytes, key.public()).unwrap_err();
+            assert!(err.to_string().contains("predicateType"), "{err}");
+        }
     }
 }

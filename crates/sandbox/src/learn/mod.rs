@@ -1,18 +1,22 @@
 //! What a learning run (`sandbox learn`) observed: the host paths its
-//! command looked for outside the view, and the writes the view refused.
+//! command looked for outside the view, the writes the view refused, and
+//! the system calls the profile's filter refused.
 //!
 //! The mechanism, and why: Landlock's own denial records reach only a
 //! reader of the audit log with CAP_AUDIT_READ in the initial namespace
 //! (root), and turning the layers off to trace (what other sandboxes do)
 //! runs untrusted code unconfined. Seccomp user notification works for an
-//! ordinary user: the payload installs a second, observing filter
-//! ([`crate::seccomp::observer`]) before the policy's own and hands its
-//! listener to the supervisor, which reads each path-bearing call's path
-//! from the caller's memory and answers "continue". The observer decides
+//! ordinary user: the payload installs, in place of the policy's filter,
+//! the same program with its refusals and its path-bearing calls sent to a
+//! listener ([`crate::seccomp::learning`]), and hands the listener to the
+//! supervisor. The supervisor answers each call as the policy's own
+//! program does: a refused call gets exactly its errno (and is noted, with
+//! whether a profile entry could lift it), an allowed one "continue" after
+//! its path is read from the caller's memory. So the observer decides
 //! nothing: the view and Landlock are BASE's (plus, in later passes, the
-//! reads learned so far), so a learning run is exactly as confined as a
-//! run of the profile it would write, and writes, the network and
-//! capabilities are never widened.
+//! reads learned so far), the system calls are BASE's, and a learning run
+//! is exactly as confined as a run of the profile it starts from; writes,
+//! the network and capabilities are never widened.
 //!
 //! A path counts as needed when the call's path, resolved in the caller's
 //! own root (`/proc/PID/root`, with symlinks kept inside it), is missing
@@ -87,6 +91,21 @@ impl Seen {
     }
 }
 
+/// One system call the profile's filter refused while learning.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedCall {
+    /// The errno it was answered with (the profile's).
+    pub errno: i32,
+    /// How many times.
+    pub count: u64,
+    /// The programs (their `comm`) that made it, at most a few.
+    pub by: BTreeSet<String>,
+    /// Whether a profile entry ([`crate::seccomp::allowing`]) would have
+    /// let some of these calls through; otherwise the built-in deny list
+    /// or a rule on its arguments refused them, which no profile lifts.
+    pub liftable: bool,
+}
+
 /// Everything one or more learning runs observed.
 #[derive(Debug, Default, Clone)]
 pub struct Observations {
@@ -97,6 +116,9 @@ pub struct Observations {
     pub writes_refused: BTreeMap<PathBuf, Seen>,
     /// Paths the profile hides (`[filesystem] hide`): they stay hidden.
     pub hidden: BTreeMap<PathBuf, Seen>,
+    /// System calls the profile's filter refused, by name (`#NR` for a
+    /// number this build has no name for).
+    pub refused_calls: BTreeMap<String, RefusedCall>,
     /// Observed calls whose path could not be read or resolved.
     pub unresolved: u64,
     /// Calls naming a new path after a list held [`MAX_PATHS`].
@@ -128,6 +150,33 @@ impl Observations {
         true
     }
 
+    /// Note one refused call; false when the list is full and `name` is
+    /// not in it.
+    pub(crate) fn record_refusal(
+        &mut self,
+        name: String,
+        errno: i32,
+        liftable: bool,
+        by: &str,
+    ) -> bool {
+        let map = &mut self.refused_calls;
+        if map.len() >= MAX_PATHS && !map.contains_key(&name) {
+            return false;
+        }
+        let entry = map.entry(name).or_insert_with(|| RefusedCall {
+            errno,
+            count: 0,
+            by: BTreeSet::new(),
+            liftable,
+        });
+        entry.count += 1;
+        entry.liftable |= liftable;
+        if entry.by.len() < MAX_NAMES {
+            entry.by.insert(by.to_owned());
+        }
+        true
+    }
+
     /// Fold `other` (a later pass) into these.
     pub fn merge(&mut self, other: Observations) {
         let mut unrecorded = 0;
@@ -153,6 +202,21 @@ impl Observations {
                         target.insert(path, seen);
                     }
                 }
+            }
+        }
+        for (name, call) in other.refused_calls {
+            if let Some(mine) = self.refused_calls.get_mut(&name) {
+                mine.count += call.count;
+                mine.liftable |= call.liftable;
+                for by in call.by {
+                    if mine.by.len() < MAX_NAMES {
+                        mine.by.insert(by);
+                    }
+                }
+            } else if self.refused_calls.len() >= MAX_PATHS {
+                unrecorded += call.count;
+            } else {
+                self.refused_calls.insert(name, call);
             }
         }
         self.unrecorded += unrecorded;

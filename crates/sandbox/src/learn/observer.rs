@@ -1,14 +1,18 @@
 //! The supervisor's side of a learning run: the seccomp listener the
-//! payload hands over, and one handler per observed call.
+//! payload hands over, and one handler per notified call, which answers
+//! it as the profile's own filter would.
 
-use std::cell::{Cell, OnceCell};
+use std::cell::{Cell, OnceCell, RefCell};
+use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
 use nix::poll::PollFlags;
 
 use super::{Learning, Observations, Use};
-use crate::profile::policy::{Policy, ProjectAccess};
+use crate::profile::policy::{Enforcement, Policy, ProjectAccess};
+use crate::seccomp::policy::SyscallPolicy;
+use crate::seccomp::MappedIds;
 use crate::sys::seccomp_notify::{self, Notification};
 
 /// Longest path read from a caller (the kernel's PATH_MAX).
@@ -110,14 +114,34 @@ pub(crate) struct Observer {
     /// The run's own trees, never the host's: nothing there is learned.
     own: Vec<PathBuf>,
     learning: Learning,
+    /// The profile's own program, whose answer every notified call gets.
+    profile: Vec<libc::sock_filter>,
+    /// The profile's syscall policy (None: seccomp off, the set-id guard
+    /// alone, which no profile entry lifts), for telling which refusals a
+    /// profile could lift.
+    syscalls: Option<SyscallPolicy>,
+    ids: MappedIds,
+    /// Per refused call number, the program of the profile widened for it
+    /// (None: no profile entry allows it). At most one per known call.
+    widened: RefCell<HashMap<i32, Option<Vec<libc::sock_filter>>>>,
+}
+
+/// What the profile's program makes of one notified call.
+enum Answer {
+    Continue,
+    Fail(i32),
 }
 
 impl Observer {
+    /// `profile` is the program the run would have installed without
+    /// learning; `ids` what its user namespace maps.
     pub(crate) fn new(
         socket: OwnedFd,
         policy: &Policy,
         project: &Path,
         learning: Learning,
+        profile: Vec<libc::sock_filter>,
+        ids: MappedIds,
     ) -> Observer {
         let fs = &policy.filesystem;
         let mut writable = fs.write.clone();
@@ -149,7 +173,45 @@ impl Observer {
             hidden,
             own,
             learning,
+            profile,
+            syscalls: (policy.enforce.seccomp != Enforcement::Off).then(|| policy.syscalls.clone()),
+            ids,
+            widened: RefCell::new(HashMap::new()),
         }
+    }
+
+    /// The profile's answer to `call`. Anything but ALLOW or ERRNO (which
+    /// the learning program never sends here) or a program the
+    /// interpreter cannot run is refused: the learning run is never wider
+    /// than the profile.
+    fn profile_answer(&self, call: &Notification) -> Answer {
+        let action = crate::seccomp::profile_answer(&self.profile, call.arch, call.nr, call.args);
+        match action {
+            Some(action) if crate::seccomp::allows(action) => Answer::Continue,
+            Some(action) => {
+                Answer::Fail(crate::seccomp::refusal_errno(action).unwrap_or(libc::EPERM))
+            }
+            None => Answer::Fail(libc::EPERM),
+        }
+    }
+
+    /// Whether the narrowest profile entry for `call`'s system call
+    /// ([`crate::seccomp::allowing`]) would let this very call through.
+    fn liftable(&self, name: Option<&str>, call: &Notification) -> bool {
+        let (Some(name), Some(syscalls)) = (name, &self.syscalls) else {
+            return false;
+        };
+        let mut cache = self.widened.borrow_mut();
+        let program = cache.entry(call.nr).or_insert_with(|| {
+            let wider = crate::seccomp::allowing(syscalls, name);
+            crate::seccomp::compile_in_user_namespace(&wider, self.ids)
+                .ok()
+                .and_then(|filter| filter.programs().first().cloned())
+        });
+        program.as_ref().is_some_and(|program| {
+            crate::seccomp::profile_answer(program, call.arch, call.nr, call.args)
+                .is_some_and(crate::seccomp::allows)
+        })
     }
 
     /// What to wait on: the socket until the listener came, then the listener.
@@ -189,18 +251,37 @@ impl Observer {
         let Ok(call) = seccomp_notify::receive(listener.as_fd()) else {
             return;
         };
+        if let Answer::Fail(errno) = self.profile_answer(&call) {
+            // Named while the caller still waits (its pid cannot be reused
+            // yet), then refused as the profile refuses it: never let go on.
+            let by = comm(call.pid);
+            let _ = seccomp_notify::fail_call(listener.as_fd(), call.id, errno);
+            let name = crate::seccomp::syscall_name(call.nr);
+            let liftable = self.liftable(name, &call);
+            let key = name.map_or_else(|| format!("#{}", call.nr), str::to_owned);
+            let mut sink = self.sink();
+            sink.calls += 1;
+            if !sink.record_refusal(key, errno, liftable, &by) {
+                sink.unrecorded += 1;
+            }
+            return;
+        }
         let observed = self.observe(listener.as_fd(), &call);
-        // Always continue, whatever was observed: the observer decides
-        // nothing (see the module comment of `crate::learn`).
+        // The profile allows it: let it go on to Landlock and the view,
+        // whatever was observed (see the module comment of `crate::learn`).
         let _ = seccomp_notify::continue_call(listener.as_fd(), call.id);
-        let mut sink = match self.learning.observed.lock() {
-            Ok(sink) => sink,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut sink = self.sink();
         sink.calls += 1;
         match observed {
             Some(found) => found.record(&mut sink),
             None => sink.unresolved += 1,
+        }
+    }
+
+    fn sink(&self) -> std::sync::MutexGuard<'_, Observations> {
+        match self.learning.observed.lock() {
+            Ok(sink) => sink,
+            Err(poisoned) => poisoned.into_inner(),
         }
     }
 
@@ -233,9 +314,7 @@ impl Observer {
             };
             normalize(&base.join(raw))
         };
-        let by = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-            .map(|c| c.trim_end().to_owned())
-            .unwrap_or_default();
+        let by = comm(pid);
         if self.own.iter().any(|own| path.starts_with(own)) {
             return Some(Found::Nothing);
         }
@@ -264,6 +343,13 @@ impl Observer {
             by,
         })
     }
+}
+
+/// The program name of process `pid` (empty when it is gone).
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .map(|c| c.trim_end().to_owned())
+        .unwrap_or_default()
 }
 
 /// Whether `path` exists in the root of process `pid`, resolved as that

@@ -405,6 +405,35 @@ impl Verdicts {
         }
     }
 
+    /// For a learning run ([`learning`]): USER_NOTIF in place of every
+    /// errno, and for the `observed` calls in place of ALLOW.
+    fn notify_refusals(&mut self, observed: &[u32]) {
+        const NOTIFY: u32 = libc::SECCOMP_RET_USER_NOTIF;
+        let refuses = |action: u32| refusal_errno(action).is_some();
+        let otherwise = self.otherwise;
+        for nr in observed {
+            self.calls.entry(*nr).or_insert(Verdict::Fixed(otherwise));
+        }
+        for (nr, verdict) in self.calls.iter_mut() {
+            let seen = observed.contains(nr);
+            let swap = |action: &mut u32| {
+                if refuses(*action) || (seen && *action == ALLOW) {
+                    *action = NOTIFY;
+                }
+            };
+            match verdict {
+                Verdict::Fixed(action) => swap(action),
+                Verdict::Rules { rules, otherwise } => {
+                    rules.iter_mut().for_each(|rule| swap(&mut rule.then));
+                    swap(otherwise);
+                }
+            }
+        }
+        if refuses(self.otherwise) {
+            self.otherwise = NOTIFY;
+        }
+    }
+
     fn program(self) -> Result<Vec<libc::sock_filter>, SeccompError> {
         let mut entries = Vec::with_capacity(self.calls.len());
         for (nr, verdict) in &self.calls {
@@ -516,9 +545,19 @@ pub fn compile_in_user_namespace(
     policy: &SyscallPolicy,
     ids: MappedIds,
 ) -> Result<CompiledFilter, SeccompError> {
+    Ok(finish(
+        user_namespace_verdicts(policy, ids)?.program()?,
+        Some(policy.mode),
+    ))
+}
+
+fn user_namespace_verdicts(
+    policy: &SyscallPolicy,
+    ids: MappedIds,
+) -> Result<Verdicts, SeccompError> {
     let mut verdicts = policy_verdicts(policy)?;
     verdicts.add_rules(ids::unmapped_id_rules(ids));
-    Ok(finish(verdicts.program()?, Some(policy.mode)))
+    Ok(verdicts)
 }
 
 /// What a run without namespaces shares with the host, which the filter
@@ -629,30 +668,84 @@ pub const OBSERVED: &[&str] = &[
     "readlinkat",
 ];
 
-/// The observing program of a learning run: USER_NOTIF for [`OBSERVED`],
-/// ALLOW for the rest, after the same prelude. It is installed before the
-/// policy's own filter and decides nothing: the kernel runs every filter
-/// and takes the strongest verdict, and ERRNO and KILL are stronger than
-/// USER_NOTIF, so a call the policy refuses stays refused (and is not
-/// observed), and the supervisor's answer, always "continue", only lets a
-/// call go on to Landlock and the view as it would have without the
-/// observer. None where this build has no filter for the architecture.
-pub fn observer() -> Result<Option<Vec<libc::sock_filter>>, SeccompError> {
+/// The one filter of a learning run: the profile's own program (what
+/// [`compile_in_user_namespace`] builds for `policy`, or the set-id guard
+/// alone for None), with USER_NOTIF wherever that program answers an errno,
+/// and for the [`OBSERVED`] calls wherever it allows them.
+///
+/// One program, because the kernel gives a process one listener (a second
+/// filter asking for one fails with EBUSY) and ranks ERRNO above USER_NOTIF
+/// across filters: beside the profile's filter, an observer never heard of
+/// the calls that filter refused. So the supervisor answers every notified
+/// call as the profile's program would ([`profile_answer`] on that
+/// program): "continue" only where it allows, and exactly its errno where
+/// it refuses, after noting the call. KILL stays in the program, so the
+/// supervisor never has to carry it out. None where this build has no
+/// filter for the architecture.
+pub fn learning(
+    policy: Option<&SyscallPolicy>,
+    ids: MappedIds,
+) -> Result<Option<Vec<libc::sock_filter>>, SeccompError> {
     if !tables::SUPPORTED {
         return Ok(None);
     }
-    let mut verdicts = Verdicts {
-        calls: BTreeMap::new(),
-        otherwise: ALLOW,
+    let mut verdicts = match policy {
+        Some(policy) => user_namespace_verdicts(policy, ids)?,
+        None => guard_verdicts()?,
     };
-    verdicts.set(
-        OBSERVED
-            .iter()
-            .filter_map(|name| syscall_number(name))
-            .filter_map(|nr| u32::try_from(nr).ok()),
-        libc::SECCOMP_RET_USER_NOTIF,
-    );
+    let observed: Vec<u32> = OBSERVED
+        .iter()
+        .filter_map(|name| syscall_number(name))
+        .filter_map(|nr| u32::try_from(nr).ok())
+        .collect();
+    verdicts.notify_refusals(&observed);
     verdicts.program().map(Some)
+}
+
+/// What `program` (one of this module's) answers a call: the seccomp
+/// return value, or None when it cannot tell (then the caller refuses).
+pub fn profile_answer(
+    program: &[libc::sock_filter],
+    arch: u32,
+    nr: i32,
+    args: [u64; 6],
+) -> Option<u32> {
+    tree::interpreter::evaluate(program, arch, nr as u32, args)
+}
+
+/// Whether a seccomp return value refuses with an errno, and which.
+pub fn refusal_errno(action: u32) -> Option<i32> {
+    (action & libc::SECCOMP_RET_ACTION_FULL == libc::SECCOMP_RET_ERRNO)
+        .then_some((action & libc::SECCOMP_RET_DATA) as i32)
+}
+
+/// Whether a seccomp return value lets the call run.
+pub fn allows(action: u32) -> bool {
+    action & libc::SECCOMP_RET_ACTION_FULL == ALLOW
+}
+
+/// The name of system call `nr` on this architecture.
+pub fn syscall_name(nr: i32) -> Option<&'static str> {
+    tables::SYSCALLS
+        .iter()
+        .find(|(_, number)| *number == i64::from(nr))
+        .and_then(|(name, _)| name.strip_prefix("SYS_"))
+}
+
+/// `policy` widened by the narrowest edit the profile format has for
+/// letting `name` through: out of the profile's own `deny`, and (in
+/// allowlist mode, when not allowed already) into `allow`. Whether that is
+/// enough is for the compiled result to say: the built-in deny list and
+/// the argument rules stay whatever a profile writes.
+pub fn allowing(policy: &SyscallPolicy, name: &str) -> SyscallPolicy {
+    let mut wider = policy.clone();
+    wider.deny.retain(|denied| denied != name);
+    let listed =
+        ALLOWED.contains(&name) || IPC.contains(&name) || wider.allow.iter().any(|a| a == name);
+    if wider.mode == SyscallMode::Allowlist && !listed {
+        wider.allow.push(name.to_owned());
+    }
+    wider
 }
 
 fn guard_verdicts() -> Result<Verdicts, SeccompError> {
@@ -1165,5 +1258,79 @@ mod tests {
             compile(&p),
             Err(SeccompError::CannotAllow { name, .. }) if name == "openat2"
         ));
+    }
+
+    /// The learning program hands the supervisor every call the profile's
+    /// own program refuses with an errno and every observed call it allows,
+    /// and answers the rest exactly as that program does: it never allows a
+    /// call the profile refuses, whatever the arguments.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_learning_program_allows_nothing_the_profile_refuses() {
+        let ids = MappedIds {
+            uid: 1000,
+            gid: 1000,
+        };
+        let notify = libc::SECCOMP_RET_USER_NOTIF;
+        let observed: Vec<u32> = OBSERVED.iter().map(|n| nr(n)).collect();
+        let arg_sets: [[u64; 6]; 5] = [
+            [0; 6],
+            [u64::from(libc::AF_PACKET as u32), 3, 0, 0, 0, 0],
+            [
+                libc::AT_FDCWD as u64,
+                0,
+                (libc::O_CREAT | libc::O_WRONLY) as u64,
+                0o4755,
+                0,
+                0,
+            ],
+            [2, 0, 0, 0o4755, 0, 0],
+            [u64::from(libc::CLONE_NEWUSER as u32), 0, 0, 0, 0, 0],
+        ];
+        for mode in [SyscallMode::Allowlist, SyscallMode::Denylist] {
+            let profile = compile_in_user_namespace(&policy(mode), ids).unwrap();
+            let learning = learning(Some(&policy(mode)), ids).unwrap().unwrap();
+            for call in 0..480u32 {
+                for args in arg_sets {
+                    let base = verdict(&profile, call, args);
+                    let got = tree::interpreter::run(&learning, X86_64, call, args);
+                    let want = if refusal_errno(base).is_some()
+                        || (allows(base) && observed.contains(&call))
+                    {
+                        notify
+                    } else {
+                        base
+                    };
+                    assert_eq!(got, want, "{mode:?} nr {call} args {args:?}");
+                    assert!(!allows(got) || allows(base), "{mode:?} nr {call}");
+                }
+            }
+        }
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_narrowest_entry_lifts_a_refusal_only_where_a_profile_can() {
+        let strict = policy(SyscallMode::Allowlist);
+        let wider = allowing(&strict, "get_mempolicy");
+        assert_eq!(wider.allow, ["get_mempolicy"]);
+        assert!(allows(verdict(
+            &compile(&wider).unwrap(),
+            nr("get_mempolicy"),
+            [0; 6]
+        )));
+        // Already allowed: nothing to add.
+        assert!(allowing(&strict, "read").allow.is_empty());
+        // The profile's own deny is lifted by leaving it, in either mode.
+        let mut denying = policy(SyscallMode::Denylist);
+        denying.deny = vec!["mbind".into()];
+        let wider = allowing(&denying, "mbind");
+        assert!(wider.deny.is_empty() && wider.allow.is_empty());
+        // The built-in deny list stays: the widened policy does not compile.
+        assert!(compile(&allowing(&strict, "ptrace")).is_err());
+        assert_eq!(
+            syscall_name(nr("get_mempolicy") as i32),
+            Some("get_mempolicy")
+        );
     }
 }

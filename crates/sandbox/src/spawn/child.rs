@@ -163,17 +163,18 @@ fn run<'a>(
         }
     }
 
-    // Before the policy's filter, which may refuse what installing and
-    // sending need; the observer lets every call through to it (see
-    // `crate::learn`). Not best-effort: a learning run that cannot observe
-    // would claim its command needed nothing.
-    if let (Some(observer), Some(socket)) = (&plan.observer, &handover.observer) {
-        let listener = crate::sys::seccomp_notify::install_with_listener(observer)
-            .step(Step::Seccomp, b"observer")?;
-        channel::send_fd(socket.as_fd(), listener.as_fd()).step(Step::Seccomp, b"observer")?;
-    }
+    // A learning run installs its one filter in place of the policy's: the
+    // same program with its refusals and path-bearing calls handed to the
+    // supervisor, which answers each as the policy's program would (see
+    // `crate::seccomp::learning`). Not best-effort: a learning run that
+    // cannot observe would claim its command needed nothing.
     let mut seccomp_installed = false;
-    if let Some(filter) = &plan.seccomp {
+    if let (Some(learning), Some(socket)) = (&plan.observer, &handover.observer) {
+        let listener = crate::sys::seccomp_notify::install_with_listener(learning)
+            .step(Step::Seccomp, b"learning")?;
+        channel::send_fd(socket.as_fd(), listener.as_fd()).step(Step::Seccomp, b"learning")?;
+        seccomp_installed = true;
+    } else if let Some(filter) = &plan.seccomp {
         match filter.install() {
             Ok(()) => seccomp_installed = true,
             Err(errno) if plan.seccomp_enforcement == Enforcement::Required => {

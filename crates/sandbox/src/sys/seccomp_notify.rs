@@ -1,8 +1,9 @@
 //! Seccomp user notification, as `sandbox learn` uses it: the payload
-//! installs an observing filter and hands its listener to the supervisor,
-//! which receives each observed call, reads the path it names from the
-//! caller's memory, and always answers "continue". The supervisor never
-//! decides a call here: Landlock and the view still do.
+//! installs its learning filter and hands the listener to the supervisor,
+//! which receives each notified call, reads the path it names from the
+//! caller's memory, and answers as the profile's own filter would:
+//! "continue" where that allows (Landlock and the view still decide), its
+//! errno where it refuses.
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -17,6 +18,8 @@ pub struct Notification {
     pub pid: u32,
     /// The system call number.
     pub nr: i32,
+    /// The caller's audit architecture (seccomp_data.arch).
+    pub arch: u32,
     /// Its six arguments.
     pub args: [u64; 6],
 }
@@ -54,6 +57,7 @@ pub fn receive(listener: BorrowedFd<'_>) -> nix::Result<Notification> {
         id: notif.id,
         pid: notif.pid,
         nr: notif.data.nr,
+        arch: notif.data.arch,
         args: notif.data.args,
     })
 }
@@ -75,12 +79,32 @@ pub fn still_waiting(listener: BorrowedFd<'_>, id: u64) -> bool {
 /// Let the call go on as if no filter had stopped it. ENOENT: the caller
 /// went away (a signal) meanwhile, which is no error of the observer.
 pub fn continue_call(listener: BorrowedFd<'_>, id: u64) -> nix::Result<()> {
-    let mut resp = libc::seccomp_notif_resp {
-        id,
-        val: 0,
-        error: 0,
-        flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
-    };
+    respond(
+        listener,
+        libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: 0,
+            flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        },
+    )
+}
+
+/// Fail the call `id` with `errno` (positive), as a filter's
+/// SECCOMP_RET_ERRNO would. ENOENT: the caller went away meanwhile.
+pub fn fail_call(listener: BorrowedFd<'_>, id: u64, errno: i32) -> nix::Result<()> {
+    respond(
+        listener,
+        libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: -errno,
+            flags: 0,
+        },
+    )
+}
+
+fn respond(listener: BorrowedFd<'_>, mut resp: libc::seccomp_notif_resp) -> nix::Result<()> {
     // SAFETY: SEND reads one seccomp_notif_resp from the buffer we own.
     let ret = unsafe {
         libc::ioctl(

@@ -236,6 +236,16 @@ pub(super) fn start_cloned(
     // broker's stream and the sync channel keep their protocols.
     let (observer, observer_end) = match &prepared.config.supervision.learning {
         Some(learning) if prepared.plan().observer.is_some() => {
+            // What the profile's filter answers is what every notified call
+            // gets; without that program there is nothing to answer with.
+            let profile = prepared
+                .plan()
+                .seccomp
+                .as_ref()
+                .and_then(|filter| filter.programs().first().cloned())
+                .ok_or_else(|| {
+                    SpawnError::Invalid("learning needs the profile's seccomp program".into())
+                })?;
             let (mine, theirs) = socketpair(
                 AddressFamily::Unix,
                 SockType::SeqPacket,
@@ -248,6 +258,11 @@ pub(super) fn start_cloned(
                 &prepared.config.policy,
                 &prepared.plan().project,
                 learning.clone(),
+                profile,
+                crate::seccomp::MappedIds {
+                    uid: prepared.plan().ids.inside_uid,
+                    gid: prepared.plan().ids.inside_gid,
+                },
             );
             (Some(observer), Some(theirs))
         }

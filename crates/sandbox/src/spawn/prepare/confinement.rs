@@ -38,16 +38,38 @@ pub(super) fn seccomp_filter(
 ) -> Result<Option<CompiledFilter>, SpawnError> {
     let seccomp = match policy.enforce.seccomp {
         Enforcement::Off => crate::seccomp::host_guard()?,
-        // The payload's own user namespace maps only its ids.
         _ => Some(crate::seccomp::compile_in_user_namespace(
             &policy.syscalls,
-            crate::seccomp::MappedIds {
-                uid: ids.inside_uid,
-                gid: ids.inside_gid,
-            },
+            mapped_ids(ids),
         )?),
     };
     Ok(seccomp)
+}
+
+/// A learning run's one filter: [`seccomp_filter`]'s program with its
+/// refusals and path-bearing calls sent to the supervisor (see
+/// [`crate::seccomp::learning`]).
+pub(super) fn learning_filter(
+    policy: &Policy,
+    ids: &IdMapping,
+) -> Result<Vec<libc::sock_filter>, SpawnError> {
+    let syscalls = (policy.enforce.seccomp != Enforcement::Off).then_some(&policy.syscalls);
+    // A learning run that cannot observe would learn nothing and say it
+    // learned everything: refused instead.
+    crate::seccomp::learning(syscalls, mapped_ids(ids))?.ok_or_else(|| {
+        SpawnError::Invalid(
+            "learning needs a seccomp filter, which this build has none of for this architecture"
+                .into(),
+        )
+    })
+}
+
+/// The payload's own user namespace maps only its ids.
+fn mapped_ids(ids: &IdMapping) -> crate::seccomp::MappedIds {
+    crate::seccomp::MappedIds {
+        uid: ids.inside_uid,
+        gid: ids.inside_gid,
+    }
 }
 
 /// The limits the payload sets with setrlimit.

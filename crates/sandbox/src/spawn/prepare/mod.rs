@@ -256,8 +256,9 @@ pub struct ChildPlan {
     /// Do every step up to and including seccomp, then exit 0 instead of
     /// executing the command: `doctor`'s verdict is the real spawn path's.
     pub dry_run: bool,
-    /// A learning run's observing filter ([`crate::seccomp::observer`]),
-    /// installed before `seccomp`.
+    /// A learning run's filter ([`crate::seccomp::learning`]), installed
+    /// with a listener in place of `seccomp`, whose verdicts the supervisor
+    /// gives through it.
     pub observer: Option<Vec<libc::sock_filter>>,
 }
 
@@ -478,6 +479,10 @@ impl Prepared {
         let etc = view::etc_files(&ids, &project, &env, policy.network.mode);
         confinement::fixed_landlock_rules(&mut landlock_rules);
         let seccomp = confinement::seccomp_filter(policy, &ids)?;
+        let observer = match &supervision.learning {
+            Some(_) => Some(confinement::learning_filter(policy, &ids)?),
+            None => None,
+        };
         let rlimits = confinement::rlimits(policy);
         let clone_flags = confinement::clone_flags(policy);
 
@@ -530,17 +535,7 @@ impl Prepared {
             ids,
             etc,
             dry_run: spec.dry_run,
-            observer: match &supervision.learning {
-                // A learning run that cannot observe would learn nothing
-                // and say it learned everything: refused instead.
-                Some(_) => Some(crate::seccomp::observer()?.ok_or_else(|| {
-                    SpawnError::Invalid(
-                        "learning needs a seccomp filter, which this build has none of for this architecture"
-                            .into(),
-                    )
-                })?),
-                None => None,
-            },
+            observer,
         };
         let config = RunConfig {
             policy: policy.clone(),
