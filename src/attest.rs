@@ -52,27 +52,6 @@ pub struct KeyArgs {
     pub out: Option<PathBuf>,
 }
 
-/// What of `sandbox attest` a daemon answers, and its socket: None when
-/// it is local.
-pub fn daemon_request(
-    args: &AttestArgs,
-) -> anyhow::Result<Option<crate::daemon_client::AttestRequest>> {
-    use crate::daemon_client::AttestRequest;
-    let socket = |flag: &str| crate::client::resolve_socket(Some(Path::new(flag)));
-    Ok(match (&args.command, &args.daemon, &args.run) {
-        (Some(AttestCommand::Key(key)), _, _) => Some(AttestRequest::Key {
-            out: key.out.clone(),
-            socket: socket(key.daemon.as_deref().unwrap_or_default())?,
-        }),
-        (None, Some(flag), Some(run)) => Some(AttestRequest::Statement {
-            run: run.clone(),
-            out: args.out.clone(),
-            socket: socket(flag)?,
-        }),
-        _ => None,
-    })
-}
-
 /// `sandbox attest verify`.
 #[derive(Debug, clap::Args)]
 pub struct VerifyArgs {
@@ -90,7 +69,8 @@ pub struct VerifyArgs {
 pub fn run(args: AttestArgs) -> anyhow::Result<i32> {
     match (args.command, args.run) {
         (Some(AttestCommand::Verify(verify)), _) => verify_command(&verify),
-        // Sent to the daemon's client before this ([`daemon_request`]).
+        // Sent to the daemon's client before this
+        // (`daemon_client::AttestRequest::of`).
         (Some(AttestCommand::Key(_)), _) => {
             Err(crate::UsageError("`sandbox attest key` needs --daemon".into()).into())
         }
@@ -122,26 +102,7 @@ fn user_key() -> anyhow::Result<key::SigningKey> {
 fn write_out(out: Option<&Path>, envelope: &attest::dsse::Envelope) -> anyhow::Result<()> {
     let mut bytes = serde_json::to_vec_pretty(envelope)?;
     bytes.push(b'\n');
-    write_bytes(out, &bytes)
-}
-
-/// `bytes` to FILE (a new or replaced regular file, never through a
-/// link), or stdout.
-pub(crate) fn write_bytes(out: Option<&Path>, bytes: &[u8]) -> anyhow::Result<()> {
-    match out {
-        Some(path) => {
-            let target = sandbox::safe_file::OutputTarget::prepare(path, &[])
-                .with_context(|| format!("the attestation file {}", path.display()))?;
-            target
-                .write_all(bytes)
-                .with_context(|| format!("writing the attestation {}", path.display()))?;
-        }
-        None => {
-            use std::io::Write;
-            std::io::stdout().write_all(bytes)?;
-        }
-    }
-    Ok(())
+    crate::output::write_bytes(out, &bytes)
 }
 
 /// At most this much of a report is read.

@@ -18,6 +18,7 @@ pub mod grants;
 pub mod ipc;
 pub mod launch;
 pub mod learn;
+pub mod output;
 pub mod profile;
 pub mod recipe;
 pub mod review;
@@ -164,7 +165,7 @@ pub fn main<L: faces::Linked>() -> i32 {
         },
         Command::Recipe(cmd) => recipe::run(cmd),
         Command::Audit(cmd) => audit::run(cmd),
-        Command::Attest(args) => match attest::daemon_request(&args) {
+        Command::Attest(args) => match daemon_client::AttestRequest::of(&args) {
             Ok(Some(request)) => L::daemon_client(ClientCommand::Attest(request)),
             Ok(None) => attest::run(args),
             Err(err) => Err(err),

@@ -31,6 +31,25 @@ pub enum AttestRequest {
 }
 
 impl AttestRequest {
+    /// What of `sandbox attest` a daemon answers, and its socket: None when
+    /// it is local.
+    pub fn of(args: &crate::attest::AttestArgs) -> anyhow::Result<Option<AttestRequest>> {
+        use crate::attest::AttestCommand;
+        let socket = |flag: &str| crate::client::resolve_socket(Some(std::path::Path::new(flag)));
+        Ok(match (&args.command, &args.daemon, &args.run) {
+            (Some(AttestCommand::Key(key)), _, _) => Some(AttestRequest::Key {
+                out: key.out.clone(),
+                socket: socket(key.daemon.as_deref().unwrap_or_default())?,
+            }),
+            (None, Some(flag), Some(run)) => Some(AttestRequest::Statement {
+                run: run.clone(),
+                out: args.out.clone(),
+                socket: socket(flag)?,
+            }),
+            _ => None,
+        })
+    }
+
     /// Ask, and write the answer.
     pub fn run(self) -> anyhow::Result<i32> {
         match self {
@@ -44,7 +63,7 @@ impl AttestRequest {
                     .context("the daemon's answer is not a DSSE envelope")?;
                 let mut bytes = serde_json::to_vec_pretty(&envelope)?;
                 bytes.push(b'\n');
-                crate::attest::write_bytes(out.as_deref(), &bytes)?;
+                crate::output::write_bytes(out.as_deref(), &bytes)?;
             }
             AttestRequest::Key { out, socket } => {
                 let client = Client::new(socket)?;
@@ -53,7 +72,7 @@ impl AttestRequest {
                     .as_str()
                     .filter(|p| p.len() == 64 && p.bytes().all(|b| b.is_ascii_hexdigit()))
                     .context("the daemon's answer holds no Ed25519 public key")?;
-                crate::attest::write_bytes(out.as_deref(), format!("{public}\n").as_bytes())?;
+                crate::output::write_bytes(out.as_deref(), format!("{public}\n").as_bytes())?;
                 if let Some(keyid) = answer["keyid"].as_str() {
                     eprintln!(
                         "sandbox: the daemon's attestation key: keyid {}",
