@@ -103,13 +103,5 @@ fn print_broken(file: &std::path::Path, broken: &Broken) {
 /// Text from the file (a chain's name, a parser's quote of a line) with
 /// every character that could drive a terminal escaped.
 pub(crate) fn shown(text: &str) -> String {
-    text.chars()
-        .map(|c| {
-            if sandbox::broker::text::must_escape(c) {
-                format!("\\u{{{:04x}}}", c as u32)
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    sandbox::broker::text::shown(text)
 }

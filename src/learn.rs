@@ -259,30 +259,43 @@ fn quote(path: &Path) -> String {
 }
 
 fn said(seen: &Seen) -> String {
-    let by: Vec<&str> = seen
-        .by
-        .iter()
-        .map(String::as_str)
+    format!(
+        "{}{}",
+        seen.strongest.verb(),
+        by_and_times(&seen.by, seen.count)
+    )
+}
+
+/// " by NAME, NAME N times": the programs (their names escaped, as the
+/// payload chose them) and how often.
+fn by_and_times<'a>(by: impl IntoIterator<Item = &'a String>, count: u64) -> String {
+    let by: Vec<String> = by
+        .into_iter()
         .filter(|b| !b.is_empty())
         // The payload before its exec still carries init's name.
         .map(|b| {
             if b == "sandbox-init" {
-                "the sandbox starting the command"
+                "the sandbox starting the command".to_owned()
             } else {
-                b
+                sandbox::broker::text::shown(b)
             }
         })
         .collect();
-    let times = if seen.count == 1 {
+    let times = if count == 1 {
         "once".to_owned()
     } else {
-        format!("{} times", seen.count)
+        format!("{count} times")
     };
     if by.is_empty() {
-        format!("{} {times}", seen.strongest.verb())
+        format!(" {times}")
     } else {
-        format!("{} by {} {times}", seen.strongest.verb(), by.join(", "))
+        format!(" by {} {times}", by.join(", "))
     }
+}
+
+/// A path the command named, as a person (or a comment) shows it.
+fn shown_path(path: &Path) -> String {
+    sandbox::broker::text::shown(&path.to_string_lossy())
 }
 
 /// Why a learned path is withheld from the learning runs (written to the
@@ -346,31 +359,9 @@ fn errno_name(errno: i32) -> String {
 }
 
 fn said_call(call: &RefusedCall, base: &str) -> String {
-    let by: Vec<&str> = call
-        .by
-        .iter()
-        .map(String::as_str)
-        .filter(|b| !b.is_empty())
-        .map(|b| {
-            if b == "sandbox-init" {
-                "the sandbox starting the command"
-            } else {
-                b
-            }
-        })
-        .collect();
-    let times = if call.count == 1 {
-        "once".to_owned()
-    } else {
-        format!("{} times", call.count)
-    };
-    let by = if by.is_empty() {
-        String::new()
-    } else {
-        format!(" by {}", by.join(", "))
-    };
     format!(
-        "made{by} {times}; `{base}` answered {}",
+        "made{}; `{base}` answered {}",
+        by_and_times(&call.by, call.count),
         errno_name(call.errno)
     )
 }
@@ -411,7 +402,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
          # found; system calls (each one its filter refused was answered with its errno), writes,\n\
          # {network}capabilities and the rest stayed `{}`'s.\n\
          version = 1\nextends = {}\n\n[filesystem]\nread_if_exists_add = [\n",
-        shown.join(" ").replace('\n', " "),
+        sandbox::broker::text::shown(&shown.join(" ")),
         base.extends,
         base.extends,
         serde_json::to_string(&base.extends).unwrap_or_default()
@@ -493,7 +484,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         }
         out.push_str(&format!("\n# {title}\n"));
         for (path, seen) in map {
-            out.push_str(&format!("#   {}  ({})\n", path.display(), said(seen)));
+            out.push_str(&format!("#   {}  ({})\n", shown_path(path), said(seen)));
         }
     };
     notes(
@@ -637,7 +628,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         let mut new: Vec<String> = next
             .keys()
             .filter(|p| !learned.contains_key(*p))
-            .map(|p| p.display().to_string())
+            .map(|p| shown_path(p))
             .collect();
         let before: BTreeSet<String> = destinations.keys().cloned().collect();
         let mut refused = BTreeMap::new();
@@ -737,7 +728,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     for (path, reason) in &withheld {
         eprintln!(
             "sandbox learn: review {}: {reason}, so the learning runs were not shown it; the learned profile lets the command read it",
-            path.display()
+            shown_path(path)
         );
     }
     if observed.unrecorded > 0 {
@@ -750,13 +741,14 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     }
     for (action, count) in &actions {
         eprintln!(
-            "sandbox learn: refused by the broker and not learned: {action} ({count} time(s))"
+            "sandbox learn: refused by the broker and not learned: {} ({count} time(s))",
+            sandbox::broker::text::shown(action)
         );
     }
     for (path, seen) in &observed.writes_refused {
         eprintln!(
             "sandbox learn: refused and not learned: write to {} ({})",
-            path.display(),
+            shown_path(path),
             said(seen)
         );
     }

@@ -371,6 +371,61 @@ fn a_write_outside_the_view_while_learning_is_refused_and_not_learned() {
     );
 }
 
+/// The learned profile is a file a parser reads: a command that names a
+/// path with a newline in it, or calls itself by such a name, wrote a line
+/// of its choosing into a comment of the profile, which ended the comment
+/// and became a setting (`write = [...]` below `[filesystem]`). What the
+/// command named is written escaped.
+#[test]
+fn a_name_the_command_chooses_cannot_write_a_setting_into_the_learned_profile() {
+    let test = "a_name_the_command_chooses_cannot_write_a_setting_into_the_learned_profile";
+    if !available(test, "/usr/bin/python3") {
+        return;
+    }
+    let case = Case::new();
+    let widened = case.dir.join("widened");
+    std::fs::create_dir_all(&widened).unwrap();
+    // A directory whose name ends a comment and opens a setting; the file
+    // below it closes the setting and comments out what follows.
+    let opened = format!("a\nwrite = [\"{}", widened.display());
+    let hostile = case.dir.join("outside").join(&opened).join("\"] #");
+    std::fs::create_dir_all(hostile.parent().unwrap()).unwrap();
+    let program = format!(
+        "import ctypes\n\
+         ctypes.CDLL(None).prctl(15, b'x\\nwrite=[\"/v\"]#', 0, 0, 0)\n\
+         for mode in ('w', 'r'):\n\
+         \x20   try:\n\
+         \x20       open({path:?}, mode)\n\
+         \x20   except OSError:\n\
+         \x20       pass\n",
+        path = hostile.display().to_string()
+    );
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "python3", "-c", &program]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(
+        text.contains("\\u{000a}write"),
+        "the refused write is not reported escaped: {text}"
+    );
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !code.contains("write"),
+        "the command wrote a setting: {text}"
+    );
+    let checked = case.sandbox(&["explain", &out_path, "--json"]);
+    assert!(
+        !String::from_utf8_lossy(&checked.stdout).contains(&widened.display().to_string()),
+        "the learned profile makes the command's directory writable"
+    );
+    assert!(!stderr.contains("\nwrite"), "{stderr}");
+}
+
 /// The attack on learning itself: each pass grants what the one before
 /// asked for, so a command that names a secret, or (when root learns) a
 /// file below a directory only root enters, would be handed it by the next

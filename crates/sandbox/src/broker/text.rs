@@ -8,6 +8,22 @@ pub fn must_escape(c: char) -> bool {
     c.is_control() || invisible_or_reordering(c)
 }
 
+/// `text` with every [`must_escape`] character written `\u{XXXX}`: what a
+/// payload named (a path, a process name) put where a person reads it or
+/// a parser reads on (a comment in a written profile, where a newline
+/// would end the comment and start a setting).
+pub fn shown(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if must_escape(c) {
+                format!("\\u{{{:04x}}}", c as u32)
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// Characters that show nothing or reorder what is shown.
 pub fn invisible_or_reordering(c: char) -> bool {
     matches!(c,
