@@ -608,9 +608,14 @@ fn a_pod_runs_with_the_layers_and_joins_its_pause_container() {
         enforced.len() >= 3,
         "the pause, the job and the execs were not all enforced: {enforced:?}"
     );
-    assert!(enforced
-        .iter()
-        .all(|line| line["enforced"]["no_new_privs"] == true));
+    // What the init measured inside each: Landlock in full and the
+    // profile's filter (the CRI asked for no seccomp profile of its own,
+    // so `Seccomp: 2` above is the profile's).
+    for line in &enforced {
+        assert_eq!(line["enforced"]["no_new_privs"], true, "{line}");
+        assert_eq!(line["enforced"]["landlock"], "full", "{line}");
+        assert_eq!(line["enforced"]["seccomp_programs"], 1, "{line}");
+    }
 
     node.tear_down(&pod_id, &[&container]);
     assert_eq!(node.leftovers(), Vec::<String>::new());
