@@ -3,6 +3,7 @@
 //! Landlock rules that match them, and the `/etc` files init writes. Built
 //! here, in the supervisor, so that init only executes the list.
 
+use std::collections::HashMap;
 use std::ffi::{CString, OsString};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
@@ -28,6 +29,12 @@ struct Planner {
     /// links inside: they get no Landlock rule of their own (see
     /// [`ViewPlan::add_read_paths`]).
     links: Vec<PathBuf>,
+    /// The host's canonical form of each directory a path was planned in,
+    /// and whether "other" may search each directory above one: found once
+    /// per run, not once per path (strict's twenty-odd `/etc` files share
+    /// `/etc`, which cost a `readlink` and two `stat`s each on every start).
+    canonical_dirs: HashMap<PathBuf, PathBuf>,
+    searchable_dirs: HashMap<PathBuf, bool>,
 }
 
 impl Planner {
@@ -87,7 +94,7 @@ impl Planner {
                 // cannot pass a parent such as /root (0700): the supervisor,
                 // still host root, opens the tree and hands it over, with
                 // the same read-only attributes a bind would get.
-                Some(trees) if !writable && !reachable_by_others(path) => {
+                Some(trees) if !writable && !self.reachable_by_others(path) => {
                     trees.push(IdmappedTree {
                         host_path: path_cstring(path)?,
                         writable: false,
@@ -101,7 +108,7 @@ impl Planner {
                     }
                 }
                 _ => MountOp::Bind {
-                    source: host_source(path, false)?,
+                    source: self.host_source(path)?,
                     target,
                     kind,
                     writable,
@@ -119,13 +126,18 @@ impl Planner {
 /// `follow_last`). Init resolves below `/oldroot` with the new root as
 /// `/`, so an absolute link on the way (`~/.cache -> /data/cache`) would
 /// lead into the new root, and a profile naming a path through it failed
-/// to start with ENOENT.
-fn host_source(path: &Path, follow_last: bool) -> Result<CString, SpawnError> {
+/// to start with ENOENT. `canonical_dir` resolves the directory a
+/// path is in (the planner's, which keeps each answer for the run).
+fn host_source(
+    path: &Path,
+    follow_last: bool,
+    canonical_dir: impl FnOnce(&Path) -> std::io::Result<PathBuf>,
+) -> Result<CString, SpawnError> {
     let resolved = if follow_last {
         std::fs::canonicalize(path)
     } else {
         match (path.parent(), path.file_name()) {
-            (Some(parent), Some(name)) => std::fs::canonicalize(parent).map(|p| p.join(name)),
+            (Some(parent), Some(name)) => canonical_dir(parent).map(|p| p.join(name)),
             _ => Ok(path.to_path_buf()),
         }
     };
@@ -137,14 +149,35 @@ fn host_source(path: &Path, follow_last: bool) -> Result<CString, SpawnError> {
     prefixed("/oldroot", &resolved)
 }
 
-/// Whether a process that is neither owner nor group member of anything on
-/// the way (the sandbox of host root) can look `path` up: every directory
-/// above it lets "other" through.
-fn reachable_by_others(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    path.ancestors()
-        .skip(1)
-        .all(|dir| std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0))
+impl Planner {
+    /// [`host_source`] of a path whose last component is kept as it is.
+    fn host_source(&mut self, path: &Path) -> Result<CString, SpawnError> {
+        let known = &mut self.canonical_dirs;
+        host_source(path, false, |dir| {
+            if let Some(canonical) = known.get(dir) {
+                return Ok(canonical.clone());
+            }
+            let canonical = std::fs::canonicalize(dir)?;
+            known.insert(dir.to_path_buf(), canonical.clone());
+            Ok(canonical)
+        })
+    }
+
+    /// Whether a process that is neither owner nor group member of anything
+    /// on the way (the sandbox of host root) can look `path` up: every
+    /// directory above it lets "other" through.
+    fn reachable_by_others(&mut self, path: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        path.ancestors().skip(1).all(|dir| {
+            if let Some(&searchable) = self.searchable_dirs.get(dir) {
+                return searchable;
+            }
+            let searchable =
+                std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0);
+            self.searchable_dirs.insert(dir.to_path_buf(), searchable);
+            searchable
+        })
+    }
 }
 
 /// The directories a run may write: the profile's write paths and the
@@ -201,6 +234,8 @@ impl ViewPlan {
                 mounts: Vec::new(),
                 visible: Vec::new(),
                 links: Vec::new(),
+                canonical_dirs: HashMap::new(),
+                searchable_dirs: HashMap::new(),
             },
             landlock_rules: Vec::new(),
             idmapped: Vec::new(),
@@ -341,7 +376,7 @@ impl ViewPlan {
                 self.planner.mounts.push((
                     path.clone(),
                     MountOp::Bind {
-                        source: host_source(&path, true)?,
+                        source: host_source(&path, true, |dir| std::fs::canonicalize(dir))?,
                         target,
                         kind,
                         writable,
