@@ -329,10 +329,10 @@ async fn delete(
     let who = who(&app, peer)?;
     let record = load_visible(&app, &who, &id).await?;
     if !record.is_finished() {
-        return Err(ApiError::new(
-            409,
-            "run_not_finished",
-            format!("run {id} is {}", record.state),
+        return Err(ApiError::not_finished(
+            &id,
+            &record.state,
+            "",
             format!("cancel it first (POST /v1/runs/{id}/cancel), then delete it once it is over"),
         ));
     }

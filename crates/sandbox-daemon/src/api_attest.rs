@@ -80,13 +80,10 @@ pub(super) async fn attestation(
         return Err(ApiError::no_such_run(&id));
     }
     if !record.is_finished() {
-        return Err(ApiError::new(
-            409,
-            "run_not_finished",
-            format!(
-                "run {id} is {}; what it enforced is known when it ends",
-                record.state
-            ),
+        return Err(ApiError::not_finished(
+            &id,
+            &record.state,
+            "; what it enforced is known when it ends",
             format!("wait for it (GET /v1/runs/{id}), then ask again"),
         ));
     }

@@ -32,13 +32,10 @@ async fn owned_review(app: &Arc<App>, peer: Peer, id: &str) -> Result<(Caller, S
         return Err(ApiError::no_such_run(id));
     }
     if !record.is_finished() {
-        return Err(ApiError::new(
-            409,
-            "run_not_finished",
-            format!(
-                "run {id} is {}; its changes are kept when it ends",
-                record.state
-            ),
+        return Err(ApiError::not_finished(
+            id,
+            &record.state,
+            "; its changes are kept when it ends",
             format!("wait for it (GET /v1/runs/{id}), then ask again"),
         ));
     }

@@ -61,6 +61,22 @@ impl ApiError {
         )
     }
 
+    /// 409 `run_not_finished`: run `id`, in `state`, must end before this
+    /// (`known_then`: what is known when it ends; `fix`: what to do).
+    pub fn not_finished(
+        id: &str,
+        state: impl std::fmt::Display,
+        known_then: &str,
+        fix: impl Into<String>,
+    ) -> ApiError {
+        ApiError::new(
+            409,
+            "run_not_finished",
+            format!("run {id} is {state}{known_then}"),
+            fix,
+        )
+    }
+
     /// 500 for a failure of the daemon itself (database, spool).
     pub fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(
