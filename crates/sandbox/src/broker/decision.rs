@@ -43,7 +43,7 @@ pub struct Decider {
     pub caller: String,
     /// SHA-256 of what the caller runs, taken before it started; None when
     /// it was not taken (no grant could apply and nobody could be asked).
-    pub caller_hash: Option<String>,
+    pub caller_hash: super::identity::CallerHash,
 }
 
 impl std::fmt::Debug for Decider {
@@ -68,7 +68,7 @@ impl Decider {
             prompter: None,
             project,
             caller: "command".into(),
-            caller_hash: None,
+            caller_hash: Default::default(),
         }
     }
 
@@ -136,7 +136,7 @@ impl Decider {
                 rule: "approved for this run".into(),
             };
         }
-        if let (Some(store), Some(hash)) = (&self.grants, &self.caller_hash) {
+        if let (Some(store), Some(hash)) = (&self.grants, self.caller_hash.get()) {
             if let Some((n, grant)) =
                 store.find(&self.project, &self.caller, hash, action.as_str(), target)
             {
@@ -204,7 +204,7 @@ impl Decider {
     /// `*` in a file name is no wildcard) and the content hashed before the
     /// caller started.
     fn store_always(&mut self, action: Action, target: Option<&str>) -> String {
-        let Some(hash) = self.caller_hash.clone() else {
+        let Some(hash) = self.caller_hash.get().map(str::to_owned) else {
             return "approved once (what the caller runs could not be hashed, so nothing was stored)"
                 .into();
         };

@@ -103,6 +103,174 @@ fn hash_file(hasher: &mut Sha256, file: std::fs::File, budget: &mut u64) -> Opti
     Some(())
 }
 
+/// Where the walk of what runs goes: into the hash at once, or into a
+/// [`Pinned`] identity whose hash is taken when first needed.
+trait Sink {
+    fn bytes(&mut self, bytes: &[u8]);
+    /// A file's bytes, `None` past the budget or when it cannot be read.
+    fn file(&mut self, file: std::fs::File, budget: &mut u64) -> Option<()>;
+}
+
+impl Sink for Sha256 {
+    fn bytes(&mut self, bytes: &[u8]) {
+        Digest::update(self, bytes);
+    }
+
+    fn file(&mut self, file: std::fs::File, budget: &mut u64) -> Option<()> {
+        hash_file(self, file, budget)
+    }
+}
+
+/// Most bytes a [`Pinned`] identity copies of the files the run could
+/// change; past it the hash is taken at once.
+const MAX_COPIED: u64 = 16 << 20;
+
+enum Piece {
+    Bytes(Vec<u8>),
+    /// An open file no sandbox of this caller can write: read when the
+    /// hash is taken.
+    Unwritable(std::fs::File),
+}
+
+/// What a caller runs, pinned before it starts, hashed when a grant, an
+/// answer or the audit first needs it: the same hash as [`hash`]. Hashing
+/// `/usr/bin/node` (99 MB) took about 60 ms of every run that could ask a
+/// person, a daemon's runs included, and most never ask.
+///
+/// Files that no sandbox of this caller can write (root's, writable by
+/// nobody else, the caller not root: no sandbox ever writes as host root
+/// then) stay open and are read later; everything else (scripts, a
+/// project's files, arguments) is copied now, as [`hash`] would read it
+/// now. A skill's directory is hashed now.
+pub struct Pinned {
+    pieces: Vec<Piece>,
+    budget: u64,
+    copied: u64,
+    caller_is_root: bool,
+}
+
+impl Sink for Pinned {
+    fn bytes(&mut self, bytes: &[u8]) {
+        match self.pieces.last_mut() {
+            Some(Piece::Bytes(last)) => last.extend_from_slice(bytes),
+            _ => self.pieces.push(Piece::Bytes(bytes.to_vec())),
+        }
+    }
+
+    fn file(&mut self, file: std::fs::File, budget: &mut u64) -> Option<()> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = file.metadata().ok()?;
+        if meta.len() > *budget {
+            return None;
+        }
+        *budget -= meta.len();
+        if !self.caller_is_root && meta.uid() == 0 && meta.mode() & 0o022 == 0 {
+            self.pieces.push(Piece::Unwritable(file));
+            return Some(());
+        }
+        let mut bytes = Vec::new();
+        let allowed = MAX_COPIED.saturating_sub(self.copied);
+        let read = file.take(allowed + 1).read_to_end(&mut bytes).ok()? as u64;
+        if read > allowed {
+            // Too much to copy: the caller takes the hash at once.
+            self.copied = MAX_COPIED + 1;
+            return None;
+        }
+        self.copied += read;
+        self.bytes(&bytes);
+        Some(())
+    }
+}
+
+/// The identity of what `program` runs, pinned now (see [`Pinned`]); a
+/// skill's directory, or files too large to copy, are hashed at once.
+pub fn pin(program: &Program) -> CallerHash {
+    pin_for(program, nix::unistd::geteuid().is_root())
+}
+
+fn pin_for(program: &Program, caller_is_root: bool) -> CallerHash {
+    let Program::Command {
+        candidates,
+        args,
+        cwd,
+    } = program
+    else {
+        return CallerHash::taken(hash(program));
+    };
+    let mut pinned = Pinned {
+        pieces: Vec::new(),
+        budget: MAX_BYTES,
+        copied: 0,
+        caller_is_root,
+    };
+    let mut budget = pinned.budget;
+    match walk_command(&mut pinned, candidates, args, cwd, &mut budget) {
+        Some(()) => CallerHash {
+            pinned: std::cell::RefCell::new(Some(pinned)),
+            taken: std::cell::OnceCell::new(),
+        },
+        None if pinned.copied > MAX_COPIED => CallerHash::taken(hash(program)),
+        None => CallerHash::taken(None),
+    }
+}
+
+impl Pinned {
+    fn hash(self) -> Option<String> {
+        let mut hasher = Sha256::new();
+        let mut budget = self.budget;
+        for piece in self.pieces {
+            match piece {
+                Piece::Bytes(bytes) => Digest::update(&mut hasher, &bytes),
+                Piece::Unwritable(file) => {
+                    use std::io::Seek;
+                    let mut file = file;
+                    file.rewind().ok()?;
+                    hash_file(&mut hasher, file, &mut budget)?;
+                }
+            }
+        }
+        Some(hex(&hasher.finalize()))
+    }
+}
+
+/// The caller's hash: none, pinned and not yet needed, or taken. Taken
+/// at the first [`CallerHash::get`], which a decision made through a
+/// shared borrow may make (hence the cells: the broker is one thread's).
+#[derive(Default)]
+pub struct CallerHash {
+    pinned: std::cell::RefCell<Option<Pinned>>,
+    taken: std::cell::OnceCell<Option<String>>,
+}
+
+impl CallerHash {
+    /// A hash taken already (None: it could not be).
+    pub fn taken(hash: Option<String>) -> CallerHash {
+        CallerHash {
+            pinned: std::cell::RefCell::new(None),
+            taken: std::cell::OnceCell::from(hash),
+        }
+    }
+
+    /// The hash, taken now if it was only pinned; None when it was not
+    /// pinned (no grant could apply and nobody could be asked) or could
+    /// not be taken.
+    pub fn get(&self) -> Option<&str> {
+        self.taken
+            .get_or_init(|| self.pinned.borrow_mut().take().and_then(Pinned::hash))
+            .as_deref()
+    }
+}
+
+impl std::fmt::Debug for CallerHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.taken.get() {
+            Some(hash) => write!(f, "{hash:?}"),
+            None if self.pinned.borrow().is_some() => f.write_str("pinned"),
+            None => f.write_str("None"),
+        }
+    }
+}
+
 fn hex(digest: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -118,26 +286,35 @@ pub fn hash(program: &Program) -> Option<String> {
             candidates,
             args,
             cwd,
-        } => {
-            let (path, file) = candidates
-                .iter()
-                .find_map(|p| open_regular(p, true).map(|f| (p, f)))?;
-            hasher.update(b"program\0");
-            hash_file(&mut hasher, file, &mut budget)?;
-            if is_interpreter(path) {
-                hash_operand(&mut hasher, args, cwd, &mut budget)?;
-            }
-        }
+        } => walk_command(&mut hasher, candidates, args, cwd, &mut budget)?,
         Program::Skill { dir } => hash_dir(&mut hasher, dir, &mut budget)?,
     }
     Some(hex(&hasher.finalize()))
+}
+
+fn walk_command(
+    sink: &mut impl Sink,
+    candidates: &[PathBuf],
+    args: &[OsString],
+    cwd: &Path,
+    budget: &mut u64,
+) -> Option<()> {
+    let (path, file) = candidates
+        .iter()
+        .find_map(|p| open_regular(p, true).map(|f| (p, f)))?;
+    sink.bytes(b"program\0");
+    sink.file(file, budget)?;
+    if is_interpreter(path) {
+        hash_operand(sink, args, cwd, budget)?;
+    }
+    Some(())
 }
 
 /// The script or inline code an interpreter is given: the first operand,
 /// or the argument of `-c`/`-e`/`--eval` (whatever precedes it is hashed
 /// too, as it changes what runs: `-m module`, `-r file`).
 fn hash_operand(
-    hasher: &mut Sha256,
+    hasher: &mut impl Sink,
     args: &[OsString],
     cwd: &Path,
     budget: &mut u64,
@@ -145,17 +322,17 @@ fn hash_operand(
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         let bytes = arg.as_bytes();
-        hasher.update(b"arg\0");
-        hasher.update(bytes);
-        hasher.update(b"\0");
+        hasher.bytes(b"arg\0");
+        hasher.bytes(bytes);
+        hasher.bytes(b"\0");
         if matches!(
             bytes,
             b"-c" | b"-e" | b"--eval" | b"-E" | b"-m" | b"-p" | b"--print"
         ) {
             if let Some(code) = iter.next() {
-                hasher.update(b"code\0");
-                hasher.update(code.as_bytes());
-                hasher.update(b"\0");
+                hasher.bytes(b"code\0");
+                hasher.bytes(code.as_bytes());
+                hasher.bytes(b"\0");
             }
             return Some(());
         }
@@ -164,8 +341,8 @@ fn hash_operand(
         }
         let path = cwd.join(arg);
         if let Some(file) = open_regular(&path, true) {
-            hasher.update(b"script\0");
-            hash_file(hasher, file, budget)?;
+            hasher.bytes(b"script\0");
+            hasher.file(file, budget)?;
         }
         return Some(());
     }
@@ -223,6 +400,69 @@ fn hash_dir(hasher: &mut Sha256, dir: &Path, budget: &mut u64) -> Option<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A payload that rewrites its script (or a program it can write) once
+    /// it runs must not change the identity pinned before it started, and
+    /// the pinned identity hashes exactly as `hash` did then.
+    #[test]
+    fn a_pinned_identity_is_what_ran_not_what_the_payload_rewrote() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("python3");
+        std::fs::write(&python, "interpreter").unwrap();
+        std::fs::write(dir.path().join("a.py"), "print(1)").unwrap();
+        let command = Program::Command {
+            candidates: vec![python.clone()],
+            args: vec!["-u".into(), "a.py".into()],
+            cwd: dir.path().to_path_buf(),
+        };
+        let root = nix::unistd::geteuid().is_root();
+        for (mode, owner, read_later) in [
+            // Root's and writable by nobody else: left open, read later.
+            (0o755, 0, true),
+            // Group-writable: copied now.
+            (0o775, 0, false),
+            // Another uid's: copied now.
+            (0o755, 65_534, false),
+        ] {
+            if owner != 0 && !root {
+                eprintln!("SKIP part of the test: chown needs root");
+                continue;
+            }
+            std::fs::write(&python, "interpreter").unwrap();
+            std::fs::write(dir.path().join("a.py"), "print(1)").unwrap();
+            std::fs::set_permissions(&python, std::fs::Permissions::from_mode(mode)).unwrap();
+            if root {
+                std::os::unix::fs::chown(&python, Some(owner), None).unwrap();
+                // The caller's own script.
+                std::os::unix::fs::chown(dir.path().join("a.py"), Some(65_534), None).unwrap();
+            }
+            let before = hash(&command).unwrap();
+            let pinned = pin_for(&command, false);
+            let copied = pinned.pinned.borrow().as_ref().unwrap().copied;
+            let left_open = root && owner == 0 && read_later;
+            let expected = if left_open { 8 } else { 8 + 11 };
+            assert_eq!(copied, expected, "mode {mode:o} owner {owner}");
+            std::fs::write(dir.path().join("a.py"), "print(2)").unwrap();
+            if !left_open {
+                std::fs::write(&python, "rewritten!!").unwrap();
+            }
+            assert_eq!(
+                pinned.get(),
+                Some(before.as_str()),
+                "mode {mode:o} owner {owner}"
+            );
+        }
+        // As root every file is copied: a sandbox of root may write as host
+        // root through its idmapped trees.
+        if root {
+            std::os::unix::fs::chown(&python, Some(0), None).unwrap();
+            std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::fs::write(&python, "interpreter").unwrap();
+            let pinned = pin_for(&command, true);
+            assert_eq!(pinned.pinned.borrow().as_ref().unwrap().copied, 8 + 11);
+        }
+    }
 
     #[test]
     fn an_interpreter_is_hashed_with_its_script_and_a_skill_with_its_directory() {

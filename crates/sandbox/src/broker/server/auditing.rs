@@ -65,7 +65,7 @@ impl Broker {
                     .unwrap_or(0.0),
                 run: &self.run_id,
                 caller: &self.decider.caller,
-                caller_hash: self.decider.caller_hash.as_deref(),
+                caller_hash: self.decider.caller_hash.get(),
                 method,
                 target,
                 requested,

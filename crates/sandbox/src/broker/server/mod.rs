@@ -249,7 +249,10 @@ impl Broker {
                     store.may_apply(&self.decider.project, &self.decider.caller)
                 });
         if needed {
-            self.decider.caller_hash = self.program.as_ref().and_then(identity::hash);
+            self.decider.caller_hash = match self.program.as_ref() {
+                Some(program) => identity::pin(program),
+                None => identity::CallerHash::taken(None),
+            };
         }
     }
 
