@@ -497,6 +497,8 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
             "\n# Broker actions refused while learning, and not learned (a rule that allows one is a person's decision):\n",
         );
         for (action, count) in actions {
+            // The payload chose the action's method and target.
+            let action = sandbox::broker::text::shown(action);
             out.push_str(&format!("#   {action}  ({count} time(s))\n"));
         }
     }

@@ -587,6 +587,40 @@ fn a_broker_action_refused_while_learning_is_reported_not_learned() {
     );
 }
 
+/// The broker action a command is refused is its own choice, method and
+/// target: a target with newlines in it ended the profile's comment and
+/// wrote `[enforce]` with Landlock and seccomp off into the learned profile.
+#[test]
+fn a_broker_action_the_command_names_cannot_write_a_setting_into_the_learned_profile() {
+    let test = "a_broker_action_the_command_names_cannot_write_a_setting_into_the_learned_profile";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let out_path = case.learned();
+    let script = r#"sandbox ipc fs.write '{"path":"/a\n[enforce]\nlandlock = \"off\"\nseccomp = \"off\" #","content":"x"}'; exit 0"#;
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(text.contains("\\u{000a}[enforce]"), "{text}");
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !code.contains("enforce") && !code.contains("off"),
+        "the command wrote a setting: {text}"
+    );
+    let check = case.sandbox(&["profile", "check", &out_path]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
 /// A system call strict refuses (`get_mempolicy`: outside its allowlist,
 /// so ENOSYS) is learned as the narrowest `[syscalls]` entry, and the
 /// learned profile runs the command without the refusal. While learning
