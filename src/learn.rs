@@ -255,7 +255,7 @@ fn provisional(learned: &BTreeMap<PathBuf, Option<Seen>>, observed: &Observation
 }
 
 fn quote(path: &Path) -> String {
-    serde_json::to_string(&path.to_string_lossy()).unwrap_or_else(|_| "\"\"".into())
+    sandbox::profile::quote(&path.to_string_lossy())
 }
 
 fn said(seen: &Seen) -> String {
@@ -405,7 +405,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         sandbox::broker::text::shown(&shown.join(" ")),
         base.extends,
         base.extends,
-        serde_json::to_string(&base.extends).unwrap_or_default()
+        sandbox::profile::quote(&base.extends)
     );
     for (path, seen) in learned {
         let why = match seen {
@@ -429,7 +429,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
             };
             out.push_str(&format!(
                 "    {},  # refused by the allowlist's proxy {times}\n",
-                serde_json::to_string(target).unwrap_or_default()
+                sandbox::profile::quote(target)
             ));
         }
         out.push_str("]\n");
@@ -450,7 +450,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
             };
             out.push_str(&format!(
                 "    {},  # {why}\n",
-                serde_json::to_string(name).unwrap_or_default()
+                sandbox::profile::quote(name)
             ));
         }
         out.push_str("]\n");

@@ -621,6 +621,32 @@ fn a_broker_action_the_command_names_cannot_write_a_setting_into_the_learned_pro
     );
 }
 
+/// A path is the command's choice down to its characters: one with DEL in
+/// it (which JSON's escaping leaves raw and TOML refuses) made the learned
+/// profile unloadable, so a command could make `sandbox learn` fail.
+#[test]
+fn a_path_with_any_character_the_command_names_is_learned_as_a_loadable_profile() {
+    let test = "a_path_with_any_character_the_command_names_is_learned_as_a_loadable_profile";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let named = case.write("outside/del\u{7f}\u{85}x/f", "x");
+    let script = format!("cat '{}' >/dev/null 2>&1; exit 0", named.display());
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(text.contains("del\\u007F\\u0085x"), "{text}");
+    let check = case.sandbox(&["profile", "check", &out_path]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
 /// A system call strict refuses (`get_mempolicy`: outside its allowlist,
 /// so ENOSYS) is learned as the narrowest `[syscalls]` entry, and the
 /// learned profile runs the command without the refusal. While learning
