@@ -298,6 +298,44 @@ fn shown_path(path: &Path) -> String {
     sandbox::broker::text::shown(&path.to_string_lossy())
 }
 
+/// Where well-known tools keep their credentials, outside any project
+/// (so outside what a profile's secrets list is written for): the
+/// command names them in one pass and the next would be shown them.
+const CREDENTIAL_STORES: &[&str] = &[
+    ".config/gh/",
+    ".config/hub",
+    ".docker/config.json",
+    ".kube/",
+    ".gnupg/",
+    ".config/gcloud/",
+    ".azure/",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".terraform.d/",
+    ".vault-token",
+    ".password-store/",
+    ".local/share/keyrings/",
+    ".config/rclone/",
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".boto",
+    ".gem/credentials",
+    ".config/op/",
+];
+
+fn credential_stores() -> &'static sandbox::project::Rules {
+    static RULES: std::sync::OnceLock<sandbox::project::Rules> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| {
+        let patterns: Vec<String> = CREDENTIAL_STORES.iter().map(|p| (*p).to_owned()).collect();
+        sandbox::project::Rules::new(&patterns, &[]).unwrap_or_else(|_| {
+            // The list above is fixed and valid (a unit test parses it);
+            // never reached, and if it were, everything is withheld.
+            sandbox::project::Rules::new(&["*".to_owned()], &[]).unwrap_or_default()
+        })
+    })
+}
+
 /// Why a learned path is withheld from the learning runs (written to the
 /// profile for a person to review, never shown while learning), if it is.
 /// Each pass grants what the one before asked for, so without this an
@@ -306,8 +344,12 @@ fn shown_path(path: &Path) -> String {
 /// supervisor opens as root) a file below a directory only root enters.
 fn withheld(path: &Path, secrets: &sandbox::project::Rules, root: bool) -> Option<&'static str> {
     let relative = path.to_string_lossy();
-    if secrets.secret_in(relative.trim_start_matches('/')) {
+    let relative = relative.trim_start_matches('/');
+    if secrets.secret_in(relative) {
         return Some("its name is in the profile's secrets list");
+    }
+    if credential_stores().secret_in(relative) {
+        return Some("a well-known store of credentials");
     }
     if root && !reachable_by_others(path) {
         return Some("on the host only root reaches it, which the run's own identity could not");
@@ -760,6 +802,16 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credential_stores_are_found_at_any_depth() {
+        let rules = credential_stores();
+        assert!(rules.secret_in("home/u/.config/gh/hosts.yml"));
+        assert!(rules.secret_in("root/.docker/config.json"));
+        assert!(rules.secret_in("home/u/.gnupg/private-keys-v1.d/x.key"));
+        assert!(!rules.secret_in("home/u/.config/git/config"));
+        assert!(!rules.secret_in("home/u/.docker/cli-plugins/docker-buildx"));
+    }
 
     #[test]
     fn a_learned_profile_is_read_back() {

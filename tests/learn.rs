@@ -477,6 +477,48 @@ fn a_secret_the_command_asks_for_while_learning_is_never_shown_to_it() {
     }
 }
 
+/// Found by an attacker: the secrets list is written for projects, and a
+/// home's credential stores (the GitHub CLI's token, a registry login)
+/// are not on it, so a command that named them in the first pass was
+/// shown them in the second and copied them into the project.
+#[test]
+fn a_credential_store_the_command_asks_for_while_learning_is_never_shown_to_it() {
+    let test = "a_credential_store_the_command_asks_for_while_learning_is_never_shown_to_it";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let stores = [
+        case.write("home/.config/gh/hosts.yml", "oauth_token: GH-TOKEN\n"),
+        case.write("home/.docker/config.json", "{\"auths\": \"DOCKER-AUTH\"}\n"),
+        case.write("home/.kube/config", "token: KUBE-TOKEN\n"),
+    ];
+    let names: Vec<String> = stores.iter().map(|p| p.display().to_string()).collect();
+    let script = format!(
+        "cat {} > leaked 2>/dev/null; cat leaked; exit 0",
+        names.join(" ")
+    );
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let leaked = std::fs::read_to_string(case.project.join("leaked")).unwrap_or_default();
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    for (secret, name) in ["GH-TOKEN", "DOCKER-AUTH", "KUBE-TOKEN"].iter().zip(&names) {
+        assert!(!stdout.contains(secret), "{stdout}");
+        assert!(!leaked.contains(secret), "{leaked}");
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("{name:?},")))
+            .unwrap_or_default();
+        assert!(
+            line.contains("REVIEW, not shown while learning: a well-known store of credentials"),
+            "{text}"
+        );
+    }
+}
+
 /// The Node tool's fetch from its one host, through the allowlist's proxy
 /// of a base that lists nothing but the test server's loopback address
 /// (the address check's entry) and pins the name to it: the host:port is
