@@ -416,6 +416,7 @@ struct Found<'a> {
     observed: &'a Observations,
     withheld: &'a BTreeMap<PathBuf, &'static str>,
     destinations: &'a BTreeMap<String, u64>,
+    local: &'a BTreeMap<String, u64>,
     actions: &'a BTreeMap<String, u64>,
 }
 
@@ -427,6 +428,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         observed,
         withheld,
         destinations,
+        local,
         actions,
     } = *found;
     let shown: Vec<String> = command
@@ -534,6 +536,15 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         &observed.writes_refused,
     );
     notes("Hidden by the profile, and left hidden:", &observed.hidden);
+    if !local.is_empty() {
+        out.push_str(
+            "\n# Destinations refused while learning, and not learned (an address of this host or a local network: added only by hand):\n",
+        );
+        for (target, count) in local {
+            let target = sandbox::broker::text::shown(target);
+            out.push_str(&format!("#   {target}  ({count} time(s))\n"));
+        }
+    }
     if !actions.is_empty() {
         out.push_str(
             "\n# Broker actions refused while learning, and not learned (a rule that allows one is a person's decision):\n",
@@ -596,6 +607,20 @@ fn refused_in_audit(
     }
 }
 
+/// Whether a refused destination (`host:port`) names an address that is
+/// not public: this host (`0.0.0.0` and `::` reach its loopback), its
+/// networks or the cloud metadata endpoint. The next pass would be given
+/// it (each is given what the one before was refused), so the command
+/// would reach the host's own services by asking once; a person adds such
+/// an entry by hand. A name that resolves there is refused by the proxy's
+/// address check whatever is learned.
+fn local_address(target: &str, own: &[std::net::IpAddr]) -> bool {
+    let host = target.rsplit_once(':').map_or(target, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| !sandbox_net::address::classify(ip, own).is_public())
+}
+
 /// `sandbox learn`.
 pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     let base = base(&args.profile, &args.out)?;
@@ -608,6 +633,9 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     // loopback) keeps its network, and nothing about it is learned.
     let proxied = base.policy.network.mode == sandbox::profile::policy::NetworkMode::Allowlist;
     let mut destinations: BTreeMap<String, u64> = BTreeMap::new();
+    // Destinations naming an address that is not public: never learned.
+    let mut local: BTreeMap<String, u64> = BTreeMap::new();
+    let own = sandbox_net::address::host_addresses().unwrap_or_default();
     let mut actions: BTreeMap<String, u64> = BTreeMap::new();
     let mut observed = Observations::default();
     let mut learned = entries(&observed, &base);
@@ -680,7 +708,12 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         // Only the proxy refuses destinations; without it there are none.
         if proxied {
             for (target, count) in refused {
-                *destinations.entry(target).or_default() += count;
+                let kept = if local_address(&target, &own) {
+                    &mut local
+                } else {
+                    &mut destinations
+                };
+                *kept.entry(target).or_default() += count;
             }
         }
         new.extend(
@@ -733,6 +766,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         observed: &observed,
         withheld: &withheld,
         destinations: &destinations,
+        local: &local,
         actions: &actions,
     };
     let text = render(&base, &args.command, &found);
@@ -783,6 +817,12 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             sandbox::learn::MAX_PATHS
         );
     }
+    for (target, count) in &local {
+        eprintln!(
+            "sandbox learn: refused by the allowlist's proxy and not learned: {} ({count} time(s)), an address of this host or a local network",
+            sandbox::broker::text::shown(target)
+        );
+    }
     for (action, count) in &actions {
         eprintln!(
             "sandbox learn: refused by the broker and not learned: {} ({count} time(s))",
@@ -802,6 +842,26 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_that_are_not_public_are_local() {
+        for target in [
+            "0.0.0.0:443",
+            "[::]:80",
+            "127.0.0.1:22",
+            "169.254.169.254:80",
+            "[::ffff:10.0.0.1]:5432",
+        ] {
+            assert!(local_address(target, &[]), "{target}");
+        }
+        for target in [
+            "registry.npmjs.org:443",
+            "1.1.1.1:443",
+            "[2606:4700::1111]:443",
+        ] {
+            assert!(!local_address(target, &[]), "{target}");
+        }
+    }
 
     #[test]
     fn credential_stores_are_found_at_any_depth() {

@@ -519,6 +519,77 @@ fn a_credential_store_the_command_asks_for_while_learning_is_never_shown_to_it()
     }
 }
 
+/// Found by an attacker: each pass is given the destinations the proxy
+/// refused the one before, so a command that asked for `0.0.0.0:PORT`
+/// (the host's loopback) in its first pass reached the host's own service
+/// there in the second. An address that is not public is never given nor
+/// learned; it is reported for a person to add by hand.
+#[test]
+fn a_learning_run_never_reaches_the_hosts_own_services_by_asking() {
+    let test = "a_learning_run_never_reaches_the_hosts_own_services_by_asking";
+    if !available(test, "/usr/bin/python3") {
+        return;
+    }
+    let case = Case::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = reached.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            use std::io::Write;
+            let mut stream = stream;
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let base = case.write(
+        "base.toml",
+        "version = 1\nextends = \"strict\"\n[network]\nmode = \"allowlist\"\nallow = [\"127.0.0.1:1\"]\n",
+    );
+    std::fs::write(
+        case.project.join("probe.py"),
+        format!(
+            "import urllib.request\n\
+             for host in ('0.0.0.0', '[::]', '127.0.0.1'):\n\
+             \x20   try:\n\
+             \x20       urllib.request.urlopen('http://%s:{port}/' % host, timeout=10)\n\
+             \x20   except Exception:\n\
+             \x20       pass\n"
+        ),
+    )
+    .unwrap();
+    let out_path = case.learned();
+    let base = base.display().to_string();
+    let out = case.sandbox(&[
+        "learn",
+        "--profile",
+        &base,
+        "--out",
+        &out_path,
+        "--",
+        "python3",
+        "probe.py",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !reached.load(std::sync::atomic::Ordering::SeqCst),
+        "a learning pass reached the host's loopback service: {stderr}"
+    );
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!code.contains(&port.to_string()), "{text}");
+    assert!(
+        text.contains(&format!("#   0.0.0.0:{port}  (")),
+        "the refusal is not reported: {text}"
+    );
+}
+
 /// The Node tool's fetch from its one host, through the allowlist's proxy
 /// of a base that lists nothing but the test server's loopback address
 /// (the address check's entry) and pins the name to it: the host:port is
