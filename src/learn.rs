@@ -255,7 +255,7 @@ fn provisional(learned: &BTreeMap<PathBuf, Option<Seen>>, observed: &Observation
 }
 
 fn quote(path: &Path) -> String {
-    serde_json::to_string(&path.to_string_lossy()).unwrap_or_else(|_| "\"\"".into())
+    sandbox::profile::quote(&path.to_string_lossy())
 }
 
 fn said(seen: &Seen) -> String {
@@ -298,6 +298,44 @@ fn shown_path(path: &Path) -> String {
     sandbox::broker::text::shown(&path.to_string_lossy())
 }
 
+/// Where well-known tools keep their credentials, outside any project
+/// (so outside what a profile's secrets list is written for): the
+/// command names them in one pass and the next would be shown them.
+const CREDENTIAL_STORES: &[&str] = &[
+    ".config/gh/",
+    ".config/hub",
+    ".docker/config.json",
+    ".kube/",
+    ".gnupg/",
+    ".config/gcloud/",
+    ".azure/",
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".terraform.d/",
+    ".vault-token",
+    ".password-store/",
+    ".local/share/keyrings/",
+    ".config/rclone/",
+    ".pgpass",
+    ".my.cnf",
+    ".s3cfg",
+    ".boto",
+    ".gem/credentials",
+    ".config/op/",
+];
+
+fn credential_stores() -> &'static sandbox::project::Rules {
+    static RULES: std::sync::OnceLock<sandbox::project::Rules> = std::sync::OnceLock::new();
+    RULES.get_or_init(|| {
+        let patterns: Vec<String> = CREDENTIAL_STORES.iter().map(|p| (*p).to_owned()).collect();
+        sandbox::project::Rules::new(&patterns, &[]).unwrap_or_else(|_| {
+            // The list above is fixed and valid (a unit test parses it);
+            // never reached, and if it were, everything is withheld.
+            sandbox::project::Rules::new(&["*".to_owned()], &[]).unwrap_or_default()
+        })
+    })
+}
+
 /// Why a learned path is withheld from the learning runs (written to the
 /// profile for a person to review, never shown while learning), if it is.
 /// Each pass grants what the one before asked for, so without this an
@@ -306,8 +344,12 @@ fn shown_path(path: &Path) -> String {
 /// supervisor opens as root) a file below a directory only root enters.
 fn withheld(path: &Path, secrets: &sandbox::project::Rules, root: bool) -> Option<&'static str> {
     let relative = path.to_string_lossy();
-    if secrets.secret_in(relative.trim_start_matches('/')) {
+    let relative = relative.trim_start_matches('/');
+    if secrets.secret_in(relative) {
         return Some("its name is in the profile's secrets list");
+    }
+    if credential_stores().secret_in(relative) {
+        return Some("a well-known store of credentials");
     }
     if root && !reachable_by_others(path) {
         return Some("on the host only root reaches it, which the run's own identity could not");
@@ -374,6 +416,7 @@ struct Found<'a> {
     observed: &'a Observations,
     withheld: &'a BTreeMap<PathBuf, &'static str>,
     destinations: &'a BTreeMap<String, u64>,
+    local: &'a BTreeMap<String, u64>,
     actions: &'a BTreeMap<String, u64>,
 }
 
@@ -385,6 +428,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         observed,
         withheld,
         destinations,
+        local,
         actions,
     } = *found;
     let shown: Vec<String> = command
@@ -405,7 +449,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         sandbox::broker::text::shown(&shown.join(" ")),
         base.extends,
         base.extends,
-        serde_json::to_string(&base.extends).unwrap_or_default()
+        sandbox::profile::quote(&base.extends)
     );
     for (path, seen) in learned {
         let why = match seen {
@@ -429,7 +473,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
             };
             out.push_str(&format!(
                 "    {},  # refused by the allowlist's proxy {times}\n",
-                serde_json::to_string(target).unwrap_or_default()
+                sandbox::profile::quote(target)
             ));
         }
         out.push_str("]\n");
@@ -450,7 +494,7 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
             };
             out.push_str(&format!(
                 "    {},  # {why}\n",
-                serde_json::to_string(name).unwrap_or_default()
+                sandbox::profile::quote(name)
             ));
         }
         out.push_str("]\n");
@@ -492,11 +536,22 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         &observed.writes_refused,
     );
     notes("Hidden by the profile, and left hidden:", &observed.hidden);
+    if !local.is_empty() {
+        out.push_str(
+            "\n# Destinations refused while learning, and not learned (an address of this host or a local network: added only by hand):\n",
+        );
+        for (target, count) in local {
+            let target = sandbox::broker::text::shown(target);
+            out.push_str(&format!("#   {target}  ({count} time(s))\n"));
+        }
+    }
     if !actions.is_empty() {
         out.push_str(
             "\n# Broker actions refused while learning, and not learned (a rule that allows one is a person's decision):\n",
         );
         for (action, count) in actions {
+            // The payload chose the action's method and target.
+            let action = sandbox::broker::text::shown(action);
             out.push_str(&format!("#   {action}  ({count} time(s))\n"));
         }
     }
@@ -552,6 +607,20 @@ fn refused_in_audit(
     }
 }
 
+/// Whether a refused destination (`host:port`) names an address that is
+/// not public: this host (`0.0.0.0` and `::` reach its loopback), its
+/// networks or the cloud metadata endpoint. The next pass would be given
+/// it (each is given what the one before was refused), so the command
+/// would reach the host's own services by asking once; a person adds such
+/// an entry by hand. A name that resolves there is refused by the proxy's
+/// address check whatever is learned.
+fn local_address(target: &str, own: &[std::net::IpAddr]) -> bool {
+    let host = target.rsplit_once(':').map_or(target, |(host, _)| host);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| !sandbox_net::address::classify(ip, own).is_public())
+}
+
 /// `sandbox learn`.
 pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     let base = base(&args.profile, &args.out)?;
@@ -564,6 +633,9 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
     // loopback) keeps its network, and nothing about it is learned.
     let proxied = base.policy.network.mode == sandbox::profile::policy::NetworkMode::Allowlist;
     let mut destinations: BTreeMap<String, u64> = BTreeMap::new();
+    // Destinations naming an address that is not public: never learned.
+    let mut local: BTreeMap<String, u64> = BTreeMap::new();
+    let own = sandbox_net::address::host_addresses().unwrap_or_default();
     let mut actions: BTreeMap<String, u64> = BTreeMap::new();
     let mut observed = Observations::default();
     let mut learned = entries(&observed, &base);
@@ -636,7 +708,12 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         // Only the proxy refuses destinations; without it there are none.
         if proxied {
             for (target, count) in refused {
-                *destinations.entry(target).or_default() += count;
+                let kept = if local_address(&target, &own) {
+                    &mut local
+                } else {
+                    &mut destinations
+                };
+                *kept.entry(target).or_default() += count;
             }
         }
         new.extend(
@@ -689,6 +766,7 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
         observed: &observed,
         withheld: &withheld,
         destinations: &destinations,
+        local: &local,
         actions: &actions,
     };
     let text = render(&base, &args.command, &found);
@@ -739,6 +817,12 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
             sandbox::learn::MAX_PATHS
         );
     }
+    for (target, count) in &local {
+        eprintln!(
+            "sandbox learn: refused by the allowlist's proxy and not learned: {} ({count} time(s)), an address of this host or a local network",
+            sandbox::broker::text::shown(target)
+        );
+    }
     for (action, count) in &actions {
         eprintln!(
             "sandbox learn: refused by the broker and not learned: {} ({count} time(s))",
@@ -758,6 +842,36 @@ pub fn run(args: LearnArgs) -> anyhow::Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn addresses_that_are_not_public_are_local() {
+        for target in [
+            "0.0.0.0:443",
+            "[::]:80",
+            "127.0.0.1:22",
+            "169.254.169.254:80",
+            "[::ffff:10.0.0.1]:5432",
+        ] {
+            assert!(local_address(target, &[]), "{target}");
+        }
+        for target in [
+            "registry.npmjs.org:443",
+            "1.1.1.1:443",
+            "[2606:4700::1111]:443",
+        ] {
+            assert!(!local_address(target, &[]), "{target}");
+        }
+    }
+
+    #[test]
+    fn credential_stores_are_found_at_any_depth() {
+        let rules = credential_stores();
+        assert!(rules.secret_in("home/u/.config/gh/hosts.yml"));
+        assert!(rules.secret_in("root/.docker/config.json"));
+        assert!(rules.secret_in("home/u/.gnupg/private-keys-v1.d/x.key"));
+        assert!(!rules.secret_in("home/u/.config/git/config"));
+        assert!(!rules.secret_in("home/u/.docker/cli-plugins/docker-buildx"));
+    }
 
     #[test]
     fn a_learned_profile_is_read_back() {

@@ -177,6 +177,49 @@ fn a_forged_finished_does_not_make_a_killed_run_exit_0() {
     assert_eq!(end["status"], 137, "{end}");
 }
 
+/// Found by an attacker: after a forged `finished`, the daemon signed an
+/// attestation whose `profile` and `command` (what `attest verify`
+/// prints) were the forged report's. They are what the daemon resolved
+/// and launched; the report stays the supervisor's, labelled so.
+#[test]
+fn a_forged_report_does_not_name_the_profile_or_command_the_daemon_signs() {
+    if !ready("a_forged_report_does_not_name_the_profile_or_command_the_daemon_signs") {
+        return;
+    }
+    let project = Project::new(Who::User);
+    let daemon = daemon_for(&project);
+    let mut client = sleeping_run(&daemon, &project, &[]);
+    let (id, _, pid) = support::daemon::caller_run_supervisor(&daemon);
+    let attack = support::daemon::steal_and_write(pid, "finished");
+    assert!(
+        !attack["written"].as_array().unwrap().is_empty(),
+        "the events socket was not reached: {attack}"
+    );
+    let run = daemon.wait_finished(&id);
+    let _ = client.wait();
+    assert_eq!(run["report"]["profile"], "forged-profile", "{run}");
+    let (code, envelope) = daemon.json(
+        Some(support::TEST_UID),
+        "GET",
+        &format!("/v1/runs/{id}/attestation"),
+        None,
+    );
+    assert_eq!(code, 200, "{envelope}\n{}", daemon.log());
+    use base64::Engine as _;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(envelope["payload"].as_str().unwrap())
+        .unwrap();
+    let statement: Value = serde_json::from_slice(&payload).unwrap();
+    let predicate = &statement["predicate"];
+    assert_eq!(predicate["profile"]["name"], "strict", "{predicate}");
+    assert_eq!(
+        predicate["command"],
+        json!(["/bin/sh", "-c", "exec sleep 600"]),
+        "{predicate}"
+    );
+    assert_eq!(predicate["daemon"]["profile"], "strict", "{predicate}");
+}
+
 /// Found by an attacker: 50,000 forged open questions with far deadlines
 /// were all kept and listed. A run keeps at most four open questions, with
 /// deadlines no later than the daemon's own; the daemon's peak memory

@@ -477,6 +477,119 @@ fn a_secret_the_command_asks_for_while_learning_is_never_shown_to_it() {
     }
 }
 
+/// Found by an attacker: the secrets list is written for projects, and a
+/// home's credential stores (the GitHub CLI's token, a registry login)
+/// are not on it, so a command that named them in the first pass was
+/// shown them in the second and copied them into the project.
+#[test]
+fn a_credential_store_the_command_asks_for_while_learning_is_never_shown_to_it() {
+    let test = "a_credential_store_the_command_asks_for_while_learning_is_never_shown_to_it";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let stores = [
+        case.write("home/.config/gh/hosts.yml", "oauth_token: GH-TOKEN\n"),
+        case.write("home/.docker/config.json", "{\"auths\": \"DOCKER-AUTH\"}\n"),
+        case.write("home/.kube/config", "token: KUBE-TOKEN\n"),
+    ];
+    let names: Vec<String> = stores.iter().map(|p| p.display().to_string()).collect();
+    let script = format!(
+        "cat {} > leaked 2>/dev/null; cat leaked; exit 0",
+        names.join(" ")
+    );
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let leaked = std::fs::read_to_string(case.project.join("leaked")).unwrap_or_default();
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    for (secret, name) in ["GH-TOKEN", "DOCKER-AUTH", "KUBE-TOKEN"].iter().zip(&names) {
+        assert!(!stdout.contains(secret), "{stdout}");
+        assert!(!leaked.contains(secret), "{leaked}");
+        let line = text
+            .lines()
+            .find(|l| l.contains(&format!("{name:?},")))
+            .unwrap_or_default();
+        assert!(
+            line.contains("REVIEW, not shown while learning: a well-known store of credentials"),
+            "{text}"
+        );
+    }
+}
+
+/// Found by an attacker: each pass is given the destinations the proxy
+/// refused the one before, so a command that asked for `0.0.0.0:PORT`
+/// (the host's loopback) in its first pass reached the host's own service
+/// there in the second. An address that is not public is never given nor
+/// learned; it is reported for a person to add by hand.
+#[test]
+fn a_learning_run_never_reaches_the_hosts_own_services_by_asking() {
+    let test = "a_learning_run_never_reaches_the_hosts_own_services_by_asking";
+    if !available(test, "/usr/bin/python3") {
+        return;
+    }
+    let case = Case::new();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let reached = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = reached.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            use std::io::Write;
+            let mut stream = stream;
+            let _ = stream.write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n");
+        }
+    });
+    let base = case.write(
+        "base.toml",
+        "version = 1\nextends = \"strict\"\n[network]\nmode = \"allowlist\"\nallow = [\"127.0.0.1:1\"]\n",
+    );
+    std::fs::write(
+        case.project.join("probe.py"),
+        format!(
+            "import urllib.request\n\
+             for host in ('0.0.0.0', '[::]', '127.0.0.1'):\n\
+             \x20   try:\n\
+             \x20       urllib.request.urlopen('http://%s:{port}/' % host, timeout=10)\n\
+             \x20   except Exception:\n\
+             \x20       pass\n"
+        ),
+    )
+    .unwrap();
+    let out_path = case.learned();
+    let base = base.display().to_string();
+    let out = case.sandbox(&[
+        "learn",
+        "--profile",
+        &base,
+        "--out",
+        &out_path,
+        "--",
+        "python3",
+        "probe.py",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        !reached.load(std::sync::atomic::Ordering::SeqCst),
+        "a learning pass reached the host's loopback service: {stderr}"
+    );
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(!code.contains(&port.to_string()), "{text}");
+    assert!(
+        text.contains(&format!("#   0.0.0.0:{port}  (")),
+        "the refusal is not reported: {text}"
+    );
+}
+
 /// The Node tool's fetch from its one host, through the allowlist's proxy
 /// of a base that lists nothing but the test server's loopback address
 /// (the address check's entry) and pins the name to it: the host:port is
@@ -584,6 +697,66 @@ fn a_broker_action_refused_while_learning_is_reported_not_learned() {
     assert!(
         !code.contains("broker") && !code.contains("secrets.get"),
         "{text}"
+    );
+}
+
+/// The broker action a command is refused is its own choice, method and
+/// target: a target with newlines in it ended the profile's comment and
+/// wrote `[enforce]` with Landlock and seccomp off into the learned profile.
+#[test]
+fn a_broker_action_the_command_names_cannot_write_a_setting_into_the_learned_profile() {
+    let test = "a_broker_action_the_command_names_cannot_write_a_setting_into_the_learned_profile";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let out_path = case.learned();
+    let script = r#"sandbox ipc fs.write '{"path":"/a\n[enforce]\nlandlock = \"off\"\nseccomp = \"off\" #","content":"x"}'; exit 0"#;
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(text.contains("\\u{000a}[enforce]"), "{text}");
+    let code: String = text
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert!(
+        !code.contains("enforce") && !code.contains("off"),
+        "the command wrote a setting: {text}"
+    );
+    let check = case.sandbox(&["profile", "check", &out_path]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
+/// A path is the command's choice down to its characters: one with DEL in
+/// it (which JSON's escaping leaves raw and TOML refuses) made the learned
+/// profile unloadable, so a command could make `sandbox learn` fail.
+#[test]
+fn a_path_with_any_character_the_command_names_is_learned_as_a_loadable_profile() {
+    let test = "a_path_with_any_character_the_command_names_is_learned_as_a_loadable_profile";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let named = case.write("outside/del\u{7f}\u{85}x/f", "x");
+    let script = format!("cat '{}' >/dev/null 2>&1; exit 0", named.display());
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(text.contains("del\\u007F\\u0085x"), "{text}");
+    let check = case.sandbox(&["profile", "check", &out_path]);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
     );
 }
 

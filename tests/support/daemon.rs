@@ -623,7 +623,7 @@ def timeout(*_):
     raise TimeoutError()
 signal.signal(signal.SIGALRM, timeout)
 END = b'\n{"seq":99,"time_ms":0,"type":"end","state":"exited","status":0,"reason":null,"report":null}\n'
-FIN = b'\n{"type":"finished","status":0,"report":{"version":1,"forged":true},"error":null}\n'
+FIN = b'\n{"type":"finished","status":0,"report":{"version":1,"forged":true,"profile":"forged-profile","command":["forged-command"]},"error":null}\n'
 LINE = b'{"seq":1,"time_ms":0,"type":"stdout","data":"' + b'x' * 4000 + b'"}\n'
 def ask(n):
     return b'{"type":"ask","id":%d,"caller":"command:forged","action":"fs.write","target":"/forged/%d","deadline_ms":18446744073709551615}\n' % (n, n)

@@ -6,8 +6,8 @@
 //! mode 0600 and owned by the daemon's user beneath a 0700 directory), so
 //! no caller can sign as the daemon. What it signs is labelled by who
 //! said it: the report is the run's supervisor's (a process of the
-//! caller's uid, so a claim), while the run's end and the audit chain's
-//! head are root's. The head anchored is the daemon's own chain, the one
+//! caller's uid, so a claim), while the profile and command the daemon
+//! launched, the run's end and the audit chain's head are root's. The head anchored is the daemon's own chain, the one
 //! the relay resealed every audit line into (`crate::relay`), read back
 //! from root's spool file and checked link by link before it is signed.
 
@@ -117,9 +117,16 @@ pub(super) async fn attestation(
             }
             None => serde_json::Value::Null,
         };
+        // What the daemon resolved and launched is root's to say: a report
+        // is the supervisor's (the caller may forge it), so its profile
+        // name and command, which `attest verify` prints, give way.
+        predicate["profile"]["name"] = serde_json::json!(record.profile);
+        predicate["command"] = serde_json::json!(record.command);
         predicate["daemon"] = serde_json::json!({
             "run": id,
             "uid": record.uid,
+            "profile": record.profile,
+            "command": record.command,
             "state": record.state,
             "status": record.status,
             "reason": record.reason,

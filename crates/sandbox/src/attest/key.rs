@@ -144,22 +144,12 @@ pub fn load_or_create(dir: &Path) -> Result<(SigningKey, bool), KeyError> {
     let (seed, key) = SigningKey::generate()?;
     let mut text = crate::audit::chain::hex(&seed);
     text.push('\n');
-    // O_EXCL: of two first uses at once one makes the key, and the other
-    // reads it below.
-    match crate::safe_file::create_new(&private, 0o600) {
-        Ok(mut file) => {
-            std::io::Write::write_all(&mut file, text.as_bytes()).map_err(|source| {
-                KeyError::Io {
-                    op: "writing",
-                    path: private.clone(),
-                    source,
-                }
-            })?;
-        }
-        Err(_) => {
-            let file = crate::safe_file::open_read(&private)?;
-            return read_private(file, &private).map(|key| (key, false));
-        }
+    // Written whole under another name, then named without replacing: of
+    // two first uses at once one makes the key and the other reads it
+    // below, never an empty or partial file (nor one a crash left).
+    if !crate::safe_file::create_whole(&private, text.as_bytes())? {
+        let file = crate::safe_file::open_read(&private)?;
+        return read_private(file, &private).map(|key| (key, false));
     }
     let mut public = crate::audit::chain::hex(key.public());
     public.push('\n');
@@ -269,6 +259,32 @@ mod tests {
         let signature = key.sign(b"m");
         assert!(verify(key.public(), b"m", &signature));
         assert!(!verify(key.public(), b"n", &signature));
+    }
+
+    /// The daemon makes its key on the first request that needs it, and
+    /// two requests may come at once: the one that loses the race read a
+    /// key file still empty and failed (and a daemon that stopped between
+    /// making the file and writing it would have kept an empty key).
+    #[test]
+    fn first_uses_at_once_all_get_the_one_key() {
+        for _ in 0..50 {
+            let dir = tempfile::tempdir().unwrap();
+            let home = dir.path().join("attest");
+            let start = std::sync::Arc::new(std::sync::Barrier::new(4));
+            let keys: Vec<_> = (0..4)
+                .map(|_| {
+                    let (home, start) = (home.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        load_or_create(&home).map(|(key, _)| *key.public())
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| t.join().unwrap().expect("every first use gets the key"))
+                .collect();
+            assert!(keys.windows(2).all(|w| w[0] == w[1]));
+        }
     }
 
     #[test]

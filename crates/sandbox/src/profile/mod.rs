@@ -257,8 +257,9 @@ fn decision_name(d: Decision) -> &'static str {
     }
 }
 
-/// A TOML basic string.
-fn quote(s: &str) -> String {
+/// A TOML basic string: every control character escaped (TOML refuses
+/// DEL and the C1 controls raw, which JSON's escaping leaves as they are).
+pub fn quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -19,7 +19,7 @@
 //!   created with `O_EXCL` and renamed over the old one within the same
 //!   directory descriptor, so a link at either name is replaced, not followed.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::Write;
 use std::os::fd::{AsFd, OwnedFd};
@@ -612,11 +612,51 @@ pub fn create_marker(path: &Path) -> Result<bool, SafeFileError> {
 /// crash never leaves half a file and a link at `path` is replaced, not
 /// written through.
 pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
+    let (dir, temporary, name) = write_temporary(path, bytes)?;
+    nix::fcntl::renameat(dir.as_fd(), temporary.as_os_str(), dir.as_fd(), name)
+        .map_err(|e| drop_temporary(&dir, &temporary, path, "replacing", e))
+}
+
+/// Create the file at `path` whole with `bytes`, readable by the owner
+/// only, unless something is there already: true when this call created
+/// it. Written as [`replace`] writes, then given its name without
+/// replacing (`RENAME_NOREPLACE`): of two callers at once exactly one
+/// creates it, and no caller, nor a crash, ever leaves the name on an
+/// empty or partial file for another to read.
+pub fn create_whole(path: &Path, bytes: &[u8]) -> Result<bool, SafeFileError> {
+    let (dir, temporary, name) = write_temporary(path, bytes)?;
+    match nix::fcntl::renameat2(
+        dir.as_fd(),
+        temporary.as_os_str(),
+        dir.as_fd(),
+        name,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    ) {
+        Ok(()) => Ok(true),
+        Err(errno) => {
+            let err = drop_temporary(&dir, &temporary, path, "creating", errno);
+            if errno == Errno::EEXIST {
+                Ok(false)
+            } else {
+                Err(err)
+            }
+        }
+    }
+}
+
+/// `bytes` written and synced to a fresh name beside `path`: the opened
+/// directory, that name, and `path`'s own name.
+fn write_temporary<'p>(
+    path: &'p Path,
+    bytes: &[u8],
+) -> Result<(OwnedFd, OsString, &'p OsStr), SafeFileError> {
     let (parent, name) = directory_and_name(path)?;
     let dir = open_dir_plain(parent, path)?;
     let mut temporary = OsString::from(".");
     temporary.push(name);
     temporary.push(format!(".{}.tmp", std::process::id()));
+    // Two threads of one process would share the pid's name.
+    temporary.push(format!(".{}", next_temporary()));
     let io = |op, source: Errno| SafeFileError::Io {
         op,
         path: path.to_path_buf(),
@@ -657,14 +697,33 @@ pub fn replace(path: &Path, bytes: &[u8]) -> Result<(), SafeFileError> {
             source,
         });
     }
-    nix::fcntl::renameat(dir.as_fd(), temporary.as_os_str(), dir.as_fd(), name).map_err(|e| {
-        let _ = nix::unistd::unlinkat(
-            dir.as_fd(),
-            temporary.as_os_str(),
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
-        io("replacing", e)
-    })
+    Ok((dir, temporary, name))
+}
+
+/// A number no other temporary of this process has.
+fn next_temporary() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Remove the temporary after `op` failed with `errno`: the error to return.
+fn drop_temporary(
+    dir: &OwnedFd,
+    temporary: &OsStr,
+    path: &Path,
+    op: &'static str,
+    errno: Errno,
+) -> SafeFileError {
+    let _ = nix::unistd::unlinkat(
+        dir.as_fd(),
+        temporary,
+        nix::unistd::UnlinkatFlags::NoRemoveDir,
+    );
+    SafeFileError::Io {
+        op,
+        path: path.to_path_buf(),
+        source: errno.into(),
+    }
 }
 
 #[cfg(test)]
