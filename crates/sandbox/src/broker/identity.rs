@@ -127,9 +127,40 @@ const MAX_COPIED: u64 = 16 << 20;
 
 enum Piece {
     Bytes(Vec<u8>),
-    /// An open file no sandbox of this caller can write: read when the
-    /// hash is taken.
-    Unwritable(std::fs::File),
+    /// A file no sandbox of this caller can write, named by its real path
+    /// and known by what `stat` said: opened and read when the hash is
+    /// taken, and no hash at all if it is not the same file unchanged.
+    /// Not held open: a daemon's caller may copy its supervisor's
+    /// descriptors, and a supervisor holds no file of root's.
+    Unwritable {
+        path: PathBuf,
+        seen: FileSeen,
+    },
+}
+
+/// What identifies a file's content without reading it: the same inode,
+/// with the same size and change times (a write or a rename sets the
+/// change time, which no one can set back).
+#[derive(PartialEq, Eq)]
+struct FileSeen {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileSeen {
+    fn of(meta: &std::fs::Metadata) -> FileSeen {
+        use std::os::unix::fs::MetadataExt;
+        FileSeen {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
 }
 
 /// What a caller runs, pinned before it starts, hashed when a grant, an
@@ -139,7 +170,8 @@ enum Piece {
 ///
 /// Files that no sandbox of this caller can write (root's, writable by
 /// nobody else, the caller not root: no sandbox ever writes as host root
-/// then) stay open and are read later; everything else (scripts, a
+/// then) are read later, and give no hash if they changed meanwhile;
+/// everything else (scripts, a
 /// project's files, arguments) is copied now, as [`hash`] would read it
 /// now. A skill's directory is hashed now.
 pub struct Pinned {
@@ -165,8 +197,14 @@ impl Sink for Pinned {
         }
         *budget -= meta.len();
         if !self.caller_is_root && meta.uid() == 0 && meta.mode() & 0o022 == 0 {
-            self.pieces.push(Piece::Unwritable(file));
-            return Some(());
+            let fd = std::os::fd::AsRawFd::as_raw_fd(&file);
+            if let Ok(path) = std::fs::read_link(format!("/proc/self/fd/{fd}")) {
+                self.pieces.push(Piece::Unwritable {
+                    path,
+                    seen: FileSeen::of(&meta),
+                });
+                return Some(());
+            }
         }
         let mut bytes = Vec::new();
         let allowed = MAX_COPIED.saturating_sub(self.copied);
@@ -221,10 +259,11 @@ impl Pinned {
         for piece in self.pieces {
             match piece {
                 Piece::Bytes(bytes) => Digest::update(&mut hasher, &bytes),
-                Piece::Unwritable(file) => {
-                    use std::io::Seek;
-                    let mut file = file;
-                    file.rewind().ok()?;
+                Piece::Unwritable { path, seen } => {
+                    let file = open_regular(&path, false)?;
+                    if FileSeen::of(&file.metadata().ok()?) != seen {
+                        return None;
+                    }
                     hash_file(&mut hasher, file, &mut budget)?;
                 }
             }
@@ -418,7 +457,7 @@ mod tests {
         };
         let root = nix::unistd::geteuid().is_root();
         for (mode, owner, read_later) in [
-            // Root's and writable by nobody else: left open, read later.
+            // Root's and writable by nobody else: read later.
             (0o755, 0, true),
             // Group-writable: copied now.
             (0o775, 0, false),
@@ -440,11 +479,11 @@ mod tests {
             let before = hash(&command).unwrap();
             let pinned = pin_for(&command, false);
             let copied = pinned.pinned.borrow().as_ref().unwrap().copied;
-            let left_open = root && owner == 0 && read_later;
-            let expected = if left_open { 8 } else { 8 + 11 };
+            let read_later_here = root && owner == 0 && read_later;
+            let expected = if read_later_here { 8 } else { 8 + 11 };
             assert_eq!(copied, expected, "mode {mode:o} owner {owner}");
             std::fs::write(dir.path().join("a.py"), "print(2)").unwrap();
-            if !left_open {
+            if !read_later_here {
                 std::fs::write(&python, "rewritten!!").unwrap();
             }
             assert_eq!(
@@ -452,6 +491,12 @@ mod tests {
                 Some(before.as_str()),
                 "mode {mode:o} owner {owner}"
             );
+            if read_later_here {
+                // Changed after all (only root could): no hash, so no grant.
+                let pinned = pin_for(&command, false);
+                std::fs::write(&python, "replaced by root").unwrap();
+                assert_eq!(pinned.get(), None);
+            }
         }
         // As root every file is copied: a sandbox of root may write as host
         // root through its idmapped trees.
