@@ -422,14 +422,18 @@ impl Engine {
         lock(&self.reviews).clear();
     }
 
-    fn dispatch(&self, message: Value) {
+    fn dispatch(&self, mut message: Value) {
         let method = message.get("method").and_then(Value::as_str);
         match (method, message.get("id")) {
             (None, Some(id)) => {
                 let Some(id) = id.as_u64() else { return };
-                let answer = match message.get("error") {
-                    Some(error) => Err(error.clone()),
-                    None => Ok(message.get("result").cloned().unwrap_or(Value::Null)),
+                // Taken, not cloned: the result is the skill's whole answer.
+                let answer = match message.get_mut("error").map(Value::take) {
+                    Some(error) => Err(error),
+                    None => Ok(message
+                        .get_mut("result")
+                        .map(Value::take)
+                        .unwrap_or(Value::Null)),
                 };
                 if let Some(waiter) = lock(&self.pending).remove(&id) {
                     let _ = waiter.send(answer);
