@@ -536,26 +536,32 @@ fn render(base: &Base, command: &[OsString], found: &Found<'_>) -> String {
         &observed.writes_refused,
     );
     notes("Hidden by the profile, and left hidden:", &observed.hidden);
-    if !local.is_empty() {
-        out.push_str(
-            "\n# Destinations refused while learning, and not learned (an address of this host or a local network: added only by hand):\n",
-        );
-        for (target, count) in local {
-            let target = sandbox::broker::text::shown(target);
-            out.push_str(&format!("#   {target}  ({count} time(s))\n"));
-        }
-    }
-    if !actions.is_empty() {
-        out.push_str(
-            "\n# Broker actions refused while learning, and not learned (a rule that allows one is a person's decision):\n",
-        );
-        for (action, count) in actions {
-            // The payload chose the action's method and target.
-            let action = sandbox::broker::text::shown(action);
-            out.push_str(&format!("#   {action}  ({count} time(s))\n"));
-        }
-    }
+    counted_notes(
+        &mut out,
+        "Destinations refused while learning, and not learned (an address of this host or a local network: added only by hand):",
+        local,
+    );
+    counted_notes(
+        &mut out,
+        "Broker actions refused while learning, and not learned (a rule that allows one is a person's decision):",
+        actions,
+    );
     out
+}
+
+/// A comment listing what was refused while learning, with counts. The
+/// payload chose each entry (a destination, a broker request's method and
+/// target), so each goes through `shown`: a newline in one would end the
+/// comment and write the rest as the profile's own settings.
+fn counted_notes(out: &mut String, title: &str, counts: &BTreeMap<String, u64>) {
+    if counts.is_empty() {
+        return;
+    }
+    out.push_str(&format!("\n# {title}\n"));
+    for (entry, count) in counts {
+        let entry = sandbox::broker::text::shown(entry);
+        out.push_str(&format!("#   {entry}  ({count} time(s))\n"));
+    }
 }
 
 /// An unnamed file for one pass's audit, gone when closed: no name in a

@@ -59,6 +59,16 @@ impl Case {
         self.dir.join("learned.toml").display().to_string()
     }
 
+    /// The learned profile passes `profile check`, with nothing to say.
+    fn assert_loads(&self) {
+        let check = self.sandbox(&["profile", "check", &self.learned()]);
+        assert!(
+            check.status.success() && check.stderr.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+
     /// Learn, then check: the profile checks, runs the command with no
     /// refusal, extends strict and writes nothing but reads; returns its text.
     fn learn_and_replay(&self, env: &[&str], command: &[&str]) -> String {
@@ -92,19 +102,9 @@ impl Case {
             "[syscalls]",
             "enforce",
         ] {
-            let code: String = text
-                .lines()
-                .map(|l| l.split('#').next().unwrap_or(""))
-                .collect::<Vec<_>>()
-                .join("\n");
-            assert!(!code.contains(widening), "{widening} in {text}");
+            assert!(!settings(&text).contains(widening), "{widening} in {text}");
         }
-        let check = self.sandbox(&["profile", "check", &out_path]);
-        assert!(
-            check.status.success() && check.stderr.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&check.stderr)
-        );
+        self.assert_loads();
         let mut args = vec!["run", "--profile", &out_path];
         for e in env {
             args.extend(["-e", e]);
@@ -120,6 +120,14 @@ impl Case {
         );
         (text, String::from_utf8_lossy(&out.stdout).into_owned())
     }
+}
+
+/// A profile's settings: its text without its comments.
+fn settings(text: &str) -> String {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// The learned entries, without their comments.
@@ -357,11 +365,7 @@ fn a_write_outside_the_view_while_learning_is_refused_and_not_learned() {
         "{stderr}"
     );
     let text = std::fs::read_to_string(&out_path).unwrap();
-    let code: String = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = settings(&text);
     assert!(!code.contains("write"), "{text}");
     // The existing file was read (`cat`), so it is learned read-only; the
     // planted one was only ever written, so it is not learned at all.
@@ -409,11 +413,7 @@ fn a_name_the_command_chooses_cannot_write_a_setting_into_the_learned_profile() 
         text.contains("\\u{000a}write"),
         "the refused write is not reported escaped: {text}"
     );
-    let code: String = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = settings(&text);
     assert!(
         !code.contains("write"),
         "the command wrote a setting: {text}"
@@ -578,11 +578,7 @@ fn a_learning_run_never_reaches_the_hosts_own_services_by_asking() {
         "a learning pass reached the host's loopback service: {stderr}"
     );
     let text = std::fs::read_to_string(&out_path).unwrap();
-    let code: String = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = settings(&text);
     assert!(!code.contains(&port.to_string()), "{text}");
     assert!(
         text.contains(&format!("#   0.0.0.0:{port}  (")),
@@ -639,22 +635,13 @@ fn a_node_tool_learns_the_one_host_it_fetches_from() {
     let text = std::fs::read_to_string(&out_path).unwrap();
     let wanted = format!("\"registry.test:{port}\",  # refused by the allowlist's proxy once");
     assert!(text.contains(&wanted), "{text}");
-    let code: String = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = settings(&text);
     // Only the one destination: no mode, no wider entry, no write.
     assert_eq!(code.matches("registry.test").count(), 1, "{text}");
     for widening in ["mode", "write", "\"*", "resolve"] {
         assert!(!code.contains(widening), "{widening} in {text}");
     }
-    let check = case.sandbox(&["profile", "check", &out_path]);
-    assert!(
-        check.status.success() && check.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    case.assert_loads();
     let before = server.connection_count();
     let run = case.sandbox(&["run", "--profile", &out_path, "--", "node", "fetch.js"]);
     assert_eq!(
@@ -689,11 +676,7 @@ fn a_broker_action_refused_while_learning_is_reported_not_learned() {
         text.contains("#   secrets.get DEPLOY_TOKEN  (1 time(s))"),
         "{text}"
     );
-    let code: String = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = settings(&text);
     assert!(
         !code.contains("broker") && !code.contains("secrets.get"),
         "{text}"
@@ -717,21 +700,12 @@ fn a_broker_action_the_command_names_cannot_write_a_setting_into_the_learned_pro
     assert!(out.status.success(), "{stderr}");
     let text = std::fs::read_to_string(&out_path).unwrap();
     assert!(text.contains("\\u{000a}[enforce]"), "{text}");
-    let code: String = text
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or(""))
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = settings(&text);
     assert!(
         !code.contains("enforce") && !code.contains("off"),
         "the command wrote a setting: {text}"
     );
-    let check = case.sandbox(&["profile", "check", &out_path]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    case.assert_loads();
 }
 
 /// A path is the command's choice down to its characters: one with DEL in
@@ -752,12 +726,7 @@ fn a_path_with_any_character_the_command_names_is_learned_as_a_loadable_profile(
     assert!(out.status.success(), "{stderr}");
     let text = std::fs::read_to_string(&out_path).unwrap();
     assert!(text.contains("del\\u007F\\u0085x"), "{text}");
-    let check = case.sandbox(&["profile", "check", &out_path]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    case.assert_loads();
 }
 
 /// A system call strict refuses (`get_mempolicy`: outside its allowlist,
@@ -849,12 +818,7 @@ fn a_system_call_strict_refuses_is_learned_and_refused_while_learning() {
         assert!(!code.iter().any(|l| l.contains(unlifted)), "{text}");
     }
 
-    let check = case.sandbox(&["profile", "check", &out_path]);
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stderr)
-    );
+    case.assert_loads();
     std::fs::remove_file(&result).unwrap();
     let mut args = vec!["run", "--profile", &out_path, "--"];
     args.extend(command);
