@@ -171,6 +171,37 @@ fn a_cpu_spinner_gets_about_its_share() {
     );
 }
 
+/// On cgroup v1 init moves itself into every hierarchy (`0` written to
+/// `tasks`), which skips the RCU grace period a move by pid waits for; the
+/// payload it forks is counted there: its processes in pids, its pages in
+/// memory, its time in cpu (the spinner above shows the quota).
+#[test]
+fn on_cgroup_v1_init_moves_itself_and_the_payload_is_counted() {
+    if !cgroups_writable("on_cgroup_v1_init_moves_itself_and_the_payload_is_counted") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let out = project.run_with(
+        &["--cpus", "1", "-v", "--report", "report.json"],
+        &["/bin/sh", "-c", "/bin/true & /bin/true & wait"],
+    );
+    assert_ok(&out, "sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("to move itself into its cgroup (v1 `tasks`)"),
+        "{stderr}"
+    );
+    let report = report(&project);
+    assert_eq!(report["enforced"]["cgroup"]["version"], 1);
+    let resources = &report["resources"];
+    // init, sh and its two children.
+    assert!(resources["pids_peak"].as_u64().unwrap() >= 3, "{resources}");
+    assert!(
+        resources["memory_peak"].as_u64().unwrap() > 0,
+        "{resources}"
+    );
+}
+
 #[test]
 fn the_run_cgroup_is_removed_afterwards() {
     if !cgroups_writable("the_run_cgroup_is_removed_afterwards") {

@@ -591,7 +591,7 @@ pub(super) fn become_caller(
                 .all(|path| {
                     std::os::unix::fs::chown(&path, Some(run_as.uid), Some(run_as.gid)).is_ok()
                 })
-            }) && cgroup.add(std::process::id() as i32).is_ok();
+            }) && cgroup.add_self().is_ok();
             if !delegated {
                 cgroup.remove();
             }

@@ -36,11 +36,23 @@ pub struct InitFds<'a> {
     /// The supervisor's ends, which init must close so that the supervisor's
     /// death is seen as end-of-file.
     pub supervisor_ends: [RawFd; 2],
-    /// The supervisor moves init into the run's cgroup while init builds
-    /// the root, and says so on the sync socket; init forks nothing before.
-    pub await_cgroup: bool,
+    /// How init gets into the run's cgroup before it forks anything.
+    pub cgroup: CgroupJoin<'a>,
     /// Where the allowlist's listening socket goes (the net process).
     pub net_handover: Option<BorrowedFd<'a>>,
+}
+
+/// How init enters the run's cgroup.
+#[derive(Clone, Copy)]
+pub enum CgroupJoin<'a> {
+    /// No cgroup, or created in it (`CLONE_INTO_CGROUP`).
+    AlreadyThere,
+    /// The supervisor moves init while init builds the root, and says so
+    /// on the sync socket.
+    BySupervisor,
+    /// cgroup v1: init writes `0` into each hierarchy's `tasks` file, open
+    /// here (see `RunCgroup::open_tasks_for_self_move`).
+    Itself(&'a [OwnedFd]),
 }
 
 /// Init's entry point after clone. Returns its exit status.
@@ -137,14 +149,22 @@ fn run<'a>(
         }
     }
 
-    // On cgroup v1 the move into the run's cgroup waits for an RCU grace
-    // period (about 1 ms, often 10): the supervisor does it while init
-    // builds the root above, and init waits here, before it forks anything
-    // that must be counted. The cgroup namespace is created after the move,
-    // so its root is the run's cgroup and the host's cgroup paths stay
-    // hidden.
-    if fds.await_cgroup {
-        match channel::wait_for_cgroup_joined(fds.sync) {
+    // Into the run's cgroup before anything is forked that must be
+    // counted. The cgroup namespace is created after the move, so its root
+    // is the run's cgroup and the host's cgroup paths stay hidden.
+    match fds.cgroup {
+        CgroupJoin::AlreadyThere => {}
+        CgroupJoin::Itself(tasks) => {
+            for file in tasks {
+                nix::unistd::write(file, b"0").step(Step::JoinCgroup, b"tasks")?;
+                // Init keeps no writable cgroup file for the whole run. Closed
+                // by number: init never drops the supervisor's copy, it exits.
+                let _ = nix::unistd::close(std::os::fd::AsRawFd::as_raw_fd(file));
+            }
+        }
+        // A move by another process waits for an RCU grace period (1 to
+        // 20 ms): the supervisor makes it while init builds the root above.
+        CgroupJoin::BySupervisor => match channel::wait_for_cgroup_joined(fds.sync) {
             Ok(()) => {}
             Err(channel::ChannelError::Closed) => return Err(None),
             Err(_) => {
@@ -154,7 +174,7 @@ fn run<'a>(
                     detail: b"",
                 }))
             }
-        }
+        },
     }
     if !without_namespaces {
         nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;

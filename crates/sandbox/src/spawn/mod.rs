@@ -76,10 +76,11 @@ pub enum Step {
     WaitForCgroup,
     WaitForCommand,
     ReviewLayer,
+    JoinCgroup,
 }
 
 impl Step {
-    const ALL: [Step; 43] = [
+    const ALL: [Step; 44] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -123,6 +124,7 @@ impl Step {
         Step::WaitForCgroup,
         Step::WaitForCommand,
         Step::ReviewLayer,
+        Step::JoinCgroup,
     ];
 
     fn from_u8(value: u8) -> Option<Step> {
@@ -176,6 +178,7 @@ impl Step {
             Step::Exec => "executing the command",
             Step::VerifyConfinement => "checking the payload's own view of its confinement",
             Step::WaitForCgroup => "waiting to be moved into the run's cgroup",
+            Step::JoinCgroup => "moving into the run's cgroup",
             Step::WaitForCommand => "waiting, warm, for the command",
         }
     }

@@ -297,6 +297,20 @@ impl RunCgroup {
         Ok(())
     }
 
+    /// Move the calling process into the cgroup. It must be single-threaded:
+    /// on v1 only the calling thread moves, by `0` written to each `tasks`
+    /// file, which spares the RCU grace period a move by pid waits for (see
+    /// [`RunCgroup::open_tasks_for_self_move`]).
+    pub fn add_self(&self) -> Result<(), CgroupError> {
+        if self.version != 1 {
+            return self.add(std::process::id() as i32);
+        }
+        for (_, dir) in &self.dirs {
+            write(&dir.join("tasks"), "0")?;
+        }
+        Ok(())
+    }
+
     /// The cgroup version (1 or 2).
     pub fn version(&self) -> u8 {
         self.version

@@ -12,7 +12,7 @@ use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
 
 use crate::spawn::channel::{self, Record};
-use crate::spawn::init::InitFds;
+use crate::spawn::init::{CgroupJoin, InitFds};
 use crate::spawn::prepare::{ChildPlan, Handover, Prepared};
 use crate::spawn::{SpawnError, Step};
 
@@ -72,11 +72,16 @@ pub(super) fn launch_init(
     .map_err(sys("socketpair(sync)"))?;
     let (report_read, report_write) =
         nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(report)"))?;
+    let mut self_move = cgroup.and_then(crate::cgroup::RunCgroup::open_tasks_for_self_move);
     let fds = InitFds {
         sync: sync_child.as_fd(),
         report: report_write.as_fd(),
         supervisor_ends: [sync_parent.as_raw_fd(), report_read.as_raw_fd()],
-        await_cgroup: cgroup.is_some(),
+        cgroup: match (cgroup, &self_move) {
+            (None, _) => CgroupJoin::AlreadyThere,
+            (Some(_), Some(tasks)) => CgroupJoin::Itself(tasks),
+            (Some(_), None) => CgroupJoin::BySupervisor,
+        },
         net_handover,
     };
     let plan = prepared.plan();
@@ -87,6 +92,7 @@ pub(super) fn launch_init(
     };
     drop(sync_child);
     drop(report_write);
+    let moves_itself = self_move.take().is_some();
     let launched = Launched {
         init_pid,
         pidfd,
@@ -100,15 +106,17 @@ pub(super) fn launch_init(
             namespace_names(plan.clone_flags),
             if created_in_cgroup {
                 ", created in its cgroup (CLONE_INTO_CGROUP)"
+            } else if moves_itself {
+                ", to move itself into its cgroup (v1 `tasks`)"
             } else {
                 ""
             }
         ),
     );
     // Init is released first and moved while it builds the root (see
-    // `InitFds::await_cgroup`).
+    // `CgroupJoin`), unless it was created there or moves itself.
     let joined = || match cgroup {
-        Some(_) if created_in_cgroup => Ok(()),
+        Some(_) if created_in_cgroup || moves_itself => Ok(()),
         Some(cgroup) => cgroup
             .add(init_pid.as_raw())
             .map_err(|err| SpawnError::LayerUnavailable {
@@ -312,7 +320,7 @@ pub(super) fn clone_init(
     let cgroup_dir = cgroup.and_then(crate::cgroup::RunCgroup::clone_target);
     if let Some(dir) = &cgroup_dir {
         let in_cgroup = InitFds {
-            await_cgroup: false,
+            cgroup: CgroupJoin::AlreadyThere,
             ..*fds
         };
         let cloned = crate::sys::clone::clone_into_cgroup(plan.clone_flags, dir.as_fd(), |init| {
