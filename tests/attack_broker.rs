@@ -381,6 +381,65 @@ fn a_stored_grant_binds_to_the_script_as_it_was_when_it_started() {
     assert!(!project.path().join("granted.txt").exists());
 }
 
+/// Found by an attacker: only an interpreter's first operand was hashed as
+/// its script, and `-E` (Python's "ignore the environment") was taken for
+/// inline code, an option's value (`-W ignore`) for the script. The real
+/// script was never hashed, so a grant given to it kept applying once a
+/// payload had rewritten it into anything else.
+#[test]
+fn a_grant_is_not_kept_by_a_rewritten_script_behind_an_option() {
+    if !support::require_root_sandbox("grants behind interpreter options") {
+        return;
+    }
+    let impostor = r#"import json, os, socket
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+f.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "fs.write", "params": {"path": "granted.txt", "content": "impostor"}}).encode() + b"\n")
+print(f.readline().decode().strip(), flush=True)
+"#;
+    for options in [&["-E"][..], &["-W", "ignore"], &["-X", "utf8"]] {
+        let project = Project::new(Who::Root);
+        let state = tempfile::tempdir().unwrap();
+        write_grant(state.path(), &project, &"0".repeat(64));
+        project.write("script.py", BENIGN);
+        let run = |project: &Project| {
+            project
+                .command()
+                .env("SANDBOX_STATE_DIR", state.path())
+                .args(["run", "--audit", "audit.jsonl", "--", "python3"])
+                .args(options)
+                .arg("script.py")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        let out = run(&project);
+        support::assert_ok(&out, "benign, not granted yet");
+        let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
+        let first: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+        let hash = first["caller_hash"].as_str().expect("caller_hash");
+        write_grant(state.path(), &project, hash);
+        let out = run(&project);
+        support::assert_ok(&out, "benign, granted");
+        assert!(
+            answers(&out)[0]["result"].is_object(),
+            "{options:?}: {out:?}"
+        );
+        std::fs::remove_file(project.path().join("granted.txt")).unwrap();
+
+        // What a payload of an earlier run could leave in the project.
+        project.write("script.py", impostor);
+        let out = run(&project);
+        support::assert_ok(&out, "impostor");
+        assert_eq!(
+            answers(&out)[0]["error"]["code"],
+            -32002,
+            "{options:?}: the grant applied to a rewritten script: {out:?}"
+        );
+        assert!(!project.path().join("granted.txt").exists(), "{options:?}");
+    }
+}
+
 #[test]
 fn audit_lines_carry_no_terminal_controls_or_line_separators() {
     if !support::require_root_sandbox("audit escapes") {

@@ -38,37 +38,65 @@ pub enum Program {
     },
 }
 
-/// Programs that run the file (or code) named by their first operand.
-fn is_interpreter(program: &Path) -> bool {
-    let Some(name) = program.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
+/// How an interpreter reads its command line, as far as finding its script
+/// needs: the options whose next argument is inline code, and the short
+/// options that take no value (so that what follows them is the script,
+/// not an option's value).
+struct Syntax {
+    code: &'static [&'static [u8]],
+    flags: &'static [u8],
+    /// `+o`-style options (the shells').
+    plus_options: bool,
+    /// The first operand is the program's text (awk), not a file.
+    text_program: bool,
+}
+
+/// Programs that run the file (or code) named on their command line.
+fn syntax(program: &Path) -> Option<Syntax> {
+    let name = program.file_name()?.to_str()?;
     let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-    matches!(
-        base,
-        "python"
-            | "pypy"
-            | "node"
-            | "nodejs"
-            | "deno"
-            | "bun"
-            | "sh"
-            | "bash"
-            | "dash"
-            | "zsh"
-            | "ksh"
-            | "mksh"
-            | "fish"
-            | "perl"
-            | "ruby"
-            | "php"
-            | "lua"
-            | "luajit"
-            | "Rscript"
-            | "tclsh"
-            | "awk"
-            | "gawk"
-    )
+    let syntax = |code, flags| Syntax {
+        code,
+        flags,
+        plus_options: false,
+        text_program: false,
+    };
+    Some(match base {
+        "python" | "pypy" => syntax(&[b"-c", b"-m"], b"bBdEhiIOPqsSuvVx"),
+        "node" | "nodejs" | "bun" => syntax(&[b"-e", b"--eval", b"-p", b"--print"], b""),
+        // `deno run`: the subcommand is an operand that names no file.
+        "deno" => syntax(&[], b""),
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" => Syntax {
+            plus_options: true,
+            ..syntax(&[b"-c"], b"abefhikmnprstuvxBCEHP")
+        },
+        "fish" => syntax(&[b"-c", b"--command"], b"ilnNP"),
+        "perl" => syntax(&[b"-e", b"-E"], b"acilnpsStTuUwWX"),
+        "ruby" => syntax(&[b"-e"], b"acdlnpsSvwW"),
+        "php" => syntax(&[b"-r"], b"ahHilmqsvw"),
+        "lua" | "luajit" => syntax(&[b"-e"], b"iEv"),
+        "Rscript" => syntax(&[b"-e"], b""),
+        "tclsh" => syntax(&[], b""),
+        "awk" | "gawk" => Syntax {
+            text_program: true,
+            ..syntax(&[b"-e", b"--source"], b"")
+        },
+        _ => return None,
+    })
+}
+
+impl Syntax {
+    fn is_option(&self, arg: &[u8]) -> bool {
+        arg.len() > 1 && (arg[0] == b'-' || (self.plus_options && arg[0] == b'+'))
+    }
+
+    /// Whether the option `arg` certainly does not take the next argument
+    /// as its value.
+    fn takes_no_value(&self, arg: &[u8]) -> bool {
+        arg == b"--"
+            || (arg.starts_with(b"--") && arg.contains(&b'='))
+            || (!arg.starts_with(b"--") && arg[1..].iter().all(|c| self.flags.contains(c)))
+    }
 }
 
 /// Open a regular file for hashing without blocking (a FIFO planted
@@ -343,31 +371,35 @@ fn walk_command(
         .find_map(|p| open_regular(p, true).map(|f| (p, f)))?;
     sink.bytes(b"program\0");
     sink.file(file, budget)?;
-    if is_interpreter(path) {
-        hash_operand(sink, args, cwd, budget)?;
+    if let Some(syntax) = syntax(path) {
+        hash_operand(sink, &syntax, args, cwd, budget)?;
     }
     Some(())
 }
 
-/// The script or inline code an interpreter is given: the first operand,
-/// or the argument of `-c`/`-e`/`--eval` (whatever precedes it is hashed
-/// too, as it changes what runs: `-m module`, `-r file`).
+/// The script or inline code an interpreter is given, and every argument
+/// before it (they change what runs: `-m module`, `-r file`). The script
+/// is the first operand, but an operand right after an option that may
+/// take a value (`-W ignore`, `-r ./preload.js`, `-o pipefail`) may be
+/// that value instead: every file named up to the first certain operand is
+/// hashed. Taking the first operand alone, a grant stayed with `python3
+/// -W ignore tool.py` whatever `tool.py` became. A directory as the script
+/// (`node .`) gives no hash: what it runs from it is not known here.
 fn hash_operand(
     hasher: &mut impl Sink,
+    syntax: &Syntax,
     args: &[OsString],
     cwd: &Path,
     budget: &mut u64,
 ) -> Option<()> {
+    let mut maybe_value = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         let bytes = arg.as_bytes();
         hasher.bytes(b"arg\0");
         hasher.bytes(bytes);
         hasher.bytes(b"\0");
-        if matches!(
-            bytes,
-            b"-c" | b"-e" | b"--eval" | b"-E" | b"-m" | b"-p" | b"--print"
-        ) {
+        if syntax.code.contains(&bytes) {
             if let Some(code) = iter.next() {
                 hasher.bytes(b"code\0");
                 hasher.bytes(code.as_bytes());
@@ -375,15 +407,24 @@ fn hash_operand(
             }
             return Some(());
         }
-        if bytes.starts_with(b"-") {
+        if syntax.is_option(bytes) {
+            maybe_value = !syntax.takes_no_value(bytes);
             continue;
         }
+        let operand = !std::mem::replace(&mut maybe_value, false);
         let path = cwd.join(arg);
-        if let Some(file) = open_regular(&path, true) {
-            hasher.bytes(b"script\0");
-            hasher.file(file, budget)?;
+        match open_regular(&path, true) {
+            Some(file) => {
+                hasher.bytes(b"script\0");
+                hasher.file(file, budget)?;
+                if operand {
+                    return Some(());
+                }
+            }
+            None if operand && syntax.text_program => return Some(()),
+            None if operand && path.is_dir() => return None,
+            None => {}
         }
-        return Some(());
     }
     Some(())
 }
@@ -509,6 +550,61 @@ mod tests {
             let pinned = pin_for(&command, true);
             assert_eq!(pinned.pinned.borrow().as_ref().unwrap().copied, 8 + 11);
         }
+    }
+
+    /// Found by an attacker: the script behind an option (`-E` taken for
+    /// inline code, `-W ignore` for the script) was never hashed, so a
+    /// grant outlived any rewrite of it.
+    #[test]
+    fn the_script_behind_an_option_is_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let hash_of = |program: &str, args: &[&str]| {
+            let path = dir.path().join(program);
+            std::fs::write(&path, "interpreter").unwrap();
+            hash(&Program::Command {
+                candidates: vec![path],
+                args: args.iter().map(Into::into).collect(),
+                cwd: dir.path().to_path_buf(),
+            })
+        };
+        let cases: &[(&str, &[&str])] = &[
+            ("python3", &["-E", "s"]),
+            ("python3", &["-W", "ignore", "s"]),
+            ("python3", &["-uW", "ignore", "s"]),
+            ("python3", &["-X", "dev", "s", "arg"]),
+            ("bash", &["-e", "s"]),
+            ("bash", &["-p", "s"]),
+            ("sh", &["-o", "errexit", "s"]),
+            ("bash", &["+o", "posix", "s"]),
+            ("node", &["-r", "pre.js", "s"]),
+            ("node", &["--require", "pre.js", "s", "x"]),
+            ("node", &["--no-warnings", "s"]),
+            ("deno", &["run", "-A", "s"]),
+            ("ruby", &["-I", "lib", "s"]),
+            ("php", &["-c", "php.ini", "s"]),
+        ];
+        std::fs::write(dir.path().join("pre.js"), "preload").unwrap();
+        for (program, args) in cases {
+            std::fs::write(dir.path().join("s"), "granted").unwrap();
+            let granted = hash_of(program, args);
+            assert!(granted.is_some(), "{program} {args:?}");
+            std::fs::write(dir.path().join("s"), "rewritten").unwrap();
+            assert_ne!(hash_of(program, args), granted, "{program} {args:?}");
+        }
+        // A certain operand ends the walk: the script's own arguments do not
+        // bind the grant.
+        std::fs::write(dir.path().join("s"), "granted").unwrap();
+        for (program, args) in [
+            ("python3", &["-u", "s", "pre.js"][..]),
+            ("bash", &["-ex", "s", "pre.js"]),
+            ("node", &["s", "pre.js"]),
+        ] {
+            let granted = hash_of(program, args);
+            std::fs::write(dir.path().join("pre.js"), "changed").unwrap();
+            assert_eq!(hash_of(program, args), granted, "{program} {args:?}");
+        }
+        // `node .` runs what the directory names: not known here, no hash.
+        assert_eq!(hash_of("node", &["."]), None);
     }
 
     #[test]
