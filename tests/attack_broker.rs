@@ -440,6 +440,74 @@ print(f.readline().decode().strip(), flush=True)
     }
 }
 
+/// Found by an attacker: the script was hashed through the supervisor's
+/// `/proc/self`, the interpreter in the sandbox read it through its own. A
+/// project link `s.py -> /proc/self/cwd/NAME/real.py` named the granted
+/// copy for a supervisor started beside the project (`--project NAME`)
+/// and the impostor in `NAME/NAME/` for the payload, whose working
+/// directory is the project: the grant applied to the impostor.
+#[test]
+fn a_grant_is_not_kept_by_a_script_behind_a_magic_link() {
+    if !support::require_root_sandbox("grants behind a magic link") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let name = project.path().file_name().unwrap().to_str().unwrap();
+    let parent = project.path().parent().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    write_grant(state.path(), &project, &"0".repeat(64));
+    let run = || {
+        project
+            .command()
+            .current_dir(parent)
+            .env("SANDBOX_STATE_DIR", state.path())
+            .arg("run")
+            .arg("--project")
+            .arg(project.path())
+            .arg("--audit")
+            .arg(state.path().join("audit.jsonl"))
+            .args(["--", "python3", "script.py"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    project.write("script.py", BENIGN);
+    let out = run();
+    support::assert_ok(&out, "benign, not granted yet");
+    let audit = std::fs::read_to_string(state.path().join("audit.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+    write_grant(
+        state.path(),
+        &project,
+        first["caller_hash"].as_str().expect("caller_hash"),
+    );
+
+    // What a payload of an earlier run could leave in the project.
+    project.write("real.py", BENIGN);
+    project.write(
+        &format!("{name}/real.py"),
+        &IMPOSTOR.replace("BENIGN", &format!("{BENIGN:?}")),
+    );
+    std::fs::remove_file(project.path().join("script.py")).unwrap();
+    std::os::unix::fs::symlink(
+        format!("/proc/self/cwd/{name}/real.py"),
+        project.path().join("script.py"),
+    )
+    .unwrap();
+    let out = run();
+    support::assert_ok(&out, "impostor");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"id\":0"),
+        "the impostor ran: {out:?}"
+    );
+    assert_eq!(
+        answers(&out)[0]["error"]["code"],
+        -32002,
+        "the grant applied to the impostor: {out:?}"
+    );
+    assert!(!project.path().join("granted.txt").exists());
+}
+
 #[test]
 fn audit_lines_carry_no_terminal_controls_or_line_separators() {
     if !support::require_root_sandbox("audit escapes") {

@@ -100,14 +100,20 @@ impl Syntax {
 }
 
 /// Open a regular file for hashing without blocking (a FIFO planted
-/// where the script should be would otherwise hold the supervisor).
+/// where the script should be would otherwise hold the supervisor), and
+/// through no `/proc` magic link: `/proc/self/cwd/...` names one file for
+/// the supervisor and another for the payload, which reads it in its own
+/// working directory, root and descriptors.
 fn open_regular(path: &Path, follow: bool) -> Option<std::fs::File> {
     // O_PATH: no open() of a device or a FIFO runs before the type is known.
     let mut flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
     if !follow {
         flags |= OFlag::O_NOFOLLOW;
     }
-    let fd = nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()).ok()?;
+    let how = nix::fcntl::OpenHow::new()
+        .flags(flags)
+        .resolve(nix::fcntl::ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how).ok()?;
     let st = nix::sys::stat::fstat(&fd).ok()?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return None;
@@ -366,9 +372,12 @@ fn walk_command(
     cwd: &Path,
     budget: &mut u64,
 ) -> Option<()> {
-    let (path, file) = candidates
+    // The first that exists is what runs: one that cannot be hashed as a
+    // regular file gives no hash, rather than the hash of the next.
+    let path = candidates
         .iter()
-        .find_map(|p| open_regular(p, true).map(|f| (p, f)))?;
+        .find(|p| std::fs::symlink_metadata(p).is_ok())?;
+    let file = open_regular(path, true)?;
     sink.bytes(b"program\0");
     sink.file(file, budget)?;
     if let Some(syntax) = syntax(path) {
@@ -383,8 +392,11 @@ fn walk_command(
 /// take a value (`-W ignore`, `-r ./preload.js`, `-o pipefail`) may be
 /// that value instead: every file named up to the first certain operand is
 /// hashed. Taking the first operand alone, a grant stayed with `python3
-/// -W ignore tool.py` whatever `tool.py` became. A directory as the script
-/// (`node .`) gives no hash: what it runs from it is not known here.
+/// -W ignore tool.py` whatever `tool.py` became. A name that is there but
+/// is no regular file reached without a magic link (a directory as in
+/// `node .`, a FIFO, a link through `/proc/self`) gives no hash: what it
+/// runs is not known here, and a hash without it would let a grant apply
+/// whatever it runs.
 fn hash_operand(
     hasher: &mut impl Sink,
     syntax: &Syntax,
@@ -422,7 +434,7 @@ fn hash_operand(
                 }
             }
             None if operand && syntax.text_program => return Some(()),
-            None if operand && path.is_dir() => return None,
+            None if std::fs::symlink_metadata(&path).is_ok() => return None,
             None => {}
         }
     }
@@ -603,8 +615,12 @@ mod tests {
             std::fs::write(dir.path().join("pre.js"), "changed").unwrap();
             assert_eq!(hash_of(program, args), granted, "{program} {args:?}");
         }
-        // `node .` runs what the directory names: not known here, no hash.
+        // `node .` runs what the directory names: not known here, no hash;
+        // nor for a script reached through the supervisor's own `/proc`.
         assert_eq!(hash_of("node", &["."]), None);
+        std::os::unix::fs::symlink("/proc/self/cwd/s", dir.path().join("link")).unwrap();
+        assert_eq!(hash_of("python3", &["link"]), None);
+        assert_eq!(hash_of("python3", &["-X", "dev", "link"]), None);
     }
 
     #[test]
@@ -626,9 +642,10 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o600),
         )
         .unwrap();
-        assert!(
-            hash(&command("fifo")).is_some(),
-            "a FIFO neither blocks nor counts as a script"
+        assert_eq!(
+            hash(&command("fifo")),
+            None,
+            "a FIFO neither blocks nor gives a hash without its content"
         );
         let skill = Program::Skill {
             dir: dir.path().to_path_buf(),
