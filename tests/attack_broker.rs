@@ -508,6 +508,93 @@ fn a_grant_is_not_kept_by_a_script_behind_a_magic_link() {
     assert!(!project.path().join("granted.txt").exists());
 }
 
+/// Found by an attacker: a script run by its `#!` line was hashed, its
+/// interpreter was not. With the interpreter in the project (a virtualenv's
+/// `python` link), a payload of an earlier run replaced it, and the grant
+/// given to the script went to whatever the interpreter became.
+#[test]
+fn a_grant_is_not_kept_by_a_replaced_shebang_interpreter() {
+    if !support::require_root_sandbox("grants and #! interpreters") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let state = tempfile::tempdir().unwrap();
+    // The system's, which the view shows (a PATH entry may be a shim in
+    // a home directory it does not).
+    let python = std::path::PathBuf::from("/usr/bin/python3");
+    if !python.exists() {
+        let why = "SKIP: no /usr/bin/python3";
+        assert!(std::env::var_os("SANDBOX_TEST_REQUIRE").is_none(), "{why}");
+        eprintln!("{why}");
+        return;
+    }
+    let interpreter = project.path().join("venv/python");
+    std::fs::create_dir_all(interpreter.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&python, &interpreter).unwrap();
+    let tool = project.write("tool", &format!("#!{}\n{BENIGN}", interpreter.display()));
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let grant = |hash: &str| {
+        let grant = serde_json::json!([{
+            "project": project.path(),
+            "caller": "command:./tool",
+            "hash": hash,
+            "action": "fs.write",
+            "pattern": "granted.txt",
+            "decision": "allow",
+            "time": 1,
+            "by_person": true,
+        }]);
+        std::fs::write(state.path().join("grants.json"), grant.to_string()).unwrap();
+    };
+    grant(&"0".repeat(64));
+    let run = || {
+        project
+            .command()
+            .env("SANDBOX_STATE_DIR", state.path())
+            .arg("run")
+            .arg("--audit")
+            .arg(state.path().join("audit.jsonl"))
+            .args(["--", "./tool"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    support::assert_ok(&out, "benign, not granted yet");
+    let audit = std::fs::read_to_string(state.path().join("audit.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+    grant(first["caller_hash"].as_str().expect("caller_hash"));
+    let out = run();
+    support::assert_ok(&out, "benign, granted");
+    assert!(answers(&out)[0]["result"].is_object(), "{out:?}");
+    std::fs::remove_file(project.path().join("granted.txt")).unwrap();
+
+    // The interpreter replaced by a script of the payload's, run by
+    // Python in its place (the kernel runs an interpreter's own `#!`).
+    std::fs::remove_file(&interpreter).unwrap();
+    project.write(
+        "venv/python",
+        &format!(
+            "#!{}\n{}",
+            python.display(),
+            BENIGN.replace("\"benign\"", "\"impostor\"")
+        ),
+    );
+    std::fs::set_permissions(
+        &interpreter,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = run();
+    support::assert_ok(&out, "impostor");
+    assert_eq!(
+        answers(&out)[0]["error"]["code"],
+        -32002,
+        "the grant applied to a replaced interpreter: {out:?}"
+    );
+    assert!(!project.path().join("granted.txt").exists());
+}
+
 #[test]
 fn audit_lines_carry_no_terminal_controls_or_line_separators() {
     if !support::require_root_sandbox("audit escapes") {

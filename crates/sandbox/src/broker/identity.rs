@@ -1,8 +1,9 @@
 //! What a caller runs, hashed before it runs: stored grants are keyed by
 //! this hash, so a grant given to one program does not carry over to a
 //! changed one. It is taken in the supervisor before the sandbox is
-//! created, from the files that will be executed: the program, and for an
-//! interpreter the script it is given (or the code on its command line);
+//! created, from the files that will be executed: the program (and the
+//! interpreters its `#!` line names), and for an interpreter the script it
+//! is given (or the code on its command line);
 //! for a skill, every file of its directory. Taken any later, the payload
 //! could first rewrite its own script into the granted one.
 
@@ -379,11 +380,44 @@ fn walk_command(
         .find(|p| std::fs::symlink_metadata(p).is_ok())?;
     let file = open_regular(path, true)?;
     sink.bytes(b"program\0");
+    let mut interpreter = shebang(&file, cwd);
     sink.file(file, budget)?;
+    // A script run by its `#!` line runs its interpreter, which may be the
+    // project's to change (a virtualenv's `python`): hashed too, and its
+    // own, as far as the kernel follows them.
+    for _ in 0..MAX_SHEBANGS {
+        let Some(path) = interpreter else { break };
+        let file = open_regular(&path, true)?;
+        sink.bytes(b"interpreter\0");
+        interpreter = shebang(&file, cwd);
+        sink.file(file, budget)?;
+    }
+    if interpreter.is_some() {
+        return None;
+    }
     if let Some(syntax) = syntax(path) {
         hash_operand(sink, &syntax, args, cwd, budget)?;
     }
     Some(())
+}
+
+/// How many `#!` interpreters in a chain the kernel runs (its
+/// `MAX_BINPRM_DEPTH`, less the script itself).
+const MAX_SHEBANGS: usize = 4;
+
+/// The interpreter a `#!` line names (a relative one from the working
+/// directory, where the kernel looks for it): the first word after `#!`
+/// in the kernel's first 256 bytes.
+fn shebang(file: &std::fs::File, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 256];
+    let read = file.read_at(&mut head, 0).ok()?;
+    let line = head[..read].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let name = line
+        .split(|&b| b == b' ' || b == b'\t')
+        .find(|word| !word.is_empty())?;
+    Some(cwd.join(std::ffi::OsStr::from_bytes(name)))
 }
 
 /// The script or inline code an interpreter is given, and every argument
@@ -621,6 +655,36 @@ mod tests {
         std::os::unix::fs::symlink("/proc/self/cwd/s", dir.path().join("link")).unwrap();
         assert_eq!(hash_of("python3", &["link"]), None);
         assert_eq!(hash_of("python3", &["-X", "dev", "link"]), None);
+    }
+
+    /// Found by an attacker: a `#!` script's interpreter was not hashed, so
+    /// a grant given to the script went to whatever the project's
+    /// interpreter (a virtualenv's `python`) became.
+    #[test]
+    fn a_scripts_interpreter_is_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let interpreter = dir.path().join("venv-python");
+        let tool = dir.path().join("tool");
+        std::fs::write(&interpreter, "interpreter").unwrap();
+        std::fs::write(&tool, format!("#!{} -u\nprint(1)\n", interpreter.display())).unwrap();
+        let command = |name: &Path| Program::Command {
+            candidates: vec![name.to_path_buf()],
+            args: vec![],
+            cwd: dir.path().to_path_buf(),
+        };
+        let granted = hash(&command(&tool)).unwrap();
+        std::fs::write(&interpreter, "impostor!!!").unwrap();
+        assert_ne!(hash(&command(&tool)).unwrap(), granted);
+        // Relative to the working directory, as the kernel finds it.
+        std::fs::write(&tool, "#!venv-python\nprint(1)\n").unwrap();
+        let granted = hash(&command(&tool)).unwrap();
+        std::fs::write(&interpreter, "interpreter").unwrap();
+        assert_ne!(hash(&command(&tool)).unwrap(), granted);
+        // No interpreter there, or a chain longer than the kernel runs: no hash.
+        std::fs::write(&tool, "#!missing\n").unwrap();
+        assert_eq!(hash(&command(&tool)), None);
+        std::fs::write(&tool, "#!tool\n").unwrap();
+        assert_eq!(hash(&command(&tool)), None);
     }
 
     #[test]
