@@ -354,6 +354,48 @@ fn withheld(path: &Path, secrets: &sandbox::project::Rules, root: bool) -> Optio
     if root && !reachable_by_others(path) {
         return Some("on the host only root reaches it, which the run's own identity could not");
     }
+    holds_secrets(path, secrets)
+}
+
+/// Most entries looked at beneath one learned directory; past it the
+/// directory is withheld, as it could not be checked.
+const MAX_CHECKED: usize = 10_000;
+
+/// Why a learned directory is withheld for what is beneath it: shown, it
+/// would show every file in it, and a command that listed `~/.config` in
+/// one pass read `~/.config/gh/hosts.yml` in the next.
+fn holds_secrets(path: &Path, secrets: &sandbox::project::Rules) -> Option<&'static str> {
+    let is_dir = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+    if !is_dir(path) {
+        return None;
+    }
+    let mut checked = 0usize;
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            checked += 1;
+            if checked > MAX_CHECKED {
+                return Some("a directory too large to check for secrets and credential stores");
+            }
+            let inner = entry.path();
+            let relative = inner.to_string_lossy();
+            let relative = relative.trim_start_matches('/');
+            if secrets.secret_in(relative) {
+                return Some(
+                    "a directory holding a file whose name is in the profile's secrets list",
+                );
+            }
+            if credential_stores().secret_in(relative) {
+                return Some("a directory holding a well-known store of credentials");
+            }
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                stack.push(inner);
+            }
+        }
+    }
     None
 }
 

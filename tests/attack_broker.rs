@@ -381,6 +381,220 @@ fn a_stored_grant_binds_to_the_script_as_it_was_when_it_started() {
     assert!(!project.path().join("granted.txt").exists());
 }
 
+/// Found by an attacker: only an interpreter's first operand was hashed as
+/// its script, and `-E` (Python's "ignore the environment") was taken for
+/// inline code, an option's value (`-W ignore`) for the script. The real
+/// script was never hashed, so a grant given to it kept applying once a
+/// payload had rewritten it into anything else.
+#[test]
+fn a_grant_is_not_kept_by_a_rewritten_script_behind_an_option() {
+    if !support::require_root_sandbox("grants behind interpreter options") {
+        return;
+    }
+    let impostor = r#"import json, os, socket
+s = socket.socket(fileno=int(os.environ["SANDBOX_IPC_FD"]))
+f = s.makefile("rwb", buffering=0)
+f.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "fs.write", "params": {"path": "granted.txt", "content": "impostor"}}).encode() + b"\n")
+print(f.readline().decode().strip(), flush=True)
+"#;
+    for options in [&["-E"][..], &["-W", "ignore"], &["-X", "utf8"]] {
+        let project = Project::new(Who::Root);
+        let state = tempfile::tempdir().unwrap();
+        write_grant(state.path(), &project, &"0".repeat(64));
+        project.write("script.py", BENIGN);
+        let run = |project: &Project| {
+            project
+                .command()
+                .env("SANDBOX_STATE_DIR", state.path())
+                .args(["run", "--audit", "audit.jsonl", "--", "python3"])
+                .args(options)
+                .arg("script.py")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        let out = run(&project);
+        support::assert_ok(&out, "benign, not granted yet");
+        let audit = std::fs::read_to_string(project.path().join("audit.jsonl")).unwrap();
+        let first: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+        let hash = first["caller_hash"].as_str().expect("caller_hash");
+        write_grant(state.path(), &project, hash);
+        let out = run(&project);
+        support::assert_ok(&out, "benign, granted");
+        assert!(
+            answers(&out)[0]["result"].is_object(),
+            "{options:?}: {out:?}"
+        );
+        std::fs::remove_file(project.path().join("granted.txt")).unwrap();
+
+        // What a payload of an earlier run could leave in the project.
+        project.write("script.py", impostor);
+        let out = run(&project);
+        support::assert_ok(&out, "impostor");
+        assert_eq!(
+            answers(&out)[0]["error"]["code"],
+            -32002,
+            "{options:?}: the grant applied to a rewritten script: {out:?}"
+        );
+        assert!(!project.path().join("granted.txt").exists(), "{options:?}");
+    }
+}
+
+/// Found by an attacker: the script was hashed through the supervisor's
+/// `/proc/self`, the interpreter in the sandbox read it through its own. A
+/// project link `s.py -> /proc/self/cwd/NAME/real.py` named the granted
+/// copy for a supervisor started beside the project (`--project NAME`)
+/// and the impostor in `NAME/NAME/` for the payload, whose working
+/// directory is the project: the grant applied to the impostor.
+#[test]
+fn a_grant_is_not_kept_by_a_script_behind_a_magic_link() {
+    if !support::require_root_sandbox("grants behind a magic link") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let name = project.path().file_name().unwrap().to_str().unwrap();
+    let parent = project.path().parent().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    write_grant(state.path(), &project, &"0".repeat(64));
+    let run = || {
+        project
+            .command()
+            .current_dir(parent)
+            .env("SANDBOX_STATE_DIR", state.path())
+            .arg("run")
+            .arg("--project")
+            .arg(project.path())
+            .arg("--audit")
+            .arg(state.path().join("audit.jsonl"))
+            .args(["--", "python3", "script.py"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    project.write("script.py", BENIGN);
+    let out = run();
+    support::assert_ok(&out, "benign, not granted yet");
+    let audit = std::fs::read_to_string(state.path().join("audit.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+    write_grant(
+        state.path(),
+        &project,
+        first["caller_hash"].as_str().expect("caller_hash"),
+    );
+
+    // What a payload of an earlier run could leave in the project.
+    project.write("real.py", BENIGN);
+    project.write(
+        &format!("{name}/real.py"),
+        &IMPOSTOR.replace("BENIGN", &format!("{BENIGN:?}")),
+    );
+    std::fs::remove_file(project.path().join("script.py")).unwrap();
+    std::os::unix::fs::symlink(
+        format!("/proc/self/cwd/{name}/real.py"),
+        project.path().join("script.py"),
+    )
+    .unwrap();
+    let out = run();
+    support::assert_ok(&out, "impostor");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("\"id\":0"),
+        "the impostor ran: {out:?}"
+    );
+    assert_eq!(
+        answers(&out)[0]["error"]["code"],
+        -32002,
+        "the grant applied to the impostor: {out:?}"
+    );
+    assert!(!project.path().join("granted.txt").exists());
+}
+
+/// Found by an attacker: a script run by its `#!` line was hashed, its
+/// interpreter was not. With the interpreter in the project (a virtualenv's
+/// `python` link), a payload of an earlier run replaced it, and the grant
+/// given to the script went to whatever the interpreter became.
+#[test]
+fn a_grant_is_not_kept_by_a_replaced_shebang_interpreter() {
+    if !support::require_root_sandbox("grants and #! interpreters") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let state = tempfile::tempdir().unwrap();
+    // The system's, which the view shows (a PATH entry may be a shim in
+    // a home directory it does not).
+    let python = std::path::PathBuf::from("/usr/bin/python3");
+    if !python.exists() {
+        let why = "SKIP: no /usr/bin/python3";
+        assert!(std::env::var_os("SANDBOX_TEST_REQUIRE").is_none(), "{why}");
+        eprintln!("{why}");
+        return;
+    }
+    let interpreter = project.path().join("venv/python");
+    std::fs::create_dir_all(interpreter.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&python, &interpreter).unwrap();
+    let tool = project.write("tool", &format!("#!{}\n{BENIGN}", interpreter.display()));
+    std::fs::set_permissions(&tool, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let grant = |hash: &str| {
+        let grant = serde_json::json!([{
+            "project": project.path(),
+            "caller": "command:./tool",
+            "hash": hash,
+            "action": "fs.write",
+            "pattern": "granted.txt",
+            "decision": "allow",
+            "time": 1,
+            "by_person": true,
+        }]);
+        std::fs::write(state.path().join("grants.json"), grant.to_string()).unwrap();
+    };
+    grant(&"0".repeat(64));
+    let run = || {
+        project
+            .command()
+            .env("SANDBOX_STATE_DIR", state.path())
+            .arg("run")
+            .arg("--audit")
+            .arg(state.path().join("audit.jsonl"))
+            .args(["--", "./tool"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    support::assert_ok(&out, "benign, not granted yet");
+    let audit = std::fs::read_to_string(state.path().join("audit.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(audit.lines().next().unwrap()).unwrap();
+    grant(first["caller_hash"].as_str().expect("caller_hash"));
+    let out = run();
+    support::assert_ok(&out, "benign, granted");
+    assert!(answers(&out)[0]["result"].is_object(), "{out:?}");
+    std::fs::remove_file(project.path().join("granted.txt")).unwrap();
+
+    // The interpreter replaced by a script of the payload's, run by
+    // Python in its place (the kernel runs an interpreter's own `#!`).
+    std::fs::remove_file(&interpreter).unwrap();
+    project.write(
+        "venv/python",
+        &format!(
+            "#!{}\n{}",
+            python.display(),
+            BENIGN.replace("\"benign\"", "\"impostor\"")
+        ),
+    );
+    std::fs::set_permissions(
+        &interpreter,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let out = run();
+    support::assert_ok(&out, "impostor");
+    assert_eq!(
+        answers(&out)[0]["error"]["code"],
+        -32002,
+        "the grant applied to a replaced interpreter: {out:?}"
+    );
+    assert!(!project.path().join("granted.txt").exists());
+}
+
 #[test]
 fn audit_lines_carry_no_terminal_controls_or_line_separators() {
     if !support::require_root_sandbox("audit escapes") {

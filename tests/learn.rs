@@ -835,3 +835,40 @@ fn a_system_call_strict_refuses_is_learned_and_refused_while_learning() {
         [0, libc::EPERM, libc::EPERM]
     );
 }
+
+/// Found by an attacker: only a credential store itself (or a path in it)
+/// was withheld; a directory holding one (`~/.config`, the home) was
+/// learned from a first pass that listed it, and the next pass, shown the
+/// whole directory, read the store inside it.
+#[test]
+fn a_directory_holding_a_credential_store_is_never_shown_while_learning() {
+    let test = "a_directory_holding_a_credential_store_is_never_shown_while_learning";
+    if !available(test, "/bin/sh") {
+        return;
+    }
+    let case = Case::new();
+    let store = case.write("home/.config/gh/hosts.yml", "oauth_token: GH-TOKEN\n");
+    let config = store.parent().unwrap().parent().unwrap().to_path_buf();
+    let script = format!(
+        "/usr/bin/python3 -c 'import os,sys\ntry: os.listdir(sys.argv[1])\nexcept OSError: pass' {}; cat {} > leaked 2>/dev/null; cat leaked; exit 0",
+        config.display(),
+        store.display()
+    );
+    let out_path = case.learned();
+    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let leaked = std::fs::read_to_string(case.project.join("leaked")).unwrap_or_default();
+    let text = std::fs::read_to_string(&out_path).unwrap();
+    assert!(!stdout.contains("GH-TOKEN"), "{stdout}\n{text}");
+    assert!(!leaked.contains("GH-TOKEN"), "{leaked}\n{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains(&format!("{:?},", config.display().to_string())))
+        .unwrap_or_default();
+    assert!(
+        line.contains("REVIEW, not shown while learning: a directory holding a well-known store of credentials"),
+        "{text}"
+    );
+}

@@ -1,8 +1,9 @@
 //! What a caller runs, hashed before it runs: stored grants are keyed by
 //! this hash, so a grant given to one program does not carry over to a
 //! changed one. It is taken in the supervisor before the sandbox is
-//! created, from the files that will be executed: the program, and for an
-//! interpreter the script it is given (or the code on its command line);
+//! created, from the files that will be executed: the program (and the
+//! interpreters its `#!` line names), and for an interpreter the script it
+//! is given (or the code on its command line);
 //! for a skill, every file of its directory. Taken any later, the payload
 //! could first rewrite its own script into the granted one.
 
@@ -38,48 +39,82 @@ pub enum Program {
     },
 }
 
-/// Programs that run the file (or code) named by their first operand.
-fn is_interpreter(program: &Path) -> bool {
-    let Some(name) = program.file_name().and_then(|n| n.to_str()) else {
-        return false;
-    };
+/// How an interpreter reads its command line, as far as finding its script
+/// needs: the options whose next argument is inline code, and the short
+/// options that take no value (so that what follows them is the script,
+/// not an option's value).
+struct Syntax {
+    code: &'static [&'static [u8]],
+    flags: &'static [u8],
+    /// `+o`-style options (the shells').
+    plus_options: bool,
+    /// The first operand is the program's text (awk), not a file.
+    text_program: bool,
+}
+
+/// Programs that run the file (or code) named on their command line.
+fn syntax(program: &Path) -> Option<Syntax> {
+    let name = program.file_name()?.to_str()?;
     let base = name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.');
-    matches!(
-        base,
-        "python"
-            | "pypy"
-            | "node"
-            | "nodejs"
-            | "deno"
-            | "bun"
-            | "sh"
-            | "bash"
-            | "dash"
-            | "zsh"
-            | "ksh"
-            | "mksh"
-            | "fish"
-            | "perl"
-            | "ruby"
-            | "php"
-            | "lua"
-            | "luajit"
-            | "Rscript"
-            | "tclsh"
-            | "awk"
-            | "gawk"
-    )
+    let syntax = |code, flags| Syntax {
+        code,
+        flags,
+        plus_options: false,
+        text_program: false,
+    };
+    Some(match base {
+        "python" | "pypy" => syntax(&[b"-c", b"-m"], b"bBdEhiIOPqsSuvVx"),
+        "node" | "nodejs" | "bun" => syntax(&[b"-e", b"--eval", b"-p", b"--print"], b""),
+        // `deno run`: the subcommand is an operand that names no file.
+        "deno" => syntax(&[], b""),
+        "sh" | "bash" | "dash" | "zsh" | "ksh" | "mksh" => Syntax {
+            plus_options: true,
+            ..syntax(&[b"-c"], b"abefhikmnprstuvxBCEHP")
+        },
+        "fish" => syntax(&[b"-c", b"--command"], b"ilnNP"),
+        "perl" => syntax(&[b"-e", b"-E"], b"acilnpsStTuUwWX"),
+        "ruby" => syntax(&[b"-e"], b"acdlnpsSvwW"),
+        "php" => syntax(&[b"-r"], b"ahHilmqsvw"),
+        "lua" | "luajit" => syntax(&[b"-e"], b"iEv"),
+        "Rscript" => syntax(&[b"-e"], b""),
+        "tclsh" => syntax(&[], b""),
+        "awk" | "gawk" => Syntax {
+            text_program: true,
+            ..syntax(&[b"-e", b"--source"], b"")
+        },
+        _ => return None,
+    })
+}
+
+impl Syntax {
+    fn is_option(&self, arg: &[u8]) -> bool {
+        arg.len() > 1 && (arg[0] == b'-' || (self.plus_options && arg[0] == b'+'))
+    }
+
+    /// Whether the option `arg` certainly does not take the next argument
+    /// as its value.
+    fn takes_no_value(&self, arg: &[u8]) -> bool {
+        arg == b"--"
+            || (arg.starts_with(b"--") && arg.contains(&b'='))
+            || (!arg.starts_with(b"--") && arg[1..].iter().all(|c| self.flags.contains(c)))
+    }
 }
 
 /// Open a regular file for hashing without blocking (a FIFO planted
-/// where the script should be would otherwise hold the supervisor).
+/// where the script should be would otherwise hold the supervisor), and
+/// through no `/proc` magic link: `/proc/self/cwd/...` names one file for
+/// the supervisor and another for the payload, which reads it in its own
+/// working directory, root and descriptors.
 fn open_regular(path: &Path, follow: bool) -> Option<std::fs::File> {
     // O_PATH: no open() of a device or a FIFO runs before the type is known.
     let mut flags = OFlag::O_PATH | OFlag::O_CLOEXEC;
     if !follow {
         flags |= OFlag::O_NOFOLLOW;
     }
-    let fd = nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()).ok()?;
+    let how = nix::fcntl::OpenHow::new()
+        .flags(flags)
+        .resolve(nix::fcntl::ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    let fd = nix::fcntl::openat2(nix::fcntl::AT_FDCWD, path, how).ok()?;
     let st = nix::sys::stat::fstat(&fd).ok()?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return None;
@@ -338,36 +373,79 @@ fn walk_command(
     cwd: &Path,
     budget: &mut u64,
 ) -> Option<()> {
-    let (path, file) = candidates
+    // The first that exists is what runs: one that cannot be hashed as a
+    // regular file gives no hash, rather than the hash of the next.
+    let path = candidates
         .iter()
-        .find_map(|p| open_regular(p, true).map(|f| (p, f)))?;
+        .find(|p| std::fs::symlink_metadata(p).is_ok())?;
+    let file = open_regular(path, true)?;
     sink.bytes(b"program\0");
+    let mut interpreter = shebang(&file, cwd);
     sink.file(file, budget)?;
-    if is_interpreter(path) {
-        hash_operand(sink, args, cwd, budget)?;
+    // A script run by its `#!` line runs its interpreter, which may be the
+    // project's to change (a virtualenv's `python`): hashed too, and its
+    // own, as far as the kernel follows them.
+    for _ in 0..MAX_SHEBANGS {
+        let Some(path) = interpreter else { break };
+        let file = open_regular(&path, true)?;
+        sink.bytes(b"interpreter\0");
+        interpreter = shebang(&file, cwd);
+        sink.file(file, budget)?;
+    }
+    if interpreter.is_some() {
+        return None;
+    }
+    if let Some(syntax) = syntax(path) {
+        hash_operand(sink, &syntax, args, cwd, budget)?;
     }
     Some(())
 }
 
-/// The script or inline code an interpreter is given: the first operand,
-/// or the argument of `-c`/`-e`/`--eval` (whatever precedes it is hashed
-/// too, as it changes what runs: `-m module`, `-r file`).
+/// How many `#!` interpreters in a chain the kernel runs (its
+/// `MAX_BINPRM_DEPTH`, less the script itself).
+const MAX_SHEBANGS: usize = 4;
+
+/// The interpreter a `#!` line names (a relative one from the working
+/// directory, where the kernel looks for it): the first word after `#!`
+/// in the kernel's first 256 bytes.
+fn shebang(file: &std::fs::File, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 256];
+    let read = file.read_at(&mut head, 0).ok()?;
+    let line = head[..read].strip_prefix(b"#!")?;
+    let line = line.split(|&b| b == b'\n').next()?;
+    let name = line
+        .split(|&b| b == b' ' || b == b'\t')
+        .find(|word| !word.is_empty())?;
+    Some(cwd.join(std::ffi::OsStr::from_bytes(name)))
+}
+
+/// The script or inline code an interpreter is given, and every argument
+/// before it (they change what runs: `-m module`, `-r file`). The script
+/// is the first operand, but an operand right after an option that may
+/// take a value (`-W ignore`, `-r ./preload.js`, `-o pipefail`) may be
+/// that value instead: every file named up to the first certain operand is
+/// hashed. Taking the first operand alone, a grant stayed with `python3
+/// -W ignore tool.py` whatever `tool.py` became. A name that is there but
+/// is no regular file reached without a magic link (a directory as in
+/// `node .`, a FIFO, a link through `/proc/self`) gives no hash: what it
+/// runs is not known here, and a hash without it would let a grant apply
+/// whatever it runs.
 fn hash_operand(
     hasher: &mut impl Sink,
+    syntax: &Syntax,
     args: &[OsString],
     cwd: &Path,
     budget: &mut u64,
 ) -> Option<()> {
+    let mut maybe_value = false;
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         let bytes = arg.as_bytes();
         hasher.bytes(b"arg\0");
         hasher.bytes(bytes);
         hasher.bytes(b"\0");
-        if matches!(
-            bytes,
-            b"-c" | b"-e" | b"--eval" | b"-E" | b"-m" | b"-p" | b"--print"
-        ) {
+        if syntax.code.contains(&bytes) {
             if let Some(code) = iter.next() {
                 hasher.bytes(b"code\0");
                 hasher.bytes(code.as_bytes());
@@ -375,15 +453,24 @@ fn hash_operand(
             }
             return Some(());
         }
-        if bytes.starts_with(b"-") {
+        if syntax.is_option(bytes) {
+            maybe_value = !syntax.takes_no_value(bytes);
             continue;
         }
+        let operand = !std::mem::replace(&mut maybe_value, false);
         let path = cwd.join(arg);
-        if let Some(file) = open_regular(&path, true) {
-            hasher.bytes(b"script\0");
-            hasher.file(file, budget)?;
+        match open_regular(&path, true) {
+            Some(file) => {
+                hasher.bytes(b"script\0");
+                hasher.file(file, budget)?;
+                if operand {
+                    return Some(());
+                }
+            }
+            None if operand && syntax.text_program => return Some(()),
+            None if std::fs::symlink_metadata(&path).is_ok() => return None,
+            None => {}
         }
-        return Some(());
     }
     Some(())
 }
@@ -511,6 +598,95 @@ mod tests {
         }
     }
 
+    /// Found by an attacker: the script behind an option (`-E` taken for
+    /// inline code, `-W ignore` for the script) was never hashed, so a
+    /// grant outlived any rewrite of it.
+    #[test]
+    fn the_script_behind_an_option_is_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let hash_of = |program: &str, args: &[&str]| {
+            let path = dir.path().join(program);
+            std::fs::write(&path, "interpreter").unwrap();
+            hash(&Program::Command {
+                candidates: vec![path],
+                args: args.iter().map(Into::into).collect(),
+                cwd: dir.path().to_path_buf(),
+            })
+        };
+        let cases: &[(&str, &[&str])] = &[
+            ("python3", &["-E", "s"]),
+            ("python3", &["-W", "ignore", "s"]),
+            ("python3", &["-uW", "ignore", "s"]),
+            ("python3", &["-X", "dev", "s", "arg"]),
+            ("bash", &["-e", "s"]),
+            ("bash", &["-p", "s"]),
+            ("sh", &["-o", "errexit", "s"]),
+            ("bash", &["+o", "posix", "s"]),
+            ("node", &["-r", "pre.js", "s"]),
+            ("node", &["--require", "pre.js", "s", "x"]),
+            ("node", &["--no-warnings", "s"]),
+            ("deno", &["run", "-A", "s"]),
+            ("ruby", &["-I", "lib", "s"]),
+            ("php", &["-c", "php.ini", "s"]),
+        ];
+        std::fs::write(dir.path().join("pre.js"), "preload").unwrap();
+        for (program, args) in cases {
+            std::fs::write(dir.path().join("s"), "granted").unwrap();
+            let granted = hash_of(program, args);
+            assert!(granted.is_some(), "{program} {args:?}");
+            std::fs::write(dir.path().join("s"), "rewritten").unwrap();
+            assert_ne!(hash_of(program, args), granted, "{program} {args:?}");
+        }
+        // A certain operand ends the walk: the script's own arguments do not
+        // bind the grant.
+        std::fs::write(dir.path().join("s"), "granted").unwrap();
+        for (program, args) in [
+            ("python3", &["-u", "s", "pre.js"][..]),
+            ("bash", &["-ex", "s", "pre.js"]),
+            ("node", &["s", "pre.js"]),
+        ] {
+            let granted = hash_of(program, args);
+            std::fs::write(dir.path().join("pre.js"), "changed").unwrap();
+            assert_eq!(hash_of(program, args), granted, "{program} {args:?}");
+        }
+        // `node .` runs what the directory names: not known here, no hash;
+        // nor for a script reached through the supervisor's own `/proc`.
+        assert_eq!(hash_of("node", &["."]), None);
+        std::os::unix::fs::symlink("/proc/self/cwd/s", dir.path().join("link")).unwrap();
+        assert_eq!(hash_of("python3", &["link"]), None);
+        assert_eq!(hash_of("python3", &["-X", "dev", "link"]), None);
+    }
+
+    /// Found by an attacker: a `#!` script's interpreter was not hashed, so
+    /// a grant given to the script went to whatever the project's
+    /// interpreter (a virtualenv's `python`) became.
+    #[test]
+    fn a_scripts_interpreter_is_hashed() {
+        let dir = tempfile::tempdir().unwrap();
+        let interpreter = dir.path().join("venv-python");
+        let tool = dir.path().join("tool");
+        std::fs::write(&interpreter, "interpreter").unwrap();
+        std::fs::write(&tool, format!("#!{} -u\nprint(1)\n", interpreter.display())).unwrap();
+        let command = |name: &Path| Program::Command {
+            candidates: vec![name.to_path_buf()],
+            args: vec![],
+            cwd: dir.path().to_path_buf(),
+        };
+        let granted = hash(&command(&tool)).unwrap();
+        std::fs::write(&interpreter, "impostor!!!").unwrap();
+        assert_ne!(hash(&command(&tool)).unwrap(), granted);
+        // Relative to the working directory, as the kernel finds it.
+        std::fs::write(&tool, "#!venv-python\nprint(1)\n").unwrap();
+        let granted = hash(&command(&tool)).unwrap();
+        std::fs::write(&interpreter, "interpreter").unwrap();
+        assert_ne!(hash(&command(&tool)).unwrap(), granted);
+        // No interpreter there, or a chain longer than the kernel runs: no hash.
+        std::fs::write(&tool, "#!missing\n").unwrap();
+        assert_eq!(hash(&command(&tool)), None);
+        std::fs::write(&tool, "#!tool\n").unwrap();
+        assert_eq!(hash(&command(&tool)), None);
+    }
+
     #[test]
     fn an_interpreter_is_hashed_with_its_script_and_a_skill_with_its_directory() {
         let dir = tempfile::tempdir().unwrap();
@@ -530,9 +706,10 @@ mod tests {
             nix::sys::stat::Mode::from_bits_truncate(0o600),
         )
         .unwrap();
-        assert!(
-            hash(&command("fifo")).is_some(),
-            "a FIFO neither blocks nor counts as a script"
+        assert_eq!(
+            hash(&command("fifo")),
+            None,
+            "a FIFO neither blocks nor gives a hash without its content"
         );
         let skill = Program::Skill {
             dir: dir.path().to_path_buf(),
