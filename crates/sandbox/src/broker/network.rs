@@ -349,6 +349,7 @@ impl Network {
                 &self.policy.resolve,
                 self.syscalls.as_ref(),
                 None,
+                Vec::new(),
             ) {
                 Ok(process) => self.process = Some(process),
                 Err(err) => {

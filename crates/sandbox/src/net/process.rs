@@ -102,12 +102,17 @@ impl Drop for NetProcess {
 /// Start the net process for the allowlist `allow` (entries as a profile
 /// writes them) with the names `pins` fixes. `listener_from` is the socket
 /// on which init hands over the proxy's listening socket (allowlist mode);
-/// without it, the process serves `net.http` alone.
+/// without it, the process serves `net.http` alone. `cgroup_tasks`: the
+/// run's cgroup v1 `tasks` files, which the child writes `0` into before
+/// it executes, still single-threaded (see
+/// [`RunCgroup::open_tasks_for_self_move`](crate::cgroup::RunCgroup::open_tasks_for_self_move));
+/// whether it got there is the caller's to check.
 pub fn start(
     allow: &[String],
     pins: &BTreeMap<String, std::net::IpAddr>,
     syscalls: Option<&crate::seccomp::policy::SyscallPolicy>,
     listener_from: Option<OwnedFd>,
+    cgroup_tasks: Vec<OwnedFd>,
 ) -> Result<NetProcess, NetProcessError> {
     let path = crate::installed::find(PROGRAM)?;
     // Made before the fork: the child only executes.
@@ -141,10 +146,16 @@ pub fn start(
     };
     let mut keep = vec![net_end];
     keep.extend(listener_from);
+    let placed = keep.len();
+    keep.extend(cgroup_tasks);
     // The link lands at LINK_FD and the listener's source at
     // LISTENER_SOURCE_FD: fork_keeping_only places what it keeps from 3 up.
     const _: () = assert!(LINK_FD == 3 && LISTENER_SOURCE_FD == 4);
-    let pid = crate::sys::fork::fork_keeping_only(keep, move |kept| {
+    let pid = crate::sys::fork::fork_keeping_only(keep, move |mut kept| {
+        for tasks in kept.split_off(placed) {
+            // A failure leaves it where it is, which the caller sees.
+            let _ = nix::unistd::write(&tasks, b"0");
+        }
         exec_net_process(supervisor, &program, &argv, &environment, &kept)
     })
     .map_err(NetProcessError::Fork)?;

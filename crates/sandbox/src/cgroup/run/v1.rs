@@ -81,11 +81,12 @@ impl RunCgroup {
         Ok(cgroup)
     }
 
-    /// Each v1 directory's `tasks` file, open for writing, for init to move
-    /// itself into the run's cgroup by writing `0`; `None` on v2, or when
-    /// one cannot be opened (the supervisor then moves init itself).
+    /// Each v1 directory's `tasks` file, open for writing, for a process to
+    /// move itself into the run's cgroup by writing `0` (init, and the net
+    /// process before it executes); `None` on v2, or when one cannot be
+    /// opened (the supervisor then moves the process by pid).
     ///
-    /// Why init moves itself: writing a pid to `cgroup.procs` takes the
+    /// Why they move themselves: writing a pid to `cgroup.procs` takes the
     /// kernel's cgroup_threadgroup_rwsem for writing, and taking that
     /// percpu semaphore waits for an RCU grace period, 7 to 23 ms on an
     /// idle 2-core machine and so the largest part of a cold run there.
@@ -111,6 +112,38 @@ impl RunCgroup {
             })
             .collect()
     }
+
+    /// Whether the process `pid` is in every one of the run's v1
+    /// directories, as its `/proc/PID/cgroup` says (a process that moved
+    /// itself: [`RunCgroup::open_tasks_for_self_move`]). False on v2.
+    pub fn holds(&self, pid: i32) -> bool {
+        let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            return false;
+        };
+        self.version == 1
+            && self
+                .dirs
+                .iter()
+                .all(|(controller, dir)| in_dir(&text, controller, dir))
+    }
+}
+
+/// Whether `/proc/PID/cgroup`'s `text` puts the process in `dir` of the
+/// v1 hierarchy that has `controller`: the line's path, relative to that
+/// hierarchy's root, is how `dir` ends.
+fn in_dir(text: &str, controller: &str, dir: &Path) -> bool {
+    text.lines().any(|line| {
+        let mut fields = line.splitn(3, ':');
+        let (Some(_), Some(controllers), Some(path)) =
+            (fields.next(), fields.next(), fields.next())
+        else {
+            return false;
+        };
+        let relative = path.trim_start_matches('/');
+        controllers.split(',').any(|c| c == controller)
+            && !relative.is_empty()
+            && dir.ends_with(relative)
+    })
 }
 
 /// `memory.limit_in_bytes`, and no swap on top of it.
@@ -141,6 +174,24 @@ mod tests {
     use std::path::Path;
 
     use crate::cgroup::{CgroupInfo, CgroupLimits, CgroupMode, ControllerInfo, RunCgroup};
+
+    /// A process is in the run's directory when its line for the
+    /// controller names it, relative to the hierarchy's root.
+    #[test]
+    fn a_proc_cgroup_line_is_matched_by_controller_and_path() {
+        let dir = Path::new("/sys/fs/cgroup/memory/session/sandbox-7-0");
+        let inside = "4:memory:/session/sandbox-7-0\n8:pids:/\n";
+        assert!(super::in_dir(inside, "memory", dir));
+        assert!(!super::in_dir(inside, "pids", dir));
+        assert!(!super::in_dir("4:memory:/session\n", "memory", dir));
+        assert!(!super::in_dir("4:memory:/\n", "memory", dir));
+        assert!(super::in_dir(
+            "1:cpu,cpuacct:/sandbox-7-0\n",
+            "cpu",
+            Path::new("/c/sandbox-7-0")
+        ));
+        assert!(!super::in_dir("garbage\n", "memory", dir));
+    }
 
     /// Init may move itself only where every hierarchy's `tasks` opens;
     /// else (and on v2) the supervisor moves it.

@@ -30,6 +30,7 @@ pub(super) fn open_broker(
     asker: Option<Box<dyn crate::broker::prompt::Asker>>,
     audit_file: Option<std::fs::File>,
     run_id: String,
+    cgroup: Option<&crate::cgroup::RunCgroup>,
 ) -> Result<BrokerSide, SpawnError> {
     let config = &prepared.config;
     let project = &prepared.planned.project;
@@ -86,6 +87,9 @@ pub(super) fn open_broker(
             &network.resolve,
             crate::broker::assemble::syscalls_for_helpers(&config.policy),
             Some(receive),
+            cgroup
+                .and_then(crate::cgroup::RunCgroup::open_tasks_for_self_move)
+                .unwrap_or_default(),
         )?;
         (Some(process), Some(send))
     } else {

@@ -62,6 +62,7 @@ pub(super) trait StartCalls {
         asker: Option<Box<dyn crate::broker::prompt::Asker>>,
         audit_file: Option<std::fs::File>,
         run_id: String,
+        cgroup: Option<&crate::cgroup::RunCgroup>,
     ) -> Result<BrokerSide, SpawnError>;
     /// Clone init, write its id maps and release it (see [`launch_or_fall_back`]).
     fn launch(
@@ -101,8 +102,9 @@ impl StartCalls for Kernel {
         asker: Option<Box<dyn crate::broker::prompt::Asker>>,
         audit_file: Option<std::fs::File>,
         run_id: String,
+        cgroup: Option<&crate::cgroup::RunCgroup>,
     ) -> Result<BrokerSide, SpawnError> {
-        open_broker(prepared, asker, audit_file, run_id)
+        open_broker(prepared, asker, audit_file, run_id, cgroup)
     }
 
     fn launch(
@@ -223,7 +225,7 @@ pub(super) fn start_cloned(
         broker,
         net_handover,
         net_pid,
-    } = calls.open_broker(prepared, asker, audit_file, run_id)?;
+    } = calls.open_broker(prepared, asker, audit_file, run_id, cgroup)?;
     let broker = Some((broker_end, std::cell::RefCell::new(broker)));
     let (signals, old_mask) = block_forwarded_signals()?;
     let restore = |err: SpawnError| {
@@ -285,10 +287,15 @@ pub(super) fn start_cloned(
     let init_pid = launched.init_pid;
     // The net process holds the run's connections (socket and pipe
     // buffers, lookup threads): it is counted against the run's limits.
-    // Moved only now, while init builds the root: on cgroup v1 a move
-    // waits for an RCU grace period (1-10 ms) that must not delay init.
+    // On cgroup v1 it moved itself before it executed; else it is moved
+    // only now, while init builds the root, since a move by pid waits for
+    // an RCU grace period that must not delay init.
     if let (Some(cgroup), Some(pid)) = (cgroup, net_pid) {
-        if let Err(err) = cgroup.add(pid.as_raw()) {
+        let moved = || match cgroup.holds(pid.as_raw()) {
+            true => Ok(()),
+            false => cgroup.add(pid.as_raw()),
+        };
+        if let Err(err) = moved() {
             prepared.started.warnings.push(format!(
                 "the allowlist's proxy runs outside the run's cgroup, so its buffers are not counted against the run's limits: {err}"
             ));
@@ -422,9 +429,10 @@ mod tests {
             asker: Option<Box<dyn crate::broker::prompt::Asker>>,
             audit_file: Option<std::fs::File>,
             run_id: String,
+            cgroup: Option<&crate::cgroup::RunCgroup>,
         ) -> Result<BrokerSide, SpawnError> {
             self.calls.push("bind broker");
-            open_broker(prepared, asker, audit_file, run_id)
+            open_broker(prepared, asker, audit_file, run_id, cgroup)
         }
 
         fn launch(
