@@ -88,11 +88,12 @@ impl RunCgroup {
     ///
     /// Why they move themselves: writing a pid to `cgroup.procs` takes the
     /// kernel's cgroup_threadgroup_rwsem for writing, and taking that
-    /// percpu semaphore waits for an RCU grace period, 7 to 23 ms on an
-    /// idle 2-core machine and so the largest part of a cold run there.
+    /// percpu semaphore waits for an RCU grace period, about 10 ms on an
+    /// idle 2-core machine (`scripts/bench-cgroup-move`), more than the
+    /// rest of a cold run.
     /// A thread that moves only itself (`0` written to `tasks`) cannot
     /// exit or exec meanwhile, so a recent kernel skips that semaphore:
-    /// 0.03 ms on 6.18. Init is single-threaded until it forks, so its one
+    /// 0.04 ms on 6.18. Init is single-threaded until it forks, so its one
     /// thread is the whole process. A kernel without that shortcut moves
     /// it all the same, at the old cost. The kernel checks the opener's
     /// credentials (this supervisor's), so init's own ids, changed since
