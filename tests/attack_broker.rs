@@ -82,6 +82,17 @@ time.sleep(1000)
     )
 }
 
+/// A grant stored for what ran before did not apply to `what` runs now:
+/// its write was refused as not granted (-32002) and made nothing.
+fn assert_grant_did_not_apply(project: &Project, out: &Output, what: &str) {
+    assert_eq!(
+        answers(out)[0]["error"]["code"],
+        -32002,
+        "the grant applied to {what}: {out:?}"
+    );
+    assert!(!project.path().join("granted.txt").exists(), "{what}");
+}
+
 #[test]
 fn a_fifo_read_is_refused_and_the_timeout_holds() {
     if !support::require_root_sandbox("fifo read") {
@@ -377,8 +388,7 @@ fn a_stored_grant_binds_to_the_script_as_it_was_when_it_started() {
         BENIGN,
         "the impostor did rewrite itself"
     );
-    assert_eq!(answers(&out)[0]["error"]["code"], -32002, "{out:?}");
-    assert!(!project.path().join("granted.txt").exists());
+    assert_grant_did_not_apply(&project, &out, "the rewritten script");
 }
 
 /// Found by an attacker: only an interpreter's first operand was hashed as
@@ -431,12 +441,7 @@ print(f.readline().decode().strip(), flush=True)
         project.write("script.py", impostor);
         let out = run(&project);
         support::assert_ok(&out, "impostor");
-        assert_eq!(
-            answers(&out)[0]["error"]["code"],
-            -32002,
-            "{options:?}: the grant applied to a rewritten script: {out:?}"
-        );
-        assert!(!project.path().join("granted.txt").exists(), "{options:?}");
+        assert_grant_did_not_apply(&project, &out, &format!("{options:?}: a rewritten script"));
     }
 }
 
@@ -500,12 +505,7 @@ fn a_grant_is_not_kept_by_a_script_behind_a_magic_link() {
         String::from_utf8_lossy(&out.stdout).contains("\"id\":0"),
         "the impostor ran: {out:?}"
     );
-    assert_eq!(
-        answers(&out)[0]["error"]["code"],
-        -32002,
-        "the grant applied to the impostor: {out:?}"
-    );
-    assert!(!project.path().join("granted.txt").exists());
+    assert_grant_did_not_apply(&project, &out, "the impostor");
 }
 
 /// Found by an attacker: a script run by its `#!` line was hashed, its
@@ -587,12 +587,7 @@ fn a_grant_is_not_kept_by_a_replaced_shebang_interpreter() {
     .unwrap();
     let out = run();
     support::assert_ok(&out, "impostor");
-    assert_eq!(
-        answers(&out)[0]["error"]["code"],
-        -32002,
-        "the grant applied to a replaced interpreter: {out:?}"
-    );
-    assert!(!project.path().join("granted.txt").exists());
+    assert_grant_did_not_apply(&project, &out, "a replaced interpreter");
 }
 
 #[test]

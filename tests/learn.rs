@@ -59,6 +59,19 @@ impl Case {
         self.dir.join("learned.toml").display().to_string()
     }
 
+    /// `sandbox learn --out LEARNED -- /bin/sh -c script`.
+    fn learn_shell(&self, script: &str) -> Output {
+        self.sandbox(&[
+            "learn",
+            "--out",
+            &self.learned(),
+            "--",
+            "/bin/sh",
+            "-c",
+            script,
+        ])
+    }
+
     /// The learned profile passes `profile check`, with nothing to say.
     fn assert_loads(&self) {
         let check = self.sandbox(&["profile", "check", &self.learned()]);
@@ -348,7 +361,7 @@ fn a_write_outside_the_view_while_learning_is_refused_and_not_learned() {
         e = existing.display()
     );
     let out_path = case.learned();
-    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let out = case.learn_shell(&script);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -454,7 +467,7 @@ fn a_secret_the_command_asks_for_while_learning_is_never_shown_to_it() {
         private.display()
     );
     let out_path = case.learned();
-    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let out = case.learn_shell(&script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -499,7 +512,7 @@ fn a_credential_store_the_command_asks_for_while_learning_is_never_shown_to_it()
         names.join(" ")
     );
     let out_path = case.learned();
-    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let out = case.learn_shell(&script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
@@ -664,7 +677,7 @@ fn a_broker_action_refused_while_learning_is_reported_not_learned() {
     let case = Case::new();
     let out_path = case.learned();
     let script = "sandbox ipc secrets.get '{\"name\":\"DEPLOY_TOKEN\"}'; exit 0";
-    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", script]);
+    let out = case.learn_shell(script);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
@@ -695,7 +708,7 @@ fn a_broker_action_the_command_names_cannot_write_a_setting_into_the_learned_pro
     let case = Case::new();
     let out_path = case.learned();
     let script = r#"sandbox ipc fs.write '{"path":"/a\n[enforce]\nlandlock = \"off\"\nseccomp = \"off\" #","content":"x"}'; exit 0"#;
-    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", script]);
+    let out = case.learn_shell(script);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let text = std::fs::read_to_string(&out_path).unwrap();
@@ -721,7 +734,7 @@ fn a_path_with_any_character_the_command_names_is_learned_as_a_loadable_profile(
     let named = case.write("outside/del\u{7f}\u{85}x/f", "x");
     let script = format!("cat '{}' >/dev/null 2>&1; exit 0", named.display());
     let out_path = case.learned();
-    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let out = case.learn_shell(&script);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let text = std::fs::read_to_string(&out_path).unwrap();
@@ -855,7 +868,7 @@ fn a_directory_holding_a_credential_store_is_never_shown_while_learning() {
         store.display()
     );
     let out_path = case.learned();
-    let out = case.sandbox(&["learn", "--out", &out_path, "--", "/bin/sh", "-c", &script]);
+    let out = case.learn_shell(&script);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
