@@ -31,10 +31,12 @@ const MAX_LINE: usize = 16 << 20;
 
 /// Largest answer the client reads whole. An answer can carry what an
 /// untrusted run produced (its output, audit, review diff, events), so a
-/// daemon answer is bounded like any other input from the sandbox; this is
-/// far above any answer the daemon is meant to give whole (its long forms,
-/// the event stream, are read line by line under [`MAX_LINE`]).
-pub const MAX_ANSWER: usize = 64 << 20;
+/// daemon answer is bounded like any other input from the sandbox. The
+/// largest answer the daemon gives whole, a review listing with its diff,
+/// holds two helper outputs of at most 64 MiB each, JSON-escaped: this
+/// leaves room for that, while the event stream and logs are read line by
+/// line under [`MAX_LINE`] instead.
+pub const MAX_ANSWER: usize = 256 << 20;
 
 /// What went wrong talking to the daemon.
 #[derive(Debug, thiserror::Error)]

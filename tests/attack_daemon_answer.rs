@@ -11,14 +11,14 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
 
 /// What the fake daemon sends at most on one connection before it gives
-/// up: far past both client limits (64 MiB an answer, 16 MiB a line), so
+/// up: far past both client limits (256 MiB an answer, 16 MiB a line), so
 /// an unbounded client would hold it all.
-const SENT_AT_MOST: usize = 512 << 20;
+const SENT_AT_MOST: usize = 1 << 30;
 
 /// Most the client's peak RSS may reach. It holds at most one answer limit
-/// (64 MiB) or one line limit (16 MiB) of the attack; before the answer
-/// limit, `sandbox ps` grew past 1 GiB on the same attack.
-const PEAK_RSS_BOUND_KIB: i64 = 192 << 10;
+/// (256 MiB) or one line limit (16 MiB) of the attack; before the answer
+/// limit, `sandbox ps` held all it was sent (1 GiB sent: about 2 GiB RSS).
+const PEAK_RSS_BOUND_KIB: i64 = 384 << 10;
 
 /// Answer every request on `socket` with a chunked body that starts with
 /// `start` and goes on with `filler` bytes until the client hangs up.
@@ -93,7 +93,7 @@ fn an_endless_answer_and_an_endless_event_line_stop_the_client_with_bounded_memo
     assert_eq!(code, Some(125), "{stderr}");
     assert!(
         stderr.contains("answered /v1/runs")
-            && stderr.contains("with more than 64 MiB, more than the client reads whole")
+            && stderr.contains("with more than 256 MiB, more than the client reads whole")
             && stderr.contains("`sandbox logs`")
             && stderr.contains("--report FILE"),
         "{stderr}"
