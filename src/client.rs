@@ -12,7 +12,7 @@
 //! this client (src/faces.rs).
 use std::path::{Path, PathBuf};
 
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::TokioIo;
@@ -28,6 +28,15 @@ pub const ENV_VAR: &str = "SANDBOX_DAEMON";
 /// record carries at most one supervisor read of output (far below this);
 /// a longer line means the other end is not the daemon.
 const MAX_LINE: usize = 16 << 20;
+
+/// Largest answer the client reads whole. An answer can carry what an
+/// untrusted run produced (its output, audit, review diff, events), so a
+/// daemon answer is bounded like any other input from the sandbox. The
+/// largest answer the daemon gives whole, a review listing with its diff,
+/// holds two helper outputs of at most 64 MiB each, JSON-escaped: this
+/// leaves room for that, while the event stream and logs are read line by
+/// line under [`MAX_LINE`] instead.
+pub const MAX_ANSWER: usize = 256 << 20;
 
 /// What went wrong talking to the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +91,19 @@ pub enum ClientError {
         what: String,
         /// What is wrong with it.
         detail: String,
+    },
+    /// An answer read whole is larger than [`MAX_ANSWER`].
+    #[error(
+        "the daemon at {socket} answered {path} with more than {} MiB, more than the client reads whole \
+         (read it in pieces instead: the run's events with `sandbox logs`, its report with `--report FILE`)",
+        MAX_ANSWER >> 20,
+        socket = socket.display()
+    )]
+    TooLarge {
+        /// The socket.
+        socket: PathBuf,
+        /// The request path.
+        path: String,
     },
     /// The client's own runtime could not be built.
     #[error("building the client's runtime: {0}")]
@@ -211,18 +233,28 @@ impl Client {
         body: Option<&serde_json::Value>,
     ) -> Result<Answer, ClientError> {
         let response = self.open(method, path, body).await?;
-        self.read_whole(response).await
+        self.read_whole(path, response).await
     }
 
-    /// Read an answer's whole body.
-    async fn read_whole(&self, response: hyper::Response<Incoming>) -> Result<Answer, ClientError> {
+    /// Read an answer's whole body, at most [`MAX_ANSWER`] bytes of it.
+    async fn read_whole(
+        &self,
+        path: &str,
+        response: hyper::Response<Incoming>,
+    ) -> Result<Answer, ClientError> {
         let status = response.status().as_u16();
         let retry_after = retry_after(&response);
-        let body = response
-            .into_body()
+        let body = Limited::new(response.into_body(), MAX_ANSWER)
             .collect()
             .await
-            .map_err(|source| self.http("reading the answer", source))?
+            .map_err(|error| match error.downcast::<hyper::Error>() {
+                Ok(error) => self.http("reading the answer", *error),
+                Err(error) if error.is::<LengthLimitError>() => ClientError::TooLarge {
+                    socket: self.socket.clone(),
+                    path: path.to_string(),
+                },
+                Err(error) => self.bad(path, error.to_string()),
+            })?
             .to_bytes()
             .to_vec();
         Ok(Answer {
@@ -255,7 +287,7 @@ impl Client {
         if response.status().is_success() {
             return Ok(response.into_body());
         }
-        let answer = self.read_whole(response).await?;
+        let answer = self.read_whole(path, response).await?;
         match self.check(path, &answer) {
             Err(err) => Err(err),
             Ok(()) => Err(self.bad(path, format!("status {}", answer.status))),
