@@ -504,3 +504,74 @@ c.serve(handle)\n";
         "{said}"
     );
 }
+
+/// The Python client is offered with its bytecode: a skill's `import
+/// sandbox_ipc` loads it instead of compiling the source on every call
+/// (the directory is read-only to skills, so Python could never cache it
+/// itself). A skill cannot plant bytecode there for the next run.
+#[test]
+fn a_python_skill_loads_the_client_from_bytecode_it_cannot_replace() {
+    if !support::require_root_sandbox("a_python_skill_loads_the_client_from_bytecode") {
+        return;
+    }
+    if !support::commands_exist(&["python3"]) {
+        assert!(
+            std::env::var_os("SANDBOX_TEST_REQUIRE").is_none(),
+            "python3 is required"
+        );
+        eprintln!("skipping a_python_skill_loads_the_client_from_bytecode: no python3");
+        return;
+    }
+    let project = support::skill_project("sandbox-skills-");
+    let cache = tempfile::tempdir().unwrap();
+    // Compiling a module raises the `compile` audit event; loading its
+    // bytecode does not.
+    let script = "import sys, os, importlib.util\n\
+compiled = []\n\
+sys.addaudithook(lambda e, a: compiled.append(str(a[1])) if e == 'compile' else None)\n\
+import sandbox_ipc\n\
+src = sandbox_ipc.__file__\n\
+pyc = importlib.util.cache_from_source(src)\n\
+try:\n    open(pyc, 'wb').write(b'poison'); planted = 'written'\n\
+except OSError as e:\n    planted = e.strerror\n\
+sandbox_ipc.connect().serve(lambda p: {'compiled': [c for c in compiled if 'sandbox_ipc' in c], \
+'pyc': os.path.exists(pyc), 'planted': planted})\n";
+    support::write_skill(
+        project.path(),
+        "py",
+        "profile: permissive\n",
+        ("main.py", script),
+    );
+    let run = || {
+        let out = Command::new(support::sandbox_bin())
+            .env("XDG_CACHE_HOME", cache.path())
+            .args([
+                "skill",
+                "run",
+                "--non-interactive",
+                "--json",
+                "--profile",
+                "permissive",
+                "--project",
+            ])
+            .arg(project.path())
+            .args(["py", "--params", "{}"])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        let v: Value = serde_json::from_str(stdout.trim()).unwrap_or(Value::Null);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{v} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        v
+    };
+    for _ in 0..2 {
+        let v = run();
+        assert_eq!(v["result"]["pyc"], true, "{v}");
+        assert_eq!(v["result"]["compiled"], json!([]), "{v}");
+        assert_ne!(v["result"]["planted"], "written", "{v}");
+    }
+}
