@@ -514,16 +514,36 @@ fn a_python_skill_loads_the_client_from_bytecode_it_cannot_replace() {
     if !support::require_root_sandbox("a_python_skill_loads_the_client_from_bytecode") {
         return;
     }
-    if !support::commands_exist(&["python3"]) {
-        assert!(
-            std::env::var_os("SANDBOX_TEST_REQUIRE").is_none(),
-            "python3 is required"
-        );
-        eprintln!("skipping a_python_skill_loads_the_client_from_bytecode: no python3");
+    if !support::require(
+        "a_python_skill_loads_the_client_from_bytecode",
+        "/usr/bin/python3",
+        std::path::Path::new("/usr/bin/python3").exists(),
+    ) {
         return;
     }
     let project = support::skill_project("sandbox-skills-");
     let cache = tempfile::tempdir().unwrap();
+    // A `python3` first in PATH (a project's virtualenv, say) must never
+    // be what compiles the client: that runs outside any sandbox. It leaves
+    // a mark where no sandbox can write, then runs the real one.
+    let fake_bin = tempfile::tempdir().unwrap();
+    let mark = fake_bin.path().join("ran-outside");
+    let fake = fake_bin.path().join("python3");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\ntouch '{}'\nexec /usr/bin/python3 \"$@\"\n",
+            mark.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        fake_bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
     // Compiling a module raises the `compile` audit event; loading its
     // bytecode does not.
     let script = "import sys, os, importlib.util\n\
@@ -545,6 +565,7 @@ sandbox_ipc.connect().serve(lambda p: {'compiled': [c for c in compiled if 'sand
     let run = || {
         let out = Command::new(support::sandbox_bin())
             .env("XDG_CACHE_HOME", cache.path())
+            .env("PATH", &path)
             .args([
                 "skill",
                 "run",
@@ -574,4 +595,8 @@ sandbox_ipc.connect().serve(lambda p: {'compiled': [c for c in compiled if 'sand
         assert_eq!(v["result"]["compiled"], json!([]), "{v}");
         assert_ne!(v["result"]["planted"], "written", "{v}");
     }
+    assert!(
+        !mark.exists(),
+        "a python3 from PATH ran outside the sandbox"
+    );
 }

@@ -78,6 +78,9 @@ pub fn on_host() -> std::io::Result<PathBuf> {
     }
 }
 
+/// The interpreter that compiles the Python client: the system's, by path.
+const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+
 /// Compiles the Python client with the host's `python3` into the staging
 /// directory's `__pycache__`. Skills see the directory read-only, so
 /// without this every call of a Python skill compiled the client again
@@ -85,12 +88,15 @@ pub fn on_host() -> std::io::Result<PathBuf> {
 /// is written here, by the host, from the embedded source, before the
 /// directory is published; no skill can write it, so none can poison what
 /// another reads. A Python whose version differs finds no bytecode under
-/// its own cache tag and compiles, as before. Best effort: without a
-/// `python3` the libraries are offered as source alone. `-I` keeps the
-/// caller's environment (`PYTHONPYCACHEPREFIX`, `PYTHONDONTWRITEBYTECODE`)
-/// from sending the bytecode elsewhere or suppressing it.
+/// its own cache tag and compiles, as before. Best effort: without the
+/// system's Python the libraries are offered as source alone. Never a
+/// `python3` found through `PATH`: that may be a project's (a virtualenv's
+/// `bin` first in it), and this runs outside any sandbox. `-I` and an empty
+/// environment keep the caller's variables (`PYTHONPYCACHEPREFIX`,
+/// `PYTHONDONTWRITEBYTECODE`, `LD_PRELOAD`) out of it.
 fn compile_python(dir: &std::path::Path) {
-    let status = std::process::Command::new("python3")
+    let status = std::process::Command::new(SYSTEM_PYTHON)
+        .env_clear()
         .args(["-I", "-m", "compileall", "-q"])
         .arg(dir)
         .stdin(std::process::Stdio::null())
