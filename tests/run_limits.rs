@@ -296,6 +296,138 @@ fn the_run_cgroup_is_removed_afterwards() {
     }
 }
 
+/// Directories left where this run's cgroup goes, under the name its
+/// supervisor picks first; removed when the test ends, however it ends.
+struct Leftovers(Vec<std::path::PathBuf>);
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// An earlier run's cgroup left behind (its supervisor and janitor killed
+/// together) under the name a later supervisor, given the same pid, picks:
+/// the later run takes another name and keeps its limits, and leaves the
+/// leftover alone (it might be a live run's of another pid namespace).
+/// Before, the run fell back to rlimits, or was refused where cgroups are
+/// required.
+#[test]
+fn a_leftover_cgroup_under_the_runs_name_does_not_cost_it_its_limits() {
+    if !cgroups_writable("a_leftover_cgroup_under_the_runs_name_does_not_cost_it_its_limits") {
+        return;
+    }
+    let info = sandbox::cgroup::detect();
+    let parents: Vec<String> = ["memory", "pids", "cpu"]
+        .iter()
+        .map(|c| info.controller(c).unwrap().own_cgroup.display().to_string())
+        .collect();
+    let project = Project::new(Who::Root);
+    let sandbox = project.command().get_program().to_owned();
+    // `exec` keeps the shell's pid, which the supervisor names its first
+    // cgroup after; the shell reports the names it made before it execs.
+    let script = r#"for parent in $PARENTS; do
+  mkdir "$parent/sandbox-$$-0" || exit 99
+  echo "$parent/sandbox-$$-0" >> leftovers
+done
+exec "$@""#;
+    let out = std::process::Command::new("/bin/sh")
+        .args(["-c", script, "sh"])
+        .arg(&sandbox)
+        .args(["run", "--cpus", "1", "--report", "report.json", "--"])
+        .args(["/bin/sh", "-c", "/bin/true & /bin/true & wait"])
+        .env("PARENTS", parents.join(" "))
+        .current_dir(project.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let made = std::fs::read_to_string(project.path().join("leftovers")).unwrap_or_default();
+    let leftovers = Leftovers(made.lines().map(Into::into).collect());
+    assert_eq!(leftovers.0.len(), 3, "{made}");
+    assert_ok(&out, "sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("no cgroup for this run"), "{stderr}");
+    let report = report(&project);
+    assert_eq!(report["enforced"]["cgroup"]["version"], 1, "{stderr}");
+    let paths = report["enforced"]["cgroup"]["paths"].as_array().unwrap();
+    assert_eq!(paths.len(), 3, "{paths:?}");
+    for path in paths {
+        let path = std::path::Path::new(path.as_str().unwrap());
+        assert!(!leftovers.0.iter().any(|l| l == path), "{path:?}");
+        assert!(!path.exists(), "{path:?} is left behind");
+    }
+    assert!(
+        report["resources"]["pids_peak"].as_u64().unwrap() >= 3,
+        "{}",
+        report["resources"]
+    );
+    for leftover in &leftovers.0 {
+        assert!(leftover.is_dir(), "{leftover:?} was removed");
+    }
+}
+
+/// A run's cgroup still busy when the supervisor gives up removing it (on
+/// a loaded machine, the last exits still in flight; here a child cgroup
+/// the test makes inside it) is left to the janitor, which keeps trying
+/// (for ten seconds) and removes it once it can. Before, the supervisor
+/// dismissed the janitor all the same and the directory stayed for good.
+#[test]
+fn a_cgroup_busy_after_the_run_is_removed_by_the_janitor() {
+    if !cgroups_writable("a_cgroup_busy_after_the_run_is_removed_by_the_janitor") {
+        return;
+    }
+    let memory = sandbox::cgroup::detect()
+        .controller("memory")
+        .unwrap()
+        .own_cgroup
+        .clone();
+    let project = Project::new(Who::Root);
+    let mut child = project
+        .command()
+        .args(["run", "--", "/bin/sh", "-c"])
+        .arg("while [ ! -e go ]; do sleep 0.05; done")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let prefix = format!("sandbox-{}-", child.id());
+    let mut run_dir = None;
+    for _ in 0..600 {
+        run_dir = std::fs::read_dir(&memory)
+            .unwrap()
+            .flatten()
+            .find_map(|entry| {
+                let name = entry.file_name();
+                name.to_str()
+                    .is_some_and(|n| n.starts_with(&prefix))
+                    .then(|| entry.path())
+            });
+        if run_dir.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let run_dir = run_dir.expect("the run's memory cgroup");
+    let held = Leftovers(vec![run_dir.join("held")]);
+    std::fs::create_dir(&held.0[0]).unwrap();
+    project.write("go", "");
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(run_dir.exists(), "removed despite its child cgroup");
+    drop(held);
+    let mut gone = false;
+    for _ in 0..180 {
+        if !run_dir.exists() {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(gone, "{run_dir:?} is left behind");
+}
+
 #[test]
 fn without_cgroup_access_the_limits_fall_back_to_rlimits_and_say_so() {
     if !support::require(

@@ -104,6 +104,13 @@ impl FixContext {
 const BEST_EFFORT: &str = "or set enforce.cgroups = \"best-effort\" to fall back to rlimits";
 
 impl CgroupError {
+    /// Whether creating failed only because a directory of that name
+    /// exists: another name may do.
+    pub fn name_taken(&self) -> bool {
+        matches!(self, CgroupError::Create { source, .. }
+            if source.kind() == std::io::ErrorKind::AlreadyExists)
+    }
+
     /// What to do about it, for the refusal of a run that requires cgroups.
     pub fn fix(&self, context: FixContext) -> String {
         match self {

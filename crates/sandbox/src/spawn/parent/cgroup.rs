@@ -7,6 +7,9 @@ use crate::spawn::SpawnError;
 /// Distinct names for the runs of one supervisor process.
 pub(super) static RUN_COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
 
+/// Names tried for a run's cgroup before its creation counts as failed.
+const NAME_ATTEMPTS: u32 = 16;
+
 /// The rlimits that stand in for a cgroup that could not be had; the
 /// payload applies them after the plan's own.
 pub(super) type FallbackRlimits = Vec<(nix::sys::resource::Resource, u64)>;
@@ -35,12 +38,24 @@ pub(super) fn setup_cgroup(
         Some(layout) => layout.clone(),
         None => crate::cgroup::detect(),
     };
-    let name = format!(
-        "sandbox-{}-{}",
-        std::process::id(),
-        RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    );
-    match crate::cgroup::RunCgroup::create(&info, cgroup_parent, &name, &limits) {
+    // A name is taken when an earlier run's directories were left behind
+    // (its supervisor and janitor killed together) and its pid came round
+    // again: another name, never the leftover, which may not be stale (a
+    // supervisor of another pid namespace in the same cgroup).
+    let mut attempts = 0;
+    let created = loop {
+        let name = format!(
+            "sandbox-{}-{}",
+            std::process::id(),
+            RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        attempts += 1;
+        match crate::cgroup::RunCgroup::create(&info, cgroup_parent, &name, &limits) {
+            Err(err) if err.name_taken() && attempts < NAME_ATTEMPTS => continue,
+            created => break created,
+        }
+    };
+    match created {
         Ok(cgroup) => Ok((Some(cgroup), Vec::new())),
         Err(err) if enforcement == Enforcement::Required => Err(SpawnError::LayerUnavailable {
             layer: "cgroups",

@@ -75,13 +75,14 @@ pub(super) fn spawn_janitor(
                 }
             }
             let mut byte = [0u8; 1];
-            loop {
+            let swept = loop {
                 match nix::unistd::read(wait_end, &mut byte) {
+                    Ok(1) if byte[0] == CGROUP_LEFT => break true,
                     Ok(1) => return 0,
                     Err(Errno::EINTR) => continue,
-                    _ => break,
+                    _ => break false,
                 }
-            }
+            };
             match run_end {
                 RunEnd::Cgroup(cgroup) => {
                     let deadline = Instant::now() + JANITOR_PATIENCE;
@@ -100,7 +101,7 @@ pub(super) fn spawn_janitor(
             }
             // The run is gone: what it planted is swept even though nobody is
             // left to report it.
-            if let Some(sweep) = sweep {
+            if let (false, Some(sweep)) = (swept, sweep) {
                 sweep.run();
             }
             0
@@ -116,4 +117,22 @@ impl Janitor {
         let _ = nix::unistd::write(self.done.as_fd(), &[1]);
         let _ = nix::sys::wait::waitpid(self.pid, None);
     }
+
+    /// Dismiss the janitor if the run's cgroup is gone. If it is not (its
+    /// last exits still in flight on a loaded machine when the supervisor
+    /// gave up), the janitor goes on trying for its patience, without
+    /// sweeping again: dismissing it left the directories behind for good,
+    /// and a later supervisor given the same pid found its cgroup's name
+    /// taken. Not waited for then: it is reaped when this process exits.
+    pub(super) fn release(self, cgroup_removed: bool) {
+        if cgroup_removed {
+            self.dismiss();
+        } else {
+            let _ = nix::unistd::write(self.done.as_fd(), &[CGROUP_LEFT]);
+        }
+    }
 }
+
+/// The byte that tells the janitor the run is swept but its cgroup is not
+/// removed yet.
+const CGROUP_LEFT: u8 = 2;

@@ -139,14 +139,12 @@ impl Drop for Running {
         if !self.collected {
             self.end_run();
             let _ = waitid(Id::PIDFd(self.pidfd.as_fd()), WaitPidFlag::WEXITED);
-            if let Some(cgroup) = self.cgroup.take() {
-                cgroup.remove();
-            }
+            let cgroup_removed = self.cgroup.take().is_none_or(|cgroup| cgroup.remove());
             if let Some(plan) = self.sweep.take() {
                 plan.run();
             }
             if let Some(janitor) = self.janitor.take() {
-                janitor.dismiss();
+                janitor.release(cgroup_removed);
             }
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
         }

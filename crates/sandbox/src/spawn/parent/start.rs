@@ -177,11 +177,9 @@ pub(super) fn start_unexplained(
             Ok(running)
         }
         Err(err) => {
-            if let Some(cgroup) = cgroup {
-                cgroup.remove();
-            }
+            let cgroup_removed = cgroup.is_none_or(|cgroup| cgroup.remove());
             if let Some(janitor) = janitor {
-                janitor.dismiss();
+                janitor.release(cgroup_removed);
             }
             Err(err)
         }

@@ -148,9 +148,7 @@ impl Running {
             .map_err(SpawnError::explained);
         if result.is_ok() {
             self.collected = true;
-            if let Some(cgroup) = self.cgroup.take() {
-                cgroup.remove();
-            }
+            let cgroup_removed = self.cgroup.take().is_none_or(|cgroup| cgroup.remove());
             if let (Ok(outcome), Some(plan)) = (&mut result, self.sweep.take()) {
                 outcome.sweep = plan.run();
             }
@@ -162,7 +160,7 @@ impl Running {
                 ));
             }
             if let Some(janitor) = self.janitor.take() {
-                janitor.dismiss();
+                janitor.release(cgroup_removed);
             }
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
         }
