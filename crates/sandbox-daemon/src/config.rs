@@ -376,6 +376,19 @@ impl Config {
     pub fn rule_for(&self, uid: u32, groups: &[u32]) -> Option<&Rule> {
         self.rules.iter().find(|rule| rule.matches(uid, groups))
     }
+
+    /// [`Config::rule_for`] a connected caller, whose groups are looked up
+    /// (NSS: the password and group databases, at every request so that a
+    /// membership taken away counts at once) only when a rule that names
+    /// groups comes before the first one naming the caller's uid.
+    pub fn rule_for_caller(&self, uid: u32, gid: u32) -> Option<&Rule> {
+        let groups = std::cell::OnceCell::new();
+        self.rules.iter().find(|rule| {
+            rule.uids.contains(&uid)
+                || (!rule.gids.is_empty()
+                    && rule.matches(uid, groups.get_or_init(|| caller_groups(uid, gid))))
+        })
+    }
 }
 
 impl Config {
@@ -711,5 +724,14 @@ output = "16MiB"
         assert_eq!(config.rule_for(7, &[7, 50]).unwrap().index, 0);
         assert_eq!(config.rule_for(7, &[7]).unwrap().index, 1);
         assert!(config.rule_for(8, &[8]).is_none());
+        // A uid with no account: its groups are its primary gid alone.
+        let config = parse(
+            "[[allow]]\ngids = [4000050]\nsee_all = true\n[[allow]]\nuids = [4000007]\n",
+        )
+        .unwrap();
+        assert_eq!(config.rule_for_caller(4000007, 4000050).unwrap().index, 0);
+        assert_eq!(config.rule_for_caller(4000007, 4000007).unwrap().index, 1);
+        assert_eq!(config.rule_for_caller(4000008, 4000050).unwrap().index, 0);
+        assert!(config.rule_for_caller(4000008, 4000008).is_none());
     }
 }

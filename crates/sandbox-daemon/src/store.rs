@@ -189,6 +189,21 @@ pub struct Outcome {
     pub finished_ms: u64,
 }
 
+/// One statement, compiled once per connection: SQLite's parser was a
+/// tenth of the daemon's CPU under load when each run's five writes
+/// compiled their statements again (`perf`, `scripts/bench-daemon`).
+fn execute(
+    c: &Connection,
+    step: &'static str,
+    statement: &str,
+    params: impl rusqlite::Params,
+) -> Result<(), StoreError> {
+    c.prepare_cached(statement)
+        .and_then(|mut prepared| prepared.execute(params))
+        .map(drop)
+        .map_err(sql(step))
+}
+
 impl Store {
     /// Open (or create) the database.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
@@ -230,36 +245,31 @@ impl Store {
     pub fn insert(&self, run: &RunRecord) -> Result<(), StoreError> {
         let command = serde_json::to_string(&run.command).unwrap_or_else(|_| "[]".into());
         self.with(|c| {
-            c.execute(
-                "INSERT INTO runs (id, uid, gid, state, command, profile, project, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![run.id, run.uid, run.gid, run.state, command, run.profile, run.project, run.created_ms],
-            )
-            .map(drop)
-            .map_err(sql("insert"))
+            execute(c, "insert", "INSERT INTO runs (id, uid, gid, state, command, profile, project, created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)", params![run.id, run.uid, run.gid, run.state, command, run.profile, run.project, run.created_ms])
         })
     }
 
     /// The run took a slot.
     pub fn set_running(&self, id: &str) -> Result<(), StoreError> {
         self.with(|c| {
-            c.execute(
+            execute(
+                c,
+                "set running",
                 "UPDATE runs SET state = 'running' WHERE id = ?1",
                 params![id],
             )
-            .map(drop)
-            .map_err(sql("set running"))
         })
     }
 
     /// The launcher started the run's supervisor.
     pub fn set_supervisor(&self, id: &str, pid: i32, start: Option<u64>) -> Result<(), StoreError> {
         self.with(|c| {
-            c.execute(
+            execute(
+                c,
+                "set supervisor",
                 "UPDATE runs SET supervisor_pid = ?2, supervisor_start = ?3 WHERE id = ?1",
                 params![id, pid, start],
             )
-            .map(drop)
-            .map_err(sql("set supervisor"))
         })
     }
 
@@ -272,12 +282,12 @@ impl Store {
         started_ms: u64,
     ) -> Result<(), StoreError> {
         self.with(|c| {
-            c.execute(
+            execute(
+                c,
+                "set started",
                 "UPDATE runs SET init_pid = ?2, init_start = ?3, started_ms = ?4 WHERE id = ?1",
                 params![id, init_pid, init_start, started_ms],
             )
-            .map(drop)
-            .map_err(sql("set started"))
         })
     }
 
@@ -285,25 +295,17 @@ impl Store {
     pub fn finish(&self, id: &str, outcome: &Outcome) -> Result<(), StoreError> {
         let report = outcome.report.as_ref().map(|r| r.to_string());
         self.with(|c| {
-            c.execute(
-                "UPDATE runs SET state = ?2, status = ?3, reason = ?4, report = ?5, log_records = ?6, finished_ms = ?7 WHERE id = ?1",
-                params![id, outcome.state, outcome.status, outcome.reason, report, outcome.log_records, outcome.finished_ms],
-            )
-            .map(drop)
-            .map_err(sql("finish"))
+            execute(c, "finish", "UPDATE runs SET state = ?2, status = ?3, reason = ?4, report = ?5, log_records = ?6, finished_ms = ?7 WHERE id = ?1", params![id, outcome.state, outcome.status, outcome.reason, report, outcome.log_records, outcome.finished_ms])
         })
     }
 
     /// One run.
     pub fn get(&self, id: &str) -> Result<Option<RunRecord>, StoreError> {
         self.with(|c| {
-            c.query_row(
-                &format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"),
-                params![id],
-                from_row,
-            )
-            .optional()
-            .map_err(sql("get"))
+            c.prepare_cached(&format!("SELECT {COLUMNS} FROM runs WHERE id = ?1"))
+                .and_then(|mut prepared| prepared.query_row(params![id], from_row))
+                .optional()
+                .map_err(sql("get"))
         })
     }
 
@@ -329,11 +331,7 @@ impl Store {
 
     /// Remove a run's record.
     pub fn delete(&self, id: &str) -> Result<(), StoreError> {
-        self.with(|c| {
-            c.execute("DELETE FROM runs WHERE id = ?1", params![id])
-                .map(drop)
-                .map_err(sql("delete"))
-        })
+        self.with(|c| execute(c, "delete", "DELETE FROM runs WHERE id = ?1", params![id]))
     }
 
     /// At start: every run that was queued or running when the daemon
@@ -352,15 +350,16 @@ impl Store {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql("recover"))?;
             for run in &runs {
-                c.execute(
+                execute(
+                    c,
+                    "recover",
                     "UPDATE runs SET state = 'lost', reason = ?2, finished_ms = ?3 WHERE id = ?1",
                     params![
                         run.id,
                         format!("the daemon stopped while the run was {}", run.state),
                         now_ms
                     ],
-                )
-                .map_err(sql("recover"))?;
+                )?;
             }
             Ok(runs)
         })
@@ -387,8 +386,7 @@ impl Store {
                 .collect::<Result<Vec<_>, _>>()
                 .map_err(sql("prune"))?;
             for id in &ids {
-                c.execute("DELETE FROM runs WHERE id = ?1", params![id])
-                    .map_err(sql("prune"))?;
+                execute(c, "prune", "DELETE FROM runs WHERE id = ?1", params![id])?;
             }
             Ok(ids)
         })
