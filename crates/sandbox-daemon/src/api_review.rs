@@ -203,10 +203,35 @@ fn listing_object(file: &mut std::fs::File) -> Result<ListingObject, String> {
 }
 
 /// A JSON object's top-level member count, or the first member that is
-/// one of the daemon's; the values are skipped, not kept.
+/// one of the daemon's; the values are skipped, not kept (serde_json
+/// skips a string without buffering it), and a member's name is looked at
+/// where the parser holds it, not copied.
 enum TopKeys {
     Keys(usize),
-    Reserved(String),
+    Reserved(&'static str),
+}
+
+/// A member's name, as far as the daemon cares.
+struct Member(Option<&'static str>);
+
+impl<'de> serde::Deserialize<'de> for Member {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Member, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = Member;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a member's name")
+            }
+            fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<Member, E> {
+                Ok(Member(
+                    ["id", "review", "diff"]
+                        .into_iter()
+                        .find(|own| *own == name),
+                ))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
+    }
 }
 
 impl<'de> serde::Deserialize<'de> for TopKeys {
@@ -223,11 +248,9 @@ impl<'de> serde::Deserialize<'de> for TopKeys {
             ) -> Result<TopKeys, A::Error> {
                 let mut keys = 0;
                 let mut reserved = None;
-                while let Some(key) = map.next_key::<String>()? {
+                while let Some(Member(own)) = map.next_key::<Member>()? {
                     map.next_value::<serde::de::IgnoredAny>()?;
-                    if matches!(key.as_str(), "id" | "review" | "diff") && reserved.is_none() {
-                        reserved = Some(key);
-                    }
+                    reserved = reserved.or(own);
                     keys += 1;
                 }
                 Ok(reserved.map_or(TopKeys::Keys(keys), TopKeys::Reserved))

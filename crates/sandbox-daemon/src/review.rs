@@ -255,9 +255,19 @@ impl ReviewStores {
         };
         // stderr on a task of its own: a helper past the stdout cap is
         // killed, and its stderr then ends too.
+        // Only its end is kept: a message is its last MOST_MESSAGE bytes,
+        // and a helper writing megabytes there must not make the daemon
+        // hold them.
         let errors = tokio::spawn(async move {
+            let mut err = err.take(MOST_OUTPUT);
             let mut stderr = Vec::new();
-            let _ = err.take(MOST_OUTPUT).read_to_end(&mut stderr).await;
+            let mut buffer = vec![0u8; 8192];
+            while let Ok(n @ 1..) = err.read(&mut buffer).await {
+                stderr.extend_from_slice(&buffer[..n]);
+                if stderr.len() > 4 * MOST_MESSAGE {
+                    stderr.drain(..stderr.len() - 2 * MOST_MESSAGE);
+                }
+            }
             stderr
         });
         let mut total: u64 = 0;
