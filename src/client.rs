@@ -34,9 +34,61 @@ const MAX_LINE: usize = 16 << 20;
 /// daemon answer is bounded like any other input from the sandbox. The
 /// largest answer the daemon gives whole, a review listing with its diff,
 /// holds two helper outputs of at most 64 MiB each, JSON-escaped: this
-/// leaves room for that, while the event stream and logs are read line by
-/// line under [`MAX_LINE`] instead.
+/// leaves room for that, while the event stream, logs and a run's audit are
+/// read line by line under [`MAX_LINE`] instead ([`copy_lines`]).
 pub const MAX_ANSWER: usize = 256 << 20;
+
+/// Why an answer's lines were not all copied (see [`copy_lines`]). The
+/// whole lines before the failure are written; nothing of the line it
+/// stopped in is.
+#[derive(Debug, thiserror::Error)]
+pub enum CopyError {
+    /// A line is longer than [`MAX_LINE`]: the copy stops before it,
+    /// without holding it.
+    #[error(
+        "line {} of the daemon's answer is longer than {} MiB, more than the client holds \
+         (the {lines} line(s) before it were written, nothing after)",
+        lines + 1,
+        MAX_LINE >> 20
+    )]
+    LineTooLong {
+        /// Whole lines written before it.
+        lines: u64,
+    },
+    /// The answer ended or broke off inside a line, or its connection
+    /// failed between lines.
+    #[error("the daemon's answer broke off after {lines} whole line(s){}", cut_detail(*.partial, .error.as_ref()))]
+    CutOff {
+        /// Whole lines written.
+        lines: u64,
+        /// Bytes of the unended line, left out.
+        partial: usize,
+        /// The connection's error, when it failed.
+        error: Option<hyper::Error>,
+    },
+    /// Writing a line failed.
+    #[error("writing after {lines} whole line(s)")]
+    Write {
+        /// Whole lines written before.
+        lines: u64,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn cut_detail(partial: usize, error: Option<&hyper::Error>) -> String {
+    let mut detail = String::new();
+    if partial > 0 {
+        detail.push_str(&format!(
+            "; the {partial} byte(s) of the line it stopped in were left out"
+        ));
+    }
+    if let Some(error) = error {
+        detail.push_str(&format!(" ({error})"));
+    }
+    detail
+}
 
 /// What went wrong talking to the daemon.
 #[derive(Debug, thiserror::Error)]
@@ -365,6 +417,72 @@ impl Client {
             what: what.to_string(),
             detail,
         }
+    }
+}
+
+/// Copy an answer of JSON lines (a body from [`Client::stream`]) to `out`
+/// as it arrives, one whole line at a time, each at most [`MAX_LINE`]: an
+/// answer larger than [`MAX_ANSWER`] (a run's audit) is never held, and a
+/// line cut off by a broken connection never reaches `out` in part. The
+/// number of lines written; `out` is flushed however the copy ends.
+pub async fn copy_lines(body: Incoming, out: &mut impl std::io::Write) -> Result<u64, CopyError> {
+    let mut written = 0;
+    let copied = copy_body(body, &mut Framer::new(MAX_LINE), out, &mut written).await;
+    let flushed = out.flush().map_err(|source| CopyError::Write {
+        lines: written,
+        source,
+    });
+    copied.and(flushed).map(|()| written)
+}
+
+async fn copy_body(
+    mut body: Incoming,
+    lines: &mut Framer,
+    out: &mut impl std::io::Write,
+    written: &mut u64,
+) -> Result<(), CopyError> {
+    let mut frames = Vec::new();
+    loop {
+        let data = match body.frame().await {
+            None => break,
+            Some(Err(error)) => {
+                return Err(CopyError::CutOff {
+                    lines: *written,
+                    partial: lines.skipping().unwrap_or(lines.pending()),
+                    error: Some(error),
+                })
+            }
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) => data,
+                Err(_) => continue,
+            },
+        };
+        lines.push(&data, &mut frames);
+        for frame in frames.drain(..) {
+            let Frame::Line(mut line) = frame else {
+                return Err(CopyError::LineTooLong { lines: *written });
+            };
+            line.push(b'\n');
+            out.write_all(&line).map_err(|source| CopyError::Write {
+                lines: *written,
+                source,
+            })?;
+            *written += 1;
+        }
+        // Said as soon as the line passes the bound, not after reading
+        // the rest of it, which may never end.
+        if lines.skipping().is_some() {
+            return Err(CopyError::LineTooLong { lines: *written });
+        }
+    }
+    match lines.finish() {
+        None => Ok(()),
+        Some(Frame::TooLarge { .. }) => Err(CopyError::LineTooLong { lines: *written }),
+        Some(Frame::Line(partial)) => Err(CopyError::CutOff {
+            lines: *written,
+            partial: partial.len(),
+            error: None,
+        }),
     }
 }
 

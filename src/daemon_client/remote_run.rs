@@ -1,6 +1,5 @@
 //! `sandbox run --daemon`: the run submitted (waiting while the daemon is
 //! full), its output streamed, and its end told as a local run tells it.
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
@@ -187,18 +186,26 @@ async fn submit(client: &Client, request: &Value, quiet: bool) -> Result<String,
 }
 
 /// `--audit FILE` of a daemon run: the broker's lines, fetched when the run
-/// is over and appended as the local broker would have.
+/// is over and appended as the local broker would have. Streamed line by
+/// line: an audit may be larger than any answer the client reads whole.
 fn append_audit(client: &Client, id: &str, file: &Path) -> anyhow::Result<()> {
     let path = format!("/v1/runs/{}/audit", segment(id));
-    let answer = client.block_on(client.send(Method::GET, &path, None))?;
-    client.check(&path, &answer)?;
-    let mut out = std::fs::OpenOptions::new()
+    // A refused request writes nothing, and leaves no file behind.
+    let body = client.block_on(client.stream(&path))?;
+    let out = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(file)
         .with_context(|| format!("opening the audit file {}", file.display()))?;
-    out.write_all(&answer.body)
-        .with_context(|| format!("writing the audit file {}", file.display()))?;
+    let mut out = std::io::BufWriter::new(out);
+    client
+        .block_on(crate::client::copy_lines(body, &mut out))
+        .with_context(|| {
+            format!(
+                "run {id}: the audit appended to {} is incomplete",
+                file.display()
+            )
+        })?;
     Ok(())
 }
 

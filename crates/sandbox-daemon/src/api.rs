@@ -2,7 +2,6 @@
 //! from the connection (never from the request), finds its rule, and does
 //! blocking work (database, files) off the runtime's two workers.
 
-use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -376,19 +375,21 @@ struct EventsQuery {
 
 /// A body fed by a bounded channel: the task reading the log waits when
 /// the client does not read, so a slow client holds one chunk, not a log.
-struct ChannelBody(mpsc::Receiver<Bytes>);
+/// An error sent ends the answer as broken (hyper drops the connection
+/// without the body's end), so a client never takes a part for the whole.
+struct ChannelBody(mpsc::Receiver<Result<Bytes, std::io::Error>>);
 
 impl HttpBody for ChannelBody {
     type Data = Bytes;
-    type Error = Infallible;
+    type Error = std::io::Error;
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, std::io::Error>>> {
         self.0
             .poll_recv(cx)
-            .map(|chunk| chunk.map(|bytes| Ok(http_body::Frame::data(bytes))))
+            .map(|chunk| chunk.map(|bytes| bytes.map(http_body::Frame::data)))
     }
 }
 
@@ -404,7 +405,7 @@ fn ndjson(
     over: Option<tokio::sync::watch::Receiver<bool>>,
     follow: bool,
 ) -> Response {
-    let (sender, receiver) = mpsc::channel::<Bytes>(2);
+    let (sender, receiver) = mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     tokio::spawn(async move {
         let mut tail = tail;
         let mut over = over;
@@ -424,7 +425,7 @@ fn ndjson(
             tail = back;
             match chunk {
                 Ok(chunk) if !chunk.is_empty() => {
-                    if sender.send(reserved.attach(chunk)).await.is_err() {
+                    if sender.send(Ok(reserved.attach(chunk))).await.is_err() {
                         return;
                     }
                     continue;

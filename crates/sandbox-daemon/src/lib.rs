@@ -458,6 +458,7 @@ pub fn run(options: Options) -> Result<(), DaemonError> {
             Arc::new(review::ReviewStores::new(
                 PathBuf::from("/proc/self/exe"),
                 review_state,
+                spool.clone(),
             )),
         );
         let skills = Arc::new(skills::SkillHosts::new(

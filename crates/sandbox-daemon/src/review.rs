@@ -13,9 +13,11 @@
 //! (another user's directory inside the project), and the caller can
 //! rewrite its own store, so root must not act on what is in it.
 
+use std::collections::HashMap;
 use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::io::AsyncReadExt;
 
@@ -29,12 +31,20 @@ const MOST_OUTPUT: u64 = 64 << 20;
 /// Most bytes of a helper's stderr kept for an error's message.
 const MOST_MESSAGE: usize = 4096;
 
+/// Bytes one read takes from a helper's output.
+const READ_SIZE: usize = 64 << 10;
+
+/// Helpers (and the answers streamed from their output) under way, per
+/// caller.
+type Running = Arc<Mutex<HashMap<u32, usize>>>;
+
 /// The callers' review stores.
 #[derive(Debug)]
 pub struct ReviewStores {
     program: PathBuf,
     root: PathBuf,
-    running: std::sync::Mutex<std::collections::HashMap<u32, usize>>,
+    scratch: PathBuf,
+    running: Running,
 }
 
 /// Helpers one caller may have at once.
@@ -46,23 +56,58 @@ pub const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(6
 
 /// What a helper said.
 #[derive(Debug)]
-pub struct HelperOutput {
+pub struct HelperOutput<T = Vec<u8>> {
     /// Its exit status (None: killed by a signal).
     pub status: Option<i32>,
-    /// Its standard output.
-    pub stdout: Vec<u8>,
+    /// Its standard output: in memory, or (for an output that is streamed
+    /// to the caller) in an unnamed file of the daemon's, read from its
+    /// start.
+    pub stdout: T,
     /// The end of its standard error, for messages.
     pub stderr: String,
 }
 
+/// Where a helper's standard output goes while it runs.
+enum Sink {
+    Memory(Vec<u8>),
+    File(std::fs::File),
+}
+
+impl Sink {
+    /// Append `bytes`; a file is written on a blocking thread, never on
+    /// the runtime's.
+    async fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Sink::Memory(held) => {
+                held.extend_from_slice(bytes);
+                Ok(())
+            }
+            Sink::File(file) => {
+                let mut file = file.try_clone()?;
+                let bytes = bytes.to_vec();
+                tokio::task::spawn_blocking(move || {
+                    use std::io::Write;
+                    file.write_all(&bytes)
+                })
+                .await
+                .map_err(std::io::Error::other)?
+            }
+        }
+    }
+}
+
 impl ReviewStores {
     /// Stores below `root` (beside the socket, which callers can reach);
-    /// helpers are `program` (the daemon's own executable).
-    pub fn new(program: PathBuf, root: PathBuf) -> ReviewStores {
+    /// helpers are `program` (the daemon's own executable); outputs that
+    /// are streamed are spooled in `scratch`, a directory of the daemon's
+    /// own on its state's disk (not beside the socket: that is often a
+    /// tmpfs, whose files are memory).
+    pub fn new(program: PathBuf, root: PathBuf, scratch: PathBuf) -> ReviewStores {
         ReviewStores {
             program,
             root,
-            running: std::sync::Mutex::default(),
+            scratch,
+            running: Running::default(),
         }
     }
 
@@ -109,7 +154,76 @@ impl ReviewStores {
     /// no thread of the daemon while it waits, and a caller cannot hold
     /// more than its share.
     pub async fn helper(&self, caller: Caller, args: &[String]) -> Result<HelperOutput, ApiError> {
-        let _slot = self.take_slot(caller.uid)?;
+        let _slot = self.slot(caller.uid)?;
+        let (status, sink, stderr) = self.run(caller, args, Sink::Memory(Vec::new())).await?;
+        let Sink::Memory(stdout) = sink else {
+            return Err(ApiError::internal("the review helper's output went astray"));
+        };
+        Ok(HelperOutput {
+            status,
+            stdout,
+            stderr,
+        })
+    }
+
+    /// [`ReviewStores::helper`] with its output kept in an unnamed file
+    /// (`O_TMPFILE` in the daemon's spool directory, gone when closed) to
+    /// be streamed from, within a [`Slot`] the caller of this took and
+    /// keeps while it streams: a listing and its diff may each be 64 MiB,
+    /// and held in memory with the answer built from them they made the
+    /// daemon grow by twice the diff per request
+    /// (tests/daemon_review_memory.rs).
+    pub async fn helper_spooled(
+        &self,
+        _slot: &Slot,
+        caller: Caller,
+        args: &[String],
+    ) -> Result<HelperOutput<std::fs::File>, ApiError> {
+        let scratch = self.scratch.clone();
+        let file = crate::error::blocking(move || {
+            let fd = nix::fcntl::open(
+                &scratch,
+                nix::fcntl::OFlag::O_TMPFILE
+                    | nix::fcntl::OFlag::O_RDWR
+                    | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+            )
+            .map_err(|errno| {
+                ApiError::internal(format!(
+                    "a file for the review helper's output in {}: {errno}",
+                    scratch.display()
+                ))
+            })?;
+            Ok(std::fs::File::from(fd))
+        })
+        .await?;
+        let (status, sink, stderr) = self.run(caller, args, Sink::File(file)).await?;
+        let Sink::File(mut file) = sink else {
+            return Err(ApiError::internal("the review helper's output went astray"));
+        };
+        let file = crate::error::blocking(move || {
+            use std::io::Seek;
+            file.rewind().map_err(|err| {
+                ApiError::internal(format!("spooling the review helper's output: {err}"))
+            })?;
+            Ok(file)
+        })
+        .await?;
+        Ok(HelperOutput {
+            status,
+            stdout: file,
+            stderr,
+        })
+    }
+
+    /// Run the helper, its output into `sink`: its status, the sink, and
+    /// the end of its stderr.
+    async fn run(
+        &self,
+        caller: Caller,
+        args: &[String],
+        mut sink: Sink,
+    ) -> Result<(Option<i32>, Sink, String), ApiError> {
         let dir = {
             let stores = self.clone_paths();
             let uid = caller.uid;
@@ -136,23 +250,44 @@ impl ReviewStores {
             .map_err(|err| {
                 ApiError::internal(format!("starting {}: {err}", self.program.display()))
             })?;
-        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        let (Some(mut out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(ApiError::internal("the review helper has no pipes"));
         };
         // stderr on a task of its own: a helper past the stdout cap is
         // killed, and its stderr then ends too.
+        // Only its end is kept: a message is its last MOST_MESSAGE bytes,
+        // and a helper writing megabytes there must not make the daemon
+        // hold them.
         let errors = tokio::spawn(async move {
+            let mut err = err.take(MOST_OUTPUT);
             let mut stderr = Vec::new();
-            let _ = err.take(MOST_OUTPUT).read_to_end(&mut stderr).await;
+            let mut buffer = vec![0u8; 8192];
+            while let Ok(n @ 1..) = err.read(&mut buffer).await {
+                stderr.extend_from_slice(&buffer[..n]);
+                if stderr.len() > 4 * MOST_MESSAGE {
+                    stderr.drain(..stderr.len() - 2 * MOST_MESSAGE);
+                }
+            }
             stderr
         });
-        let mut stdout = Vec::new();
-        let mut out = out.take(MOST_OUTPUT + 1);
+        let mut total: u64 = 0;
         let work = async {
-            let read = out.read_to_end(&mut stdout).await;
-            if stdout.len() as u64 > MOST_OUTPUT {
-                let _ = child.start_kill();
+            let mut buffer = vec![0u8; READ_SIZE];
+            let read = async {
+                loop {
+                    let n = out.read(&mut buffer).await?;
+                    if n == 0 {
+                        return Ok::<_, std::io::Error>(());
+                    }
+                    total += n as u64;
+                    if total > MOST_OUTPUT {
+                        let _ = child.start_kill();
+                        return Ok(());
+                    }
+                    sink.write(&buffer[..n]).await?;
+                }
             }
+            .await;
             let status = child.wait().await;
             (read, status)
         };
@@ -173,7 +308,7 @@ impl ReviewStores {
         read.map_err(|err| ApiError::internal(format!("reading the review helper: {err}")))?;
         let status = status
             .map_err(|err| ApiError::internal(format!("waiting for the review helper: {err}")))?;
-        if stdout.len() as u64 > MOST_OUTPUT {
+        if total > MOST_OUTPUT {
             return Err(ApiError::new(
                 413,
                 "too_large",
@@ -188,22 +323,20 @@ impl ReviewStores {
         let start = (start..=tail.len())
             .find(|&i| tail.is_char_boundary(i))
             .unwrap_or(tail.len());
-        Ok(HelperOutput {
-            status: status.code(),
-            stdout,
-            stderr: tail[start..].to_owned(),
-        })
+        Ok((status.code(), sink, tail[start..].to_owned()))
     }
 
     fn clone_paths(&self) -> ReviewStores {
-        ReviewStores::new(self.program.clone(), self.root.clone())
+        ReviewStores::new(
+            self.program.clone(),
+            self.root.clone(),
+            self.scratch.clone(),
+        )
     }
 
-    fn take_slot(&self, uid: u32) -> Result<Slot<'_>, ApiError> {
-        let mut running = self
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// One of the caller's [`MOST_HELPERS_PER_CALLER`] places, or 429.
+    pub fn slot(&self, uid: u32) -> Result<Slot, ApiError> {
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         let count = running.entry(uid).or_default();
         if *count >= MOST_HELPERS_PER_CALLER {
             return Err(ApiError::new(
@@ -215,23 +348,25 @@ impl ReviewStores {
             .retry_after(1));
         }
         *count += 1;
-        Ok(Slot { stores: self, uid })
+        Ok(Slot {
+            running: self.running.clone(),
+            uid,
+        })
     }
 }
 
-/// One helper's place in its caller's share, given back when dropped.
-struct Slot<'a> {
-    stores: &'a ReviewStores,
+/// One helper's place in its caller's share, given back when dropped. A
+/// listing streamed from spooled output keeps it until the answer is sent,
+/// so a caller holds at most its share of spooled files.
+#[derive(Debug)]
+pub struct Slot {
+    running: Running,
     uid: u32,
 }
 
-impl Drop for Slot<'_> {
+impl Drop for Slot {
     fn drop(&mut self) {
-        let mut running = self
-            .stores
-            .running
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut running = self.running.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(count) = running.get_mut(&self.uid) {
             *count -= 1;
             if *count == 0 {
