@@ -725,10 +725,9 @@ output = "16MiB"
         assert_eq!(config.rule_for(7, &[7]).unwrap().index, 1);
         assert!(config.rule_for(8, &[8]).is_none());
         // A uid with no account: its groups are its primary gid alone.
-        let config = parse(
-            "[[allow]]\ngids = [4000050]\nsee_all = true\n[[allow]]\nuids = [4000007]\n",
-        )
-        .unwrap();
+        let config =
+            parse("[[allow]]\ngids = [4000050]\nsee_all = true\n[[allow]]\nuids = [4000007]\n")
+                .unwrap();
         assert_eq!(config.rule_for_caller(4000007, 4000050).unwrap().index, 0);
         assert_eq!(config.rule_for_caller(4000007, 4000007).unwrap().index, 1);
         assert_eq!(config.rule_for_caller(4000008, 4000050).unwrap().index, 0);
