@@ -94,6 +94,9 @@ fn a_run_through_the_api_has_its_status_and_output() {
     for (i, record) in records.iter().enumerate() {
         assert_eq!(record["seq"], i as u64 + 1, "{events}");
     }
+    // The record counts every line of its log, the end's included.
+    let (_, shown) = daemon.json(None, "GET", &format!("/v1/runs/{id}"), None);
+    assert_eq!(shown["log_records"], records.len() as u64, "{shown}");
     // Resuming after the last record seen gives only what follows it.
     let (_, rest) = daemon.curl(
         None,

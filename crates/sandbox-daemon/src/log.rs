@@ -164,7 +164,11 @@ pub fn count_records(path: &Path) -> io::Result<u64> {
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
         Err(err) => return Err(err),
     };
-    let mut buffer = vec![0u8; CHUNK];
+    // Sized to the file when it is small: a run's log is mostly a few
+    // records, and zeroing a whole chunk for them was most of the count.
+    let size = file.metadata().map_or(CHUNK as u64, |m| m.len());
+    let mut buffer =
+        vec![0u8; usize::try_from(size.saturating_add(1)).map_or(CHUNK, |s| s.min(CHUNK))];
     let mut count = 0u64;
     loop {
         match file.read(&mut buffer) {

@@ -34,8 +34,9 @@ impl Runs {
                     }
                 }
             }
-            append_end(&run, &log, &outcome);
-            outcome.log_records = crate::log::count_records(&log).unwrap_or(0);
+            outcome.log_records = append_end(&run, &log, &outcome)
+                .or_else(|| crate::log::count_records(&log).ok())
+                .unwrap_or(0);
             outcome.finished_ms = sandbox::clock::unix_ms();
             store.finish(&run, &outcome).map_err(store_error)
         })
@@ -104,8 +105,9 @@ impl Runs {
         log_end(id, uid, &outcome);
         let log = self.log_path(id);
         let written = blocking(move || {
-            append_end(&run, &log, &outcome);
-            outcome.log_records = crate::log::count_records(&log).unwrap_or(0);
+            outcome.log_records = append_end(&run, &log, &outcome)
+                .or_else(|| crate::log::count_records(&log).ok())
+                .unwrap_or(0);
             store.finish(&run, &outcome).map_err(store_error)
         });
         if let Err(err) = written.await {
@@ -160,16 +162,19 @@ impl Runs {
 const STOP_MARGIN: Duration = Duration::from_secs(6);
 
 /// End the run's log with its `end` record: what its run object says.
-fn append_end(run: &str, log: &Path, outcome: &Outcome) {
+/// Append the run's `end` record; the log's records then, counted once
+/// (the end's sequence number is how many records the log holds), or None
+/// when the append failed.
+fn append_end(run: &str, log: &Path, outcome: &Outcome) -> Option<u64> {
     let end = sandbox::launch::protocol::LogEvent::End {
         state: outcome.state.to_string(),
         status: outcome.status,
         reason: outcome.reason.clone(),
         report: outcome.report.clone(),
     };
-    if let Err(err) = crate::log::append(log, end, sandbox::clock::unix_ms()) {
-        tracing::warn!("run {run}: appending its end to its log: {err}");
-    }
+    crate::log::append(log, end, sandbox::clock::unix_ms())
+        .inspect_err(|err| tracing::warn!("run {run}: appending its end to its log: {err}"))
+        .ok()
 }
 
 /// The daemon's log line of a run's end: how it ended, never its output.
