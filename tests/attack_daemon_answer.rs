@@ -6,6 +6,8 @@
 //! peak RSS is read with getrusage(RUSAGE_CHILDREN), which no other test
 //! may pollute.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Command, Stdio};
@@ -73,12 +75,6 @@ fn client(socket: &std::path::Path, args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
-fn children_peak_rss_kib() -> i64 {
-    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-        .unwrap()
-        .max_rss()
-}
-
 #[test]
 fn an_endless_answer_and_an_endless_event_line_stop_the_client_with_bounded_memory() {
     let dir = tempfile::Builder::new()
@@ -98,7 +94,7 @@ fn an_endless_answer_and_an_endless_event_line_stop_the_client_with_bounded_memo
             && stderr.contains("--report FILE"),
         "{stderr}"
     );
-    let peak = children_peak_rss_kib();
+    let peak = support::children_peak_rss_kib();
     assert!(peak < PEAK_RSS_BOUND_KIB, "sandbox ps peak RSS {peak} KiB");
 
     // `sandbox logs` reads the event stream line by line: one endless line.
@@ -114,7 +110,7 @@ fn an_endless_answer_and_an_endless_event_line_stop_the_client_with_bounded_memo
         stderr.contains("answered the event stream unreadably: a line longer than 16 MiB"),
         "{stderr}"
     );
-    let peak = children_peak_rss_kib();
+    let peak = support::children_peak_rss_kib();
     assert!(
         peak < PEAK_RSS_BOUND_KIB,
         "sandbox logs peak RSS {peak} KiB"

@@ -8,6 +8,8 @@
 //! RSS is read with getrusage(RUSAGE_CHILDREN), which no other test may
 //! pollute.
 
+mod support;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -199,12 +201,6 @@ fn run_with_audit(socket: &Path, audit: &Path, cwd: &Path) -> (Option<i32>, Stri
     )
 }
 
-fn children_peak_rss_kib() -> i64 {
-    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
-        .unwrap()
-        .max_rss()
-}
-
 /// The file's lines after the first (`before`, written by the test):
 /// the audit lines it received, checked to be `1..` in order and whole.
 fn received_lines(file: &Path, bytes: usize) -> usize {
@@ -241,7 +237,7 @@ fn an_audit_larger_than_an_answer_is_copied_whole_and_a_broken_one_only_in_whole
     fake_daemon(socket.clone(), Audit::Large);
     let audit = file("large.ndjson");
     let (code, stderr) = run_with_audit(&socket, &audit, dir.path());
-    let peak = children_peak_rss_kib();
+    let peak = support::children_peak_rss_kib();
     eprintln!("copying a 300 MiB audit: client peak RSS {peak} KiB");
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(received_lines(&audit, LINE_BYTES), large_lines());
@@ -281,7 +277,7 @@ fn an_audit_larger_than_an_answer_is_copied_whole_and_a_broken_one_only_in_whole
         )),
         "{stderr}"
     );
-    let peak = children_peak_rss_kib();
+    let peak = support::children_peak_rss_kib();
     eprintln!("an endless audit line: client peak RSS {peak} KiB");
     assert_eq!(received_lines(&audit, 100), 2);
     assert!(

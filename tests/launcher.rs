@@ -101,19 +101,12 @@ impl Run {
 
 fn spec(project: &std::path::Path, argv: &[&str]) -> RunSpec {
     RunSpec {
-        policy: sandbox::profile::load("strict").unwrap(),
-        argv: argv.iter().map(|a| a.to_string()).collect(),
-        env: vec![],
-        project: project.to_path_buf(),
-        cwd: None,
-        secrets: vec![],
-        cgroup_parent: None,
-        audit: None,
-        grant_store: None,
-        review_store: None,
         ask_deadline_ms: 30_000,
-        stdin: false,
-        run_as: None,
+        ..RunSpec::new(
+            sandbox::profile::load("strict").unwrap(),
+            argv.iter().map(|a| a.to_string()).collect(),
+            project.to_path_buf(),
+        )
     }
 }
 

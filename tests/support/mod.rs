@@ -642,3 +642,11 @@ pub fn settle(project: &std::path::Path) {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
+
+/// The largest resident size, in KiB, of any child this test process has
+/// waited for (`getrusage(RUSAGE_CHILDREN)`): what a client it ran peaked at.
+pub fn children_peak_rss_kib() -> i64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN)
+        .unwrap()
+        .max_rss()
+}

@@ -331,21 +331,11 @@ mod tests {
     const KEY: &str = "1000:digest:/project";
 
     fn spec() -> RunSpec {
-        RunSpec {
-            policy: sandbox::profile::load("strict").expect("the strict profile"),
-            argv: vec!["/bin/true".into()],
-            env: Default::default(),
-            project: "/tmp".into(),
-            cwd: None,
-            secrets: Vec::new(),
-            cgroup_parent: None,
-            audit: None,
-            grant_store: None,
-            review_store: None,
-            ask_deadline_ms: 1,
-            stdin: false,
-            run_as: None,
-        }
+        RunSpec::new(
+            sandbox::profile::load("strict").expect("the strict profile"),
+            vec!["/bin/true".into()],
+            "/tmp".into(),
+        )
     }
 
     fn start(state: &mut State, id: &str, uid: u32, key: &str) {

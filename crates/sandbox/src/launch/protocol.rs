@@ -100,6 +100,31 @@ pub struct RunSpec {
     pub run_as: Option<RunAs>,
 }
 
+impl RunSpec {
+    /// A run of `argv` in `project` under `policy` and nothing else: no
+    /// environment beyond the policy's, the project's root as working
+    /// directory, no secrets, cgroup parent, audit, grant or review store,
+    /// stdin from /dev/null, the launcher's own user, and a question
+    /// denied at once. The daemon fills in what a request and its rule give.
+    pub fn new(policy: Policy, argv: Vec<String>, project: PathBuf) -> RunSpec {
+        RunSpec {
+            policy,
+            argv,
+            env: Vec::new(),
+            project,
+            cwd: None,
+            secrets: Vec::new(),
+            cgroup_parent: None,
+            audit: None,
+            grant_store: None,
+            review_store: None,
+            ask_deadline_ms: 0,
+            stdin: false,
+            run_as: None,
+        }
+    }
+}
+
 /// A caller's identity, from `SO_PEERCRED` and its group list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RunAs {
@@ -437,21 +462,7 @@ mod tests {
     fn a_policy_crosses_to_the_launcher_unchanged() {
         for name in ["strict", "standard", "permissive"] {
             let policy = crate::profile::load(name).unwrap();
-            let spec = RunSpec {
-                policy: policy.clone(),
-                argv: vec!["/bin/true".into()],
-                env: vec![],
-                project: "/tmp".into(),
-                cwd: None,
-                secrets: vec![],
-                cgroup_parent: None,
-                audit: None,
-                grant_store: None,
-                review_store: None,
-                ask_deadline_ms: 1,
-                stdin: false,
-                run_as: None,
-            };
+            let spec = RunSpec::new(policy.clone(), vec!["/bin/true".into()], "/tmp".into());
             let message = serde_json::to_vec(&ToLauncher::Spawn {
                 run: "r".into(),
                 spec: Box::new(spec),

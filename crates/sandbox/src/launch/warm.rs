@@ -334,24 +334,19 @@ mod tests {
 
     fn spec() -> RunSpec {
         RunSpec {
-            policy: crate::profile::load("strict").unwrap(),
-            argv: vec!["/bin/true".into()],
             env: vec![("A".into(), "1".into())],
-            project: "/srv/p".into(),
-            cwd: None,
-            secrets: vec![],
-            cgroup_parent: None,
-            audit: None,
-            grant_store: None,
-            review_store: None,
             ask_deadline_ms: 1,
-            stdin: false,
             run_as: Some(RunAs {
                 run: "warm-1-1".into(),
                 uid: 1000,
                 gid: 1000,
                 groups: vec![1000],
             }),
+            ..RunSpec::new(
+                crate::profile::load("strict").unwrap(),
+                vec!["/bin/true".into()],
+                "/srv/p".into(),
+            )
         }
     }
 
