@@ -195,11 +195,50 @@ fn listing_object(file: &mut std::fs::File) -> Result<ListingObject, String> {
     if values.next().is_some() {
         return Err("more than one JSON value".into());
     }
+    // serde_json skips a string it does not keep without decoding it,
+    // and these bytes are sent as they are: they must be UTF-8 too.
+    file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
+    utf8_up_to(file, end)?;
     file.seek(SeekFrom::Start(0)).map_err(|e| e.to_string())?;
     Ok(ListingObject {
         end: end.saturating_sub(1),
         keys,
     })
+}
+
+/// Check that `file`'s first `len` bytes are UTF-8, a buffer at a time
+/// (a character cut by the buffer is carried to the next).
+fn utf8_up_to(file: &mut std::fs::File, len: u64) -> Result<(), String> {
+    use std::io::Read;
+    let mut left = len;
+    let mut buf = vec![0; SEND_READ];
+    let mut carried = 0;
+    while left > 0 {
+        let want = (left.min((SEND_READ - carried) as u64)) as usize;
+        let n = match file.read(&mut buf[carried..carried + want]) {
+            Ok(0) => return Err("the listing's file ended early".into()),
+            Ok(n) => n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(err) => return Err(err.to_string()),
+        };
+        left -= n as u64;
+        let held = carried + n;
+        carried = match std::str::from_utf8(&buf[..held]) {
+            Ok(_) => 0,
+            Err(err) if err.error_len().is_none() && left > 0 => {
+                let valid = err.valid_up_to();
+                buf.copy_within(valid..held, 0);
+                held - valid
+            }
+            Err(err) => {
+                return Err(format!(
+                    "it is not UTF-8 (byte {})",
+                    len - left - (held - err.valid_up_to()) as u64
+                ))
+            }
+        };
+    }
+    Ok(())
 }
 
 /// A JSON object's top-level member count, or the first member that is
@@ -502,5 +541,36 @@ mod tests {
         ] {
             assert!(listing_object(&mut spooled(bad)).is_err(), "{bad:?}");
         }
+    }
+
+    /// The listing's bytes are sent as they were written, so a value the
+    /// check skipped without decoding must still be UTF-8: a helper
+    /// writing a stray byte (0xff), a cut character or a surrogate's
+    /// encoding inside a skipped string would have the daemon answer with
+    /// text that is not JSON; a character cut by the check's buffer is
+    /// whole and passes.
+    #[test]
+    fn a_listing_that_is_not_utf8_is_refused() {
+        use std::io::Write;
+        for bad in [
+            &b"{\"changes\": [\"\xff\"]}"[..],
+            b"{\"run\": {\"path\": \"a\xc3\"}}",
+            b"{\"run\": \"\xed\xa0\x80\"}",
+        ] {
+            let mut file = tempfile::tempfile().unwrap();
+            file.write_all(bad).unwrap();
+            assert!(
+                listing_object(&mut file).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        let mut long = String::from("{\"changes\": [\"");
+        while long.len() < SEND_READ * 2 + 1 {
+            long.push('é');
+        }
+        long.push_str("\"]}");
+        let object = listing_object(&mut spooled(&long)).unwrap();
+        assert_eq!(object.keys, 1);
     }
 }
