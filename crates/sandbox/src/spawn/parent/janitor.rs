@@ -22,7 +22,32 @@ use super::sys;
 #[derive(Debug)]
 pub(super) struct Janitor {
     pid: Pid,
+    pidfd: OwnedFd,
     done: OwnedFd,
+}
+
+/// Janitors left to finish a busy cgroup ([`Janitor::release`]), by
+/// pidfd, until reaped: a long-lived process (`sandbox serve`, the
+/// daemon's launcher) that runs many sandboxes would otherwise keep each
+/// one as a zombie for its whole life. Reaped without waiting whenever a
+/// janitor comes or goes; by pidfd, so another child that got a reaped
+/// janitor's pid is never waited for in its place.
+static LEFT_TO_FINISH: std::sync::Mutex<Vec<OwnedFd>> = std::sync::Mutex::new(Vec::new());
+
+fn reap_finished() {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+    let mut left = LEFT_TO_FINISH
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    left.retain(|pidfd| {
+        matches!(
+            waitid(
+                Id::PIDFd(pidfd.as_fd()),
+                WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG
+            ),
+            Ok(WaitStatus::StillAlive)
+        )
+    });
 }
 
 /// How long a janitor keeps trying to remove a dead supervisor's cgroup.
@@ -43,9 +68,10 @@ pub(super) fn spawn_janitor(
     run_end: RunEnd<'_>,
     sweep: Option<&SweepPlan>,
 ) -> Result<Janitor, SpawnError> {
+    reap_finished();
     let (wait_end, done) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(janitor)"))?;
     let done_raw = done.as_raw_fd();
-    let (pid, _pidfd) =
+    let (pid, pidfd) =
         crate::sys::clone::clone_into_namespaces(nix::sched::CloneFlags::empty(), |cloned| {
             let _ = nix::unistd::close(done_raw);
             // Out of the terminal's process group (a ^C meant for the run must
@@ -108,7 +134,7 @@ pub(super) fn spawn_janitor(
         })
         .map_err(sys("fork(janitor)"))?;
     drop(wait_end);
-    Ok(Janitor { pid, done })
+    Ok(Janitor { pid, pidfd, done })
 }
 
 impl Janitor {
@@ -123,13 +149,19 @@ impl Janitor {
     /// gave up), the janitor goes on trying for its patience, without
     /// sweeping again: dismissing it left the directories behind for good,
     /// and a later supervisor given the same pid found its cgroup's name
-    /// taken. Not waited for then: it is reaped when this process exits.
+    /// taken. Not waited for then: it is reaped when a later janitor comes
+    /// or goes, or with this process.
     pub(super) fn release(self, cgroup_removed: bool) {
         if cgroup_removed {
             self.dismiss();
         } else {
             let _ = nix::unistd::write(self.done.as_fd(), &[CGROUP_LEFT]);
+            LEFT_TO_FINISH
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(self.pidfd);
         }
+        reap_finished();
     }
 }
 
