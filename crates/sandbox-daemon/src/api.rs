@@ -20,7 +20,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::config::{Config, Rule};
+use super::config::{caller_groups, Config, Rule};
 use super::error::ApiError;
 use super::log::Tail;
 use super::resolve::{resolve, Caller, SubmitRequest};
@@ -123,7 +123,8 @@ pub(crate) fn who(app: &App, peer: Peer) -> Result<Who<'_>, ApiError> {
             "connect over the daemon's Unix socket",
         ));
     };
-    match app.config.rule_for_caller(caller.uid, caller.gid) {
+    match app.config
+        .rule_for(caller.uid, || caller_groups(caller.uid, caller.gid)) {
         Some(rule) => Ok(Who { caller, rule }),
         None => Err(ApiError::forbidden(
             "not_allowed",

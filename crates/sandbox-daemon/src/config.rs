@@ -372,21 +372,23 @@ impl Config {
         Ok(config)
     }
 
-    /// The first rule matching the caller.
-    pub fn rule_for(&self, uid: u32, groups: &[u32]) -> Option<&Rule> {
-        self.rules.iter().find(|rule| rule.matches(uid, groups))
-    }
-
-    /// [`Config::rule_for`] a connected caller, whose groups are looked up
-    /// (NSS: the password and group databases, at every request so that a
-    /// membership taken away counts at once) only when a rule that names
-    /// groups comes before the first one naming the caller's uid.
-    pub fn rule_for_caller(&self, uid: u32, gid: u32) -> Option<&Rule> {
-        let groups = std::cell::OnceCell::new();
+    /// The first rule that names `uid`, or one of its groups, which
+    /// `groups` gives (for a connected caller, NSS: the password and
+    /// group databases, at every request so that a membership taken away
+    /// counts at once). `groups` is called only when a rule that names
+    /// groups comes before the first one naming the uid, and at most once.
+    pub fn rule_for(&self, uid: u32, groups: impl FnOnce() -> Vec<u32>) -> Option<&Rule> {
+        let mut groups = Some(groups);
+        let mut known: Option<Vec<u32>> = None;
         self.rules.iter().find(|rule| {
-            rule.uids.contains(&uid)
-                || (!rule.gids.is_empty()
-                    && rule.matches(uid, groups.get_or_init(|| caller_groups(uid, gid))))
+            if rule.uids.contains(&uid) {
+                return true;
+            }
+            if rule.gids.is_empty() {
+                return false;
+            }
+            let groups = known.get_or_insert_with(|| groups.take().map_or_else(Vec::new, |f| f()));
+            rule.matches(uid, groups)
         })
     }
 }
@@ -650,12 +652,12 @@ output = "16MiB"
             "a file without rules allows nobody"
         );
         let own = Config::default_for(4242);
-        let rule = own.rule_for(4242, &[]).unwrap();
+        let rule = own.rule_for(4242, Vec::new).unwrap();
         assert_eq!(rule.profiles, builtin_profiles());
         assert_eq!(rule.networks, DEFAULT_NETWORKS.to_vec());
         assert!(rule.grants.is_empty());
         assert!(!rule.any_owner);
-        assert!(own.rule_for(4243, &[4242]).is_none());
+        assert!(own.rule_for(4243, || vec![4242]).is_none());
     }
 
     #[test]
@@ -721,16 +723,36 @@ output = "16MiB"
     fn first_matching_rule_wins_and_groups_match() {
         let config =
             parse("[[allow]]\ngids = [50]\nsee_all = true\n[[allow]]\nuids = [7]\n").unwrap();
-        assert_eq!(config.rule_for(7, &[7, 50]).unwrap().index, 0);
-        assert_eq!(config.rule_for(7, &[7]).unwrap().index, 1);
-        assert!(config.rule_for(8, &[8]).is_none());
+        assert_eq!(config.rule_for(7, || vec![7, 50]).unwrap().index, 0);
+        assert_eq!(config.rule_for(7, || vec![7]).unwrap().index, 1);
+        assert!(config.rule_for(8, || vec![8]).is_none());
         // A uid with no account: its groups are its primary gid alone.
         let config =
             parse("[[allow]]\ngids = [4000050]\nsee_all = true\n[[allow]]\nuids = [4000007]\n")
                 .unwrap();
-        assert_eq!(config.rule_for_caller(4000007, 4000050).unwrap().index, 0);
-        assert_eq!(config.rule_for_caller(4000007, 4000007).unwrap().index, 1);
-        assert_eq!(config.rule_for_caller(4000008, 4000050).unwrap().index, 0);
-        assert!(config.rule_for_caller(4000008, 4000008).is_none());
+        assert_eq!(
+            config
+                .rule_for(4000007, || caller_groups(4000007, 4000050))
+                .unwrap()
+                .index,
+            0
+        );
+        assert_eq!(
+            config
+                .rule_for(4000007, || caller_groups(4000007, 4000007))
+                .unwrap()
+                .index,
+            1
+        );
+        assert_eq!(
+            config
+                .rule_for(4000008, || caller_groups(4000008, 4000050))
+                .unwrap()
+                .index,
+            0
+        );
+        assert!(config
+            .rule_for(4000008, || caller_groups(4000008, 4000008))
+            .is_none());
     }
 }

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::signal::{sigprocmask, SigSet, SigmaskHow};
-use nix::unistd::Pid;
 
 use crate::spawn::SpawnError;
 
@@ -16,12 +15,12 @@ use super::sys;
 
 /// Removes the run's cgroup if the supervisor dies before it can: a process
 /// forked before clone (so it is not in the run's cgroup), waiting on a pipe
-/// only the supervisor can write. A byte means the supervisor cleaned up;
-/// end-of-file means it died, and the janitor kills what is left of the run
-/// and removes the directories.
+/// only the supervisor can write. A byte means the supervisor cleaned up
+/// ([`CGROUP_LEFT`]: all but the cgroup, which the janitor goes on
+/// removing); end-of-file means it died, and the janitor kills what is
+/// left of the run, removes the directories and sweeps.
 #[derive(Debug)]
 pub(super) struct Janitor {
-    pid: Pid,
     pidfd: OwnedFd,
     done: OwnedFd,
 }
@@ -71,7 +70,7 @@ pub(super) fn spawn_janitor(
     reap_finished();
     let (wait_end, done) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(janitor)"))?;
     let done_raw = done.as_raw_fd();
-    let (pid, pidfd) =
+    let (_pid, pidfd) =
         crate::sys::clone::clone_into_namespaces(nix::sched::CloneFlags::empty(), |cloned| {
             let _ = nix::unistd::close(done_raw);
             // Out of the terminal's process group (a ^C meant for the run must
@@ -134,14 +133,17 @@ pub(super) fn spawn_janitor(
         })
         .map_err(sys("fork(janitor)"))?;
     drop(wait_end);
-    Ok(Janitor { pid, pidfd, done })
+    Ok(Janitor { pidfd, done })
 }
 
 impl Janitor {
     /// The supervisor removed the cgroup itself: release and reap the janitor.
     pub(super) fn dismiss(self) {
         let _ = nix::unistd::write(self.done.as_fd(), &[1]);
-        let _ = nix::sys::wait::waitpid(self.pid, None);
+        let _ = nix::sys::wait::waitid(
+            nix::sys::wait::Id::PIDFd(self.pidfd.as_fd()),
+            nix::sys::wait::WaitPidFlag::WEXITED,
+        );
     }
 
     /// Dismiss the janitor if the run's cgroup is gone. If it is not (its
