@@ -167,8 +167,148 @@ fn a_child_cloned_into_a_cgroup_starts_in_it() {
     );
 }
 
+/// A field of `/proc/PID/status` (`State`, `SigBlk`), trimmed.
+fn status_field(pid: nix::unistd::Pid, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|line| {
+        line.strip_prefix(field)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(|value| value.trim().to_owned())
+    })
+}
+
+/// Whether `pid` is gone: reaped, or a zombie left to whoever adopts it.
+fn ended(pid: nix::unistd::Pid) -> bool {
+    status_field(pid, "State").is_none_or(|state| state.starts_with('Z') || state.starts_with('X'))
+}
+
+/// Calls `done` until it holds, for up to a minute: what is awaited is a
+/// SIGKILL's delivery, which takes far less even on a loaded machine.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never happened: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+fn user_namespaces_work(test: &str) -> bool {
+    let probe = std::process::Command::new("unshare")
+        .args(["--user", "true"])
+        .status()
+        .is_ok_and(|status| status.success());
+    support::require(
+        test,
+        "unprivileged user namespaces (`unshare --user`)",
+        probe,
+    )
+}
+
+/// The holder of a mapping's user namespace (`clone_idle`, which shares
+/// this process's memory): it holds the namespace with every signal blocked
+/// (no handler of this process's can run in it) while its maps are written
+/// and it is opened, from a process with a second thread too, and dropping
+/// it kills it and hands it to be reaped without waiting; the descriptor
+/// keeps the namespace.
+fn an_idle_child_holds_its_namespace_until_dropped_then_is_reaped() {
+    let test = "an_idle_child_holds_its_namespace_until_dropped_then_is_reaped";
+    if !user_namespaces_work(test) {
+        return;
+    }
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let _ = stop_rx.recv();
+    });
+    let holder = sandbox::sys::clone::clone_idle(CloneFlags::CLONE_NEWUSER).expect("clone_idle");
+    let pid = holder.pid();
+    let proc_dir = format!("/proc/{pid}");
+    let euid = nix::unistd::geteuid();
+    std::fs::write(format!("{proc_dir}/uid_map"), format!("0 {euid} 1\n")).expect("uid_map");
+    assert_eq!(
+        std::fs::read_to_string(format!("{proc_dir}/uid_map"))
+            .expect("read uid_map")
+            .split_whitespace()
+            .collect::<Vec<_>>(),
+        ["0", &euid.to_string(), "1"]
+    );
+    let namespace = std::fs::File::open(format!("{proc_dir}/ns/user")).expect("ns/user");
+    let ours = std::fs::metadata("/proc/self/ns/user").expect("our ns");
+    use std::os::unix::fs::MetadataExt;
+    let held = namespace.metadata().expect("fstat the namespace");
+    assert_ne!(held.ino(), ours.ino(), "a namespace of its own");
+    eventually("the holder sleeps", || {
+        status_field(pid, "State").is_some_and(|state| state.starts_with('S'))
+    });
+    let blocked = status_field(pid, "SigBlk").expect("SigBlk");
+    let blocked = u64::from_str_radix(&blocked, 16).expect("a hex mask");
+    for signal in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGCHLD,
+        libc::SIGUSR1,
+        libc::SIGRTMIN(),
+    ] {
+        assert_ne!(
+            blocked & (1 << (signal - 1)),
+            0,
+            "signal {signal} blocked: {blocked:x}"
+        );
+    }
+    drop(holder);
+    eventually("the holder is killed", || ended(pid));
+    eventually("the holder is reaped", || {
+        sandbox::sys::reap::finished();
+        sandbox::sys::reap::pending() == 0
+    });
+    assert!(
+        std::fs::metadata(&proc_dir).is_err(),
+        "reaped: {proc_dir} is gone"
+    );
+    assert_eq!(
+        namespace
+            .metadata()
+            .expect("the namespace outlives its holder")
+            .ino(),
+        held.ino()
+    );
+    drop(stop_tx);
+    thread.join().expect("join");
+}
+
+/// A holder whose parent dies before dropping it dies too (its parent-death
+/// signal): it would otherwise sleep forever, holding a user namespace and
+/// the memory it shared.
+fn an_idle_child_dies_with_its_parent() {
+    let test = "an_idle_child_dies_with_its_parent";
+    if !user_namespaces_work(test) {
+        return;
+    }
+    let (read_end, write_end): (OwnedFd, OwnedFd) = nix::unistd::pipe().expect("pipe");
+    let parent = sandbox::sys::fork::fork_single_threaded(|| {
+        let Ok(holder) = sandbox::sys::clone::clone_idle(CloneFlags::CLONE_NEWUSER) else {
+            return 3;
+        };
+        let _ = nix::unistd::write(&write_end, &holder.pid().as_raw().to_ne_bytes());
+        // Ends without dropping the holder, as a killed supervisor would.
+        sandbox::sys::exit_now(0)
+    })
+    .expect("fork");
+    drop(write_end);
+    let status = waitpid(parent, None).expect("waitpid");
+    assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
+    let mut bytes = [0u8; 4];
+    std::fs::File::from(read_end)
+        .read_exact(&mut bytes)
+        .expect("the holder's pid");
+    let pid = nix::unistd::Pid::from_raw(i32::from_ne_bytes(bytes));
+    eventually("the orphaned holder dies", || ended(pid));
+}
+
 fn main() {
-    let tests: [(&str, fn()); 5] = [
+    let tests: [(&str, fn()); 7] = [
         (
             "a_child_cloned_into_a_cgroup_starts_in_it",
             a_child_cloned_into_a_cgroup_starts_in_it,
@@ -188,6 +328,14 @@ fn main() {
         (
             "cloning_a_threaded_process_is_refused",
             cloning_a_threaded_process_is_refused,
+        ),
+        (
+            "an_idle_child_holds_its_namespace_until_dropped_then_is_reaped",
+            an_idle_child_holds_its_namespace_until_dropped_then_is_reaped,
+        ),
+        (
+            "an_idle_child_dies_with_its_parent",
+            an_idle_child_dies_with_its_parent,
         ),
     ];
     support::harness::run("clone_child", &tests);

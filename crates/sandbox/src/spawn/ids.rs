@@ -12,10 +12,9 @@
 //! made once); otherwise the sandbox is mapped to the caller's own ids, as
 //! for an unprivileged user.
 
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 
-use nix::fcntl::OFlag;
 use nix::sched::CloneFlags;
 
 /// How uids and gids are mapped between the host and the sandbox.
@@ -277,40 +276,19 @@ fn root_ids(host: u32) -> IdMapping {
 
 /// A user namespace whose only mapping is `uid_line` and `gid_line`
 /// (`INSIDE OUTSIDE COUNT`), held by a descriptor: what an idmapped mount
-/// takes its mapping from. The process created to own it exits before this
-/// returns; the descriptor keeps the namespace alive.
+/// takes its mapping from. The process created to own it is killed before
+/// this returns (and reaped later: nothing here waits for it); the
+/// descriptor keeps the namespace alive.
 pub fn mapping_namespace(uid_line: &str, gid_line: &str) -> Result<std::fs::File, String> {
-    // A raw clone is only sound from a single-threaded process.
-    if super::check_single_threaded().is_err() {
-        return Err("the supervisor is multi-threaded and cannot create a user namespace".into());
+    let holder = crate::sys::clone::clone_idle(CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| format!("a user namespace cannot be created for an id mapping ({e})"))?;
+    let proc_dir = PathBuf::from(format!("/proc/{}", holder.pid()));
+    for (file, line) in [("uid_map", uid_line), ("gid_map", gid_line)] {
+        std::fs::write(proc_dir.join(file), format!("{line}\n"))
+            .map_err(|e| format!("writing {file} ({line:?}) failed ({e})"))?;
     }
-    let (wait_end, release) =
-        nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| format!("pipe2: {e}"))?;
-    let release_raw = release.as_raw_fd();
-    let (pid, _pidfd) = crate::sys::clone::clone_into_namespaces(CloneFlags::CLONE_NEWUSER, |_| {
-        let _ = nix::unistd::close(release_raw);
-        let mut byte = [0u8; 1];
-        loop {
-            match nix::unistd::read(wait_end.as_fd(), &mut byte) {
-                Err(nix::errno::Errno::EINTR) => continue,
-                _ => return 0,
-            }
-        }
-    })
-    .map_err(|e| format!("a user namespace cannot be created for an id mapping ({e})"))?;
-    let result = (|| {
-        let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-        for (file, line) in [("uid_map", uid_line), ("gid_map", gid_line)] {
-            std::fs::write(proc_dir.join(file), format!("{line}\n"))
-                .map_err(|e| format!("writing {file} ({line:?}) failed ({e})"))?;
-        }
-        std::fs::File::open(proc_dir.join("ns/user"))
-            .map_err(|e| format!("opening the mapping's user namespace failed ({e})"))
-    })();
-    drop(release);
-    drop(wait_end);
-    let _ = nix::sys::wait::waitpid(pid, None);
-    result
+    std::fs::File::open(proc_dir.join("ns/user"))
+        .map_err(|e| format!("opening the mapping's user namespace failed ({e})"))
 }
 
 /// Make, once, what a root-mode run makes in release_init: a detached copy

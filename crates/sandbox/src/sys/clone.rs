@@ -1,8 +1,9 @@
 //! `clone(2)` used like `fork(2)`: a new process with a copy of the address
-//! space, entering new namespaces and returning a pidfd.
+//! space, entering new namespaces and returning a pidfd; and
+//! [`clone_idle`], a child that shares it only to hold new namespaces.
 
 use std::cell::Cell;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::sched::CloneFlags;
@@ -204,5 +205,158 @@ impl ClonedChild {
         // SAFETY: see the type: the parent's copied owners are never dropped
         // in this child, and no placed descriptor is at or above `first`.
         unsafe { super::fd::close_from(first) }
+    }
+}
+
+/// Bytes of stack for a [`clone_idle`] child: it calls `prctl`, `getppid`
+/// and `pause`, through the C library's `clone` wrapper, a few hundred
+/// bytes deep.
+const IDLE_STACK_BYTES: usize = 16 * 1024;
+
+/// A stack of its own for a child that shares this process's memory
+/// (`CLONE_VM`), unmapped when dropped.
+#[derive(Debug)]
+pub struct ChildStack {
+    base: std::ptr::NonNull<libc::c_void>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone; nothing in this
+// process refers to it but the child that runs on it, and the value is
+// only dropped (unmapped) once that child has been reaped (see
+// `super::reap`).
+unsafe impl Send for ChildStack {}
+
+impl ChildStack {
+    fn new(len: usize) -> nix::Result<ChildStack> {
+        // SAFETY: a fresh private anonymous mapping at an address of the
+        // kernel's choosing; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        let base = std::ptr::NonNull::new(base).ok_or(Errno::ENOMEM)?;
+        Ok(ChildStack { base, len })
+    }
+
+    /// Its highest address: stacks grow down on every architecture Linux
+    /// runs this on.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, which `len` bytes long.
+        unsafe { self.base.as_ptr().cast::<u8>().add(self.len).cast() }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, of this length, unmapped once;
+        // no child runs on it any more (the owner's contract above).
+        unsafe { libc::munmap(self.base.as_ptr(), self.len) };
+    }
+}
+
+/// A child created in new namespaces (a user namespace for an idmapped
+/// mount's mapping) only to hold them while this process writes its
+/// `/proc` files and opens them: killed and reaped later when dropped.
+#[derive(Debug)]
+pub struct IdleChild {
+    pid: Pid,
+    ends: Option<(OwnedFd, ChildStack)>,
+}
+
+impl IdleChild {
+    /// Its pid, for its `/proc` files.
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+}
+
+impl Drop for IdleChild {
+    fn drop(&mut self) {
+        if let Some((pidfd, stack)) = self.ends.take() {
+            let _ = super::signal::pidfd_kill(pidfd.as_fd());
+            super::reap::later_with_stack(pidfd, stack);
+        }
+    }
+}
+
+/// Clone a child into the namespaces `flags` creates that does nothing
+/// until it is killed ([`IdleChild`]'s drop) or its parent thread ends.
+///
+/// Why it shares this process's memory (`CLONE_VM`, as `posix_spawn`
+/// does) and descriptor table (`CLONE_FILES`: it holds no copy of any
+/// descriptor, so no pipe's reader waits for it) instead of copying them
+/// as fork would: a copy costs the page tables'
+/// copy, then a copy-on-write fault for each page this process writes
+/// next (the supervisor's heap after clone, 0.1 to 0.2 ms), for a child
+/// that runs no code of ours. So the child runs only `hold_until_killed`,
+/// on its own small stack, with every signal blocked (nothing can run a
+/// handler of this process's in it) and nothing allocated: it never
+/// writes this process's memory but that stack. Sound from any thread.
+pub fn clone_idle(flags: CloneFlags) -> nix::Result<IdleChild> {
+    use nix::sys::signal::{pthread_sigmask, SigSet, SigmaskHow};
+    let stack = ChildStack::new(IDLE_STACK_BYTES)?;
+    let mut kept = SigSet::empty();
+    pthread_sigmask(
+        SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::all()),
+        Some(&mut kept),
+    )?;
+    let raw_flags =
+        flags.bits() | libc::CLONE_VM | libc::CLONE_FILES | libc::CLONE_PIDFD | libc::SIGCHLD;
+    let parent = std::process::id() as usize as *mut libc::c_void;
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: `hold_until_killed` touches no memory of this process but the
+    // stack given, which stays mapped until the child is reaped (`ends`,
+    // then `reap`); every signal is blocked in it (the mask it inherits), so
+    // no handler of this process's runs on that stack. CLONE_PIDFD writes
+    // one int to `pidfd` (the parent-tid argument), which outlives the call;
+    // no flag asks for the tls or child tid arguments, so none is passed.
+    let ret = unsafe {
+        libc::clone(
+            hold_until_killed,
+            stack.top(),
+            raw_flags,
+            parent,
+            &mut pidfd as *mut libc::c_int,
+        )
+    };
+    let cloned = if ret < 0 { Err(Errno::last()) } else { Ok(ret) };
+    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&kept), None)?;
+    let pid = cloned?;
+    // SAFETY: the kernel just created this descriptor for us (CLONE_PIDFD);
+    // nothing else owns it.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok(IdleChild {
+        pid: Pid::from_raw(pid),
+        ends: Some((pidfd, stack)),
+    })
+}
+
+/// The whole life of a [`clone_idle`] child: dies with its parent thread
+/// (the parent-death signal, armed before checking that the parent whose
+/// pid `parent` carries has not already gone), else sleeps until killed.
+/// Every signal is blocked, so `pause` never returns and no errno is ever
+/// written to the thread-local storage it shares with its parent's thread.
+extern "C" fn hold_until_killed(parent: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: prctl with a valid option and signal cannot fail and touches
+    // no memory; getppid and pause take no arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong);
+        if libc::getppid() as usize != parent as usize {
+            return 0;
+        }
+        loop {
+            libc::pause();
+        }
     }
 }

@@ -13,6 +13,7 @@ pub mod mount_api;
 pub mod net;
 pub mod probe;
 pub mod proctitle;
+pub mod reap;
 pub mod seccomp;
 pub mod seccomp_notify;
 pub mod signal;

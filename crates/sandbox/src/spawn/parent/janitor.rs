@@ -25,30 +25,6 @@ pub(super) struct Janitor {
     done: OwnedFd,
 }
 
-/// Janitors left to finish a busy cgroup ([`Janitor::release`]), by
-/// pidfd, until reaped: a long-lived process (`sandbox serve`, the
-/// daemon's launcher) that runs many sandboxes would otherwise keep each
-/// one as a zombie for its whole life. Reaped without waiting whenever a
-/// janitor comes or goes; by pidfd, so another child that got a reaped
-/// janitor's pid is never waited for in its place.
-static LEFT_TO_FINISH: std::sync::Mutex<Vec<OwnedFd>> = std::sync::Mutex::new(Vec::new());
-
-fn reap_finished() {
-    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
-    let mut left = LEFT_TO_FINISH
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    left.retain(|pidfd| {
-        matches!(
-            waitid(
-                Id::PIDFd(pidfd.as_fd()),
-                WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG
-            ),
-            Ok(WaitStatus::StillAlive)
-        )
-    });
-}
-
 /// How long a janitor keeps trying to remove a dead supervisor's cgroup.
 pub(super) const JANITOR_PATIENCE: Duration = Duration::from_secs(10);
 
@@ -67,7 +43,7 @@ pub(super) fn spawn_janitor(
     run_end: RunEnd<'_>,
     sweep: Option<&SweepPlan>,
 ) -> Result<Janitor, SpawnError> {
-    reap_finished();
+    crate::sys::reap::finished();
     let (wait_end, done) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(sys("pipe2(janitor)"))?;
     let done_raw = done.as_raw_fd();
     let (_pid, pidfd) =
@@ -137,13 +113,12 @@ pub(super) fn spawn_janitor(
 }
 
 impl Janitor {
-    /// The supervisor removed the cgroup itself: release and reap the janitor.
+    /// The supervisor removed the cgroup itself: release the janitor, and
+    /// reap it later ([`crate::sys::reap`]): waiting for it to wake and exit
+    /// here put a hand-over to another process at the end of every run.
     pub(super) fn dismiss(self) {
         let _ = nix::unistd::write(self.done.as_fd(), &[1]);
-        let _ = nix::sys::wait::waitid(
-            nix::sys::wait::Id::PIDFd(self.pidfd.as_fd()),
-            nix::sys::wait::WaitPidFlag::WEXITED,
-        );
+        crate::sys::reap::later(self.pidfd);
     }
 
     /// Dismiss the janitor if the run's cgroup is gone. If it is not (its
@@ -151,19 +126,14 @@ impl Janitor {
     /// gave up), the janitor goes on trying for its patience, without
     /// sweeping again: dismissing it left the directories behind for good,
     /// and a later supervisor given the same pid found its cgroup's name
-    /// taken. Not waited for then: it is reaped when a later janitor comes
-    /// or goes, or with this process.
+    /// taken. Reaped later either way.
     pub(super) fn release(self, cgroup_removed: bool) {
         if cgroup_removed {
             self.dismiss();
         } else {
             let _ = nix::unistd::write(self.done.as_fd(), &[CGROUP_LEFT]);
-            LEFT_TO_FINISH
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(self.pidfd);
+            crate::sys::reap::later(self.pidfd);
         }
-        reap_finished();
     }
 }
 
