@@ -219,6 +219,9 @@ pub fn main<L: faces::Linked>() -> i32 {
         Command::Generate(args) => generate::run(args),
         Command::Oci { args } => return L::oci(args),
     };
+    // The janitors and namespace holders the runs dismissed are gone by
+    // now; reaped here, not left to an init that may never reap them.
+    sandbox::os::reap_children_before_exit();
     match result {
         Ok(code) => code,
         Err(err) => {

@@ -258,11 +258,7 @@ fn an_idle_child_holds_its_namespace_until_dropped_then_is_reaped() {
         );
     }
     drop(holder);
-    eventually("the holder is killed", || ended(pid));
-    eventually("the holder is reaped", || {
-        sandbox::sys::reap::finished();
-        sandbox::sys::reap::pending() == 0
-    });
+    sandbox::sys::reap::before_exit();
     assert!(
         std::fs::metadata(&proc_dir).is_err(),
         "reaped: {proc_dir} is gone"

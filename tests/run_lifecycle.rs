@@ -157,6 +157,38 @@ fn sigkill_of_the_supervisor_leaves_no_process_behind() {
     }
 }
 
+/// What `sandbox run` forks beside the run (the janitor, root's id-mapping
+/// namespace holder) is reaped by it before it exits, never left to be
+/// adopted: an init that does not reap (a container's first process often
+/// does not) would keep a zombie per run. The caller here is a child
+/// subreaper, so anything left would be its child.
+#[test]
+fn a_finished_run_leaves_no_child_to_its_caller() {
+    if !support::require_root_sandbox("a_finished_run_leaves_no_child_to_its_caller") {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let adopter = r#"
+import ctypes, os, subprocess, sys
+assert ctypes.CDLL(None).prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+for _ in range(5):
+    assert subprocess.run(sys.argv[1:]).returncode == 0
+print(open(f"/proc/self/task/{os.getpid()}/children").read().strip())
+"#;
+    let out = std::process::Command::new("python3")
+        .args(["-c", adopter, support::sandbox_bin()])
+        .args(["run", "--cpus", "1", "--", "/bin/true"])
+        .current_dir(project.path())
+        .output()
+        .expect("python3");
+    support::assert_ok(&out, "five runs under a subreaper");
+    let adopted = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        adopted.trim().is_empty(),
+        "processes the runs left to their caller: {adopted}"
+    );
+}
+
 #[test]
 fn sigterm_to_the_supervisor_reaches_the_command() {
     for who in identities("sigterm_to_the_supervisor_reaches_the_command") {

@@ -9,8 +9,11 @@
 //! reaped without waiting whenever a child is added or [`finished`] is
 //! called: a long-lived process (`sandbox serve`, a library caller) that
 //! runs many sandboxes would otherwise keep each one as a zombie for its
-//! whole life. A short-lived one exits first and its children are reaped
-//! by whoever adopts them.
+//! whole life. A short-lived one waits for those that end promptly just
+//! before it exits ([`before_exit`]), when they are already gone: an
+//! orphan is reaped only by an init that reaps (a container's first
+//! process often does not), so leaving one behind per run would pile up
+//! zombies there.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Mutex, PoisonError};
@@ -24,15 +27,29 @@ use super::clone::ChildStack;
 /// kernel has ended it the child may still be running on it.
 struct Unreaped {
     pidfd: OwnedFd,
+    /// Ends at once (dismissed, killed), so [`before_exit`] waits for it.
+    prompt: bool,
     _stack: Option<ChildStack>,
 }
 
 static UNREAPED: Mutex<Vec<Unreaped>> = Mutex::new(Vec::new());
 
-/// Reap `pidfd`'s child once it has exited, without waiting now.
+/// Reap `pidfd`'s child, which is ending now, once it has exited, without
+/// waiting for it now.
 pub fn later(pidfd: OwnedFd) {
     keep(Unreaped {
         pidfd,
+        prompt: true,
+        _stack: None,
+    });
+}
+
+/// [`later`], for a child that may go on for a while (a janitor left to
+/// remove a busy cgroup): [`before_exit`] does not wait for it.
+pub fn when_done(pidfd: OwnedFd) {
+    keep(Unreaped {
+        pidfd,
+        prompt: false,
         _stack: None,
     });
 }
@@ -41,6 +58,7 @@ pub fn later(pidfd: OwnedFd) {
 pub(super) fn later_with_stack(pidfd: OwnedFd, stack: ChildStack) {
     keep(Unreaped {
         pidfd,
+        prompt: true,
         _stack: Some(stack),
     });
 }
@@ -70,10 +88,13 @@ pub fn finished() {
         });
 }
 
-/// How many children [`later`] holds now.
-pub fn pending() -> usize {
-    UNREAPED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .len()
+/// Wait for every child handed to [`later`] (those that end promptly),
+/// and reap the others that have ended: for a process about to exit.
+pub fn before_exit() {
+    let unreaped = UNREAPED.lock().unwrap_or_else(PoisonError::into_inner);
+    for child in unreaped.iter().filter(|child| child.prompt) {
+        let _ = waitid(Id::PIDFd(child.pidfd.as_fd()), WaitPidFlag::WEXITED);
+    }
+    drop(unreaped);
+    finished();
 }

@@ -115,7 +115,8 @@ pub(super) fn spawn_janitor(
 impl Janitor {
     /// The supervisor removed the cgroup itself: release the janitor, and
     /// reap it later ([`crate::sys::reap`]): waiting for it to wake and exit
-    /// here put a hand-over to another process at the end of every run.
+    /// here put a hand-over to another process at the end of every run,
+    /// before its report.
     pub(super) fn dismiss(self) {
         let _ = nix::unistd::write(self.done.as_fd(), &[1]);
         crate::sys::reap::later(self.pidfd);
@@ -132,7 +133,7 @@ impl Janitor {
             self.dismiss();
         } else {
             let _ = nix::unistd::write(self.done.as_fd(), &[CGROUP_LEFT]);
-            crate::sys::reap::later(self.pidfd);
+            crate::sys::reap::when_done(self.pidfd);
         }
     }
 }
