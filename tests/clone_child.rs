@@ -303,8 +303,111 @@ fn an_idle_child_dies_with_its_parent() {
     eventually("the orphaned holder dies", || ended(pid));
 }
 
+/// Set by a child that shares this process's memory, read by the parent.
+static WRITTEN_BY_CHILD: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A child started by `clone_sharing_memory` (init's payload) writes this
+/// process's own memory, and its parent goes on only once it has exited:
+/// what it wrote is there when clone returns.
+fn a_child_sharing_memory_runs_before_its_parent_goes_on() {
+    use std::sync::atomic::Ordering;
+    WRITTEN_BY_CHILD.store(0, Ordering::SeqCst);
+    let (pid, _pidfd) = sandbox::sys::clone::clone_sharing_memory(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        WRITTEN_BY_CHILD.store(41, Ordering::SeqCst);
+        7
+    })
+    .expect("clone_sharing_memory");
+    assert_eq!(
+        WRITTEN_BY_CHILD.load(Ordering::SeqCst),
+        41,
+        "the parent waited for the child, whose write it sees"
+    );
+    let status = waitpid(pid, None).expect("waitpid");
+    assert!(matches!(status, WaitStatus::Exited(_, 7)), "{status:?}");
+}
+
+fn a_panicking_child_sharing_memory_exits_125_without_unwinding_its_parents_frames() {
+    check_panicking_child(|| {
+        let (pid, _pidfd) = sandbox::sys::clone::clone_sharing_memory(|_| {
+            std::panic::set_hook(Box::new(|_| {}));
+            panic!("a bug in the payload's setup")
+        })
+        .expect("clone_sharing_memory");
+        pid
+    });
+}
+
+/// Recurses with a page-sized frame until the stack runs out.
+fn deeper(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth as u8; 4096]);
+    if depth == u64::MAX {
+        return 0;
+    }
+    deeper(depth + 1) + u64::from(frame[0])
+}
+
+/// A region of `/proc/self/maps`: start, end, permissions.
+type Region = (usize, usize, String);
+
+/// The region of `/proc/self/maps` holding `address`, and the one just
+/// below it.
+fn mapping_and_below(address: usize) -> Option<(Region, Region)> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let regions: Vec<Region> = maps
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            Some((
+                usize::from_str_radix(start, 16).ok()?,
+                usize::from_str_radix(end, 16).ok()?,
+                fields.next()?.to_owned(),
+            ))
+        })
+        .collect();
+    let at = regions
+        .iter()
+        .position(|r| r.0 <= address && address < r.1)?;
+    Some((
+        regions[at].clone(),
+        regions.get(at.checked_sub(1)?)?.clone(),
+    ))
+}
+
+/// A child sharing this process's memory runs on a stack whose lowest page
+/// is a guard (no access, adjoining it), so an overflow faults there
+/// instead of writing over the parent's memory below; it dies of it, and
+/// its parent goes on and clones again.
+fn a_stack_overflow_in_a_child_sharing_memory_stops_at_its_guard() {
+    let (pid, _pidfd) = sandbox::sys::clone::clone_sharing_memory(|_| {
+        let here = 0u8;
+        match mapping_and_below(std::hint::black_box(&here) as *const u8 as usize) {
+            Some((stack, guard)) if guard.1 == stack.0 && guard.2 == "---p" => 0,
+            _ => 3,
+        }
+    })
+    .expect("clone");
+    let status = waitpid(pid, None).expect("waitpid");
+    assert!(
+        matches!(status, WaitStatus::Exited(_, 0)),
+        "the child's stack has a guard page below it (3: none): {status:?}"
+    );
+    let (pid, _pidfd) =
+        sandbox::sys::clone::clone_sharing_memory(|_| deeper(0) as i32).expect("clone");
+    let status = waitpid(pid, None).expect("waitpid");
+    assert!(
+        matches!(
+            status,
+            WaitStatus::Signaled(_, nix::sys::signal::Signal::SIGSEGV, _)
+        ),
+        "{status:?}"
+    );
+    a_child_sharing_memory_runs_before_its_parent_goes_on();
+}
+
 fn main() {
-    let tests: [(&str, fn()); 7] = [
+    let tests: [(&str, fn()); 10] = [
         (
             "a_child_cloned_into_a_cgroup_starts_in_it",
             a_child_cloned_into_a_cgroup_starts_in_it,
@@ -332,6 +435,18 @@ fn main() {
         (
             "an_idle_child_dies_with_its_parent",
             an_idle_child_dies_with_its_parent,
+        ),
+        (
+            "a_child_sharing_memory_runs_before_its_parent_goes_on",
+            a_child_sharing_memory_runs_before_its_parent_goes_on,
+        ),
+        (
+            "a_panicking_child_sharing_memory_exits_125_without_unwinding_its_parents_frames",
+            a_panicking_child_sharing_memory_exits_125_without_unwinding_its_parents_frames,
+        ),
+        (
+            "a_stack_overflow_in_a_child_sharing_memory_stops_at_its_guard",
+            a_stack_overflow_in_a_child_sharing_memory_stops_at_its_guard,
         ),
     ];
     support::harness::run("clone_child", &tests);

@@ -180,13 +180,13 @@ fn run<'a>(
         nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;
     }
 
-    // Fork the payload. Signals stay blocked (the supervisor blocked them
+    // Start the payload, in init's memory until it executes (init only
+    // waits meanwhile). Signals stay blocked (the supervisor blocked them
     // before clone) until forwarding is in place, so none is lost.
-    let (payload, pidfd) =
-        crate::sys::clone::clone_into_namespaces(CloneFlags::empty(), |payload_child| {
-            super::child::main(plan, handover, fds.report, payload_child)
-        })
-        .step(Step::ForkPayload, b"")?;
+    let (payload, pidfd) = crate::sys::clone::clone_sharing_memory(|payload_child| {
+        super::child::main(plan, handover, fds.report, payload_child)
+    })
+    .step(Step::ForkPayload, b"")?;
     // Init waits by pid. Closed here, not by `close_from` below: an owned
     // descriptor closed behind its back aborted init at its end in a debug
     // build (std's I/O-safety check), and pid 1 ignores the SIGABRT, so it

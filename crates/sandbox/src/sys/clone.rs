@@ -210,8 +210,16 @@ impl ClonedChild {
 
 /// Bytes of stack for a [`clone_idle`] child: it calls `prctl`, `getppid`
 /// and `pause`, through the C library's `clone` wrapper, a few hundred
-/// bytes deep.
+/// bytes deep (and a guard page).
 const IDLE_STACK_BYTES: usize = 16 * 1024;
+
+/// Bytes of stack for a [`clone_sharing_memory`] child: the payload's setup
+/// (Landlock's rules, its own view of its confinement) runs there. Only
+/// the pages it touches are allocated.
+const SHARED_MEMORY_STACK_BYTES: usize = 2 * 1024 * 1024;
+
+/// The guard page at the bottom of a [`ChildStack`].
+const GUARD_BYTES: usize = 4096;
 
 /// A stack of its own for a child that shares this process's memory
 /// (`CLONE_VM`), unmapped when dropped.
@@ -228,15 +236,20 @@ pub struct ChildStack {
 unsafe impl Send for ChildStack {}
 
 impl ChildStack {
+    /// `len` bytes, the lowest page of which a guard (no access): code that
+    /// overflows the stack faults there instead of writing over whatever
+    /// this process mapped below it (Rust probes every page of a large
+    /// frame, so no frame steps over the guard).
     fn new(len: usize) -> nix::Result<ChildStack> {
         // SAFETY: a fresh private anonymous mapping at an address of the
-        // kernel's choosing; no existing memory is touched.
+        // kernel's choosing; no existing memory is touched. Pages are
+        // allocated only as the child touches them.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
                 -1,
                 0,
             )
@@ -245,7 +258,13 @@ impl ChildStack {
             return Err(Errno::last());
         }
         let base = std::ptr::NonNull::new(base).ok_or(Errno::ENOMEM)?;
-        Ok(ChildStack { base, len })
+        let stack = ChildStack { base, len };
+        // SAFETY: the first page of the mapping just made, which nothing
+        // uses yet.
+        if unsafe { libc::mprotect(base.as_ptr(), GUARD_BYTES, libc::PROT_NONE) } != 0 {
+            return Err(Errno::last());
+        }
+        Ok(stack)
     }
 
     /// Its highest address: stacks grow down on every architecture Linux
@@ -358,5 +377,73 @@ extern "C" fn hold_until_killed(parent: *mut libc::c_void) -> libc::c_int {
         loop {
             libc::pause();
         }
+    }
+}
+
+/// [`clone_into_namespaces`] without copying this process: the child runs
+/// `child` on a stack of its own in this process's memory (`CLONE_VM`)
+/// while this thread waits (`CLONE_VFORK`) until it executes a program or
+/// exits, as `posix_spawn` does. For init's payload, whose setup ends in
+/// execve and which init only waits for meanwhile.
+///
+/// Why: a copy costs the page tables' copy, a copy-on-write fault for
+/// each page either process writes next, and tearing the copy down at
+/// execve, for a child that keeps nothing of it.
+///
+/// What `child` may do, since its writes are this process's: allocate and
+/// free (the allocator is consistent: the only thread that could use it
+/// waits), and change its own descriptor table, signal dispositions,
+/// credentials and limits (copied or its own: no `CLONE_FILES`,
+/// `CLONE_SIGHAND` or `CLONE_THREAD`). What it must not do: drop or change
+/// anything it borrows from the caller's frames, which the caller uses
+/// again when it wakes. It ends by `execve` or `_exit` (a panic: status
+/// [`CHILD_PANICKED`]), never by returning into the caller. Refused
+/// unless this process has one thread: another could use the allocator
+/// while the child does.
+pub fn clone_sharing_memory<F: FnOnce(&ClonedChild) -> i32>(
+    child: F,
+) -> nix::Result<(Pid, OwnedFd)> {
+    super::thread::require_single_thread().map_err(Errno::from)?;
+    let stack = ChildStack::new(SHARED_MEMORY_STACK_BYTES)?;
+    let mut slot = Some(child);
+    let raw_flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: the process has one thread (checked above), and this one is
+    // suspended until the child has executed a program or exited
+    // (CLONE_VFORK), so nothing else runs in the memory the child shares;
+    // `slot` and `stack` outlive that (they are dropped after clone
+    // returns, when the child no longer runs on this memory); the child
+    // ends by execve or _exit in `run_shared_child`. CLONE_PIDFD writes one
+    // int to `pidfd` (the parent-tid argument), which outlives the call.
+    let ret = unsafe {
+        libc::clone(
+            run_shared_child::<F>,
+            stack.top(),
+            raw_flags,
+            (&mut slot as *mut Option<F>).cast(),
+            &mut pidfd as *mut libc::c_int,
+        )
+    };
+    let cloned = if ret < 0 { Err(Errno::last()) } else { Ok(ret) };
+    drop(stack);
+    let pid = cloned?;
+    // SAFETY: the kernel just created this descriptor for us (CLONE_PIDFD);
+    // nothing else owns it.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    Ok((Pid::from_raw(pid), pidfd))
+}
+
+/// The child's side of [`clone_sharing_memory`]: takes the closure from
+/// the slot `slot` points to and runs it, then exits.
+extern "C" fn run_shared_child<F: FnOnce(&ClonedChild) -> i32>(
+    slot: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: `slot` is the `Option<F>` of the suspended caller's frame,
+    // alive until the child has exited or executed, and nothing else
+    // touches it meanwhile.
+    let slot = unsafe { &mut *slot.cast::<Option<F>>() };
+    match slot.take() {
+        Some(child) => super::run_child_then_exit(|| child(&ClonedChild::new())),
+        None => super::exit_now(CHILD_PANICKED),
     }
 }
