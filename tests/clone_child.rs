@@ -258,7 +258,7 @@ fn an_idle_child_holds_its_namespace_until_dropped_then_is_reaped() {
         );
     }
     drop(holder);
-    sandbox::sys::reap::before_exit();
+    sandbox::sys::reap::wait_for_prompt();
     assert!(
         std::fs::metadata(&proc_dir).is_err(),
         "reaped: {proc_dir} is gone"

@@ -518,7 +518,9 @@ fn start_warm(
         if !detach_from_launcher(old_mask) || !silence_stdio() {
             return 125;
         }
-        super::warm::serve(warm_spec, theirs, idle, budget)
+        let status = super::warm::serve(warm_spec, theirs, idle, budget);
+        crate::sys::reap::wait_for_prompt();
+        status
     })
     .map_err(|err| err.to_string())?;
     let delegated = spec
@@ -628,7 +630,12 @@ fn start_supervisor(
         if !detach_from_launcher(old_mask) || !silence_stdio() {
             return 125;
         }
-        super::supervisor::run(spec, fds)
+        // The janitor it dismissed is reaped here, not left to the
+        // launcher: until it has exited, the run's delegated cgroup, which
+        // the launcher removes when this process ends, is not empty.
+        let status = super::supervisor::run(spec, fds);
+        crate::sys::reap::wait_for_prompt();
+        status
     })
     .map_err(|err| err.to_string())
 }

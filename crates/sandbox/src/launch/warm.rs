@@ -230,6 +230,9 @@ pub fn serve(spec: RunSpec, launcher: OwnedFd, idle: Duration, budget: usize) ->
     if wire::send(launcher.as_fd(), &FromWarm::Ready, &[]).is_err() {
         return 0;
     }
+    // The sandbox may wait long for its command: the namespace holder its
+    // start killed is reaped now, not kept as a zombie all that time.
+    crate::sys::reap::wait_for_prompt();
     let until = Instant::now() + idle;
     let waited = loop {
         let left = until.saturating_duration_since(Instant::now());

@@ -10,7 +10,7 @@
 //! called: a long-lived process (`sandbox serve`, a library caller) that
 //! runs many sandboxes would otherwise keep each one as a zombie for its
 //! whole life. A short-lived one waits for those that end promptly just
-//! before it exits ([`before_exit`]), when they are already gone: an
+//! before it exits ([`wait_for_prompt`]), when they are already gone: an
 //! orphan is reaped only by an init that reaps (a container's first
 //! process often does not), so leaving one behind per run would pile up
 //! zombies there.
@@ -27,7 +27,7 @@ use super::clone::ChildStack;
 /// kernel has ended it the child may still be running on it.
 struct Unreaped {
     pidfd: OwnedFd,
-    /// Ends at once (dismissed, killed), so [`before_exit`] waits for it.
+    /// Ends at once (dismissed, killed), so [`wait_for_prompt`] waits for it.
     prompt: bool,
     _stack: Option<ChildStack>,
 }
@@ -45,7 +45,7 @@ pub fn later(pidfd: OwnedFd) {
 }
 
 /// [`later`], for a child that may go on for a while (a janitor left to
-/// remove a busy cgroup): [`before_exit`] does not wait for it.
+/// remove a busy cgroup): [`wait_for_prompt`] does not wait for it.
 pub fn when_done(pidfd: OwnedFd) {
     keep(Unreaped {
         pidfd,
@@ -89,8 +89,10 @@ pub fn finished() {
 }
 
 /// Wait for every child handed to [`later`] (those that end promptly),
-/// and reap the others that have ended: for a process about to exit.
-pub fn before_exit() {
+/// and reap the others that have ended: for a process about to exit, or
+/// about to wait long for something else (a warm sandbox's supervisor,
+/// whose killed namespace holder would stay a zombie all that time).
+pub fn wait_for_prompt() {
     let unreaped = UNREAPED.lock().unwrap_or_else(PoisonError::into_inner);
     for child in unreaped.iter().filter(|child| child.prompt) {
         let _ = waitid(Id::PIDFd(child.pidfd.as_fd()), WaitPidFlag::WEXITED);

@@ -162,6 +162,9 @@ impl Running {
             if let Some(janitor) = self.janitor.take() {
                 janitor.release(cgroup_removed);
             }
+            // What the run killed (the id-mapping namespace's holder) is
+            // long gone by now.
+            crate::sys::reap::finished();
             let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&self.old_mask), None);
         }
         result
