@@ -17,6 +17,7 @@ pub mod reap;
 pub mod seccomp;
 pub mod seccomp_notify;
 pub mod signal;
+pub mod stack;
 pub mod thread;
 pub mod tty;
 pub mod xattr;

@@ -20,7 +20,7 @@ use std::sync::{Mutex, PoisonError};
 
 use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
 
-use super::clone::ChildStack;
+use super::stack::ChildStack;
 
 /// A child not reaped yet, and the stack it ran on when it shares this
 /// process's memory: unmapped only once the child is gone, since until the
