@@ -11,6 +11,7 @@ mod support;
 
 use std::io::Read;
 use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use nix::sched::CloneFlags;
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -182,19 +183,6 @@ fn ended(pid: nix::unistd::Pid) -> bool {
     status_field(pid, "State").is_none_or(|state| state.starts_with('Z') || state.starts_with('X'))
 }
 
-/// Calls `done` until it holds, for up to a minute: what is awaited is a
-/// SIGKILL's delivery, which takes far less even on a loaded machine.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !done() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "never happened: {what}"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
 fn user_namespaces_work(test: &str) -> bool {
     let probe = std::process::Command::new("unshare")
         .args(["--user", "true"])
@@ -239,7 +227,7 @@ fn an_idle_child_holds_its_namespace_until_dropped_then_is_reaped() {
     use std::os::unix::fs::MetadataExt;
     let held = namespace.metadata().expect("fstat the namespace");
     assert_ne!(held.ino(), ours.ino(), "a namespace of its own");
-    eventually("the holder sleeps", || {
+    support::wait::until_true("the holder sleeps", Duration::from_secs(30), || {
         status_field(pid, "State").is_some_and(|state| state.starts_with('S'))
     });
     let blocked = status_field(pid, "SigBlk").expect("SigBlk");
@@ -300,7 +288,10 @@ fn an_idle_child_dies_with_its_parent() {
         .read_exact(&mut bytes)
         .expect("the holder's pid");
     let pid = nix::unistd::Pid::from_raw(i32::from_ne_bytes(bytes));
-    eventually("the orphaned holder dies", || ended(pid));
+    // A SIGKILL's delivery: far less than the limit even on a loaded machine.
+    support::wait::until_true("the orphaned holder dies", Duration::from_secs(30), || {
+        ended(pid)
+    });
 }
 
 /// Set by a child that shares this process's memory, read by the parent.
