@@ -180,13 +180,22 @@ fn run<'a>(
         nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP).step(Step::UnshareCgroup, b"")?;
     }
 
-    // Start the payload, in init's memory until it executes (init only
-    // waits meanwhile). Signals stay blocked (the supervisor blocked them
-    // before clone) until forwarding is in place, so none is lost.
-    let (payload, pidfd) = crate::sys::clone::clone_sharing_memory(|payload_child| {
-        super::child::main(plan, handover, fds.report, payload_child)
-    })
-    .step(Step::ForkPayload, b"")?;
+    // Start the payload. Signals stay blocked (the supervisor blocked them
+    // before clone) until forwarding is in place, so none is lost. In
+    // init's memory, init suspended until it executes, when it goes
+    // straight to execve. A copy, as fork makes, when it may wait long
+    // first (a warm sandbox's command, a learning run's notified calls) or
+    // when init must stay awake meanwhile (without namespaces init ends
+    // the run when its sync socket closes): a suspended init could neither
+    // forward a signal nor end the run.
+    let start =
+        |payload_child: &ClonedChild| super::child::main(plan, handover, fds.report, payload_child);
+    let started = if plan.namespaces && handover.warm_commit.is_none() && plan.observer.is_none() {
+        crate::sys::clone::clone_sharing_memory(start)
+    } else {
+        crate::sys::clone::clone_into_namespaces(CloneFlags::empty(), start)
+    };
+    let (payload, pidfd) = started.step(Step::ForkPayload, b"")?;
     // Init waits by pid. Closed here, not by `close_from` below: an owned
     // descriptor closed behind its back aborted init at its end in a debug
     // build (std's I/O-safety check), and pid 1 ignores the SIGABRT, so it

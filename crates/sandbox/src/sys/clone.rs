@@ -237,10 +237,15 @@ impl IdleChild {
 }
 
 impl Drop for IdleChild {
+    /// Kill it and reap it later; by pid where a filter refuses
+    /// `pidfd_send_signal`. One that cannot be killed at all (it ignores
+    /// nothing, so only a refusal of both calls) is left to die with its
+    /// parent thread, and never waited for: it would never end.
     fn drop(&mut self) {
         if let Some((pidfd, stack)) = self.ends.take() {
-            let _ = super::signal::pidfd_kill(pidfd.as_fd());
-            super::reap::later_with_stack(pidfd, stack);
+            let killed = super::signal::pidfd_kill(pidfd.as_fd()).is_ok()
+                || nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL).is_ok();
+            super::reap::keep_with_stack(pidfd, stack, killed);
         }
     }
 }
@@ -287,7 +292,9 @@ pub fn clone_idle(flags: CloneFlags) -> nix::Result<IdleChild> {
         )
     };
     let cloned = if ret < 0 { Err(Errno::last()) } else { Ok(ret) };
-    pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&kept), None)?;
+    // Restoring a mask that was just read cannot fail; were it to, the
+    // child is made an IdleChild all the same, so that it is killed.
+    let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&kept), None);
     let pid = cloned?;
     // SAFETY: the kernel just created this descriptor for us (CLONE_PIDFD);
     // nothing else owns it.

@@ -54,11 +54,12 @@ pub fn when_done(pidfd: OwnedFd) {
     });
 }
 
-/// [`later`], for a child running on `stack` in this process's memory.
-pub(super) fn later_with_stack(pidfd: OwnedFd, stack: ChildStack) {
+/// [`later`] (`prompt`: it is ending now) or [`when_done`], for a child
+/// running on `stack` in this process's memory.
+pub(super) fn keep_with_stack(pidfd: OwnedFd, stack: ChildStack, prompt: bool) {
     keep(Unreaped {
         pidfd,
-        prompt: true,
+        prompt,
         _stack: Some(stack),
     });
 }
