@@ -40,7 +40,7 @@ const UNIFIED_CANDIDATES: [&str; 2] = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified
 /// `/proc/self/cgroup`, `cgroup.controllers`, and checks write access).
 /// Unreadable files count as empty, so a host without `/proc` reports [`CgroupMode::None`].
 pub fn detect() -> CgroupInfo {
-    let mountinfo = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mountinfo = crate::mountinfo::read_own();
     let cgroup = fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     detect_in(Path::new("/"), &mountinfo, &cgroup)
 }

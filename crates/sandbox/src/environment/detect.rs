@@ -215,7 +215,7 @@ pub(super) fn masks_proc(mount_point: &str) -> bool {
 /// container engines do: a sandbox with a new pid namespace cannot mount
 /// its own /proc then. One read of /proc/self/mountinfo.
 pub fn proc_is_masked() -> bool {
-    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|text| mounts(&text).1)
+    mounts(&crate::mountinfo::read_own()).1
 }
 
 /// `(every cgroup filesystem is read-only, /proc has mounts over it)`.

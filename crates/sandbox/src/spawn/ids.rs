@@ -172,7 +172,11 @@ pub fn choose(writable: &[PathBuf], project: &Path) -> (IdMapping, Option<String
         // initial namespace without CAP_SYS_ADMIN: it can neither idmap the
         // writable trees nor open_tree the ones init cannot reach, and
         // root mode failed there at open_tree with EPERM.
-        let effective = super::measure::read_own_view().capabilities[2];
+        // One capget, not the whole measured view (/proc/self/status and a
+        // stat per namespace), which the start reads again anyway.
+        let effective = caps::read(None, caps::CapSet::Effective)
+            .ok()
+            .map(|set| set.iter().fold(0, |mask, cap| mask | cap.bitmask()));
         if let Some(missing) = missing_root_mode_capability(effective) {
             return (
                 own_ids(),

@@ -14,6 +14,11 @@ pub(super) fn step_note(prepared: &Prepared, what: std::fmt::Arguments<'_>) {
 
 /// `-v`: what a record from inside says, as it arrives.
 pub(super) fn note_record(prepared: &Prepared, record: &Record) {
+    // What the notes are built from (the measured view above all) is not
+    // computed for every run that prints none.
+    if !prepared.config.supervision.verbose {
+        return;
+    }
     match record {
         Record::Landlock { abi, status } => step_note(
             prepared,
