@@ -77,10 +77,11 @@ pub enum Step {
     WaitForCommand,
     ReviewLayer,
     JoinCgroup,
+    UnshareNamespaces,
 }
 
 impl Step {
-    const ALL: [Step; 44] = [
+    const ALL: [Step; 45] = [
         Step::NoNewPrivs,
         Step::ParentDeathSignal,
         Step::WaitForIdMaps,
@@ -125,6 +126,7 @@ impl Step {
         Step::WaitForCommand,
         Step::ReviewLayer,
         Step::JoinCgroup,
+        Step::UnshareNamespaces,
     ];
 
     fn from_u8(value: u8) -> Option<Step> {
@@ -141,6 +143,7 @@ impl Step {
             Step::SetIds => "switching to the sandbox user",
             Step::ProcessGroup => "creating a process group",
             Step::UnshareCgroup => "entering a new cgroup namespace",
+            Step::UnshareNamespaces => "entering new network, IPC and UTS namespaces",
             Step::MountPrivate => "making the mount tree private",
             Step::MountBase => "mounting the staging tmpfs",
             Step::PivotToBase => "pivoting into the staging tmpfs",
@@ -376,6 +379,8 @@ impl SpawnError {
                         idmapped: false,
                         pivot: matches!(step, Step::PivotToBase | Step::PivotRoot),
                     }),
+                    // What clone refused before init created these itself.
+                    Step::UnshareNamespaces => Some(Refusal::UserNamespace(errno)),
                     Step::Seccomp => Some(Refusal::Seccomp(errno)),
                     Step::Landlock => Some(Refusal::Landlock(errno)),
                     _ => None,

@@ -161,13 +161,20 @@ pub fn means_unavailable(errno: Errno) -> bool {
 /// namespace gives its creator. Ubuntu's AppArmor restriction and an LSM
 /// profile that denies mount refuse exactly these; Docker's default seccomp
 /// profile refuses pivot_root even to a container given CAP_SYS_ADMIN.
-/// Anything later, or another errno, is an error of the run.
+/// Anything later, or another errno, is an error of the run. The network,
+/// IPC and UTS namespaces init creates itself ([`crate::spawn::init`]) are
+/// judged as clone's refusal of them was ([`means_unavailable`]).
 pub fn means_unusable(step: super::Step, errno: Errno) -> bool {
     use super::Step;
-    matches!(
-        step,
-        Step::DropGroups | Step::SetIds | Step::MountPrivate | Step::MountBase | Step::PivotToBase
-    ) && matches!(errno, Errno::EPERM | Errno::EACCES)
+    match step {
+        Step::UnshareNamespaces => means_unavailable(errno),
+        Step::DropGroups
+        | Step::SetIds
+        | Step::MountPrivate
+        | Step::MountBase
+        | Step::PivotToBase => matches!(errno, Errno::EPERM | Errno::EACCES),
+        _ => false,
+    }
 }
 
 fn enable_userns_fix() -> String {

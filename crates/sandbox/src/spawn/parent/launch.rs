@@ -323,7 +323,8 @@ pub(super) fn clone_init(
             cgroup: CgroupJoin::AlreadyThere,
             ..*fds
         };
-        let cloned = crate::sys::clone::clone_into_cgroup(plan.clone_flags, dir.as_fd(), |init| {
+        let flags = crate::spawn::init::clone_flags_for_init(plan);
+        let cloned = crate::sys::clone::clone_into_cgroup(flags, dir.as_fd(), |init| {
             crate::spawn::init::main(plan, handover, &in_cgroup, init)
         });
         if cloned.is_ok() {
@@ -333,7 +334,8 @@ pub(super) fn clone_init(
     // Without clone3 (a kernel before 5.7, a container's seccomp
     // profile) or when it refuses: the classic clone, then the move. A
     // refusal of the namespaces themselves comes again from it.
-    let cloned = crate::sys::clone::clone_into_namespaces(plan.clone_flags, |init| {
+    let flags = crate::spawn::init::clone_flags_for_init(plan);
+    let cloned = crate::sys::clone::clone_into_namespaces(flags, |init| {
         crate::spawn::init::main(plan, handover, fds, init)
     });
     (cloned, false)
