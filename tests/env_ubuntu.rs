@@ -187,20 +187,22 @@ fn standard_falls_back_when_the_namespace_is_made_but_mounting_in_it_is_refused(
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     let report = report_of(&stderr, "standard");
     assert_confined(&stdout, &report);
-    // The namespace was made, its first mount refused, then the run fell back.
+    // The user namespace was made, the first step in it that needs its
+    // capabilities refused (init creating the network, IPC and UTS
+    // namespaces), then the run fell back.
     assert!(
         stderr.contains("cloned init") && stderr.contains("new namespaces: user mount pid"),
         "{stderr}"
     );
     assert!(
-        stderr.contains("failed making the mount tree private"),
+        stderr.contains("failed entering new network, IPC and UTS namespaces"),
         "{stderr}"
     );
     let reason = report["enforced"]["isolation"]["reason"]
         .as_str()
         .unwrap_or_default();
     assert!(
-        reason.contains("a user namespace was created, but making the mount tree private in it was refused (EPERM")
+        reason.contains("a user namespace was created, but entering new network, IPC and UTS namespaces in it was refused (EPERM")
             && reason.contains("seccomp filter on this process"),
         "{reason}"
     );
@@ -264,7 +266,10 @@ fn standard_falls_back_when_the_namespace_is_made_but_mounting_in_it_is_refused(
     let err = text(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(!project.path().join("ran").exists());
-    assert!(err.contains("making the mount tree private"), "{err}");
+    assert!(
+        err.contains("entering new network, IPC and UTS namespaces"),
+        "{err}"
+    );
     let fix = err
         .split("fix:")
         .nth(1)

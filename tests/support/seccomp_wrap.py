@@ -16,8 +16,9 @@ MODE:
   nocaps      what a user namespace without capabilities refuses, as Ubuntu
               23.10+ does to an unconfined process (AppArmor's
               apparmor_restrict_unprivileged_userns): clone and unshare with
-              namespace flags succeed, every mount call and pivot_root fail
-              with EPERM
+              CLONE_NEWUSER succeed; unshare of other namespaces without
+              it (what a process already in the new user namespace does),
+              every mount call and pivot_root fail with EPERM
   nouserns    the process is killed (SIGSYS) when it creates a user
               namespace (clone or unshare with CLONE_NEWUSER); clone3 fails
               with ENOSYS so that callers use clone, whose flags a filter
@@ -84,6 +85,13 @@ def program(mode, machine):
         for name in ("mount", "umount2", "pivot_root", "open_tree", "move_mount", "fsopen",
                      "fsmount", "mount_setattr"):
             prog += [ins(JEQ_K, nr[name], 0, 1), ins(RET_K, RET_ERRNO | EPERM)]
+        # unshare with CLONE_NEWUSER goes through (a new user namespace,
+        # whose creator the restriction lets have one); without it, new
+        # namespaces need CAP_SYS_ADMIN in the caller's, which it withholds.
+        prog += [ins(JEQ_K, nr["unshare"], 0, 5), ins(LD_W_ABS, 16),
+                 ins(JSET_K, CLONE_NEWUSER, 2, 0),
+                 ins(JSET_K, NAMESPACE_FLAGS, 0, 1), ins(RET_K, RET_ERRNO | EPERM),
+                 ins(LD_W_ABS, 0)]
     elif mode == "nouserns":
         prog += [ins(JEQ_K, nr["clone3"], 0, 1), ins(RET_K, RET_ERRNO | ENOSYS)]
         for name in ("clone", "unshare"):

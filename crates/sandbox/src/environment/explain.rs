@@ -30,6 +30,7 @@ impl Environment {
     pub fn explain(&self, refusal: &Refusal) -> Option<Explanation> {
         match refusal {
             Refusal::UserNamespace(errno) => self.userns_blocker(*errno, true),
+            Refusal::Namespaces(errno) => self.namespaces_blocker(*errno),
             // A container's seccomp profile stops the clone, never the maps.
             Refusal::IdMap => self
                 .child_namespace_root()
@@ -146,7 +147,7 @@ impl Environment {
 
     /// A seccomp filter inherited from what started sandbox `refuses` (the
     /// cause, after `prefix`); the fix allows `calls` in it.
-    fn inherited_filter(
+    pub(super) fn inherited_filter(
         &self,
         prefix: &str,
         refuses: &str,

@@ -193,6 +193,9 @@ pub struct Environment {
 pub enum Refusal {
     /// `clone`/`unshare` with `CLONE_NEWUSER` failed.
     UserNamespace(Errno),
+    /// Init, already in its new user namespace, could not create the
+    /// network, IPC and UTS namespaces (`unshare`).
+    Namespaces(Errno),
     /// Writing `setgroups`, `uid_map` or `gid_map`, or switching to the
     /// mapped ids, failed.
     IdMap,

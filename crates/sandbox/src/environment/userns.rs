@@ -112,6 +112,44 @@ impl Environment {
         })
     }
 
+    /// Why init, in the user namespace it was just given, could not create
+    /// its network, IPC and UTS namespaces: their own limits and kernel
+    /// options, or what refuses it the capabilities or the call.
+    pub(super) fn namespaces_blocker(&self, errno: Errno) -> Option<Explanation> {
+        let alt = self.or_without_namespaces();
+        match errno {
+            Errno::ENOSPC => Some(Explanation {
+                cause: "a limit on network, IPC or UTS namespaces is reached \
+                        (user.max_net_namespaces, user.max_ipc_namespaces, \
+                        user.max_uts_namespaces), or namespaces of runs that just ended are \
+                        not freed yet"
+                    .into(),
+                fix: format!("raise those limits, or run again{alt}"),
+            }),
+            Errno::EINVAL => Some(Explanation {
+                cause: "the kernel has no network, IPC or UTS namespaces (built without \
+                        CONFIG_NET_NS, CONFIG_IPC_NS or CONFIG_UTS_NS)"
+                    .into(),
+                fix: format!("use a kernel built with them{alt}"),
+            }),
+            // An engine's default seccomp profile refuses the clone that
+            // made the user namespace, not this: once it was made, what
+            // refuses is a security module withholding its capabilities,
+            // or a filter of another kind.
+            Errno::EPERM | Errno::EACCES => self.namespaces_withheld().or_else(|| {
+                (self.seccomp.mode == Some(2)).then(|| {
+                    self.inherited_filter(
+                        "",
+                        "forbids new network, IPC or UTS namespaces",
+                        "unshare with CLONE_NEWNET, CLONE_NEWIPC and CLONE_NEWUTS",
+                        &alt,
+                    )
+                })?
+            }),
+            _ => None,
+        }
+    }
+
     /// Why user namespaces cannot be had here, most specific cause first.
     pub(super) fn userns_blocker(&self, errno: Errno, containers: bool) -> Option<Explanation> {
         let alt = self.or_without_namespaces();
@@ -250,6 +288,7 @@ mod tests {
         // the refusal shows as an id map or mount failure as well.
         for refusal in [
             Refusal::UserNamespace(Errno::EPERM),
+            Refusal::Namespaces(Errno::EPERM),
             Refusal::IdMap,
             Refusal::Mount {
                 errno: Errno::EPERM,
@@ -284,6 +323,23 @@ mod tests {
                 .explain(&Refusal::UserNamespace(Errno::EPERM)),
             None
         );
+    }
+
+    #[test]
+    fn inits_own_namespaces_are_explained_by_their_limits_and_kernel_options() {
+        let env = Tree::new(&[]).detect();
+        let short = env
+            .explain(&Refusal::Namespaces(Errno::ENOSPC))
+            .expect("explained");
+        assert!(short.cause.contains("user.max_net_namespaces"), "{short:?}");
+        assert!(!short.cause.contains("max_user_namespaces"), "{short:?}");
+        let missing = env
+            .explain(&Refusal::Namespaces(Errno::EINVAL))
+            .expect("explained");
+        assert!(missing.cause.contains("CONFIG_NET_NS"), "{missing:?}");
+        assert!(!missing.cause.contains("CONFIG_USER_NS"), "{missing:?}");
+        // A plain host says nothing it cannot see about a refusal.
+        assert_eq!(env.explain(&Refusal::Namespaces(Errno::EPERM)), None);
     }
 
     #[test]

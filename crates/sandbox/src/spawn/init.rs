@@ -64,7 +64,13 @@ pub enum CgroupJoin<'a> {
 /// while the supervisor writes the id maps and idmaps the project, which
 /// init waits for anyway. The same owner either way: init is already in
 /// its new user namespace, where it holds every capability, as a child of
-/// clone would be. Only namespaces nothing needs before init's release:
+/// clone would be. What the kernel fixes at creation from the owner's uid
+/// 0 (who owns /proc/net inside) may now see the maps written or not yet;
+/// nothing of the host's depends on it. The capability check is init's
+/// own now, not the supervisor's: where a security module withholds
+/// capabilities in new user namespaces (Ubuntu's AppArmor restriction),
+/// this is the step that fails, where the first mount failed before, with
+/// the same fallback. Only namespaces nothing needs before init's release:
 /// the user namespace is where the maps go, the mount namespace holds the
 /// trees the supervisor hands over, and the pid namespace must be there
 /// at clone for init to be its first process.
@@ -293,7 +299,7 @@ fn run<'a>(
 /// they warn instead of stopping the run:
 ///
 /// - the hostname: a name only. The uts namespace is what isolates, and it
-///   is created by clone (which fails the run if it cannot be); without the
+///   is created by init at its start (which fails the run if it cannot be); without the
 ///   call the payload sees its namespace's copy of the host's name, which
 ///   no profile promises to hide and which it still cannot change for the
 ///   host.
@@ -948,7 +954,7 @@ fn build_dev<'a>(plan: &'a ChildPlan) -> Result<(), Failed<'a>> {
     )
     .step(Step::MountDev, b"/dev/shm")?;
     // The message-queue filesystem of the run's own IPC namespace (mqueue
-    // takes the mounting process's namespace, created by clone): the
+    // takes the mounting process's namespace, which init created): the
     // Landlock rule on its root is what lets mq_open through, since the
     // kernel's internal mount of the same filesystem has no parent the
     // rule's walk could reach. It holds only the run's own queues.

@@ -379,8 +379,7 @@ impl SpawnError {
                         idmapped: false,
                         pivot: matches!(step, Step::PivotToBase | Step::PivotRoot),
                     }),
-                    // What clone refused before init created these itself.
-                    Step::UnshareNamespaces => Some(Refusal::UserNamespace(errno)),
+                    Step::UnshareNamespaces => Some(Refusal::Namespaces(errno)),
                     Step::Seccomp => Some(Refusal::Seccomp(errno)),
                     Step::Landlock => Some(Refusal::Landlock(errno)),
                     _ => None,

@@ -133,8 +133,9 @@ impl Isolation {
     }
 }
 
-/// Whether clone's errno for `CLONE_NEWUSER` means "no user namespaces
-/// here" (a policy or a limit), rather than a failure to report.
+/// Whether clone's errno for `CLONE_NEWUSER` (with the mount and pid
+/// namespaces) means "no user namespaces here" (a policy or a limit),
+/// rather than a failure to report.
 ///
 /// - EPERM: a seccomp filter (Docker, containerd, another sandbox), the
 ///   AppArmor restriction, `kernel.unprivileged_userns_clone=0`, or a
@@ -162,12 +163,16 @@ pub fn means_unavailable(errno: Errno) -> bool {
 /// profile that denies mount refuse exactly these; Docker's default seccomp
 /// profile refuses pivot_root even to a container given CAP_SYS_ADMIN.
 /// Anything later, or another errno, is an error of the run. The network,
-/// IPC and UTS namespaces init creates itself ([`crate::spawn::init`]) are
-/// judged as clone's refusal of them was ([`means_unavailable`]).
+/// IPC and UTS namespaces init creates itself ([`crate::spawn::init`]):
+/// EPERM or EACCES (refused), EINVAL (not in this kernel). Not ENOSPC,
+/// which clone's refusal of them was judged by too: there it is now known
+/// to be their own limits, which namespaces of runs just ended still
+/// count until the kernel frees them, and a transient shortage must not
+/// become a weaker run.
 pub fn means_unusable(step: super::Step, errno: Errno) -> bool {
     use super::Step;
     match step {
-        Step::UnshareNamespaces => means_unavailable(errno),
+        Step::UnshareNamespaces => matches!(errno, Errno::EPERM | Errno::EACCES | Errno::EINVAL),
         Step::DropGroups
         | Step::SetIds
         | Step::MountPrivate
@@ -723,6 +728,48 @@ mod tests {
         }
         for errno in [Errno::ENOMEM, Errno::EAGAIN, Errno::EFAULT] {
             assert!(!means_unavailable(errno), "{errno}");
+        }
+    }
+
+    #[test]
+    fn init_refused_its_own_namespaces_means_unusable_but_not_when_short() {
+        use crate::spawn::Step;
+        let step = Step::UnshareNamespaces;
+        for errno in [Errno::EPERM, Errno::EACCES, Errno::EINVAL] {
+            assert!(means_unusable(step, errno), "{errno}");
+        }
+        // Their own limits, which runs just ended still hold: a shortage,
+        // not a weaker run.
+        for errno in [Errno::ENOSPC, Errno::ENOMEM, Errno::EAGAIN] {
+            assert!(!means_unusable(step, errno), "{errno}");
+        }
+    }
+
+    #[test]
+    fn clone_and_init_share_the_planned_namespaces_between_them() {
+        use crate::spawn::init::UNSHARED_BY_INIT;
+        use nix::sched::CloneFlags as F;
+        for network in [true, false] {
+            let mut planned = F::CLONE_NEWUSER
+                | F::CLONE_NEWNS
+                | F::CLONE_NEWPID
+                | F::CLONE_NEWIPC
+                | F::CLONE_NEWUTS;
+            if network {
+                planned |= F::CLONE_NEWNET;
+            }
+            let at_clone = planned.difference(UNSHARED_BY_INIT);
+            let by_init = planned.intersection(UNSHARED_BY_INIT);
+            assert_eq!(at_clone | by_init, planned);
+            assert!(at_clone.intersection(by_init).is_empty());
+            // The maps go to the user namespace, the handed-over trees to
+            // the mount namespace, and init must be the pid namespace's
+            // first process: clone's, always.
+            assert_eq!(
+                at_clone,
+                F::CLONE_NEWUSER | F::CLONE_NEWNS | F::CLONE_NEWPID
+            );
+            assert_eq!(by_init.contains(F::CLONE_NEWNET), network);
         }
     }
 

@@ -102,8 +102,12 @@ pub(super) fn launch_init(
     step_note(
         prepared,
         format_args!(
-            "cloned init (host pid {init_pid}) into new namespaces: {}{}",
-            namespace_names(plan.clone_flags),
+            "cloned init (host pid {init_pid}) into new namespaces: {} (init makes: {}){}",
+            namespace_names(crate::spawn::init::clone_flags_for_init(plan)),
+            namespace_names(
+                plan.clone_flags
+                    .intersection(crate::spawn::init::UNSHARED_BY_INIT)
+            ),
             if created_in_cgroup {
                 ", created in its cgroup (CLONE_INTO_CGROUP)"
             } else if moves_itself {

@@ -84,8 +84,9 @@ pub(super) fn rlimits(policy: &Policy) -> Vec<(Resource, u64)> {
     rlimits
 }
 
-/// The namespaces clone creates: a network namespace unless the profile
-/// shares the host's.
+/// The namespaces a run gets: a network namespace unless the profile
+/// shares the host's. Clone creates some, init the others
+/// (`crate::spawn::init::UNSHARED_BY_INIT`).
 pub(super) fn clone_flags(policy: &Policy) -> CloneFlags {
     let mut clone_flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
