@@ -7,6 +7,12 @@
 //! one, with its memory bounded. In its own test binary: the client's peak
 //! RSS is read with getrusage(RUSAGE_CHILDREN), which no other test may
 //! pollute.
+//!
+//! The large audit goes to a FIFO the test reads and checks as it arrives,
+//! not to a file: 300 MiB on disk filled a CI machine whose disk the build
+//! had nearly used up, and what is under test is the client's copy, not
+//! the file system. The client opens a FIFO as it opens a file
+//! (`O_CREAT | O_APPEND`, write only).
 
 mod support;
 
@@ -208,6 +214,12 @@ fn received_lines(file: &Path, bytes: usize) -> usize {
     let mut line = Vec::new();
     reader.read_until(b'\n', &mut line).unwrap();
     assert_eq!(line, b"before\n", "what the file held stays");
+    count_lines(reader, bytes)
+}
+
+/// The audit lines `reader` yields, checked to be `1..` in order and whole.
+fn count_lines(mut reader: impl BufRead, bytes: usize) -> usize {
+    let mut line = Vec::new();
     let mut count = 0;
     loop {
         line.clear();
@@ -218,6 +230,29 @@ fn received_lines(file: &Path, bytes: usize) -> usize {
         assert_eq!(line.pop(), Some(b'\n'), "line {count} is cut");
         assert!(line == audit_line(count, bytes), "line {count} differs");
     }
+}
+
+/// A FIFO at `path` and a thread that reads it to its end, checking each
+/// line as it comes: what reaches it is never on disk or held whole.
+fn checked_fifo(path: &Path, bytes: usize) -> std::thread::JoinHandle<usize> {
+    nix::unistd::mkfifo(path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        // Opening for reading waits for the client to open it for writing.
+        let fifo = std::fs::File::open(&path).unwrap();
+        count_lines(BufReader::with_capacity(CHUNK, fifo), bytes)
+    })
+}
+
+/// Let the FIFO's reader finish even if the client never opened it: a
+/// writer that opens and closes it gives the reader its end of file.
+fn release_fifo(path: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // ENXIO when the reader has already gone: nothing to release.
+    let _ = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path);
 }
 
 #[test]
@@ -235,13 +270,14 @@ fn an_audit_larger_than_an_answer_is_copied_whole_and_a_broken_one_only_in_whole
     // 300 MiB of audit: every line reaches the file, none is held.
     let socket = dir.path().join("large.sock");
     fake_daemon(socket.clone(), Audit::Large);
-    let audit = file("large.ndjson");
+    let audit = dir.path().join("large.ndjson");
+    let reader = checked_fifo(&audit, LINE_BYTES);
     let (code, stderr) = run_with_audit(&socket, &audit, dir.path());
     let peak = support::children_peak_rss_kib();
     eprintln!("copying a 300 MiB audit: client peak RSS {peak} KiB");
+    release_fifo(&audit);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(received_lines(&audit, LINE_BYTES), large_lines());
-    std::fs::remove_file(&audit).unwrap();
+    assert_eq!(reader.join().unwrap(), large_lines());
     assert!(
         peak < PEAK_RSS_BOUND_KIB,
         "copying a 300 MiB audit: client peak RSS {peak} KiB"
