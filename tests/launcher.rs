@@ -63,6 +63,7 @@ impl Launcher {
 struct Run {
     events: BufReader<UnixStream>,
     log: tempfile::NamedTempFile,
+    supervisor: i32,
 }
 
 impl Run {
@@ -127,17 +128,19 @@ fn spawn(launcher: &Launcher, id: &str, spec: RunSpec) -> Run {
         &[theirs.as_fd(), log_fd.as_fd()],
     )
     .unwrap();
-    match launcher.receive() {
+    let supervisor = match launcher.receive() {
         FromLauncher::Started { run, pid, start } => {
             assert_eq!(run, id);
             assert!(pid > 0);
             assert!(start.is_some(), "the supervisor's start time");
+            pid
         }
         other => panic!("expected started, got {other:?}"),
-    }
+    };
     Run {
         events: BufReader::new(ours),
         log,
+        supervisor,
     }
 }
 
@@ -368,4 +371,71 @@ fn the_run_log_stays_within_twice_the_output_cap() {
         .records()
         .iter()
         .any(|r| matches!(r.event, LogEvent::OutputCapped { .. })));
+}
+
+/// A supervisor killed after it made its run's cgroup and before it forked
+/// the janitor that removes it (the daemon stopping, a cancel) left the
+/// empty directories behind for good: CI found one. The launcher reaps its
+/// supervisors, so it removes what a killed one named `sandbox-PID-N` in its
+/// own cgroups. The window is microseconds wide, so the test makes the
+/// leftover itself beside a real run's cgroup and kills the supervisor.
+#[test]
+fn a_killed_supervisors_run_cgroups_are_removed_by_the_launcher() {
+    let test = "a_killed_supervisors_run_cgroups_are_removed_by_the_launcher";
+    if !support::require_root_sandbox(test) {
+        return;
+    }
+    let info = sandbox::cgroup::detect();
+    let mut own: Vec<std::path::PathBuf> = Vec::new();
+    for controller in info.controllers.iter().filter(|c| c.writable) {
+        if !own.contains(&controller.own_cgroup) {
+            own.push(controller.own_cgroup.clone());
+        }
+    }
+    if !support::require(test, "a writable cgroup of this process", !own.is_empty()) {
+        return;
+    }
+    let launcher = Launcher::start();
+    let project = tempfile::tempdir_in("/tmp").unwrap();
+    let marker = support::marker("launcher-killed");
+    let mut run = spawn(
+        &launcher,
+        "r8",
+        spec(project.path(), &["/bin/sleep", "600", &marker]),
+    );
+    assert!(matches!(run.next_event(), FromSupervisor::Started { .. }));
+    let pid = run.supervisor;
+    let left: Vec<_> = own
+        .iter()
+        .map(|cgroup| cgroup.join(format!("sandbox-{pid}-4000")))
+        .collect();
+    for dir in &left {
+        std::fs::create_dir(dir).unwrap();
+    }
+    let unrelated = own[0].join(format!("sandbox-{pid}x-0"));
+    std::fs::create_dir(&unrelated).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    match launcher.receive() {
+        FromLauncher::Exited { run, signal, .. } => {
+            assert_eq!(run, "r8");
+            assert_eq!(signal, Some(9));
+        }
+        other => panic!("expected exited, got {other:?}"),
+    }
+    support::wait::until_true(
+        "the killed supervisor's cgroups to be removed",
+        Duration::from_secs(60),
+        || left.iter().all(|dir| !dir.exists()),
+    );
+    assert!(unrelated.exists(), "another name is not the supervisor's");
+    std::fs::remove_dir(&unrelated).unwrap();
+    assert_eq!(
+        support::wait_until_gone(&marker, 10),
+        Vec::<u32>::new(),
+        "the run's processes are gone"
+    );
 }

@@ -109,7 +109,9 @@ impl Children {
     /// reparented here (each removes its run's own cgroup) for at most
     /// [`STOP_WAIT`], and remove the delegated cgroups they leave: a warm
     /// sandbox's (`sandbox-run-warm-PID-N`) is otherwise left behind once the
-    /// daemon is gone, since no run's end removes it.
+    /// daemon is gone, since no run's end removes it. So are the run
+    /// cgroups of a supervisor killed before it forked its janitor
+    /// ([`Leftovers::add_runs_of`]).
     fn end_all(&mut self, signals: &SignalFd) {
         for pid in self
             .supervisors
@@ -127,12 +129,23 @@ impl Children {
         for name in &delegated {
             self.leftovers.add(name);
         }
+        let killed: std::collections::HashSet<Pid> = self
+            .supervisors
+            .keys()
+            .chain(self.pool.iter().map(|warm| &warm.pid))
+            .copied()
+            .collect();
         let until = std::time::Instant::now() + STOP_WAIT;
         loop {
             let children_left = loop {
                 match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::StillAlive) => break true,
                     Err(Errno::ECHILD) => break false,
+                    Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, ..))
+                        if killed.contains(&pid) =>
+                    {
+                        self.leftovers.add_runs_of(pid);
+                    }
                     Err(Errno::EINTR) | Ok(_) => continue,
                     Err(_) => break false,
                 }
@@ -199,11 +212,49 @@ impl Leftovers {
     }
 
     fn add(&mut self, name: &str) {
-        for controller in ["memory", "pids", "cpu"] {
+        for controller in crate::cgroup::CONTROLLERS {
             if let Some(found) = self.cgroups.controller(controller) {
-                let dir = found.own_cgroup.join(name);
-                if !self.dirs.iter().any(|(d, _)| *d == dir) {
-                    self.dirs.push((dir, 0));
+                self.add_dir(found.own_cgroup.join(name));
+            }
+        }
+    }
+
+    fn add_dir(&mut self, dir: std::path::PathBuf) {
+        if !self.dirs.iter().any(|(d, _)| *d == dir) {
+            self.dirs.push((dir, 0));
+        }
+    }
+
+    /// The run cgroups (`sandbox-PID-N`) a killed supervisor made in the
+    /// launcher's own cgroups. Its janitor is forked only once the run's
+    /// cgroup exists and its limits are written, so a supervisor killed in
+    /// between (the daemon stopping, a run cancelled) left the directories
+    /// with nobody to remove them. The pid is this launcher's own child,
+    /// reaped here, so the names are its; one of a live supervisor of
+    /// another pid namespace sharing the cgroup would only be removed if it
+    /// were empty, which its run's processes prevent.
+    fn add_runs_of(&mut self, supervisor: Pid) {
+        let prefix = format!("sandbox-{supervisor}-");
+        let mut own: Vec<std::path::PathBuf> = Vec::new();
+        for controller in crate::cgroup::CONTROLLERS {
+            if let Some(found) = self.cgroups.controller(controller) {
+                if !own.contains(&found.own_cgroup) {
+                    own.push(found.own_cgroup.clone());
+                }
+            }
+        }
+        for cgroup in own {
+            let Ok(entries) = std::fs::read_dir(&cgroup) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                let is_run = name
+                    .to_str()
+                    .and_then(|n| n.strip_prefix(&prefix))
+                    .is_some_and(|counter| counter.parse::<u32>().is_ok());
+                if is_run {
+                    self.add_dir(entry.path());
                 }
             }
         }
@@ -594,12 +645,18 @@ fn reap(control: &OwnedFd, children: &mut Children) -> Result<(), LaunchError> {
             if let Some(name) = &warm.delegated {
                 children.leftovers.add(name);
             }
+            if signal.is_some() {
+                children.leftovers.add_runs_of(pid);
+            }
             wire::send(control.as_fd(), &discarded, &[])?;
             continue;
         }
         if let Some(Supervisor { run, delegated }) = children.supervisors.remove(&pid) {
             if let Some(name) = delegated {
                 children.leftovers.add(&name);
+            }
+            if signal.is_some() {
+                children.leftovers.add_runs_of(pid);
             }
             if let Some(run) = run {
                 wire::send(
