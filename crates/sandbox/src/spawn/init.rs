@@ -78,10 +78,16 @@ pub(crate) const UNSHARED_BY_INIT: CloneFlags = CloneFlags::CLONE_NEWNET
     .union(CloneFlags::CLONE_NEWIPC)
     .union(CloneFlags::CLONE_NEWUTS);
 
-/// The namespaces clone creates for init on `plan`: the rest
-/// ([`UNSHARED_BY_INIT`]) init creates itself.
-pub(crate) fn clone_flags_for_init(plan: &ChildPlan) -> CloneFlags {
-    plan.clone_flags.difference(UNSHARED_BY_INIT)
+/// Of the `planned` namespaces, those clone creates for init; init creates
+/// the rest itself ([`namespaces_made_by_init`]).
+pub(crate) fn clone_flags_for_init(planned: CloneFlags) -> CloneFlags {
+    planned.difference(UNSHARED_BY_INIT)
+}
+
+/// Of the `planned` namespaces, those init creates itself
+/// ([`UNSHARED_BY_INIT`]) before its release.
+pub(crate) fn namespaces_made_by_init(planned: CloneFlags) -> CloneFlags {
+    planned.intersection(UNSHARED_BY_INIT)
 }
 
 /// Init's entry point after clone. Returns its exit status.
@@ -111,7 +117,7 @@ fn run<'a>(
     // is set again after switching ids below.
     nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).step(Step::ParentDeathSignal, b"")?;
     nix::sys::prctl::set_no_new_privs().step(Step::NoNewPrivs, b"")?;
-    let unshared = plan.clone_flags.intersection(UNSHARED_BY_INIT);
+    let unshared = namespaces_made_by_init(plan.clone_flags);
     if !unshared.is_empty() {
         nix::sched::unshare(unshared).step(Step::UnshareNamespaces, b"")?;
     }

@@ -103,11 +103,10 @@ pub(super) fn launch_init(
         prepared,
         format_args!(
             "cloned init (host pid {init_pid}) into new namespaces: {} (init makes: {}){}",
-            namespace_names(crate::spawn::init::clone_flags_for_init(plan)),
-            namespace_names(
+            namespace_names(crate::spawn::init::clone_flags_for_init(plan.clone_flags)),
+            namespace_names(crate::spawn::init::namespaces_made_by_init(
                 plan.clone_flags
-                    .intersection(crate::spawn::init::UNSHARED_BY_INIT)
-            ),
+            )),
             if created_in_cgroup {
                 ", created in its cgroup (CLONE_INTO_CGROUP)"
             } else if moves_itself {
@@ -327,7 +326,7 @@ pub(super) fn clone_init(
             cgroup: CgroupJoin::AlreadyThere,
             ..*fds
         };
-        let flags = crate::spawn::init::clone_flags_for_init(plan);
+        let flags = crate::spawn::init::clone_flags_for_init(plan.clone_flags);
         let cloned = crate::sys::clone::clone_into_cgroup(flags, dir.as_fd(), |init| {
             crate::spawn::init::main(plan, handover, &in_cgroup, init)
         });
@@ -338,7 +337,7 @@ pub(super) fn clone_init(
     // Without clone3 (a kernel before 5.7, a container's seccomp
     // profile) or when it refuses: the classic clone, then the move. A
     // refusal of the namespaces themselves comes again from it.
-    let flags = crate::spawn::init::clone_flags_for_init(plan);
+    let flags = crate::spawn::init::clone_flags_for_init(plan.clone_flags);
     let cloned = crate::sys::clone::clone_into_namespaces(flags, |init| {
         crate::spawn::init::main(plan, handover, fds, init)
     });
