@@ -358,7 +358,20 @@ mod tests {
         let (peer, ours) = std::os::unix::net::UnixStream::pair().unwrap();
         std::io::Write::write_all(&mut &peer, format!("{QUERY}\n").repeat(count).as_bytes())
             .unwrap();
-        assert!(broker.on_readable(std::os::fd::AsFd::as_fd(&ours)));
+        // Until the socket is drained: a read starts at a page, so a burst
+        // takes a few turns of the loop until the buffer has grown.
+        let waiting = |fd: &std::os::unix::net::UnixStream| {
+            let mut byte = [0u8; 1];
+            nix::sys::socket::recv(
+                std::os::fd::AsRawFd::as_raw_fd(fd),
+                &mut byte,
+                nix::sys::socket::MsgFlags::MSG_PEEK | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+            )
+            .is_ok_and(|n| n > 0)
+        };
+        while waiting(&ours) {
+            assert!(broker.on_readable(std::os::fd::AsFd::as_fd(&ours)));
+        }
         (peer, ours)
     }
 
