@@ -25,40 +25,7 @@ use std::collections::VecDeque;
 use std::io::{self, Read};
 use std::os::fd::BorrowedFd;
 
-/// Most bytes one read asks for: a pipe's or a socket's usual burst, and
-/// small enough that the scratch buffer is no memory worth counting.
-const READ_SIZE: usize = 64 * 1024;
-
-/// Bytes the first read asks for: one page.
-const FIRST_READ_SIZE: usize = 4 * 1024;
-
-/// Where reads land, kept between reads. It starts at a page and doubles,
-/// up to [`READ_SIZE`], each time a read fills it. Zeroing 64 KiB up front
-/// touched 16 pages per framer for messages of a few hundred bytes: a page
-/// fault each, and in a supervisor forked from the daemon's launcher a copy
-/// of the launcher's page each (a profile put it at a tenth of the
-/// supervisor's faults).
-#[derive(Debug, Default)]
-struct ReadScratch(Vec<u8>);
-
-impl ReadScratch {
-    /// The buffer to read into.
-    fn take(&mut self) -> Vec<u8> {
-        let mut buf = std::mem::take(&mut self.0);
-        if buf.is_empty() {
-            buf.resize(FIRST_READ_SIZE, 0);
-        }
-        buf
-    }
-
-    /// Keep `buf` for the next read, larger if `read` bytes filled it.
-    fn put_back(&mut self, mut buf: Vec<u8>, read: usize) {
-        if read == buf.len() && read < READ_SIZE {
-            buf.resize((read * 2).min(READ_SIZE), 0);
-        }
-        self.0 = buf;
-    }
-}
+use crate::read_buffer::ReadBuffer;
 
 /// One line out of the stream, or the news that one was too long.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +64,7 @@ pub struct Framer {
     /// Where [`Framer::fill`]'s reads land, kept between reads: a fresh
     /// zeroed 64 KiB per read was a memset on every message of the
     /// broker's round trip.
-    scratch: ReadScratch,
+    scratch: ReadBuffer,
     /// The descriptor said it is no socket (a pipe): read(2) it directly
     /// instead of failing recv(2) first on every read.
     not_socket: bool,
@@ -111,7 +78,7 @@ impl Framer {
             max_line,
             skipping: None,
             consumed: 0,
-            scratch: ReadScratch::default(),
+            scratch: ReadBuffer::default(),
             not_socket: false,
         }
     }
@@ -574,7 +541,11 @@ mod tests {
         let mut got = Vec::new();
         ours.write_all(b"{\"small\":1}\n").unwrap();
         assert_eq!(f.fill(theirs.as_fd(), &mut got), Fill::Data);
-        assert_eq!(f.scratch.0.len(), FIRST_READ_SIZE, "a small message");
+        assert_eq!(
+            f.scratch.len(),
+            crate::read_buffer::FIRST_READ_SIZE,
+            "a small message"
+        );
         // A line of 100 KiB waiting in the socket: each read fills the
         // buffer until it reaches its most, and the line comes out whole.
         ours.write_all(&vec![b'x'; 100 << 10]).unwrap();
@@ -585,8 +556,8 @@ mod tests {
         }
         assert_eq!(got, vec![Frame::Line(vec![b'x'; 100 << 10])]);
         assert_eq!(
-            f.scratch.0.len(),
-            READ_SIZE,
+            f.scratch.len(),
+            crate::read_buffer::READ_SIZE,
             "grown to its most, no further"
         );
     }

@@ -56,6 +56,7 @@ pub mod environment;
 pub mod exposure;
 pub mod installed;
 pub mod jsonl;
+mod read_buffer;
 pub mod text;
 
 // The fuzz targets' entry points (fuzz/), not part of the documented API.

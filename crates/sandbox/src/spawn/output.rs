@@ -3,8 +3,9 @@
 //! Output: stdout and stderr go through pipes that the supervisor relays to
 //! its own, up to the cap; past it the rest is read and dropped (so the
 //! payload never blocks on a full pipe), a one-line notice is printed once,
-//! and the run's report says so. One fixed buffer keeps the supervisor's
-//! memory bounded whatever the payload writes.
+//! and the run's report says so. One buffer, grown to at most 64 KiB while
+//! reads fill it, keeps the supervisor's memory bounded whatever the
+//! payload writes.
 //!
 //! Terminals: a standard stream that is a terminal is always relayed,
 //! capped or not, so the payload never holds a descriptor of it (see
@@ -29,7 +30,6 @@ pub use super::stdio::{OutputLog, OutputStream, SharedLog, Stdio};
 use super::terminal::{is_tty, SavedTerminal};
 use super::SpawnError;
 
-const BUFFER: usize = 64 * 1024;
 /// Most bytes of terminal input held while the payload's stdin pipe is full.
 const INPUT_BUFFER: usize = 4096;
 /// How often a supervisor in the background checks whether it is back in
@@ -66,7 +66,7 @@ pub struct OutputRelay {
     cap: u64,
     written: u64,
     capped: bool,
-    buffer: Box<[u8]>,
+    buffer: crate::read_buffer::ReadBuffer,
     terminal: SavedTerminal,
 }
 
@@ -249,7 +249,7 @@ impl OutputRelay {
             cap,
             written: 0,
             capped: false,
-            buffer: vec![0; BUFFER].into_boxed_slice(),
+            buffer: crate::read_buffer::ReadBuffer::default(),
             terminal: SavedTerminal::save(),
         }
     }
@@ -303,24 +303,33 @@ impl OutputRelay {
 
     /// Move data once on stream `index`.
     pub fn pump(&mut self, index: usize) {
+        let mut buffer = self.buffer.take();
+        let read = self.pump_with(index, &mut buffer);
+        self.buffer.put_back(buffer, read);
+    }
+
+    /// [`OutputRelay::pump`] through `buffer`; the bytes read from the
+    /// payload's output.
+    fn pump_with(&mut self, index: usize, buffer: &mut [u8]) -> usize {
         let Some(stream) = self.streams.get_mut(index) else {
-            return;
+            return 0;
         };
         if matches!(stream.direction, Direction::In { .. }) {
-            pump_input(stream, &mut self.buffer[..INPUT_BUFFER]);
-            return;
+            let size = buffer.len().min(INPUT_BUFFER);
+            pump_input(stream, &mut buffer[..size]);
+            return 0;
         }
-        let Some(pipe) = &stream.pipe else { return };
-        let n = match nix::unistd::read(pipe.as_fd(), &mut self.buffer) {
+        let Some(pipe) = &stream.pipe else { return 0 };
+        let n = match nix::unistd::read(pipe.as_fd(), buffer) {
             Ok(0) => {
                 stream.pipe = None;
-                return;
+                return 0;
             }
             Ok(n) => n,
-            Err(Errno::EINTR | Errno::EAGAIN) => return,
+            Err(Errno::EINTR | Errno::EAGAIN) => return 0,
             Err(_) => {
                 stream.pipe = None;
-                return;
+                return 0;
             }
         };
         let room = self.cap.saturating_sub(self.written).min(n as u64) as usize;
@@ -328,7 +337,7 @@ impl OutputRelay {
         if let Direction::Out { target, relaying } = &mut stream.direction {
             match target {
                 Target::Fd(target) if room > 0 && *relaying => {
-                    let mut rest = &self.buffer[..room];
+                    let mut rest = &buffer[..room];
                     while !rest.is_empty() {
                         match nix::unistd::write(target.as_fd(), rest) {
                             Ok(w) => rest = &rest[w..],
@@ -344,7 +353,7 @@ impl OutputRelay {
                 Target::Log(shared, which) => {
                     if room > 0 && *relaying {
                         let written = match shared.0.lock() {
-                            Ok(mut log) => log.output(*which, &self.buffer[..room]).is_ok(),
+                            Ok(mut log) => log.output(*which, &buffer[..room]).is_ok(),
                             Err(_) => false,
                         };
                         *relaying = written;
@@ -373,6 +382,7 @@ impl OutputRelay {
                 }
             }
         }
+        n
     }
 
     /// After the run: relay what is left of the output until every pipe
