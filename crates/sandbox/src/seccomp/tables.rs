@@ -33,9 +33,74 @@ syscall_table![];
 
 pub use arch::{AUDIT_ARCH, SUPPORTED, X32_SYSCALL_BIT};
 
+/// Slots of [`NAME_INDEX`]: a power of two, at least twice the table's
+/// entries, so that a probe rarely goes past its first slot.
+const NAME_SLOTS: usize = 1024;
+const _: () = assert!(SYSCALLS.len() * 2 <= NAME_SLOTS && SYSCALLS.len() < EMPTY_SLOT as usize);
+
+/// A slot of [`NAME_INDEX`] that holds no entry.
+const EMPTY_SLOT: u16 = u16::MAX;
+
+/// [`SYSCALLS`]' indices by the hash of their names (open addressing,
+/// linear probing), built when the program is compiled: every run resolves
+/// a few hundred names, and bisecting the table by name was still 5% of the
+/// supervisor's own instructions (a dozen string comparisons a name), a
+/// hash map built at run time more (building it and SipHash).
+static NAME_INDEX: [u16; NAME_SLOTS] = build_name_index();
+
+/// A table entry's name as lists spell it: without the `SYS_` prefix.
+const fn listed_name(entry: &str) -> &[u8] {
+    let bytes = entry.as_bytes();
+    match bytes {
+        [b'S', b'Y', b'S', b'_', rest @ ..] => rest,
+        _ => bytes,
+    }
+}
+
+/// FNV-1a, folded to a slot: names are short, and the table is fixed, so
+/// nothing here needs a hash that resists chosen collisions.
+const fn name_slot(name: &[u8]) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut at = 0;
+    while at < name.len() {
+        hash ^= name[at] as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        at += 1;
+    }
+    (hash ^ (hash >> 32)) as usize & (NAME_SLOTS - 1)
+}
+
+const fn build_name_index() -> [u16; NAME_SLOTS] {
+    let mut index = [EMPTY_SLOT; NAME_SLOTS];
+    let mut entry = 0;
+    while entry < SYSCALLS.len() {
+        let mut slot = name_slot(listed_name(SYSCALLS[entry].0));
+        while index[slot] != EMPTY_SLOT {
+            slot = (slot + 1) & (NAME_SLOTS - 1);
+        }
+        index[slot] = entry as u16;
+        entry += 1;
+    }
+    index
+}
+
+/// The number of the system call lists call `name`.
+pub fn number_of(name: &str) -> Option<i64> {
+    let name = name.as_bytes();
+    let mut slot = name_slot(name);
+    loop {
+        let entry = *NAME_INDEX.get(slot)?;
+        let (entry_name, number) = SYSCALLS.get(usize::from(entry))?;
+        if listed_name(entry_name) == name {
+            return Some(*number);
+        }
+        slot = (slot + 1) & (NAME_SLOTS - 1);
+    }
+}
+
 // The names below are spelled without the SYS_ prefix in lists; the table
-// keeps the libc constant's name minus that prefix. Sorted by name, which
-// `syscall_number` searches by bisection (a test checks the order).
+// keeps the libc constant's name minus that prefix. Sorted by name for the
+// reader (a test checks the order); looked up by hash (`number_of`).
 #[cfg(target_arch = "x86_64")]
 syscall_table![
     SYS_accept,
