@@ -244,15 +244,20 @@ fn checked_fifo(path: &Path, bytes: usize) -> std::thread::JoinHandle<usize> {
     })
 }
 
-/// Let the FIFO's reader finish even if the client never opened it: a
-/// writer that opens and closes it gives the reader its end of file.
-fn release_fifo(path: &Path) {
+/// The FIFO reader's count, even if the client never opened the FIFO: a
+/// writer that opens and closes it gives the reader its end of file. Tried
+/// again until the reader is done, since the reader may not have reached
+/// its `open` yet (then the open fails with ENXIO).
+fn fifo_lines(path: &Path, reader: std::thread::JoinHandle<usize>) -> usize {
     use std::os::unix::fs::OpenOptionsExt;
-    // ENXIO when the reader has already gone: nothing to release.
-    let _ = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path);
+    while !reader.is_finished() {
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path);
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    reader.join().unwrap()
 }
 
 #[test]
@@ -275,9 +280,9 @@ fn an_audit_larger_than_an_answer_is_copied_whole_and_a_broken_one_only_in_whole
     let (code, stderr) = run_with_audit(&socket, &audit, dir.path());
     let peak = support::children_peak_rss_kib();
     eprintln!("copying a 300 MiB audit: client peak RSS {peak} KiB");
-    release_fifo(&audit);
+    let lines = fifo_lines(&audit, reader);
     assert_eq!(code, Some(0), "{stderr}");
-    assert_eq!(reader.join().unwrap(), large_lines());
+    assert_eq!(lines, large_lines());
     assert!(
         peak < PEAK_RSS_BOUND_KIB,
         "copying a 300 MiB audit: client peak RSS {peak} KiB"

@@ -197,7 +197,17 @@ struct Leftovers {
     /// The launcher's own cgroups (its supervisors' delegated ones lie
     /// below), read once: they do not change while it runs.
     cgroups: crate::cgroup::CgroupInfo,
-    dirs: Vec<(std::path::PathBuf, u32)>,
+    dirs: Vec<Leftover>,
+}
+
+/// A cgroup directory to remove once empty.
+struct Leftover {
+    dir: std::path::PathBuf,
+    tries: u32,
+    /// The directory's (device, inode) when it was found by name alone
+    /// ([`Leftovers::add_runs_of`]): a directory made since under the same
+    /// name (its pid came round again) is another run's, and is left.
+    found: Option<(u64, u64)>,
 }
 
 /// Attempts before a delegated cgroup is left for the daemon's restart.
@@ -220,8 +230,16 @@ impl Leftovers {
     }
 
     fn add_dir(&mut self, dir: std::path::PathBuf) {
-        if !self.dirs.iter().any(|(d, _)| *d == dir) {
-            self.dirs.push((dir, 0));
+        self.add_found(dir, None);
+    }
+
+    fn add_found(&mut self, dir: std::path::PathBuf, found: Option<(u64, u64)>) {
+        if !self.dirs.iter().any(|d| d.dir == dir) {
+            self.dirs.push(Leftover {
+                dir,
+                tries: 0,
+                found,
+            });
         }
     }
 
@@ -230,9 +248,12 @@ impl Leftovers {
     /// cgroup exists and its limits are written, so a supervisor killed in
     /// between (the daemon stopping, a run cancelled) left the directories
     /// with nobody to remove them. The pid is this launcher's own child,
-    /// reaped here, so the names are its; one of a live supervisor of
-    /// another pid namespace sharing the cgroup would only be removed if it
-    /// were empty, which its run's processes prevent.
+    /// reaped here, so the names are its, and each directory is kept by
+    /// its inode: one made later under the same name (the pid came round
+    /// again) is left alone. Only a supervisor of another pid namespace in
+    /// the same cgroup, with the same pid, setting up its run's cgroup at
+    /// this moment, could lose it while it is still empty; its run then
+    /// fails to join it, and fails.
     fn add_runs_of(&mut self, supervisor: Pid) {
         let prefix = format!("sandbox-{supervisor}-");
         let mut own: Vec<std::path::PathBuf> = Vec::new();
@@ -252,9 +273,15 @@ impl Leftovers {
                 let is_run = name
                     .to_str()
                     .and_then(|n| n.strip_prefix(&prefix))
-                    .is_some_and(|counter| counter.parse::<u32>().is_ok());
-                if is_run {
-                    self.add_dir(entry.path());
+                    .is_some_and(|counter| {
+                        !counter.is_empty() && counter.bytes().all(|b| b.is_ascii_digit())
+                    });
+                if !is_run {
+                    continue;
+                }
+                if let Ok(meta) = entry.metadata() {
+                    use std::os::unix::fs::MetadataExt;
+                    self.add_found(entry.path(), Some((meta.dev(), meta.ino())));
                 }
             }
         }
@@ -262,19 +289,27 @@ impl Leftovers {
 
     /// [`Leftovers::sweep`] without counting tries.
     fn sweep_patiently(&mut self) {
-        for (_, tries) in &mut self.dirs {
-            *tries = 0;
+        for leftover in &mut self.dirs {
+            leftover.tries = 0;
         }
         self.sweep();
     }
 
     fn sweep(&mut self) {
-        self.dirs.retain_mut(|(dir, tries)| {
-            *tries += 1;
-            match remove_cgroup_tree(dir) {
+        self.dirs.retain_mut(|leftover| {
+            leftover.tries += 1;
+            if let Some(found) = leftover.found {
+                use std::os::unix::fs::MetadataExt;
+                match std::fs::symlink_metadata(&leftover.dir) {
+                    Ok(meta) if (meta.dev(), meta.ino()) == found => {}
+                    // Gone, or another directory under its name now.
+                    _ => return false,
+                }
+            }
+            match remove_cgroup_tree(&leftover.dir) {
                 Ok(()) => false,
                 Err(err) if err.kind() == std::io::ErrorKind::NotFound => false,
-                Err(_) => *tries < LEFTOVER_TRIES,
+                Err(_) => leftover.tries < LEFTOVER_TRIES,
             }
         });
     }
@@ -713,6 +748,65 @@ mod tests {
         std::fs::create_dir_all(delegated.join("other")).unwrap();
         remove_cgroup_tree(&delegated).unwrap();
         assert!(!delegated.exists());
+    }
+
+    /// A killed supervisor's run directories are found by its pid and a
+    /// counter of digits only, and kept by inode: one made again under the
+    /// same name before the sweep (its pid came round) is another run's.
+    /// Plain directories stand in for cgroupfs.
+    #[test]
+    fn a_killed_supervisors_directories_are_removed_but_not_a_new_one_of_the_same_name() {
+        let own = tempfile::tempdir().unwrap();
+        let controller = |name: &str| crate::cgroup::ControllerInfo {
+            name: name.into(),
+            version: 1,
+            own_cgroup: own.path().to_path_buf(),
+            writable: true,
+            read_only: false,
+        };
+        let mut leftovers = Leftovers {
+            cgroups: crate::cgroup::CgroupInfo {
+                mode: crate::cgroup::CgroupMode::V1,
+                controllers: vec![controller("memory"), controller("pids")],
+                unified_mount: None,
+            },
+            dirs: Vec::new(),
+        };
+        for name in [
+            "sandbox-77-0",
+            "sandbox-77-1",
+            "sandbox-77-+2",
+            "sandbox-77x-0",
+            "sandbox-770-0",
+        ] {
+            std::fs::create_dir(own.path().join(name)).unwrap();
+        }
+        leftovers.add_runs_of(Pid::from_raw(77));
+        assert_eq!(
+            leftovers.dirs.len(),
+            2,
+            "one own cgroup, listed once: -0 and -1"
+        );
+        // Made again under the same name after it was found: another
+        // inode (made before the first goes, since a plain file system may
+        // hand a freed inode number out again at once; cgroupfs does not).
+        std::fs::create_dir(own.path().join("next")).unwrap();
+        std::fs::remove_dir(own.path().join("sandbox-77-1")).unwrap();
+        std::fs::rename(own.path().join("next"), own.path().join("sandbox-77-1")).unwrap();
+        leftovers.sweep();
+        assert!(leftovers.dirs.is_empty());
+        assert!(
+            !own.path().join("sandbox-77-0").exists(),
+            "the killed one's"
+        );
+        for kept in [
+            "sandbox-77-1",
+            "sandbox-77-+2",
+            "sandbox-77x-0",
+            "sandbox-770-0",
+        ] {
+            assert!(own.path().join(kept).exists(), "{kept}");
+        }
     }
 
     /// Past the walk's bounds the tree is left (for the daemon's restart),
