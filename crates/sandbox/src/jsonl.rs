@@ -207,6 +207,35 @@ impl Framer {
         self.scratch.put_back(buf, bytes);
         filled
     }
+
+    /// What a blocking or async reader's `read` into `buf` (from
+    /// [`ReadBuffer::take`]) gave: its frames go to `out`, the buffer back
+    /// for the next read. True at end-of-file, when the last line, ended
+    /// or not, has been handed out too.
+    fn absorb(
+        &mut self,
+        buf: Vec<u8>,
+        read: io::Result<usize>,
+        out: &mut VecDeque<Frame>,
+    ) -> io::Result<bool> {
+        let (bytes, ended) = match read {
+            Ok(0) => {
+                out.extend(self.finish());
+                (0, true)
+            }
+            Ok(n) => {
+                self.push(&buf[..n], out);
+                (n, false)
+            }
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => (0, false),
+            Err(err) => {
+                self.scratch.put_back(buf, 0);
+                return Err(err);
+            }
+        };
+        self.scratch.put_back(buf, bytes);
+        Ok(ended)
+    }
 }
 
 /// Frames from a blocking reader (a pipe read by a thread, a file): the
@@ -242,20 +271,7 @@ impl<R: Read> Lines<R> {
             }
             let mut buf = self.framer.scratch.take();
             let read = self.reader.read(&mut buf);
-            let bytes = *read.as_ref().unwrap_or(&0);
-            match read {
-                Ok(0) => {
-                    self.ended = true;
-                    self.ready.extend(self.framer.finish());
-                }
-                Ok(n) => self.framer.push(&buf[..n], &mut self.ready),
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => {
-                    self.framer.scratch.put_back(buf, 0);
-                    return Err(err);
-                }
-            }
-            self.framer.scratch.put_back(buf, bytes);
+            self.ended = self.framer.absorb(buf, read, &mut self.ready)?;
         }
     }
 
@@ -313,20 +329,7 @@ impl<R: tokio::io::AsyncRead + Unpin> AsyncLines<R> {
             // read starts again from a page: nothing was read into it.
             let mut buf = self.framer.scratch.take();
             let read = self.reader.read(&mut buf).await;
-            let bytes = *read.as_ref().unwrap_or(&0);
-            match read {
-                Ok(0) => {
-                    self.ended = true;
-                    self.ready.extend(self.framer.finish());
-                }
-                Ok(n) => self.framer.push(&buf[..n], &mut self.ready),
-                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
-                Err(err) => {
-                    self.framer.scratch.put_back(buf, 0);
-                    return Err(err);
-                }
-            }
-            self.framer.scratch.put_back(buf, bytes);
+            self.ended = self.framer.absorb(buf, read, &mut self.ready)?;
         }
     }
 

@@ -113,11 +113,13 @@ impl Children {
     /// cgroups of a supervisor killed before it forked its janitor
     /// ([`Leftovers::add_runs_of`]).
     fn end_all(&mut self, signals: &SignalFd) {
-        for pid in self
+        let killed: std::collections::HashSet<Pid> = self
             .supervisors
             .keys()
             .chain(self.pool.iter().map(|warm| &warm.pid))
-        {
+            .copied()
+            .collect();
+        for pid in &killed {
             let _ = kill(*pid, Signal::SIGKILL);
         }
         let delegated: Vec<String> = self
@@ -129,12 +131,6 @@ impl Children {
         for name in &delegated {
             self.leftovers.add(name);
         }
-        let killed: std::collections::HashSet<Pid> = self
-            .supervisors
-            .keys()
-            .chain(self.pool.iter().map(|warm| &warm.pid))
-            .copied()
-            .collect();
         let until = std::time::Instant::now() + STOP_WAIT;
         loop {
             let children_left = loop {
