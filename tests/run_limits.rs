@@ -610,3 +610,67 @@ fn the_cgroup_v1_fallback_of_an_unprivileged_user_is_said_once_per_machine() {
         assert!(!later.contains("no cgroup for this run"), "{later}");
     }
 }
+
+/// A supervisor killed after its run's cgroup exists and before it forks
+/// the janitor that would remove it (strace kills it as it enters that
+/// `clone`, the first of the run) leaves the cgroup behind: nobody is left
+/// to remove it. The next run made below the same cgroup removes it, since
+/// its name says whose it was and that supervisor is dead. Before, such
+/// directories stayed for good (CI's machines collected them).
+#[test]
+fn a_cgroup_left_by_a_supervisor_killed_before_its_janitor_is_removed_by_the_next_run() {
+    let test = "a_cgroup_left_by_a_supervisor_killed_before_its_janitor_is_removed_by_the_next_run";
+    if !cgroups_writable(test)
+        || !support::require(test, "strace", support::commands_exist(&["strace"]))
+    {
+        return;
+    }
+    let project = Project::new(Who::Root);
+    let sandbox = project.command().get_program().to_owned();
+    let trace = project.path().join("trace");
+    let out = std::process::Command::new("strace")
+        .args(["-f", "-o"])
+        .arg(&trace)
+        .args(["-e", "trace=clone,clone3"])
+        .args(["-e", "inject=clone,clone3:signal=KILL:when=1"])
+        .arg(&sandbox)
+        .args(["run", "--cpus", "1", "--", "/bin/true"])
+        .current_dir(project.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let trace = std::fs::read_to_string(&trace).unwrap_or_default();
+    let killed: i32 = trace
+        .lines()
+        .find(|line| line.ends_with("+++ killed by SIGKILL +++"))
+        .and_then(|line| line.split_whitespace().next())
+        .and_then(|pid| pid.parse().ok())
+        .unwrap_or_else(|| panic!("no supervisor was killed: {out:?}\n{trace}"));
+    let info = sandbox::cgroup::detect();
+    let left = Leftovers(
+        ["memory", "pids", "cpu"]
+            .iter()
+            .map(|c| {
+                let parent = &info.controller(c).unwrap().own_cgroup;
+                parent.join(sandbox::cgroup::run_cgroup_name(killed as u32, 0))
+            })
+            .collect(),
+    );
+    for dir in &left.0 {
+        assert!(
+            dir.is_dir(),
+            "{dir:?} is not there: the supervisor was not killed between creating its \
+             cgroup and forking its janitor\n{trace}"
+        );
+    }
+    let out = project
+        .command()
+        .args(["run", "--cpus", "1", "--", "/bin/true"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_ok(&out, "the next run");
+    for dir in &left.0 {
+        assert!(!dir.exists(), "{dir:?} is still there after the next run");
+    }
+}

@@ -17,6 +17,7 @@ pub use run::{
     predict, predict_with, supervisor_leaf_name, CgroupError, CgroupLimits, CgroupOps, CgroupStats,
     FixContext, KernelOps, Placement, RunCgroup,
 };
+pub use run::{run_cgroup_name, run_cgroup_owner};
 
 pub mod notice;
 pub mod scope;

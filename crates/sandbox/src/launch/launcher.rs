@@ -251,7 +251,6 @@ impl Leftovers {
     /// this moment, could lose it while it is still empty; its run then
     /// fails to join it, and fails.
     fn add_runs_of(&mut self, supervisor: Pid) {
-        let prefix = format!("sandbox-{supervisor}-");
         let mut own: Vec<std::path::PathBuf> = Vec::new();
         for controller in crate::cgroup::CONTROLLERS {
             if let Some(found) = self.cgroups.controller(controller) {
@@ -266,13 +265,8 @@ impl Leftovers {
             };
             for entry in entries.flatten() {
                 let name = entry.file_name();
-                let is_run = name
-                    .to_str()
-                    .and_then(|n| n.strip_prefix(&prefix))
-                    .is_some_and(|counter| {
-                        !counter.is_empty() && counter.bytes().all(|b| b.is_ascii_digit())
-                    });
-                if !is_run {
+                let owner = name.to_str().and_then(crate::cgroup::run_cgroup_owner);
+                if owner != Some(supervisor.as_raw()) {
                     continue;
                 }
                 if let Ok(meta) = entry.metadata() {

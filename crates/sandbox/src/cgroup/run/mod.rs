@@ -23,6 +23,58 @@ mod v2;
 pub use error::{CgroupError, FixContext};
 pub use v2::supervisor_leaf_name;
 
+/// The name of a run's cgroup: its supervisor's pid and the run's count in
+/// that supervisor, so that whoever creates a cgroup later can tell a dead
+/// supervisor's leftover by its name ([`sweep_stale`]).
+pub fn run_cgroup_name(supervisor: u32, run: u32) -> String {
+    format!("sandbox-{supervisor}-{run}")
+}
+
+/// The supervisor's pid in a run cgroup's name (`sandbox-<pid>-<run>`, both
+/// ASCII digits: `parse` alone would take `+1`), or `None` for any other
+/// name.
+pub fn run_cgroup_owner(name: &str) -> Option<i32> {
+    let (pid, run) = name.strip_prefix("sandbox-")?.split_once('-')?;
+    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
+    if !digits(pid) || !digits(run) {
+        return None;
+    }
+    pid.parse().ok()
+}
+
+/// Remove, from a cgroup a run's cgroup is about to go below, what dead
+/// supervisors left there: their runs' cgroups ([`run_cgroup_name`]) and,
+/// on v2, their leaves ([`supervisor_leaf_name`]). A supervisor killed
+/// between creating its run's cgroup and forking the janitor that would
+/// remove it (or killed together with that janitor) leaves an empty one
+/// for good otherwise, and a machine running sandboxes all day collects
+/// them. Only an empty cgroup is removed (rmdir answers EBUSY for one with
+/// processes or children), so a leftover whose run still has processes
+/// stays, and a live supervisor's cgroups are never touched: its pid is
+/// alive. A supervisor of another pid namespace in the same cgroup, whose
+/// pid is not one here, could lose a run cgroup it has just made and not
+/// yet filled; that run then fails to join it, and fails.
+fn sweep_stale(parent: &Path, ops: &dyn CgroupOps) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        let leaf_owner = name
+            .strip_prefix("sandbox-supervisor-")
+            .and_then(|pid| pid.parse::<i32>().ok());
+        let Some(pid) = leaf_owner.or_else(|| run_cgroup_owner(name)) else {
+            continue;
+        };
+        if pid != ops.own_pid() && !ops.alive(pid) {
+            let _ = ops.rmdir(&entry.path());
+        }
+    }
+}
+
 /// The cgroup filesystem operations that creating a run's cgroup performs,
 /// so tests can play the kernel's part (EBUSY, EROFS) on a fake tree.
 pub trait CgroupOps {
@@ -240,11 +292,17 @@ impl RunCgroup {
         ops: &dyn CgroupOps,
     ) -> Result<RunCgroup, CgroupError> {
         let wanted = wanted_controllers(limits);
-        let v2 = predict_with(info, parent, limits, ops)?.version == 2;
+        let placement = predict_with(info, parent, limits, ops)?;
+        for (index, parent) in placement.parents.iter().enumerate() {
+            if !placement.parents[..index].contains(parent) {
+                sweep_stale(parent, ops);
+            }
+        }
+        let v2 = placement.version == 2;
         let cgroup = if v2 {
             Self::create_v2(info, parent, name, &wanted, ops)?
         } else {
-            Self::create_v1(info, name, &wanted)?
+            Self::create_v1(info, name, &wanted, ops)?
         };
         if let Err(err) = cgroup.write_limits(limits) {
             cgroup.remove();
@@ -401,5 +459,28 @@ impl RunCgroup {
             }
         }
         all_gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_cgroups_owner_is_read_only_from_a_run_cgroups_name() {
+        assert_eq!(run_cgroup_owner(&run_cgroup_name(4711, 3)), Some(4711));
+        for other in [
+            "sandbox-supervisor-31",
+            "sandbox-+1-0",
+            "sandbox-1-",
+            "sandbox--1",
+            "sandbox-1-2-3",
+            "sandbox-1-+2",
+            "sandbox-99999999999-0",
+            "x-1-0",
+            "sandbox-1",
+        ] {
+            assert_eq!(run_cgroup_owner(other), None, "{other}");
+        }
     }
 }

@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use super::{
-    create_error, keyed, read_u64, write, CgroupError, CgroupStats, Placement, RunCgroup,
-    CPU_PERIOD_US,
+    create_error, keyed, read_u64, write, CgroupError, CgroupOps, CgroupStats, Placement,
+    RunCgroup, CPU_PERIOD_US,
 };
 use crate::cgroup::CgroupInfo;
 
@@ -49,15 +49,12 @@ pub(super) fn predict(
     })
 }
 
-fn mkdir(path: &Path) -> Result<(), CgroupError> {
-    std::fs::create_dir(path).map_err(|source| create_error(path, 1, source))
-}
-
 impl RunCgroup {
     pub(super) fn create_v1(
         info: &CgroupInfo,
         name: &str,
         wanted: &[&'static str],
+        ops: &dyn CgroupOps,
     ) -> Result<RunCgroup, CgroupError> {
         let mut cgroup = RunCgroup {
             version: 1,
@@ -72,9 +69,9 @@ impl RunCgroup {
                 )));
             };
             let dir = found.own_cgroup.join(name);
-            if let Err(err) = mkdir(&dir) {
+            if let Err(source) = ops.mkdir(&dir) {
                 cgroup.remove();
-                return Err(err);
+                return Err(create_error(&dir, 1, source));
             }
             cgroup.dirs.push((controller, dir));
         }

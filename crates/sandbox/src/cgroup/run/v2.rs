@@ -198,7 +198,6 @@ fn enable_for_children(
         // in a way the move cannot help.
         return Err(write_error(&subtree, &request, busy));
     }
-    sweep_stale_leaves(parent, ops);
     let leaf = parent.join(supervisor_leaf_name(me));
     match ops.mkdir(&leaf) {
         Ok(()) => {}
@@ -217,27 +216,6 @@ fn enable_for_children(
         return Err(write_error(&subtree, &request, err));
     }
     Ok(Some(leaf))
-}
-
-/// Leaves of supervisors that have exited: a cgroup without processes is all
-/// rmdir removes (EBUSY otherwise), so a live supervisor's leaf is never lost.
-fn sweep_stale_leaves(parent: &Path, ops: &dyn CgroupOps) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("sandbox-supervisor-"))
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        if pid != ops.own_pid() && !ops.alive(pid) {
-            let _ = ops.rmdir(&entry.path());
-        }
-    }
 }
 
 impl RunCgroup {
@@ -640,25 +618,39 @@ mod tests {
     }
 
     #[test]
-    fn stale_leaves_of_dead_supervisors_are_removed_and_live_ones_kept() {
+    fn what_dead_supervisors_left_is_removed_and_what_live_ones_have_is_kept() {
         let root = tempfile::tempdir().unwrap();
         let (scope, info) = delegated_scope(root.path(), &[700]);
         let kernel = FakeKernel {
             root: root.path().to_path_buf(),
             pid: 700,
-            comms: vec![(700, "sandbox"), (55, "sandbox")],
+            comms: vec![(700, "sandbox"), (55, "sandbox"), (90, "sleep")],
         };
-        for pid in [31, 55] {
-            let leaf = scope.join(format!("sandbox-supervisor-{pid}"));
-            std::fs::create_dir(&leaf).unwrap();
-            std::fs::write(leaf.join("cgroup.procs"), "").unwrap();
+        let plant = |name: &str, procs: &str| {
+            let dir = scope.join(name);
+            std::fs::create_dir(&dir).unwrap();
+            std::fs::write(dir.join("cgroup.procs"), procs).unwrap();
+        };
+        // Dead supervisor 31's leaf and its two runs' cgroups, one of them
+        // with a process still in it; live supervisor 55's; a name that is
+        // not a run's.
+        for name in ["sandbox-supervisor-31", "sandbox-31-0", "sandbox-55-0"] {
+            plant(name, "");
         }
+        plant("sandbox-31-1", "90");
+        plant("sandbox-supervisor-55", "");
+        plant("sandbox-31-x", "");
         RunCgroup::create_with(&info, None, "run-e", &ALL_LIMITS, &kernel).unwrap();
-        assert!(
-            !scope.join("sandbox-supervisor-31").exists(),
-            "dead: removed"
-        );
-        assert!(scope.join("sandbox-supervisor-55").exists(), "alive: kept");
+        for (name, kept) in [
+            ("sandbox-supervisor-31", false),
+            ("sandbox-31-0", false),
+            ("sandbox-31-1", true),
+            ("sandbox-supervisor-55", true),
+            ("sandbox-55-0", true),
+            ("sandbox-31-x", true),
+        ] {
+            assert_eq!(scope.join(name).exists(), kept, "{name}");
+        }
     }
 
     #[test]

@@ -44,10 +44,9 @@ pub(super) fn setup_cgroup(
     // supervisor of another pid namespace in the same cgroup).
     let mut attempts = 0;
     let created = loop {
-        let name = format!(
-            "sandbox-{}-{}",
+        let name = crate::cgroup::run_cgroup_name(
             std::process::id(),
-            RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            RUN_COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         );
         attempts += 1;
         match crate::cgroup::RunCgroup::create(&info, cgroup_parent, &name, &limits) {
