@@ -328,8 +328,12 @@ fn a_leftover_cgroup_under_the_runs_name_does_not_cost_it_its_limits() {
     let sandbox = project.command().get_program().to_owned();
     // `exec` keeps the shell's pid, which the supervisor names its first
     // cgroup after; the shell reports the names it made before it execs.
+    // Each holds a child cgroup, as a leftover whose run still has one
+    // does: once this supervisor has exited, a run of another test would
+    // otherwise remove an empty one as a dead supervisor's.
     let script = r#"for parent in $PARENTS; do
-  mkdir "$parent/sandbox-$$-0" || exit 99
+  mkdir "$parent/sandbox-$$-0" "$parent/sandbox-$$-0/held" || exit 99
+  echo "$parent/sandbox-$$-0/held" >> held
   echo "$parent/sandbox-$$-0" >> leftovers
 done
 exec "$@""#;
@@ -343,9 +347,10 @@ exec "$@""#;
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
+    let held = std::fs::read_to_string(project.path().join("held")).unwrap_or_default();
     let made = std::fs::read_to_string(project.path().join("leftovers")).unwrap_or_default();
-    let leftovers = Leftovers(made.lines().map(Into::into).collect());
-    assert_eq!(leftovers.0.len(), 3, "{made}");
+    let leftovers = Leftovers(held.lines().chain(made.lines()).map(Into::into).collect());
+    assert_eq!(leftovers.0.len(), 6, "{held}{made}");
     assert_ok(&out, "sh");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("no cgroup for this run"), "{stderr}");
@@ -663,6 +668,13 @@ fn a_cgroup_left_by_a_supervisor_killed_before_its_janitor_is_removed_by_the_nex
              cgroup and forking its janitor\n{trace}"
         );
     }
+    // Only a cgroup ten seconds old is taken (one younger may be a live
+    // supervisor's of another pid namespace, about to fill it).
+    for dir in &left.0 {
+        while cgroup_age(dir) < std::time::Duration::from_millis(10_500) {
+            std::thread::sleep(std::time::Duration::from_millis(250));
+        }
+    }
     let out = project
         .command()
         .args(["run", "--cpus", "1", "--", "/bin/true"])
@@ -673,4 +685,17 @@ fn a_cgroup_left_by_a_supervisor_killed_before_its_janitor_is_removed_by_the_nex
     for dir in &left.0 {
         assert!(!dir.exists(), "{dir:?} is still there after the next run");
     }
+}
+
+/// How long ago `dir`'s inode changed (zero if it is gone).
+fn cgroup_age(dir: &std::path::Path) -> std::time::Duration {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(dir) else {
+        return std::time::Duration::ZERO;
+    };
+    let changed = std::time::UNIX_EPOCH
+        + std::time::Duration::new(meta.ctime() as u64, meta.ctime_nsec() as u32);
+    std::time::SystemTime::now()
+        .duration_since(changed)
+        .unwrap_or_default()
 }

@@ -31,46 +31,72 @@ pub fn run_cgroup_name(supervisor: u32, run: u32) -> String {
 }
 
 /// The supervisor's pid in a run cgroup's name (`sandbox-<pid>-<run>`, both
-/// ASCII digits: `parse` alone would take `+1`), or `None` for any other
-/// name.
+/// ASCII digits), or `None` for any other name.
 pub fn run_cgroup_owner(name: &str) -> Option<i32> {
     let (pid, run) = name.strip_prefix("sandbox-")?.split_once('-')?;
-    let digits = |text: &str| !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit());
-    if !digits(pid) || !digits(run) {
-        return None;
-    }
-    pid.parse().ok()
+    digits(run)?;
+    digits(pid)
 }
 
+/// The supervisor's pid in a v2 leaf's name ([`supervisor_leaf_name`]).
+fn leaf_owner(name: &str) -> Option<i32> {
+    digits(name.strip_prefix("sandbox-supervisor-")?)
+}
+
+/// A number written in ASCII digits only: `parse` alone takes `+1` and `-1`.
+fn digits(text: &str) -> Option<i32> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// How old a dead supervisor's cgroup must be before [`sweep_stale`] takes
+/// it: a supervisor of another pid namespace (whose pid is none here) makes
+/// its run's cgroup, writes the limits and moves init in within
+/// milliseconds, so a cgroup this old is past that window and losing it
+/// cannot cost a live run its limits. A cgroup's inode time is when the
+/// kernel last instantiated it (at creation, or at a lookup after it was
+/// evicted), so it errs towards young, and keeping.
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Entries of a parent cgroup [`sweep_stale`] looks at: a run's start must
+/// not pay for a cgroup someone filled with thousands of children.
+const SWEEP_ENTRIES: usize = 4096;
+
 /// Remove, from a cgroup a run's cgroup is about to go below, what dead
-/// supervisors left there: their runs' cgroups ([`run_cgroup_name`]) and,
-/// on v2, their leaves ([`supervisor_leaf_name`]). A supervisor killed
-/// between creating its run's cgroup and forking the janitor that would
-/// remove it (or killed together with that janitor) leaves an empty one
-/// for good otherwise, and a machine running sandboxes all day collects
-/// them. Only an empty cgroup is removed (rmdir answers EBUSY for one with
+/// supervisors left there: their runs' cgroups ([`run_cgroup_name`]) and
+/// their v2 leaves ([`supervisor_leaf_name`]). A supervisor killed between
+/// creating its run's cgroup and forking the janitor that would remove it
+/// (or killed together with that janitor) leaves an empty one for good
+/// otherwise, and a machine running sandboxes all day collects them.
+///
+/// Only an empty cgroup is removed (rmdir answers EBUSY for one with
 /// processes or children), so a leftover whose run still has processes
-/// stays, and a live supervisor's cgroups are never touched: its pid is
-/// alive. A supervisor of another pid namespace in the same cgroup, whose
-/// pid is not one here, could lose a run cgroup it has just made and not
-/// yet filled; that run then fails to join it, and fails.
+/// stays. A live supervisor's cgroups are never touched: its pid is alive
+/// (`kill(pid, 0)`, which also sees another user's processes under a
+/// `hidepid` /proc). A supervisor of another pid namespace in the same
+/// cgroup has a pid that is none here, so its cgroups are taken only once
+/// [`STALE_AFTER`] old, past the moment its run joins them; a run's cgroup
+/// lost later still holds the run, and rmdir refuses it.
 fn sweep_stale(parent: &Path, ops: &dyn CgroupOps) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
-    for entry in entries.flatten() {
+    for entry in entries.take(SWEEP_ENTRIES).flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
             continue;
         };
-        let leaf_owner = name
-            .strip_prefix("sandbox-supervisor-")
-            .and_then(|pid| pid.parse::<i32>().ok());
-        let Some(pid) = leaf_owner.or_else(|| run_cgroup_owner(name)) else {
+        let Some(pid) = leaf_owner(name).or_else(|| run_cgroup_owner(name)) else {
             continue;
         };
-        if pid != ops.own_pid() && !ops.alive(pid) {
-            let _ = ops.rmdir(&entry.path());
+        if pid == ops.own_pid() || ops.alive(pid) {
+            continue;
+        }
+        let path = entry.path();
+        if ops.age(&path).is_some_and(|age| age >= STALE_AFTER) {
+            let _ = ops.rmdir(&path);
         }
     }
 }
@@ -90,6 +116,9 @@ pub trait CgroupOps {
     fn own_pid(&self) -> i32;
     /// Whether a process is alive (a stale supervisor leaf can go).
     fn alive(&self, pid: i32) -> bool;
+    /// How long ago a cgroup's inode changed: `None` when it cannot be told
+    /// (or lies ahead of the clock).
+    fn age(&self, path: &Path) -> Option<std::time::Duration>;
     /// A process's command name, for the explanation.
     fn comm(&self, pid: i32) -> String;
 }
@@ -115,7 +144,20 @@ impl CgroupOps for KernelOps {
         std::process::id() as i32
     }
     fn alive(&self, pid: i32) -> bool {
-        Path::new("/proc").join(pid.to_string()).exists()
+        // EPERM: alive, another user's.
+        pid > 0
+            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+                != Err(nix::errno::Errno::ESRCH)
+    }
+    fn age(&self, path: &Path) -> Option<std::time::Duration> {
+        use std::os::unix::fs::MetadataExt;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        let changed = std::time::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(meta.ctime()).ok()?,
+                u32::try_from(meta.ctime_nsec()).ok()?,
+            );
+        std::time::SystemTime::now().duration_since(changed).ok()
     }
     fn comm(&self, pid: i32) -> String {
         std::fs::read_to_string(format!("/proc/{pid}/comm"))

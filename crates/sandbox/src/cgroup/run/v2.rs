@@ -461,6 +461,10 @@ mod tests {
         fn alive(&self, pid: i32) -> bool {
             self.comms.iter().any(|(p, _)| *p == pid)
         }
+        fn age(&self, path: &Path) -> Option<std::time::Duration> {
+            let young = path.file_name().is_some_and(|n| n == "sandbox-31-2");
+            Some(std::time::Duration::from_secs(if young { 3 } else { 60 }))
+        }
         fn comm(&self, pid: i32) -> String {
             self.comms
                 .iter()
@@ -638,16 +642,22 @@ mod tests {
             plant(name, "");
         }
         plant("sandbox-31-1", "90");
+        // Made three seconds ago: perhaps by a supervisor of another pid
+        // namespace that has yet to fill it.
+        plant("sandbox-31-2", "");
         plant("sandbox-supervisor-55", "");
         plant("sandbox-31-x", "");
+        plant("sandbox-supervisor-+31", "");
         RunCgroup::create_with(&info, None, "run-e", &ALL_LIMITS, &kernel).unwrap();
         for (name, kept) in [
             ("sandbox-supervisor-31", false),
             ("sandbox-31-0", false),
             ("sandbox-31-1", true),
+            ("sandbox-31-2", true),
             ("sandbox-supervisor-55", true),
             ("sandbox-55-0", true),
             ("sandbox-31-x", true),
+            ("sandbox-supervisor-+31", true),
         ] {
             assert_eq!(scope.join(name).exists(), kept, "{name}");
         }
