@@ -24,7 +24,11 @@ pub fn home_directories() -> Vec<PathBuf> {
             homes.push(home);
         }
     }
-    // Compare real paths: /home may be a symlink to /usr/home.
+    // Compare real paths: /home may be a symlink to /usr/home. Accounts
+    // share homes (/nonexistent, /bin), and resolving costs a readlink per
+    // component: the same path is resolved once.
+    homes.sort();
+    homes.dedup();
     let mut real: Vec<PathBuf> = homes
         .into_iter()
         .filter_map(|h| std::fs::canonicalize(h).ok())
