@@ -619,9 +619,10 @@ fn the_cgroup_v1_fallback_of_an_unprivileged_user_is_said_once_per_machine() {
 /// A supervisor killed after its run's cgroup exists and before it forks
 /// the janitor that would remove it (strace kills it as it enters that
 /// `clone`, the first of the run) leaves the cgroup behind: nobody is left
-/// to remove it. The next run made below the same cgroup removes it, since
-/// its name says whose it was and that supervisor is dead. Before, such
-/// directories stayed for good (CI's machines collected them).
+/// to remove it. The next run made below the same cgroup removes it (its
+/// janitor does, while the run goes on), since its name says whose it was
+/// and that supervisor is dead. Before, such directories stayed for good
+/// (CI's machines collected them).
 #[test]
 fn a_cgroup_left_by_a_supervisor_killed_before_its_janitor_is_removed_by_the_next_run() {
     let test = "a_cgroup_left_by_a_supervisor_killed_before_its_janitor_is_removed_by_the_next_run";

@@ -60,12 +60,12 @@ fn digits(text: &str) -> Option<i32> {
 /// evicted), so it errs towards young, and keeping.
 const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Entries of a parent cgroup [`sweep_stale`] looks at: a run's start must
-/// not pay for a cgroup someone filled with thousands of children.
+/// Entries of a parent cgroup [`sweep_stale`] looks at: a janitor must not
+/// spend its run listing a cgroup someone filled with thousands of children.
 const SWEEP_ENTRIES: usize = 4096;
 
-/// Remove, from a cgroup a run's cgroup is about to go below, what dead
-/// supervisors left there: their runs' cgroups ([`run_cgroup_name`]) and
+/// Remove, from the cgroup a run's cgroup is below, what dead supervisors
+/// left there: their runs' cgroups ([`run_cgroup_name`]) and
 /// their v2 leaves ([`supervisor_leaf_name`]). A supervisor killed between
 /// creating its run's cgroup and forking the janitor that would remove it
 /// (or killed together with that janitor) leaves an empty one for good
@@ -80,6 +80,13 @@ const SWEEP_ENTRIES: usize = 4096;
 /// [`STALE_AFTER`] old, past the moment its run joins them; a run's cgroup
 /// lost later still holds the run, and rmdir refuses it.
 fn sweep_stale(parent: &Path, ops: &dyn CgroupOps) {
+    use std::os::unix::fs::MetadataExt;
+    // A cgroup directory's link count is two plus its child cgroups
+    // (kernfs counts them, as ext4 and tmpfs do; a file system that does
+    // not says 1): with none there is nothing to list.
+    if std::fs::metadata(parent).is_ok_and(|meta| meta.nlink() == 2) {
+        return;
+    }
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
@@ -334,13 +341,7 @@ impl RunCgroup {
         ops: &dyn CgroupOps,
     ) -> Result<RunCgroup, CgroupError> {
         let wanted = wanted_controllers(limits);
-        let placement = predict_with(info, parent, limits, ops)?;
-        for (index, parent) in placement.parents.iter().enumerate() {
-            if !placement.parents[..index].contains(parent) {
-                sweep_stale(parent, ops);
-            }
-        }
-        let v2 = placement.version == 2;
+        let v2 = predict_with(info, parent, limits, ops)?.version == 2;
         let cgroup = if v2 {
             Self::create_v2(info, parent, name, &wanted, ops)?
         } else {
@@ -351,6 +352,25 @@ impl RunCgroup {
             return Err(err);
         }
         Ok(cgroup)
+    }
+
+    /// Remove what dead supervisors left beside this run's cgroup (see
+    /// [`sweep_stale`]). The run's janitor calls it while it waits, beside
+    /// the run rather than before it: a cold run paid about 1.5% of its
+    /// time for it on the way to its command.
+    pub fn sweep_beside(&self) {
+        self.sweep_beside_with(&KernelOps);
+    }
+
+    /// [`RunCgroup::sweep_beside`] through `ops`.
+    pub fn sweep_beside_with(&self, ops: &dyn CgroupOps) {
+        let mut swept: Vec<&Path> = Vec::new();
+        for (_, dir) in &self.dirs {
+            if let Some(parent) = dir.parent().filter(|p| !swept.contains(p)) {
+                sweep_stale(parent, ops);
+                swept.push(parent);
+            }
+        }
     }
 
     /// The leaf cgroup this supervisor moved itself into for this run's

@@ -648,7 +648,8 @@ mod tests {
         plant("sandbox-supervisor-55", "");
         plant("sandbox-31-x", "");
         plant("sandbox-supervisor-+31", "");
-        RunCgroup::create_with(&info, None, "run-e", &ALL_LIMITS, &kernel).unwrap();
+        let cgroup = RunCgroup::create_with(&info, None, "run-e", &ALL_LIMITS, &kernel).unwrap();
+        cgroup.sweep_beside_with(&kernel);
         for (name, kept) in [
             ("sandbox-supervisor-31", false),
             ("sandbox-31-0", false),

@@ -75,6 +75,11 @@ pub(super) fn spawn_janitor(
                     let _ = crate::sys::fd::redirect_standard_stream(null.as_fd(), fd);
                 }
             }
+            // Idle until the run ends: the time to tidy what supervisors
+            // killed before their own janitors existed left beside this run.
+            if let RunEnd::Cgroup(cgroup) = run_end {
+                cgroup.sweep_beside();
+            }
             let mut byte = [0u8; 1];
             let swept = loop {
                 match nix::unistd::read(wait_end, &mut byte) {
