@@ -672,19 +672,34 @@ fn a_cgroup_left_by_a_supervisor_killed_before_its_janitor_is_removed_by_the_nex
     // Only a cgroup ten seconds old is taken (one younger may be a live
     // supervisor's of another pid namespace, about to fill it).
     for dir in &left.0 {
-        while cgroup_age(dir) < std::time::Duration::from_millis(10_500) {
-            std::thread::sleep(std::time::Duration::from_millis(250));
-        }
+        support::wait::until_true(
+            &format!("{dir:?} to be ten seconds old"),
+            std::time::Duration::from_secs(30),
+            || !dir.exists() || cgroup_age(dir) >= std::time::Duration::from_millis(10_500),
+        );
     }
-    let out = project
+    // The next run goes on until the test lets it end: its janitor sweeps
+    // only while the run lasts (it stops once its supervisor speaks).
+    let next = project
         .command()
-        .args(["run", "--cpus", "1", "--", "/bin/true"])
+        .args(["run", "--cpus", "1", "--", "/bin/sh", "-c"])
+        .arg("while [ ! -e go ]; do sleep 0.05; done")
         .stdin(std::process::Stdio::null())
-        .output()
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let gone = support::wait::holds_within(std::time::Duration::from_secs(10), || {
+        left.0.iter().all(|dir| !dir.exists())
+    });
+    project.write("go", "");
+    let out = next.wait_with_output().unwrap();
     assert_ok(&out, "the next run");
     for dir in &left.0 {
-        assert!(!dir.exists(), "{dir:?} is still there after the next run");
+        assert!(
+            gone && !dir.exists(),
+            "{dir:?} is still there during the next run"
+        );
     }
 }
 

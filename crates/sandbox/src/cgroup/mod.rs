@@ -14,10 +14,9 @@ pub use detect::{detect, detect_from, detect_in};
 
 mod run;
 pub use run::{
-    predict, predict_with, supervisor_leaf_name, CgroupError, CgroupLimits, CgroupOps, CgroupStats,
-    FixContext, KernelOps, Placement, RunCgroup,
+    predict, predict_with, run_cgroup_name, run_cgroup_owner, supervisor_leaf_name, CgroupError,
+    CgroupLimits, CgroupOps, CgroupStats, FixContext, KernelOps, Placement, RunCgroup,
 };
-pub use run::{run_cgroup_name, run_cgroup_owner};
 
 pub mod notice;
 pub mod scope;

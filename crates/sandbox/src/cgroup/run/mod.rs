@@ -64,6 +64,10 @@ const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 /// spend its run listing a cgroup someone filled with thousands of children.
 const SWEEP_ENTRIES: usize = 4096;
 
+/// Leftovers [`sweep_stale`] tries to remove in one sweep (the next run's
+/// janitor takes the rest).
+const SWEEP_REMOVALS: usize = 64;
+
 /// Remove, from the cgroup a run's cgroup is below, what dead supervisors
 /// left there: their runs' cgroups ([`run_cgroup_name`]) and
 /// their v2 leaves ([`supervisor_leaf_name`]). A supervisor killed between
@@ -79,17 +83,18 @@ const SWEEP_ENTRIES: usize = 4096;
 /// cgroup has a pid that is none here, so its cgroups are taken only once
 /// [`STALE_AFTER`] old, past the moment its run joins them; a run's cgroup
 /// lost later still holds the run, and rmdir refuses it.
-fn sweep_stale(parent: &Path, ops: &dyn CgroupOps) {
+fn sweep_stale(parent: &Path, own: u64, ops: &dyn CgroupOps, stop: &dyn Fn() -> bool) {
     use std::os::unix::fs::MetadataExt;
     // A cgroup directory's link count is two plus its child cgroups
     // (kernfs counts them, as ext4 and tmpfs do; a file system that does
-    // not says 1): with none there is nothing to list.
-    if std::fs::metadata(parent).is_ok_and(|meta| meta.nlink() == 2) {
+    // not says 1): with none but the run's own there is nothing to list.
+    if std::fs::metadata(parent).is_ok_and(|meta| meta.nlink() == 2 + own) {
         return;
     }
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
     };
+    let mut removals = 0;
     for entry in entries.take(SWEEP_ENTRIES).flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else {
@@ -101,15 +106,23 @@ fn sweep_stale(parent: &Path, ops: &dyn CgroupOps) {
         if pid == ops.own_pid() || ops.alive(pid) {
             continue;
         }
+        // Each rmdir takes the kernel's cgroup lock, which the run being
+        // set up beside needs too; a leftover that still holds processes
+        // is tried again by every run.
+        if removals == SWEEP_REMOVALS || stop() {
+            return;
+        }
         let path = entry.path();
         if ops.age(&path).is_some_and(|age| age >= STALE_AFTER) {
+            removals += 1;
             let _ = ops.rmdir(&path);
         }
     }
 }
 
-/// The cgroup filesystem operations that creating a run's cgroup performs,
-/// so tests can play the kernel's part (EBUSY, EROFS) on a fake tree.
+/// The cgroup filesystem operations that creating a run's cgroup (and
+/// sweeping leftovers beside it) performs, so tests can play the kernel's
+/// part (EBUSY, EROFS) on a fake tree.
 pub trait CgroupOps {
     /// Read a control file.
     fn read(&self, path: &Path) -> std::io::Result<String>;
@@ -121,7 +134,8 @@ pub trait CgroupOps {
     fn rmdir(&self, path: &Path) -> std::io::Result<()>;
     /// This process's pid, as the cgroup files show it.
     fn own_pid(&self) -> i32;
-    /// Whether a process is alive (a stale supervisor leaf can go).
+    /// Whether a process is alive (a dead supervisor's leaf and run cgroups
+    /// can go).
     fn alive(&self, pid: i32) -> bool;
     /// How long ago a cgroup's inode changed: `None` when it cannot be told
     /// (or lies ahead of the clock).
@@ -159,11 +173,10 @@ impl CgroupOps for KernelOps {
     fn age(&self, path: &Path) -> Option<std::time::Duration> {
         use std::os::unix::fs::MetadataExt;
         let meta = std::fs::symlink_metadata(path).ok()?;
-        let changed = std::time::UNIX_EPOCH
-            + std::time::Duration::new(
-                u64::try_from(meta.ctime()).ok()?,
-                u32::try_from(meta.ctime_nsec()).ok()?,
-            );
+        let changed = std::time::UNIX_EPOCH.checked_add(std::time::Duration::new(
+            u64::try_from(meta.ctime()).ok()?,
+            u32::try_from(meta.ctime_nsec()).ok()?,
+        ))?;
         std::time::SystemTime::now().duration_since(changed).ok()
     }
     fn comm(&self, pid: i32) -> String {
@@ -355,21 +368,34 @@ impl RunCgroup {
     }
 
     /// Remove what dead supervisors left beside this run's cgroup (see
-    /// [`sweep_stale`]). The run's janitor calls it while it waits, beside
-    /// the run rather than before it: a cold run paid about 1.5% of its
-    /// time for it on the way to its command.
-    pub fn sweep_beside(&self) {
-        self.sweep_beside_with(&KernelOps);
+    /// [`sweep_stale`]), until `stop` says to: the run's janitor calls it
+    /// while it waits, beside the run rather than before it, and stops
+    /// when its supervisor has something to say or has died.
+    pub fn sweep_beside(&self, stop: &dyn Fn() -> bool) {
+        self.sweep_beside_with(&KernelOps, stop);
     }
 
     /// [`RunCgroup::sweep_beside`] through `ops`.
-    pub fn sweep_beside_with(&self, ops: &dyn CgroupOps) {
+    pub fn sweep_beside_with(&self, ops: &dyn CgroupOps, stop: &dyn Fn() -> bool) {
         let mut swept: Vec<&Path> = Vec::new();
         for (_, dir) in &self.dirs {
-            if let Some(parent) = dir.parent().filter(|p| !swept.contains(p)) {
-                sweep_stale(parent, ops);
-                swept.push(parent);
-            }
+            let Some(parent) = dir.parent().filter(|p| !swept.contains(p)) else {
+                continue;
+            };
+            // This run's own children of `parent`: its cgroup there, and the
+            // supervisor's leaf if it made one beside it.
+            let own = self
+                .dirs
+                .iter()
+                .filter(|(_, d)| d.parent() == Some(parent))
+                .count()
+                + usize::from(
+                    self.supervisor_leaf
+                        .as_deref()
+                        .is_some_and(|leaf| leaf.parent() == Some(parent)),
+                );
+            sweep_stale(parent, own as u64, ops, stop);
+            swept.push(parent);
         }
     }
 

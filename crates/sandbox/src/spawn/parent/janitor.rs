@@ -1,5 +1,7 @@
 //! The janitor: a process that cleans up after a supervisor that died
-//! before it could (the run's cgroup, the sweep).
+//! before it could (the run's cgroup, the project's sweep), and meanwhile
+//! removes the cgroups that dead supervisors left beside the run's
+//! ([`crate::cgroup::RunCgroup::sweep_beside`]).
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -76,9 +78,15 @@ pub(super) fn spawn_janitor(
                 }
             }
             // Idle until the run ends: the time to tidy what supervisors
-            // killed before their own janitors existed left beside this run.
+            // killed before their own janitors existed left beside this run,
+            // stopping as soon as the supervisor writes or dies.
             if let RunEnd::Cgroup(cgroup) = run_end {
-                cgroup.sweep_beside();
+                use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+                let supervisor_spoke = || {
+                    let mut fds = [PollFd::new(wait_end, PollFlags::POLLIN)];
+                    poll(&mut fds, PollTimeout::ZERO).map_or(true, |ready| ready > 0)
+                };
+                cgroup.sweep_beside(&supervisor_spoke);
             }
             let mut byte = [0u8; 1];
             let swept = loop {
