@@ -13,3 +13,4 @@ pub use crate::sys::fd::{
 pub use crate::sys::fork::{die_with_spawner, fork_keeping_only, ForkError};
 pub use crate::sys::fs_identity::with_fs_identity;
 pub use crate::sys::reap::wait_for_prompt as reap_children_before_exit;
+pub use crate::sys::signal::process_exists;

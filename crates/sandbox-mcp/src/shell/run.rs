@@ -44,20 +44,38 @@ const SUPERVISOR_ENV: &[&str] = &[
 ];
 
 /// A private directory of this process for one run's report, removed when
-/// dropped (also when the call's future is dropped).
+/// dropped (also when the call's future is dropped). Its name carries this
+/// process's pid namespace and pid, so that a later server can tell the
+/// directories of servers that were killed (no `Drop` runs on SIGKILL) and
+/// remove them ([`sweep_report_dirs`]).
 struct ReportDir {
     path: PathBuf,
 }
+
+/// The start of every report directory's name.
+const REPORT_DIR_PREFIX: &str = "sandbox-shell-";
+/// At most this many entries of the temporary directory are looked at, and
+/// this many leftovers removed, once per process.
+const SWEEP_ENTRIES: usize = 100_000;
+const SWEEP_REMOVALS: usize = 256;
 
 impl ReportDir {
     fn create() -> Result<ReportDir, ShellError> {
         use std::os::unix::fs::DirBuilderExt;
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
         let base = std::env::temp_dir();
+        let namespace = pid_namespace();
+        SWEPT.call_once(|| {
+            if let Some(namespace) = namespace {
+                sweep_report_dirs(&base, namespace);
+            }
+        });
         loop {
             let path = base.join(format!(
-                "sandbox-shell-{}-{}",
+                "{REPORT_DIR_PREFIX}{}-{}-{}",
+                namespace.unwrap_or(0),
                 std::process::id(),
                 NEXT.fetch_add(1, Ordering::Relaxed)
             ));
@@ -79,6 +97,57 @@ impl ReportDir {
 impl Drop for ReportDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// This process's pid namespace (the inode of `/proc/self/ns/pid`): a pid
+/// means a process only within one.
+fn pid_namespace() -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+}
+
+/// The pid namespace and pid in a report directory's name, if it is one.
+fn report_dir_owner(name: &str) -> Option<(u64, i32)> {
+    let mut parts = name.strip_prefix(REPORT_DIR_PREFIX)?.split('-');
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+    let (namespace, pid, counter) = (parts.next()?, parts.next()?, parts.next()?);
+    if parts.next().is_some() || !digits(namespace) || !digits(pid) || !digits(counter) {
+        return None;
+    }
+    Some((namespace.parse().ok()?, pid.parse().ok()?))
+}
+
+/// Remove the report directories in `base` that servers of this user and
+/// pid namespace left when they were killed: their pid is gone. A
+/// directory of another user, of another pid namespace (where its pid
+/// means another process), or of a live process stays, and so does
+/// anything that is not a directory.
+fn sweep_report_dirs(base: &Path, namespace: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    let uid = nix::unistd::geteuid().as_raw();
+    let own = std::process::id() as i32;
+    let mut removed = 0;
+    for entry in entries.take(SWEEP_ENTRIES).flatten() {
+        let name = entry.file_name();
+        let Some((their_namespace, pid)) = name.to_str().and_then(report_dir_owner) else {
+            continue;
+        };
+        if their_namespace != namespace || pid == own || sandbox::os::process_exists(pid) {
+            continue;
+        }
+        let path = entry.path();
+        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == uid);
+        // remove_dir_all does not follow a symbolic link put in its way.
+        if ours && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+            if removed == SWEEP_REMOVALS {
+                return;
+            }
+        }
     }
 }
 
@@ -221,4 +290,107 @@ fn supervisor_env(policy: &Policy) -> Vec<(String, OsString)> {
 fn read_report(path: &Path) -> Option<Report> {
     let text = std::fs::read(path).ok()?;
     Report::read_slice(&text).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_directorys_owner_is_read_only_from_its_name() {
+        assert_eq!(
+            report_dir_owner("sandbox-shell-4026531836-4711-3"),
+            Some((4026531836, 4711))
+        );
+        for other in [
+            "sandbox-shell-4711-3",
+            "sandbox-shell-1-2-3-4",
+            "sandbox-shell-1--3",
+            "sandbox-shell-1-+2-3",
+            "sandbox-shell-1-99999999999-3",
+            "sandbox-shell-x-2-3",
+            "shell-1-2-3",
+        ] {
+            assert_eq!(report_dir_owner(other), None, "{other}");
+        }
+    }
+
+    /// A pid no process has: a child's, once it is reaped.
+    fn dead_pid() -> i32 {
+        loop {
+            let mut child = std::process::Command::new("true").spawn().unwrap();
+            let pid = child.id() as i32;
+            child.wait().unwrap();
+            if !sandbox::os::process_exists(pid) {
+                return pid;
+            }
+        }
+    }
+
+    #[test]
+    fn the_directories_of_killed_servers_are_removed_and_nothing_else() {
+        let base = tempfile::tempdir().unwrap();
+        let namespace = pid_namespace().expect("/proc/self/ns/pid");
+        let dead = dead_pid();
+        let make = |name: String| {
+            let path = base.path().join(name);
+            std::fs::create_dir(&path).unwrap();
+            std::fs::write(path.join("report.json"), "{}").unwrap();
+            path
+        };
+        let left = make(format!("sandbox-shell-{namespace}-{dead}-0"));
+        let left_too = make(format!("sandbox-shell-{namespace}-{dead}-7"));
+        let own = make(format!(
+            "sandbox-shell-{namespace}-{}-0",
+            std::process::id()
+        ));
+        let alive = make(format!("sandbox-shell-{namespace}-1-0"));
+        let other_namespace = make(format!("sandbox-shell-{}-{dead}-0", namespace + 1));
+        let old_name = make(format!("sandbox-shell-{dead}-0"));
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(elsewhere.path().join("keep"), "").unwrap();
+        let link = base
+            .path()
+            .join(format!("sandbox-shell-{namespace}-{dead}-9"));
+        std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
+        let another_users = make(format!("sandbox-shell-{namespace}-{dead}-8"));
+        let chowned = nix::unistd::chown(
+            &another_users,
+            Some(nix::unistd::Uid::from_raw(65534)),
+            None,
+        );
+
+        sweep_report_dirs(base.path(), namespace);
+
+        assert!(
+            !left.exists() && !left_too.exists(),
+            "a killed server's directories stay"
+        );
+        for kept in [&own, &alive, &other_namespace, &old_name] {
+            assert!(
+                kept.join("report.json").exists(),
+                "{} was removed",
+                kept.display()
+            );
+        }
+        assert!(
+            link.symlink_metadata().is_ok(),
+            "the symbolic link was removed"
+        );
+        assert!(
+            elsewhere.path().join("keep").exists(),
+            "the sweep followed a link"
+        );
+        match chowned {
+            Ok(()) => assert!(
+                another_users.exists(),
+                "another user's directory was removed"
+            ),
+            Err(errno) => {
+                let why = format!("SKIPPED: another user's directory (chown to 65534: {errno})");
+                eprintln!("{why}");
+                assert!(std::env::var_os("SANDBOX_TEST_REQUIRE").is_none(), "{why}");
+            }
+        }
+    }
 }

@@ -117,3 +117,13 @@ pub fn pidfd_kill(pidfd: std::os::fd::BorrowedFd<'_>) -> nix::Result<()> {
     }
     Ok(())
 }
+
+/// Whether a process `pid` exists in this pid namespace: `kill(pid, 0)`,
+/// which another user's live process answers with EPERM (so it counts as
+/// alive), where `/proc/PID` may be hidden (`hidepid`). For names that
+/// carry their maker's pid: a name whose maker is gone is a leftover.
+pub fn process_exists(pid: i32) -> bool {
+    pid > 0
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            != Err(nix::errno::Errno::ESRCH)
+}

@@ -165,10 +165,7 @@ impl CgroupOps for KernelOps {
         std::process::id() as i32
     }
     fn alive(&self, pid: i32) -> bool {
-        // EPERM: alive, another user's.
-        pid > 0
-            && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
-                != Err(nix::errno::Errno::ESRCH)
+        crate::sys::signal::process_exists(pid)
     }
     fn age(&self, path: &Path) -> Option<std::time::Duration> {
         use std::os::unix::fs::MetadataExt;
