@@ -54,9 +54,12 @@ struct ReportDir {
 
 /// The start of every report directory's name.
 const REPORT_DIR_PREFIX: &str = "sandbox-shell-";
+/// The one file `sandbox run --report` writes in a report directory.
+const REPORT_FILE: &str = "report.json";
 /// At most this many entries of the temporary directory are looked at, and
-/// this many leftovers removed, once per process.
-const SWEEP_ENTRIES: usize = 100_000;
+/// this many leftovers removed, once per process: the sweep runs on the
+/// server's one thread, before its first shell call.
+const SWEEP_ENTRIES: usize = 10_000;
 const SWEEP_REMOVALS: usize = 256;
 
 impl ReportDir {
@@ -73,11 +76,10 @@ impl ReportDir {
             }
         });
         loop {
-            let path = base.join(format!(
-                "{REPORT_DIR_PREFIX}{}-{}-{}",
+            let path = base.join(report_dir_name(
                 namespace.unwrap_or(0),
                 std::process::id(),
-                NEXT.fetch_add(1, Ordering::Relaxed)
+                NEXT.fetch_add(1, Ordering::Relaxed),
             ));
             // 0700 and created here (never an existing directory): only
             // this user can put anything where the report is read from.
@@ -90,7 +92,7 @@ impl ReportDir {
     }
 
     fn report(&self) -> PathBuf {
-        self.path.join("report.json")
+        self.path.join(REPORT_FILE)
     }
 }
 
@@ -107,6 +109,12 @@ fn pid_namespace() -> Option<u64> {
     std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
 }
 
+/// A report directory's name: its maker's pid namespace and pid (0 for a
+/// namespace that could not be read: never swept), and a counter.
+fn report_dir_name(namespace: u64, pid: u32, counter: u64) -> String {
+    format!("{REPORT_DIR_PREFIX}{namespace}-{pid}-{counter}")
+}
+
 /// The pid namespace and pid in a report directory's name, if it is one.
 fn report_dir_owner(name: &str) -> Option<(u64, i32)> {
     let mut parts = name.strip_prefix(REPORT_DIR_PREFIX)?.split('-');
@@ -119,34 +127,72 @@ fn report_dir_owner(name: &str) -> Option<(u64, i32)> {
 }
 
 /// Remove the report directories in `base` that servers of this user and
-/// pid namespace left when they were killed: their pid is gone. A
-/// directory of another user, of another pid namespace (where its pid
-/// means another process), or of a live process stays, and so does
-/// anything that is not a directory.
+/// pid namespace left when they were killed: their pid is gone. Only what
+/// a report directory holds is removed (its report, then the directory),
+/// each step relative to descriptors of `base` and of the directory, and
+/// only where no other user can rename a name of ours (`base` is ours or
+/// root's, and sticky or writable by its owner alone). A directory of
+/// another user, of another pid namespace (where its pid means another
+/// process), of a live process, or holding anything else stays, and so
+/// does anything that is not a directory.
 fn sweep_report_dirs(base: &Path, namespace: u64) {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(entries) = std::fs::read_dir(base) else {
+    use nix::fcntl::OFlag;
+    use nix::sys::stat::{fstat, Mode};
+    use nix::unistd::UnlinkatFlags;
+    let say = |what: &dyn std::fmt::Display| {
+        eprintln!("sandbox serve --mcp: sweeping {}: {what}", base.display());
+    };
+    let directory = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let Ok(base_fd) = nix::fcntl::open(
+        base,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) else {
         return;
     };
     let uid = nix::unistd::geteuid().as_raw();
+    let Ok(base_stat) = fstat(&base_fd) else {
+        return;
+    };
+    let sticky = base_stat.st_mode & nix::libc::S_ISVTX != 0;
+    let others_write = base_stat.st_mode & (nix::libc::S_IWGRP | nix::libc::S_IWOTH) != 0;
+    if (base_stat.st_uid != uid && base_stat.st_uid != 0) || (others_write && !sticky) {
+        return;
+    }
+    let Ok(listing) = nix::dir::Dir::openat(&base_fd, ".", directory, Mode::empty()) else {
+        return;
+    };
     let own = std::process::id() as i32;
     let mut removed = 0;
-    for entry in entries.take(SWEEP_ENTRIES).flatten() {
-        let name = entry.file_name();
-        let Some((their_namespace, pid)) = name.to_str().and_then(report_dir_owner) else {
+    for entry in listing.into_iter().take(SWEEP_ENTRIES).flatten() {
+        let Ok(name) = entry.file_name().to_str() else {
+            continue;
+        };
+        let Some((their_namespace, pid)) = report_dir_owner(name) else {
             continue;
         };
         if their_namespace != namespace || pid == own || sandbox::os::process_exists(pid) {
             continue;
         }
-        let path = entry.path();
-        let ours = std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir() && m.uid() == uid);
-        // remove_dir_all does not follow a symbolic link put in its way.
-        if ours && std::fs::remove_dir_all(&path).is_ok() {
-            removed += 1;
-            if removed == SWEEP_REMOVALS {
-                return;
+        let Ok(dir) = nix::fcntl::openat(&base_fd, name, directory, Mode::empty()) else {
+            continue;
+        };
+        if !fstat(&dir).is_ok_and(|st| st.st_uid == uid) {
+            continue;
+        }
+        match nix::unistd::unlinkat(&dir, REPORT_FILE, UnlinkatFlags::NoRemoveDir) {
+            Ok(()) | Err(nix::errno::Errno::ENOENT) => {}
+            Err(errno) => {
+                say(&format_args!("{name}/{REPORT_FILE}: {errno}; it stays"));
+                continue;
             }
+        }
+        match nix::unistd::unlinkat(&base_fd, name, UnlinkatFlags::RemoveDir) {
+            Ok(()) => removed += 1,
+            Err(errno) => say(&format_args!("{name}: {errno}; it stays")),
+        }
+        if removed == SWEEP_REMOVALS {
+            return;
         }
     }
 }
@@ -299,7 +345,7 @@ mod tests {
     #[test]
     fn a_report_directorys_owner_is_read_only_from_its_name() {
         assert_eq!(
-            report_dir_owner("sandbox-shell-4026531836-4711-3"),
+            report_dir_owner(&report_dir_name(4026531836, 4711, 3)),
             Some((4026531836, 4711))
         );
         for other in [
@@ -316,75 +362,82 @@ mod tests {
     }
 
     /// A pid no process has: a child's, once it is reaped.
-    fn dead_pid() -> i32 {
+    fn dead_pid() -> u32 {
         loop {
             let mut child = std::process::Command::new("true").spawn().unwrap();
-            let pid = child.id() as i32;
+            let pid = child.id();
             child.wait().unwrap();
-            if !sandbox::os::process_exists(pid) {
+            if !sandbox::os::process_exists(pid as i32) {
                 return pid;
             }
         }
     }
 
+    fn make(base: &Path, name: String) -> PathBuf {
+        let path = base.join(name);
+        std::fs::create_dir(&path).unwrap();
+        std::fs::write(path.join(REPORT_FILE), "{}").unwrap();
+        path
+    }
+
     #[test]
     fn the_directories_of_killed_servers_are_removed_and_nothing_else() {
         let base = tempfile::tempdir().unwrap();
+        let base = base.path();
         let namespace = pid_namespace().expect("/proc/self/ns/pid");
         let dead = dead_pid();
-        let make = |name: String| {
-            let path = base.path().join(name);
-            std::fs::create_dir(&path).unwrap();
-            std::fs::write(path.join("report.json"), "{}").unwrap();
-            path
-        };
-        let left = make(format!("sandbox-shell-{namespace}-{dead}-0"));
-        let left_too = make(format!("sandbox-shell-{namespace}-{dead}-7"));
-        let own = make(format!(
-            "sandbox-shell-{namespace}-{}-0",
-            std::process::id()
-        ));
-        let alive = make(format!("sandbox-shell-{namespace}-1-0"));
-        let other_namespace = make(format!("sandbox-shell-{}-{dead}-0", namespace + 1));
-        let old_name = make(format!("sandbox-shell-{dead}-0"));
+        let left = make(base, report_dir_name(namespace, dead, 0));
+        let left_too = make(base, report_dir_name(namespace, dead, 7));
+        let own = make(base, report_dir_name(namespace, std::process::id(), 0));
+        let alive = make(base, report_dir_name(namespace, 1, 0));
+        let other_namespace = make(base, report_dir_name(namespace + 1, dead, 0));
+        let unknown_namespace = make(base, report_dir_name(0, dead, 0));
+        let old_name = make(base, format!("{REPORT_DIR_PREFIX}{dead}-0"));
+        let holding_more = make(base, report_dir_name(namespace, dead, 5));
+        std::fs::write(holding_more.join("planted"), "").unwrap();
         let elsewhere = tempfile::tempdir().unwrap();
-        std::fs::write(elsewhere.path().join("keep"), "").unwrap();
-        let link = base
-            .path()
-            .join(format!("sandbox-shell-{namespace}-{dead}-9"));
+        std::fs::write(elsewhere.path().join(REPORT_FILE), "").unwrap();
+        let link = base.join(report_dir_name(namespace, dead, 9));
         std::os::unix::fs::symlink(elsewhere.path(), &link).unwrap();
-        let another_users = make(format!("sandbox-shell-{namespace}-{dead}-8"));
+        let another_users = make(base, report_dir_name(namespace, dead, 8));
         let chowned = nix::unistd::chown(
             &another_users,
             Some(nix::unistd::Uid::from_raw(65534)),
             None,
         );
 
-        sweep_report_dirs(base.path(), namespace);
+        sweep_report_dirs(base, namespace);
 
         assert!(
             !left.exists() && !left_too.exists(),
             "a killed server's directories stay"
         );
-        for kept in [&own, &alive, &other_namespace, &old_name] {
+        for kept in [
+            &own,
+            &alive,
+            &other_namespace,
+            &unknown_namespace,
+            &old_name,
+        ] {
             assert!(
-                kept.join("report.json").exists(),
-                "{} was removed",
+                kept.join(REPORT_FILE).exists(),
+                "{} was swept",
                 kept.display()
             );
         }
         assert!(
-            link.symlink_metadata().is_ok(),
-            "the symbolic link was removed"
+            holding_more.join("planted").exists(),
+            "what a report directory does not hold was removed"
         );
+        assert!(link.symlink_metadata().is_ok(), "the link was removed");
         assert!(
-            elsewhere.path().join("keep").exists(),
+            elsewhere.path().join(REPORT_FILE).exists(),
             "the sweep followed a link"
         );
         match chowned {
             Ok(()) => assert!(
-                another_users.exists(),
-                "another user's directory was removed"
+                another_users.join(REPORT_FILE).exists(),
+                "another user's directory was swept"
             ),
             Err(errno) => {
                 let why = format!("SKIPPED: another user's directory (chown to 65534: {errno})");
@@ -392,5 +445,22 @@ mod tests {
                 assert!(std::env::var_os("SANDBOX_TEST_REQUIRE").is_none(), "{why}");
             }
         }
+    }
+
+    #[test]
+    fn nothing_is_swept_where_another_user_could_rename_our_names() {
+        use std::os::unix::fs::PermissionsExt;
+        let base = tempfile::tempdir().unwrap();
+        let namespace = pid_namespace().expect("/proc/self/ns/pid");
+        let left = make(base.path(), report_dir_name(namespace, dead_pid(), 0));
+        let mode = |mode| std::fs::set_permissions(base.path(), PermissionsExt::from_mode(mode));
+
+        mode(0o777).unwrap();
+        sweep_report_dirs(base.path(), namespace);
+        assert!(left.exists(), "swept in a directory anyone can rename in");
+
+        mode(0o1777).unwrap();
+        sweep_report_dirs(base.path(), namespace);
+        assert!(!left.exists(), "not swept in a sticky directory");
     }
 }
