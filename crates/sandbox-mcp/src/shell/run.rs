@@ -67,13 +67,15 @@ impl ReportDir {
         use std::os::unix::fs::DirBuilderExt;
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        static SWEPT: std::sync::Once = std::sync::Once::new();
+        // Read once, at the first call, which also sweeps.
+        static NAMESPACE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
         let base = std::env::temp_dir();
-        let namespace = pid_namespace();
-        SWEPT.call_once(|| {
+        let namespace = *NAMESPACE.get_or_init(|| {
+            let namespace = pid_namespace();
             if let Some(namespace) = namespace {
                 sweep_report_dirs(&base, namespace);
             }
+            namespace
         });
         loop {
             let path = base.join(report_dir_name(
